@@ -1,0 +1,82 @@
+# Scoring and geometry kernels shared by every core module (inline, nogil).
+#
+# score_pair is THE score of the system, operation by operation identical to
+# skype.reference.score: TSim summed over common terms in ascending term id, then
+# SSim = 1 - sqrt(dx*dx + dy*dy) / max_dist and ST = alpha*SSim + (1-alpha)*TSim.  With
+# -ffp-contract=off (setup.py) the two engines agree bit for bit, so ties break identically.
+from libc.math cimport sqrt, INFINITY
+from skype._core.types cimport term_t, RectC
+
+
+cdef inline double text_sim(const term_t* s_terms, const double* s_w, int s_n,
+                            const term_t* m_terms, const double* m_w, int m_n,
+                            bint* shared) noexcept nogil:
+    """Dot product of two sorted sparse unit vectors; sets shared[0] if they meet."""
+    cdef int i = 0, j = 0
+    cdef double acc = 0.0
+    shared[0] = False
+    while i < s_n and j < m_n:
+        if s_terms[i] == m_terms[j]:
+            acc += s_w[i] * m_w[j]
+            shared[0] = True
+            i += 1
+            j += 1
+        elif s_terms[i] < m_terms[j]:
+            i += 1
+        else:
+            j += 1
+    return acc
+
+
+cdef inline double spatial_sim(double sx, double sy, double mx, double my,
+                               double max_dist) noexcept nogil:
+    cdef double dx = mx - sx
+    cdef double dy = my - sy
+    return 1.0 - sqrt(dx * dx + dy * dy) / max_dist
+
+
+cdef inline double combine(double alpha, double ssim, double tsim) noexcept nogil:
+    return alpha * ssim + (1.0 - alpha) * tsim
+
+
+cdef inline double score_pair(double alpha, double sx, double sy,
+                              const term_t* s_terms, const double* s_w, int s_n,
+                              double mx, double my,
+                              const term_t* m_terms, const double* m_w, int m_n,
+                              double max_dist) noexcept nogil:
+    """ST(s, m), or -INFINITY when s and m share no term."""
+    cdef bint shared
+    cdef double tsim = text_sim(s_terms, s_w, s_n, m_terms, m_w, m_n, &shared)
+    if not shared:
+        return -INFINITY
+    return combine(alpha, spatial_sim(sx, sy, mx, my, max_dist), tsim)
+
+
+cdef inline double mindist(const RectC* r, double x, double y) noexcept nogil:
+    """MINDIST from a point to a closed rectangle (0 inside)."""
+    cdef double dx = 0.0, dy = 0.0
+    if x < r.minx:
+        dx = r.minx - x
+    elif x > r.maxx:
+        dx = x - r.maxx
+    if y < r.miny:
+        dy = r.miny - y
+    elif y > r.maxy:
+        dy = y - r.maxy
+    return sqrt(dx * dx + dy * dy)
+
+
+cdef inline double inner_dist(const RectC* r, double x, double y) noexcept nogil:
+    """d_in: distance from a point inside r to the nearest border of r (spec Def. 6)."""
+    cdef double d = x - r.minx
+    if r.maxx - x < d:
+        d = r.maxx - x
+    if y - r.miny < d:
+        d = y - r.miny
+    if r.maxy - y < d:
+        d = r.maxy - y
+    return d
+
+
+cdef inline bint rect_contains(const RectC* r, double x, double y) noexcept nogil:
+    return r.minx <= x <= r.maxx and r.miny <= y <= r.maxy

@@ -1,0 +1,20 @@
+# Shared C types of the core.  Term ids are the global (df-ascending) order; every term list
+# is sorted by id.  Subscription slots (sid) index the struct-of-arrays subscription table.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+ctypedef uint32_t term_t     # term id = position in the global order (rarest first)
+ctypedef uint32_t sid_t      # subscription slot in the subscription table
+ctypedef uint64_t seq_t      # message arrival number (never reused)
+ctypedef int64_t  ext_id_t   # user-visible id of a subscription or message
+
+
+cdef struct RectC:
+    double minx
+    double miny
+    double maxx
+    double maxy
+
+
+cdef struct TermWeightC:     # one term of a term vector
+    term_t term
+    double weight            # unit-normalised tf-idf weight

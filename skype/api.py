@@ -1,0 +1,223 @@
+"""The engine API shared by :class:`skype.Engine` and :class:`skype.reference.ReferenceEngine`.
+
+:class:`EngineBase` owns validation, the vocabulary and the clock; subclasses implement the
+vector-level methods (``_subscribe_batch``, ``_publish_batch``...).  The contract:
+
+* ``subscribe(sub)`` registers a subscription and returns its initial top-k over the current
+  window; ``unsubscribe(id)`` removes it.  Both interleave freely with the stream.
+* ``publish(msg)`` expires what leaves the window, then inserts ``msg``, and returns the result
+  changes it caused: for every subscription whose top-k differs before and after, the message
+  ids that entered and that left.  ``publish_batch`` does the same for many messages at once and
+  returns a columnar :class:`ChangeLog`.
+* Count window of N: after a message arrives the window holds the N newest messages.  Time
+  window of T seconds: after a message with timestamp t arrives (or ``advance(t)``), the window
+  holds exactly the messages with timestamp in ``(t - T, t]``.
+* Message ids must be unique among the messages in the window (and within a batch).
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from skype.errors import InputError
+from skype.model import (
+    DEFAULT_BOUNDS,
+    Bounds,
+    Match,
+    Message,
+    MessageBatch,
+    ResultChange,
+    Subscription,
+    SubscriptionBatch,
+    TermMatrix,
+)
+from skype.text import Vocabulary
+from skype import validate
+
+
+@dataclass
+class ChangeLog:
+    """Result changes of a batch, column-wise: row r says that message ``msg[r]`` entered
+    (``entered[r]``) or left the top-k of subscription ``sub[r]`` while the batch's message
+    number ``at[r]`` was processed.  Rows are ordered by ``at``."""
+
+    at: np.ndarray
+    sub: np.ndarray
+    msg: np.ndarray
+    entered: np.ndarray
+
+    @classmethod
+    def empty(cls) -> ChangeLog:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+
+    @classmethod
+    def concat(cls, logs: list[ChangeLog], offsets: list[int] | None = None) -> ChangeLog:
+        if not logs:
+            return cls.empty()
+        offsets = offsets or [0] * len(logs)
+        return cls(
+            np.concatenate([log.at + off for log, off in zip(logs, offsets)]),
+            np.concatenate([log.sub for log in logs]),
+            np.concatenate([log.msg for log in logs]),
+            np.concatenate([log.entered for log in logs]),
+        )
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def changes(self) -> list[ResultChange]:
+        """Group into one :class:`ResultChange` per (message, subscription), in order."""
+        out: list[ResultChange] = []
+        if len(self.at) == 0:
+            return out
+        order = np.lexsort((self.msg, self.sub, self.at))
+        at, sub, msg, ent = self.at[order], self.sub[order], self.msg[order], self.entered[order]
+        starts = np.flatnonzero(np.r_[True, (at[1:] != at[:-1]) | (sub[1:] != sub[:-1])])
+        ends = np.r_[starts[1:], len(at)]
+        for a, b in zip(starts, ends):
+            e, m = ent[a:b], msg[a:b]
+            out.append(ResultChange(int(sub[a]), tuple(int(i) for i in m[e]), tuple(int(i) for i in m[~e])))
+        return out
+
+
+class EngineBase(abc.ABC):
+    """Validation, vocabulary and clock for every engine (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        window: int | None = None,
+        window_seconds: float | None = None,
+        bounds: Bounds | tuple[float, float, float, float] = DEFAULT_BOUNDS,
+        vocabulary: Vocabulary | None = None,
+    ) -> None:
+        self.window, self.window_seconds = validate.check_window(window, window_seconds)
+        self.bounds = bounds if isinstance(bounds, Bounds) else Bounds(*bounds)
+        self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
+        self._arrivals = 0  # messages published so far: the default timestamp of the next one
+        self._clock = -math.inf  # largest timestamp seen (messages or advance)
+
+    # ------------------------------------------------------------------ subscriptions
+    def subscribe(self, sub: Subscription) -> list[Match]:
+        """Register ``sub``; returns its initial top-k over the current window."""
+        sid, x, y, k, alpha, ids, weights = validate.check_subscription(sub, self.vocabulary, self.bounds)
+        if self.has_subscription(sid):
+            raise InputError("E007", id=sid, record_id=sid)
+        batch = SubscriptionBatch([sid], [x], [y], [k], [alpha], TermMatrix([0, len(ids)], ids, weights))
+        self._subscribe_batch(batch)
+        return self.topk(sid)
+
+    def subscribe_batch(self, batch: SubscriptionBatch) -> None:
+        """Register many subscriptions (term ids of this engine's vocabulary)."""
+        validate.check_subscription_batch(batch, self.bounds)
+        known = self._known_subscriptions(batch.ids)
+        if known.any():
+            sid = int(batch.ids[np.argmax(known)])
+            raise InputError("E007", id=sid, record_id=sid)
+        self._reserve_terms(batch.terms)
+        self._subscribe_batch(batch)
+
+    def unsubscribe(self, sub_id: int) -> None:
+        sid = validate.check_id(sub_id)
+        if not self.has_subscription(sid):
+            raise InputError("E008", id=sid, record_id=sid)
+        self._unsubscribe(sid)
+
+    def has_subscription(self, sub_id: int) -> bool:
+        return bool(self._known_subscriptions(np.array([sub_id], dtype=np.int64))[0])
+
+    # ------------------------------------------------------------------ messages
+    def publish(self, msg: Message) -> list[ResultChange]:
+        """Slide the window over ``msg``; returns the result changes it caused."""
+        mid, x, y, t, ids, weights = validate.check_message(
+            msg, self.vocabulary, self.bounds, default_t=float(self._arrivals)
+        )
+        batch = MessageBatch([mid], [x], [y], [t], TermMatrix([0, len(ids)], ids, weights))
+        return self.publish_batch(batch).changes()
+
+    def publish_batch(self, batch: MessageBatch) -> ChangeLog:
+        """Publish many messages in order; returns the changes, ``at`` = row in ``batch``."""
+        validate.check_message_batch(batch, self.bounds, self._clock)
+        uniq, counts = np.unique(batch.ids, return_counts=True)
+        if len(uniq) != len(batch.ids):
+            dup = int(uniq[np.argmax(counts > 1)])
+            raise InputError("E019", id=dup, record_id=dup)
+        in_window = self._window_has(batch.ids)
+        if in_window.any():
+            dup = int(batch.ids[np.argmax(in_window)])
+            raise InputError("E019", id=dup, record_id=dup)
+        if len(batch) == 0:
+            return ChangeLog.empty()
+        self._reserve_terms(batch.terms)
+        log = self._publish_batch(batch)
+        self._arrivals += len(batch)
+        self._clock = float(batch.t[-1])
+        return log
+
+    def advance(self, t: float) -> list[ResultChange]:
+        """Time windows: move the clock to ``t`` and expire messages with timestamp <= t - T."""
+        ft = validate.check_timestamp(t)
+        if self.window_seconds is None:
+            raise InputError("E023", what="advance()", expected="used with a time window (window_seconds)", value=t)
+        if ft < self._clock:
+            raise InputError("E009", t=ft, prev=self._clock)
+        self._clock = ft
+        return self._advance(ft).changes()
+
+    # ------------------------------------------------------------------ results
+    def topk(self, sub_id: int) -> list[Match]:
+        sid = validate.check_id(sub_id)
+        if not self.has_subscription(sid):
+            raise InputError("E020", id=sid, record_id=sid)
+        ids, scores = self._topk(sid)
+        return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    def results(self) -> Iterator[tuple[int, list[Match]]]:
+        """Every subscription's top-k, by ascending subscription id."""
+        for sid in np.sort(self.subscription_ids()):
+            ids, scores = self._topk(int(sid))
+            yield int(sid), [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    @property
+    def clock(self) -> float:
+        return self._clock
+
+    # ------------------------------------------------------------------ for subclasses
+    def _reserve_terms(self, terms: TermMatrix) -> None:
+        """Called before term ids reach the engine; the core sizes its tables here."""
+
+    @abc.abstractmethod
+    def _known_subscriptions(self, ids: np.ndarray) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def _window_has(self, ids: np.ndarray) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def _subscribe_batch(self, batch: SubscriptionBatch) -> None: ...
+
+    @abc.abstractmethod
+    def _unsubscribe(self, sub_id: int) -> None: ...
+
+    @abc.abstractmethod
+    def _publish_batch(self, batch: MessageBatch) -> ChangeLog: ...
+
+    @abc.abstractmethod
+    def _advance(self, t: float) -> ChangeLog: ...
+
+    @abc.abstractmethod
+    def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    @abc.abstractmethod
+    def subscription_ids(self) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def window_ids(self) -> np.ndarray:
+        """Ids of the messages currently in the window, oldest first."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict: ...

@@ -1,0 +1,275 @@
+"""Workload options shared by the subcommands, and loading them into batches.
+
+A workload is either generated (``--dataset``) or read from files (``--messages`` and
+``--subscriptions``, or ``--events``).  Records are validated once here; with ``--on-error
+fail`` (default) the first bad record stops the run with an error naming it, with ``--on-error
+skip`` every rejected record is skipped and counted by error code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from skype.errors import InputError
+from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, SubscriptionBatch, TermMatrix
+from skype.text import Vocabulary, tokenize
+from skype import io, validate
+from skype.data.workloads import DATASETS, SUB_KEYWORDS, make_subscriptions, make_workload
+
+DEFAULT_NUM_SUBS = 20_000
+DEFAULT_NUM_MESSAGES = 50_000
+DEFAULT_WINDOW = 10_000
+
+
+def term_range(text: str) -> tuple[int, int]:
+    """``"1..3"``, ``"1,3"`` or ``"2"`` -> (lo, hi)."""
+    parts = text.replace("..", ",").split(",")
+    try:
+        lo, hi = (int(parts[0]), int(parts[-1]))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a range like 1..3, got {text!r}") from None
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"expected 1 <= lo <= hi, got {text!r}")
+    return lo, hi
+
+
+def bounds_arg(text: str) -> Bounds:
+    try:
+        return Bounds.parse(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_workload_args(p: argparse.ArgumentParser, *, window: bool = True) -> None:
+    g = p.add_argument_group("workload (generated)")
+    g.add_argument("--dataset", choices=DATASETS, default="geonames", help="generated workload (default: geonames)")
+    g.add_argument("--num-subs", type=int, default=DEFAULT_NUM_SUBS, help="subscriptions to generate (default: %(default)s)")
+    g.add_argument("--num-messages", type=int, default=DEFAULT_NUM_MESSAGES, help="messages to generate (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    g.add_argument("--sub-terms", type=term_range, default=(1, 3), metavar="LO..HI", help="terms per subscription (default: 1..3)")
+    g.add_argument("--k", type=int, default=20, help="k of generated subscriptions (default: %(default)s)")
+    g.add_argument("--sub-keywords", choices=SUB_KEYWORDS, default="message",
+                   help="draw subscription terms from a message (paper) or from a Zipf law")
+    f = p.add_argument_group("workload (files: JSONL or Parquet, see README)")
+    f.add_argument("--messages", metavar="FILE", help="message stream")
+    f.add_argument("--subscriptions", metavar="FILE", help="subscriptions registered before the stream starts")
+    f.add_argument("--events", metavar="FILE", help="interleaved sub/unsub/msg events (replaces --messages)")
+    f.add_argument("--on-error", choices=("fail", "skip"), default="fail",
+                   help="bad records: stop naming the record (default), or skip and count them")
+    if window:
+        w = p.add_argument_group("window and space")
+        ex = w.add_mutually_exclusive_group()
+        ex.add_argument("--window", type=int, help=f"count window of N messages (default: {DEFAULT_WINDOW})")
+        ex.add_argument("--window-seconds", type=float, help="time window of T seconds")
+        w.add_argument("--bounds", type=bounds_arg, default=DEFAULT_BOUNDS, metavar="MINX,MINY,MAXX,MAXY",
+                       help="space bounds (default: -180,-90,180,90)")
+
+
+def window_of(args: argparse.Namespace) -> dict[str, Any]:
+    if args.window is None and args.window_seconds is None:
+        return {"window": DEFAULT_WINDOW}
+    return {"window": args.window} if args.window is not None else {"window_seconds": args.window_seconds}
+
+
+@dataclass
+class Inputs:
+    """What a run consumes: subscriptions registered first, then the stream of steps."""
+
+    vocabulary: Vocabulary
+    subscriptions: SubscriptionBatch
+    steps: list[tuple[str, Any]]  # ("msgs", MessageBatch) | ("sub", SubscriptionBatch) | ("unsub", id)
+    bounds: Bounds
+    description: str
+    rejected: Counter = field(default_factory=Counter)
+    texts: list[str] | None = None
+
+    @property
+    def num_messages(self) -> int:
+        return sum(len(b) for op, b in self.steps if op == "msgs")
+
+    def messages(self) -> MessageBatch:
+        return MessageBatch.concat([b for op, b in self.steps if op == "msgs"])
+
+
+class _Collector:
+    """Validates records one by one, failing fast or skipping and counting."""
+
+    def __init__(self, on_error: str) -> None:
+        self.on_error = on_error
+        self.rejected: Counter = Counter()
+
+    def reject(self, err: InputError) -> None:
+        if self.on_error == "fail":
+            raise err
+        self.rejected[err.code] += 1
+
+    def accept(self, fn):
+        try:
+            return fn()
+        except InputError as err:
+            self.reject(err)
+            return None
+
+
+def _records(path: str, convert, collector: _Collector) -> list[tuple[int, Any]]:
+    """All (line, record) of a file that parse; bad ones fail or are skipped and counted."""
+    out = []
+    for line, obj in io.iter_objects(path, on_malformed=collector.reject):
+        def parse(obj=obj, line=line):
+            try:
+                return convert(obj)
+            except InputError as err:
+                rid = obj.get("id") if isinstance(obj, dict) else None
+                raise err.located(source=path, line=line, record_id=rid) from None
+
+        rec = collector.accept(parse)
+        if rec is not None:
+            out.append((line, rec))
+    return out
+
+
+def _vocabulary_from(messages: list) -> Vocabulary:
+    """Document frequencies over the stream's messages: the sample that fixes the term order."""
+    docs = []
+    for m in messages:
+        if isinstance(m.text, str):
+            docs.append(tokenize(m.text))
+        elif isinstance(m.terms, dict):
+            docs.append([t for t in m.terms if isinstance(t, str)])
+    return Vocabulary.build(docs)
+
+
+class _Builder:
+    """Turns validated records into batches, enforcing stream-level rules."""
+
+    def __init__(self, vocab: Vocabulary, bounds: Bounds, collector: _Collector, source: str) -> None:
+        self.vocab, self.bounds, self.collector, self.source = vocab, bounds, collector, source
+        self.sub_ids: set[int] = set()
+        self.last_t = -math.inf
+        self.arrivals = 0
+
+    def subscription(self, line: int, sub) -> tuple | None:
+        def check():
+            try:
+                row = validate.check_subscription(sub, self.vocab, self.bounds)
+                if row[0] in self.sub_ids:
+                    raise InputError("E007", id=row[0], record_id=row[0])
+            except InputError as err:
+                raise err.located(source=self.source, line=line) from None
+            self.sub_ids.add(row[0])
+            return row
+
+        return self.collector.accept(check)
+
+    def unsubscription(self, line: int, sid) -> int | None:
+        def check():
+            try:
+                i = validate.check_id(sid)
+                if i not in self.sub_ids:
+                    raise InputError("E008", id=i, record_id=i)
+            except InputError as err:
+                raise err.located(source=self.source, line=line) from None
+            self.sub_ids.discard(i)
+            return i
+
+        return self.collector.accept(check)
+
+    def message(self, line: int, msg) -> tuple | None:
+        def check():
+            try:
+                row = validate.check_message(msg, self.vocab, self.bounds, float(self.arrivals))
+                if row[3] < self.last_t:
+                    raise InputError("E009", t=row[3], prev=self.last_t, record_id=row[0])
+            except InputError as err:
+                raise err.located(source=self.source, line=line) from None
+            self.last_t = row[3]
+            self.arrivals += 1
+            return row
+
+        return self.collector.accept(check)
+
+
+def subscriptions_batch(rows: list[tuple]) -> SubscriptionBatch:
+    if not rows:
+        return SubscriptionBatch(np.zeros(0, np.int64), [], [], [], [], TermMatrix([0], [], []))
+    ids, x, y, k, alpha, tids, ws = zip(*rows)
+    return SubscriptionBatch(ids, x, y, k, alpha, TermMatrix.from_rows(list(zip(tids, ws))))
+
+
+def messages_batch(rows: list[tuple]) -> MessageBatch:
+    if not rows:
+        return MessageBatch(np.zeros(0, np.int64), [], [], [], TermMatrix([0], [], []))
+    ids, x, y, t, tids, ws = zip(*rows)
+    return MessageBatch(ids, x, y, t, TermMatrix.from_rows(list(zip(tids, ws))))
+
+
+def load_inputs(args: argparse.Namespace) -> Inputs:
+    bounds: Bounds = getattr(args, "bounds", DEFAULT_BOUNDS)
+    if not (args.messages or args.subscriptions or args.events):
+        w = make_workload(args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
+                          sub_terms=args.sub_terms, k=args.k, sub_keywords=args.sub_keywords, bounds=bounds)
+        desc = f"{args.dataset} (seed {args.seed})"
+        return Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], bounds, desc, texts=w.texts)
+    if args.messages and args.events:
+        raise InputError("E023", what="--messages", expected="left out when --events is given", value=args.messages)
+    collector = _Collector(args.on_error)
+    if args.events:
+        events = _records(args.events, io.event_from_obj, collector)
+        vocab = _vocabulary_from([rec for _, (op, rec) in events if op == "msg"])
+    else:
+        messages = _records(args.messages, io.message_from_obj, collector) if args.messages else []
+        vocab = _vocabulary_from([m for _, m in messages])
+    sub_rows: list[tuple] = []
+    if args.subscriptions:
+        builder = _Builder(vocab, bounds, collector, args.subscriptions)
+        for line, sub in _records(args.subscriptions, io.subscription_from_obj, collector):
+            row = builder.subscription(line, sub)
+            if row is not None:
+                sub_rows.append(row)
+        known = builder.sub_ids
+    else:
+        known = set()
+    steps: list[tuple[str, Any]] = []
+    if args.events:
+        builder = _Builder(vocab, bounds, collector, args.events)
+        builder.sub_ids = set(known)
+        pending: list[tuple] = []
+        for line, (op, rec) in events:
+            if op == "msg":
+                row = builder.message(line, rec)
+                if row is not None:
+                    pending.append(row)
+                continue
+            if pending:
+                steps.append(("msgs", messages_batch(pending)))
+                pending = []
+            if op == "sub":
+                row = builder.subscription(line, rec)
+                if row is not None:
+                    steps.append(("sub", subscriptions_batch([row])))
+            else:
+                sid = builder.unsubscription(line, rec)
+                if sid is not None:
+                    steps.append(("unsub", sid))
+        if pending:
+            steps.append(("msgs", messages_batch(pending)))
+        desc = args.events
+    else:
+        builder = _Builder(vocab, bounds, collector, args.messages or "")
+        rows = [r for r in (builder.message(line, m) for line, m in messages) if r is not None]
+        batch = messages_batch(rows)
+        steps.append(("msgs", batch))
+        desc = args.messages or ""
+        if not args.subscriptions:
+            # messages only: generate paper-style subscriptions over them
+            rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(2)[1])
+            subs = make_subscriptions(batch, vocab, args.num_subs, rng, sub_terms=args.sub_terms, k=args.k,
+                                      sub_keywords=args.sub_keywords)
+            return Inputs(vocab, subs, steps, bounds, desc, collector.rejected)
+    return Inputs(vocab, subscriptions_batch(sub_rows), steps, bounds, desc, collector.rejected)

@@ -1,0 +1,152 @@
+"""``python -m skype.run simulate``: run an engine over a workload, write results and metrics.
+
+Subscriptions are registered before the stream starts; ``--events`` interleaves subscribe and
+unsubscribe with messages.  Metrics (``--metrics-out``, JSON): ``messages``, ``subscriptions``,
+``amp_us`` (mean time per arriving message), ``emp_us`` (mean time per expiring message),
+``throughput_msgs_per_s``, ``peak_rss_bytes``, ``reevaluations``, ``avg_buffer_size``,
+``rejected_records``, ``result_changes`` and the engine's own statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from skype import io
+from skype.api import EngineBase
+from skype.cli.inputs import Inputs, add_workload_args, load_inputs, window_of
+from skype.cli.report import peak_rss_bytes, print_table, progress_bar
+
+ENGINES = ("reference",)
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", choices=ENGINES, default="reference", help="the brute-force reference engine")
+
+
+def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
+    window = window_of(args)
+    if args.engine == "reference":
+        from skype.reference import ReferenceEngine
+
+        return ReferenceEngine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, **window)
+    raise AssertionError(args.engine)
+
+
+def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
+               changes_out: str | None = None) -> dict[str, Any]:
+    """Register the subscriptions, stream every step through ``engine``; returns run metrics."""
+    t0 = time.perf_counter()
+    engine.subscribe_batch(inputs.subscriptions)
+    t_subscribe = time.perf_counter() - t0
+    changes = 0
+    sink = open(changes_out, "w", encoding="utf-8") if changes_out else None
+    bar = progress_bar(total=inputs.num_messages, desc="messages", enabled=progress)
+    t0 = time.perf_counter()
+    try:
+        for op, payload in inputs.steps:
+            if op == "sub":
+                engine.subscribe_batch(payload)
+            elif op == "unsub":
+                engine.unsubscribe(payload)
+            else:
+                for chunk in payload.batches(batch_size):
+                    log = engine.publish_batch(chunk)
+                    changes += len(log)
+                    if sink is not None:
+                        for c in log.changes():
+                            sink.write(json.dumps({"sub": c.sub_id, "entered": list(c.entered), "left": list(c.left)}) + "\n")
+                    bar.update(len(chunk))
+    finally:
+        bar.close()
+        if sink is not None:
+            sink.close()
+    wall = time.perf_counter() - t0
+    stats = engine.stats()
+    n = inputs.num_messages
+    rejected = dict(sorted(inputs.rejected.items()))
+    return {
+        "input": inputs.description,
+        "messages": n,
+        "subscriptions": stats["subscriptions"],
+        "window_size": stats["window_size"],
+        "amp_us": stats["amp_us"],
+        "emp_us": stats["emp_us"],
+        "throughput_msgs_per_s": n / wall if wall > 0 else 0.0,
+        "stream_s": wall,
+        "subscribe_s": t_subscribe,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "reevaluations": stats["reevaluations"],
+        "avg_buffer_size": stats["avg_buffer_size"],
+        "result_changes": changes,
+        "rejected_records": sum(rejected.values()),
+        "rejected_by_code": rejected,
+        "engine_stats": stats,
+    }
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    inputs = load_inputs(args)
+    engine = make_engine(args, inputs)
+    metrics = run_stream(engine, inputs, batch_size=args.batch_size, progress=args.progress, changes_out=args.changes_out)
+    metrics["engine"] = args.engine
+    metrics.update(window_of(args))
+    if args.results_out:
+        io.write_objects(args.results_out, io.result_objects(engine.results()))
+    if args.metrics_out:
+        Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.metrics_out).write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    rows = [
+        ("input", metrics["input"]), ("engine", metrics["engine"]),
+        ("window", metrics.get("window") or f"{metrics.get('window_seconds')} s"),
+        ("subscriptions", metrics["subscriptions"]), ("messages", metrics["messages"]),
+        ("AMP (us/arriving msg)", f"{metrics['amp_us']:.2f}"), ("EMP (us/expiring msg)", f"{metrics['emp_us']:.2f}"),
+        ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f}"),
+        ("re-evaluations", metrics["reevaluations"]), ("avg buffer size", f"{metrics['avg_buffer_size']:.2f}"),
+        ("result changes", metrics["result_changes"]), ("rejected records", metrics["rejected_records"]),
+        ("peak RSS (MB)", f"{metrics['peak_rss_bytes'] / 2**20:,.0f}"),
+    ]
+    print_table("simulate", rows, file=sys.stdout)
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Write a generated workload as files (the formats ``simulate`` reads)."""
+    from skype.data.workloads import make_workload
+
+    w = make_workload(args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
+                      sub_terms=args.sub_terms, k=args.k, sub_keywords=args.sub_keywords)
+    n_msg = io.write_objects(args.messages_out, io.message_objects(w.messages, w.vocabulary,
+                                                                    w.texts if args.text else None))
+    n_sub = io.write_objects(args.subscriptions_out, io.subscription_objects(w.subscriptions, w.vocabulary))
+    print_table("generate", [("dataset", args.dataset), ("messages", f"{n_msg} -> {args.messages_out}"),
+                             ("subscriptions", f"{n_sub} -> {args.subscriptions_out}")], file=sys.stdout)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="run the engine over a workload (the main job)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_args(p)
+    add_engine_args(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
+    o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")
+    o.add_argument("--changes-out", metavar="FILE", help="every result change as JSONL")
+    o.add_argument("--batch-size", type=int, default=1000, help="messages per engine call (default: %(default)s)")
+    o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+    p.set_defaults(func=cmd_simulate)
+
+    g = sub.add_parser("generate", help="write a generated workload to files",
+                       description=cmd_generate.__doc__)
+    add_workload_args(g, window=False)
+    g.add_argument("--messages-out", required=True, metavar="FILE")
+    g.add_argument("--subscriptions-out", required=True, metavar="FILE")
+    g.add_argument("--text", action="store_true", help="write message text (geonames) instead of exact terms")
+    g.set_defaults(func=cmd_generate)

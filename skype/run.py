@@ -1,0 +1,54 @@
+"""Command line: ``python -m skype.run <subcommand> [options]``.
+
+Subcommands:
+  simulate        run the engine over a workload (the main job; runs on an embedded default)
+  generate        write a generated workload to JSONL or Parquet files
+  experiments     reproduce the paper's centralized experiments (figures + Markdown report)
+  partition-sim   route a workload through a distribution method (no engine, no Spark)
+  distributed     run DSkype on Apache Spark (needs the ``spark`` extra)
+
+``python -m skype.run <subcommand> --help`` documents each one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from skype.errors import SkypeError
+
+SUBCOMMANDS = ("skype.cli.simulate", "skype.cli.experiments", "skype.cli.partition_sim", "skype.cli.distributed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="python -m skype.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="<subcommand>")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:  # subcommand not part of this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SkypeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""Text: tokenizer, stopwords, the global term order, and tf-idf weights.
+
+Term ids *are* the global order of the paper (keyword lists sorted by increasing document
+frequency, rarest first): a :class:`Vocabulary` built from a sample numbers its terms by df
+ascending, ties broken by the term string.  Every term vector in the engines is sorted by id.
+
+Terms unseen when the vocabulary was built get the next free id when they are first seen:
+they sort *after* every known term, in order of first appearance, and take the largest idf
+(df = 0).  Ids never change once given, so an index built over them never has to be rebuilt;
+the cost is only that such a term is not in the rare-first position prefix filtering likes.
+
+Weights: ``tf * idf`` with the smooth idf ``ln((1 + D) / (1 + df)) + 1`` (D = documents in the
+sample), then L2-normalised.  Explicit ``{term: weight}`` input bypasses tokenization and tf-idf:
+its weights are used as given (they must be finite and > 0), then L2-normalised; its terms are
+matched exactly as written (tokenized text yields lowercase terms).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from skype.errors import InputError
+from skype.model import TermMatrix
+
+# English function words (a conventional list; no content words).
+STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been before
+    being below between both but by can can't cannot could couldn't did didn't do does doesn't
+    doing don't down during each few for from further had hadn't has hasn't have haven't having he
+    he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've if
+    in into is isn't it it's its itself just let's me more most mustn't my myself no nor not now of
+    off on once only or other ought our ours ourselves out over own same shan't she she'd she'll
+    she's should shouldn't so some such than that that's the their theirs them themselves then
+    there there's these they they'd they'll they're they've this those through to too under until
+    up very was wasn't we we'd we'll we're we've were weren't what what's when when's where where's
+    which while who who's whom why why's will with won't would wouldn't you you'd you'll you're
+    you've your yours yourself yourselves s t d ll m o re ve y also get got just like really
+    """.split()
+)
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase, split into Unicode words, drop stopwords.
+
+    >>> tokenize("The Coffee-shop at Rue de Rivoli, Paris!")
+    ['coffee', 'shop', 'rue', 'de', 'rivoli', 'paris']
+    """
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+def smooth_idf(df: np.ndarray, num_docs: int) -> np.ndarray:
+    return np.log((1.0 + num_docs) / (1.0 + np.asarray(df, dtype=np.float64))) + 1.0
+
+
+class Vocabulary:
+    """Maps terms to integer ids in the global (df-ascending) order and weights term vectors.
+
+    >>> vocab = Vocabulary.build([["coffee", "paris"], ["paris", "metro"], ["paris"]])
+    >>> [vocab.term(i) for i in range(len(vocab))]
+    ['coffee', 'metro', 'paris']
+    >>> ids, w = vocab.vectorize_text("Paris coffee")
+    >>> ids.tolist(), round(float(w @ w), 12)
+    ([0, 2], 1.0)
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._terms: list[str] = []
+        self._df: list[int] = []
+        self.num_docs = 0
+        self.num_known = 0  # ids below this were ordered by df at build time
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_document_frequencies(cls, df: Mapping[str, int], num_docs: int) -> Vocabulary:
+        vocab = cls()
+        vocab.num_docs = int(num_docs)
+        for term, count in sorted(df.items(), key=lambda kv: (kv[1], kv[0])):
+            vocab._ids[term] = len(vocab._terms)
+            vocab._terms.append(term)
+            vocab._df.append(int(count))
+        vocab.num_known = len(vocab._terms)
+        return vocab
+
+    @classmethod
+    def build(cls, documents: Iterable[Iterable[str]]) -> Vocabulary:
+        """Build from token lists (document frequency = number of documents holding a term)."""
+        df: Counter[str] = Counter()
+        n = 0
+        for doc in documents:
+            df.update(set(doc))
+            n += 1
+        return cls.from_document_frequencies(df, n)
+
+    # ------------------------------------------------------------------ lookup
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def __contains__(self, term: str) -> bool:
+        return term in self._ids
+
+    def term(self, term_id: int) -> str:
+        return self._terms[term_id]
+
+    def get(self, term: str) -> int | None:
+        return self._ids.get(term)
+
+    def id(self, term: str) -> int:
+        """The id of ``term``, giving unseen terms the next free id (see module docstring)."""
+        tid = self._ids.get(term)
+        if tid is None:
+            tid = len(self._terms)
+            self._ids[term] = tid
+            self._terms.append(term)
+            self._df.append(0)
+        return tid
+
+    def ids(self, terms: Iterable[str]) -> np.ndarray:
+        return np.fromiter((self.id(t) for t in terms), dtype=np.int64)
+
+    def document_frequency(self, term_ids: np.ndarray) -> np.ndarray:
+        return np.asarray(self._df, dtype=np.int64)[np.asarray(term_ids, dtype=np.int64)]
+
+    def idf(self, term_ids: np.ndarray) -> np.ndarray:
+        return smooth_idf(self.document_frequency(term_ids), self.num_docs)
+
+    # ------------------------------------------------------------------ weighting
+    def vectorize_tokens(self, tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """tf-idf vector of a token list: (ascending ids, unit weights).  Empty if no tokens."""
+        if not tokens:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        counts = Counter(self.id(t) for t in tokens)
+        ids = np.fromiter(sorted(counts), dtype=np.int64, count=len(counts))
+        tf = np.fromiter((counts[i] for i in ids), dtype=np.float64, count=len(ids))
+        return ids, normalize(tf * self.idf(ids))
+
+    def vectorize_text(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Tokenize and weight ``text``; raises :class:`InputError` E005 if no term remains."""
+        ids, weights = self.vectorize_tokens(tokenize(text))
+        if len(ids) == 0:
+            raise InputError("E005", text=_clip(text))
+        return ids, weights
+
+    def vectorize_terms(self, terms: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Explicit ``{term: weight}``: weights as given (finite, > 0), then L2-normalised."""
+        if not isinstance(terms, Mapping) or len(terms) == 0:
+            raise InputError("E027", detail=f"expected a non-empty {{term: weight}} object, got {terms!r}")
+        pairs = []
+        for term, weight in terms.items():
+            if not isinstance(term, str) or term == "":
+                raise InputError("E027", detail=f"term {term!r} is not a non-empty string")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise InputError("E006", term=term, weight=weight)
+            w = float(weight)
+            if not math.isfinite(w) or w <= 0.0:
+                raise InputError("E006", term=term, weight=weight)
+            pairs.append((self.id(term), w))
+        pairs.sort()
+        ids = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
+        w = np.fromiter((p[1] for p in pairs), dtype=np.float64, count=len(pairs))
+        return ids, normalize(w)
+
+    def vectorize_token_lists(self, docs: Sequence[Sequence[str]]) -> TermMatrix:
+        """tf-idf vectors of many token lists at once (CSR).  Rows may be empty."""
+        lens = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+        flat = self.ids(t for d in docs for t in d)
+        rows = np.repeat(np.arange(len(docs), dtype=np.int64), lens)
+        return self.weigh_term_ids(rows, flat, len(docs))
+
+    def weigh_term_ids(self, rows: np.ndarray, term_ids: np.ndarray, num_rows: int) -> TermMatrix:
+        """tf-idf CSR from (row, term id) occurrences (duplicates count as tf)."""
+        size = max(len(self), 1)
+        key = np.asarray(rows, np.int64) * size + np.asarray(term_ids, np.int64)
+        uniq, tf = np.unique(key, return_counts=True)
+        urows, uids = np.divmod(uniq, size)
+        weights = tf * self.idf(uids)
+        return TermMatrix(_indptr(urows, num_rows), uids, normalize_rows(urows, weights, num_rows))
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict:
+        return {"num_docs": self.num_docs, "num_known": self.num_known, "terms": self._terms, "df": self._df}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Vocabulary:
+        vocab = cls()
+        vocab.num_docs = int(data["num_docs"])
+        vocab.num_known = int(data["num_known"])
+        vocab._terms = list(data["terms"])
+        vocab._df = [int(x) for x in data["df"]]
+        vocab._ids = {t: i for i, t in enumerate(vocab._terms)}
+        return vocab
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Vocabulary:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def copy(self) -> Vocabulary:
+        return Vocabulary.from_dict(self.to_dict())
+
+
+def normalize(weights: np.ndarray) -> np.ndarray:
+    """Scale a weight vector to unit L2 length."""
+    weights = np.asarray(weights, dtype=np.float64)
+    return weights / math.sqrt(float(weights @ weights))
+
+
+def normalize_rows(rows: np.ndarray, weights: np.ndarray, num_rows: int) -> np.ndarray:
+    sq = np.bincount(rows, weights=weights * weights, minlength=num_rows)
+    norms = np.sqrt(sq)
+    return weights / norms[rows]
+
+
+def _indptr(rows: np.ndarray, num_rows: int) -> np.ndarray:
+    indptr = np.zeros(num_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=num_rows), out=indptr[1:])
+    return indptr
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,130 @@
+"""A Hypothesis state machine that drives any engine and checks it against brute force.
+
+After every step, every subscription's top-k must equal a direct recomputation over the
+current window (ids in order, scores to the last bit), and the changes an event returned must
+be exactly the difference of the top-k lists before and after it.  The workload is built to be
+adversarial: a 4x4 space whose points sit on a half-unit grid (cell borders and corners,
+duplicate locations), few terms with few distinct weights (identical scores), extreme alphas,
+small k, and small windows (many expirations).
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from skype import Bounds, Message, Subscription
+from skype.reference import score
+
+BOUNDS = Bounds(0.0, 0.0, 4.0, 4.0)
+TERMS = [f"t{i}" for i in range(6)]
+
+coords = st.one_of(st.integers(0, 8).map(lambda v: v / 2.0), st.floats(0.0, 4.0))
+term_dicts = st.dictionaries(st.sampled_from(TERMS), st.sampled_from([1.0, 2.0, 0.5]), min_size=1, max_size=3)
+alphas = st.one_of(st.sampled_from([0.0, 1.0, 1e-9, 1.0 - 1e-9, 0.5]), st.floats(0.0, 1.0))
+
+
+def brute_force(engine, subs: dict[int, Subscription], window: list[tuple[int, Message]]):
+    vocab = engine.vocabulary
+    mvecs = []
+    for seq, m in window:
+        ids, ws = vocab.vectorize_terms(m.terms)
+        mvecs.append((seq, m, {int(t): float(w) for t, w in zip(ids, ws)}))
+    out = {}
+    for sid, s in subs.items():
+        ids, ws = vocab.vectorize_terms(s.terms)
+        terms = [(int(t), float(w)) for t, w in zip(ids, ws)]
+        scored = []
+        for seq, m, mt in mvecs:
+            sc = score(terms, s.alpha, s.x, s.y, mt, m.x, m.y, BOUNDS.max_dist)
+            if sc is not None:
+                scored.append((-sc, -seq, m.id, sc))
+        scored.sort()
+        out[sid] = [(mid, sc) for _, _, mid, sc in scored[: s.k]]
+    return out
+
+
+def make_machine(engine_factory, *, window: int | None = None, window_seconds: float | None = None):
+    class EngineMachine(RuleBasedStateMachine):
+        @initialize()
+        def start(self):
+            kw = {"window": window} if window is not None else {"window_seconds": window_seconds}
+            self.engine = engine_factory(bounds=BOUNDS, **kw)
+            self.subs: dict[int, Subscription] = {}
+            self.window: list[tuple[int, Message]] = []
+            self.seq = 0
+            self.next_sub = 0
+            self.next_msg = 0
+            self.clock = 0.0
+            self.expected = {}
+
+        def _slide(self, now: float | None):
+            if window is not None:
+                self.window = self.window[-window:]
+            else:
+                self.window = [(q, m) for q, m in self.window if not m.t <= now - window_seconds]
+
+        def _check_changes(self, before, changes):
+            after = brute_force(self.engine, self.subs, self.window)
+            got = {c.sub_id: (set(c.entered), set(c.left)) for c in changes}
+            assert len(got) == len(changes), "one change record per subscription"
+            for sid in set(before) | set(after):
+                old = {m for m, _ in before.get(sid, [])}
+                new = {m for m, _ in after.get(sid, [])}
+                want = (new - old, old - new)
+                if want == (set(), set()):
+                    assert sid not in got, f"spurious change for {sid}: {got.get(sid)}"
+                else:
+                    assert got.get(sid) == want, f"subscription {sid}: changes {got.get(sid)}, want {want}"
+            self.expected = after
+
+        @rule(x=coords, y=coords, k=st.integers(1, 4), alpha=alphas, terms=term_dicts)
+        def subscribe(self, x, y, k, alpha, terms):
+            sub = Subscription(self.next_sub, x, y, k, alpha, terms=terms)
+            self.next_sub += 1
+            initial = self.engine.subscribe(sub)
+            self.subs[sub.id] = sub
+            want = brute_force(self.engine, {sub.id: sub}, self.window)[sub.id]
+            assert [(m.id, m.score) for m in initial] == want
+
+        @precondition(lambda self: self.subs)
+        @rule(data=st.data())
+        def unsubscribe(self, data):
+            sid = data.draw(st.sampled_from(sorted(self.subs)))
+            self.engine.unsubscribe(sid)
+            del self.subs[sid]
+
+        @rule(x=coords, y=coords, terms=term_dicts, dt=st.sampled_from([0.0, 0.5, 1.0, 2.5]))
+        def publish(self, x, y, terms, dt):
+            self.clock += dt
+            msg = Message(self.next_msg, x, y, self.clock, terms=terms)
+            self.next_msg += 1
+            before = brute_force(self.engine, self.subs, self.window)
+            changes = self.engine.publish(msg)
+            self.window.append((self.seq, msg))
+            self.seq += 1
+            self._slide(self.clock)
+            self._check_changes(before, changes)
+
+        @precondition(lambda self: window_seconds is not None)
+        @rule(dt=st.sampled_from([0.5, 1.0, 3.0, 10.0]))
+        def advance(self, dt):
+            self.clock += dt
+            before = brute_force(self.engine, self.subs, self.window)
+            changes = self.engine.advance(self.clock)
+            self._slide(self.clock)
+            self._check_changes(before, changes)
+
+        @invariant()
+        def topk_is_exact(self):
+            if not hasattr(self, "engine"):
+                return
+            want = brute_force(self.engine, self.subs, self.window)
+            for sid in self.subs:
+                got = [(m.id, m.score) for m in self.engine.topk(sid)]
+                assert got == want[sid], f"subscription {sid}: got {got}, want {want[sid]}"
+            assert list(self.engine.window_ids()) == [m.id for _, m in self.window]
+
+    return EngineMachine

@@ -1,0 +1,78 @@
+import numpy as np
+import pytest
+
+from skype.errors import InputError
+from skype.text import STOPWORDS, Vocabulary, normalize, tokenize
+
+
+def test_tokenize_lowercases_splits_unicode_and_drops_stopwords():
+    assert tokenize("The CAFÉ at Zürich's Bahnhof-Straße") == ["café", "zürich", "bahnhof", "straße"]
+    assert tokenize("東京 Tokyo") == ["東京", "tokyo"]
+    assert tokenize("snake_case and 42") == ["snake", "case", "42"]
+    assert tokenize("the and of") == []
+    assert "the" in STOPWORDS and "coffee" not in STOPWORDS
+
+
+def test_vocabulary_orders_by_document_frequency_rarest_first():
+    docs = [["b", "a"], ["a", "c"], ["a", "b"], ["d"]]
+    vocab = Vocabulary.build(docs)
+    # df: a=3, b=2, c=1, d=1 -> c, d (tie broken by string), b, a
+    assert [vocab.term(i) for i in range(len(vocab))] == ["c", "d", "b", "a"]
+    assert vocab.num_known == 4 and vocab.num_docs == 4
+
+
+def test_unseen_terms_go_after_known_terms_in_order_of_first_appearance():
+    vocab = Vocabulary.build([["a"], ["a", "b"]])
+    assert vocab.id("zzz") == 2 and vocab.id("aaa") == 3 and vocab.id("zzz") == 2
+    idf = vocab.idf(np.array([0, 1, 2]))
+    assert idf[2] == idf.max()  # unseen: df = 0, the largest idf
+
+
+def test_tfidf_weights_are_unit_length_and_sorted_by_id():
+    vocab = Vocabulary.build([["x", "y"], ["y"], ["y", "z"]])
+    ids, w = vocab.vectorize_tokens(["y", "x", "x"])
+    assert list(ids) == sorted(ids)
+    assert abs(float(w @ w) - 1.0) < 1e-12
+    # x appears twice and is rarer: it must outweigh y
+    assert w[list(ids).index(vocab.get("x"))] > w[list(ids).index(vocab.get("y"))]
+
+
+def test_explicit_terms_bypass_tfidf_and_are_normalised():
+    vocab = Vocabulary.build([["a"], ["b"], ["a"]])
+    ids, w = vocab.vectorize_terms({"a": 3.0, "b": 4.0})
+    assert dict(zip((vocab.term(i) for i in ids), w)) == pytest.approx({"a": 0.6, "b": 0.8})
+
+
+@pytest.mark.parametrize("terms", [{"a": 0.0}, {"a": -1.0}, {"a": float("nan")}, {"a": float("inf")}, {"a": True}, {}])
+def test_explicit_terms_reject_bad_weights(terms):
+    with pytest.raises(InputError) as err:
+        Vocabulary().vectorize_terms(terms)
+    assert err.value.code in ("E006", "E027")
+
+
+def test_empty_or_stopword_text_is_rejected():
+    with pytest.raises(InputError) as err:
+        Vocabulary().vectorize_text("the of and")
+    assert err.value.code == "E005"
+
+
+def test_batch_vectorization_matches_single():
+    vocab = Vocabulary.build([["a", "b"], ["b", "c"], ["c"]])
+    docs = [["a", "c", "c"], ["b"], []]
+    tm = vocab.vectorize_token_lists(docs)
+    for i, doc in enumerate(docs):
+        ids, w = tm.row(i)
+        ids1, w1 = vocab.vectorize_tokens(doc)
+        assert list(ids) == list(ids1) and np.allclose(w, w1, atol=0, rtol=1e-15)
+
+
+def test_vocabulary_round_trips(tmp_path):
+    vocab = Vocabulary.build([["a", "b"], ["b"]])
+    vocab.id("new")
+    vocab.save(tmp_path / "v.json")
+    again = Vocabulary.load(tmp_path / "v.json")
+    assert again.to_dict() == vocab.to_dict()
+
+
+def test_normalize():
+    assert np.allclose(normalize(np.array([3.0, 4.0])), [0.6, 0.8])
