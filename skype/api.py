@@ -183,6 +183,13 @@ class EngineBase(abc.ABC):
             ids, scores = self._topk(int(sid))
             yield int(sid), [Match(int(i), float(s)) for i, s in zip(ids, scores)]
 
+    def thresholds(self, sub_ids: np.ndarray | None = None) -> np.ndarray:
+        """Per-subscription dissemination threshold theta_s (float64, aligned with ``sub_ids``,
+        default :meth:`subscription_ids`): every message that can still enter the subscription's
+        top-k scores at least theta_s.  0 while fewer than k messages qualify."""
+        ids = self.subscription_ids() if sub_ids is None else np.asarray(sub_ids, dtype=np.int64)
+        return self._thresholds(ids)
+
     @property
     def clock(self) -> float:
         return self._clock
@@ -211,6 +218,9 @@ class EngineBase(abc.ABC):
 
     @abc.abstractmethod
     def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    @abc.abstractmethod
+    def _thresholds(self, sub_ids: np.ndarray) -> np.ndarray: ...
 
     @abc.abstractmethod
     def subscription_ids(self) -> np.ndarray: ...

@@ -227,6 +227,15 @@ class ReferenceEngine(EngineBase):
         s = self._subs[sub_id]
         return (np.array([e[2] for e in s.topk], dtype=np.int64), np.array([e[0] for e in s.topk], dtype=np.float64))
 
+    def _thresholds(self, sub_ids: np.ndarray) -> np.ndarray:
+        """kScore: the k-th best score, or 0 while fewer than k messages qualify."""
+        out = np.zeros(len(sub_ids), dtype=np.float64)
+        for i, sid in enumerate(sub_ids):
+            s = self._subs[int(sid)]
+            if len(s.topk) == s.k:
+                out[i] = s.topk[-1][0]
+        return out
+
     def subscription_ids(self) -> np.ndarray:
         return np.fromiter(self._subs, dtype=np.int64, count=len(self._subs))
 

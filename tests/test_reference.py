@@ -53,3 +53,13 @@ def test_subscribe_initialises_from_the_window_and_unsubscribe_forgets():
     assert [m.id for m in top] == [4, 3]
     eng.unsubscribe(7)
     assert not eng.has_subscription(7) and eng.stats()["subscriptions"] == 0
+
+
+def test_thresholds_are_kscore_or_zero():
+    eng = ReferenceEngine(window=10)
+    eng.subscribe(Subscription(1, 0.0, 0.0, k=2, alpha=0.0, terms={"a": 1.0}))
+    eng.subscribe(Subscription(2, 0.0, 0.0, k=5, alpha=0.0, terms={"a": 1.0}))
+    eng.publish(Message(1, 0.0, 0.0, terms={"a": 1.0, "b": 1.0}))
+    eng.publish(Message(2, 0.0, 0.0, terms={"a": 1.0}))
+    th = eng.thresholds(np.array([1, 2]))
+    assert th[0] == eng.topk(1)[-1].score and th[1] == 0.0
