@@ -1,0 +1,91 @@
+"""DSkype's distribution layer: which partitions each subscription and each message go to.
+
+Six methods (spec §5.2, Table 2), all pure Python + numpy, routing whole batches at once:
+
+============== ============================================ ============ =====================
+method         placement                                    replication  messages go to
+============== ============================================ ============ =====================
+hashing        ``h(s.id) mod P`` (Eq. 14)                   1            all P partitions
+location       cost-based KD split, Algorithm 3 (Eq. 15)    1            all P partitions
+keyword        term ranges, Algorithm 4 (Eqs. 16-17)        <= |s.psi|   ranges of its terms
+prefix         ranges over loose prefixes (Eq. 18, Lemma 7) <= |s.lp|    ranges of its live terms
+spatial-first  location (N1) x prefix (N2)                  <= |s.lp|    N1 x live ranges
+keyword-first  prefix (N1) x location (N2)                  <= |s.lp|    live ranges x N2
+============== ============================================ ============ =====================
+
+>>> from skype.data import make_workload
+>>> w = make_workload("tweets", num_subs=300, num_messages=1000, seed=2)
+>>> dist = build_distribution("prefix", 8, w.subscriptions, w.messages, w.vocabulary)
+>>> subs = dist.route_subscriptions(w.subscriptions)          # Routing: CSR indptr/partitions
+>>> msgs = dist.route_messages(w.messages.slice(0, 100))
+>>> (dist.name, dist.num_partitions, subs.rows, msgs.rows)
+('prefix', 8, 300, 100)
+
+See ``docs/distribution.md`` for the formulas, the safety arguments and measurements.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from skype.dist.base import Distribution, check_num_partitions
+from skype.dist.hashing import HashingDistribution
+from skype.dist.hybrid import CompositeDistribution, build_hybrid, default_outer
+from skype.dist.location import LocationDistribution
+from skype.dist.prefix import EPS, loose_prefix_lengths, suffix_sums
+from skype.dist.ranges import KeywordDistribution, PrefixDistribution, RangeDistribution
+from skype.dist.routing import Routing, splitmix64
+from skype.dist.thresholds import THRESHOLD_ENGINES, estimate_thresholds, kscore_thresholds
+from skype.errors import InputError, invalid_choice
+from skype.model import MessageBatch, SubscriptionBatch
+from skype.text import Vocabulary
+
+METHODS = ("hashing", "location", "keyword", "prefix", "spatial-first", "keyword-first")
+
+# The keyword parameters each method accepts (``**method_params`` of build_distribution).
+METHOD_PARAMS = {
+    "hashing": (),
+    "location": ("bounds",),
+    "keyword": ("summary",),
+    "prefix": ("summary",),
+    "spatial-first": ("n1", "bounds", "summary"),
+    "keyword-first": ("n1", "bounds", "summary"),
+}
+
+
+def build_distribution(method: str, num_partitions: int, subscriptions: SubscriptionBatch,
+                       sample: MessageBatch | None = None, vocabulary: Vocabulary | None = None,
+                       thresholds: np.ndarray | None = None, **method_params) -> Distribution:
+    """Build ``method`` over ``num_partitions`` partitions from the subscriptions, a sample of
+    messages (cost estimates) and the vocabulary; ``thresholds`` (theta_s per subscription, None =
+    0) shape loose prefixes.  The subscriptions given are registered (methods with state).
+
+    Parameters (``method_params``): ``summary`` (keyword summaries; default on for prefix and the
+    hybrids, off for keyword), ``n1`` (outer partitions of a hybrid, a divisor of P), ``bounds``
+    (the data space, for the location regions).
+    """
+    if method not in METHODS:
+        raise invalid_choice("distribution method", method, METHODS)
+    num_partitions = check_num_partitions(num_partitions)
+    unknown = sorted(set(method_params) - set(METHOD_PARAMS[method]))
+    if unknown:
+        raise InputError("E023", what=f"parameters of method {method!r}",
+                         expected=f"among {list(METHOD_PARAMS[method]) or 'none'}", value=unknown)
+    if method == "hashing":
+        return HashingDistribution.build(num_partitions, subscriptions)
+    if method == "location":
+        return LocationDistribution.build(num_partitions, subscriptions, sample, **method_params)
+    if method == "keyword":
+        return KeywordDistribution.build(num_partitions, subscriptions, sample, vocabulary, **method_params)
+    if method == "prefix":
+        return PrefixDistribution.build(num_partitions, subscriptions, sample, vocabulary, thresholds,
+                                        **method_params)
+    return build_hybrid(method, num_partitions, subscriptions, sample, vocabulary, thresholds, **method_params)
+
+
+__all__ = [
+    "EPS", "METHODS", "METHOD_PARAMS", "THRESHOLD_ENGINES", "CompositeDistribution", "Distribution",
+    "HashingDistribution", "KeywordDistribution", "LocationDistribution", "PrefixDistribution",
+    "RangeDistribution", "Routing", "build_distribution", "default_outer", "estimate_thresholds",
+    "kscore_thresholds", "loose_prefix_lengths", "splitmix64", "suffix_sums",
+]

@@ -1,0 +1,102 @@
+"""Measuring a distribution: replication, communication, per-partition load, routing time.
+
+Definitions (used by the ``partition-sim`` simulator and by the tests alike):
+
+* **replication ratio**: copies per subscription, ``sum_i |S_i| / |S|``.
+* **communication per message** (the paper's measure, spec §5.1): copies per message,
+  ``sum_i |M_i| / |M|``, where ``M_i`` are the streamed messages routed to partition i.
+* **load of partition i**: ``|S_i| * |M_i|``, the subscription replicas placed there times the
+  messages routed there, i.e. the (subscription, message) pairs that *meet* there.  It is the
+  quantity ``Cost = |S| * P`` of Algorithms 3-4 estimates, an upper bound on the pairs an engine
+  may have to consider there, and it ignores what the engine's index prunes (spatially for all
+  methods, textually for hashing and location).
+* **load imbalance**: ``max_i load_i / mean_i load_i`` over all P partitions (empty ones count
+  as 0); 1 is perfect balance.
+* **routing time**: wall time of ``route_messages`` over whole batches of ``batch_size``
+  messages, divided by the number of messages (and likewise for subscriptions).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from skype.dist.base import Distribution
+from skype.dist.routing import Routing
+from skype.model import MessageBatch, SubscriptionBatch
+
+
+def partition_loads(sub_routing: Routing, msg_routing: Routing, num_partitions: int):
+    """(replicas per partition, messages per partition, load = their product) as arrays."""
+    replicas = sub_routing.partition_sizes(num_partitions)
+    messages = msg_routing.partition_sizes(num_partitions)
+    return replicas, messages, replicas.astype(np.float64) * messages
+
+
+def load_imbalance(load: np.ndarray) -> float:
+    mean = float(np.mean(load)) if len(load) else 0.0
+    return float(np.max(load) / mean) if mean > 0 else 1.0
+
+
+@dataclass
+class RoutingReport:
+    """What ``partition-sim`` reports for one (method, P)."""
+
+    method: str
+    num_partitions: int
+    subscriptions: int
+    messages: int
+    replication_ratio: float
+    communication_per_message: float
+    load_imbalance: float
+    route_us_per_message: float
+    route_us_per_subscription: float
+    build_s: float
+    max_replication: int
+    max_communication: int
+    total_load: float
+    replicas_per_partition: list[int] = field(default_factory=list)
+    messages_per_partition: list[int] = field(default_factory=list)
+    load_per_partition: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def route_stream(dist: Distribution, stream: MessageBatch, batch_size: int) -> tuple[Routing, float]:
+    """Route ``stream`` batch by batch; returns the whole routing and the seconds spent routing."""
+    parts, spent = [], 0.0
+    for batch in stream.batches(max(1, int(batch_size))):
+        t0 = time.perf_counter()
+        parts.append(dist.route_messages(batch))
+        spent += time.perf_counter() - t0
+    if not parts:
+        return Routing.empty(0), 0.0
+    indptr = [parts[0].indptr]
+    offset = parts[0].indptr[-1]
+    for r in parts[1:]:
+        indptr.append(r.indptr[1:] + offset)
+        offset += r.indptr[-1]
+    return Routing(np.concatenate(indptr), np.concatenate([r.partitions for r in parts])), spent
+
+
+def measure_routing(dist: Distribution, subscriptions: SubscriptionBatch, thresholds: np.ndarray | None,
+                    stream: MessageBatch, *, batch_size: int = 1000, build_s: float = 0.0) -> RoutingReport:
+    """Route the subscriptions (as one batch) and the stream (in batches) and measure them."""
+    t0 = time.perf_counter()
+    subs = dist.route_subscriptions(subscriptions, thresholds)
+    sub_s = time.perf_counter() - t0
+    msgs, msg_s = route_stream(dist, stream, batch_size)
+    replicas, messages, load = partition_loads(subs, msgs, dist.num_partitions)
+    n_sub, n_msg = max(len(subscriptions), 1), max(len(stream), 1)
+    return RoutingReport(
+        method=dist.name, num_partitions=dist.num_partitions, subscriptions=len(subscriptions),
+        messages=len(stream), replication_ratio=float(replicas.sum() / n_sub),
+        communication_per_message=float(messages.sum() / n_msg), load_imbalance=load_imbalance(load),
+        route_us_per_message=1e6 * msg_s / n_msg, route_us_per_subscription=1e6 * sub_s / n_sub, build_s=build_s,
+        max_replication=int(subs.counts().max(initial=0)), max_communication=int(msgs.counts().max(initial=0)),
+        total_load=float(load.sum()), replicas_per_partition=replicas.tolist(),
+        messages_per_partition=messages.tolist(), load_per_partition=load.tolist(),
+    )
