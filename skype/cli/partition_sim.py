@@ -134,7 +134,7 @@ def write_plot(path: str, runs: list[dict], title: str) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 7), dpi=80)
+    fig = Figure(figsize=(10, 7), dpi=72)
     FigureCanvasAgg(fig)
     panels = [("communication_per_message", "copies per message"), ("replication_ratio", "copies per subscription"),
               ("load_imbalance", "load max / mean"), ("route_us_per_message", "routing µs per message")]

@@ -108,15 +108,26 @@ class CompositeDistribution(Distribution):
         return dist
 
     def _combine(self, num_rows: int, pieces: list[tuple[int, np.ndarray, Routing]]) -> Routing:
-        """Pieces (outer j, batch rows, inner routing of those rows) -> one global routing."""
-        rows, parts = [], []
+        """Pieces (outer j, ascending batch rows, inner routing of those rows), in ascending j ->
+        one global routing.  Global ids ``j * N2 + inner`` ascend with j, so laying each row's
+        pieces out in j order keeps every row sorted: a counting layout, no sort."""
+        counts = np.zeros(num_rows, dtype=np.int64)
+        expanded = []
         for j, sel, routing in pieces:
-            r, p = routing.pairs()
-            rows.append(sel[r])
-            parts.append(j * self.n2 + p.astype(np.int64))
-        if not rows:
-            return Routing.empty(num_rows)
-        return Routing.from_pairs(np.concatenate(rows), np.concatenate(parts), num_rows)
+            c = routing.counts()
+            counts[sel] += c
+            expanded.append((j, sel, c, routing.partitions))
+        indptr = np.zeros(num_rows + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        out = np.empty(int(indptr[-1]), dtype=np.int32)
+        fill = indptr[:-1].copy()
+        for j, sel, c, parts in expanded:
+            if len(parts) == 0:
+                continue
+            starts = np.repeat(fill[sel] - np.cumsum(c) + c, c)  # row's next free slot, minus offset
+            out[starts + np.arange(len(parts))] = j * self.n2 + parts
+            fill[sel] += c
+        return Routing(indptr, out)
 
     def route_subscriptions(self, batch: SubscriptionBatch, thresholds: np.ndarray | None = None) -> Routing:
         thresholds = check_thresholds(thresholds, len(batch))
