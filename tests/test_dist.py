@@ -298,6 +298,11 @@ def test_dist_removed_subscriptions_leave_the_summary():
     assert dist.route_messages(msgs).counts().tolist() == [1, 1]
     assert dist.pop_new_live_terms().tolist() == [1, 2]
     assert dist.pop_new_live_terms().tolist() == []
+    dist.route_subscriptions(subs)  # routing registered ids again replaces them: nothing new
+    assert dist.pop_new_live_terms().tolist() == []
+    with pytest.raises(InputError) as err:
+        dist.route_subscriptions(subs.take(np.array([0, 0])))
+    assert err.value.code == "E007"
 
 
 # --------------------------------------------------------------------------- loose prefix

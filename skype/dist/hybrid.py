@@ -78,6 +78,7 @@ class CompositeDistribution(Distribution):
         if num_partitions % n1:
             raise InputError("E023", what="n1 (outer partitions)", expected=f"a divisor of {num_partitions}", value=n1)
         n2 = num_partitions // n1
+        check_unique_ids(subscriptions.ids)
         if sample is None:
             sample = MessageBatch(np.zeros(0, np.int64), [], [], [], subscriptions.terms.take(np.zeros(0, np.int64)))
         if name == "spatial-first":

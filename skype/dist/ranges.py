@@ -215,12 +215,13 @@ class RangeDistribution(Distribution):
         if len(homeless):  # no term at all: cannot match anything, but give it a home partition
             extra = Routing.from_pairs(homeless, hash_partition(batch.ids[homeless], self.num_partitions), len(batch))
             routing = routing.union(extra)
-        if self.table is not None:
+        if self.table is not None:  # register; an id seen before is replaced
             check_unique_ids(batch.ids)
-            self.remove_subscriptions(batch.ids)
-            self.table.add(batch, lengths)
-            if self.use_summary:
+            released = self._release(batch.ids)
+            if self.use_summary:  # hold the new terms before releasing the old: no false "new"
                 self._hold(terms[held], +1)
+                self._hold(released, -1)
+            self.table.add(batch, lengths)
         return routing
 
     def route_messages(self, batch: MessageBatch) -> Routing:
@@ -254,18 +255,25 @@ class RangeDistribution(Distribution):
         new_keys = np.setdiff1d(rows[added] * width + self.term_partitions(terms[added]), old_keys)
         return Routing.from_pairs(known[new_keys // width], new_keys % width, len(ids))
 
+    def _release(self, sub_ids: np.ndarray) -> np.ndarray:
+        """Unregister ids; returns the terms their assigned prefixes held."""
+        slots = self.table.remove(np.asarray(sub_ids, dtype=np.int64).reshape(-1))
+        if len(slots) == 0:
+            return np.zeros(0, np.int64)
+        rec = self.table.records.take(slots)
+        return rec.terms.ids[prefix_mask(rec.terms, self.table.assigned[slots])]
+
     def remove_subscriptions(self, sub_ids: np.ndarray) -> None:
         if self.table is None:
             return
-        slots = self.table.remove(np.asarray(sub_ids, dtype=np.int64).reshape(-1))
-        if len(slots) and self.use_summary:
-            rec = self.table.records.take(slots)
-            held = prefix_mask(rec.terms, self.table.assigned[slots])
-            self._hold(rec.terms.ids[held], -1)
+        released = self._release(sub_ids)
+        if self.use_summary:
+            self._hold(released, -1)
 
     # ------------------------------------------------------------------ reports
     def live_terms(self) -> np.ndarray:
-        """Term ids currently in some keyword summary (all terms when summaries are off: None)."""
+        """Term ids currently held by some registered subscription (the summaries' union; empty
+        when summaries are off)."""
         return np.flatnonzero(self.holders > 0)
 
     def describe(self) -> dict:
