@@ -25,9 +25,10 @@ from skype.model import (
 from skype.text import Vocabulary, tokenize
 from skype.api import ChangeLog
 from skype.reference import ReferenceEngine
+from skype.engine import Engine
 
 __all__ = [
-    "DEFAULT_BOUNDS", "Bounds", "ChangeLog", "InputError", "Match", "Message", "MessageBatch",
+    "DEFAULT_BOUNDS", "Bounds", "ChangeLog", "Engine", "InputError", "Match", "Message", "MessageBatch",
     "ReferenceEngine", "ResultChange", "SkypeError", "Subscription", "SubscriptionBatch", "TermMatrix",
     "Vocabulary", "tokenize", "__version__",
 ]

@@ -1,0 +1,89 @@
+# Result buffers: exact top-k, cost-based k-skyband (cSkyband), Skyband (Mouratidis), kmax.
+from libcpp.vector cimport vector
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from skype._core.types cimport sid_t, seq_t, ext_id_t
+from skype._core.window cimport WindowStore
+from skype._core.msgindex cimport MessageIndex
+from skype._core.subindex cimport SubTable, SubscriptionIndex
+
+
+cdef struct BufEntryC:           # one buffered message, 16 bytes
+    double score
+    uint32_t seq_lo              # low 32 bits of the message's seq (window span < 2^31)
+    uint32_t dc                  # dominance counter: newer buffered messages scoring >= this one
+
+
+cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1) sid's top-k
+    sid_t sid
+    int32_t delta
+    ext_id_t msg
+
+
+cdef struct PulledC:             # a message pulled from the message index in ranking order
+    seq_t seq
+    double score
+
+
+cdef enum BufferKind:
+    BUF_EXACT = 0
+    BUF_CSKYBAND = 1
+    BUF_SKYBAND = 2
+    BUF_KMAX = 3
+
+
+cdef enum BarrierKind:
+    BARRIER_STATIONARY = 0       # reflect at n0 = N * P_theta (spec §4.3 recommendation)
+    BARRIER_WINDOW = 1           # reflect at N
+    BARRIER_FACTOR = 2           # reflect at factor * n0
+
+
+cdef class Buffers:
+    cdef int kind
+    cdef SubTable table
+    cdef SubscriptionIndex index
+    cdef MessageIndex msgs
+    cdef WindowStore window
+    cdef vector[vector[BufEntryC]] buf       # per sid, sorted by (score desc, seq desc)
+    cdef vector[uint8_t] complete            # 1: the buffer holds every match (skyband kinds:
+                                             #    the k-skyband of every match); theta = 0
+    cdef vector[float] cq                    # per sid: running mean of its re-evaluation work
+    # parameters
+    cdef double skyband_ratio
+    cdef int32_t kmax
+    cdef double c_ins, c_del, query_cost
+    cdef int barrier
+    cdef double barrier_factor
+    cdef int32_t stop_after                  # delta: consecutive cost increases that stop the scan
+    cdef int32_t nmax_factor                 # scan at most nmax_factor * k messages
+    cdef double refresh_factor               # re-evaluate a complete buffer past refresh_factor * k
+    # window estimates for the cost model (count windows: N fixed, 1/2 and 1/2)
+    cdef double window_n
+    cdef double p_arrival
+    cdef double p_expiry
+    # events of the current operation
+    cdef vector[EventC] events
+    # counters
+    cdef uint64_t n_reevaluations, n_refreshes, n_initializations, n_admits, reeval_work, n_queries
+    cdef double cq_mean
+    # scratch
+    cdef vector[PulledC] pulled
+    cdef vector[BufEntryC] rebuilt
+    cdef vector[uint32_t] old_seqs, new_seqs, old_all
+    cdef vector[seq_t] heap
+
+    cdef void ensure(self, sid_t sid) noexcept nogil
+    cdef void init_sub(self, sid_t sid) noexcept nogil
+    cdef void drop_sub(self, sid_t sid) noexcept nogil
+    cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil
+    cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil
+    cdef seq_t _full_seq(self, uint32_t lo) noexcept nogil
+    cdef ext_id_t _ext(self, uint32_t lo) noexcept nogil
+    cdef void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil
+    cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
+    cdef void _update_theta(self, sid_t sid) noexcept nogil
+    cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil
+    cdef double _cost(self, double n, int32_t k, double hsum, double cq_cost) noexcept nogil
+    cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil
+    cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil
+    cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil
+    cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil

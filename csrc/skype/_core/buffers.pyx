@@ -1,0 +1,465 @@
+# cython: language_level=3
+"""Result buffers: the per-subscription state that yields the exact top-k (spec §4).
+
+Every buffer is an array sorted by (score desc, seq desc), so the top-k is its first k entries.
+Invariants per kind, with theta_s the threshold the subscription index prunes against:
+
+* ``exact``: the buffer is the exact top-k of the window, or (``complete``) every match when
+  fewer than k match.  theta = the k-th score once k are held, else 0.  Expiry of a held message
+  re-evaluates unless ``complete``.
+* ``kmax`` (Yi et al.): the buffer is the exact top-k' of the window, k <= k' <= kmax; theta = the
+  k'-th score.  Arrivals above it insert (k' grows, capped at kmax); expiry shrinks k' and
+  re-evaluates the top-kmax when k' < k.
+* ``skyband`` (Mouratidis et al.) and ``cskyband`` (Skype): the buffer is the partial k-skyband
+  B = SB_k(W) ∩ {m : ST(s, m) >= theta} with dominance counters (Def. 10: newer and scoring
+  >= dominates).  Thm 6.1: while |B| >= k the top-k is B's first k entries; when expiry leaves
+  |B| < k the subscription is re-evaluated (Alg. 2).  Skyband sets theta = ratio * kScore at the
+  re-evaluation; cSkyband chooses theta by the cost model of §4.3 while pulling messages in
+  ranking order from the message index (one traversal chooses theta and rebuilds B).
+* ``complete`` (theta = 0): the buffer holds every match (skyband kinds: the k-skyband of every
+  match), so no expiry can require a re-evaluation.  A complete skyband buffer that grows past
+  ``refresh_factor * k`` entries is re-evaluated to get a real threshold (a *refresh*); this is
+  how subscriptions registered before the window fills acquire thresholds.
+
+Re-evaluation pulls from the message index in exact ranking order; the k-skyband of the pulled
+set is built in one pass keeping the k newest seqs seen in a min-heap.  Events (+1 entered, -1
+left the top-k) are appended to ``events`` for the engine to net per message.  The reverse map
+(window ``holders``) gets the subscription for every message that enters its buffer.
+"""
+from libcpp.vector cimport vector
+from libcpp.algorithm cimport sort as std_sort
+from libc.math cimport pow, isfinite, INFINITY
+from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from skype._core.types cimport sid_t, seq_t, ext_id_t
+from skype._core.window cimport WindowStore, MsgC
+from skype._core.msgindex cimport MessageIndex
+from skype._core.subindex cimport SubTable, SubscriptionIndex
+
+KINDS = {"exact": BUF_EXACT, "cskyband": BUF_CSKYBAND, "skyband": BUF_SKYBAND, "kmax": BUF_KMAX}
+BARRIERS = {"stationary": BARRIER_STATIONARY, "window": BARRIER_WINDOW, "factor": BARRIER_FACTOR}
+
+
+cdef inline bint seq_newer(uint32_t a, uint32_t b) noexcept nogil:
+    return <int32_t>(a - b) > 0
+
+
+cdef inline size_t insert_pos(vector[BufEntryC]* B, double score) noexcept nogil:
+    """Where a new (newest) message with this score goes: before every entry scoring <= it."""
+    cdef size_t lo = 0, hi = B.size(), mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if B[0][mid].score > score:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline void heap_push_min(vector[seq_t]* h, seq_t v) noexcept nogil:
+    cdef size_t i = h.size(), p
+    h.push_back(v)
+    while i > 0:
+        p = (i - 1) >> 1
+        if h[0][p] <= v:
+            break
+        h[0][i] = h[0][p]
+        i = p
+    h[0][i] = v
+
+
+cdef inline void heap_replace_min(vector[seq_t]* h, seq_t v) noexcept nogil:
+    cdef size_t i = 0, c, n = h.size()
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and h[0][c + 1] < h[0][c]:
+            c += 1
+        if h[0][c] >= v:
+            break
+        h[0][i] = h[0][c]
+        i = c
+    h[0][i] = v
+
+
+cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
+    if a.sid != b.sid:
+        return a.sid < b.sid
+    return a.msg < b.msg
+
+
+cdef class Buffers:
+    def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, MessageIndex msgs,
+                  WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
+                  double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
+                  double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
+                  double refresh_factor=3.0):
+        self.kind = KINDS[kind]
+        self.table = table
+        self.index = index
+        self.msgs = msgs
+        self.window = window
+        self.window_n = window_n
+        self.p_arrival = 0.5
+        self.p_expiry = 0.5
+        self.skyband_ratio = skyband_ratio
+        self.kmax = kmax
+        self.c_ins = c_ins
+        self.c_del = c_del
+        self.query_cost = query_cost
+        self.barrier = BARRIERS[barrier]
+        self.barrier_factor = barrier_factor
+        self.stop_after = stop_after
+        self.nmax_factor = nmax_factor
+        self.refresh_factor = refresh_factor
+        self.n_reevaluations = 0
+        self.n_refreshes = 0
+        self.n_initializations = 0
+        self.n_admits = 0
+        self.reeval_work = 0
+        self.n_queries = 0
+        self.cq_mean = 0.0
+
+    # ------------------------------------------------------------------ helpers
+    cdef void ensure(self, sid_t sid) noexcept nogil:
+        if self.buf.size() <= sid:
+            self.buf.resize(sid + 1)
+            self.complete.resize(sid + 1, 1)
+            self.cq.resize(sid + 1, 0)
+
+    cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
+        cdef seq_t newest = self.window.next_seq() - 1
+        return newest - <uint32_t>(<uint32_t>newest - lo)
+
+    cdef inline ext_id_t _ext(self, uint32_t lo) noexcept nogil:
+        return self.window.get(self._full_seq(lo)).ext_id
+
+    cdef inline void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil:
+        cdef EventC e
+        e.sid = sid
+        e.delta = delta
+        e.msg = self._ext(lo)
+        self.events.push_back(e)
+
+    cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
+        if self.table.theta[sid] == theta:
+            return
+        self.table.theta[sid] = theta
+        if notify:
+            self.index.theta_changed(sid)
+        else:
+            self.table.theta_idx[sid] = theta
+
+    cdef void _update_theta(self, sid_t sid) noexcept nogil:
+        """exact and kmax: theta follows the buffer (skyband kinds change it at re-evaluation)."""
+        cdef vector[BufEntryC]* B = &self.buf[sid]
+        cdef int32_t k = self.table.k[sid]
+        if self.kind == BUF_EXACT:
+            if <int32_t>B.size() >= k:
+                self.complete[sid] = 0
+                self._set_theta(sid, B[0][k - 1].score, True)
+            elif self.complete[sid]:
+                self._set_theta(sid, 0.0, True)
+        elif self.kind == BUF_KMAX:
+            if <int32_t>B.size() >= self.kmax:
+                self.complete[sid] = 0
+            if self.complete[sid]:
+                self._set_theta(sid, 0.0, True)
+            elif B.size():
+                self._set_theta(sid, B.back().score, True)
+
+    # ------------------------------------------------------------------ cost model (spec §4.3)
+    cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil:
+        """E[T']: updates until |B'| < k, a lazy random walk from n absorbed at k - 1 and
+        reflected at the barrier b (Eq. 12; asymmetric form of §4.4 for time windows)."""
+        cdef double d = n - k + 1, b, A, p, q, rho, e
+        if self.barrier == BARRIER_WINDOW:
+            b = self.window_n if self.window_n > n else n
+        elif self.barrier == BARRIER_FACTOR:
+            b = self.barrier_factor * n
+        else:
+            b = n
+        A = b - k + 1
+        p = self.p_arrival * P
+        q = self.p_expiry * P
+        if q <= 0:
+            return INFINITY
+        if p == q or (p > q and p - q < 1e-12 * q) or (q > p and q - p < 1e-12 * q):
+            return d * (2.0 * A + 1.0 - d) / (2.0 * q)
+        rho = p / q
+        e = (d - pow(rho, A - d + 1.0) * (1.0 - pow(rho, d)) / (1.0 - rho)) / (q - p)
+        if not isfinite(e) or e <= 0:
+            return INFINITY
+        return e
+
+    cdef double _cost(self, double n, int32_t k, double hsum, double cq_cost) noexcept nogil:
+        """C(theta_n) of Eq. 13: skyband maintenance plus re-evaluation cost per update."""
+        cdef double N = self.window_n if self.window_n > n else n
+        cdef double P = n / N
+        cdef double eb = k * (1.0 + hsum)          # E|B| = k (1 + H_n - H_k)
+        cdef double steps = self._expected_steps(n, k, P)
+        return P * (self.p_arrival * self.c_ins * eb + self.p_expiry * self.c_del) + cq_cost / steps
+
+    # ------------------------------------------------------------------ re-evaluation
+    cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil:
+        """Fill ``pulled`` in ranking order and choose theta; True when every match was pulled
+        (complete: theta = 0)."""
+        cdef int32_t k = self.table.k[sid], cap, rising = 0
+        cdef seq_t seq
+        cdef double score, c, prev_c = INFINITY, best_c = INFINITY, hsum = 0.0, cq_cost
+        cdef size_t n, best_n = 0, nmax
+        cdef uint32_t off = self.table.term_off[sid]
+        self.pulled.clear()
+        self.msgs.query_start(self.table.alpha[sid], self.table.x[sid], self.table.y[sid],
+                              &self.table.terms[off], &self.table.w[off], self.table.nterms[sid])
+        theta[0] = 0.0
+        if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
+            cap = k if self.kind == BUF_EXACT else (self.kmax if self.kmax > k else k)
+            while <int32_t>self.pulled.size() < cap:
+                if not self.msgs.query_next(&seq, &score):
+                    return True
+                self.pulled.push_back(PulledC(seq, score))
+            theta[0] = self.pulled.back().score
+            return False
+        if self.kind == BUF_SKYBAND:
+            while <int32_t>self.pulled.size() < k:
+                if not self.msgs.query_next(&seq, &score):
+                    return True
+                self.pulled.push_back(PulledC(seq, score))
+            theta[0] = self.skyband_ratio * self.pulled.back().score
+        else:
+            cq_cost = self.query_cost * (self.cq[sid] if self.cq[sid] > 0 else (self.cq_mean if self.cq_mean > 0 else 200.0))
+            nmax = <size_t>(self.nmax_factor * k)
+            while True:
+                if not self.msgs.query_next(&seq, &score):
+                    return True
+                self.pulled.push_back(PulledC(seq, score))
+                n = self.pulled.size()
+                if <int32_t>n < k:
+                    continue
+                if <int32_t>n > k:
+                    hsum += 1.0 / n
+                c = self._cost(<double>n, k, hsum, cq_cost)
+                if c < best_c:
+                    best_c = c
+                    best_n = n
+                rising = rising + 1 if c > prev_c else 0
+                prev_c = c
+                if rising >= self.stop_after or n >= nmax:
+                    break
+            theta[0] = self.pulled[best_n - 1].score
+        # keep pulling ties (and, for skyband, everything down to theta)
+        while self.pulled.back().score >= theta[0]:
+            if not self.msgs.query_next(&seq, &score):
+                theta[0] = 0.0
+                return True
+            self.pulled.push_back(PulledC(seq, score))
+        return False
+
+    cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil:
+        cdef vector[BufEntryC]* B = &self.buf[sid]
+        cdef int32_t k = self.table.k[sid]
+        cdef double theta = 0.0
+        cdef bint complete
+        cdef size_t i, j, n_old
+        cdef BufEntryC e
+        cdef uint32_t dc
+        cdef uint64_t work
+        cdef vector[seq_t]* h = &self.heap
+        # old state, for events and for the reverse map
+        self.old_all.clear()
+        for i in range(B.size()):
+            self.old_all.push_back(B[0][i].seq_lo)
+        self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (B.size() if <int32_t>B.size() < k else k))
+        complete = self._pull(sid, &theta)
+        # rebuild: exact/kmax keep the pulled run; skyband kinds keep its k-skyband >= theta
+        self.rebuilt.clear()
+        h.clear()
+        for i in range(self.pulled.size()):
+            if not complete and self.pulled[i].score < theta:
+                break
+            if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
+                dc = 0
+            else:
+                if <int32_t>h.size() == k and h[0][0] > self.pulled[i].seq:
+                    dc = k                                  # k newer, higher-ranked messages
+                else:
+                    dc = 0
+                    for j in range(h.size()):
+                        if h[0][j] > self.pulled[i].seq:
+                            dc += 1
+                if <int32_t>h.size() < k:
+                    heap_push_min(h, self.pulled[i].seq)
+                elif self.pulled[i].seq > h[0][0]:
+                    heap_replace_min(h, self.pulled[i].seq)
+                if <int32_t>dc >= k:
+                    continue
+            e.score = self.pulled[i].score
+            e.seq_lo = <uint32_t>self.pulled[i].seq
+            e.dc = dc
+            self.rebuilt.push_back(e)
+        B.swap(self.rebuilt)
+        self.complete[sid] = complete
+        # reverse map: register the messages that are new to this buffer
+        std_sort(self.old_all.begin(), self.old_all.end())
+        for i in range(B.size()):
+            if not self._contains(&self.old_all, B[0][i].seq_lo):
+                self.window.holders_of(self._full_seq(B[0][i].seq_lo)).push_back(sid)
+        if emit:
+            self._diff_events(sid, k)
+        # work accounting for the cost model's C_q
+        work = self.msgs.q_work
+        self.cq[sid] = <float>work if self.cq[sid] <= 0 else 0.5 * self.cq[sid] + 0.5 * work
+        self.reeval_work += work
+        self.n_queries += 1
+        self.cq_mean += (work - self.cq_mean) / self.n_queries
+        if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
+            if complete:
+                self._set_theta(sid, 0.0, notify)
+            else:
+                self._set_theta(sid, theta, notify)
+        else:
+            self._set_theta(sid, 0.0 if complete else theta, notify)
+
+    cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil:
+        cdef size_t lo = 0, hi = sorted_vals.size(), mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if sorted_vals[0][mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo < sorted_vals.size() and sorted_vals[0][lo] == v
+
+    cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil:
+        cdef vector[BufEntryC]* B = &self.buf[sid]
+        cdef size_t i, n_new = B.size() if <int32_t>B.size() < k else k
+        self.new_seqs.clear()
+        for i in range(n_new):
+            self.new_seqs.push_back(B[0][i].seq_lo)
+        std_sort(self.old_seqs.begin(), self.old_seqs.end())
+        std_sort(self.new_seqs.begin(), self.new_seqs.end())
+        for i in range(self.new_seqs.size()):
+            if not self._contains(&self.old_seqs, self.new_seqs[i]):
+                self._event(sid, 1, self.new_seqs[i])
+        for i in range(self.old_seqs.size()):
+            if not self._contains(&self.new_seqs, self.old_seqs[i]):
+                self._event(sid, -1, self.old_seqs[i])
+
+    # ------------------------------------------------------------------ API for the engine
+    cdef void init_sub(self, sid_t sid) noexcept nogil:
+        """A new subscription: its buffer from the current window (Alg. 2 lines 3-5 with
+        |B_0| = 0).  The index does not hold it yet: theta is written to the table only."""
+        self.ensure(sid)
+        self.buf[sid].clear()
+        self.complete[sid] = 1
+        self.cq[sid] = 0
+        self._reevaluate(sid, False, False)
+        self.n_initializations += 1
+
+    cdef void drop_sub(self, sid_t sid) noexcept nogil:
+        cdef vector[BufEntryC] empty
+        self.buf[sid].swap(empty)
+        self.complete[sid] = 1
+
+    cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil:
+        """An arriving message scored ``score >= theta_s`` against ``sid``."""
+        cdef vector[BufEntryC]* B = &self.buf[sid]
+        cdef int32_t k = self.table.k[sid], cap
+        cdef size_t pos = insert_pos(B, score), i, w, n
+        cdef BufEntryC e
+        e.score = score
+        e.seq_lo = <uint32_t>seq
+        e.dc = 0
+        self.n_admits += 1
+        if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
+            cap = k if self.kind == BUF_EXACT else (self.kmax if self.kmax > k else k)
+            if <int32_t>pos >= cap:
+                return
+            B.insert(B.begin() + pos, e)
+            self.window.holders_of(seq).push_back(sid)
+            if <int32_t>pos < k:
+                self._event(sid, 1, e.seq_lo)
+                if <int32_t>B.size() > k:
+                    self._event(sid, -1, B[0][k].seq_lo)
+            if <int32_t>B.size() > cap:
+                B.pop_back()
+                self.complete[sid] = 0
+            self._update_theta(sid)
+            return
+        # skyband kinds: the new message dominates every (older) entry scoring <= it
+        n = B.size()
+        if <int32_t>pos < k:
+            self._event(sid, 1, e.seq_lo)
+            if <int32_t>n >= k:
+                self._event(sid, -1, B[0][k - 1].seq_lo)   # pushed from rank k to k + 1
+        w = pos
+        for i in range(pos, n):
+            B[0][i].dc += 1
+            if <int32_t>B[0][i].dc < k:
+                B[0][w] = B[0][i]
+                w += 1
+        B.resize(w)
+        B.insert(B.begin() + pos, e)
+        self.window.holders_of(seq).push_back(sid)
+        if self.complete[sid] and B.size() > self.refresh_factor * k:
+            self._reevaluate(sid, True, True)
+            self.n_refreshes += 1
+
+    cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil:
+        """The window's oldest message ``seq`` expires; ``sid`` is one of its holders."""
+        cdef vector[BufEntryC]* B = &self.buf[sid]
+        cdef int32_t k = self.table.k[sid]
+        cdef uint32_t lo = <uint32_t>seq
+        cdef size_t p = 0
+        while p < B.size() and B[0][p].seq_lo != lo:
+            p += 1
+        if p == B.size():
+            return                                 # stale reverse-map entry
+        if <int32_t>p < k:
+            self._event(sid, -1, lo)
+        B.erase(B.begin() + p)
+        if <int32_t>p < k and <int32_t>B.size() >= k:
+            self._event(sid, 1, B[0][k - 1].seq_lo)
+        if <int32_t>B.size() < k and not self.complete[sid]:
+            self._reevaluate(sid, True, True)      # Alg. 2
+            self.n_reevaluations += 1
+        else:
+            self._update_theta(sid)
+
+    # ------------------------------------------------------------------ Python access
+    def topk(self, sid_t sid):
+        import numpy as np
+        cdef vector[BufEntryC]* B = &self.buf[sid]
+        cdef int32_t k = self.table.k[sid]
+        cdef size_t n = B.size() if <int32_t>B.size() < k else k, i
+        ids = np.empty(n, dtype=np.int64)
+        scores = np.empty(n, dtype=np.float64)
+        for i in range(n):
+            ids[i] = self._ext(B[0][i].seq_lo)
+            scores[i] = B[0][i].score
+        return ids, scores
+
+    def set_window_estimates(self, double window_n, double p_arrival, double p_expiry):
+        self.window_n = window_n
+        self.p_arrival = p_arrival
+        self.p_expiry = p_expiry
+
+    def stats(self):
+        cdef size_t total = 0, live = 0, sid
+        for sid in range(self.buf.size()):
+            if sid < self.table.alive.size() and self.table.alive[sid]:
+                total += self.buf[sid].size()
+                live += 1
+        return {
+            "reevaluations": self.n_reevaluations, "threshold_refreshes": self.n_refreshes,
+            "initializations": self.n_initializations, "admits": self.n_admits,
+            "reevaluation_work": self.reeval_work,
+            "avg_buffer_size": total / live if live else 0.0, "buffered_entries": total,
+        }
+
+    def memory_bytes(self):
+        cdef size_t total = self.buf.capacity() * 24, sid
+        for sid in range(self.buf.size()):
+            total += self.buf[sid].capacity() * sizeof(BufEntryC)
+        return total

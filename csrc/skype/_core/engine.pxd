@@ -1,0 +1,30 @@
+# The core engine: window store + message index + subscription index + result buffers.
+from libcpp.vector cimport vector
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from skype._core.types cimport sid_t, seq_t
+from skype._core.window cimport WindowStore
+from skype._core.msgindex cimport MessageIndex
+from skype._core.subindex cimport SubTable, SubscriptionIndex
+from skype._core.buffers cimport Buffers
+
+
+cdef class CoreEngine:
+    cdef WindowStore window
+    cdef MessageIndex msgs
+    cdef SubTable table
+    cdef SubscriptionIndex index
+    cdef Buffers buffers
+    cdef uint64_t count_window          # N for a count window, 0 for a time window
+    cdef double time_window             # T for a time window, 0 for a count window
+    cdef double max_dist
+    cdef double arrival_ns, expiry_ns   # time spent in arrivals / expirations
+    cdef uint64_t arrivals, expirations
+    cdef double recent_arrivals, recent_expirations   # decayed counts (time-window estimates)
+    cdef vector[int64_t] out_at, out_sub, out_msg
+    cdef vector[uint8_t] out_entered
+
+    cdef void _expire_oldest(self) noexcept nogil
+    cdef void _expire_for(self, double t, bint arriving) noexcept nogil
+    cdef void _arrive(self, int64_t ext_id, double x, double y, double t,
+                      const unsigned int* terms, const double* w, int n) noexcept nogil
+    cdef void _flush(self, int64_t at) noexcept nogil

@@ -1,0 +1,255 @@
+# cython: language_level=3
+"""The core engine: one message at a time, expire then arrive (spec §2).
+
+publish(m):
+  1. expire: a count window of N drops its oldest while it holds N messages; a time window of T
+     drops every message with timestamp <= t - T.  Each expired message leaves the message index
+     first, then every buffer holding it (reverse map); a buffer that can no longer answer its
+     top-k is re-evaluated against the message index, which no longer holds the message.
+  2. arrive: the message enters the window store and the message index; the subscription index
+     finds every subscription with ST(s, m) >= theta_s; each admits m into its buffer.
+  3. the top-k events of the message are netted per (subscription, message) and appended to the
+     output (at = the message's position in the batch).
+The batch API takes numpy arrays (terms in CSR form) and loops in C without the GIL.
+"""
+import numpy as np
+cimport numpy as cnp
+from libcpp.vector cimport vector
+from libcpp.algorithm cimport sort as std_sort
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from skype._core.types cimport term_t, sid_t, seq_t
+from skype._core.window cimport WindowStore, MsgC
+from skype._core.msgindex cimport MessageIndex
+from skype._core.subindex cimport SubTable, SubscriptionIndex, IGPTIndex, CandC
+from skype._core.buffers cimport Buffers, EventC
+
+cnp.import_array()
+
+cdef double DECAY = 1.0 - 1.0 / 10000.0     # time windows: arrival/expiry rates over ~10k events
+
+
+cdef inline double now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1e9 + ts.tv_nsec
+
+
+cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
+    if a.sid != b.sid:
+        return a.sid < b.sid
+    return a.msg < b.msg
+
+
+cdef class CoreEngine:
+    def __cinit__(self, tuple bounds, double max_dist, uint64_t count_window, double time_window,
+                  SubscriptionIndex index, SubTable table, str buffer, dict buffer_params,
+                  int message_leaf_capacity=64):
+        minx, miny, maxx, maxy = bounds
+        self.window = WindowStore()
+        self.msgs = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, message_leaf_capacity)
+        self.table = table
+        self.index = index
+        self.count_window = count_window
+        self.time_window = time_window
+        self.max_dist = max_dist
+        window_n = <double>count_window if count_window else 1.0
+        self.buffers = Buffers(buffer, table, index, self.msgs, self.window, window_n, **buffer_params)
+        self.arrival_ns = 0
+        self.expiry_ns = 0
+        self.arrivals = 0
+        self.expirations = 0
+        self.recent_arrivals = 0
+        self.recent_expirations = 0
+
+    # ------------------------------------------------------------------ the stream
+    cdef void _expire_oldest(self) noexcept nogil:
+        cdef MsgC* m = self.window.oldest()
+        cdef seq_t seq = m.seq
+        cdef vector[sid_t]* holders = self.window.holders_of(seq)
+        cdef size_t i
+        cdef sid_t sid
+        self.msgs.remove(seq)
+        for i in range(holders.size()):
+            sid = holders[0][i]
+            if sid < self.table.alive.size() and self.table.alive[sid]:
+                self.buffers.expire(sid, seq)
+        self.window.pop_oldest()
+        self.expirations += 1
+        self.recent_expirations += 1
+
+    cdef void _expire_for(self, double t, bint arriving) noexcept nogil:
+        cdef double start = now_ns()
+        if self.count_window:
+            if arriving:
+                while self.window.count >= self.count_window:
+                    self._expire_oldest()
+        else:
+            while self.window.count and self.window.oldest().t <= t - self.time_window:
+                self._expire_oldest()
+        self.expiry_ns += now_ns() - start
+
+    cdef void _arrive(self, int64_t ext_id, double x, double y, double t,
+                      const unsigned int* terms, const double* w, int n) noexcept nogil:
+        cdef double start = now_ns()
+        cdef seq_t seq
+        cdef size_t i
+        cdef CandC c
+        if not self.count_window:
+            # time window: the cost model's N and arrival/expiry proportions (spec §4.4)
+            self.recent_arrivals = self.recent_arrivals * DECAY + 1.0
+            self.recent_expirations *= DECAY
+            self.buffers.window_n = <double>(self.window.count + 1)
+            self.buffers.p_arrival = self.recent_arrivals / (self.recent_arrivals + self.recent_expirations)
+            self.buffers.p_expiry = 1.0 - self.buffers.p_arrival
+        seq = self.window.append(ext_id, x, y, t, terms, w, n)
+        self.msgs.insert(seq)
+        self.index.disseminate(terms, w, n, x, y)
+        for i in range(self.index.out.size()):
+            c = self.index.out[i]
+            self.buffers.admit(c.sid, seq, c.score)
+        self.arrivals += 1
+        self.arrival_ns += now_ns() - start
+
+    cdef void _flush(self, int64_t at) noexcept nogil:
+        """Net the events of one message per (subscription, message) and append them."""
+        cdef vector[EventC]* ev = &self.buffers.events
+        cdef size_t i = 0, j
+        cdef int32_t total
+        cdef uint8_t entered
+        if ev.size() == 0:
+            return
+        std_sort(ev.begin(), ev.end(), event_less)
+        while i < ev.size():
+            j = i
+            total = 0
+            while j < ev.size() and ev[0][j].sid == ev[0][i].sid and ev[0][j].msg == ev[0][i].msg:
+                total += ev[0][j].delta
+                j += 1
+            if total != 0:
+                self.out_at.push_back(at)
+                self.out_sub.push_back(self.table.ext_id[ev[0][i].sid])
+                self.out_msg.push_back(ev[0][i].msg)
+                entered = total > 0
+                self.out_entered.push_back(entered)
+            i = j
+        ev.clear()
+
+    def _take_output(self):
+        n = self.out_at.size()
+        at = np.empty(n, dtype=np.int64)
+        sub = np.empty(n, dtype=np.int64)
+        msg = np.empty(n, dtype=np.int64)
+        entered = np.empty(n, dtype=bool)
+        cdef size_t i
+        cdef int64_t[::1] a = at, s = sub, m = msg
+        cdef uint8_t[::1] e = entered.view(np.uint8)
+        for i in range(n):
+            a[i] = self.out_at[i]
+            s[i] = self.out_sub[i]
+            m[i] = self.out_msg[i]
+            e[i] = self.out_entered[i]
+        self.out_at.clear()
+        self.out_sub.clear()
+        self.out_msg.clear()
+        self.out_entered.clear()
+        return at, sub, msg, entered
+
+    def publish_batch(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y,
+                      const double[::1] t, const int64_t[::1] indptr, const uint32_t[::1] terms,
+                      const double[::1] weights):
+        """Publish messages in order; returns (at, sub, msg, entered) arrays of top-k changes."""
+        cdef Py_ssize_t i, n = ids.shape[0]
+        with nogil:
+            for i in range(n):
+                self._expire_for(t[i], True)
+                self._arrive(ids[i], x[i], y[i], t[i], &terms[indptr[i]], &weights[indptr[i]],
+                             <int>(indptr[i + 1] - indptr[i]))
+                self._flush(i)
+        return self._take_output()
+
+    def advance(self, double t):
+        """Time windows: expire every message with timestamp <= t - T."""
+        with nogil:
+            self._expire_for(t, False)
+            self._flush(0)
+        return self._take_output()
+
+    # ------------------------------------------------------------------ subscriptions
+    def subscribe_batch(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y,
+                        const int64_t[::1] k, const double[::1] alpha, const int64_t[::1] indptr,
+                        const uint32_t[::1] terms, const double[::1] weights):
+        cdef Py_ssize_t i, n = ids.shape[0]
+        cdef vector[sid_t] sids
+        cdef sid_t sid
+        with nogil:
+            for i in range(n):
+                sid = self.table.add(ids[i], x[i], y[i], <int32_t>k[i], alpha[i], &terms[indptr[i]],
+                                     &weights[indptr[i]], <int>(indptr[i + 1] - indptr[i]))
+                sids.push_back(sid)
+            for i in range(n):
+                self.buffers.init_sub(sids[i])
+            if n:
+                self.index.add_many(&sids[0], n)
+
+    def unsubscribe(self, int64_t ext_id):
+        cdef sid_t sid = self.table.by_ext[ext_id]
+        with nogil:
+            self.index.remove(sid)
+            self.buffers.drop_sub(sid)
+            self.table.remove(sid)
+
+    # ------------------------------------------------------------------ queries
+    def has_subscriptions(self, const int64_t[::1] ids):
+        out = np.zeros(ids.shape[0], dtype=bool)
+        cdef Py_ssize_t i
+        for i in range(ids.shape[0]):
+            out[i] = self.table.by_ext.count(ids[i]) > 0
+        return out
+
+    def window_has(self, const int64_t[::1] ids):
+        return self.window.contains_ids(ids)
+
+    def topk(self, int64_t ext_id):
+        return self.buffers.topk(self.table.by_ext[ext_id])
+
+    def thresholds(self, const int64_t[::1] ids):
+        out = np.empty(ids.shape[0], dtype=np.float64)
+        cdef Py_ssize_t i
+        for i in range(ids.shape[0]):
+            out[i] = self.table.theta[self.table.by_ext[ids[i]]]
+        return out
+
+    def subscription_ids(self):
+        cdef size_t sid
+        return np.array([self.table.ext_id[sid] for sid in range(self.table.ext_id.size()) if self.table.alive[sid]],
+                        dtype=np.int64)
+
+    def window_ids(self):
+        return self.window.ext_ids()
+
+    @property
+    def index_object(self):
+        return self.index
+
+    def stats(self):
+        b = self.buffers.stats()
+        return {
+            "subscriptions": self.table.live,
+            "window_size": self.window.count,
+            "arrivals": self.arrivals,
+            "expirations": self.expirations,
+            "amp_us": self.arrival_ns / self.arrivals / 1e3 if self.arrivals else 0.0,
+            "emp_us": self.expiry_ns / self.expirations / 1e3 if self.expirations else 0.0,
+            **b,
+            "dissemination": self.index.counters(),
+            "message_index": self.msgs.stats(),
+            "memory_bytes": {
+                "subscription_table": self.table.memory_bytes(),
+                "subscription_index": self.index.memory_bytes(),
+                "buffers": self.buffers.memory_bytes(),
+                "window": self.window.memory_bytes(),
+                "message_index": self.msgs.memory_bytes(),
+            },
+        }
+

@@ -1,0 +1,159 @@
+# Subscription table and subscription indexes (IGPT/IPT here; CIQ in ciq.pyx).
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from skype._core.types cimport term_t, sid_t, ext_id_t, RectC
+
+
+cdef struct CandC:               # a subscription whose buffer an arriving message enters
+    sid_t sid
+    double score
+
+
+cdef struct CountersC:           # dissemination counters (totals over all messages)
+    uint64_t messages
+    uint64_t cells_visited       # leaves whose postings were examined (or whose cover cell was hit)
+    uint64_t cells_pruned        # leaves skipped by cell pruning (Lemma 6)
+    uint64_t groups_visited
+    uint64_t groups_skipped      # alpha-groups skipped whole (Thm 5.3)
+    uint64_t entries_cut         # group members cut by early termination (Thm 5.4)
+    uint64_t entries_visited     # posting entries examined individually
+    uint64_t prefix_pruned       # first meetings pruned by prefix filtering (Thm 5.1)
+    uint64_t unseen_pruned       # pruned by the unseen-keywords bound (Thm 5.2)
+    uint64_t candidates          # subscriptions verified with their exact score
+    uint64_t admitted            # verified candidates that score >= theta
+
+
+cdef class SubTable:
+    """Subscriptions in struct-of-arrays form, addressed by slot (sid)."""
+    cdef vector[ext_id_t] ext_id
+    cdef vector[double] x
+    cdef vector[double] y
+    cdef vector[double] alpha
+    cdef vector[int32_t] k
+    cdef vector[double] theta          # exact dissemination threshold (owned by the result buffer)
+    cdef vector[double] theta_idx      # the value the index statistics reflect (<= theta)
+    cdef vector[uint32_t] term_off     # first term position in the term arrays
+    cdef vector[uint16_t] nterms
+    cdef vector[uint8_t] alive
+    cdef vector[uint32_t] leaf         # IGPT leaf holding the subscription
+    cdef vector[term_t] terms          # per term position: term id (ascending per subscription)
+    cdef vector[double] w              #   unit weight
+    cdef vector[float] wtsum           #   suffix sum of weights from this position (rounded up)
+    cdef vector[float] maxwt           #   suffix max of weights from this position (rounded up)
+    cdef vector[sid_t] free_sids
+    cdef unordered_map[ext_id_t, sid_t] by_ext
+    cdef uint64_t dead_terms
+    cdef uint32_t live
+
+    cdef sid_t add(self, ext_id_t ext_id, double x, double y, int32_t k, double alpha,
+                   const term_t* terms, const double* w, int n) noexcept nogil
+    cdef void remove(self, sid_t sid) noexcept nogil
+    cdef void compact_terms(self) noexcept nogil
+    cdef int term_pos(self, sid_t sid, term_t t) noexcept nogil
+
+
+cdef class SubscriptionIndex:
+    """Finds, for an arriving message, every subscription s with ST(s, m) >= theta_s."""
+    cdef SubTable table
+    cdef RectC bounds
+    cdef double max_dist
+    cdef CountersC ctr
+    cdef vector[CandC] out             # candidates of the last disseminate() call
+
+    cdef void add(self, sid_t sid) noexcept nogil
+    cdef void add_many(self, const sid_t* sids, size_t n) noexcept nogil
+    cdef void remove(self, sid_t sid) noexcept nogil
+    cdef void theta_changed(self, sid_t sid) noexcept nogil
+    cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil
+    cdef size_t memory(self) noexcept nogil
+
+
+cdef packed struct PEntryC:      # one subscription in a (term, leaf) posting list, 16 bytes
+    uint32_t sid_group           # sid | group << SID_BITS
+    float a                      # lower bound of a_s = theta_s / (1 - alpha_s); -inf: never text-pruned
+    float mw                     # suffix max over the group (from here) of maxwt(s, pos_s(t)), rounded up
+    float b                      # suffix max over the group (from here) of b_s = alpha/(1-alpha), rounded up
+
+
+cdef struct LeafPLC:             # where the posting list of one leaf starts in a term's entries
+    uint32_t leaf
+    uint32_t start
+
+
+cdef struct TermPostC:           # all posting lists of one term, leaf by leaf (term-major layout)
+    vector[LeafPLC] pls          # sorted by leaf id
+    vector[PEntryC] entries      # leaf segments in pls order; each sorted by (group, a)
+
+
+cdef struct QNodeC:              # subscription quadtree node
+    RectC rect
+    int32_t child                # first of 4 consecutive children, -1 for a leaf
+    int32_t parent
+    int32_t leaf                 # leaf id when a leaf, else -1
+    uint32_t depth
+    double theta_s               # min theta_S over the subtree (a lower bound, Lemma 6)
+
+
+cdef class IGPTIndex(SubscriptionIndex):
+    cdef uint32_t leaf_capacity
+    cdef uint32_t max_depth
+    cdef int ngroups
+    cdef vector[double] group_bounds   # ngroups - 1 ascending alpha boundaries
+    # pruning rules
+    cdef bint rule_cell, rule_group, rule_early, rule_prefix, rule_spatial, rule_unseen
+    cdef int cell_walk                 # 0 never, 1 always, 2 auto
+    cdef double theta_refresh          # raise the indexed threshold when theta exceeds it by this
+    # quadtree
+    cdef vector[QNodeC] nodes
+    cdef vector[int32_t] leaf_node     # leaf id -> node (-1: retired leaf)
+    cdef vector[vector[sid_t]] leaf_subs
+    cdef vector[uint32_t] leaf_raises  # lazy theta_S raises since the last exact recompute
+    # postings
+    cdef vector[TermPostC] postings    # term id -> its posting lists
+    cdef uint64_t posting_count
+    # per-message scratch
+    cdef uint32_t stamp
+    cdef bint walked
+    cdef vector[uint32_t] leaf_stamp
+    cdef vector[double] leaf_osb
+    cdef vector[double] leaf_dout
+    cdef vector[uint8_t] leaf_pruned
+    cdef vector[uint32_t] cand_stamp
+    cdef vector[double] cand_acc
+    cdef vector[int16_t] cand_last     # last s-position accounted in cand_acc; -2 = pruned
+    cdef vector[sid_t] cand_list
+    cdef vector[double] m_wtsum        # per message position: suffix sum / max of weights
+    cdef vector[double] m_maxwt
+    cdef vector[int32_t] stack
+    cdef int _group_of(self, double alpha) noexcept nogil
+    cdef float _a_of(self, sid_t sid) noexcept nogil
+    cdef float _b_of(self, sid_t sid) noexcept nogil
+    cdef double _theta_s_of(self, sid_t sid) noexcept nogil
+    cdef int32_t _new_leaf_node(self, RectC rect, int32_t parent, uint32_t depth) noexcept nogil
+    cdef uint32_t _find_leaf(self, double x, double y) noexcept nogil
+    cdef void _lower_theta_s(self, uint32_t leaf, double v) noexcept nogil
+    cdef void _recompute_theta_s(self, uint32_t leaf) noexcept nogil
+    cdef void _split(self, uint32_t leaf, bint with_postings) noexcept nogil
+    cdef void _tree_insert(self, sid_t sid, bint with_postings) noexcept nogil
+    cdef size_t _pl_index(self, TermPostC* tp, uint32_t leaf) noexcept nogil
+    cdef size_t _seg_end(self, TermPostC* tp, size_t i) noexcept nogil
+    cdef void _fix_group(self, TermPostC* tp, term_t t, size_t start, size_t end) noexcept nogil
+    cdef void _fix_segment(self, TermPostC* tp, term_t t, size_t start, size_t end) noexcept nogil
+    cdef void _insert_entry(self, term_t t, uint32_t leaf, sid_t sid) noexcept nogil
+    cdef void _remove_entry(self, term_t t, uint32_t leaf, sid_t sid) noexcept nogil
+    cdef void _insert_postings(self, sid_t sid) noexcept nogil
+    cdef void _split_postings(self, uint32_t old_leaf, uint32_t* child_leaf, vector[sid_t]& subs) noexcept nogil
+    cdef void _rebuild_postings(self) noexcept nogil
+    cdef void add(self, sid_t sid) noexcept nogil
+    cdef void add_many(self, const sid_t* sids, size_t n) noexcept nogil
+    cdef void remove(self, sid_t sid) noexcept nogil
+    cdef void theta_changed(self, sid_t sid) noexcept nogil
+    cdef void _ensure_scratch(self) noexcept nogil
+    cdef void _walk(self, double x, double y) noexcept nogil
+    cdef bint _leaf_open(self, uint32_t leaf, double x, double y) noexcept nogil
+    cdef bint _cut(self, const PEntryC* e, double wts_m, double osb) noexcept nogil
+    cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw, uint32_t leaf) noexcept nogil
+    cdef double _m_weight(self, term_t t, const term_t* mterms, const double* mw, int j) noexcept nogil
+    cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil
+    cdef size_t memory(self) noexcept nogil

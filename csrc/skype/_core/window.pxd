@@ -1,0 +1,40 @@
+# Window store: the messages of the sliding window, oldest first, in arrival order.
+from libcpp.vector cimport vector
+from libcpp.unordered_set cimport unordered_set
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t
+
+
+cdef struct MsgC:
+    seq_t seq              # arrival number (dense: the window holds seq oldest..oldest+count-1)
+    ext_id_t ext_id        # user-visible id
+    double x
+    double y
+    double t               # timestamp
+    uint64_t term_pos      # absolute position of its first term in the term ring
+    uint32_t nterms
+
+
+cdef class WindowStore:
+    cdef vector[MsgC] ring                 # message ring, capacity a power of two
+    cdef vector[vector[sid_t]] holders     # per ring slot: subscriptions that admitted the message
+    cdef uint64_t head                     # ring index of the oldest message
+    cdef uint64_t count                    # messages in the window
+    cdef seq_t oldest_seq                  # seq of the oldest message (next seq = oldest_seq + count)
+    cdef vector[term_t] term_ids           # term ring (bip buffer: a message's terms never wrap)
+    cdef vector[double] term_w
+    cdef uint64_t term_head                # absolute position of the oldest live term
+    cdef uint64_t term_tail                # absolute position one past the newest term
+    cdef unordered_set[int64_t] ids        # external ids in the window (duplicate detection)
+
+    cdef MsgC* get(self, seq_t seq) noexcept nogil
+    cdef MsgC* oldest(self) noexcept nogil
+    cdef const term_t* terms(self, const MsgC* m) noexcept nogil
+    cdef const double* weights(self, const MsgC* m) noexcept nogil
+    cdef vector[sid_t]* holders_of(self, seq_t seq) noexcept nogil
+    cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
+                      const term_t* terms, const double* weights, uint32_t n) noexcept nogil
+    cdef void pop_oldest(self) noexcept nogil
+    cdef seq_t next_seq(self) noexcept nogil
+    cdef void _grow_ring(self) noexcept nogil
+    cdef void _relayout_terms(self, uint64_t need) noexcept nogil

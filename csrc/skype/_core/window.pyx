@@ -1,0 +1,161 @@
+# cython: language_level=3
+"""Window store: a FIFO ring of the messages in the sliding window.
+
+Invariants:
+* The window holds the dense run of arrival numbers ``oldest_seq .. oldest_seq + count - 1``;
+  ``get(seq)`` is O(1) for any seq in that run.  Messages leave in arrival order only.
+* Each message's terms (ascending ids) and unit weights sit contiguously in the term ring: when
+  a block would wrap past the end of the ring, the tail skips to the ring's start (the skipped
+  tail is dead space), so kernels always get plain pointers.  Both rings double when full and
+  are re-laid out compactly; absolute positions are rebased then.
+* ``holders`` (the reverse map of spec §2) lists the subscriptions that admitted a message into
+  their result buffer.  It may keep stale entries (a buffer evicted the message, or the slot's
+  subscription was removed): readers must check the buffer.
+"""
+from libcpp.vector cimport vector
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t
+
+cdef enum:
+    INITIAL_RING = 1024
+    INITIAL_TERMS = 16384
+
+
+cdef class WindowStore:
+    def __cinit__(self):
+        self.ring.resize(INITIAL_RING)
+        self.holders.resize(INITIAL_RING)
+        self.term_ids.resize(INITIAL_TERMS)
+        self.term_w.resize(INITIAL_TERMS)
+        self.head = 0
+        self.count = 0
+        self.oldest_seq = 0
+        self.term_head = 0
+        self.term_tail = 0
+
+    cdef inline seq_t next_seq(self) noexcept nogil:
+        return self.oldest_seq + self.count
+
+    cdef inline MsgC* get(self, seq_t seq) noexcept nogil:
+        return &self.ring[(self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)]
+
+    cdef inline MsgC* oldest(self) noexcept nogil:
+        return &self.ring[self.head]
+
+    cdef inline const term_t* terms(self, const MsgC* m) noexcept nogil:
+        return &self.term_ids[m.term_pos & (self.term_ids.size() - 1)]
+
+    cdef inline const double* weights(self, const MsgC* m) noexcept nogil:
+        return &self.term_w[m.term_pos & (self.term_w.size() - 1)]
+
+    cdef inline vector[sid_t]* holders_of(self, seq_t seq) noexcept nogil:
+        return &self.holders[(self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)]
+
+    cdef void _grow_ring(self) noexcept nogil:
+        cdef uint64_t cap = self.ring.size(), i
+        cdef vector[MsgC] ring
+        cdef vector[vector[sid_t]] holders
+        ring.resize(cap * 2)
+        holders.resize(cap * 2)
+        for i in range(self.count):
+            ring[i] = self.ring[(self.head + i) & (cap - 1)]
+            holders[i].swap(self.holders[(self.head + i) & (cap - 1)])
+        self.ring.swap(ring)
+        self.holders.swap(holders)
+        self.head = 0
+
+    cdef void _relayout_terms(self, uint64_t need) noexcept nogil:
+        """Copy live term blocks compactly into a ring with room for ``need`` more terms."""
+        cdef uint64_t cap = self.term_ids.size(), live = self.term_tail - self.term_head
+        cdef uint64_t new_cap = cap, i, j, pos = 0
+        cdef vector[term_t] ids
+        cdef vector[double] ws
+        cdef MsgC* m
+        while new_cap < 2 * (live + need):
+            new_cap *= 2
+        ids.resize(new_cap)
+        ws.resize(new_cap)
+        for i in range(self.count):
+            m = &self.ring[(self.head + i) & (self.ring.size() - 1)]
+            for j in range(m.nterms):
+                ids[pos + j] = self.term_ids[(m.term_pos + j) & (cap - 1)]
+                ws[pos + j] = self.term_w[(m.term_pos + j) & (cap - 1)]
+            m.term_pos = pos
+            pos += m.nterms
+        self.term_ids.swap(ids)
+        self.term_w.swap(ws)
+        self.term_head = 0
+        self.term_tail = pos
+
+    cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
+                      const term_t* terms, const double* weights, uint32_t n) noexcept nogil:
+        cdef uint64_t cap, start, j
+        cdef MsgC* m
+        if self.count == self.ring.size():
+            self._grow_ring()
+        cap = self.term_ids.size()
+        start = self.term_tail
+        if (start & (cap - 1)) + n > cap:          # would wrap: skip to the ring's start
+            start = (start | (cap - 1)) + 1
+        if start + n - self.term_head > cap:
+            self._relayout_terms(n)
+            cap = self.term_ids.size()
+            start = self.term_tail
+        for j in range(n):
+            self.term_ids[(start + j) & (cap - 1)] = terms[j]
+            self.term_w[(start + j) & (cap - 1)] = weights[j]
+        self.term_tail = start + n
+        m = &self.ring[(self.head + self.count) & (self.ring.size() - 1)]
+        m.seq = self.oldest_seq + self.count
+        m.ext_id = ext_id
+        m.x = x
+        m.y = y
+        m.t = t
+        m.term_pos = start
+        m.nterms = n
+        self.holders[(self.head + self.count) & (self.ring.size() - 1)].clear()
+        self.count += 1
+        self.ids.insert(ext_id)
+        return m.seq
+
+    cdef void pop_oldest(self) noexcept nogil:
+        cdef MsgC* m = &self.ring[self.head]
+        cdef vector[sid_t] empty
+        self.ids.erase(m.ext_id)
+        self.holders[self.head].swap(empty)        # release the memory
+        self.head = (self.head + 1) & (self.ring.size() - 1)
+        self.count -= 1
+        self.oldest_seq += 1
+        if self.count == 0:
+            self.term_head = self.term_tail
+        else:
+            self.term_head = self.ring[self.head].term_pos
+
+    # ------------------------------------------------------------------ Python access
+    def __len__(self):
+        return self.count
+
+    def contains_ids(self, const int64_t[::1] ids):
+        import numpy as np
+        out = np.zeros(ids.shape[0], dtype=bool)
+        cdef Py_ssize_t i
+        for i in range(ids.shape[0]):
+            out[i] = self.ids.count(ids[i]) > 0
+        return out
+
+    def ext_ids(self):
+        """External ids of the window's messages, oldest first."""
+        import numpy as np
+        out = np.empty(self.count, dtype=np.int64)
+        cdef int64_t[::1] o = out
+        cdef uint64_t i
+        for i in range(self.count):
+            o[i] = self.ring[(self.head + i) & (self.ring.size() - 1)].ext_id
+        return out
+
+    def memory_bytes(self):
+        cdef uint64_t total = self.ring.capacity() * sizeof(MsgC) + self.term_ids.capacity() * 12
+        cdef uint64_t i
+        for i in range(self.holders.size()):
+            total += 24 + self.holders[i].capacity() * sizeof(sid_t)
+        return total + self.ids.size() * 32

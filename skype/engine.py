@@ -1,0 +1,225 @@
+"""``skype.Engine``: the product API, a thin facade over the Cython core.
+
+Inputs are validated once here (see :class:`skype.api.EngineBase`); the core then runs on typed
+arrays without the GIL.  Choose the subscription index and the result buffer:
+
+* ``index="igpt"`` (default): the IGPT quadtree with individual and group pruning (spec §3);
+  ``"ipt"`` is the same without group pruning (the paper's IPT); ``"ciq"`` the CIQ baseline.
+* ``buffer="cskyband"`` (default): the cost-based k-skyband (spec §4.3); ``"skyband"``
+  (Mouratidis: theta = ratio * kScore), ``"kmax"`` (Yi et al.) or ``"exact"`` (exact top-k).
+
+Every combination returns exactly the reference engine's results.
+
+>>> from skype import Engine, Subscription, Message
+>>> engine = Engine(window=100)
+>>> engine.subscribe(Subscription(id=1, x=2.35, y=48.86, k=2, alpha=0.5, text="coffee"))
+[]
+>>> engine.publish(Message(id=1, x=2.34, y=48.85, text="coffee near the louvre"))
+[ResultChange(sub_id=1, entered=(1,), left=())]
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from skype.api import ChangeLog, EngineBase
+from skype.errors import InputError, invalid_choice
+from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
+from skype._core.engine import CoreEngine
+from skype._core.subindex import IGPTIndex, SubTable
+
+INDEXES = ("igpt", "ipt", "ciq")
+BUFFERS = ("cskyband", "skyband", "kmax", "exact")
+RULES = ("cell", "group", "early", "prefix", "spatial", "unseen")
+BARRIERS = ("stationary", "window", "factor")
+
+DEFAULT_COST = {
+    "c_ins": 1.0,  # cost of touching one buffer entry on an insertion (the unit)
+    "c_del": 1.0,  # cost of deleting an expired entry
+    "query_cost": 10.0,  # cost of one message-index step (heap pop), in c_ins units
+    "barrier": "stationary",  # reflecting barrier of the random walk: n0, N, or factor * n0
+    "barrier_factor": 2.0,
+    "stop_after": 3,  # stop the threshold scan after this many consecutive cost increases
+    "nmax_factor": 20,  # ... or after nmax_factor * k messages
+    "refresh_factor": 3.0,  # re-evaluate a complete (theta = 0) buffer beyond this many times k
+}
+TERM_ID_LIMIT = 2**32
+
+
+def _positive(name: str, value, kind=float, minimum=0.0, strict=True):
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        raise InputError("E023", what=name, expected=f"a {kind.__name__}", value=value)
+    if (value <= minimum) if strict else (value < minimum):
+        raise InputError("E023", what=name, expected=f"{'>' if strict else '>='} {minimum}", value=value)
+    return kind(value)
+
+
+class Engine(EngineBase):
+    """Top-k spatial-keyword pub/sub over a count (``window``) or time (``window_seconds``)
+    window.
+
+    Parameters beyond :class:`~skype.api.EngineBase`:
+
+    index, buffer
+        see the module docstring.
+    leaf_capacity
+        subscriptions per quadtree leaf before it splits (default 1000).
+    groups
+        alpha-groups per posting list (default 10).
+    pruning
+        ``{rule: bool}`` to switch IGPT's rules off individually: ``cell`` (Lemma 6),
+        ``group`` (Thm 5.3), ``early`` (Thm 5.4), ``prefix`` (Thm 5.1), ``spatial`` (Defs 6-8),
+        ``unseen`` (Thm 5.2).  All on by default (``ipt``: group and early off).
+    kmax, skyband_ratio
+        parameters of the kmax (default 60) and Skyband (default 0.8) buffers.
+    cost
+        cSkyband cost-model parameters (see ``DEFAULT_COST``).
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int | None = None,
+        window_seconds: float | None = None,
+        bounds=None,
+        vocabulary=None,
+        index: str = "igpt",
+        buffer: str = "cskyband",
+        leaf_capacity: int = 1000,
+        groups: int = 10,
+        pruning: Mapping[str, bool] | None = None,
+        kmax: int = 60,
+        skyband_ratio: float = 0.8,
+        cost: Mapping[str, object] | None = None,
+        ciq: Mapping[str, object] | None = None,
+        message_leaf_capacity: int = 64,
+        theta_refresh: float = 0.02,
+        cell_walk: str = "auto",
+    ) -> None:
+        kwargs = {} if bounds is None else {"bounds": bounds}
+        super().__init__(window=window, window_seconds=window_seconds, vocabulary=vocabulary, **kwargs)
+        if index not in INDEXES:
+            raise invalid_choice("index", index, INDEXES)
+        if buffer not in BUFFERS:
+            raise invalid_choice("buffer", buffer, BUFFERS)
+        self.index_kind, self.buffer_kind = index, buffer
+        rules = {rule: True for rule in RULES}
+        if index == "ipt":
+            rules["group"] = rules["early"] = False
+        for rule, on in (pruning or {}).items():
+            if rule not in RULES:
+                raise invalid_choice("pruning rule", rule, RULES)
+            rules[rule] = bool(on)
+        self.pruning = rules
+        walks = {"never": 0, "always": 1, "auto": 2}
+        if cell_walk not in walks:
+            raise invalid_choice("cell_walk", cell_walk, walks)
+        costs = dict(DEFAULT_COST)
+        for key, value in (cost or {}).items():
+            if key not in DEFAULT_COST:
+                raise invalid_choice("cost parameter", key, DEFAULT_COST)
+            costs[key] = value
+        if costs["barrier"] not in BARRIERS:
+            raise invalid_choice("barrier", costs["barrier"], BARRIERS)
+        for key in ("c_ins", "c_del", "query_cost", "refresh_factor"):
+            costs[key] = _positive(key, costs[key])
+        costs["barrier_factor"] = _positive("barrier_factor", costs["barrier_factor"], minimum=1.0, strict=False)
+        costs["stop_after"] = _positive("stop_after", costs["stop_after"], int, 1, strict=False)
+        costs["nmax_factor"] = _positive("nmax_factor", costs["nmax_factor"], int, 1, strict=False)
+        self.cost = costs
+        self.params = {
+            "leaf_capacity": _positive("leaf_capacity", leaf_capacity, int, 1, strict=False),
+            "groups": _positive("groups", groups, int, 1, strict=False),
+            "kmax": _positive("kmax", kmax, int, 1, strict=False),
+            "skyband_ratio": _positive("skyband_ratio", skyband_ratio),
+            "message_leaf_capacity": _positive("message_leaf_capacity", message_leaf_capacity, int, 2, strict=False),
+            "theta_refresh": _positive("theta_refresh", theta_refresh, strict=False),
+        }
+        if self.params["groups"] > 63:
+            raise InputError("E023", what="groups", expected="at most 63", value=groups)
+        if not 0.0 < self.params["skyband_ratio"] <= 1.0:
+            raise InputError("E023", what="skyband_ratio", expected="in (0, 1]", value=skyband_ratio)
+        b = self.bounds
+        self._table = SubTable()
+        if index == "ciq":
+            from skype._core.ciq import CIQIndex
+
+            self._index = CIQIndex(self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist, **dict(ciq or {}))
+        else:
+            self._index = IGPTIndex(
+                self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
+                leaf_capacity=self.params["leaf_capacity"], ngroups=self.params["groups"],
+                cell_walk=walks[cell_walk], theta_refresh=self.params["theta_refresh"], **rules,
+            )
+        buffer_params = {key: costs[key] for key in DEFAULT_COST}
+        buffer_params.update(kmax=self.params["kmax"], skyband_ratio=self.params["skyband_ratio"])
+        self._core = CoreEngine(
+            b.as_tuple(), b.max_dist, self.window or 0, self.window_seconds or 0.0, self._index, self._table,
+            buffer, buffer_params, self.params["message_leaf_capacity"],
+        )
+
+    # ------------------------------------------------------------------ EngineBase
+    def _reserve_terms(self, terms: TermMatrix) -> None:
+        if len(terms.ids) and int(terms.ids.max()) >= TERM_ID_LIMIT:
+            raise InputError("E027", detail=f"term id {int(terms.ids.max())} exceeds the core's 32-bit range")
+
+    def _known_subscriptions(self, ids: np.ndarray) -> np.ndarray:
+        return self._core.has_subscriptions(np.ascontiguousarray(ids, dtype=np.int64))
+
+    def _window_has(self, ids: np.ndarray) -> np.ndarray:
+        return self._core.window_has(np.ascontiguousarray(ids, dtype=np.int64))
+
+    def _subscribe_batch(self, batch: SubscriptionBatch) -> None:
+        if len(batch) > self._table.capacity():
+            raise InputError("E023", what="number of subscriptions", expected=f"at most {self._table.capacity()} more",
+                             value=len(batch))
+        if len(batch.terms.lengths()) and batch.terms.lengths().max() > 1000:
+            row = int(np.argmax(batch.terms.lengths() > 1000))
+            raise InputError("E023", what="terms of a subscription", expected="at most 1000",
+                             value=int(batch.terms.lengths()[row]), record_id=int(batch.ids[row]))
+        t = batch.terms
+        self._core.subscribe_batch(batch.ids, batch.x, batch.y, batch.k, batch.alpha, t.indptr,
+                                   t.ids.astype(np.uint32), t.weights)
+
+    def _unsubscribe(self, sub_id: int) -> None:
+        self._core.unsubscribe(sub_id)
+
+    def _publish_batch(self, batch: MessageBatch) -> ChangeLog:
+        t = batch.terms
+        at, sub, msg, entered = self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr,
+                                                         t.ids.astype(np.uint32), t.weights)
+        return ChangeLog(at, sub, msg, entered)
+
+    def _advance(self, t: float) -> ChangeLog:
+        return ChangeLog(*self._core.advance(t))
+
+    def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._core.topk(sub_id)
+
+    def _thresholds(self, sub_ids: np.ndarray) -> np.ndarray:
+        known = self._known_subscriptions(sub_ids)
+        if not known.all():
+            sid = int(sub_ids[np.argmin(known)])
+            raise InputError("E020", id=sid, record_id=sid)
+        return self._core.thresholds(np.ascontiguousarray(sub_ids, dtype=np.int64))
+
+    def subscription_ids(self) -> np.ndarray:
+        return self._core.subscription_ids()
+
+    def window_ids(self) -> np.ndarray:
+        return self._core.window_ids()
+
+    def stats(self) -> dict:
+        s = self._core.stats()
+        s["engine"] = f"core ({self.index_kind}, {self.buffer_kind})"
+        s["index_bytes_per_subscription"] = (
+            (s["memory_bytes"]["subscription_index"] + s["memory_bytes"]["subscription_table"]) / s["subscriptions"]
+            if s["subscriptions"] else 0.0
+        )
+        return s
+
+    def check_invariants(self) -> bool:
+        """Verify the subscription index's invariants (tests and debugging)."""
+        return self._index.check_invariants()
