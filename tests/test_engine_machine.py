@@ -1,0 +1,24 @@
+"""Hypothesis state machines over the real engine, checked against brute force after every step
+(see engine_machine.py): every buffer kind, IGPT and IPT, count and time windows, and each
+pruning rule alone.  Leaves hold 2 subscriptions, so the quadtree splits constantly."""
+
+from functools import partial
+
+from engine_machine import make_machine
+from skype import Engine
+from skype.engine import BUFFERS, RULES
+
+
+def _register(name, factory, **window):
+    machine = make_machine(factory, **window)
+    machine.__name__ = name
+    globals()[f"Test{name}"] = machine.TestCase
+
+
+for _buffer in BUFFERS:
+    _register(f"Igpt{_buffer.title()}Count", partial(Engine, buffer=_buffer, leaf_capacity=2), window=4)
+    _register(f"Igpt{_buffer.title()}Time", partial(Engine, buffer=_buffer, leaf_capacity=2), window_seconds=3.0)
+_register("IptCskybandCount", partial(Engine, index="ipt", buffer="cskyband", leaf_capacity=2), window=4)
+for _rule in RULES:
+    _register(f"Only{_rule.title()}", partial(Engine, buffer="exact", leaf_capacity=2,
+                                              pruning={r: r == _rule for r in RULES}), window=4)
