@@ -25,7 +25,7 @@ def test_help_documents_every_subcommand(capsys):
         assert name in out
 
 
-@pytest.mark.parametrize("engine", ["reference"])
+@pytest.mark.parametrize("engine", ["core", "reference"])
 def test_simulate_results_equal_a_brute_force_check_of_the_final_window(tmp_path, engine):
     args = ["simulate", "--dataset", "geonames", "--num-subs", 150, "--num-messages", 900, "--window", 300,
             "--seed", 9, "--engine", engine, "--results-out", tmp_path / "r.jsonl", "--metrics-out", tmp_path / "m.json"]

@@ -21,12 +21,26 @@ from skype.api import EngineBase
 from skype.cli.inputs import Inputs, add_workload_args, load_inputs, window_of
 from skype.cli.report import peak_rss_bytes, print_table, progress_bar
 
-ENGINES = ("reference",)
+ENGINES = ("core", "reference")
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
+    from skype.engine import BUFFERS, INDEXES
+
     g = p.add_argument_group("engine")
-    g.add_argument("--engine", choices=ENGINES, default="reference", help="the brute-force reference engine")
+    g.add_argument("--engine", choices=ENGINES, default="core", help="the Cython core (default) or the brute-force reference")
+    g.add_argument("--index", choices=INDEXES, default="igpt", help="subscription index of the core (default: igpt)")
+    g.add_argument("--buffer", choices=BUFFERS, default="cskyband", help="result buffer of the core (default: cskyband)")
+    g.add_argument("--kmax", type=int, default=60, help="kmax of the kmax buffer (default: %(default)s)")
+    g.add_argument("--skyband-ratio", type=float, default=0.8, help="theta / kScore of the Skyband buffer (default: %(default)s)")
+    g.add_argument("--leaf-capacity", type=int, default=1000, help="subscriptions per IGPT quadtree leaf (default: %(default)s)")
+    g.add_argument("--groups", type=int, default=10, help="alpha-groups per IGPT posting list (default: %(default)s)")
+
+
+def engine_options(args: argparse.Namespace) -> dict:
+    """Keyword arguments of skype.Engine from the engine options."""
+    return dict(index=args.index, buffer=args.buffer, kmax=args.kmax, skyband_ratio=args.skyband_ratio,
+                leaf_capacity=args.leaf_capacity, groups=args.groups)
 
 
 def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
@@ -35,7 +49,9 @@ def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
         from skype.reference import ReferenceEngine
 
         return ReferenceEngine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, **window)
-    raise AssertionError(args.engine)
+    from skype.engine import Engine
+
+    return Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, **engine_options(args), **window)
 
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
@@ -94,7 +110,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     inputs = load_inputs(args)
     engine = make_engine(args, inputs)
     metrics = run_stream(engine, inputs, batch_size=args.batch_size, progress=args.progress, changes_out=args.changes_out)
-    metrics["engine"] = args.engine
+    metrics["engine"] = args.engine if args.engine == "reference" else f"core ({args.index}, {args.buffer})"
     metrics.update(window_of(args))
     if args.results_out:
         io.write_objects(args.results_out, io.result_objects(engine.results()))
