@@ -177,6 +177,17 @@ class EngineBase(abc.ABC):
         ids, scores = self._topk(sid)
         return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
 
+    def topn(self, sub_id: int, n: int) -> list[Match]:
+        """The ``n`` best window messages of a subscription in ranking order, whatever its k
+        (a deeper look than ``topk``; used e.g. for safe routing thresholds)."""
+        sid = validate.check_id(sub_id)
+        if not self.has_subscription(sid):
+            raise InputError("E020", id=sid, record_id=sid)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise InputError("E023", what="n", expected="an integer >= 0", value=n)
+        ids, scores = self._topn(sid, int(n))
+        return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
     def results(self) -> Iterator[tuple[int, list[Match]]]:
         """Every subscription's top-k, by ascending subscription id."""
         for sid in np.sort(self.subscription_ids()):
@@ -221,6 +232,9 @@ class EngineBase(abc.ABC):
 
     @abc.abstractmethod
     def _thresholds(self, sub_ids: np.ndarray) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def _topn(self, sub_id: int, n: int) -> tuple[np.ndarray, np.ndarray]: ...
 
     @abc.abstractmethod
     def subscription_ids(self) -> np.ndarray: ...

@@ -198,6 +198,9 @@ class Engine(EngineBase):
     def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]:
         return self._core.topk(sub_id)
 
+    def _topn(self, sub_id: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._core.topn(sub_id, n)
+
     def _thresholds(self, sub_ids: np.ndarray) -> np.ndarray:
         known = self._known_subscriptions(sub_ids)
         if not known.all():

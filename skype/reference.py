@@ -107,8 +107,8 @@ class ReferenceEngine(EngineBase):
         for _, seq, _ in entries:
             self._holders[seq].add(s.id)
 
-    def _recompute(self, s: _Sub) -> None:
-        """Top-k of ``s`` from scratch: score every window message sharing a term."""
+    def _ranked(self, s: _Sub, limit: int) -> list[tuple[float, int, int]]:
+        """The ``limit`` best window messages of ``s``: score every one sharing a term."""
         candidates: dict[int, _Msg] = {}
         for term, _ in s.terms:
             candidates.update(self._win_postings.get(term, {}))
@@ -118,7 +118,11 @@ class ReferenceEngine(EngineBase):
             if sc is not None:
                 scored.append((sc, m.seq, m.id))
         scored.sort(key=_rank_key)
-        self._set_topk(s, scored[: s.k])
+        return scored[:limit]
+
+    def _recompute(self, s: _Sub) -> None:
+        """Top-k of ``s`` from scratch."""
+        self._set_topk(s, self._ranked(s, s.k))
 
     # ------------------------------------------------------------------ EngineBase
     def _known_subscriptions(self, ids: np.ndarray) -> np.ndarray:
@@ -226,6 +230,10 @@ class ReferenceEngine(EngineBase):
     def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]:
         s = self._subs[sub_id]
         return (np.array([e[2] for e in s.topk], dtype=np.int64), np.array([e[0] for e in s.topk], dtype=np.float64))
+
+    def _topn(self, sub_id: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ranked = self._ranked(self._subs[sub_id], n)
+        return np.array([e[2] for e in ranked], dtype=np.int64), np.array([e[0] for e in ranked], dtype=np.float64)
 
     def _thresholds(self, sub_ids: np.ndarray) -> np.ndarray:
         """kScore: the k-th best score, or 0 while fewer than k messages qualify."""

@@ -146,3 +146,16 @@ def test_real_workloads_match_the_reference(tweets_small, geonames_small):
                 e.subscribe_batch(w.subscriptions)
             assert rows(eng.publish_batch(w.messages)) == rows(ref.publish_batch(w.messages))
             assert results(eng) == results(ref)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 40, 1000])
+def test_topn_looks_deeper_than_k_exactly(n):
+    (vocab, subs, msgs), _, _ = reference_run("grid", "count")
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=60)
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=60, leaf_capacity=8)
+    for e in (ref, eng):
+        e.subscribe_batch(subs)
+        e.publish_batch(msgs)
+    for sid in subs.ids[:50]:
+        assert eng.topn(int(sid), n) == ref.topn(int(sid), n)
+        assert eng.topn(int(sid), n)[: len(eng.topk(int(sid)))] == eng.topk(int(sid))[:n]

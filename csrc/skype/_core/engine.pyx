@@ -213,6 +213,23 @@ cdef class CoreEngine:
     def topk(self, int64_t ext_id):
         return self.buffers.topk(self.table.by_ext[ext_id])
 
+    def topn(self, int64_t ext_id, Py_ssize_t n):
+        """The n best window messages of a subscription (ids, scores), straight from the message
+        index: exact, independent of the subscription's buffer."""
+        cdef sid_t sid = self.table.by_ext[ext_id]
+        cdef uint32_t off = self.table.term_off[sid]
+        cdef seq_t seq
+        cdef double score
+        cdef vector[int64_t] ids
+        cdef vector[double] scores
+        with nogil:
+            self.msgs.query_start(self.table.alpha[sid], self.table.x[sid], self.table.y[sid],
+                                  &self.table.terms[off], &self.table.w[off], self.table.nterms[sid])
+            while <Py_ssize_t>ids.size() < n and self.msgs.query_next(&seq, &score):
+                ids.push_back(self.window.get(seq).ext_id)
+                scores.push_back(score)
+        return np.array(ids, dtype=np.int64), np.array(scores, dtype=np.float64)
+
     def thresholds(self, const int64_t[::1] ids):
         out = np.empty(ids.shape[0], dtype=np.float64)
         cdef Py_ssize_t i
