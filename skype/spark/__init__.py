@@ -1,0 +1,15 @@
+"""DSkype on Apache Spark: a Structured Streaming job (the only package that imports pyspark).
+
+Data flow of one micro-batch (see ``docs/spark.md``)::
+
+    messages source ─┐                     ┌─ partition 0 ─┐
+                     ├─ route (mapInArrow) ┼─ ...          ┼─ merge buckets ─ events sink
+    commands source ─┘   + ticks           └─ partition P-1┘   (exact top-k)   + final results
+
+Modules without pyspark (usable in engine hosts and tests): :mod:`~skype.spark.codec` (blobs),
+:mod:`~skype.spark.keys` (grouping keys), :mod:`~skype.spark.routing`,
+:mod:`~skype.spark.partition`, :mod:`~skype.spark.merge`, :mod:`~skype.spark.reports`,
+:mod:`~skype.spark.durable`, :mod:`~skype.spark.hosts`, :mod:`~skype.spark.staging`.
+Modules importing pyspark: :mod:`~skype.spark.processors`, :mod:`~skype.spark.sources`,
+:mod:`~skype.spark.runtime`, :mod:`~skype.spark.app`.
+"""

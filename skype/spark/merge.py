@@ -1,0 +1,189 @@
+"""The merge stage: exact global top-k of replicated subscriptions, and netted result changes.
+
+A merge bucket owns the subscriptions with ``bucket_of(id) == b``.  Its state is, for every
+subscription with more than one replica, the latest local top-k of each replica (``k`` and
+``{partition: (ids, scores, seqs)}``); single-replica subscriptions need no state (their one
+replica's list is the global list, and the partition sends the netted change itself).
+
+**Merge.**  The delivered top-k of a replicated subscription is the replicas' lists merged:
+deduplicated by message id (a message reaching two replicas has the same score and sequence
+number in both), ordered by score descending then ``seq`` descending (the newer message first,
+the engines' tie rule), cut to k.  It equals the global top-k when every message of the global
+top-k reached at least one replica's partition (it then ranks there at least as high as
+globally, so it is in that replica's local top-k); see ``docs/spark.md`` for why the runtime's
+routing guarantees that for every method.
+
+**Events.**  Per batch and subscription, the exact difference between the merged top-k before and
+after the batch: entered entries (id, score, seq), left ids, and whether the subscription was
+created or removed in the batch (a subscription replaced within one batch is neither).
+
+**Durable state.**  The state is a fold of the report rows that change it (``STATE`` rows): the
+durable log holds a snapshot plus those rows batch by batch (:func:`state_delta`), and
+:meth:`MergeCore.rebuild` replays them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from skype.errors import InputError
+from skype.spark import codec
+from skype.spark.reports import DELTA, EMPTY_LIST, EventBuilder, Reports
+
+ListT = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def merge_lists(lists: list[ListT], k: int) -> ListT:
+    """Merge replica lists: dedupe by id, order by (score desc, seq desc), keep k.
+
+    >>> a = (np.array([1, 2]), np.array([0.9, 0.5]), np.array([10, 20]))
+    >>> b = (np.array([3, 2]), np.array([0.7, 0.5]), np.array([30, 20]))
+    >>> [x.tolist() for x in merge_lists([a, b], 2)]
+    [[1, 3], [0.9, 0.7], [10, 30]]
+    """
+    lists = [entry for entry in lists if len(entry[0])]
+    if not lists:
+        return EMPTY_LIST
+    ids = np.concatenate([entry[0] for entry in lists])
+    scores = np.concatenate([entry[1] for entry in lists])
+    seqs = np.concatenate([entry[2] for entry in lists])
+    _, first = np.unique(ids, return_index=True)
+    ids, scores, seqs = ids[first], scores[first], seqs[first]
+    order = np.lexsort((-seqs, -scores))[:k]
+    return ids[order], scores[order], seqs[order]
+
+
+def diff_lists(old: ListT, new: ListT) -> tuple[ListT, np.ndarray]:
+    """(entries of ``new`` not in ``old``, ids of ``old`` not in ``new``)."""
+    fresh = ~np.isin(new[0], old[0])
+    gone = ~np.isin(old[0], new[0])
+    return (new[0][fresh], new[1][fresh], new[2][fresh]), old[0][gone]
+
+
+class MergeCore:
+    """A merge bucket's live state (see module docstring)."""
+
+    def __init__(self) -> None:
+        self.state: dict[int, tuple[int, dict[int, ListT]]] = {}
+
+    # ------------------------------------------------------------------ durable form
+    @classmethod
+    def rebuild(cls, log: list[bytes]) -> MergeCore:
+        core = cls()
+        for blob in log:
+            cols = codec.unpack(blob)
+            if "snapshot" in cols:
+                core.state = {}
+            core._fold(cols)
+        return core
+
+    def snapshot(self) -> bytes:
+        sub, part, k, lists = [], [], [], []
+        for sid, (kk, reps) in sorted(self.state.items()):
+            for p, entry in sorted(reps.items()):
+                sub.append(sid)
+                part.append(p)
+                k.append(kk)
+                lists.append(entry)
+        return _pack_rows(sub, part, [True] * len(sub), k, lists, snapshot=True)
+
+    def _fold(self, cols: dict[str, np.ndarray]) -> None:
+        """Apply the rows of a state delta or snapshot."""
+        ptr = cols["ptr"]
+        for r in range(len(cols["sub"])):
+            entry = (cols["id"][ptr[r]:ptr[r + 1]], cols["score"][ptr[r]:ptr[r + 1]], cols["seq"][ptr[r]:ptr[r + 1]])
+            self._fold_rows(int(cols["sub"][r]), [int(cols["partition"][r])], [bool(cols["keep"][r])],
+                            [int(cols["k"][r])], [entry])
+
+    def merged(self, sid: int) -> ListT:
+        k, reps = self.state[sid]
+        return merge_lists(list(reps.values()), k)
+
+    # ------------------------------------------------------------------ one batch
+    def apply(self, blobs: list[bytes]) -> tuple[bytes | None, bytes | None, dict]:
+        """Fold a batch's report blobs.  Returns (events blob or None, state delta or None,
+        metrics)."""
+        t0 = time.perf_counter()
+        groups: dict[int, list[tuple[Reports, int]]] = defaultdict(list)
+        upto = -1
+        for blob in blobs:
+            rep = Reports.unpack(blob)
+            upto = max(upto, rep.upto)
+            for r, sid in enumerate(rep.cols["sub"].tolist()):
+                groups[sid].append((rep, r))
+        events = EventBuilder(upto)
+        d_sub, d_part, d_keep, d_k, d_lists = [], [], [], [], []
+        for sid, rows in groups.items():
+            first_rep, first_row = rows[0]
+            if first_rep.cols["kind"][first_row] == DELTA:
+                if len(rows) != 1 or sid in self.state:
+                    raise InputError("E026", detail=f"subscription {sid}: a single-replica change met other replicas")
+                entered, left = first_rep.list_a(first_row), first_rep.list_b(first_row)[0]
+                if len(entered[0]) or len(left):
+                    events.add(sid, entered, left)
+                continue
+            existed = sid in self.state
+            old = self.merged(sid) if existed else EMPTY_LIST
+            new_single = None
+            for rep, r in rows:
+                c = rep.cols
+                if c["kind"][r] == DELTA:
+                    raise InputError("E026", detail=f"subscription {sid}: a single-replica change met other replicas")
+                if c["before_hosted"][r]:
+                    existed = True
+                    if c["before_nrep"][r] == 1:
+                        old = rep.list_b(r)
+                keep = bool(c["after_hosted"][r] and c["after_nrep"][r] > 1)
+                if c["after_hosted"][r] and c["after_nrep"][r] == 1:
+                    new_single = rep.list_a(r)
+                d_sub.append(sid)
+                d_part.append(int(c["partition"][r]))
+                d_keep.append(keep)
+                d_k.append(int(c["k"][r]))
+                d_lists.append(rep.list_a(r) if keep else EMPTY_LIST)
+            self._fold_rows(sid, d_part[-len(rows):], d_keep[-len(rows):], d_k[-len(rows):], d_lists[-len(rows):])
+            exists = sid in self.state or new_single is not None
+            new = self.merged(sid) if sid in self.state else (new_single if new_single is not None else EMPTY_LIST)
+            entered, left = diff_lists(old, new)
+            created, removed = exists and not existed, existed and not exists
+            if len(entered[0]) or len(left) or created or removed:
+                events.add(sid, entered, left, created=created, removed=removed)
+        delta = _pack_rows(d_sub, d_part, d_keep, d_k, d_lists) if d_sub else None
+        metrics = {"report_blobs": len(blobs), "subscriptions_reported": len(groups), "events": len(events),
+                   "replicated_tracked": len(self.state), "merge_s": time.perf_counter() - t0}
+        return (events.pack() if len(events) else None), delta, metrics
+
+    def _fold_rows(self, sid: int, parts: list[int], keep: list[bool], k: list[int], lists: list[ListT]) -> None:
+        """keep -> the replica list of (sid, partition) becomes the given list; else it is dropped."""
+        for p, kp, kk, entry in zip(parts, keep, k, lists):
+            if kp:
+                reps = self.state.get(sid, (0, {}))[1]
+                reps[p] = (np.array(entry[0]), np.array(entry[1]), np.array(entry[2]))
+                self.state[sid] = (kk, reps)
+            elif sid in self.state:
+                reps = self.state[sid][1]
+                reps.pop(p, None)
+                if not reps:
+                    del self.state[sid]
+
+
+def _pack_rows(sub: list[int], part: list[int], keep: list[bool], k: list[int], lists: list[ListT],
+               snapshot: bool = False) -> bytes:
+    lengths = np.array([len(entry[0]) for entry in lists], np.int64)
+    ptr = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    nonempty = [entry for entry in lists if len(entry[0])]
+    cols = {
+        "sub": np.array(sub, np.int64), "partition": np.array(part, np.int32), "keep": np.array(keep, bool),
+        "k": np.array(k, np.int64), "ptr": ptr,
+        "id": np.concatenate([e[0] for e in nonempty]).astype(np.int64) if nonempty else np.zeros(0, np.int64),
+        "score": np.concatenate([e[1] for e in nonempty]).astype(np.float64) if nonempty else np.zeros(0),
+        "seq": np.concatenate([e[2] for e in nonempty]).astype(np.int64) if nonempty else np.zeros(0, np.int64),
+    }
+    if snapshot:
+        cols["snapshot"] = np.ones(1, bool)
+    return codec.pack(**cols)
+

@@ -1,0 +1,485 @@
+"""One subscription partition of DSkype: its engine, its hosted subscriptions, its window share.
+
+This module holds no Spark code: :class:`PartitionCore` is what lives in an engine host (see
+:mod:`skype.spark.hosts`), and :func:`replay_commands` / :class:`PartitionCore.rebuild` turn the
+durable state the stateful operator keeps (see :mod:`skype.spark.processors`) back into a core.
+
+**Order and windows.**  Every message carries its global sequence number ``seq`` (its position in
+the input) and its timestamp ``t``.  Inside a partition everything runs in ``seq`` order.  The
+engine is always a *time* window:
+
+* a count window of N runs as ``window_seconds = N`` over ``t := seq``: after the clock reaches
+  ``s`` it holds exactly the messages with ``seq`` in ``(s - N, s]``, i.e. the last N messages of
+  the *global* stream, although the partition sees only part of it;
+* a time window of T uses the real ``t``.
+
+Every batch each partition advances its clock to the batch's high-water mark (the largest ``seq``
+/ ``t`` of the batch, carried to every partition by ticks), so expiry reaches every partition.
+
+**Commands.**  A command's position ``at`` is the number of messages before it: it applies after
+every message with ``seq < at``.  A batch whose high-water mark is ``h`` applies every command with
+``at <= h + 1`` (in ``(position, cseq)`` order, interleaved with the messages), keeps later ones
+pending, and applies commands without a position (``at = -1``) at the start of the batch.  A
+subscribe of an id already hosted replaces it; an unsubscribe of an id not hosted does nothing
+(the router sends an unsubscribe, and a ``DROP`` for every subscribe, to every partition, so that
+all replicas of an id agree).
+
+**Results.**  After the batch, each replica's top-k is exact over the partition's window share.
+The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (net entered / left
+messages, netted over the batch's change logs) for single-replica subscriptions, a ``STATE`` (the
+local list) for replicated ones and for every subscription a command touched.
+
+**Rebuild.**  The core is a pure function of (hosted subscriptions, window messages, clock): a
+fresh engine that subscribes the hosted subscriptions and publishes the window messages in ``seq``
+order has exactly the same top-k lists (top-k is defined by the window alone), whatever state
+its internal buffers had.  Durable state is therefore the hosted subscriptions (a snapshot plus a
+log of the commands received since, replayed by :func:`replay_commands`) and the window segments.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from skype.api import ChangeLog
+from skype.dist.routing import splitmix64
+from skype.errors import InputError
+from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
+from skype.spark import codec
+from skype.spark.codec import OP_SUB, Commands
+from skype.spark.engine_adapter import advance_log, topk_arrays
+from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder
+
+APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """``kind`` is ``"count"`` (``size`` messages) or ``"time"`` (``size`` seconds)."""
+
+    kind: str
+    size: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("count", "time") or not (self.size > 0 and math.isfinite(self.size)):
+            raise InputError("E023", what="window", expected="a count or time window of positive size",
+                             value=(self.kind, self.size))
+
+    @classmethod
+    def of(cls, window: int | None = None, window_seconds: float | None = None) -> WindowSpec:
+        if window is not None:
+            return cls("count", float(window))
+        return cls("time", float(window_seconds))
+
+    def clock(self, hwm_seq: int, hwm_t: float) -> float:
+        return float(hwm_seq) if self.kind == "count" else float(hwm_t)
+
+    def engine_times(self, seq: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The timestamps partition engines see: ``seq`` for count windows, ``t`` otherwise."""
+        return np.asarray(seq, np.float64) if self.kind == "count" else np.asarray(t, np.float64)
+
+    def live(self, times: np.ndarray, clock: float) -> np.ndarray:
+        """Which engine times are still in the window when the clock reads ``clock``."""
+        return np.asarray(times, np.float64) > clock - self.size
+
+    def centralized(self) -> dict:
+        """The centralized engine's window argument."""
+        return {"window": int(self.size)} if self.kind == "count" else {"window_seconds": self.size}
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """What a partition needs to know besides its state; identical on every executor."""
+
+    partition: int
+    num_buckets: int
+    window: WindowSpec
+    bounds: tuple[float, float, float, float]
+    engine: str = "core"
+    engine_options: tuple = ()
+
+    def make_engine(self):
+        options = dict(self.engine_options)
+        if self.engine == "reference":
+            from skype.reference import ReferenceEngine
+
+            return ReferenceEngine(window_seconds=self.window.size, bounds=self.bounds)
+        from skype.engine import Engine
+
+        return Engine(window_seconds=self.window.size, bounds=self.bounds, **options)
+
+
+def bucket_of(sub_ids: np.ndarray, num_buckets: int) -> np.ndarray:
+    """The merge bucket of each subscription id."""
+    return (splitmix64(np.asarray(sub_ids, np.int64)) % np.uint64(num_buckets)).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def plan_commands(pending: Commands, new: Commands, lo: int, hwm_seq: int) -> tuple[Commands, np.ndarray, Commands]:
+    """Split ``pending + new`` into the commands due in a batch and those still pending.
+
+    ``lo`` is the first sequence number of the batch and ``hwm_seq`` its last.  Returns (due
+    commands sorted by (position, cseq), their positions, still-pending commands).
+    """
+    cmds = Commands.concat([pending, new])
+    if len(cmds) == 0:
+        return cmds, np.zeros(0, np.int64), cmds
+    pos = np.where(cmds.at < 0, lo, np.maximum(cmds.at, lo))
+    due = pos <= hwm_seq + 1
+    rows = np.flatnonzero(due)
+    order = rows[np.lexsort((cmds.cseq[rows], pos[rows]))]
+    return cmds.take(order), pos[order], cmds.take(np.flatnonzero(~due))
+
+
+@dataclass
+class Hosted:
+    """The subscriptions a partition hosts: id -> (nrep, x, y, k, alpha, term ids, weights)."""
+
+    rows: dict[int, tuple] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __contains__(self, sub_id: int) -> bool:
+        return sub_id in self.rows
+
+    def nrep(self, sub_id: int) -> int:
+        return self.rows[sub_id][0]
+
+    def add_from(self, cmds: Commands, row: int) -> None:
+        ids, weights = cmds.subs.terms.row(row)
+        s = cmds.subs
+        self.rows[int(s.ids[row])] = (int(cmds.nrep[row]), float(s.x[row]), float(s.y[row]), int(s.k[row]),
+                                      float(s.alpha[row]), np.array(ids, np.int64), np.array(weights, np.float64))
+
+    def remove(self, sub_id: int) -> bool:
+        return self.rows.pop(sub_id, None) is not None
+
+    def batch(self, ids: list[int]) -> SubscriptionBatch:
+        rows = [self.rows[i] for i in ids]
+        terms = TermMatrix.from_rows([(r[5], r[6]) for r in rows])
+        return SubscriptionBatch(np.array(ids, np.int64), [r[1] for r in rows], [r[2] for r in rows],
+                                 [r[3] for r in rows], [r[4] for r in rows], terms)
+
+    def inverse_replication(self) -> float:
+        """Sum of 1/nrep over hosted subscriptions: summed over partitions, the number of
+        distinct subscriptions."""
+        return float(sum(1.0 / max(r[0], 1) for r in self.rows.values()))
+
+    def as_commands(self) -> Commands:
+        """The hosted subscriptions as already-applied subscribe rows (for snapshots)."""
+        ids = sorted(self.rows)
+        subs = self.batch(ids) if ids else codec.empty_subscriptions()
+        n = len(ids)
+        return Commands(np.full(n, -1, np.int64), np.full(n, APPLIED, np.int64), np.full(n, OP_SUB, np.int8), subs,
+                        [self.rows[i][0] for i in ids])
+
+
+def replay_commands(hosted: Hosted, due: Commands) -> None:
+    """Apply due commands to a :class:`Hosted` set only (rebuild from the durable log)."""
+    for j in range(len(due)):
+        sid = int(due.subs.ids[j])
+        hosted.remove(sid)
+        if due.op[j] == OP_SUB:
+            hosted.add_from(due, j)
+
+
+# --------------------------------------------------------------------------- window share
+
+
+class WindowShare:
+    """The window messages routed to this partition, in ``seq`` order, with an id -> seq lookup."""
+
+    def __init__(self) -> None:
+        self.ids = np.zeros(0, np.int64)
+        self.seq = np.zeros(0, np.int64)
+        self.times = np.zeros(0, np.float64)
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def append(self, ids: np.ndarray, seq: np.ndarray, times: np.ndarray) -> None:
+        self.ids = np.concatenate([self.ids, ids])
+        self.seq = np.concatenate([self.seq, seq])
+        self.times = np.concatenate([self.times, times])
+        self._sorted = None
+
+    def expire(self, spec: WindowSpec, clock: float) -> None:
+        keep = spec.live(self.times, clock)
+        if not keep.all():
+            first = int(np.argmax(keep)) if keep.any() else len(keep)  # times ascend: a prefix expires
+            self.ids, self.seq, self.times = self.ids[first:], self.seq[first:], self.times[first:]
+            self._sorted = None
+
+    def seq_of(self, ids: np.ndarray) -> np.ndarray:
+        """Sequence numbers of window message ids (every id must be in the window)."""
+        if self._sorted is None:
+            order = np.argsort(self.ids, kind="stable")
+            self._sorted = (self.ids[order], self.seq[order])
+        sid, sseq = self._sorted
+        pos = np.searchsorted(sid, ids)
+        if len(ids) and (pos.max(initial=0) >= len(sid) or not (sid[np.minimum(pos, len(sid) - 1)] == ids).all()):
+            raise InputError("E026", detail="a top-k entry is not in the partition's window share")
+        return sseq[pos]
+
+
+# --------------------------------------------------------------------------- the core
+
+
+@dataclass
+class PartitionInput:
+    """What one batch brings to a partition (already merged over the routed rows)."""
+
+    messages: MessageBatch
+    seq: np.ndarray
+    commands: Commands
+    hwm_seq: int  # the batch's high-water sequence number (from the ticks), -1 if none yet
+    hwm_t: float
+
+
+@dataclass
+class PartitionOutput:
+    reports: dict[int, bytes]  # merge bucket -> reports blob
+    upto: int
+    metrics: dict
+
+
+def _net_changes(logs: list[ChangeLog], exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Net the change logs of a batch per (subscription, message): +1 entered, -1 left, 0 both.
+
+    Returns (sub, msg, net) of the pairs with a non-zero net, subscriptions in ``exclude`` left out.
+    """
+    logs = [log for log in logs if len(log)]
+    if not logs:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    sub = np.concatenate([log.sub for log in logs])
+    msg = np.concatenate([log.msg for log in logs])
+    sign = np.where(np.concatenate([log.entered for log in logs]), 1, -1).astype(np.int64)
+    if len(exclude):
+        keep = ~np.isin(sub, exclude)
+        sub, msg, sign = sub[keep], msg[keep], sign[keep]
+    if len(sub) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    order = np.lexsort((msg, sub))
+    sub, msg, sign = sub[order], msg[order], sign[order]
+    first = np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])]
+    group = np.cumsum(first) - 1
+    net = np.bincount(group, weights=sign).astype(np.int64)
+    nz = net != 0
+    return sub[first][nz], msg[first][nz], net[nz]
+
+
+class PartitionCore:
+    """A partition's live state (see module docstring)."""
+
+    def __init__(self, config: PartitionConfig) -> None:
+        self.config = config
+        self.engine = config.make_engine()
+        self.hosted = Hosted()
+        self.pending = Commands.empty()
+        self.window = WindowShare()
+        self.hwm_seq = -1
+        self.hwm_t = -math.inf
+
+    # ------------------------------------------------------------------ rebuild
+    @classmethod
+    def rebuild(cls, config: PartitionConfig, hwm_seq: int, hwm_t: float, log: list[bytes],
+                segments: list[bytes]) -> PartitionCore:
+        """The core at a committed state: replay the command log (snapshot first), then subscribe
+        the hosted subscriptions and publish the live window messages in ``seq`` order."""
+        core = cls(config)
+        for blob in log:
+            cols = codec.unpack(blob)
+            cmds = Commands.from_columns(cols)
+            if "snapshot" in cols:
+                applied = cmds.at == APPLIED
+                core.hosted = Hosted()
+                replay_commands(core.hosted, cmds.take(np.flatnonzero(applied)))
+                core.pending = cmds.take(np.flatnonzero(~applied))
+            else:
+                due, _, core.pending = plan_commands(core.pending, cmds, int(cols["lo"][0]), int(cols["hwm_seq"][0]))
+                replay_commands(core.hosted, due)
+        # batches without commands log nothing, but their messages made pending commands due
+        due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
+        replay_commands(core.hosted, due)
+        core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
+        if len(core.hosted):
+            core.engine.subscribe_batch(core.hosted.batch(sorted(core.hosted.rows)))
+        batch, seq = codec.concat_messages([codec.unpack_messages(s) for s in segments])
+        if len(batch):
+            spec = config.window
+            times = spec.engine_times(seq, batch.t)
+            clock = spec.clock(core.hwm_seq, core.hwm_t)
+            live = np.flatnonzero(spec.live(times, clock))
+            batch, seq, times = batch.take(live), seq[live], times[live]
+            if len(batch):
+                core.engine.publish_batch(MessageBatch(batch.ids, batch.x, batch.y, times, batch.terms))
+                core.window.append(batch.ids, seq, times)
+        clock = config.window.clock(core.hwm_seq, core.hwm_t)
+        if core.hwm_seq >= 0 and clock > core.engine.clock:
+            advance_log(core.engine, clock)
+        return core
+
+    def snapshot(self) -> bytes:
+        """Hosted subscriptions and pending commands as one log entry (it replaces the log)."""
+        cmds = _stack_commands([self.hosted.as_commands(), self.pending])
+        return codec.pack(snapshot=np.ones(1, bool), **_command_columns(cmds))
+
+    # ------------------------------------------------------------------ one batch
+    def apply(self, inp: PartitionInput) -> PartitionOutput:
+        t0 = time.perf_counter()
+        spec = self.config.window
+        lo = self.hwm_seq + 1
+        hwm_seq = max(self.hwm_seq, int(inp.hwm_seq))
+        hwm_t = max(self.hwm_t, float(inp.hwm_t))
+        due, positions, self.pending = plan_commands(self.pending, inp.commands, lo, hwm_seq)
+        cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
+        before = self._lists([int(s) for s in cmd_subs if int(s) in self.hosted])
+        before_meta = {int(s): (int(s) in self.hosted, self.hosted.nrep(int(s)) if int(s) in self.hosted else 0)
+                       for s in cmd_subs}
+
+        batch, seq = inp.messages, np.asarray(inp.seq, np.int64)
+        times = spec.engine_times(seq, batch.t)
+        logs: list[ChangeLog] = []
+        published = 0
+        run: dict[int, int] = {}  # subscribe rows waiting for one subscribe_batch call: id -> row
+        for j in range(len(due)):
+            cut = int(np.searchsorted(seq, positions[j], side="left"))
+            if cut > published:
+                self._flush_subscribes(due, run)
+                logs.append(self._publish(batch, seq, times, published, cut))
+                published = cut
+            sid = int(due.subs.ids[j])
+            if due.op[j] == OP_SUB and sid not in self.hosted and sid not in run:
+                run[sid] = j
+                continue
+            self._flush_subscribes(due, run)
+            if self.hosted.remove(sid):
+                self.engine.unsubscribe(sid)
+            if due.op[j] == OP_SUB:
+                run[sid] = j
+        self._flush_subscribes(due, run)
+        if published < len(batch):
+            logs.append(self._publish(batch, seq, times, published, len(batch)))
+        self.hwm_seq, self.hwm_t = hwm_seq, hwm_t
+        clock = spec.clock(hwm_seq, hwm_t)
+        if hwm_seq >= 0 and clock > self.engine.clock:
+            logs.append(advance_log(self.engine, clock))
+        self.window.expire(spec, clock)
+        t_engine = time.perf_counter() - t0
+
+        reports, rows = self._reports(logs, cmd_subs, before, before_meta)
+        return PartitionOutput(
+            reports=reports, upto=hwm_seq + 1,
+            metrics={"messages": len(batch), "commands": len(inp.commands), "due_commands": len(due),
+                     "pending_commands": len(self.pending), "hosted": len(self.hosted),
+                     "hosted_inverse_replication": self.hosted.inverse_replication(),
+                     "window_share": len(self.window), "engine_s": t_engine,
+                     "report_s": time.perf_counter() - t0 - t_engine, "report_rows": rows},
+        )
+
+    def _publish(self, batch: MessageBatch, seq: np.ndarray, times: np.ndarray, lo: int, hi: int) -> ChangeLog:
+        rows = np.arange(lo, hi, dtype=np.int64)
+        part = batch.take(rows)
+        log = self.engine.publish_batch(MessageBatch(part.ids, part.x, part.y, times[lo:hi], part.terms))
+        self.window.append(part.ids, seq[lo:hi], times[lo:hi])
+        return log
+
+    def _flush_subscribes(self, due: Commands, run: dict[int, int]) -> None:
+        if not run:
+            return
+        rows = np.array(list(run.values()), np.int64)
+        self.engine.subscribe_batch(due.subs.take(rows))
+        for j in rows.tolist():
+            self.hosted.add_from(due, j)
+        run.clear()
+
+    def _lists(self, sub_ids: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Current local top-k (ids, scores, seqs) of hosted subscriptions."""
+        if not sub_ids:
+            return {}
+        indptr, ids, scores = topk_arrays(self.engine, np.array(sub_ids, np.int64))
+        seqs = self.window.seq_of(ids)
+        return {s: (ids[indptr[i]:indptr[i + 1]], scores[indptr[i]:indptr[i + 1]], seqs[indptr[i]:indptr[i + 1]])
+                for i, s in enumerate(sub_ids)}
+
+    def _reports(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
+                 before_meta: dict) -> tuple[dict[int, bytes], int]:
+        """Report blobs per merge bucket, and the number of report rows."""
+        nb = self.config.num_buckets
+        builders: dict[int, ReportBuilder] = {}
+
+        def builder(sid: int) -> ReportBuilder:
+            b = int(bucket_of(np.array([sid]), nb)[0])
+            if b not in builders:
+                builders[b] = ReportBuilder(self.config.partition)
+            return builders[b]
+
+        # subscriptions whose hosting a command touched: before/after state
+        after_subs = [int(s) for s in cmd_subs if int(s) in self.hosted]
+        after = self._lists(after_subs)
+        for s in (int(s) for s in cmd_subs):
+            hosted_before, nrep_before = before_meta[s]
+            hosted_after = s in self.hosted
+            if not hosted_before and not hosted_after:
+                continue
+            nrep_after = self.hosted.nrep(s) if hosted_after else 0
+            k = self.hosted.rows[s][3] if hosted_after else 0
+            b_list = before[s] if hosted_before and nrep_before == 1 else EMPTY_LIST
+            builder(s).add(s, STATE, (hosted_before, nrep_before), (hosted_after, nrep_after), k,
+                           after.get(s, EMPTY_LIST), b_list)
+
+        # subscriptions whose local top-k the batch changed (same instance before and after)
+        sub, msg, net = _net_changes(logs, cmd_subs)
+        if len(sub):
+            starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
+            ends = np.r_[starts[1:], len(sub)]
+            touched = sub[starts].tolist()
+            lists = self._lists(touched)
+            for s, a, b in zip(touched, starts, ends):
+                nrep = self.hosted.nrep(s)
+                ids, scores, seqs = lists[s]
+                if nrep > 1:
+                    builder(s).add(s, STATE, (True, nrep), (True, nrep), self.hosted.rows[s][3], (ids, scores, seqs))
+                    continue
+                entered = msg[a:b][net[a:b] > 0]
+                left = msg[a:b][net[a:b] < 0]
+                pick = np.isin(ids, entered)
+                if int(pick.sum()) != len(entered):
+                    raise InputError("E026", detail=f"subscription {s}: a message netted as entered is not in its top-k")
+                builder(s).add(s, DELTA, (True, 1), (True, 1), self.hosted.rows[s][3],
+                               (ids[pick], scores[pick], seqs[pick]), (left, np.zeros(len(left)), np.zeros(len(left), np.int64)))
+        upto = self.hwm_seq + 1
+        return {b: rb.pack(upto) for b, rb in builders.items()}, sum(len(rb) for rb in builders.values())
+
+
+def _stack_commands(parts: list[Commands]) -> Commands:
+    """Concatenate commands as they are (no reordering, no deduplication)."""
+    subs = SubscriptionBatch(
+        np.concatenate([p.subs.ids for p in parts]), np.concatenate([p.subs.x for p in parts]),
+        np.concatenate([p.subs.y for p in parts]), np.concatenate([p.subs.k for p in parts]),
+        np.concatenate([p.subs.alpha for p in parts]), TermMatrix.concat([p.subs.terms for p in parts]),
+    )
+    return Commands(np.concatenate([p.cseq for p in parts]), np.concatenate([p.at for p in parts]),
+                    np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]))
+
+
+def _command_columns(cmds: Commands) -> dict[str, np.ndarray]:
+    s = cmds.subs
+    return {"cseq": cmds.cseq, "at": cmds.at, "op": cmds.op, "ids": s.ids, "x": s.x, "y": s.y, "k": s.k,
+            "alpha": s.alpha, "nrep": cmds.nrep, "indptr": s.terms.indptr, "terms": s.terms.ids,
+            "weights": s.terms.weights}
+
+
+def command_log_entry(cmds: Commands, lo: int, hwm_seq: int) -> bytes:
+    """The durable log entry of one batch: the commands it brought, with the batch's first and
+    last sequence numbers (what :func:`plan_commands` needs to replay it)."""
+    return codec.pack(lo=np.array([lo], np.int64), hwm_seq=np.array([hwm_seq], np.int64), **_command_columns(cmds))

@@ -1,0 +1,242 @@
+"""The two stateful operators (``transformWithState``, Row API) of the DSkype streaming job.
+
+1. :class:`PartitionProcessor`, grouped by subscription partition: merges the batch's routed rows
+   (messages, commands, ticks), hands them with the committed ``(version, tag)`` to the
+   partition's engine host, rebuilds the engine from durable state on a miss, writes the batch's
+   durable delta (:mod:`skype.spark.durable`) and emits the partition's reports, one row per merge
+   bucket, plus one metrics row.
+2. :class:`MergeProcessor`, grouped by merge bucket: folds the reports into the bucket's state
+   (replica lists of replicated subscriptions), emits the batch's result-change events, passes the
+   partitions' metrics rows through and adds its own.
+
+Each batch bumps ``version`` and draws a fresh random ``tag`` for the key; the host applies a
+batch only when its object carries the committed stamp (see :mod:`skype.spark.hosts`).  Every
+``(version, tag)`` a host can hold was either committed, or written by a task whose state-store
+commit never happened, in which case no committed state carries it and the next task rebuilds.
+
+Rows in: :data:`skype.spark.routing.ROUTED_SCHEMA_DDL`.  Rows between the stages:
+``key long, kind string, payload binary`` (kind ``reports`` or ``metrics``).  Rows out:
+``kind string, payload binary`` (kind ``events`` or ``metrics``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from typing import Iterator
+
+import numpy as np
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+
+from skype.spark import codec
+from skype.spark.codec import Commands
+from skype.spark.durable import Meta, wants_snapshot
+from skype.spark.hosts import MERGE, PARTITION, HostError, InProcessHosts, ProcessHosts
+from skype.spark.partition import PartitionConfig, PartitionInput, command_log_entry
+
+STAGE_SCHEMA_DDL = "key long, kind string, payload binary"
+OUTPUT_SCHEMA_DDL = "kind string, payload binary"
+BLOB = "blob binary"
+ID = "id long"
+
+
+def _new_tag() -> int:
+    return secrets.randbits(62) + 1
+
+
+def _task_partition() -> int:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return int(ctx.partitionId()) if ctx is not None else -1
+    except Exception:  # noqa: BLE001 - metrics only
+        return -1
+
+
+class _HostedProcessor(StatefulProcessor):
+    """Shared plumbing: the host client, the meta/log state, the apply-or-rebuild exchange."""
+
+    stage = ""
+
+    def __init__(self, token: str, engine_cache: str = "process", idle_timeout: float = 600.0) -> None:
+        self.token = token
+        self.engine_cache = engine_cache
+        self.idle_timeout = idle_timeout
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.meta_state = handle.getValueState("meta", BLOB)
+        self.log_state = handle.getMapState("log", ID, BLOB)
+        self._hosts = (ProcessHosts(self.token, self.idle_timeout) if self.engine_cache == "process"
+                       else InProcessHosts())
+
+    def close(self) -> None:
+        pass
+
+    def _load_meta(self) -> Meta:
+        value = self.meta_state.get()
+        return Meta.from_blob(value[0] if value is not None else None)
+
+    def _read_log(self, meta: Meta) -> list[bytes]:
+        entries = {int(k[0]): bytes(v[0]) for k, v in self.log_state.iterator()} if meta.log_ids else {}
+        return [entries[i] for i in meta.log_ids]
+
+    def _exchange(self, key: int, ident: tuple, meta: Meta, new: tuple, inputs, want_snapshot: bool,
+                  durable_fn) -> tuple:
+        """Apply on the host; on a miss send the durable state.  Returns (output, snapshot, info)."""
+        reply = self._hosts.call(self.stage, key, ("apply", self.stage, key, ident, meta.committed, new, inputs,
+                                                   want_snapshot))
+        cold = False
+        if reply[0] == "miss":
+            cold = bool(reply[1])
+            reply = self._hosts.call(self.stage, key, ("rebuild", self.stage, key, ident, durable_fn(), new, inputs,
+                                                       want_snapshot))
+        if reply[0] != "ok":
+            raise HostError(f"unexpected host reply {reply[0]!r}")
+        _, output, snapshot, info = reply
+        info = dict(info, hit=not info["rebuilt"], cold=cold and meta.version == 0)
+        return output, snapshot, info
+
+    def _write_log(self, meta: Meta, delta: bytes | None, snapshot: bytes | None) -> int:
+        """Write this batch's log delta, or the snapshot that replaces the log; returns bytes."""
+        if snapshot is not None:
+            for old in meta.log_ids:
+                self.log_state.removeKey((old,))
+            sid = meta.take_id()
+            self.log_state.updateValue((sid,), (snapshot,))
+            meta.log_ids, meta.log_bytes, meta.snapshot_bytes = [sid], 0, len(snapshot)
+            return len(snapshot)
+        if delta is not None:
+            did = meta.take_id()
+            self.log_state.updateValue((did,), (delta,))
+            meta.log_ids.append(did)
+            meta.log_bytes += len(delta)
+            return len(delta)
+        return 0
+
+
+class PartitionProcessor(_HostedProcessor):
+    """Stage 1: one subscription partition per grouping key (see module docstring)."""
+
+    stage = PARTITION
+
+    def __init__(self, token: str, configs: dict[int, PartitionConfig], bucket_keys: list[int],
+                 engine_cache: str = "process", idle_timeout: float = 600.0) -> None:
+        super().__init__(token, engine_cache, idle_timeout)
+        self.configs = configs
+        self.bucket_keys = bucket_keys
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        self.segment_state = handle.getMapState("segments", ID, BLOB)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        t0 = time.perf_counter()
+        key = int(key[0])
+        config = self.configs[key]
+        spec = config.window
+        msg_parts, cmd_parts = [], []
+        hwm_seq, hwm_t = -1, -math.inf
+        for row in rows:
+            if row.messages:
+                msg_parts.append(codec.unpack_messages(row.messages))
+            if row.commands:
+                cmd_parts.append(Commands.unpack(row.commands))
+            hwm_seq = max(hwm_seq, int(row.hwm_seq))
+            hwm_t = max(hwm_t, float(row.hwm_t))
+        messages, seq = codec.concat_messages(msg_parts)
+        commands = Commands.concat(cmd_parts)
+        meta = self._load_meta()
+        lo = meta.hwm_seq + 1
+        new_hwm_seq, new_hwm_t = max(meta.hwm_seq, hwm_seq), max(meta.hwm_t, hwm_t)
+        delta = command_log_entry(commands, lo, new_hwm_seq) if len(commands) else None
+        want_snapshot = delta is not None and wants_snapshot(meta, len(delta))
+        new = (meta.version + 1, _new_tag())
+        inputs = PartitionInput(messages, seq, commands, hwm_seq, hwm_t)
+        t_read = time.perf_counter()
+
+        def durable():
+            segments = ({int(k[0]): bytes(v[0]) for k, v in self.segment_state.iterator()} if meta.seg_ids else {})
+            return (meta.hwm_seq, meta.hwm_t, self._read_log(meta), [segments[i] for i in meta.seg_ids])
+
+        output, snapshot, info = self._exchange(key, (self.token, config), meta, new, inputs, want_snapshot, durable)
+        t_host = time.perf_counter()
+
+        written = self._write_log(meta, delta, snapshot)
+        if len(messages):
+            segment = codec.pack_messages(messages, seq)
+            sid = meta.take_id()
+            self.segment_state.updateValue((sid,), (segment,))
+            meta.seg_ids.append(sid)
+            meta.seg_last.append(float(spec.engine_times(seq, messages.t).max()))
+            written += len(segment)
+        clock = spec.clock(new_hwm_seq, new_hwm_t)
+        keep_ids, keep_last = [], []
+        for sid, last in zip(meta.seg_ids, meta.seg_last):
+            if spec.live(np.array([last]), clock)[0]:
+                keep_ids.append(sid)
+                keep_last.append(last)
+            else:
+                self.segment_state.removeKey((sid,))
+        meta.seg_ids, meta.seg_last = keep_ids, keep_last
+        meta.version, meta.tag = new
+        meta.hwm_seq, meta.hwm_t = new_hwm_seq, new_hwm_t
+        meta_blob = meta.to_blob()
+        self.meta_state.update((meta_blob,))
+        written += len(meta_blob)
+
+        for bucket, blob in sorted(output.reports.items()):
+            yield Row(key=self.bucket_keys[bucket], kind="reports", payload=blob)
+        metrics = dict(output.metrics, stage=PARTITION, partition=config.partition, upto=output.upto,
+                       hit=info["hit"], cold=info["cold"], rebuild_s=info["rebuild_s"], host_pid=info["host_pid"],
+                       state_bytes_written=written, segments=len(meta.seg_ids), log_entries=len(meta.log_ids),
+                       snapshot=snapshot is not None, read_s=t_read - t0, host_s=t_host - t_read,
+                       task_s=time.perf_counter() - t0, spark_partition=_task_partition())
+        yield Row(key=self.bucket_keys[config.partition % len(self.bucket_keys)], kind="metrics",
+                  payload=json.dumps(metrics).encode())
+
+
+class MergeProcessor(_HostedProcessor):
+    """Stage 2: one merge bucket per grouping key (see module docstring)."""
+
+    stage = MERGE
+
+    def __init__(self, token: str, bucket_of_key: dict[int, int], engine_cache: str = "process",
+                 idle_timeout: float = 600.0) -> None:
+        super().__init__(token, engine_cache, idle_timeout)
+        self.bucket_of_key = bucket_of_key
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        t0 = time.perf_counter()
+        key = int(key[0])
+        blobs = []
+        for row in rows:
+            if row.kind == "metrics":
+                yield Row(kind="metrics", payload=row.payload)
+            else:
+                blobs.append(bytes(row.payload))
+        if not blobs:
+            return
+        meta = self._load_meta()
+        new = (meta.version + 1, _new_tag())
+        output, snapshot, info = self._exchange(key, (self.token, None), meta, new, blobs, False,
+                                                lambda: self._read_log(meta))
+        events, delta, metrics = output
+        if delta is not None and wants_snapshot(meta, len(delta)):
+            # the delta's size is known only now: ask the host for its state, this batch included
+            reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
+            snapshot = reply[1] if reply[0] == "ok" else None
+        written = self._write_log(meta, delta, snapshot)
+        meta.version, meta.tag = new
+        meta_blob = meta.to_blob()
+        self.meta_state.update((meta_blob,))
+        written += len(meta_blob)
+        if events is not None:
+            yield Row(kind="events", payload=events)
+        metrics = dict(metrics, stage=MERGE, bucket=self.bucket_of_key[key], hit=info["hit"], cold=info["cold"],
+                       rebuild_s=info["rebuild_s"], state_bytes_written=written, log_entries=len(meta.log_ids),
+                       task_s=time.perf_counter() - t0, spark_partition=_task_partition())
+        yield Row(kind="metrics", payload=json.dumps(metrics).encode())

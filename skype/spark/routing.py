@@ -1,0 +1,190 @@
+"""Routing a micro-batch to subscription partitions (the map before the stateful operator).
+
+Input: rows of the unified *stream event* schema (:data:`EVENT_FIELDS`): messages (``kind`` 0,
+``seq`` = global position) and subscription commands (``kind`` 1 subscribe / 2 unsubscribe,
+``seq`` = command ordinal ``cseq``, ``at`` = position in the message stream or -1).  Output: at most
+one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, commands)``:
+
+* ``messages``: the batch's messages routed to the partition, packed (:mod:`skype.spark.codec`);
+* ``commands``: its commands: a subscribe goes to the partitions the method places it on (with
+  ``nrep`` = how many), an unsubscribe to every partition, and every other partition gets a
+  ``DROP`` of a subscribed id (so an id re-subscribed with other terms leaves no stale replica);
+* ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
+  messages.  Every partition gets one whenever the batch has messages, so the stateful operator
+  calls every partition and each takes the maximum over its ticks: the global high-water mark.
+
+Routing is the distribution layer's (:mod:`skype.dist`), with the exact-mode settings of the
+runtime: subscriptions are routed with ``theta = 0`` (their whole term list is their loose prefix)
+and messages by all their terms (keyword summaries off), so a partition's window share holds every
+window message carrying a term of its range and every subscription sharing such a term is
+hosted there.  ``key`` is the Spark grouping key of the partition (:mod:`skype.spark.keys`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from skype.dist.base import Distribution
+from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
+from skype.spark import codec
+from skype.spark.codec import OP_SUB, OP_UNSUB, Commands
+
+KIND_MESSAGE = 0
+KIND_SUBSCRIBE = 1
+KIND_UNSUBSCRIBE = 2
+
+EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights")
+EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
+                    "term_ids array<long>, weights array<double>")
+ROUTED_SCHEMA_DDL = "key long, hwm_seq long, hwm_t double, messages binary, commands binary"
+
+
+def event_arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([("kind", pa.int8()), ("seq", pa.int64()), ("at", pa.int64()), ("id", pa.int64()),
+                      ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), ("k", pa.int64()),
+                      ("alpha", pa.float64()), ("term_ids", pa.list_(pa.int64())), ("weights", pa.list_(pa.float64()))])
+
+
+@dataclass
+class RoutedPart:
+    """What one partition receives from one routed batch."""
+
+    messages: bytes
+    commands: bytes
+    hwm_seq: int
+    hwm_t: float
+    num_messages: int
+
+
+class Router:
+    """Routes messages and commands with a distribution built in exact mode (see module docstring)."""
+
+    def __init__(self, dist: Distribution, keys: list[int]) -> None:
+        self.dist = dist
+        self.num_partitions = dist.num_partitions
+        self.keys = list(keys)
+
+    def route(self, messages: MessageBatch, seq: np.ndarray, commands: Commands) -> dict[int, RoutedPart]:
+        """Partition -> what it receives; every partition gets a part when there are messages."""
+        P = self.num_partitions
+        msg_rows: list[np.ndarray] = [np.zeros(0, np.int64)] * P
+        if len(messages):
+            by_part = self.dist.route_messages(messages).by_partition(P)
+            msg_rows = [by_part.row(p).astype(np.int64) for p in range(P)]
+        cmd_parts = self._route_commands(commands)
+        out: dict[int, RoutedPart] = {}
+        hwm_seq = int(seq.max()) if len(seq) else -1
+        hwm_t = float(messages.t.max()) if len(messages) else -np.inf
+        for p in range(P):
+            rows = msg_rows[p]
+            cmds = cmd_parts[p]
+            if not len(messages) and not len(cmds):
+                continue
+            out[p] = RoutedPart(codec.pack_messages(messages.take(rows), seq[rows]) if len(rows) else b"",
+                                cmds.pack() if len(cmds) else b"", hwm_seq, hwm_t, len(rows))
+        return out
+
+    def _route_commands(self, commands: Commands) -> list[Commands]:
+        P = self.num_partitions
+        if len(commands) == 0:
+            return [Commands.empty()] * P
+        sub_rows = np.flatnonzero(commands.op == OP_SUB)
+        placement_rows: list[np.ndarray] = []
+        placement_parts: list[np.ndarray] = []
+        nrep = np.zeros(len(commands), np.int32)
+        # route in rounds of distinct ids: the distribution registers what it routes
+        occurrence = _occurrence(commands.subs.ids[sub_rows])
+        for r in range(int(occurrence.max(initial=-1)) + 1):
+            rows = sub_rows[occurrence == r]
+            routing = self.dist.route_subscriptions(commands.subs.take(rows), None)
+            self.dist.remove_subscriptions(commands.subs.ids[rows])
+            pr, pp = routing.pairs()
+            placement_rows.append(rows[pr])
+            placement_parts.append(pp.astype(np.int64))
+            nrep[rows] = routing.counts()
+        placed_rows = np.concatenate(placement_rows) if placement_rows else np.zeros(0, np.int64)
+        placed_parts = np.concatenate(placement_parts) if placement_parts else np.zeros(0, np.int64)
+        placed = np.zeros((len(commands), P), bool)
+        placed[placed_rows, placed_parts] = True
+        drop = commands.drops()
+        out = []
+        for p in range(P):
+            full = np.flatnonzero(placed[:, p] | (commands.op == OP_UNSUB))
+            notice = sub_rows[~placed[sub_rows, p]]
+            parts = [Commands(commands.cseq[full], commands.at[full], commands.op[full],
+                              commands.subs.take(full), nrep[full])]
+            if len(notice):
+                parts.append(drop.take(notice))
+            out.append(Commands.concat(parts))
+        return out
+
+
+def _occurrence(ids: np.ndarray) -> np.ndarray:
+    """For each position, how many earlier positions hold the same id."""
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    starts = np.r_[True, s[1:] != s[:-1]] if len(s) else np.zeros(0, bool)
+    group_start = np.maximum.accumulate(np.where(starts, np.arange(len(s)), 0)) if len(s) else np.zeros(0, np.int64)
+    occ = np.empty(len(ids), np.int64)
+    occ[order] = np.arange(len(s)) - group_start
+    return occ
+
+
+# --------------------------------------------------------------------------- Arrow <-> batches
+
+
+def _list_column(column) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of an Arrow list column without nulls."""
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    values = np.asarray(arr.values, dtype=np.float64 if pa.types.is_floating(arr.type.value_type) else np.int64)
+    return offsets - offsets[0], values[offsets[0]:offsets[-1]]
+
+
+def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
+    """Split an Arrow batch of stream events into (messages, their seq, commands)."""
+    kind = np.asarray(batch.column("kind"), dtype=np.int8)
+    cols = {name: np.asarray(batch.column(name).fill_null(-1 if name in ("at",) else 0))
+            for name in ("seq", "at", "id", "x", "y", "t", "k", "alpha")}
+    indptr, term_ids = _list_column(batch.column("term_ids"))
+    _, weights = _list_column(batch.column("weights"))
+    terms = TermMatrix(indptr, term_ids, weights)
+    msg = np.flatnonzero(kind == KIND_MESSAGE)
+    cmd = np.flatnonzero(kind != KIND_MESSAGE)
+    messages = MessageBatch(cols["id"][msg], cols["x"][msg], cols["y"][msg], cols["t"][msg], terms.take(msg))
+    seq = cols["seq"][msg].astype(np.int64)
+    if len(msg) > 1 and (np.diff(seq) < 0).any():
+        order = np.argsort(seq, kind="stable")
+        messages, seq = messages.take(order), seq[order]
+    subs = SubscriptionBatch(cols["id"][cmd], cols["x"][cmd], cols["y"][cmd], cols["k"][cmd], cols["alpha"][cmd],
+                             terms.take(cmd))
+    op = np.where(kind[cmd] == KIND_SUBSCRIBE, OP_SUB, OP_UNSUB).astype(np.int8)
+    commands = Commands.concat([Commands(cols["seq"][cmd], cols["at"][cmd], op, subs, np.zeros(len(cmd), np.int32))])
+    return messages, seq, commands
+
+
+def route_arrow(router: Router, batches):
+    """The ``mapInArrow`` function: stream-event Arrow batches -> routed rows (one per partition
+    and input batch)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        messages, seq, commands = events_from_arrow(batch)
+        parts = router.route(messages, seq, commands)
+        if not parts:
+            continue
+        ps = sorted(parts)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([router.keys[p] for p in ps], pa.int64()), pa.array([parts[p].hwm_seq for p in ps], pa.int64()),
+             pa.array([parts[p].hwm_t for p in ps], pa.float64()), pa.array([parts[p].messages for p in ps], pa.binary()),
+             pa.array([parts[p].commands for p in ps], pa.binary())],
+            names=["key", "hwm_seq", "hwm_t", "messages", "commands"],
+        )
