@@ -41,6 +41,7 @@ class Errors:
     E025 = "id must be an integer in the signed 64-bit range, got {value!r}"
     E026 = "batch arrays disagree: {detail}"
     E027 = "term vector is malformed: {detail}"
+    E028 = "run directory {path!r} was created with other settings (first run, now): {detail}"
 
 
 class InputError(SkypeError, ValueError):

@@ -379,7 +379,7 @@ class PartitionCore:
         reports, rows = self._reports(logs, cmd_subs, before, before_meta)
         return PartitionOutput(
             reports=reports, upto=hwm_seq + 1,
-            metrics={"messages": len(batch), "commands": len(inp.commands), "due_commands": len(due),
+            metrics={"first_seq": lo, "messages": len(batch), "commands": len(inp.commands), "due_commands": len(due),
                      "pending_commands": len(self.pending), "hosted": len(self.hosted),
                      "hosted_inverse_replication": self.hosted.inverse_replication(),
                      "window_share": len(self.window), "engine_s": t_engine,

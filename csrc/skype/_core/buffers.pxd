@@ -24,6 +24,19 @@ cdef struct PulledC:             # a message pulled from the message index in ra
     double score
 
 
+cdef struct SubBufC:              # one subscription's result buffer
+    vector[BufEntryC] entries     # sorted by (score desc, seq desc): the top-k is the first k
+    int32_t k
+    float cq                      # running mean of its re-evaluation work (cost model's C_q)
+    uint32_t refresh_at           # a complete buffer is re-evaluated beyond this many entries
+    float p_theta                 # planned admission probability per arrival (n_theta / |W|)
+    uint32_t born                 # arrival counter (low 32 bits) at the last re-evaluation
+    uint32_t admits               # admissions since the last re-evaluation
+    uint32_t retune_at            # window size at which a plan made on a filling window is redone
+    uint8_t complete              # 1: holds every match (skyband kinds: the k-skyband of every
+                                  #    match), so theta = 0 and expiry never re-evaluates
+
+
 cdef enum BufferKind:
     BUF_EXACT = 0
     BUF_CSKYBAND = 1
@@ -43,10 +56,7 @@ cdef class Buffers:
     cdef SubscriptionIndex index
     cdef MessageIndex msgs
     cdef WindowStore window
-    cdef vector[vector[BufEntryC]] buf       # per sid, sorted by (score desc, seq desc)
-    cdef vector[uint8_t] complete            # 1: the buffer holds every match (skyband kinds:
-                                             #    the k-skyband of every match); theta = 0
-    cdef vector[float] cq                    # per sid: running mean of its re-evaluation work
+    cdef vector[SubBufC] buf                 # per sid
     # parameters
     cdef double skyband_ratio
     cdef int32_t kmax
@@ -66,6 +76,7 @@ cdef class Buffers:
     cdef uint64_t n_reevaluations, n_refreshes, n_initializations, n_admits, reeval_work, n_queries
     cdef double cq_mean
     # scratch
+    cdef bint plan_constrained                # the last cost scan wanted fewer than k messages
     cdef vector[PulledC] pulled
     cdef vector[BufEntryC] rebuilt
     cdef vector[uint32_t] old_seqs, new_seqs, old_all
@@ -82,7 +93,7 @@ cdef class Buffers:
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
     cdef void _update_theta(self, sid_t sid) noexcept nogil
     cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil
-    cdef double _cost(self, double n, int32_t k, double hsum, double cq_cost) noexcept nogil
+    cdef double _cost(self, double n, int32_t k, double cq_cost) noexcept nogil
     cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil

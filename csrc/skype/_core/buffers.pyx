@@ -28,12 +28,12 @@ left the top-k) are appended to ``events`` for the engine to net per message.  T
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport pow, isfinite, INFINITY
+from libc.math cimport pow, log, isfinite, INFINITY
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
 from skype._core.window cimport WindowStore, MsgC
 from skype._core.msgindex cimport MessageIndex
-from skype._core.subindex cimport SubTable, SubscriptionIndex
+from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
 KINDS = {"exact": BUF_EXACT, "cskyband": BUF_CSKYBAND, "skyband": BUF_SKYBAND, "kmax": BUF_KMAX}
 BARRIERS = {"stationary": BARRIER_STATIONARY, "window": BARRIER_WINDOW, "factor": BARRIER_FACTOR}
@@ -124,8 +124,6 @@ cdef class Buffers:
     cdef void ensure(self, sid_t sid) noexcept nogil:
         if self.buf.size() <= sid:
             self.buf.resize(sid + 1)
-            self.complete.resize(sid + 1, 1)
-            self.cq.resize(sid + 1, 0)
 
     cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
         cdef seq_t newest = self.window.next_seq() - 1
@@ -142,9 +140,9 @@ cdef class Buffers:
         self.events.push_back(e)
 
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
-        if self.table.theta[sid] == theta:
+        if self.table.hot[sid].theta == theta:
             return
-        self.table.theta[sid] = theta
+        self.table.hot[sid].theta = theta
         if notify:
             self.index.theta_changed(sid)
         else:
@@ -152,18 +150,18 @@ cdef class Buffers:
 
     cdef void _update_theta(self, sid_t sid) noexcept nogil:
         """exact and kmax: theta follows the buffer (skyband kinds change it at re-evaluation)."""
-        cdef vector[BufEntryC]* B = &self.buf[sid]
-        cdef int32_t k = self.table.k[sid]
+        cdef SubBufC* sb = &self.buf[sid]
+        cdef vector[BufEntryC]* B = &sb.entries
         if self.kind == BUF_EXACT:
-            if <int32_t>B.size() >= k:
-                self.complete[sid] = 0
-                self._set_theta(sid, B[0][k - 1].score, True)
-            elif self.complete[sid]:
+            if <int32_t>B.size() >= sb.k:
+                sb.complete = 0
+                self._set_theta(sid, B[0][sb.k - 1].score, True)
+            elif sb.complete:
                 self._set_theta(sid, 0.0, True)
         elif self.kind == BUF_KMAX:
             if <int32_t>B.size() >= self.kmax:
-                self.complete[sid] = 0
-            if self.complete[sid]:
+                sb.complete = 0
+            if sb.complete:
                 self._set_theta(sid, 0.0, True)
             elif B.size():
                 self._set_theta(sid, B.back().score, True)
@@ -192,26 +190,36 @@ cdef class Buffers:
             return INFINITY
         return e
 
-    cdef double _cost(self, double n, int32_t k, double hsum, double cq_cost) noexcept nogil:
-        """C(theta_n) of Eq. 13: skyband maintenance plus re-evaluation cost per update."""
-        cdef double N = self.window_n if self.window_n > n else n
-        cdef double P = n / N
-        cdef double eb = k * (1.0 + hsum)          # E|B| = k (1 + H_n - H_k)
-        cdef double steps = self._expected_steps(n, k, P)
-        return P * (self.p_arrival * self.c_ins * eb + self.p_expiry * self.c_del) + cq_cost / steps
+    cdef double _cost(self, double n, int32_t k, double cq_cost) noexcept nogil:
+        """C(theta_n) of Eq. 13 for theta = the n-th best score of the current window:
+        skyband maintenance plus re-evaluation cost per update.  P_theta = n / |W| is estimated
+        on the current window; the walk and the buffer size are those of the steady state, with
+        n0 = N * P_theta messages above theta once the window holds N (while a count window is
+        still filling, n0 > n).  cq_cost < 0 means "no re-evaluation ever" (theta = 0)."""
+        cdef double W = <double>self.window.count if self.window.count > 0 else 1.0
+        cdef double P = n / W if n < W else 1.0
+        cdef double N = self.window_n if self.window_n > W else W
+        cdef double n0 = N * P
+        # E|B| = k (1 + H_n0 - H_k), H_x - H_k ~ ln(x / k) + 1/(2x) - 1/(2k)
+        cdef double eb = k * (1.0 + (log(n0 / k) + 0.5 / n0 - 0.5 / k if n0 > k else 0.0))
+        cdef double maintenance = P * (self.p_arrival * self.c_ins * eb + self.p_expiry * self.c_del)
+        if cq_cost < 0:
+            return maintenance
+        return maintenance + cq_cost / self._expected_steps(n0, k, P)
 
     # ------------------------------------------------------------------ re-evaluation
     cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil:
-        """Fill ``pulled`` in ranking order and choose theta; True when every match was pulled
-        (complete: theta = 0)."""
-        cdef int32_t k = self.table.k[sid], cap, rising = 0
+        """Fill ``pulled`` in ranking order and choose theta; True when the buffer is to hold
+        every match (complete: theta = 0)."""
+        cdef SubBufC* sb = &self.buf[sid]
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef int32_t k = sb.k, cap, rising = 0
         cdef seq_t seq
-        cdef double score, c, prev_c = INFINITY, best_c = INFINITY, hsum = 0.0, cq_cost
+        cdef double score, c, prev_c = INFINITY, best_c = INFINITY, cq_cost
         cdef size_t n, best_n = 0, nmax
-        cdef uint32_t off = self.table.term_off[sid]
         self.pulled.clear()
-        self.msgs.query_start(self.table.alpha[sid], self.table.x[sid], self.table.y[sid],
-                              &self.table.terms[off], &self.table.w[off], self.table.nterms[sid])
+        self.plan_constrained = False
+        self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
         theta[0] = 0.0
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
             cap = k if self.kind == BUF_EXACT else (self.kmax if self.kmax > k else k)
@@ -228,18 +236,21 @@ cdef class Buffers:
                 self.pulled.push_back(PulledC(seq, score))
             theta[0] = self.skyband_ratio * self.pulled.back().score
         else:
-            cq_cost = self.query_cost * (self.cq[sid] if self.cq[sid] > 0 else (self.cq_mean if self.cq_mean > 0 else 200.0))
+            cq_cost = self.query_cost * (sb.cq if sb.cq > 0 else (self.cq_mean if self.cq_mean > 0 else 200.0))
             nmax = <size_t>(self.nmax_factor * k)
             while True:
                 if not self.msgs.query_next(&seq, &score):
-                    return True
+                    # every match pulled: keep them all (theta = 0, never re-evaluated) unless a
+                    # threshold scores better in the cost model
+                    n = self.pulled.size()
+                    if <int32_t>n < k or self._cost(<double>n, k, -1.0) <= best_c:
+                        return True
+                    break
                 self.pulled.push_back(PulledC(seq, score))
                 n = self.pulled.size()
                 if <int32_t>n < k:
                     continue
-                if <int32_t>n > k:
-                    hsum += 1.0 / n
-                c = self._cost(<double>n, k, hsum, cq_cost)
+                c = self._cost(<double>n, k, cq_cost)
                 if c < best_c:
                     best_c = c
                     best_n = n
@@ -248,24 +259,29 @@ cdef class Buffers:
                 if rising >= self.stop_after or n >= nmax:
                     break
             theta[0] = self.pulled[best_n - 1].score
+            self.plan_constrained = <int32_t>best_n == k
         # keep pulling ties (and, for skyband, everything down to theta)
         while self.pulled.back().score >= theta[0]:
             if not self.msgs.query_next(&seq, &score):
-                theta[0] = 0.0
-                return True
+                break
             self.pulled.push_back(PulledC(seq, score))
         return False
 
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil:
-        cdef vector[BufEntryC]* B = &self.buf[sid]
-        cdef int32_t k = self.table.k[sid]
+        cdef SubBufC* sb
+        cdef vector[BufEntryC]* B
+        cdef int32_t k
         cdef double theta = 0.0
         cdef bint complete
-        cdef size_t i, j, n_old
+        cdef size_t i, j
         cdef BufEntryC e
         cdef uint32_t dc
         cdef uint64_t work
+        cdef size_t n_above
         cdef vector[seq_t]* h = &self.heap
+        sb = &self.buf[sid]
+        B = &sb.entries
+        k = sb.k
         # old state, for events and for the reverse map
         self.old_all.clear()
         for i in range(B.size()):
@@ -298,28 +314,37 @@ cdef class Buffers:
             e.seq_lo = <uint32_t>self.pulled[i].seq
             e.dc = dc
             self.rebuilt.push_back(e)
+        # the plan the admission-rate check compares against: pulled messages above theta / |W|
+        n_above = self.pulled.size()
+        while n_above > 0 and not complete and self.pulled[n_above - 1].score < theta:
+            n_above -= 1
+        sb.p_theta = <float>(<double>n_above / (self.window.count if self.window.count else 1))
+        sb.born = <uint32_t>self.window.next_seq()
+        sb.admits = 0
+        # A plan made while a count window fills is loose for the full window (theta <= the
+        # kScore of a partial window, and the cost scan could not go below k): redo it when the
+        # window has doubled.  Skyband (theta = ratio * kScore) is always in that situation.
+        sb.retune_at = 0
+        if self.window.count < self.window_n and not complete and (self.kind == BUF_SKYBAND or self.plan_constrained):
+            sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n else self.window_n)
         B.swap(self.rebuilt)
-        self.complete[sid] = complete
+        sb.complete = complete
+        # a complete buffer that grows refresh_factor times past this size is re-evaluated
+        sb.refresh_at = <uint32_t>(self.refresh_factor * (B.size() if <int32_t>B.size() > k else k))
         # reverse map: register the messages that are new to this buffer
         std_sort(self.old_all.begin(), self.old_all.end())
         for i in range(B.size()):
             if not self._contains(&self.old_all, B[0][i].seq_lo):
-                self.window.holders_of(self._full_seq(B[0][i].seq_lo)).push_back(sid)
+                self.window.add_holder(self._full_seq(B[0][i].seq_lo), sid)
         if emit:
             self._diff_events(sid, k)
         # work accounting for the cost model's C_q
         work = self.msgs.q_work
-        self.cq[sid] = <float>work if self.cq[sid] <= 0 else 0.5 * self.cq[sid] + 0.5 * work
+        sb.cq = <float>work if sb.cq <= 0 else 0.5 * sb.cq + 0.5 * work
         self.reeval_work += work
         self.n_queries += 1
         self.cq_mean += (work - self.cq_mean) / self.n_queries
-        if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
-            if complete:
-                self._set_theta(sid, 0.0, notify)
-            else:
-                self._set_theta(sid, theta, notify)
-        else:
-            self._set_theta(sid, 0.0 if complete else theta, notify)
+        self._set_theta(sid, 0.0 if complete else theta, notify)
 
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil:
         cdef size_t lo = 0, hi = sorted_vals.size(), mid
@@ -332,7 +357,7 @@ cdef class Buffers:
         return lo < sorted_vals.size() and sorted_vals[0][lo] == v
 
     cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil:
-        cdef vector[BufEntryC]* B = &self.buf[sid]
+        cdef vector[BufEntryC]* B = &self.buf[sid].entries
         cdef size_t i, n_new = B.size() if <int32_t>B.size() < k else k
         self.new_seqs.clear()
         for i in range(n_new):
@@ -350,22 +375,31 @@ cdef class Buffers:
     cdef void init_sub(self, sid_t sid) noexcept nogil:
         """A new subscription: its buffer from the current window (Alg. 2 lines 3-5 with
         |B_0| = 0).  The index does not hold it yet: theta is written to the table only."""
+        cdef SubBufC* sb
         self.ensure(sid)
-        self.buf[sid].clear()
-        self.complete[sid] = 1
-        self.cq[sid] = 0
+        sb = &self.buf[sid]
+        sb.entries.clear()
+        sb.k = self.table.hot[sid].k
+        sb.complete = 1
+        sb.cq = 0
+        sb.refresh_at = 0
+        sb.p_theta = 0
+        sb.born = 0
+        sb.admits = 0
+        sb.retune_at = 0
         self._reevaluate(sid, False, False)
         self.n_initializations += 1
 
     cdef void drop_sub(self, sid_t sid) noexcept nogil:
         cdef vector[BufEntryC] empty
-        self.buf[sid].swap(empty)
-        self.complete[sid] = 1
+        self.buf[sid].entries.swap(empty)
+        self.buf[sid].complete = 1
 
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil:
         """An arriving message scored ``score >= theta_s`` against ``sid``."""
-        cdef vector[BufEntryC]* B = &self.buf[sid]
-        cdef int32_t k = self.table.k[sid], cap
+        cdef SubBufC* sb = &self.buf[sid]
+        cdef vector[BufEntryC]* B = &sb.entries
+        cdef int32_t k = sb.k, cap
         cdef size_t pos = insert_pos(B, score), i, w, n
         cdef BufEntryC e
         e.score = score
@@ -377,14 +411,14 @@ cdef class Buffers:
             if <int32_t>pos >= cap:
                 return
             B.insert(B.begin() + pos, e)
-            self.window.holders_of(seq).push_back(sid)
+            self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
                 self._event(sid, 1, e.seq_lo)
                 if <int32_t>B.size() > k:
                     self._event(sid, -1, B[0][k].seq_lo)
             if <int32_t>B.size() > cap:
                 B.pop_back()
-                self.complete[sid] = 0
+                sb.complete = 0
             self._update_theta(sid)
             return
         # skyband kinds: the new message dominates every (older) entry scoring <= it
@@ -401,15 +435,23 @@ cdef class Buffers:
                 w += 1
         B.resize(w)
         B.insert(B.begin() + pos, e)
-        self.window.holders_of(seq).push_back(sid)
-        if self.complete[sid] and B.size() > self.refresh_factor * k:
+        self.window.add_holder(seq, sid)
+        sb.admits += 1
+        # Re-tune a buffer whose plan went stale: a complete buffer that outgrew its size, or
+        # one admitting over twice the planned rate (thresholds chosen while the window was
+        # filling, or a shifted stream).  Any theta <= kScore is valid, so this is a cost
+        # decision only.
+        if ((sb.complete and B.size() > sb.refresh_at) or
+                (sb.retune_at and self.window.count >= sb.retune_at) or
+                sb.admits > 3.0 * sb.p_theta * <uint32_t>(<uint32_t>seq - sb.born) + 2 * k):
             self._reevaluate(sid, True, True)
             self.n_refreshes += 1
 
     cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil:
         """The window's oldest message ``seq`` expires; ``sid`` is one of its holders."""
-        cdef vector[BufEntryC]* B = &self.buf[sid]
-        cdef int32_t k = self.table.k[sid]
+        cdef SubBufC* sb = &self.buf[sid]
+        cdef vector[BufEntryC]* B = &sb.entries
+        cdef int32_t k = sb.k
         cdef uint32_t lo = <uint32_t>seq
         cdef size_t p = 0
         while p < B.size() and B[0][p].seq_lo != lo:
@@ -421,7 +463,7 @@ cdef class Buffers:
         B.erase(B.begin() + p)
         if <int32_t>p < k and <int32_t>B.size() >= k:
             self._event(sid, 1, B[0][k - 1].seq_lo)
-        if <int32_t>B.size() < k and not self.complete[sid]:
+        if <int32_t>B.size() < k and not sb.complete:
             self._reevaluate(sid, True, True)      # Alg. 2
             self.n_reevaluations += 1
         else:
@@ -430,8 +472,8 @@ cdef class Buffers:
     # ------------------------------------------------------------------ Python access
     def topk(self, sid_t sid):
         import numpy as np
-        cdef vector[BufEntryC]* B = &self.buf[sid]
-        cdef int32_t k = self.table.k[sid]
+        cdef vector[BufEntryC]* B = &self.buf[sid].entries
+        cdef int32_t k = self.buf[sid].k
         cdef size_t n = B.size() if <int32_t>B.size() < k else k, i
         ids = np.empty(n, dtype=np.int64)
         scores = np.empty(n, dtype=np.float64)
@@ -445,21 +487,29 @@ cdef class Buffers:
         self.p_arrival = p_arrival
         self.p_expiry = p_expiry
 
+    def sizes(self):
+        """(buffer size, complete flag) of every live subscription, by slot."""
+        import numpy as np
+        cdef size_t sid
+        live = [sid for sid in range(self.buf.size()) if sid < self.table.hot.size() and self.table.hot[sid].alive]
+        return (np.array([self.buf[sid].entries.size() for sid in live], dtype=np.int64),
+                np.array([self.buf[sid].complete for sid in live], dtype=bool))
+
     def stats(self):
         cdef size_t total = 0, live = 0, sid
         for sid in range(self.buf.size()):
-            if sid < self.table.alive.size() and self.table.alive[sid]:
-                total += self.buf[sid].size()
+            if sid < self.table.hot.size() and self.table.hot[sid].alive:
+                total += self.buf[sid].entries.size()
                 live += 1
         return {
             "reevaluations": self.n_reevaluations, "threshold_refreshes": self.n_refreshes,
             "initializations": self.n_initializations, "admits": self.n_admits,
             "reevaluation_work": self.reeval_work,
-            "avg_buffer_size": total / live if live else 0.0, "buffered_entries": total,
+            "avg_buffer_size": <double>total / live if live else 0.0, "buffered_entries": total,
         }
 
     def memory_bytes(self):
-        cdef size_t total = self.buf.capacity() * 24, sid
+        cdef size_t total = self.buf.capacity() * sizeof(SubBufC), sid
         for sid in range(self.buf.size()):
-            total += self.buf[sid].capacity() * sizeof(BufEntryC)
+            total += self.buf[sid].entries.capacity() * sizeof(BufEntryC)
         return total

@@ -24,6 +24,7 @@ cdef class CoreEngine:
     cdef vector[uint8_t] out_entered
 
     cdef void _expire_oldest(self) noexcept nogil
+    cdef void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil
     cdef void _expire_for(self, double t, bint arriving) noexcept nogil
     cdef void _arrive(self, int64_t ext_id, double x, double y, double t,
                       const unsigned int* terms, const double* w, int n) noexcept nogil

@@ -66,17 +66,21 @@ cdef class CoreEngine:
     cdef void _expire_oldest(self) noexcept nogil:
         cdef MsgC* m = self.window.oldest()
         cdef seq_t seq = m.seq
-        cdef vector[sid_t]* holders = self.window.holders_of(seq)
+        cdef vector[sid_t]* extra = self.window.extra_holders(seq)
+        cdef uint64_t pos
         cdef size_t i
-        cdef sid_t sid
         self.msgs.remove(seq)
-        for i in range(holders.size()):
-            sid = holders[0][i]
-            if sid < self.table.alive.size() and self.table.alive[sid]:
-                self.buffers.expire(sid, seq)
+        for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
+            self._expire_from(self.window.holder_at(pos), seq)
+        for i in range(extra.size()):
+            self._expire_from(extra[0][i], seq)
         self.window.pop_oldest()
         self.expirations += 1
         self.recent_expirations += 1
+
+    cdef inline void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil:
+        if self.table.hot[sid].alive:
+            self.buffers.expire(sid, seq)
 
     cdef void _expire_for(self, double t, bint arriving) noexcept nogil:
         cdef double start = now_ns()
@@ -217,14 +221,14 @@ cdef class CoreEngine:
         """The n best window messages of a subscription (ids, scores), straight from the message
         index: exact, independent of the subscription's buffer."""
         cdef sid_t sid = self.table.by_ext[ext_id]
-        cdef uint32_t off = self.table.term_off[sid]
+        cdef uint32_t off = self.table.hot[sid].term_off
         cdef seq_t seq
         cdef double score
         cdef vector[int64_t] ids
         cdef vector[double] scores
         with nogil:
-            self.msgs.query_start(self.table.alpha[sid], self.table.x[sid], self.table.y[sid],
-                                  &self.table.terms[off], &self.table.w[off], self.table.nterms[sid])
+            self.msgs.query_start(self.table.hot[sid].alpha, self.table.hot[sid].x, self.table.hot[sid].y,
+                                  &self.table.terms[off], self.table.hot[sid].nterms)
             while <Py_ssize_t>ids.size() < n and self.msgs.query_next(&seq, &score):
                 ids.push_back(self.window.get(seq).ext_id)
                 scores.push_back(score)
@@ -234,12 +238,12 @@ cdef class CoreEngine:
         out = np.empty(ids.shape[0], dtype=np.float64)
         cdef Py_ssize_t i
         for i in range(ids.shape[0]):
-            out[i] = self.table.theta[self.table.by_ext[ids[i]]]
+            out[i] = self.table.hot[self.table.by_ext[ids[i]]].theta
         return out
 
     def subscription_ids(self):
         cdef size_t sid
-        return np.array([self.table.ext_id[sid] for sid in range(self.table.ext_id.size()) if self.table.alive[sid]],
+        return np.array([self.table.ext_id[sid] for sid in range(self.table.ext_id.size()) if self.table.hot[sid].alive],
                         dtype=np.int64)
 
     def window_ids(self):

@@ -1,7 +1,7 @@
 # Message index over the window: per-term quadtrees with best-first retrieval by score.
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint32_t, uint64_t
-from skype._core.types cimport term_t, seq_t, RectC
+from skype._core.types cimport term_t, seq_t, RectC, SubTermC
 from skype._core.window cimport WindowStore
 
 
@@ -41,8 +41,7 @@ cdef class MessageIndex:
     cdef uint64_t entry_count
     # query state (one query at a time)
     cdef double q_alpha, q_x, q_y
-    cdef const term_t* q_terms
-    cdef const double* q_w
+    cdef const SubTermC* q_terms
     cdef int q_n
     cdef vector[double] q_rest                 # per query term: norm of the other terms' weights
     cdef vector[HeapItemC] heap
@@ -52,8 +51,7 @@ cdef class MessageIndex:
 
     cdef void insert(self, seq_t seq) noexcept nogil
     cdef void remove(self, seq_t seq) noexcept nogil
-    cdef void query_start(self, double alpha, double x, double y,
-                          const term_t* terms, const double* w, int n) noexcept nogil
+    cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil
     cdef int32_t _new_root(self) noexcept nogil
     cdef int32_t _new_block(self) noexcept nogil

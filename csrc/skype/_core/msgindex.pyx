@@ -27,7 +27,7 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt, nextafterf, INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t, UINT64_MAX
-from skype._core.types cimport term_t, seq_t, RectC
+from skype._core.types cimport term_t, seq_t, RectC, SubTermC
 from skype._core.window cimport WindowStore, MsgC
 from skype._core.scoring cimport mindist, combine, spatial_sim
 
@@ -237,7 +237,7 @@ cdef class MessageIndex:
 
     # ------------------------------------------------------------------ best-first retrieval
     cdef inline double _bound(self, int32_t n, uint32_t qi, float w) noexcept nogil:
-        cdef double a = self.q_w[qi]
+        cdef double a = self.q_terms[qi].w
         cdef double tub = self.q_n * a * w
         cdef double cs = a * w + self.q_rest[qi]
         if cs < tub:
@@ -285,8 +285,7 @@ cdef class MessageIndex:
             self.heap[i] = last
         return top
 
-    cdef void query_start(self, double alpha, double x, double y,
-                          const term_t* terms, const double* w, int n) noexcept nogil:
+    cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil:
         cdef int i, j
         cdef double rest
         cdef term_t t
@@ -295,7 +294,6 @@ cdef class MessageIndex:
         self.q_x = x
         self.q_y = y
         self.q_terms = terms
-        self.q_w = w
         self.q_n = n
         self.q_rest.resize(n)
         self.heap.clear()
@@ -305,9 +303,9 @@ cdef class MessageIndex:
             rest = 0.0
             for j in range(n):
                 if j != i:
-                    rest += w[j] * w[j]
+                    rest += terms[j].w * terms[j].w
             self.q_rest[i] = sqrt(rest)
-            t = terms[i]
+            t = terms[i].term
             if t < self.root.size() and self.root[t] >= 0:
                 r = self.root[t]
                 self._push(self._bound(r, i, self.nodes[r].maxw), UINT64_MAX, r, 0, i)
@@ -355,15 +353,15 @@ cdef class MessageIndex:
             best = -1
             best_contrib = -1.0
             while i < self.q_n and j < <int>m.nterms:
-                if self.q_terms[i] == mt[j]:
-                    contrib = self.q_w[i] * mw[j]
+                if self.q_terms[i].term == mt[j]:
+                    contrib = self.q_terms[i].w * mw[j]
                     acc += contrib
                     if contrib > best_contrib:
                         best_contrib = contrib
                         best = i
                     i += 1
                     j += 1
-                elif self.q_terms[i] < mt[j]:
+                elif self.q_terms[i].term < mt[j]:
                     i += 1
                 else:
                     j += 1

@@ -7,11 +7,26 @@ the engine computes internally.
 import numpy as np
 cimport numpy as cnp
 from libc.math cimport INFINITY
-from skype._core.types cimport term_t
+from skype._core.types cimport term_t, SubTermC
+from libcpp.vector cimport vector
 from libc.stdint cimport int64_t
 from skype._core.scoring cimport score_pair
 
 cnp.import_array()
+
+
+cdef vector[SubTermC] sub_terms(const term_t[::1] terms, const double[::1] w, Py_ssize_t a, Py_ssize_t b):
+    """Term records of subscriptions (the suffix statistics are not needed for scoring)."""
+    cdef vector[SubTermC] out
+    cdef SubTermC rec
+    cdef Py_ssize_t i
+    for i in range(a, b):
+        rec.term = terms[i]
+        rec.w = w[i]
+        rec.wtsum = 0
+        rec.maxwt = 0
+        out.push_back(rec)
+    return out
 
 
 def score_subscription_against(double alpha, double sx, double sy,
@@ -26,14 +41,13 @@ def score_subscription_against(double alpha, double sx, double sy,
     cdef Py_ssize_t n = mx.shape[0], i
     out = np.empty(n, dtype=np.float64)
     cdef double[::1] res = out
-    cdef const term_t* st = &s_terms[0] if s_terms.shape[0] else NULL
-    cdef const double* sw = &s_w[0] if s_w.shape[0] else NULL
+    cdef vector[SubTermC] st = sub_terms(s_terms, s_w, 0, s_terms.shape[0])
     with nogil:
         for i in range(n):
-            if m_indptr[i + 1] == m_indptr[i]:
+            if m_indptr[i + 1] == m_indptr[i] or st.size() == 0:
                 res[i] = -INFINITY
                 continue
-            res[i] = score_pair(alpha, sx, sy, st, sw, <int>s_terms.shape[0],
+            res[i] = score_pair(alpha, sx, sy, st.data(), <int>st.size(),
                                 mx[i], my[i], &m_terms[m_indptr[i]], &m_w[m_indptr[i]],
                                 <int>(m_indptr[i + 1] - m_indptr[i]), max_dist)
     return out
@@ -48,6 +62,7 @@ def score_pairs(const double[::1] alpha, const double[::1] sx, const double[::1]
     cdef Py_ssize_t n = pair_s.shape[0], i, a, b
     out = np.empty(n, dtype=np.float64)
     cdef double[::1] res = out
+    cdef vector[SubTermC] st = sub_terms(s_terms, s_w, 0, s_terms.shape[0])
     with nogil:
         for i in range(n):
             a = pair_s[i]
@@ -55,8 +70,7 @@ def score_pairs(const double[::1] alpha, const double[::1] sx, const double[::1]
             if s_indptr[a + 1] == s_indptr[a] or m_indptr[b + 1] == m_indptr[b]:
                 res[i] = -INFINITY
                 continue
-            res[i] = score_pair(alpha[a], sx[a], sy[a], &s_terms[s_indptr[a]], &s_w[s_indptr[a]],
-                                <int>(s_indptr[a + 1] - s_indptr[a]),
+            res[i] = score_pair(alpha[a], sx[a], sy[a], &st[s_indptr[a]], <int>(s_indptr[a + 1] - s_indptr[a]),
                                 mx[b], my[b], &m_terms[m_indptr[b]], &m_w[m_indptr[b]],
                                 <int>(m_indptr[b + 1] - m_indptr[b]), max_dist)
     return out

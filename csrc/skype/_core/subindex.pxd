@@ -2,7 +2,7 @@
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from skype._core.types cimport term_t, sid_t, ext_id_t, RectC
+from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC
 
 
 cdef struct CandC:               # a subscription whose buffer an arriving message enters
@@ -24,23 +24,32 @@ cdef struct CountersC:           # dissemination counters (totals over all messa
     uint64_t admitted            # verified candidates that score >= theta
 
 
+cdef struct SubHotC:              # what a visit of a posting entry reads, in one cache line (48 bytes)
+    double x
+    double y
+    double alpha
+    double theta                  # exact dissemination threshold (owned by the result buffer)
+    uint32_t term_off             # first of its term records
+    uint16_t nterms
+    uint16_t alive
+    uint32_t leaf                 # IGPT leaf holding the subscription
+    int32_t k
+
+
+cdef struct CandStateC:           # per-message candidate state of a subscription (16 bytes)
+    uint32_t stamp                # message stamp the state belongs to
+    int16_t last                  # last s-position accounted in acc; PRUNED when ruled out
+    int16_t pad
+    double acc                    # exact partial text similarity over s-positions <= last
+
+
 cdef class SubTable:
-    """Subscriptions in struct-of-arrays form, addressed by slot (sid)."""
+    """Subscriptions addressed by slot (sid): the hot records, the term records (each
+    subscription's run sorted by term id), and cold columns."""
+    cdef vector[SubHotC] hot
     cdef vector[ext_id_t] ext_id
-    cdef vector[double] x
-    cdef vector[double] y
-    cdef vector[double] alpha
-    cdef vector[int32_t] k
-    cdef vector[double] theta          # exact dissemination threshold (owned by the result buffer)
     cdef vector[double] theta_idx      # the value the index statistics reflect (<= theta)
-    cdef vector[uint32_t] term_off     # first term position in the term arrays
-    cdef vector[uint16_t] nterms
-    cdef vector[uint8_t] alive
-    cdef vector[uint32_t] leaf         # IGPT leaf holding the subscription
-    cdef vector[term_t] terms          # per term position: term id (ascending per subscription)
-    cdef vector[double] w              #   unit weight
-    cdef vector[float] wtsum           #   suffix sum of weights from this position (rounded up)
-    cdef vector[float] maxwt           #   suffix max of weights from this position (rounded up)
+    cdef vector[SubTermC] terms
     cdef vector[sid_t] free_sids
     cdef unordered_map[ext_id_t, sid_t] by_ext
     cdef uint64_t dead_terms
@@ -119,9 +128,7 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef vector[double] leaf_osb
     cdef vector[double] leaf_dout
     cdef vector[uint8_t] leaf_pruned
-    cdef vector[uint32_t] cand_stamp
-    cdef vector[double] cand_acc
-    cdef vector[int16_t] cand_last     # last s-position accounted in cand_acc; -2 = pruned
+    cdef vector[CandStateC] cand
     cdef vector[sid_t] cand_list
     cdef vector[double] m_wtsum        # per message position: suffix sum / max of weights
     cdef vector[double] m_maxwt

@@ -77,51 +77,43 @@ cdef class SubTable:
         cdef int i
         cdef double suffix_sum = 0.0, suffix_max = 0.0
         cdef uint32_t off = <uint32_t>self.terms.size()
+        cdef SubHotC* h
         if self.free_sids.size():
             sid = self.free_sids.back()
             self.free_sids.pop_back()
         else:
             sid = <sid_t>self.ext_id.size()          # the caller checked capacity()
             self.ext_id.push_back(0)
-            self.x.push_back(0)
-            self.y.push_back(0)
-            self.alpha.push_back(0)
-            self.k.push_back(0)
-            self.theta.push_back(0)
             self.theta_idx.push_back(0)
-            self.term_off.push_back(0)
-            self.nterms.push_back(0)
-            self.alive.push_back(0)
-            self.leaf.push_back(0)
+            self.hot.resize(sid + 1)
         self.ext_id[sid] = ext_id
-        self.x[sid] = x
-        self.y[sid] = y
-        self.alpha[sid] = alpha
-        self.k[sid] = k
-        self.theta[sid] = 0.0
         self.theta_idx[sid] = 0.0
-        self.term_off[sid] = off
-        self.nterms[sid] = <uint16_t>n
-        self.alive[sid] = 1
+        h = &self.hot[sid]
+        h.x = x
+        h.y = y
+        h.alpha = alpha
+        h.k = k
+        h.theta = 0.0
+        h.term_off = off
+        h.nterms = <uint16_t>n
+        h.alive = 1
+        h.leaf = 0
         self.terms.resize(off + n)
-        self.w.resize(off + n)
-        self.wtsum.resize(off + n)
-        self.maxwt.resize(off + n)
         for i in range(n - 1, -1, -1):
-            self.terms[off + i] = terms[i]
-            self.w[off + i] = w[i]
+            self.terms[off + i].term = terms[i]
+            self.terms[off + i].w = w[i]
             suffix_sum += w[i]
             if w[i] > suffix_max:
                 suffix_max = w[i]
-            self.wtsum[off + i] = round_up(suffix_sum)
-            self.maxwt[off + i] = round_up(suffix_max)
+            self.terms[off + i].wtsum = round_up(suffix_sum)
+            self.terms[off + i].maxwt = round_up(suffix_max)
         self.by_ext[ext_id] = sid
         self.live += 1
         return sid
 
     cdef void remove(self, sid_t sid) noexcept nogil:
-        self.alive[sid] = 0
-        self.dead_terms += self.nterms[sid]
+        self.hot[sid].alive = 0
+        self.dead_terms += self.hot[sid].nterms
         self.by_ext.erase(self.ext_id[sid])
         self.free_sids.push_back(sid)
         self.live -= 1
@@ -129,25 +121,17 @@ cdef class SubTable:
             self.compact_terms()
 
     cdef void compact_terms(self) noexcept nogil:
-        cdef vector[term_t] terms
-        cdef vector[double] w
-        cdef vector[float] wtsum, maxwt
+        cdef vector[SubTermC] terms
         cdef sid_t sid
         cdef uint32_t i, off
-        for sid in range(self.ext_id.size()):
-            if not self.alive[sid]:
+        for sid in range(self.hot.size()):
+            if not self.hot[sid].alive:
                 continue
-            off = self.term_off[sid]
-            self.term_off[sid] = <uint32_t>terms.size()
-            for i in range(self.nterms[sid]):
+            off = self.hot[sid].term_off
+            self.hot[sid].term_off = <uint32_t>terms.size()
+            for i in range(self.hot[sid].nterms):
                 terms.push_back(self.terms[off + i])
-                w.push_back(self.w[off + i])
-                wtsum.push_back(self.wtsum[off + i])
-                maxwt.push_back(self.maxwt[off + i])
         self.terms.swap(terms)
-        self.w.swap(w)
-        self.wtsum.swap(wtsum)
-        self.maxwt.swap(maxwt)
         self.dead_terms = 0
 
     def capacity(self):
@@ -155,16 +139,15 @@ cdef class SubTable:
         return MAX_SUBSCRIPTIONS - self.ext_id.size() + self.free_sids.size()
 
     cdef inline int term_pos(self, sid_t sid, term_t t) noexcept nogil:
-        cdef uint32_t off = self.term_off[sid], i
-        for i in range(self.nterms[sid]):
-            if self.terms[off + i] == t:
+        cdef uint32_t off = self.hot[sid].term_off, i
+        for i in range(self.hot[sid].nterms):
+            if self.terms[off + i].term == t:
                 return <int>i
         return -1
 
     def memory_bytes(self):
-        cdef size_t per_sub = 8 + 8 + 8 + 8 + 4 + 8 + 8 + 4 + 2 + 1 + 4
-        return (self.ext_id.capacity() * per_sub + self.terms.capacity() * (4 + 8 + 4 + 4)
-                + self.by_ext.size() * 32)
+        return (self.hot.capacity() * sizeof(SubHotC) + self.ext_id.capacity() * 16
+                + self.terms.capacity() * sizeof(SubTermC) + self.by_ext.size() * 32)
 
 
 # =========================================================================== index base
@@ -283,13 +266,13 @@ cdef class IGPTIndex(SubscriptionIndex):
         return g
 
     cdef inline float _a_of(self, sid_t sid) noexcept nogil:
-        cdef double alpha = self.table.alpha[sid]
+        cdef double alpha = self.table.hot[sid].alpha
         if alpha >= ALPHA_TEXT_LIMIT:
             return -INFINITY
         return round_down(self.table.theta_idx[sid] / (1.0 - alpha))
 
     cdef inline float _b_of(self, sid_t sid) noexcept nogil:
-        cdef double alpha = self.table.alpha[sid]
+        cdef double alpha = self.table.hot[sid].alpha
         if alpha >= ALPHA_TEXT_LIMIT:
             return 0.0
         return round_up(alpha / (1.0 - alpha))
@@ -297,7 +280,7 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef inline double _theta_s_of(self, sid_t sid) noexcept nogil:
         """Spatial threshold theta_S(s) = (theta - (1 - alpha)) / alpha (Eq. 8), with EPS folded
         in and rounded down: SSim < theta_S(s) implies ST < theta - EPS.  -inf for alpha = 0."""
-        cdef double alpha = self.table.alpha[sid], v
+        cdef double alpha = self.table.hot[sid].alpha, v
         if alpha <= 0.0:
             return -INFINITY
         v = (self.table.theta_idx[sid] - EPS - (1.0 - alpha)) / alpha
@@ -376,8 +359,8 @@ cdef class IGPTIndex(SubscriptionIndex):
         subs.swap(self.leaf_subs[leaf])
         for i in range(subs.size()):
             sid = subs[i]
-            q = quadrant(&parent_rect, self.table.x[sid], self.table.y[sid])
-            self.table.leaf[sid] = child_leaf[q]
+            q = quadrant(&parent_rect, self.table.hot[sid].x, self.table.hot[sid].y)
+            self.table.hot[sid].leaf = child_leaf[q]
             self.leaf_subs[child_leaf[q]].push_back(sid)
         if with_postings:
             self._split_postings(leaf, child_leaf, subs)
@@ -388,8 +371,8 @@ cdef class IGPTIndex(SubscriptionIndex):
                 self._split(child_leaf[q], with_postings)
 
     cdef void _tree_insert(self, sid_t sid, bint with_postings) noexcept nogil:
-        cdef uint32_t leaf = self._find_leaf(self.table.x[sid], self.table.y[sid])
-        self.table.leaf[sid] = leaf
+        cdef uint32_t leaf = self._find_leaf(self.table.hot[sid].x, self.table.hot[sid].y)
+        self.table.hot[sid].leaf = leaf
         self.leaf_subs[leaf].push_back(sid)
         self._lower_theta_s(leaf, self._theta_s_of(sid))
         if with_postings:
@@ -422,7 +405,7 @@ cdef class IGPTIndex(SubscriptionIndex):
             r -= 1
             sid = tp.entries[r].sid_group & SID_MASK
             pos = self.table.term_pos(sid, t)
-            own = self.table.maxwt[self.table.term_off[sid] + pos]
+            own = self.table.terms[self.table.hot[sid].term_off + pos].maxwt
             if own > mw:
                 mw = own
             own = self._b_of(sid)
@@ -447,7 +430,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         cdef size_t i, j, pos, end, gs, ge
         cdef LeafPLC pl
         cdef PEntryC e
-        cdef uint32_t g = <uint32_t>self._group_of(self.table.alpha[sid])
+        cdef uint32_t g = <uint32_t>self._group_of(self.table.hot[sid].alpha)
         if t >= self.postings.size():
             self.postings.resize(t + 1)
         tp = &self.postings[t]
@@ -505,9 +488,9 @@ cdef class IGPTIndex(SubscriptionIndex):
             self._fix_group(tp, t, gs, ge)
 
     cdef void _insert_postings(self, sid_t sid) noexcept nogil:
-        cdef uint32_t off = self.table.term_off[sid], i
-        for i in range(self.table.nterms[sid]):
-            self._insert_entry(self.table.terms[off + i], self.table.leaf[sid], sid)
+        cdef uint32_t off = self.table.hot[sid].term_off, i
+        for i in range(self.table.hot[sid].nterms):
+            self._insert_entry(self.table.terms[off + i].term, self.table.hot[sid].leaf, sid)
 
     cdef void _split_postings(self, uint32_t old_leaf, uint32_t* child_leaf, vector[sid_t]& subs) noexcept nogil:
         """Replace the lists of old_leaf by the lists of its 4 children, term by term: the
@@ -522,9 +505,9 @@ cdef class IGPTIndex(SubscriptionIndex):
         cdef LeafPLC pl
         cdef sid_t sid
         for i in range(subs.size()):
-            off = self.table.term_off[subs[i]]
-            for j in range(self.table.nterms[subs[i]]):
-                terms.push_back(self.table.terms[off + j])
+            off = self.table.hot[subs[i]].term_off
+            for j in range(self.table.hot[subs[i]].nterms):
+                terms.push_back(self.table.terms[off + j].term)
         std_sort(terms.begin(), terms.end())
         for i in range(terms.size()):
             if i > 0 and terms[i] == terms[i - 1]:
@@ -543,7 +526,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                 base = tp.entries.size()
                 for j in range(seg.size()):
                     sid = seg[j].sid_group & SID_MASK
-                    if self.table.leaf[sid] == child_leaf[q]:
+                    if self.table.hot[sid].leaf == child_leaf[q]:
                         tp.entries.push_back(seg[j])
                 if tp.entries.size() > base:
                     pl.leaf = child_leaf[q]
@@ -562,13 +545,13 @@ cdef class IGPTIndex(SubscriptionIndex):
         cdef LeafPLC pl
         cdef PEntryC e
         for sid in range(self.table.ext_id.size()):
-            if not self.table.alive[sid]:
+            if not self.table.hot[sid].alive:
                 continue
-            g = <uint32_t>self._group_of(self.table.alpha[sid])
-            off = self.table.term_off[sid]
-            for i in range(self.table.nterms[sid]):
-                p.term = self.table.terms[off + i]
-                p.leaf = self.table.leaf[sid]
+            g = <uint32_t>self._group_of(self.table.hot[sid].alpha)
+            off = self.table.hot[sid].term_off
+            for i in range(self.table.hot[sid].nterms):
+                p.term = self.table.terms[off + i].term
+                p.leaf = self.table.hot[sid].leaf
                 p.sid_group = sid | (g << SID_BITS)
                 p.a = self._a_of(sid)
                 all_p.push_back(p)
@@ -609,7 +592,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         if self.posting_count == 0 and n >= <size_t>(self.ngroups * 16):
             # alpha-group boundaries: quantiles of the subscriptions' alphas (spec §3.5)
             for i in range(n):
-                alphas.push_back(self.table.alpha[sids[i]])
+                alphas.push_back(self.table.hot[sids[i]].alpha)
             std_sort(alphas.begin(), alphas.end())
             self.group_bounds.clear()
             for g in range(1, self.ngroups):
@@ -620,11 +603,11 @@ cdef class IGPTIndex(SubscriptionIndex):
         self._rebuild_postings()
 
     cdef void remove(self, sid_t sid) noexcept nogil:
-        cdef uint32_t off = self.table.term_off[sid], i
-        cdef uint32_t leaf = self.table.leaf[sid]
+        cdef uint32_t off = self.table.hot[sid].term_off, i
+        cdef uint32_t leaf = self.table.hot[sid].leaf
         cdef vector[sid_t]* subs = &self.leaf_subs[leaf]
-        for i in range(self.table.nterms[sid]):
-            self._remove_entry(self.table.terms[off + i], leaf, sid)
+        for i in range(self.table.hot[sid].nterms):
+            self._remove_entry(self.table.terms[off + i].term, leaf, sid)
         for i in range(subs.size()):
             if subs[0][i] == sid:
                 subs[0][i] = subs.back()
@@ -634,30 +617,33 @@ cdef class IGPTIndex(SubscriptionIndex):
 
     cdef void theta_changed(self, sid_t sid) noexcept nogil:
         """theta[sid] changed: lower the statistics at once, raise them lazily (spec §3.7)."""
-        cdef double new = self.table.theta[sid], old = self.table.theta_idx[sid]
-        cdef uint32_t leaf = self.table.leaf[sid], off, i
+        cdef double new = self.table.hot[sid].theta, old = self.table.theta_idx[sid]
+        cdef uint32_t leaf = self.table.hot[sid].leaf, off, i
         cdef bint lowered = new < old
         if not lowered and not (new > old + self.theta_refresh or (old == 0.0 and new > 0.0)):
             return
         self.table.theta_idx[sid] = new
-        if self.table.alpha[sid] < ALPHA_TEXT_LIMIT:
-            off = self.table.term_off[sid]
-            for i in range(self.table.nterms[sid]):
-                self._remove_entry(self.table.terms[off + i], leaf, sid)
-                self._insert_entry(self.table.terms[off + i], leaf, sid)
+        if self.table.hot[sid].alpha < ALPHA_TEXT_LIMIT:
+            off = self.table.hot[sid].term_off
+            for i in range(self.table.hot[sid].nterms):
+                self._remove_entry(self.table.terms[off + i].term, leaf, sid)
+                self._insert_entry(self.table.terms[off + i].term, leaf, sid)
         if lowered:
             self._lower_theta_s(leaf, self._theta_s_of(sid))
-        elif self.table.alpha[sid] > 0.0:
+        elif self.table.hot[sid].alpha > 0.0:
             self.leaf_raises[leaf] += 1
             if self.leaf_raises[leaf] * 16 >= self.leaf_subs[leaf].size() + 64:
                 self._recompute_theta_s(leaf)
 
     cdef void _ensure_scratch(self) noexcept nogil:
         cdef size_t n = self.table.ext_id.size() + 1
-        if self.cand_stamp.size() < n:
-            self.cand_stamp.resize(n, 0)
-            self.cand_acc.resize(n, 0)
-            self.cand_last.resize(n, 0)
+        cdef CandStateC blank
+        if self.cand.size() < n:
+            blank.stamp = 0
+            blank.last = 0
+            blank.pad = 0
+            blank.acc = 0.0
+            self.cand.resize(n, blank)
 
     # ------------------------------------------------------------------ dissemination
     cdef void _walk(self, double x, double y) noexcept nogil:
@@ -717,17 +703,17 @@ cdef class IGPTIndex(SubscriptionIndex):
 
     cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw,
                      uint32_t leaf) noexcept nogil:
-        cdef int i, p
-        cdef uint32_t off
-        cdef double alpha, theta, ssim_up, acc, ub, ub2, dout
-        cdef bint first = self.cand_stamp[sid] != self.stamp
+        cdef CandStateC* c = &self.cand[sid]
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        cdef bint first = c.stamp != self.stamp
+        cdef int i = 0, p
+        cdef double ssim_up, acc, ub, ub2, dout
         self.ctr.entries_visited += 1
-        if not first and self.cand_last[sid] == PRUNED:
+        if not first and c.last == PRUNED:
             return
-        i = self.table.term_pos(sid, t)
-        off = self.table.term_off[sid]
-        alpha = self.table.alpha[sid]
-        theta = self.table.theta[sid]
+        while st[i].term != t:
+            i += 1
         # Spatial bound (Defs 6-8).  Safe: if m is outside the leaf, the segment s->m leaves the
         # convex leaf rectangle at a border point b, so d(s, m) = d(s, b) + d(b, m) >= d_in(s) +
         # d_out(m, leaf); inside the leaf the bound is 1.
@@ -735,39 +721,39 @@ cdef class IGPTIndex(SubscriptionIndex):
         if self.rule_spatial:
             dout = self.leaf_dout[leaf]
             if dout > 0.0:
-                ssim_up = 1.0 - (inner_dist(&self.nodes[self.leaf_node[leaf]].rect, self.table.x[sid], self.table.y[sid]) + dout) / self.max_dist
+                ssim_up = 1.0 - (inner_dist(&self.nodes[self.leaf_node[leaf]].rect, h.x, h.y) + dout) / self.max_dist
         if first:
-            self.cand_stamp[sid] = self.stamp
-            self.cand_acc[sid] = 0.0
-            self.cand_last[sid] = -1
+            c.stamp = self.stamp
+            c.acc = 0.0
+            c.last = -1
             # Prefix filtering with max-weight refinement (Thm 5.1).  Safe at the first meeting:
             # every common term sits at s-position >= i and m-position >= j (one global order),
             # so TSim <= wtsum(s, i) * maxwt(m, j).  If s was met earlier in a list that a group
             # rule skipped, that rule already proved ST(s, m) < theta, so any outcome is exact.
-            if self.rule_prefix and combine(alpha, ssim_up, self.table.wtsum[off + i] * self.m_maxwt[j]) < theta - EPS:
-                self.cand_last[sid] = PRUNED
+            if self.rule_prefix and combine(h.alpha, ssim_up, st[i].wtsum * self.m_maxwt[j]) < h.theta - EPS:
+                c.last = PRUNED
                 self.ctr.prefix_pruned += 1
                 return
             self.cand_list.push_back(sid)
         # CATCHUP (spec §3.8): add the common terms of s at positions last+1 .. i-1 that lists
         # skipped by group rules did not account for, so that acc is the exact similarity over
         # s-positions < i.
-        acc = self.cand_acc[sid]
-        for p in range(self.cand_last[sid] + 1, i):
-            acc += self.table.w[off + p] * self._m_weight(self.table.terms[off + p], mterms, mw, j)
+        acc = c.acc
+        for p in range(c.last + 1, i):
+            acc += st[p].w * self._m_weight(st[p].term, mterms, mw, j)
         # Unseen-keywords bound (Thm 5.2).  Safe: the common terms at s-positions >= i sit at
         # m-positions >= j, so TSim <= acc + min(wtsum(s,i)*maxwt(m,j), maxwt(s,i)*wtsum(m,j)).
         if self.rule_unseen:
-            ub = self.table.wtsum[off + i] * self.m_maxwt[j]
-            ub2 = self.table.maxwt[off + i] * self.m_wtsum[j]
+            ub = st[i].wtsum * self.m_maxwt[j]
+            ub2 = st[i].maxwt * self.m_wtsum[j]
             if ub2 < ub:
                 ub = ub2
-            if combine(alpha, ssim_up, acc + ub) < theta - EPS:
-                self.cand_last[sid] = PRUNED
+            if combine(h.alpha, ssim_up, acc + ub) < h.theta - EPS:
+                c.last = PRUNED
                 self.ctr.unseen_pruned += 1
                 return
-        self.cand_acc[sid] = acc + self.table.w[off + i] * mw[j]
-        self.cand_last[sid] = <int16_t>i
+        c.acc = acc + st[i].w * mw[j]
+        c.last = <int16_t>i
 
     cdef inline double _m_weight(self, term_t t, const term_t* mterms, const double* mw, int j) noexcept nogil:
         """Weight of t in the message (0 if absent); t precedes mterms[j] in the global order."""
@@ -788,13 +774,14 @@ cdef class IGPTIndex(SubscriptionIndex):
         cdef TermPostC* tp
         cdef double s_sum = 0.0, s_max = 0.0, osb, score
         cdef CandC cand
+        cdef const SubHotC* h
         self.out.clear()
         self.cand_list.clear()
         self.ctr.messages += 1
         self.stamp += 1
         if self.stamp == <uint32_t>4294967295u:
-            for p in range(self.cand_stamp.size()):
-                self.cand_stamp[p] = 0
+            for p in range(self.cand.size()):
+                self.cand[p].stamp = 0
             for p in range(self.leaf_stamp.size()):
                 self.leaf_stamp[p] = 0
             self.stamp = 1
@@ -862,12 +849,13 @@ cdef class IGPTIndex(SubscriptionIndex):
         # Verification with the exact score from the two full term lists (spec §3.8).
         for p in range(self.cand_list.size()):
             sid = self.cand_list[p]
-            if self.cand_last[sid] == PRUNED:
+            if self.cand[sid].last == PRUNED:
                 continue
             self.ctr.candidates += 1
-            score = score_pair(self.table.alpha[sid], self.table.x[sid], self.table.y[sid], &self.table.terms[self.table.term_off[sid]],
-                               &self.table.w[self.table.term_off[sid]], self.table.nterms[sid], x, y, terms, w, n, self.max_dist)
-            if score >= self.table.theta[sid]:
+            h = &self.table.hot[sid]
+            score = score_pair(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms, x, y, terms, w, n,
+                               self.max_dist)
+            if score >= h.theta:
                 cand.sid = sid
                 cand.score = score
                 self.out.push_back(cand)
@@ -880,7 +868,7 @@ cdef class IGPTIndex(SubscriptionIndex):
             total += self.postings[i].pls.capacity() * sizeof(LeafPLC) + self.postings[i].entries.capacity() * sizeof(PEntryC)
         for i in range(self.leaf_subs.size()):
             total += 24 + self.leaf_subs[i].capacity() * sizeof(sid_t) + 4 + 4 + 8 + 8 + 1 + 4
-        total += self.cand_stamp.capacity() * (4 + 8 + 2)
+        total += self.cand.capacity() * sizeof(CandStateC)
         return total
 
     # ------------------------------------------------------------------ Python access
@@ -915,9 +903,9 @@ cdef class IGPTIndex(SubscriptionIndex):
                 for r in range(e0, e1):
                     sid = tp.entries[r].sid_group & SID_MASK
                     g = tp.entries[r].sid_group >> SID_BITS
-                    assert self.table.alive[sid], f"term {t}: dead subscription {sid}"
-                    assert self.table.leaf[sid] == tp.pls[i].leaf, f"term {t}: sid {sid} in the wrong leaf"
-                    assert g == <uint32_t>self._group_of(self.table.alpha[sid]), f"sid {sid}: wrong group"
+                    assert self.table.hot[sid].alive, f"term {t}: dead subscription {sid}"
+                    assert self.table.hot[sid].leaf == tp.pls[i].leaf, f"term {t}: sid {sid} in the wrong leaf"
+                    assert g == <uint32_t>self._group_of(self.table.hot[sid].alpha), f"sid {sid}: wrong group"
                     assert g >= prev_g, f"term {t}: groups out of order"
                     if r > e0 and g == prev_g:
                         assert tp.entries[r - 1].a <= tp.entries[r].a, f"term {t}: a not ascending"
@@ -925,7 +913,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                     assert tp.entries[r].a <= self._a_of(sid), f"sid {sid}: stored a above the true a"
                     pos = self.table.term_pos(sid, t)
                     assert pos >= 0, f"sid {sid} listed under term {t} it does not have"
-                    mw = self.table.maxwt[self.table.term_off[sid] + pos]
+                    mw = self.table.terms[self.table.hot[sid].term_off + pos].maxwt
                     b = self._b_of(sid)
                     # suffix maxima: upper bounds of own values and of the next member's suffix
                     assert tp.entries[r].mw >= mw and tp.entries[r].b >= b, f"sid {sid}: suffix stats too low"
@@ -933,14 +921,14 @@ cdef class IGPTIndex(SubscriptionIndex):
                         assert tp.entries[r].mw >= tp.entries[r + 1].mw and tp.entries[r].b >= tp.entries[r + 1].b
                     count[(t, sid)] = count.get((t, sid), 0) + 1
         for sid in range(self.table.ext_id.size()):
-            if not self.table.alive[sid]:
+            if not self.table.hot[sid].alive:
                 continue
-            off = self.table.term_off[sid]
-            for j in range(self.table.nterms[sid]):
-                assert count.get((self.table.terms[off + j], sid), 0) == 1, f"sid {sid}: term {self.table.terms[off + j]} listed {count.get((self.table.terms[off + j], sid), 0)} times"
-            assert self.table.theta_idx[sid] <= self.table.theta[sid], f"sid {sid}: indexed theta above theta"
-            leaf_n = self.leaf_node[self.table.leaf[sid]]
-            assert leaf_n >= 0 and rect_contains(&self.nodes[leaf_n].rect, self.table.x[sid], self.table.y[sid])
+            off = self.table.hot[sid].term_off
+            for j in range(self.table.hot[sid].nterms):
+                assert count.get((self.table.terms[off + j].term, sid), 0) == 1, f"sid {sid}: term {self.table.terms[off + j].term} listed {count.get((self.table.terms[off + j].term, sid), 0)} times"
+            assert self.table.theta_idx[sid] <= self.table.hot[sid].theta, f"sid {sid}: indexed theta above theta"
+            leaf_n = self.leaf_node[self.table.hot[sid].leaf]
+            assert leaf_n >= 0 and rect_contains(&self.nodes[leaf_n].rect, self.table.hot[sid].x, self.table.hot[sid].y)
             n = leaf_n
             while n >= 0:
                 assert self.nodes[n].theta_s <= self._theta_s_of(sid), f"sid {sid}: theta_S not a lower bound"

@@ -1,6 +1,6 @@
 # Shared C types of the core.  Term ids are the global (df-ascending) order; every term list
-# is sorted by id.  Subscription slots (sid) index the struct-of-arrays subscription table.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+# is sorted by id.  Subscription slots (sid) index the subscription table.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 ctypedef uint32_t term_t     # term id = position in the global order (rarest first)
 ctypedef uint32_t sid_t      # subscription slot in the subscription table
@@ -15,6 +15,8 @@ cdef struct RectC:
     double maxy
 
 
-cdef struct TermWeightC:     # one term of a term vector
+cdef struct SubTermC:        # one term of a subscription, with its suffix statistics (24 bytes)
     term_t term
-    double weight            # unit-normalised tf-idf weight
+    float wtsum              # suffix sum of the weights from this position, rounded up
+    float maxwt              # suffix max of the weights from this position, rounded up
+    double w                 # unit-normalised weight

@@ -12,12 +12,14 @@ cdef struct MsgC:
     double y
     double t               # timestamp
     uint64_t term_pos      # absolute position of its first term in the term ring
+    uint64_t hold_pos      # absolute position of its first admission holder in the holder ring
     uint32_t nterms
+    uint32_t hold_n        # subscriptions that admitted it on arrival
 
 
 cdef class WindowStore:
     cdef vector[MsgC] ring                 # message ring, capacity a power of two
-    cdef vector[vector[sid_t]] holders     # per ring slot: subscriptions that admitted the message
+    cdef vector[vector[sid_t]] extra       # per ring slot: holders added by re-evaluations
     cdef uint64_t head                     # ring index of the oldest message
     cdef uint64_t count                    # messages in the window
     cdef seq_t oldest_seq                  # seq of the oldest message (next seq = oldest_seq + count)
@@ -25,16 +27,22 @@ cdef class WindowStore:
     cdef vector[double] term_w
     cdef uint64_t term_head                # absolute position of the oldest live term
     cdef uint64_t term_tail                # absolute position one past the newest term
+    cdef vector[sid_t] hold_ring           # admission holders, message after message (FIFO)
+    cdef uint64_t hold_head
+    cdef uint64_t hold_tail
     cdef unordered_set[int64_t] ids        # external ids in the window (duplicate detection)
 
+    cdef seq_t next_seq(self) noexcept nogil
     cdef MsgC* get(self, seq_t seq) noexcept nogil
     cdef MsgC* oldest(self) noexcept nogil
     cdef const term_t* terms(self, const MsgC* m) noexcept nogil
     cdef const double* weights(self, const MsgC* m) noexcept nogil
-    cdef vector[sid_t]* holders_of(self, seq_t seq) noexcept nogil
+    cdef vector[sid_t]* extra_holders(self, seq_t seq) noexcept nogil
+    cdef sid_t holder_at(self, uint64_t pos) noexcept nogil
+    cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil
+    cdef void _grow_ring(self) noexcept nogil
+    cdef void _grow_holders(self) noexcept nogil
+    cdef void _relayout_terms(self, uint64_t need) noexcept nogil
     cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
                       const term_t* terms, const double* weights, uint32_t n) noexcept nogil
     cdef void pop_oldest(self) noexcept nogil
-    cdef seq_t next_seq(self) noexcept nogil
-    cdef void _grow_ring(self) noexcept nogil
-    cdef void _relayout_terms(self, uint64_t need) noexcept nogil

@@ -6,11 +6,16 @@ Invariants:
   ``get(seq)`` is O(1) for any seq in that run.  Messages leave in arrival order only.
 * Each message's terms (ascending ids) and unit weights sit contiguously in the term ring: when
   a block would wrap past the end of the ring, the tail skips to the ring's start (the skipped
-  tail is dead space), so kernels always get plain pointers.  Both rings double when full and
-  are re-laid out compactly; absolute positions are rebased then.
-* ``holders`` (the reverse map of spec §2) lists the subscriptions that admitted a message into
-  their result buffer.  It may keep stale entries (a buffer evicted the message, or the slot's
-  subscription was removed): readers must check the buffer.
+  tail is dead space), so kernels always get plain pointers.
+* The reverse map of spec §2 (which subscriptions hold a message in their result buffer) has
+  two parts.  Admissions on arrival happen while the message is the newest, so they append to a
+  FIFO holder ring: each message owns the block ``[hold_pos, hold_pos + hold_n)``, and blocks
+  leave with their messages.  Holders added later (re-evaluations re-admit older messages) go to
+  a small per-message ``extra`` list.  Either part may keep stale entries (a buffer evicted the
+  message, or the subscription was removed): readers must check the buffer.
+* Rings double when full; positions are absolute (a ring slot is ``pos & (capacity - 1)``), so
+  growth copies each live slot to its new slot and nothing is rebased (terms are re-laid out
+  compactly because their blocks must stay contiguous).
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, int64_t
@@ -19,19 +24,23 @@ from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t
 cdef enum:
     INITIAL_RING = 1024
     INITIAL_TERMS = 16384
+    INITIAL_HOLDERS = 16384
 
 
 cdef class WindowStore:
     def __cinit__(self):
         self.ring.resize(INITIAL_RING)
-        self.holders.resize(INITIAL_RING)
+        self.extra.resize(INITIAL_RING)
         self.term_ids.resize(INITIAL_TERMS)
         self.term_w.resize(INITIAL_TERMS)
+        self.hold_ring.resize(INITIAL_HOLDERS)
         self.head = 0
         self.count = 0
         self.oldest_seq = 0
         self.term_head = 0
         self.term_tail = 0
+        self.hold_head = 0
+        self.hold_tail = 0
 
     cdef inline seq_t next_seq(self) noexcept nogil:
         return self.oldest_seq + self.count
@@ -48,20 +57,43 @@ cdef class WindowStore:
     cdef inline const double* weights(self, const MsgC* m) noexcept nogil:
         return &self.term_w[m.term_pos & (self.term_w.size() - 1)]
 
-    cdef inline vector[sid_t]* holders_of(self, seq_t seq) noexcept nogil:
-        return &self.holders[(self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)]
+    cdef inline vector[sid_t]* extra_holders(self, seq_t seq) noexcept nogil:
+        return &self.extra[(self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)]
+
+    cdef inline sid_t holder_at(self, uint64_t pos) noexcept nogil:
+        return self.hold_ring[pos & (self.hold_ring.size() - 1)]
+
+    cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
+        cdef MsgC* m
+        if seq + 1 != self.next_seq():
+            self.extra_holders(seq).push_back(sid)
+            return
+        if self.hold_tail - self.hold_head == self.hold_ring.size():
+            self._grow_holders()
+        self.hold_ring[self.hold_tail & (self.hold_ring.size() - 1)] = sid
+        self.hold_tail += 1
+        m = self.get(seq)
+        m.hold_n += 1
+
+    cdef void _grow_holders(self) noexcept nogil:
+        cdef uint64_t cap = self.hold_ring.size(), pos
+        cdef vector[sid_t] ring
+        ring.resize(cap * 2)
+        for pos in range(self.hold_head, self.hold_tail):
+            ring[pos & (2 * cap - 1)] = self.hold_ring[pos & (cap - 1)]
+        self.hold_ring.swap(ring)
 
     cdef void _grow_ring(self) noexcept nogil:
         cdef uint64_t cap = self.ring.size(), i
         cdef vector[MsgC] ring
-        cdef vector[vector[sid_t]] holders
+        cdef vector[vector[sid_t]] extra
         ring.resize(cap * 2)
-        holders.resize(cap * 2)
+        extra.resize(cap * 2)
         for i in range(self.count):
             ring[i] = self.ring[(self.head + i) & (cap - 1)]
-            holders[i].swap(self.holders[(self.head + i) & (cap - 1)])
+            extra[i].swap(self.extra[(self.head + i) & (cap - 1)])
         self.ring.swap(ring)
-        self.holders.swap(holders)
+        self.extra.swap(extra)
         self.head = 0
 
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil:
@@ -113,7 +145,9 @@ cdef class WindowStore:
         m.t = t
         m.term_pos = start
         m.nterms = n
-        self.holders[(self.head + self.count) & (self.ring.size() - 1)].clear()
+        m.hold_pos = self.hold_tail
+        m.hold_n = 0
+        self.extra[(self.head + self.count) & (self.ring.size() - 1)].clear()
         self.count += 1
         self.ids.insert(ext_id)
         return m.seq
@@ -122,7 +156,8 @@ cdef class WindowStore:
         cdef MsgC* m = &self.ring[self.head]
         cdef vector[sid_t] empty
         self.ids.erase(m.ext_id)
-        self.holders[self.head].swap(empty)        # release the memory
+        self.extra[self.head].swap(empty)          # release the memory
+        self.hold_head = m.hold_pos + m.hold_n
         self.head = (self.head + 1) & (self.ring.size() - 1)
         self.count -= 1
         self.oldest_seq += 1
@@ -154,8 +189,9 @@ cdef class WindowStore:
         return out
 
     def memory_bytes(self):
-        cdef uint64_t total = self.ring.capacity() * sizeof(MsgC) + self.term_ids.capacity() * 12
+        cdef uint64_t total = (self.ring.capacity() * (sizeof(MsgC) + 24) + self.term_ids.capacity() * 12
+                               + self.hold_ring.capacity() * sizeof(sid_t))
         cdef uint64_t i
-        for i in range(self.holders.size()):
-            total += 24 + self.holders[i].capacity() * sizeof(sid_t)
+        for i in range(self.extra.size()):
+            total += self.extra[i].capacity() * sizeof(sid_t)
         return total + self.ids.size() * 32

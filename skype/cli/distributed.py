@@ -1,0 +1,168 @@
+"""``python -m skype.run distributed``: DSkype on Apache Spark (Structured Streaming).
+
+Loads the workload like ``simulate`` (same options), writes it as stream files into the run
+directory (``--checkpoint``), builds the distribution (``--method`` over ``--partitions``
+subscription partitions), and streams it through Spark in micro-batches of ``--batch-size``
+messages: routing, one stateful engine per partition on the executors, an exact merge of
+replicated subscriptions, result-change events to ``DIR/events``.  The final top-k goes to
+``--results-out`` (the same JSONL as ``simulate --results-out``), metrics to ``--metrics-out``.
+
+Run it again with the same ``--checkpoint`` to resume a stopped run (``--stop-after-batches N``
+stops one on purpose).  Needs the ``spark`` extra (pyspark, Java 17); pyspark is imported only
+when the command runs.  On a cluster use ``spark-submit skype/spark/app.py`` with the same
+options (see ``docs/spark.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from skype.cli.inputs import add_workload_args, load_inputs, window_of
+from skype.cli.report import machine_info, print_table
+from skype.cli.simulate import add_engine_args, engine_options
+from skype.dist import METHODS
+from skype.errors import InputError
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> None:
+    """Options of ``distributed`` beyond the workload and engine (shared with the Spark app)."""
+    d = p.add_argument_group("distribution")
+    d.add_argument("--method", choices=METHODS, default="prefix", help="distribution method (default: %(default)s)")
+    d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
+    d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
+    d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
+    d.add_argument("--sample-size", type=int, default=10_000,
+                   help="first messages used as the distribution's cost sample (default: %(default)s)")
+    d.add_argument("--thresholds", choices=("auto", "core", "reference", "kscore", "none"), default="auto",
+                   help="engine estimating theta_s for the prefix cost model (default: %(default)s)")
+    s = p.add_argument_group("spark")
+    if master:
+        s.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
+        s.add_argument("--driver-memory", default="1g", help="driver memory (default: %(default)s)")
+    s.add_argument("--batch-size", type=int, default=10_000, help="messages per micro-batch (default: %(default)s)")
+    s.add_argument("--checkpoint", metavar="DIR",
+                   help="run directory: Spark checkpoint, stream files, events (default: out/dskype-<time>)")
+    s.add_argument("--conf", type=_conf_pair, action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark setting (repeatable)")
+    s.add_argument("--engine-cache", choices=("process", "worker"), default="process",
+                   help="keep live engines in one host process per executor and key (default) or in the "
+                        "Python worker")
+    s.add_argument("--trigger-seconds", type=float,
+                   help="run continuously with this trigger interval (default: process what is there, then stop)")
+    s.add_argument("--stop-after-batches", type=int, metavar="N", help="stop after N micro-batches (resume later)")
+    s.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this many seconds")
+    src = p.add_argument_group("stream sources")
+    src.add_argument("--source", choices=("files", "kafka"), default="files",
+                     help="stream files (default) or Kafka topics")
+    src.add_argument("--stream-format", choices=("parquet", "jsonl"), default="parquet",
+                     help="format of the stream files the job writes (default: %(default)s)")
+    src.add_argument("--messages-dir", metavar="DIR", help="read messages from this stream-file directory")
+    src.add_argument("--commands-dir", metavar="DIR", help="read subscription commands from this directory")
+    src.add_argument("--kafka-bootstrap", metavar="HOST:PORT")
+    src.add_argument("--messages-topic")
+    src.add_argument("--commands-topic")
+    o = p.add_argument_group("output")
+    o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
+    o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")
+    o.add_argument("--sink", choices=("files", "console"), default="files",
+                   help="result-change events to DIR/events (default) or the console")
+    o.add_argument("--events-format", choices=("json", "parquet"), default="json",
+                   help="format of DIR/events (default: %(default)s)")
+
+
+def settings_from_args(args: argparse.Namespace, bounds):
+    from skype.spark.runtime import RunSettings
+
+    window = window_of(args)
+    kind, size = ("count", window["window"]) if "window" in window else ("time", window["window_seconds"])
+    if args.sink == "console" and args.results_out:
+        raise InputError("E023", what="--results-out", expected="used with --sink files (results fold the events)",
+                         value=args.results_out)
+    return RunSettings(
+        method=args.method, partitions=args.partitions, batch_size=args.batch_size, window_kind=kind,
+        window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=args.engine,
+        engine_options=engine_options(args) if args.engine == "core" else {}, merge_buckets=args.merge_buckets,
+        n1=args.n1, sample_size=args.sample_size, thresholds=args.thresholds, engine_cache=args.engine_cache,
+        stream_format=args.stream_format, events_format=args.events_format, sink=args.sink, source=args.source,
+        messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap,
+        messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
+        stop_after_batches=args.stop_after_batches, timeout_s=args.timeout,
+    )
+
+
+def run_distributed(args: argparse.Namespace, spark=None) -> int:
+    """Plan, run, report.  ``spark``: an existing session (the Spark app, tests); else one is made
+    from ``--master``."""
+    from skype import io
+    from skype.spark import runtime
+
+    if (args.messages_dir is None) != (args.commands_dir is None):
+        raise InputError("E023", what="--messages-dir and --commands-dir", expected="given together",
+                         value=args.messages_dir or args.commands_dir)
+    run_dir = Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}")
+    t0 = time.perf_counter()
+    inputs = load_inputs(args)
+    settings = settings_from_args(args, inputs.bounds)
+    plan = runtime.plan_run(run_dir, settings, inputs)
+    t_plan = time.perf_counter() - t0
+    own = spark is None
+    if own:
+        spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
+    try:
+        outcome = runtime.run_query(spark, plan)
+        metrics = runtime.run_metrics(plan, outcome)
+        metrics.update(input=inputs.description, plan_s=t_plan, run_dir=str(run_dir),
+                       master=spark.conf.get("spark.master", ""), machine=machine_info())
+        if args.results_out:
+            results = runtime.final_results(spark, plan)
+            io.write_objects(args.results_out, io.result_objects(results))
+            metrics["subscriptions"] = len(results)
+    finally:
+        if own:
+            spark.stop()
+    if args.metrics_out:
+        Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.metrics_out).write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    rows = [
+        ("input", metrics["input"]), ("method", f"{settings.method}, P = {settings.partitions}"),
+        ("window", metrics["window"]), ("master", metrics["master"]), ("run directory", run_dir),
+        ("batches", f"{metrics['batches']} of {settings.batch_size} messages" + (" (resumed)" if plan.resumed else "")),
+        ("messages", metrics["messages"]),
+        ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f} in batches, "
+                                f"{metrics['wall_throughput_msgs_per_s']:,.0f} wall"),
+        ("batch latency p50 / p99 (ms)", f"{metrics['batch_latency_ms_p50']:,.0f} / {metrics['batch_latency_ms_p99']:,.0f}"),
+        ("communication per message", f"{metrics['communication_per_message']:.2f}"),
+        ("replication ratio", f"{metrics['replication_ratio']:.2f}"),
+        ("load imbalance (max/mean)", f"{metrics['load_imbalance']:.2f}"),
+        ("cache hit rate (steady)", f"{metrics['cache_hit_rate']:.1%} ({metrics['cache_hit_rate_steady']:.1%})"),
+        ("state bytes written / batch", f"{metrics['state_bytes_written_per_batch']:,.0f}"),
+        ("result events", metrics["result_events"]),
+    ]
+    if metrics.get("stopped_early"):
+        rows.append(("stopped", "early: run again with the same --checkpoint to resume"))
+    print_table("distributed", rows, file=sys.stdout)
+    return 0
+
+
+def cmd_distributed(args: argparse.Namespace) -> int:
+    return run_distributed(args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("distributed", help="run DSkype on Apache Spark (needs the spark extra)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_args(p)
+    add_engine_args(p)
+    add_distributed_args(p)
+    p.set_defaults(func=cmd_distributed)

@@ -1,0 +1,539 @@
+"""The DSkype streaming job: plan a run, start the query, sink events, report metrics and results.
+
+A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume::
+
+    DIR/run.json              settings, grouping keys, shuffle partitions (checked on restart)
+    DIR/distribution.pkl      the distribution built at the first run (routing must not change)
+    DIR/stream/messages/      stream files (when the job stages its workload itself)
+    DIR/stream/commands/
+    DIR/spark/                Spark's checkpoint: offsets, commits, the state store (RocksDB)
+    DIR/events/batch-<id>/    result-change events of each micro-batch (JSON lines or Parquet)
+    DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
+
+The query (:func:`build_query`): both sources (stream-event schema) -> ``mapInArrow`` routing
+(+ ticks) -> ``transformWithState`` per subscription partition -> ``transformWithState`` per merge
+bucket -> ``foreachBatch`` sink.  The sink overwrites ``events/batch-<id>`` and
+``metrics/batch-<id>.json``, so a batch that Spark re-runs after a failure or a restart replaces
+its own output: nothing is delivered twice.  Final results fold the events of every committed
+batch (:func:`final_results`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from skype.errors import InputError
+from skype.model import Match
+from skype.spark import hosts as hosts_mod
+from skype.spark.keys import grouping_keys
+from skype.spark.partition import PartitionConfig, WindowSpec
+
+CHECKED_SETTINGS = ("method", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
+                    "engine_options", "n1")
+ENGINE_CACHES = ("process", "worker")
+SINKS = ("files", "console")
+EVENT_FORMATS = ("json", "parquet")
+SOURCES = ("files", "kafka")
+
+
+@dataclass
+class RunSettings:
+    """Everything that shapes a run (see the ``distributed`` command for each option)."""
+
+    method: str
+    partitions: int
+    batch_size: int
+    window_kind: str
+    window_size: float
+    bounds: tuple
+    engine: str = "core"
+    engine_options: dict = field(default_factory=dict)
+    merge_buckets: int | None = None
+    n1: int | None = None
+    sample_size: int = 10_000
+    thresholds: str = "auto"
+    engine_cache: str = "process"
+    host_idle_timeout: float = 600.0
+    stream_format: str = "parquet"
+    events_format: str = "json"
+    sink: str = "files"
+    source: str = "files"
+    messages_dir: str | None = None
+    commands_dir: str | None = None
+    kafka_bootstrap: str | None = None
+    messages_topic: str | None = None
+    commands_topic: str | None = None
+    trigger_seconds: float | None = None  # None: availableNow (process what is there, then stop)
+    stop_after_batches: int | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        from skype.dist import METHODS
+
+        if self.method not in METHODS:
+            raise InputError("E022", what="distribution method", value=self.method, choices=", ".join(METHODS))
+        for name in ("partitions", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError("E023", what=name.replace("_", "-"), expected="an integer >= 1", value=value)
+        if self.merge_buckets is None:
+            self.merge_buckets = self.partitions
+        if self.merge_buckets < 1:
+            raise InputError("E023", what="merge-buckets", expected="an integer >= 1", value=self.merge_buckets)
+        for name, value, choices in (("engine cache", self.engine_cache, ENGINE_CACHES), ("sink", self.sink, SINKS),
+                                     ("events format", self.events_format, EVENT_FORMATS),
+                                     ("source", self.source, SOURCES)):
+            if value not in choices:
+                raise InputError("E022", what=name, value=value, choices=", ".join(choices))
+        if self.source == "kafka" and not (self.kafka_bootstrap and self.messages_topic and self.commands_topic):
+            raise InputError("E023", what="--source kafka", expected="given with --kafka-bootstrap, --messages-topic "
+                                                                     "and --commands-topic", value=self.kafka_bootstrap)
+        self.window = WindowSpec(self.window_kind, float(self.window_size))
+
+    def checked(self) -> dict:
+        d = asdict(self)
+        d["bounds"] = list(self.bounds)
+        d["engine_options"] = dict(sorted(self.engine_options.items()))
+        return {k: d[k] for k in CHECKED_SETTINGS}
+
+
+@dataclass
+class Plan:
+    """A prepared run: where things are and how partitions map to grouping keys."""
+
+    run_dir: Path
+    settings: RunSettings
+    distribution: object
+    shuffle_partitions: int
+    partition_keys: list[int]
+    bucket_keys: list[int]
+    resumed: bool
+
+    @property
+    def spark_checkpoint(self) -> str:
+        return str(self.run_dir / "spark")
+
+    @property
+    def events_dir(self) -> Path:
+        return self.run_dir / "events"
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.run_dir / "metrics"
+
+    @property
+    def messages_dir(self) -> str:
+        return self.settings.messages_dir or str(self.run_dir / "stream" / "messages")
+
+    @property
+    def commands_dir(self) -> str:
+        return self.settings.commands_dir or str(self.run_dir / "stream" / "commands")
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def build_distribution_for(settings: RunSettings, inputs):
+    """The distribution of a run, built in exact mode from the workload: its subscriptions and the
+    first ``sample_size`` messages (cost model); keyword summaries off (see ``docs/spark.md``)."""
+    from skype.dist import METHOD_PARAMS, build_distribution, estimate_thresholds
+    from skype.dist.registry import concat_subscriptions
+    from skype.model import Bounds
+
+    subs = concat_subscriptions([inputs.subscriptions] + [b for op, b in inputs.steps if op == "sub"])
+    messages = inputs.messages()
+    sample = messages.slice(0, min(settings.sample_size, len(messages)))
+    params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1}
+    params = {k: v for k, v in params.items() if k in METHOD_PARAMS[settings.method] and v is not None}
+    theta = None
+    if settings.method in ("prefix", "spatial-first", "keyword-first") and len(subs) and len(sample):
+        if settings.window.kind == "count":
+            warm = min(int(settings.window.size), len(sample))
+        else:
+            warm = int((sample.t > sample.t[-1] - settings.window.size).sum())
+        theta = estimate_thresholds(subs, sample, inputs.vocabulary, max(warm, 1), settings.thresholds,
+                                    bounds=Bounds(*settings.bounds))
+    return build_distribution(settings.method, settings.partitions, subs, sample, inputs.vocabulary, theta, **params)
+
+
+def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None) -> Plan:
+    """Prepare a new run directory, or check and reopen an existing one.
+
+    A new run stages ``inputs`` (unless stream directories or Kafka are given), builds the
+    distribution and fixes the grouping keys; a resumed run reuses them and refuses settings that
+    differ from the first run's.
+    """
+    from skype.spark.staging import stage_inputs
+
+    run_dir = Path(run_dir)
+    meta_path = run_dir / "run.json"
+    if meta_path.exists():
+        saved = json.loads(meta_path.read_text())
+        if saved["settings"] != settings.checked():
+            diff = {k: (saved["settings"].get(k), v) for k, v in settings.checked().items()
+                    if saved["settings"].get(k) != v}
+            raise InputError("E028", path=str(run_dir), detail=json.dumps(diff))
+        with open(run_dir / "distribution.pkl", "rb") as fh:
+            dist = pickle.load(fh)
+        return Plan(run_dir, settings, dist, saved["shuffle_partitions"], saved["partition_keys"], saved["bucket_keys"],
+                    resumed=True)
+    if inputs is None:
+        raise InputError("E023", what="a new run", expected="given a workload", value=str(run_dir))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if settings.source == "files" and settings.messages_dir is None:
+        stage_inputs(inputs, run_dir / "stream" / "messages", run_dir / "stream" / "commands",
+                     fmt=settings.stream_format, file_records=max(settings.batch_size, 1000))
+    dist = build_distribution_for(settings, inputs)
+    shuffle = max(settings.partitions, settings.merge_buckets)
+    pkeys = grouping_keys(settings.partitions, shuffle)
+    bkeys = grouping_keys(settings.merge_buckets, shuffle)
+    with open(run_dir / "distribution.pkl", "wb") as fh:
+        pickle.dump(dist, fh)
+    meta_path.write_text(json.dumps({"settings": settings.checked(), "shuffle_partitions": shuffle,
+                                     "partition_keys": pkeys, "bucket_keys": bkeys}, indent=2))
+    return Plan(run_dir, settings, dist, shuffle, pkeys, bkeys, resumed=False)
+
+
+# --------------------------------------------------------------------------- the session
+
+
+def session_conf(master: str | None, driver_memory: str = "1g") -> dict[str, str]:
+    """Spark settings the job needs (TWS requires RocksDB; see platform notes).  ``master`` None:
+    left to spark-submit."""
+    return {
+        **({"spark.master": master} if master else {}),
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": driver_memory,
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.numRecentProgressUpdates": "100000",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+
+
+def make_session(master: str | None = "local[*]", app_name: str = "skype-dskype", driver_memory: str = "1g",
+                 extra: dict[str, str] | None = None):
+    """One SparkSession for a run; executors use this interpreter unless told otherwise."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in {**session_conf(master, driver_memory), **(extra or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def configure(spark, plan: Plan) -> None:
+    """Session settings a query run needs (the shuffle partitions are frozen at the first run)."""
+    for key, value in session_conf(None).items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+    spark.conf.set("spark.sql.shuffle.partitions", str(plan.shuffle_partitions))
+
+
+# --------------------------------------------------------------------------- the query
+
+
+def source_events(spark, plan: Plan):
+    from skype.spark import sources
+
+    s = plan.settings
+    if s.source == "kafka":
+        messages = sources.kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size)
+        commands = sources.kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands")
+    else:
+        messages = sources.file_events(spark, plan.messages_dir, "messages", s.batch_size)
+        commands = sources.file_events(spark, plan.commands_dir, "commands")
+    return messages.unionByName(commands)
+
+
+def build_query(spark, plan: Plan, token: str, sink):
+    """The streaming query, ready to start (see module docstring)."""
+    from skype.spark.processors import OUTPUT_SCHEMA_DDL, STAGE_SCHEMA_DDL, MergeProcessor, PartitionProcessor
+    from skype.spark.routing import ROUTED_SCHEMA_DDL, Router, route_arrow
+
+    s = plan.settings
+    configure(spark, plan)
+    router = Router(plan.distribution, plan.partition_keys)
+    configs = {key: PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
+                                    tuple(sorted(s.engine_options.items())))
+               for p, key in enumerate(plan.partition_keys)}
+    routed = source_events(spark, plan).mapInArrow(partial(route_arrow, router), ROUTED_SCHEMA_DDL)
+    stage1 = routed.groupBy("key").transformWithState(
+        PartitionProcessor(token, configs, plan.bucket_keys, s.engine_cache, s.host_idle_timeout),
+        STAGE_SCHEMA_DDL, "Update", "None")
+    stage2 = stage1.groupBy("key").transformWithState(
+        MergeProcessor(token, {k: b for b, k in enumerate(plan.bucket_keys)}, s.engine_cache, s.host_idle_timeout),
+        OUTPUT_SCHEMA_DDL, "Update", "None")
+    writer = stage2.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
+    if s.trigger_seconds:
+        return writer.trigger(processingTime=f"{s.trigger_seconds} seconds")
+    return writer.trigger(availableNow=True)
+
+
+class EventSink:
+    """``foreachBatch``: events to files (overwriting the batch's directory) or the console, and
+    the stages' metrics rows to ``metrics/batch-<id>.json``."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.events_dir = str(plan.events_dir)
+        self.metrics_dir = plan.metrics_dir
+        self.format = plan.settings.events_format
+        self.console = plan.settings.sink == "console"
+        self.batches: list[int] = []
+
+    def __call__(self, df, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        from skype.spark.reports import EVENT_SCHEMA_DDL
+
+        t0 = time.perf_counter()
+        df.persist()
+        try:
+            metrics = [json.loads(bytes(r.payload)) for r in df.where("kind = 'metrics'").select("payload").collect()]
+            t_collect = time.perf_counter() - t0
+            events = (df.where("kind = 'events'").select("payload").mapInArrow(unpack_events, EVENT_SCHEMA_DDL)
+                      .withColumn("batch", F.lit(int(batch_id))))
+            if self.console:
+                events.show(20, truncate=80)
+            else:
+                events.write.mode("overwrite").format(self.format).save(f"{self.events_dir}/batch-{batch_id:08d}")
+        finally:
+            df.unpersist()
+        record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
+                  "pipeline_s": t_collect}
+        self.metrics_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.metrics_dir / f".batch-{batch_id:08d}.json.tmp"
+        tmp.write_text(json.dumps(record))
+        tmp.replace(self.metrics_dir / f"batch-{batch_id:08d}.json")
+        self.batches.append(int(batch_id))
+
+
+def unpack_events(batches):
+    """``mapInArrow``: event blobs -> public event rows."""
+    from skype.spark.reports import events_to_arrow
+
+    for batch in batches:
+        for blob in batch.column("payload").to_pylist():
+            yield events_to_arrow(blob)
+
+
+@dataclass
+class RunOutcome:
+    plan: Plan
+    batches: list[int]
+    progress: list[dict]
+    wall_s: float
+    stopped_early: bool
+
+
+def run_query(spark, plan: Plan) -> RunOutcome:
+    """Start the query and wait: until the input is consumed (availableNow), ``stop_after_batches``
+    batches, ``timeout_s`` seconds, or Ctrl-C."""
+    s = plan.settings
+    token = hosts_mod.new_token()
+    sink = EventSink(plan)
+    query = build_query(spark, plan, token, sink).start()
+    t0 = time.perf_counter()
+    stopped = False
+    try:
+        while query.isActive:
+            query.awaitTermination(0.25)
+            if s.stop_after_batches is not None and len(sink.batches) >= s.stop_after_batches:
+                query.stop()
+                stopped = True
+            elif s.timeout_s is not None and time.perf_counter() - t0 > s.timeout_s:
+                query.stop()
+                stopped = True
+    except KeyboardInterrupt:
+        query.stop()
+        stopped = True
+    wall = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise query.exception()
+    progress = [p for p in query.recentProgress if p.get("batchId") is not None]
+    if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
+        stop_local_hosts(plan, token)
+    return RunOutcome(plan, sink.batches, progress, wall, stopped)
+
+
+def stop_local_hosts(plan: Plan, token: str) -> None:
+    """In local mode the driver shares the executors' machine: end this run's engine hosts."""
+    from multiprocessing.connection import Client
+
+    directory = hosts_mod.socket_dir(token)
+    if not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        if name.endswith(".sock"):
+            try:
+                conn = Client(os.path.join(directory, name), family="AF_UNIX", authkey=token.encode())
+                conn.send(("stop",))
+                conn.close()
+            except (OSError, EOFError, ConnectionError):
+                pass
+
+
+# --------------------------------------------------------------------------- results and metrics
+
+
+RESULT_SCHEMA_DDL = "sub long, topk array<struct<id: long, score: double>>"
+
+
+def fold_events(batches):
+    """``mapInArrow`` over events sorted by (sub, batch): the final top-k of every subscription
+    that exists at the end (entered adds, left removes, removed deletes; ranking by score desc,
+    then seq desc)."""
+    import pyarrow as pa
+
+    current: int | None = None
+    entries: dict[int, tuple[float, int]] | None = None
+
+    def emit(sid, ent):
+        order = sorted(ent.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))
+        return sid, [{"id": m, "score": sc} for m, (sc, _) in order]
+
+    out_sub, out_topk = [], []
+    for batch in batches:
+        for row in batch.to_pylist():
+            sid = row["sub"]
+            if sid != current:
+                if current is not None and entries is not None:
+                    s_, t_ = emit(current, entries)
+                    out_sub.append(s_)
+                    out_topk.append(t_)
+                current, entries = sid, None
+            if row["created"] or entries is None:
+                entries = {}
+            for m in row["left"] or []:
+                entries.pop(m, None)
+            for e in row["entered"] or []:
+                entries[e["id"]] = (e["score"], e["seq"])
+            if row["removed"]:
+                entries = None
+        if len(out_sub) >= 4096:
+            yield _result_batch(out_sub, out_topk)
+            out_sub, out_topk = [], []
+    if current is not None and entries is not None:
+        s_, t_ = emit(current, entries)
+        out_sub.append(s_)
+        out_topk.append(t_)
+    if out_sub:
+        yield _result_batch(out_sub, out_topk)
+
+
+def _result_batch(subs, topk):
+    import pyarrow as pa
+
+    typ = pa.list_(pa.struct([("id", pa.int64()), ("score", pa.float64())]))
+    return pa.RecordBatch.from_arrays([pa.array(subs, pa.int64()), pa.array(topk, typ)], names=["sub", "topk"])
+
+
+def read_events(spark, plan: Plan):
+    from skype.spark.reports import EVENT_SCHEMA_DDL
+
+    schema = EVENT_SCHEMA_DDL + ", batch long"
+    paths = sorted(str(p) for p in plan.events_dir.glob("batch-*") if p.is_dir())
+    if not paths:
+        return None
+    return spark.read.schema(schema).format(plan.settings.events_format).load(paths)
+
+
+def final_results(spark, plan: Plan) -> list[tuple[int, list[Match]]]:
+    """Every subscription's final top-k, by ascending id (the centralized CLI's results)."""
+    events = read_events(spark, plan)
+    if events is None:
+        return []
+    folded = (events.repartition(plan.shuffle_partitions, "sub").sortWithinPartitions("sub", "batch")
+              .mapInArrow(fold_events, RESULT_SCHEMA_DDL))
+    out = [(int(r.sub), [Match(int(e.id), float(e.score)) for e in r.topk]) for r in folded.toLocalIterator()]
+    out.sort(key=lambda item: item[0])
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, np.float64), q)) if values else 0.0
+
+
+def run_metrics(plan: Plan, outcome: RunOutcome) -> dict:
+    """The run's metrics (see ``docs/spark.md`` for each definition)."""
+    records = []
+    for batch in outcome.batches:
+        path = plan.metrics_dir / f"batch-{batch:08d}.json"
+        if path.exists():
+            records.append(json.loads(path.read_text()))
+    parts = [m for r in records for m in r["stages"] if m["stage"] == "partition"]
+    merges = [m for r in records for m in r["stages"] if m["stage"] == "merge"]
+    by_batch = {r["batch"]: r for r in records}
+    progress = [p for p in outcome.progress if p["batchId"] in by_batch]
+    latency = [float(p["durationMs"].get("triggerExecution", 0.0)) for p in progress]
+    messages = (max(m["upto"] for m in parts) - min(m["first_seq"] for m in parts)) if parts else 0
+    busy_s = sum(latency) / 1000.0
+    P = plan.settings.partitions
+    work = np.zeros(P)
+    received = np.zeros(P)
+    hosted = np.zeros(P)
+    for m in parts:
+        work[m["partition"]] += m["engine_s"] + m["report_s"]
+        received[m["partition"]] += m["messages"]
+    last: dict[int, dict] = {}
+    for m in parts:
+        last[m["partition"]] = m
+    for p, m in last.items():
+        hosted[p] = m["hosted"]
+    distinct = sum(m["hosted_inverse_replication"] for m in last.values())
+    seen: set[tuple[str, int]] = set()
+    steady_hits = steady_total = 0
+    for r in records:
+        for m in r["stages"]:
+            ident = (m["stage"], m.get("partition", m.get("bucket")))
+            if ident in seen:
+                steady_total += 1
+                steady_hits += bool(m["hit"])
+            seen.add(ident)
+    written = [sum(m["state_bytes_written"] for m in r["stages"]) for r in records]
+    written_parts = [sum(m["state_bytes_written"] for m in r["stages"] if m["stage"] == "partition") for r in records]
+    written_merge = [sum(m["state_bytes_written"] for m in r["stages"] if m["stage"] == "merge") for r in records]
+    mean_work = float(work.mean()) if P else 0.0
+    return {
+        "method": plan.settings.method, "partitions": P, "merge_buckets": plan.settings.merge_buckets,
+        "batch_size": plan.settings.batch_size, "window": plan.settings.window.centralized(),
+        "batches": len(records), "messages": int(messages), "resumed": plan.resumed,
+        "stopped_early": outcome.stopped_early,
+        "throughput_msgs_per_s": messages / busy_s if busy_s > 0 else 0.0,
+        "wall_throughput_msgs_per_s": messages / outcome.wall_s if outcome.wall_s > 0 else 0.0,
+        "wall_s": outcome.wall_s, "batch_time_s": busy_s,
+        "batch_latency_ms_p50": _percentile(latency, 50), "batch_latency_ms_p99": _percentile(latency, 99),
+        "batch_latency_ms": latency,
+        "batch_durations_ms": [p["durationMs"] for p in progress],
+        "communication_per_message": float(received.sum() / messages) if messages else 0.0,
+        "replication_ratio": float(hosted.sum() / distinct) if distinct > 0 else 0.0,
+        "load_imbalance": float(work.max() / mean_work) if mean_work > 0 else 1.0,
+        "work_s_per_partition": work.tolist(), "messages_per_partition": received.tolist(),
+        "cache_hit_rate": (sum(bool(m["hit"]) for m in parts) / len(parts)) if parts else 0.0,
+        "cache_hit_rate_steady": (steady_hits / steady_total) if steady_total else 0.0,
+        "merge_cache_hit_rate": (sum(bool(m["hit"]) for m in merges) / len(merges)) if merges else 0.0,
+        "cache_rebuilds": sum(not m["hit"] for m in parts + merges),
+        "rebuild_s": sum(m["rebuild_s"] for m in parts + merges),
+        "state_bytes_written_per_batch": float(np.mean(written)) if written else 0.0,
+        "state_bytes_written_per_batch_steady": float(np.mean(written[1:])) if len(written) > 1 else 0.0,
+        "state_bytes_written_partitions_per_batch": float(np.mean(written_parts)) if written_parts else 0.0,
+        "state_bytes_written_merge_per_batch": float(np.mean(written_merge)) if written_merge else 0.0,
+        "state_bytes_written": written,
+        "result_events": sum(m["events"] for m in merges),
+        "engine_cache": plan.settings.engine_cache,
+    }

@@ -1,0 +1,158 @@
+"""Stream files: the record format the streaming job reads, and writing a workload into it.
+
+The job reads two directories of JSONL or Parquet files, processed in file-name order (producers
+must write a file completely, e.g. under a temporary name, before giving it its final name).
+
+* messages: ``{"id", "x", "y", "t", "term_ids": [int], "weights": [float]}``.  A message's global
+  sequence number is its position in the directory (files in name order, then lines/rows).
+* commands: ``{"op": "sub", "at", "id", "x", "y", "k", "alpha", "term_ids", "weights"}`` or
+  ``{"op": "unsub", "at", "id"}``; ``at`` (optional) is the number of messages before the command,
+  a command without ``at`` applies at the start of the micro-batch it arrives in.
+
+Terms are already *vectorised* (ids of the run's :class:`~skype.text.Vocabulary` and unit
+weights): every executor then scores with exactly the weights the centralized engine uses, and no
+vocabulary has to be shared or grown across executors.  :func:`stage_inputs` writes a loaded
+workload (:class:`skype.cli.inputs.Inputs`: generated, or files in the public formats) this way:
+the initial subscriptions as commands at position 0, then every step of the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from skype.errors import InputError
+from skype.model import MessageBatch, SubscriptionBatch
+
+FORMATS = ("parquet", "jsonl")
+MESSAGE_FIELDS = ("id", "x", "y", "t", "term_ids", "weights")
+COMMAND_FIELDS = ("op", "at", "id", "x", "y", "k", "alpha", "term_ids", "weights")
+
+
+def message_table(batch: MessageBatch):
+    import pyarrow as pa
+
+    t = batch.terms
+    return pa.table({
+        "id": pa.array(batch.ids), "x": pa.array(batch.x), "y": pa.array(batch.y), "t": pa.array(batch.t),
+        "term_ids": pa.ListArray.from_arrays(pa.array(t.indptr.astype(np.int32)), pa.array(t.ids)),
+        "weights": pa.ListArray.from_arrays(pa.array(t.indptr.astype(np.int32)), pa.array(t.weights)),
+    })
+
+
+def command_table(op: list[str], at: list[int | None], subs: SubscriptionBatch):
+    import pyarrow as pa
+
+    t = subs.terms
+    return pa.table({
+        "op": pa.array(op, pa.string()), "at": pa.array(at, pa.int64()), "id": pa.array(subs.ids),
+        "x": pa.array(subs.x), "y": pa.array(subs.y), "k": pa.array(subs.k), "alpha": pa.array(subs.alpha),
+        "term_ids": pa.ListArray.from_arrays(pa.array(t.indptr.astype(np.int32)), pa.array(t.ids)),
+        "weights": pa.ListArray.from_arrays(pa.array(t.indptr.astype(np.int32)), pa.array(t.weights)),
+    })
+
+
+def write_table(table, path: Path, fmt: str) -> None:
+    """Write atomically (temporary name, then rename) as Parquet or JSONL."""
+    if fmt not in FORMATS:
+        raise InputError("E022", what="stream file format", value=fmt, choices=", ".join(FORMATS))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, tmp)
+    else:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for row in table.to_pylist():
+                fh.write(json.dumps({k: v for k, v in row.items() if v is not None}, allow_nan=False))
+                fh.write("\n")
+    os.replace(tmp, path)
+
+
+def file_name(index: int, fmt: str) -> str:
+    return f"part-{index:08d}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
+
+
+def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, fmt: str = "parquet",
+                 file_records: int = 10_000) -> dict:
+    """Write a workload as stream files; returns counts.
+
+    Messages go to files of ``file_records`` messages (name order = stream order); commands to one
+    file: the initial subscriptions at position 0, then each step's commands at the number of
+    messages before it.
+    """
+    from skype.dist.registry import empty_subscriptions
+
+    if file_records < 1:
+        raise InputError("E023", what="file_records", expected="an integer >= 1", value=file_records)
+    messages_dir, commands_dir = Path(messages_dir), Path(commands_dir)
+    op: list[str] = ["sub"] * len(inputs.subscriptions)
+    at: list[int | None] = [0] * len(inputs.subscriptions)
+    parts = [inputs.subscriptions]
+    unsub_rows: list[int] = []
+    position = 0
+    pending: list[MessageBatch] = []
+    for kind, payload in inputs.steps:
+        if kind == "msgs":
+            pending.append(payload)
+            position += len(payload)
+        elif kind == "sub":
+            op += ["sub"] * len(payload)
+            at += [position] * len(payload)
+            parts.append(payload)
+        else:
+            op.append("unsub")
+            at.append(position)
+            unsub_rows.append(len(op) - 1)
+            parts.append(_id_only(int(payload)))
+    messages = MessageBatch.concat(pending) if pending else None
+    count = 0
+    if messages is not None:
+        for index, start in enumerate(range(0, len(messages), file_records)):
+            chunk = messages.slice(start, start + file_records)
+            write_table(message_table(chunk), messages_dir / file_name(index, fmt), fmt)
+            count += len(chunk)
+    messages_dir.mkdir(parents=True, exist_ok=True)
+    subs = _concat([p for p in parts if len(p)]) if any(len(p) for p in parts) else empty_subscriptions()
+    if len(op):
+        table = command_table(op, at, subs)
+        if unsub_rows:  # an unsubscribe carries only its id
+            table = _null_out(table, unsub_rows)
+        write_table(table, commands_dir / file_name(0, fmt), fmt)
+    commands_dir.mkdir(parents=True, exist_ok=True)
+    return {"messages": count, "commands": len(op)}
+
+
+def _id_only(sub_id: int) -> SubscriptionBatch:
+    from skype.model import TermMatrix
+
+    z = np.zeros(1)
+    return SubscriptionBatch([sub_id], z, z, np.zeros(1, np.int64), z, TermMatrix([0, 0], [], []))
+
+
+def _concat(parts: list[SubscriptionBatch]) -> SubscriptionBatch:
+    from skype.dist.registry import concat_subscriptions
+
+    return concat_subscriptions(parts)
+
+
+def _null_out(table, rows: list[int]):
+    """Null the record columns of unsubscribe rows (their x/y/k/alpha/terms mean nothing)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mask = np.zeros(table.num_rows, bool)
+    mask[rows] = True
+    mask_arr = pa.array(mask)
+    cols = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if name in ("op", "at", "id"):
+            cols[name] = col
+        else:
+            cols[name] = pc.if_else(mask_arr, pa.scalar(None, col.type), col)
+    return pa.table(cols)
