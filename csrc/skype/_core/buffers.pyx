@@ -31,7 +31,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport pow, log, isfinite, INFINITY
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
-from skype._core.window cimport WindowStore, MsgC
+from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
@@ -126,11 +126,11 @@ cdef class Buffers:
             self.buf.resize(sid + 1)
 
     cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
-        cdef seq_t newest = self.window.next_seq() - 1
+        cdef seq_t newest = win_next_seq(self.window) - 1
         return newest - <uint32_t>(<uint32_t>newest - lo)
 
     cdef inline ext_id_t _ext(self, uint32_t lo) noexcept nogil:
-        return self.window.get(self._full_seq(lo)).ext_id
+        return win_get(self.window, self._full_seq(lo)).ext_id
 
     cdef inline void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil:
         cdef EventC e
@@ -319,7 +319,7 @@ cdef class Buffers:
         while n_above > 0 and not complete and self.pulled[n_above - 1].score < theta:
             n_above -= 1
         sb.p_theta = <float>(<double>n_above / (self.window.count if self.window.count else 1))
-        sb.born = <uint32_t>self.window.next_seq()
+        sb.born = <uint32_t>win_next_seq(self.window)
         sb.admits = 0
         # A plan made while a count window fills is loose for the full window (theta <= the
         # kScore of a partial window, and the cost scan could not go below k): redo it when the

@@ -18,8 +18,8 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport term_t, sid_t, seq_t
-from skype._core.window cimport WindowStore, MsgC
+from skype._core.types cimport term_t, sid_t, seq_t, prefetch, PREFETCH_AHEAD
+from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex, IGPTIndex, CandC
 from skype._core.buffers cimport Buffers, EventC
@@ -64,14 +64,14 @@ cdef class CoreEngine:
 
     # ------------------------------------------------------------------ the stream
     cdef void _expire_oldest(self) noexcept nogil:
-        cdef MsgC* m = self.window.oldest()
+        cdef MsgC* m = win_oldest(self.window)
         cdef seq_t seq = m.seq
-        cdef vector[sid_t]* extra = self.window.extra_holders(seq)
+        cdef vector[sid_t]* extra = win_extra_holders(self.window, seq)
         cdef uint64_t pos
         cdef size_t i
         self.msgs.remove(seq)
         for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
-            self._expire_from(self.window.holder_at(pos), seq)
+            self._expire_from(win_holder_at(self.window, pos), seq)
         for i in range(extra.size()):
             self._expire_from(extra[0][i], seq)
         self.window.pop_oldest()
@@ -89,7 +89,7 @@ cdef class CoreEngine:
                 while self.window.count >= self.count_window:
                     self._expire_oldest()
         else:
-            while self.window.count and self.window.oldest().t <= t - self.time_window:
+            while self.window.count and win_oldest(self.window).t <= t - self.time_window:
                 self._expire_oldest()
         self.expiry_ns += now_ns() - start
 
@@ -110,6 +110,8 @@ cdef class CoreEngine:
         self.msgs.insert(seq)
         self.index.disseminate(terms, w, n, x, y)
         for i in range(self.index.out.size()):
+            if i + PREFETCH_AHEAD < self.index.out.size():
+                prefetch(&self.buffers.buf[self.index.out[i + PREFETCH_AHEAD].sid])
             c = self.index.out[i]
             self.buffers.admit(c.sid, seq, c.score)
         self.arrivals += 1
@@ -230,7 +232,7 @@ cdef class CoreEngine:
             self.msgs.query_start(self.table.hot[sid].alpha, self.table.hot[sid].x, self.table.hot[sid].y,
                                   &self.table.terms[off], self.table.hot[sid].nterms)
             while <Py_ssize_t>ids.size() < n and self.msgs.query_next(&seq, &score):
-                ids.push_back(self.window.get(seq).ext_id)
+                ids.push_back(win_get(self.window, seq).ext_id)
                 scores.push_back(score)
         return np.array(ids, dtype=np.int64), np.array(scores, dtype=np.float64)
 

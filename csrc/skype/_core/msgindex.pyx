@@ -28,7 +28,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt, nextafterf, INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC
-from skype._core.window cimport WindowStore, MsgC
+from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
 from skype._core.scoring cimport mindist, combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12
@@ -126,7 +126,7 @@ cdef class MessageIndex:
             self.nodes[c].maxw = 0
             self.entries[c].clear()
         for i in range(moved.size()):              # stays sorted: moved is sorted by w desc
-            m = self.window.get(moved[i].seq)
+            m = win_get(self.window, moved[i].seq)
             c = first + quadrant(&self.nodes[n].rect, m.x, m.y)
             if self.entries[c].size() == 0:
                 self.nodes[c].maxw = moved[i].w
@@ -158,9 +158,9 @@ cdef class MessageIndex:
 
     # ------------------------------------------------------------------ updates
     cdef void insert(self, seq_t seq) noexcept nogil:
-        cdef MsgC* m = self.window.get(seq)
-        cdef const term_t* terms = self.window.terms(m)
-        cdef const double* weights = self.window.weights(m)
+        cdef MsgC* m = win_get(self.window, seq)
+        cdef const term_t* terms = win_terms(self.window, m)
+        cdef const double* weights = win_weights(self.window, m)
         cdef uint32_t j
         cdef term_t t
         cdef int32_t n
@@ -193,8 +193,8 @@ cdef class MessageIndex:
 
     cdef void remove(self, seq_t seq) noexcept nogil:
         """Remove a message (still in the window store) from every tree it is in."""
-        cdef MsgC* m = self.window.get(seq)
-        cdef const term_t* terms = self.window.terms(m)
+        cdef MsgC* m = win_get(self.window, seq)
+        cdef const term_t* terms = win_terms(self.window, m)
         cdef uint32_t j
         cdef term_t t
         cdef int32_t n, p, top
@@ -344,9 +344,9 @@ cdef class MessageIndex:
                 self._push(self._bound(n, item.qterm, leaf[0][item.cursor + 1].w), UINT64_MAX, n,
                            item.cursor + 1, item.qterm)
             # score the message exactly (same operations as score_pair) and find its designated term
-            m = self.window.get(e.seq)
-            mt = self.window.terms(m)
-            mw = self.window.weights(m)
+            m = win_get(self.window, e.seq)
+            mt = win_terms(self.window, m)
+            mw = win_weights(self.window, m)
             i = 0
             j = 0
             acc = 0.0

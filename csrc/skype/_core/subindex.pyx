@@ -38,7 +38,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt, nextafterf, INFINITY
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
-from skype._core.types cimport term_t, sid_t, ext_id_t, RectC
+from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC, prefetch, PREFETCH_AHEAD
 from skype._core.scoring cimport score_pair, mindist, inner_dist, combine, rect_contains
 
 cdef enum:
@@ -769,7 +769,7 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil:
         cdef int j
         cdef size_t p, r, r1, gend, lo, hi, mid, visits = 0
-        cdef uint32_t leaf, g, sid
+        cdef uint32_t leaf, g, sid, ahead
         cdef term_t t
         cdef TermPostC* tp
         cdef double s_sum = 0.0, s_max = 0.0, osb, score
@@ -843,12 +843,18 @@ cdef class IGPTIndex(SubscriptionIndex):
                                 lo = mid + 1
                         self.ctr.entries_cut += gend - hi
                     while r < hi:
+                        if r + PREFETCH_AHEAD < hi:
+                            ahead = tp.entries[r + PREFETCH_AHEAD].sid_group & SID_MASK
+                            prefetch(&self.table.hot[ahead])
+                            prefetch(&self.cand[ahead])
                         self._visit(tp.entries[r].sid_group & SID_MASK, j, t, terms, w, leaf)
                         r += 1
                     r = gend
         # Verification with the exact score from the two full term lists (spec §3.8).
         for p in range(self.cand_list.size()):
             sid = self.cand_list[p]
+            if p + PREFETCH_AHEAD < self.cand_list.size():
+                prefetch(&self.table.hot[self.cand_list[p + PREFETCH_AHEAD]])
             if self.cand[sid].last == PRUNED:
                 continue
             self.ctr.candidates += 1

@@ -20,3 +20,13 @@ cdef struct SubTermC:        # one term of a subscription, with its suffix stati
     float wtsum              # suffix sum of the weights from this position, rounded up
     float maxwt              # suffix max of the weights from this position, rounded up
     double w                 # unit-normalised weight
+
+
+cdef extern from *:
+    """
+    #define SKYPE_PREFETCH(p) __builtin_prefetch((const void*)(p))
+    """
+    void prefetch "SKYPE_PREFETCH"(const void* p) noexcept nogil
+
+cdef enum:
+    PREFETCH_AHEAD = 4       # records fetched ahead in the hot loops

@@ -32,13 +32,6 @@ cdef class WindowStore:
     cdef uint64_t hold_tail
     cdef unordered_set[int64_t] ids        # external ids in the window (duplicate detection)
 
-    cdef seq_t next_seq(self) noexcept nogil
-    cdef MsgC* get(self, seq_t seq) noexcept nogil
-    cdef MsgC* oldest(self) noexcept nogil
-    cdef const term_t* terms(self, const MsgC* m) noexcept nogil
-    cdef const double* weights(self, const MsgC* m) noexcept nogil
-    cdef vector[sid_t]* extra_holders(self, seq_t seq) noexcept nogil
-    cdef sid_t holder_at(self, uint64_t pos) noexcept nogil
     cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil
     cdef void _grow_ring(self) noexcept nogil
     cdef void _grow_holders(self) noexcept nogil
@@ -46,3 +39,32 @@ cdef class WindowStore:
     cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
                       const term_t* terms, const double* weights, uint32_t n) noexcept nogil
     cdef void pop_oldest(self) noexcept nogil
+
+
+# Hot accessors as inline functions (cdef methods called across modules are not inlined).
+cdef inline seq_t win_next_seq(WindowStore w) noexcept nogil:
+    return w.oldest_seq + w.count
+
+
+cdef inline MsgC* win_get(WindowStore w, seq_t seq) noexcept nogil:
+    return &w.ring[(w.head + (seq - w.oldest_seq)) & (w.ring.size() - 1)]
+
+
+cdef inline MsgC* win_oldest(WindowStore w) noexcept nogil:
+    return &w.ring[w.head]
+
+
+cdef inline const term_t* win_terms(WindowStore w, const MsgC* m) noexcept nogil:
+    return &w.term_ids[m.term_pos & (w.term_ids.size() - 1)]
+
+
+cdef inline const double* win_weights(WindowStore w, const MsgC* m) noexcept nogil:
+    return &w.term_w[m.term_pos & (w.term_w.size() - 1)]
+
+
+cdef inline vector[sid_t]* win_extra_holders(WindowStore w, seq_t seq) noexcept nogil:
+    return &w.extra[(w.head + (seq - w.oldest_seq)) & (w.ring.size() - 1)]
+
+
+cdef inline sid_t win_holder_at(WindowStore w, uint64_t pos) noexcept nogil:
+    return w.hold_ring[pos & (w.hold_ring.size() - 1)]

@@ -20,6 +20,7 @@ Invariants:
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t
+from skype._core.window cimport win_next_seq, win_get, win_extra_holders
 
 cdef enum:
     INITIAL_RING = 1024
@@ -42,37 +43,16 @@ cdef class WindowStore:
         self.hold_head = 0
         self.hold_tail = 0
 
-    cdef inline seq_t next_seq(self) noexcept nogil:
-        return self.oldest_seq + self.count
-
-    cdef inline MsgC* get(self, seq_t seq) noexcept nogil:
-        return &self.ring[(self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)]
-
-    cdef inline MsgC* oldest(self) noexcept nogil:
-        return &self.ring[self.head]
-
-    cdef inline const term_t* terms(self, const MsgC* m) noexcept nogil:
-        return &self.term_ids[m.term_pos & (self.term_ids.size() - 1)]
-
-    cdef inline const double* weights(self, const MsgC* m) noexcept nogil:
-        return &self.term_w[m.term_pos & (self.term_w.size() - 1)]
-
-    cdef inline vector[sid_t]* extra_holders(self, seq_t seq) noexcept nogil:
-        return &self.extra[(self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)]
-
-    cdef inline sid_t holder_at(self, uint64_t pos) noexcept nogil:
-        return self.hold_ring[pos & (self.hold_ring.size() - 1)]
-
     cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
         cdef MsgC* m
-        if seq + 1 != self.next_seq():
-            self.extra_holders(seq).push_back(sid)
+        if seq + 1 != win_next_seq(self):
+            win_extra_holders(self, seq).push_back(sid)
             return
         if self.hold_tail - self.hold_head == self.hold_ring.size():
             self._grow_holders()
         self.hold_ring[self.hold_tail & (self.hold_ring.size() - 1)] = sid
         self.hold_tail += 1
-        m = self.get(seq)
+        m = win_get(self, seq)
         m.hold_n += 1
 
     cdef void _grow_holders(self) noexcept nogil:
