@@ -35,6 +35,8 @@ BUFFERS = ("cskyband", "skyband", "kmax", "exact")
 RULES = ("cell", "group", "early", "prefix", "spatial", "unseen")
 BARRIERS = ("stationary", "window", "factor")
 
+CIQ_PARAMS = {"budget": 16, "max_depth": 12}  # cover cells per subscription, quadtree depth
+
 DEFAULT_COST = {
     "c_ins": 1.0,  # cost of touching one buffer entry on an insertion (the unit)
     "c_del": 1.0,  # cost of deleting an expired entry
@@ -76,6 +78,9 @@ class Engine(EngineBase):
         parameters of the kmax (default 60) and Skyband (default 0.8) buffers.
     cost
         cSkyband cost-model parameters (see ``DEFAULT_COST``).
+    ciq
+        CIQ parameters: ``budget`` (cover cells per subscription, default 16) and
+        ``max_depth`` of its quadtree (default 12).
     """
 
     def __init__(
@@ -146,7 +151,16 @@ class Engine(EngineBase):
         if index == "ciq":
             from skype._core.ciq import CIQIndex
 
-            self._index = CIQIndex(self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist, **dict(ciq or {}))
+            ciq_params = dict(CIQ_PARAMS)
+            for key, value in (ciq or {}).items():
+                if key not in CIQ_PARAMS:
+                    raise invalid_choice("ciq parameter", key, CIQ_PARAMS)
+                ciq_params[key] = _positive(key, value, int, 1, strict=False)
+            if ciq_params["max_depth"] > 28:
+                raise InputError("E023", what="ciq max_depth", expected="at most 28", value=ciq_params["max_depth"])
+            self.params["ciq"] = ciq_params
+            self._index = CIQIndex(self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
+                                   theta_refresh=self.params["theta_refresh"], **ciq_params)
         else:
             self._index = IGPTIndex(
                 self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
@@ -225,4 +239,5 @@ class Engine(EngineBase):
 
     def check_invariants(self) -> bool:
         """Verify the subscription index's invariants (tests and debugging)."""
-        return self._index.check_invariants()
+        check = getattr(self._index, "check_invariants", None)
+        return True if check is None else check()

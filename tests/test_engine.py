@@ -70,6 +70,15 @@ def test_ipt_equals_reference(window, buffer):
     run_core("grid", window, index="ipt", buffer=buffer, leaf_capacity=8)
 
 
+@pytest.mark.parametrize("ciq", [{"budget": 1}, {"budget": 16}, {"budget": 64, "max_depth": 5}])
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("workload", ["grid", "continuous"])
+@pytest.mark.parametrize("buffer", ["kmax", "exact"])
+def test_ciq_equals_reference(workload, window, buffer, ciq):
+    eng = run_core(workload, window, index="ciq", buffer=buffer, ciq=ciq)
+    assert eng.stats()["dissemination"]["cells_visited"] > 0
+
+
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("workload", ["grid", "continuous"])
 def test_each_pruning_rule_alone_is_exact(rule, workload):

@@ -19,6 +19,9 @@ for _buffer in BUFFERS:
     _register(f"Igpt{_buffer.title()}Count", partial(Engine, buffer=_buffer, leaf_capacity=2), window=4)
     _register(f"Igpt{_buffer.title()}Time", partial(Engine, buffer=_buffer, leaf_capacity=2), window_seconds=3.0)
 _register("IptCskybandCount", partial(Engine, index="ipt", buffer="cskyband", leaf_capacity=2), window=4)
+_register("CiqKmaxCount", partial(Engine, index="ciq", buffer="kmax", ciq={"budget": 4, "max_depth": 4}), window=4)
+_register("CiqExactTime", partial(Engine, index="ciq", buffer="exact", ciq={"budget": 7, "max_depth": 3}),
+          window_seconds=3.0)
 for _rule in RULES:
     _register(f"Only{_rule.title()}", partial(Engine, buffer="exact", leaf_capacity=2,
                                               pruning={r: r == _rule for r in RULES}), window=4)
