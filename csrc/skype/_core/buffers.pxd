@@ -67,6 +67,7 @@ cdef class Buffers:
     cdef int32_t nmax_factor                 # scan at most nmax_factor * k messages
     cdef double refresh_factor               # re-evaluate a complete buffer past refresh_factor * k
     # window estimates for the cost model (count windows: N fixed, 1/2 and 1/2)
+    cdef bint count_window                   # False: a time window (N and the rates are estimated)
     cdef double window_n
     cdef double p_arrival
     cdef double p_expiry

@@ -93,8 +93,9 @@ cdef class Buffers:
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
-                  double refresh_factor=3.0):
+                  double refresh_factor=3.0, bint count_window=True):
         self.kind = KINDS[kind]
+        self.count_window = count_window
         self.table = table
         self.index = index
         self.msgs = msgs
@@ -325,8 +326,11 @@ cdef class Buffers:
         # kScore of a partial window, and the cost scan could not go below k): redo it when the
         # window has doubled.  Skyband (theta = ratio * kScore) is always in that situation.
         sb.retune_at = 0
-        if self.window.count < self.window_n and not complete and (self.kind == BUF_SKYBAND or self.plan_constrained):
-            sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n else self.window_n)
+        if not complete and (self.kind == BUF_SKYBAND or self.plan_constrained):
+            if not self.count_window:
+                sb.retune_at = <uint32_t>(2 * self.window.count)      # a time window that doubles
+            elif self.window.count < self.window_n:
+                sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n else self.window_n)
         B.swap(self.rebuilt)
         sb.complete = complete
         # a complete buffer that grows refresh_factor times past this size is re-evaluated

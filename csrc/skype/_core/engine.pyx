@@ -27,6 +27,7 @@ from skype._core.buffers cimport Buffers, EventC
 cnp.import_array()
 
 cdef double DECAY = 1.0 - 1.0 / 10000.0     # time windows: arrival/expiry rates over ~10k events
+cdef double RATE_PRIOR = 500.0              # pseudo-events of each kind in that estimate
 
 
 cdef inline double now_ns() noexcept nogil:
@@ -54,7 +55,8 @@ cdef class CoreEngine:
         self.time_window = time_window
         self.max_dist = max_dist
         window_n = <double>count_window if count_window else 1.0
-        self.buffers = Buffers(buffer, table, index, self.msgs, self.window, window_n, **buffer_params)
+        self.buffers = Buffers(buffer, table, index, self.msgs, self.window, window_n,
+                               count_window=count_window > 0, **buffer_params)
         self.arrival_ns = 0
         self.expiry_ns = 0
         self.arrivals = 0
@@ -100,11 +102,15 @@ cdef class CoreEngine:
         cdef size_t i
         cdef CandC c
         if not self.count_window:
-            # time window: the cost model's N and arrival/expiry proportions (spec §4.4)
-            self.recent_arrivals = self.recent_arrivals * DECAY + 1.0
-            self.recent_expirations *= DECAY
+            # Time window: the cost model's N and the proportions of arrivals and expirations
+            # over recent events (spec §4.4).  The estimate starts when expirations start (a
+            # filling window says nothing about the steady state), from a neutral prior.
+            if self.expirations:
+                self.recent_arrivals = self.recent_arrivals * DECAY + 1.0
+                self.recent_expirations *= DECAY
             self.buffers.window_n = <double>(self.window.count + 1)
-            self.buffers.p_arrival = self.recent_arrivals / (self.recent_arrivals + self.recent_expirations)
+            self.buffers.p_arrival = (self.recent_arrivals + RATE_PRIOR) / (
+                self.recent_arrivals + self.recent_expirations + 2 * RATE_PRIOR)
             self.buffers.p_expiry = 1.0 - self.buffers.p_arrival
         seq = self.window.append(ext_id, x, y, t, terms, w, n)
         self.msgs.insert(seq)
@@ -275,4 +281,5 @@ cdef class CoreEngine:
                 "message_index": self.msgs.memory_bytes(),
             },
         }
+
 

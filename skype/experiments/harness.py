@@ -1,0 +1,185 @@
+"""Measurement harness shared by ``bench/`` and ``python -m skype.run experiments``.
+
+A run is described by a :class:`RunSpec`.  :func:`prepare` builds the seeded workload (cached
+per process), fills the window, then registers the subscriptions into the full window (each is
+initialised from the message index, as in the paper, which assumes registered subscriptions and
+starts timing once the window is full), and returns a :class:`Prepared` run whose remaining
+messages are measured in steady state.  :func:`measure` drives the whole stream and reports:
+
+* ``amp_us`` / ``emp_us``: mean time per arriving / expiring message (the engine's own clocks);
+* ``us_per_msg`` and ``throughput_msgs_per_s``: wall time of the measured stream;
+* ``reevals_per_1000``: re-evaluations (and threshold refreshes) per 1000 measured messages;
+* ``avg_buffer_size``; ``candidates_per_affected`` (verified candidates per subscription whose
+  buffer the message entered; 1 is the limit); ``index_bytes_per_sub`` (subscription index and
+  table); ``rss_bytes`` (resident set after the run).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from skype.api import EngineBase
+from skype.data.workloads import Workload, make_workload
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    dataset: str = "tweets"
+    num_subs: int = 20_000
+    window: int | None = 20_000  # count window (messages)
+    window_seconds: float | None = None  # or a time window (the generated stream is ~1 msg/s)
+    measured: int = 5_000  # messages measured after the window is full
+    engine: str = "core"  # core | reference
+    index: str = "igpt"
+    buffer: str = "cskyband"
+    sub_terms: tuple[int, int] = (1, 3)
+    k: int = 20
+    sub_keywords: str = "message"
+    seed: int = 0
+    params: tuple[tuple[str, Any], ...] = ()  # extra skype.Engine keyword arguments
+
+    @property
+    def label(self) -> str:
+        if self.engine == "reference":
+            return "reference"
+        return f"{self.index.upper()}-{ {'cskyband': 'cSkyband', 'skyband': 'Skyband', 'kmax': 'Kmax', 'exact': 'Exact'}[self.buffer] }"
+
+    def with_(self, **changes) -> RunSpec:
+        return replace(self, **changes)
+
+    @property
+    def window_messages(self) -> int:
+        return self.window if self.window is not None else int(self.window_seconds)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["params"] = dict(self.params)
+        return d
+
+
+@lru_cache(maxsize=4)
+def workload(dataset: str, num_subs: int, num_messages: int, sub_terms: tuple[int, int], k: int,
+             sub_keywords: str, seed: int) -> Workload:
+    return make_workload(dataset, num_subs=num_subs, num_messages=num_messages, seed=seed,
+                         sub_terms=sub_terms, k=k, sub_keywords=sub_keywords)
+
+
+def workload_for(spec: RunSpec) -> Workload:
+    # a time window of T seconds holds about T messages (one message per second on average)
+    n = spec.window_messages + spec.measured
+    if spec.window_seconds is not None:
+        n = int(spec.window_seconds * 1.1) + spec.measured
+    return workload(spec.dataset, spec.num_subs, n, tuple(spec.sub_terms), spec.k, spec.sub_keywords, spec.seed)
+
+
+def make_engine(spec: RunSpec, w: Workload) -> EngineBase:
+    window = {"window": spec.window} if spec.window is not None else {"window_seconds": spec.window_seconds}
+    if spec.engine == "reference":
+        from skype.reference import ReferenceEngine
+
+        return ReferenceEngine(vocabulary=w.vocabulary, bounds=w.bounds, **window)
+    from skype.engine import Engine
+
+    return Engine(vocabulary=w.vocabulary, bounds=w.bounds, index=spec.index, buffer=spec.buffer,
+                  **dict(spec.params), **window)
+
+
+@dataclass
+class Prepared:
+    spec: RunSpec
+    engine: EngineBase
+    workload: Workload
+    start: int  # first measured message
+    setup_s: dict = field(default_factory=dict)
+
+    def chunks(self, size: int):
+        msgs = self.workload.messages
+        for a in range(self.start, len(msgs), size):
+            yield msgs.slice(a, a + size)
+
+
+def prepare(spec: RunSpec) -> Prepared:
+    w = workload_for(spec)
+    engine = make_engine(spec, w)
+    msgs = w.messages
+    if spec.window is not None:
+        fill = spec.window
+    else:
+        fill = int(np.searchsorted(msgs.t, msgs.t[0] + spec.window_seconds, side="right"))
+    t0 = time.perf_counter()
+    engine.publish_batch(msgs.slice(0, fill))
+    t1 = time.perf_counter()
+    engine.subscribe_batch(w.subscriptions)
+    t2 = time.perf_counter()
+    return Prepared(spec, engine, w, fill, {"fill_s": t1 - t0, "subscribe_s": t2 - t1})
+
+
+def snapshot(engine: EngineBase) -> dict:
+    s = engine.stats()
+    d = s.get("dissemination", {})
+    return {
+        "arrivals": s["arrivals"], "expirations": s["expirations"],
+        "arrival_us_total": s["amp_us"] * s["arrivals"], "expiry_us_total": s["emp_us"] * s["expirations"],
+        "reevaluations": s["reevaluations"] + s.get("threshold_refreshes", 0),
+        "candidates": d.get("candidates", 0), "admitted": d.get("admitted", 0),
+    }
+
+
+def summarize(prep: Prepared, before: dict, after: dict, wall_s: float, messages: int) -> dict:
+    from skype.cli.report import peak_rss_bytes
+
+    stats = prep.engine.stats()
+    arrivals = after["arrivals"] - before["arrivals"]
+    expirations = after["expirations"] - before["expirations"]
+    admitted = after["admitted"] - before["admitted"]
+    out = {
+        "label": prep.spec.label,
+        "messages": messages,
+        "amp_us": (after["arrival_us_total"] - before["arrival_us_total"]) / arrivals if arrivals else 0.0,
+        "emp_us": (after["expiry_us_total"] - before["expiry_us_total"]) / expirations if expirations else 0.0,
+        "us_per_msg": 1e6 * wall_s / messages if messages else 0.0,
+        "throughput_msgs_per_s": messages / wall_s if wall_s > 0 else 0.0,
+        "reevals_per_1000": 1000.0 * (after["reevaluations"] - before["reevaluations"]) / messages if messages else 0.0,
+        "avg_buffer_size": stats["avg_buffer_size"],
+        "candidates_per_affected": (after["candidates"] - before["candidates"]) / admitted if admitted else 0.0,
+        "affected_per_msg": admitted / messages if messages else 0.0,
+        "index_bytes_per_sub": stats.get("index_bytes_per_subscription", 0.0),
+        "rss_bytes": current_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(),
+        **prep.setup_s,
+    }
+    return out
+
+
+def current_rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as fh:
+            import os
+
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def measure(spec: RunSpec, chunk: int = 1000, progress=None) -> dict:
+    """Prepare and run ``spec``; returns the metrics (see the module docstring)."""
+    gc.collect()
+    prep = prepare(spec)
+    before = snapshot(prep.engine)
+    t0 = time.perf_counter()
+    n = 0
+    for batch in prep.chunks(chunk):
+        prep.engine.publish_batch(batch)
+        n += len(batch)
+        if progress is not None:
+            progress(len(batch))
+    wall = time.perf_counter() - t0
+    result = summarize(prep, before, snapshot(prep.engine), wall, n)
+    result["spec"] = spec.as_dict()
+    return result
