@@ -77,7 +77,7 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")
     o.add_argument("--sink", choices=("files", "console"), default="files",
                    help="result-change events to DIR/events (default) or the console")
-    o.add_argument("--events-format", choices=("json", "parquet"), default="json",
+    o.add_argument("--events-format", choices=("json", "parquet"), default="parquet",
                    help="format of DIR/events (default: %(default)s)")
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.spark import codec
-from skype.spark.reports import DELTA, EMPTY_LIST, EventBuilder, Reports
+from skype.spark.reports import DELTA, EMPTY_LIST, EventBuilder, EventRows, ReportRows, Reports
 
 ListT = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -107,54 +107,78 @@ class MergeCore:
         """Fold a batch's report blobs.  Returns (events blob or None, state delta or None,
         metrics)."""
         t0 = time.perf_counter()
-        groups: dict[int, list[tuple[Reports, int]]] = defaultdict(list)
-        upto = -1
-        for blob in blobs:
-            rep = Reports.unpack(blob)
-            upto = max(upto, rep.upto)
-            for r, sid in enumerate(rep.cols["sub"].tolist()):
-                groups[sid].append((rep, r))
+        reports = [Reports.unpack(blob) for blob in blobs]
+        upto = max((rep.upto for rep in reports), default=-1)
+        rows = ReportRows.concat([rep.rows() for rep in reports])
+        part = np.concatenate([rep.cols["partition"] for rep in reports]) if reports else np.zeros(0, np.int32)
+        sub, kind = rows.row["sub"], rows.row["kind"]
+        delta = kind == DELTA
+        # single-replica changes pass through, vectorised; they must be alone and stateless
+        if delta.any():
+            uniq, counts = np.unique(sub, return_counts=True)
+            clash = np.isin(sub[delta], uniq[counts > 1])
+            if self.state:
+                clash |= np.isin(sub[delta], np.fromiter(self.state, np.int64, len(self.state)))
+            if clash.any():
+                sid = int(sub[delta][np.argmax(clash)])
+                raise InputError("E026", detail=f"subscription {sid}: a single-replica change met other replicas")
+        d_rows = np.flatnonzero(delta & ((np.diff(rows.a_ptr) > 0) | (np.diff(rows.b_ptr) > 0)))
+        passed = rows.take(d_rows)
+        parts = [EventRows(passed.row["sub"], np.zeros(len(d_rows), bool), np.zeros(len(d_rows), bool),
+                           passed.a_ptr, passed.a, passed.b_ptr, passed.b[0])]
+        # a single-replica subscription created (or removed) here and reported once: vectorised too
+        c = rows.row
+        lonely = ~delta & ~np.isin(sub, sub[~delta][_repeated(sub[~delta])])
+        if self.state and lonely.any():
+            lonely &= ~np.isin(sub, np.fromiter(self.state, np.int64, len(self.state)))
+        created = lonely & ~c["before_hosted"] & c["after_hosted"] & (c["after_nrep"] == 1)
+        removed = lonely & c["before_hosted"] & (c["before_nrep"] == 1) & ~c["after_hosted"]
+        for mask, is_created in ((created, True), (removed, False)):
+            chosen = rows.take(np.flatnonzero(mask))
+            n = len(chosen)
+            if is_created:  # entered = the new list, nothing left
+                parts.append(EventRows(chosen.row["sub"], np.ones(n, bool), np.zeros(n, bool), chosen.a_ptr, chosen.a,
+                                       np.zeros(n + 1, np.int64), np.zeros(0, np.int64)))
+            else:  # nothing entered, the old list left
+                parts.append(EventRows(chosen.row["sub"], np.zeros(n, bool), np.ones(n, bool), np.zeros(n + 1, np.int64),
+                                       EMPTY_LIST, chosen.b_ptr, chosen.b[0]))
+        # the rest, subscription by subscription
         events = EventBuilder(upto)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for r in np.flatnonzero(~delta & ~created & ~removed).tolist():
+            groups[int(sub[r])].append(r)
         d_sub, d_part, d_keep, d_k, d_lists = [], [], [], [], []
-        for sid, rows in groups.items():
-            first_rep, first_row = rows[0]
-            if first_rep.cols["kind"][first_row] == DELTA:
-                if len(rows) != 1 or sid in self.state:
-                    raise InputError("E026", detail=f"subscription {sid}: a single-replica change met other replicas")
-                entered, left = first_rep.list_a(first_row), first_rep.list_b(first_row)[0]
-                if len(entered[0]) or len(left):
-                    events.add(sid, entered, left)
-                continue
+        for sid, members in groups.items():
             existed = sid in self.state
             old = self.merged(sid) if existed else EMPTY_LIST
             new_single = None
-            for rep, r in rows:
-                c = rep.cols
-                if c["kind"][r] == DELTA:
-                    raise InputError("E026", detail=f"subscription {sid}: a single-replica change met other replicas")
+            for r in members:
                 if c["before_hosted"][r]:
                     existed = True
                     if c["before_nrep"][r] == 1:
-                        old = rep.list_b(r)
+                        old = _entries(rows.b_ptr, rows.b, r)
                 keep = bool(c["after_hosted"][r] and c["after_nrep"][r] > 1)
                 if c["after_hosted"][r] and c["after_nrep"][r] == 1:
-                    new_single = rep.list_a(r)
+                    new_single = _entries(rows.a_ptr, rows.a, r)
                 d_sub.append(sid)
-                d_part.append(int(c["partition"][r]))
+                d_part.append(int(part[r]))
                 d_keep.append(keep)
                 d_k.append(int(c["k"][r]))
-                d_lists.append(rep.list_a(r) if keep else EMPTY_LIST)
-            self._fold_rows(sid, d_part[-len(rows):], d_keep[-len(rows):], d_k[-len(rows):], d_lists[-len(rows):])
+                d_lists.append(_entries(rows.a_ptr, rows.a, r) if keep else EMPTY_LIST)
+            n = len(members)
+            self._fold_rows(sid, d_part[-n:], d_keep[-n:], d_k[-n:], d_lists[-n:])
             exists = sid in self.state or new_single is not None
             new = self.merged(sid) if sid in self.state else (new_single if new_single is not None else EMPTY_LIST)
             entered, left = diff_lists(old, new)
             created, removed = exists and not existed, existed and not exists
             if len(entered[0]) or len(left) or created or removed:
                 events.add(sid, entered, left, created=created, removed=removed)
-        delta = _pack_rows(d_sub, d_part, d_keep, d_k, d_lists) if d_sub else None
-        metrics = {"report_blobs": len(blobs), "subscriptions_reported": len(groups), "events": len(events),
+        parts.append(events.rows())
+        out = EventRows.concat(parts)
+        state_delta = _pack_rows(d_sub, d_part, d_keep, d_k, d_lists) if d_sub else None
+        metrics = {"report_blobs": len(blobs), "report_rows": len(rows), "events": len(out),
                    "replicated_tracked": len(self.state), "merge_s": time.perf_counter() - t0}
-        return (events.pack() if len(events) else None), delta, metrics
+        return (out.pack(upto) if len(out) else None), state_delta, metrics
 
     def _fold_rows(self, sid: int, parts: list[int], keep: list[bool], k: list[int], lists: list[ListT]) -> None:
         """keep -> the replica list of (sid, partition) becomes the given list; else it is dropped."""
@@ -168,6 +192,19 @@ class MergeCore:
                 reps.pop(p, None)
                 if not reps:
                     del self.state[sid]
+
+
+def _repeated(ids: np.ndarray) -> np.ndarray:
+    """Mask of the positions whose id occurs more than once."""
+    if len(ids) == 0:
+        return np.zeros(0, bool)
+    uniq, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    return counts[inverse] > 1
+
+
+def _entries(ptr: np.ndarray, cols: tuple, row: int) -> ListT:
+    lo, hi = ptr[row], ptr[row + 1]
+    return cols[0][lo:hi], cols[1][lo:hi], cols[2][lo:hi]
 
 
 def _pack_rows(sub: list[int], part: list[int], keep: list[bool], k: list[int], lists: list[ListT],

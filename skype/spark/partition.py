@@ -5,12 +5,15 @@ This module holds no Spark code: :class:`PartitionCore` is what lives in an engi
 durable state the stateful operator keeps (see :mod:`skype.spark.processors`) back into a core.
 
 **Order and windows.**  Every message carries its global sequence number ``seq`` (its position in
-the input) and its timestamp ``t``.  Inside a partition everything runs in ``seq`` order.  The
-engine is always a *time* window:
+the input) and its timestamp ``t``.  Inside a partition everything runs in ``seq`` order, and
+engines see ``t := seq`` for count windows:
 
-* a count window of N runs as ``window_seconds = N`` over ``t := seq``: after the clock reaches
-  ``s`` it holds exactly the messages with ``seq`` in ``(s - N, s]``, i.e. the last N messages of
-  the *global* stream, although the partition sees only part of it;
+* a count window of N runs as a *time* window ``window_seconds = N`` over ``t := seq``: after the
+  clock reaches ``s`` it holds exactly the messages with ``seq`` in ``(s - N, s]``, i.e. the last N
+  messages of the *global* stream, although the partition sees only part of it;
+* except when the method sends every message to every partition (hashing, location:
+  ``count_native``): the engine's own count window of N then holds the same last N messages, and
+  the core's count windows are faster (measured 2.5x at 20k subscriptions);
 * a time window of T uses the real ``t``.
 
 Every batch each partition advances its clock to the batch's high-water mark (the largest ``seq``
@@ -51,7 +54,7 @@ from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec
 from skype.spark.codec import OP_SUB, Commands
 from skype.spark.engine_adapter import advance_log, topk_arrays
-from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder
+from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows
 
 APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
 
@@ -100,16 +103,23 @@ class PartitionConfig:
     bounds: tuple[float, float, float, float]
     engine: str = "core"
     engine_options: tuple = ()
+    count_native: bool = False  # the partition receives every message: a native count window
 
     def make_engine(self):
         options = dict(self.engine_options)
+        window = ({"window": int(self.window.size)} if self.count_native and self.window.kind == "count"
+                  else {"window_seconds": self.window.size})
         if self.engine == "reference":
             from skype.reference import ReferenceEngine
 
-            return ReferenceEngine(window_seconds=self.window.size, bounds=self.bounds)
+            return ReferenceEngine(bounds=self.bounds, **window)
         from skype.engine import Engine
 
-        return Engine(window_seconds=self.window.size, bounds=self.bounds, **options)
+        return Engine(bounds=self.bounds, **window, **options)
+
+    def advances(self) -> bool:
+        """Whether the engine's clock is moved to each batch's high-water mark (time windows)."""
+        return not (self.count_native and self.window.kind == "count")
 
 
 def bucket_of(sub_ids: np.ndarray, num_buckets: int) -> np.ndarray:
@@ -250,14 +260,23 @@ class PartitionOutput:
     metrics: dict
 
 
+def pair_keys(sub: np.ndarray, msg: np.ndarray) -> np.ndarray | None:
+    """One int64 key per (subscription, message) pair when both fit (ids in [0, 2^31) and
+    [0, 2^32)); ``None`` otherwise."""
+    if len(sub) and (sub.min() < 0 or sub.max() >= 1 << 31 or msg.min() < 0 or msg.max() >= 1 << 32):
+        return None
+    return (sub.astype(np.int64) << 32) | msg.astype(np.int64)
+
+
 def _net_changes(logs: list[ChangeLog], exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Net the change logs of a batch per (subscription, message): +1 entered, -1 left, 0 both.
 
-    Returns (sub, msg, net) of the pairs with a non-zero net, subscriptions in ``exclude`` left out.
+    Returns (sub, msg, net) of the pairs with a non-zero net, sorted by (sub, msg), subscriptions
+    in ``exclude`` left out.
     """
     logs = [log for log in logs if len(log)]
+    z = np.zeros(0, np.int64)
     if not logs:
-        z = np.zeros(0, np.int64)
         return z, z, z
     sub = np.concatenate([log.sub for log in logs])
     msg = np.concatenate([log.msg for log in logs])
@@ -266,9 +285,9 @@ def _net_changes(logs: list[ChangeLog], exclude: np.ndarray) -> tuple[np.ndarray
         keep = ~np.isin(sub, exclude)
         sub, msg, sign = sub[keep], msg[keep], sign[keep]
     if len(sub) == 0:
-        z = np.zeros(0, np.int64)
         return z, z, z
-    order = np.lexsort((msg, sub))
+    keys = pair_keys(sub, msg)
+    order = np.argsort(keys) if keys is not None else np.lexsort((msg, sub))
     sub, msg, sign = sub[order], msg[order], sign[order]
     first = np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])]
     group = np.cumsum(first) - 1
@@ -324,7 +343,7 @@ class PartitionCore:
                 core.engine.publish_batch(MessageBatch(batch.ids, batch.x, batch.y, times, batch.terms))
                 core.window.append(batch.ids, seq, times)
         clock = config.window.clock(core.hwm_seq, core.hwm_t)
-        if core.hwm_seq >= 0 and clock > core.engine.clock:
+        if config.advances() and core.hwm_seq >= 0 and clock > core.engine.clock:
             advance_log(core.engine, clock)
         return core
 
@@ -371,7 +390,7 @@ class PartitionCore:
             logs.append(self._publish(batch, seq, times, published, len(batch)))
         self.hwm_seq, self.hwm_t = hwm_seq, hwm_t
         clock = spec.clock(hwm_seq, hwm_t)
-        if hwm_seq >= 0 and clock > self.engine.clock:
+        if self.config.advances() and hwm_seq >= 0 and clock > self.engine.clock:
             logs.append(advance_log(self.engine, clock))
         self.window.expire(spec, clock)
         t_engine = time.perf_counter() - t0
@@ -414,18 +433,10 @@ class PartitionCore:
     def _reports(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
                  before_meta: dict) -> tuple[dict[int, bytes], int]:
         """Report blobs per merge bucket, and the number of report rows."""
-        nb = self.config.num_buckets
-        builders: dict[int, ReportBuilder] = {}
-
-        def builder(sid: int) -> ReportBuilder:
-            b = int(bucket_of(np.array([sid]), nb)[0])
-            if b not in builders:
-                builders[b] = ReportBuilder(self.config.partition)
-            return builders[b]
-
-        # subscriptions whose hosting a command touched: before/after state
-        after_subs = [int(s) for s in cmd_subs if int(s) in self.hosted]
-        after = self._lists(after_subs)
+        parts: list[ReportRows] = []
+        # subscriptions whose hosting a command touched: before/after state, one by one (few)
+        builder = ReportBuilder()
+        after = self._lists([int(s) for s in cmd_subs if int(s) in self.hosted])
         for s in (int(s) for s in cmd_subs):
             hosted_before, nrep_before = before_meta[s]
             hosted_after = s in self.hosted
@@ -434,31 +445,62 @@ class PartitionCore:
             nrep_after = self.hosted.nrep(s) if hosted_after else 0
             k = self.hosted.rows[s][3] if hosted_after else 0
             b_list = before[s] if hosted_before and nrep_before == 1 else EMPTY_LIST
-            builder(s).add(s, STATE, (hosted_before, nrep_before), (hosted_after, nrep_after), k,
-                           after.get(s, EMPTY_LIST), b_list)
-
-        # subscriptions whose local top-k the batch changed (same instance before and after)
-        sub, msg, net = _net_changes(logs, cmd_subs)
-        if len(sub):
-            starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
-            ends = np.r_[starts[1:], len(sub)]
-            touched = sub[starts].tolist()
-            lists = self._lists(touched)
-            for s, a, b in zip(touched, starts, ends):
-                nrep = self.hosted.nrep(s)
-                ids, scores, seqs = lists[s]
-                if nrep > 1:
-                    builder(s).add(s, STATE, (True, nrep), (True, nrep), self.hosted.rows[s][3], (ids, scores, seqs))
-                    continue
-                entered = msg[a:b][net[a:b] > 0]
-                left = msg[a:b][net[a:b] < 0]
-                pick = np.isin(ids, entered)
-                if int(pick.sum()) != len(entered):
-                    raise InputError("E026", detail=f"subscription {s}: a message netted as entered is not in its top-k")
-                builder(s).add(s, DELTA, (True, 1), (True, 1), self.hosted.rows[s][3],
-                               (ids[pick], scores[pick], seqs[pick]), (left, np.zeros(len(left)), np.zeros(len(left), np.int64)))
+            builder.add(s, STATE, (hosted_before, nrep_before), (hosted_after, nrep_after), k,
+                        after.get(s, EMPTY_LIST), b_list)
+        parts.append(builder.rows())
+        # subscriptions whose local top-k the batch changed (same instance): vectorised
+        parts.append(self._change_rows(*_net_changes(logs, cmd_subs)))
+        rows = ReportRows.concat(parts)
         upto = self.hwm_seq + 1
-        return {b: rb.pack(upto) for b, rb in builders.items()}, sum(len(rb) for rb in builders.values())
+        if len(rows) == 0:
+            return {}, 0
+        buckets = bucket_of(rows.row["sub"], self.config.num_buckets)
+        order = np.argsort(buckets, kind="stable")
+        cuts = np.flatnonzero(np.r_[True, buckets[order][1:] != buckets[order][:-1], True])
+        out = {int(buckets[order[lo]]): rows.take(order[lo:hi]).pack(self.config.partition, upto)
+               for lo, hi in zip(cuts[:-1], cuts[1:])}
+        return out, len(rows)
+
+    def _change_rows(self, sub: np.ndarray, msg: np.ndarray, net: np.ndarray) -> ReportRows:
+        """DELTA rows (single replica: netted entered entries and left ids) and STATE rows
+        (replicated: the whole local list) of the subscriptions with a non-zero net change."""
+        if len(sub) == 0:
+            return ReportRows.empty()
+        starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
+        touched = sub[starts]
+        pair_row = np.repeat(np.arange(len(touched)), np.diff(np.r_[starts, len(sub)]))
+        indptr, ids, scores = topk_arrays(self.engine, touched)
+        seqs = self.window.seq_of(ids)
+        entry_row = np.repeat(np.arange(len(touched)), np.diff(indptr))
+        rows_info = [self.hosted.rows[int(s)] for s in touched.tolist()]
+        nrep = np.fromiter((r[0] for r in rows_info), np.int32, len(rows_info))
+        k = np.fromiter((r[3] for r in rows_info), np.int64, len(rows_info))
+        single = nrep == 1
+        # entered pairs of single-replica rows, found among the top-k entries (dense message ids)
+        entered = (net > 0) & single[pair_row]
+        entry_keys = pair_keys(entry_row, ids)
+        wanted = pair_keys(pair_row[entered], msg[entered])  # ascending: pairs come sorted by (sub, msg)
+        if entry_keys is None or wanted is None:  # large ids: dense message numbers instead
+            uniq, inverse = np.unique(np.concatenate([ids, msg[entered]]), return_inverse=True)
+            width = np.int64(len(uniq))
+            entry_keys = entry_row * width + inverse[:len(ids)]
+            wanted = np.sort(pair_row[entered] * width + inverse[len(ids):])
+        at = np.searchsorted(wanted, entry_keys).clip(0, max(len(wanted) - 1, 0))
+        pick = (wanted[at] == entry_keys if len(wanted) else np.zeros(len(ids), bool)) & single[entry_row]
+        if int(pick.sum()) != int(entered.sum()):
+            raise InputError("E026", detail="a message netted as entered is not in its subscription's top-k")
+        keep_entry = pick | ~single[entry_row]  # DELTA: entered entries; STATE: the whole list
+        a_ptr = np.zeros(len(touched) + 1, np.int64)
+        np.cumsum(np.bincount(entry_row[keep_entry], minlength=len(touched)), out=a_ptr[1:])
+        left = (net < 0) & single[pair_row]
+        b_ptr = np.zeros(len(touched) + 1, np.int64)
+        np.cumsum(np.bincount(pair_row[left], minlength=len(touched)), out=b_ptr[1:])
+        n_left = int(left.sum())
+        row = {"sub": touched, "kind": np.where(single, DELTA, STATE).astype(np.int8),
+               "before_hosted": np.ones(len(touched), bool), "before_nrep": nrep,
+               "after_hosted": np.ones(len(touched), bool), "after_nrep": nrep, "k": k}
+        return ReportRows(row, a_ptr, (ids[keep_entry], scores[keep_entry], seqs[keep_entry]), b_ptr,
+                          (msg[left], np.zeros(n_left), np.zeros(n_left, np.int64)))
 
 
 def _stack_commands(parts: list[Commands]) -> Commands:

@@ -4,7 +4,9 @@
    (messages, commands, ticks), hands them with the committed ``(version, tag)`` to the
    partition's engine host, rebuilds the engine from durable state on a miss, writes the batch's
    durable delta (:mod:`skype.spark.durable`) and emits the partition's reports, one row per merge
-   bucket, plus one metrics row.
+   bucket, plus one metrics row.  With ``inline_merge`` (methods that place every subscription on
+   one partition: hashing, location) the reports are already final and it emits the events itself:
+   the query then has no merge stage.
 2. :class:`MergeProcessor`, grouped by merge bucket: folds the reports into the bucket's state
    (replica lists of replicated subscriptions), emits the batch's result-change events, passes the
    partitions' metrics rows through and adds its own.
@@ -35,6 +37,7 @@ from skype.spark import codec
 from skype.spark.codec import Commands
 from skype.spark.durable import Meta, wants_snapshot
 from skype.spark.hosts import MERGE, PARTITION, HostError, InProcessHosts, ProcessHosts
+from skype.spark.merge import MergeCore
 from skype.spark.partition import PartitionConfig, PartitionInput, command_log_entry
 
 STAGE_SCHEMA_DDL = "key long, kind string, payload binary"
@@ -124,10 +127,11 @@ class PartitionProcessor(_HostedProcessor):
     stage = PARTITION
 
     def __init__(self, token: str, configs: dict[int, PartitionConfig], bucket_keys: list[int],
-                 engine_cache: str = "process", idle_timeout: float = 600.0) -> None:
+                 engine_cache: str = "process", idle_timeout: float = 600.0, inline_merge: bool = False) -> None:
         super().__init__(token, engine_cache, idle_timeout)
         self.configs = configs
         self.bucket_keys = bucket_keys
+        self.inline_merge = inline_merge
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
@@ -188,8 +192,16 @@ class PartitionProcessor(_HostedProcessor):
         self.meta_state.update((meta_blob,))
         written += len(meta_blob)
 
-        for bucket, blob in sorted(output.reports.items()):
-            yield Row(key=self.bucket_keys[bucket], kind="reports", payload=blob)
+        if self.inline_merge:
+            # every subscription has one replica: its reports are final, a stateless merge turns
+            # them into events (no merge stage)
+            events, _, merge_metrics = MergeCore().apply(list(output.reports.values()))
+            if events is not None:
+                yield Row(key=key, kind="events", payload=events)
+            output.metrics["events"] = merge_metrics["events"]
+        else:
+            for bucket, blob in sorted(output.reports.items()):
+                yield Row(key=self.bucket_keys[bucket], kind="reports", payload=blob)
         metrics = dict(output.metrics, stage=PARTITION, partition=config.partition, upto=output.upto,
                        hit=info["hit"], cold=info["cold"], rebuild_s=info["rebuild_s"], host_pid=info["host_pid"],
                        state_bytes_written=written, segments=len(meta.seg_ids), log_entries=len(meta.log_ids),

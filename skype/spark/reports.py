@@ -46,14 +46,76 @@ def _csr(lists: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.nda
     return ptr, ids, scores, seqs
 
 
+def csr_take(ptr: np.ndarray, cols: tuple[np.ndarray, ...], rows: np.ndarray) -> tuple[np.ndarray, tuple]:
+    """Rows of a CSR structure (``ptr`` + aligned entry columns), in the order given."""
+    rows = np.asarray(rows, np.int64)
+    lengths = (ptr[1:] - ptr[:-1])[rows]
+    out_ptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths, out=out_ptr[1:])
+    gather = np.repeat(ptr[:-1][rows] - out_ptr[:-1], lengths) + np.arange(out_ptr[-1], dtype=np.int64)
+    return out_ptr, tuple(c[gather] for c in cols)
+
+
 EMPTY_LIST = (np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.int64))
+_ROW_FIELDS = (("sub", np.int64), ("kind", np.int8), ("before_hosted", bool), ("before_nrep", np.int32),
+               ("after_hosted", bool), ("after_nrep", np.int32), ("k", np.int64))
+
+
+@dataclass
+class ReportRows:
+    """Report rows column-wise: the per-row fields plus the ``a`` and ``b`` entry lists (CSR)."""
+
+    row: dict[str, np.ndarray]
+    a_ptr: np.ndarray
+    a: tuple[np.ndarray, np.ndarray, np.ndarray]  # id, score, seq
+    b_ptr: np.ndarray
+    b: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.row["sub"])
+
+    @classmethod
+    def empty(cls) -> ReportRows:
+        z = np.zeros(1, np.int64)
+        return cls({name: np.zeros(0, dt) for name, dt in _ROW_FIELDS}, z, EMPTY_LIST, z.copy(), EMPTY_LIST)
+
+    def take(self, rows: np.ndarray) -> ReportRows:
+        a_ptr, a = csr_take(self.a_ptr, self.a, rows)
+        b_ptr, b = csr_take(self.b_ptr, self.b, rows)
+        return ReportRows({k: v[rows] for k, v in self.row.items()}, a_ptr, a, b_ptr, b)
+
+    @classmethod
+    def concat(cls, parts: list[ReportRows]) -> ReportRows:
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.empty()
+
+        def ptrs(name):
+            out, base = [np.zeros(1, np.int64)], 0
+            for p in parts:
+                ptr = getattr(p, name)
+                out.append(ptr[1:] + base)
+                base += int(ptr[-1])
+            return np.concatenate(out)
+
+        return cls({k: np.concatenate([p.row[k] for p in parts]) for k in parts[0].row},
+                   ptrs("a_ptr"), tuple(np.concatenate([p.a[i] for p in parts]) for i in range(3)),
+                   ptrs("b_ptr"), tuple(np.concatenate([p.b[i] for p in parts]) for i in range(3)))
+
+    def pack(self, partition: int, upto: int) -> bytes:
+        return codec.pack(
+            upto=np.array([upto], np.int64), partition=np.full(len(self), partition, np.int32),
+            **{k: v.astype(dt, copy=False) for (k, dt), v in zip(_ROW_FIELDS, (self.row[k] for k, _ in _ROW_FIELDS))},
+            a_ptr=self.a_ptr, a_id=self.a[0].astype(np.int64, copy=False), a_score=self.a[1].astype(np.float64, copy=False),
+            a_seq=self.a[2].astype(np.int64, copy=False), b_ptr=self.b_ptr, b_id=self.b[0].astype(np.int64, copy=False),
+            b_score=self.b[1].astype(np.float64, copy=False), b_seq=self.b[2].astype(np.int64, copy=False),
+        )
 
 
 @dataclass
 class ReportBuilder:
-    """Collects report rows of one partition for one merge bucket."""
+    """Collects report rows one by one (commands' ``STATE`` rows)."""
 
-    partition: int
     sub: list[int] = field(default_factory=list)
     kind: list[int] = field(default_factory=list)
     before_hosted: list[bool] = field(default_factory=list)
@@ -79,17 +141,11 @@ class ReportBuilder:
         self.a.append(a)
         self.b.append(b)
 
-    def pack(self, upto: int) -> bytes:
-        a_ptr, a_id, a_score, a_seq = _csr(self.a)
-        b_ptr, b_id, b_score, b_seq = _csr(self.b)
-        return codec.pack(
-            upto=np.array([upto], np.int64), partition=np.full(len(self.sub), self.partition, np.int32),
-            sub=np.array(self.sub, np.int64), kind=np.array(self.kind, np.int8),
-            before_hosted=np.array(self.before_hosted, bool), before_nrep=np.array(self.before_nrep, np.int32),
-            after_hosted=np.array(self.after_hosted, bool), after_nrep=np.array(self.after_nrep, np.int32),
-            k=np.array(self.k, np.int64), a_ptr=a_ptr, a_id=a_id, a_score=a_score, a_seq=a_seq,
-            b_ptr=b_ptr, b_id=b_id, b_score=b_score, b_seq=b_seq,
-        )
+    def rows(self) -> ReportRows:
+        a_ptr, *a = _csr(self.a)
+        b_ptr, *b = _csr(self.b)
+        row = {name: np.array(getattr(self, name), dt) for name, dt in _ROW_FIELDS}
+        return ReportRows(row, a_ptr, tuple(a), b_ptr, tuple(b))
 
 
 class Reports:
@@ -106,23 +162,62 @@ class Reports:
     def unpack(cls, blob: bytes) -> Reports:
         return cls(codec.unpack(blob))
 
-    def list_a(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def rows(self) -> ReportRows:
         c = self.cols
-        lo, hi = c["a_ptr"][row], c["a_ptr"][row + 1]
-        return c["a_id"][lo:hi], c["a_score"][lo:hi], c["a_seq"][lo:hi]
-
-    def list_b(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        c = self.cols
-        lo, hi = c["b_ptr"][row], c["b_ptr"][row + 1]
-        return c["b_id"][lo:hi], c["b_score"][lo:hi], c["b_seq"][lo:hi]
+        return ReportRows({name: c[name] for name, _ in _ROW_FIELDS}, c["a_ptr"], (c["a_id"], c["a_score"], c["a_seq"]),
+                          c["b_ptr"], (c["b_id"], c["b_score"], c["b_seq"]))
 
 
 # --------------------------------------------------------------------------- events
 
 
 @dataclass
+class EventRows:
+    """Result-change events column-wise: ``sub``, ``created``, ``removed``, entered entries (CSR
+    id/score/seq) and left ids (CSR)."""
+
+    sub: np.ndarray
+    created: np.ndarray
+    removed: np.ndarray
+    e_ptr: np.ndarray
+    entered: tuple[np.ndarray, np.ndarray, np.ndarray]
+    l_ptr: np.ndarray
+    left: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sub)
+
+    @classmethod
+    def concat(cls, parts: list[EventRows]) -> EventRows:
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return EventBuilder(0).rows()
+
+        def ptrs(name):
+            out, base = [np.zeros(1, np.int64)], 0
+            for p in parts:
+                ptr = getattr(p, name)
+                out.append(ptr[1:] + base)
+                base += int(ptr[-1])
+            return np.concatenate(out)
+
+        return cls(np.concatenate([p.sub for p in parts]), np.concatenate([p.created for p in parts]),
+                   np.concatenate([p.removed for p in parts]), ptrs("e_ptr"),
+                   tuple(np.concatenate([p.entered[i] for p in parts]) for i in range(3)), ptrs("l_ptr"),
+                   np.concatenate([p.left for p in parts]))
+
+    def pack(self, upto: int) -> bytes:
+        return codec.pack(upto=np.array([upto], np.int64), sub=self.sub.astype(np.int64, copy=False),
+                          created=self.created.astype(bool, copy=False), removed=self.removed.astype(bool, copy=False),
+                          e_ptr=self.e_ptr, e_id=self.entered[0].astype(np.int64, copy=False),
+                          e_score=self.entered[1].astype(np.float64, copy=False),
+                          e_seq=self.entered[2].astype(np.int64, copy=False), l_ptr=self.l_ptr,
+                          l_id=self.left.astype(np.int64, copy=False))
+
+
+@dataclass
 class EventBuilder:
-    """Result-change events of one merge bucket for one batch."""
+    """Collects events one by one (subscriptions whose replicas or hosting changed)."""
 
     upto: int
     sub: list[int] = field(default_factory=list)
@@ -141,12 +236,19 @@ class EventBuilder:
         self.entered.append(entered)
         self.left.append(np.asarray(left, np.int64))
 
-    def pack(self) -> bytes:
+    def rows(self) -> EventRows:
         e_ptr, e_id, e_score, e_seq = _csr(self.entered)
         l_ptr, l_id, _, _ = _csr([(ids, np.zeros(len(ids)), np.zeros(len(ids), np.int64)) for ids in self.left])
-        return codec.pack(upto=np.array([self.upto], np.int64), sub=np.array(self.sub, np.int64),
-                          created=np.array(self.created, bool), removed=np.array(self.removed, bool),
-                          e_ptr=e_ptr, e_id=e_id, e_score=e_score, e_seq=e_seq, l_ptr=l_ptr, l_id=l_id)
+        return EventRows(np.array(self.sub, np.int64), np.array(self.created, bool), np.array(self.removed, bool),
+                         e_ptr, (e_id, e_score, e_seq), l_ptr, l_id)
+
+
+def events_schema():
+    import pyarrow as pa
+
+    entry = pa.struct([("id", pa.int64()), ("score", pa.float64()), ("seq", pa.int64())])
+    return pa.schema([("upto", pa.int64()), ("sub", pa.int64()), ("entered", pa.list_(entry)),
+                      ("left", pa.list_(pa.int64())), ("created", pa.bool_()), ("removed", pa.bool_())])
 
 
 def events_to_arrow(blob: bytes):
@@ -164,7 +266,7 @@ def events_to_arrow(blob: bytes):
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(n, upto, np.int64)), pa.array(c["sub"]), entered, left, pa.array(c["created"]),
          pa.array(c["removed"])],
-        names=["upto", "sub", "entered", "left", "created", "removed"],
+        schema=events_schema(),
     )
 
 

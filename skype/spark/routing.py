@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from skype.dist.base import Distribution
+from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec
 from skype.spark.codec import OP_SUB, OP_UNSUB, Commands
@@ -106,6 +107,8 @@ class Router:
             placement_rows.append(rows[pr])
             placement_parts.append(pp.astype(np.int64))
             nrep[rows] = routing.counts()
+        if self.dist.name in ("hashing", "location") and (nrep[sub_rows] != 1).any():
+            raise InputError("E026", detail=f"method {self.dist.name} placed a subscription on several partitions")
         placed_rows = np.concatenate(placement_rows) if placement_rows else np.zeros(0, np.int64)
         placed_parts = np.concatenate(placement_parts) if placement_parts else np.zeros(0, np.int64)
         placed = np.zeros((len(commands), P), bool)

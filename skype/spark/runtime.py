@@ -65,7 +65,7 @@ class RunSettings:
     engine_cache: str = "process"
     host_idle_timeout: float = 600.0
     stream_format: str = "parquet"
-    events_format: str = "json"
+    events_format: str = "parquet"
     sink: str = "files"
     source: str = "files"
     messages_dir: str | None = None
@@ -151,6 +151,8 @@ def build_distribution_for(settings: RunSettings, inputs):
     from skype.model import Bounds
 
     subs = concat_subscriptions([inputs.subscriptions] + [b for op, b in inputs.steps if op == "sub"])
+    _, first = np.unique(subs.ids, return_index=True)  # an id subscribed again: its first record
+    subs = subs.take(np.sort(first))
     messages = inputs.messages()
     sample = messages.slice(0, min(settings.sample_size, len(messages)))
     params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1}
@@ -261,6 +263,12 @@ def source_events(spark, plan: Plan):
     return messages.unionByName(commands)
 
 
+def single_replica(dist) -> bool:
+    """Whether the method places every subscription on exactly one partition (Table 2:
+    replication 1), so that partitions' reports are final and no merge stage is needed."""
+    return dist.name in ("hashing", "location")
+
+
 def build_query(spark, plan: Plan, token: str, sink):
     """The streaming query, ready to start (see module docstring)."""
     from skype.spark.processors import OUTPUT_SCHEMA_DDL, STAGE_SCHEMA_DDL, MergeProcessor, PartitionProcessor
@@ -269,67 +277,100 @@ def build_query(spark, plan: Plan, token: str, sink):
     s = plan.settings
     configure(spark, plan)
     router = Router(plan.distribution, plan.partition_keys)
+    native = s.window.kind == "count" and bool(getattr(plan.distribution, "broadcasts_messages", False))
     configs = {key: PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
-                                    tuple(sorted(s.engine_options.items())))
+                                    tuple(sorted(s.engine_options.items())), count_native=native)
                for p, key in enumerate(plan.partition_keys)}
+    single = single_replica(plan.distribution)
     routed = source_events(spark, plan).mapInArrow(partial(route_arrow, router), ROUTED_SCHEMA_DDL)
     stage1 = routed.groupBy("key").transformWithState(
-        PartitionProcessor(token, configs, plan.bucket_keys, s.engine_cache, s.host_idle_timeout),
+        PartitionProcessor(token, configs, plan.bucket_keys, s.engine_cache, s.host_idle_timeout, inline_merge=single),
         STAGE_SCHEMA_DDL, "Update", "None")
-    stage2 = stage1.groupBy("key").transformWithState(
-        MergeProcessor(token, {k: b for b, k in enumerate(plan.bucket_keys)}, s.engine_cache, s.host_idle_timeout),
-        OUTPUT_SCHEMA_DDL, "Update", "None")
-    writer = stage2.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
+    if single:
+        output = stage1.select("kind", "payload")
+    else:
+        output = stage1.groupBy("key").transformWithState(
+            MergeProcessor(token, {k: b for b, k in enumerate(plan.bucket_keys)}, s.engine_cache, s.host_idle_timeout),
+            OUTPUT_SCHEMA_DDL, "Update", "None")
+    writer = output.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
     if s.trigger_seconds:
         return writer.trigger(processingTime=f"{s.trigger_seconds} seconds")
     return writer.trigger(availableNow=True)
 
 
 class EventSink:
-    """``foreachBatch``: events to files (overwriting the batch's directory) or the console, and
-    the stages' metrics rows to ``metrics/batch-<id>.json``."""
+    """``foreachBatch``: one collect of the batch's rows (one events blob per merge bucket, one
+    metrics row per stage and key), then the events to ``events/batch-<id>.<fmt>`` or the console,
+    and the metrics to ``metrics/batch-<id>.json``; files are replaced atomically, so a re-run
+    batch overwrites its own output."""
 
     def __init__(self, plan: Plan) -> None:
-        self.events_dir = str(plan.events_dir)
+        self.events_dir = plan.events_dir
         self.metrics_dir = plan.metrics_dir
         self.format = plan.settings.events_format
         self.console = plan.settings.sink == "console"
         self.batches: list[int] = []
 
     def __call__(self, df, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        from skype.spark.reports import EVENT_SCHEMA_DDL
-
         t0 = time.perf_counter()
-        df.persist()
-        try:
-            metrics = [json.loads(bytes(r.payload)) for r in df.where("kind = 'metrics'").select("payload").collect()]
-            t_collect = time.perf_counter() - t0
-            events = (df.where("kind = 'events'").select("payload").mapInArrow(unpack_events, EVENT_SCHEMA_DDL)
-                      .withColumn("batch", F.lit(int(batch_id))))
-            if self.console:
-                events.show(20, truncate=80)
-            else:
-                events.write.mode("overwrite").format(self.format).save(f"{self.events_dir}/batch-{batch_id:08d}")
-        finally:
-            df.unpersist()
+        rows = df.collect()
+        t_pipeline = time.perf_counter() - t0
+        metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
+        table = events_table([bytes(r.payload) for r in rows if r.kind == "events"], int(batch_id))
+        if self.console:
+            print_events(table, int(batch_id))
+        else:
+            write_events(table, self.events_dir / f"batch-{batch_id:08d}.{_suffix(self.format)}", self.format)
         record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
-                  "pipeline_s": t_collect}
-        self.metrics_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.metrics_dir / f".batch-{batch_id:08d}.json.tmp"
-        tmp.write_text(json.dumps(record))
-        tmp.replace(self.metrics_dir / f"batch-{batch_id:08d}.json")
+                  "pipeline_s": t_pipeline, "events": table.num_rows}
+        _write_atomic(self.metrics_dir / f"batch-{batch_id:08d}.json", json.dumps(record))
         self.batches.append(int(batch_id))
 
 
-def unpack_events(batches):
-    """``mapInArrow``: event blobs -> public event rows."""
-    from skype.spark.reports import events_to_arrow
+def _suffix(fmt: str) -> str:
+    return "jsonl" if fmt == "json" else "parquet"
 
-    for batch in batches:
-        for blob in batch.column("payload").to_pylist():
-            yield events_to_arrow(blob)
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def events_table(blobs: list[bytes], batch_id: int):
+    """Event blobs -> one pyarrow Table of the public event schema with the ``batch`` column."""
+    import pyarrow as pa
+
+    from skype.spark.reports import events_schema, events_to_arrow
+
+    batches = [events_to_arrow(blob) for blob in blobs]
+    table = pa.Table.from_batches(batches, schema=events_schema()) if batches else events_schema().empty_table()
+    return table.append_column("batch", pa.array(np.full(table.num_rows, batch_id, np.int64)))
+
+
+def write_events(table, path: Path, fmt: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, tmp)
+    else:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for row in table.to_pylist():
+                fh.write(json.dumps(row, allow_nan=False))
+                fh.write("\n")
+    tmp.replace(path)
+
+
+def print_events(table, batch_id: int, limit: int = 20) -> None:
+    print(f"-- batch {batch_id}: {table.num_rows} result changes")
+    for row in table.slice(0, limit).to_pylist():
+        entered = [e["id"] for e in row["entered"]]
+        flags = "".join(f" {name}" for name in ("created", "removed") if row[name])
+        print(f"   sub {row['sub']}: +{entered} -{row['left']}{flags}")
+    sys.stdout.flush()
 
 
 @dataclass
@@ -444,13 +485,13 @@ def _result_batch(subs, topk):
 
 
 def read_events(spark, plan: Plan):
+    """Every committed batch's events as one DataFrame (``None`` before the first batch)."""
     from skype.spark.reports import EVENT_SCHEMA_DDL
 
-    schema = EVENT_SCHEMA_DDL + ", batch long"
-    paths = sorted(str(p) for p in plan.events_dir.glob("batch-*") if p.is_dir())
+    paths = sorted(str(p) for p in plan.events_dir.glob(f"batch-*.{_suffix(plan.settings.events_format)}"))
     if not paths:
         return None
-    return spark.read.schema(schema).format(plan.settings.events_format).load(paths)
+    return spark.read.schema(EVENT_SCHEMA_DDL + ", batch long").format(plan.settings.events_format).load(paths)
 
 
 def final_results(spark, plan: Plan) -> list[tuple[int, list[Match]]]:
@@ -534,6 +575,6 @@ def run_metrics(plan: Plan, outcome: RunOutcome) -> dict:
         "state_bytes_written_partitions_per_batch": float(np.mean(written_parts)) if written_parts else 0.0,
         "state_bytes_written_merge_per_batch": float(np.mean(written_merge)) if written_merge else 0.0,
         "state_bytes_written": written,
-        "result_events": sum(m["events"] for m in merges),
+        "result_events": sum(r.get("events", 0) for r in records),
         "engine_cache": plan.settings.engine_cache,
     }

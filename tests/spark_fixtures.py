@@ -1,0 +1,244 @@
+"""Shared Spark test helpers: the one SparkSession of a test run, small workloads with subscribes
+and unsubscribes mid-stream, a centralized reference per micro-batch, and an events fold."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from skype import io
+from skype.data import make_workload
+
+METHODS = ("hashing", "location", "keyword", "prefix", "spatial-first", "keyword-first")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every Spark test (UI off, RocksDB state store, 1g driver)."""
+    pytest.importorskip("pyspark")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from skype.spark.runtime import make_session
+
+    session = make_session("local[2]", app_name="skype-tests",
+                           extra={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    yield session
+    session.stop()
+
+
+def events_workload(path: Path, *, num_subs: int = 160, num_messages: int = 1600, seed: int = 4, k: int = 5,
+                    dataset: str = "tweets") -> Path:
+    """An events file (public format): subscriptions, messages, unsubscribes and subscribes
+    mid-stream, a re-subscribe of an id with other terms, and commands after the last message."""
+    w = make_workload(dataset, num_subs=num_subs, num_messages=num_messages, seed=seed, k=k)
+    subs = list(io.subscription_objects(w.subscriptions, w.vocabulary))
+    msgs = list(io.message_objects(w.messages, w.vocabulary))
+    first = num_subs * 3 // 4
+    events = [dict(s, op="sub") for s in subs[:first]]
+    third = num_messages // 3
+    for i, m in enumerate(msgs):
+        if i == third:
+            events += [{"op": "unsub", "id": s["id"]} for s in subs[0:first:4]]
+        if i == third + 7:
+            events += [dict(s, op="sub") for s in subs[first:]]
+        if i == 2 * third + 3:  # re-subscribe two removed ids with another subscription's terms
+            for old, donor in ((subs[0], subs[-1]), (subs[4], subs[-2])):
+                events.append(dict(donor, op="sub", id=old["id"]))
+        events.append(dict(m, op="msg"))
+    events.append({"op": "unsub", "id": subs[1]["id"]})
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def centralized_by_batch(inputs, window: dict, batch_size: int) -> list[dict[int, list[tuple[int, float]]]]:
+    """The centralized engine's results after each micro-batch of ``batch_size`` messages: a
+    batch ending after message ``h`` includes every command positioned at ``h + 1`` or earlier."""
+    from skype import Engine
+
+    engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, **window)
+    engine.subscribe_batch(inputs.subscriptions)
+    total = inputs.num_messages
+    ends = list(range(batch_size, total, batch_size)) + [total]
+    steps, i, offset, published = inputs.steps, 0, 0, 0
+    out = []
+    for end in ends:
+        while i < len(steps):
+            op, payload = steps[i]
+            if op == "msgs":
+                take = min(len(payload) - offset, end - published)
+                if take > 0:
+                    engine.publish_batch(payload.slice(offset, offset + take))
+                    offset, published = offset + take, published + take
+                if offset < len(payload):
+                    break  # the batch ends inside this step
+                i, offset = i + 1, 0
+            else:
+                if op == "sub":
+                    engine.subscribe_batch(payload)
+                else:
+                    engine.unsubscribe(payload)
+                i += 1
+        out.append({sid: [(m.id, m.score) for m in matches] for sid, matches in engine.results()})
+    return out
+
+
+def fold_events_by_batch(rows: list[dict]) -> list[dict[int, list[tuple[int, float]]]]:
+    """Events (dicts with ``batch``) -> the delivered top-k after each batch, in batch order."""
+    state: dict[int, dict[int, tuple[float, int]]] = {}
+    out = []
+    for batch in sorted({r["batch"] for r in rows}):
+        for r in (r for r in rows if r["batch"] == batch):
+            sid = r["sub"]
+            if r["created"] or sid not in state:
+                state[sid] = {}
+            entries = state[sid]
+            for m in r["left"]:
+                del entries[m]
+            for e in r["entered"]:
+                entries[e["id"]] = (e["score"], e["seq"])
+            if r["removed"]:
+                del state[sid]
+        out.append({sid: [(m, sc) for m, (sc, _) in sorted(ent.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))]
+                    for sid, ent in state.items()})
+    return out
+
+
+def results_of(path) -> dict[int, list[tuple[int, float]]]:
+    return {sid: [(m.id, m.score) for m in matches] for sid, matches in io.read_results(path).items()}
+
+
+def first_difference(got: dict, want: dict) -> str:
+    for sid in sorted(set(got) | set(want)):
+        if got.get(sid) != want.get(sid):
+            return f"subscription {sid}: got {got.get(sid)}, want {want.get(sid)}"
+    return ""
+
+
+def np_equal(a, b) -> bool:
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+
+
+# --------------------------------------------------------------------------- the job without a JVM
+
+
+class LocalPipeline:
+    """The streaming job's own code (stream files -> source conversion -> routing -> both stateful
+    processors, run by ``TwsTester`` -> events) driven batch by batch in this process.  Only
+    Spark's shuffles are replaced (rows grouped by key here)."""
+
+    def __init__(self, run_dir: Path, settings, inputs, engine_cache: str = "worker") -> None:
+        pytest.importorskip("pyspark")
+        from pyspark.sql.streaming.tws_tester import TwsTester
+
+        from skype.spark import hosts
+        from skype.spark.partition import PartitionConfig
+        from skype.spark.processors import MergeProcessor, PartitionProcessor
+        from skype.spark.routing import Router
+        from skype.spark.runtime import plan_run, single_replica
+
+        self.plan = plan_run(run_dir, settings, inputs)
+        self.settings = settings
+        token = hosts.new_token()
+        native = settings.window.kind == "count" and self.plan.distribution.broadcasts_messages
+        configs = {key: PartitionConfig(p, settings.merge_buckets, settings.window, tuple(settings.bounds),
+                                        count_native=native)
+                   for p, key in enumerate(self.plan.partition_keys)}
+        self.inline = single_replica(self.plan.distribution)
+        self.router = Router(self.plan.distribution, self.plan.partition_keys)
+        self.partitions = TwsTester(PartitionProcessor(token, configs, self.plan.bucket_keys, engine_cache,
+                                                       inline_merge=self.inline))
+        self.merge = TwsTester(MergeProcessor(token, {k: b for b, k in enumerate(self.plan.bucket_keys)},
+                                              engine_cache))
+        self.messages, self.commands = self._stream()
+        self.position = 0
+        self.commands_sent = False
+        self.metrics: list[list[dict]] = []
+        self.events: list[dict] = []
+        self.batch = 0
+
+    def _stream(self):
+        import pyarrow as pa
+
+        from skype.spark.sources import read_stream_file, to_events
+
+        def read(directory: str, kind: str):
+            tables = [read_stream_file(str(p), kind) for p in sorted(Path(directory).iterdir())]
+            return pa.concat_tables(tables) if tables else None
+
+        messages = read(self.plan.messages_dir, "messages")
+        commands = read(self.plan.commands_dir, "commands")
+        return messages, (to_events(commands, "commands", 0) if commands is not None else None)
+
+    def partition_rows(self):
+        """Routed rows of the next batch, grouped by partition key (two input partitions)."""
+        from pyspark.sql import Row
+
+        from skype.spark.routing import route_arrow
+        from skype.spark.sources import to_events
+
+        end = min(self.position + self.settings.batch_size, self.messages.num_rows)
+        half = (self.position + end) // 2
+        inputs = [to_events(self.messages.slice(self.position, half - self.position), "messages", self.position),
+                  to_events(self.messages.slice(half, end - half), "messages", half)]
+        if not self.commands_sent and self.commands is not None:
+            inputs.append(self.commands)
+            self.commands_sent = True
+        self.position = end
+        grouped: dict[int, list] = {}
+        for out in route_arrow(self.router, iter(inputs)):
+            for row in out.to_pylist():
+                grouped.setdefault(row["key"], []).append(Row(**row))
+        return grouped
+
+    def done(self) -> bool:
+        return self.position >= self.messages.num_rows
+
+    def step(self, before_partition=None) -> dict:
+        """Run one micro-batch; ``before_partition(key)`` may interfere (fault injection).
+        Returns the delivered top-k after the batch."""
+        import pyarrow as pa
+
+        from skype.spark.runtime import events_table
+
+        stage2: dict[int, list] = {}
+        blobs, metrics = [], []
+        for key, rows in sorted(self.partition_rows().items()):
+            if before_partition is not None:
+                before_partition(key, rows)
+            for out in self.partitions.test(key, rows):
+                if out.kind == "reports":
+                    stage2.setdefault(out.key, []).append(out)
+                elif out.kind == "events":
+                    blobs.append(bytes(out.payload))
+                else:
+                    metrics.append(json.loads(out.payload))
+        for key, rows in sorted(stage2.items()):
+            for out in self.merge.test(key, rows):
+                if out.kind == "events":
+                    blobs.append(bytes(out.payload))
+                else:
+                    metrics.append(json.loads(out.payload))
+        self.events += events_table(blobs, self.batch).to_pylist()
+        self.metrics.append(metrics)
+        self.batch += 1
+        return fold_events_by_batch(self.events)[-1] if self.events else {}
+
+    def snapshot_state(self, key: int) -> dict:
+        t = self.partitions
+        return {"meta": t.peekValueState("meta", key), "log": t.peekMapState("log", key),
+                "segments": t.peekMapState("segments", key)}
+
+    def restore_state(self, key: int, saved: dict) -> None:
+        """Put a partition's state store back (a task whose commit never happened)."""
+        t = self.partitions
+        if saved["meta"] is None:
+            t.deleteState("meta", key)
+        else:
+            t.updateValueState("meta", key, saved["meta"])
+        t.updateMapState("log", key, saved["log"])
+        t.updateMapState("segments", key, saved["segments"])

@@ -1,0 +1,235 @@
+"""The Spark job's logic without a JVM: blobs, keys, command positions, routing, and the whole
+pipeline (stream files -> routing -> both stateful processors under ``TwsTester``) checked against
+the centralized engine after every micro-batch, for every method and both window kinds, with
+cache losses and uncommitted batches injected."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyspark")
+
+from spark_fixtures import METHODS, LocalPipeline, centralized_by_batch, events_workload, first_difference  # noqa: E402
+
+from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.run import build_parser  # noqa: E402
+from skype.spark import codec  # noqa: E402
+from skype.spark.codec import OP_DROP, OP_SUB, OP_UNSUB, Commands  # noqa: E402
+from skype.spark.keys import grouping_keys, spark_partition_of  # noqa: E402
+from skype.spark.partition import plan_commands  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+BATCH = 400
+
+
+def _inputs(events_path, window_args):
+    args = build_parser().parse_args(["distributed", "--events", str(events_path), *window_args])
+    return args, load_inputs(args)
+
+
+def _settings(method, window_args, inputs, partitions=3, **extra):
+    from skype.cli.distributed import settings_from_args
+
+    args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
+                                      "--batch-size", str(extra.pop("batch_size", BATCH)), *window_args])
+    settings = settings_from_args(args, inputs.bounds)
+    for key, value in extra.items():
+        setattr(settings, key, value)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    return events_workload(tmp_path_factory.mktemp("spark-logic") / "events.jsonl")
+
+
+def _time_window_args(inputs_count) -> list[str]:
+    t = inputs_count.messages().t
+    return ["--window-seconds", str(float(t[300] - t[0]))]
+
+
+def test_spark_codec_round_trips_messages_and_commands(tweets_small):
+    batch = tweets_small.messages.slice(0, 50)
+    seq = np.arange(100, 150)
+    back, back_seq = codec.unpack_messages(codec.pack_messages(batch, seq))
+    assert back.ids.tolist() == batch.ids.tolist() and back_seq.tolist() == seq.tolist()
+    assert back.terms.weights.tobytes() == batch.terms.weights.tobytes()
+    subs = tweets_small.subscriptions.slice(0, 5)
+    cmds = Commands([4, 2, 3, 0, 1], [0, -1, 7, 7, 3], [OP_SUB, OP_UNSUB, OP_SUB, OP_SUB, OP_SUB], subs, [1, 1, 2, 1, 3])
+    back = Commands.unpack(cmds.pack())
+    assert back.cseq.tolist() == [4, 2, 3, 0, 1] and back.subs.terms.ids.tolist() == subs.terms.ids.tolist()
+    ordered = Commands.concat([back, back])
+    assert ordered.cseq.tolist() == [0, 1, 2, 3, 4]  # ordered by cseq, each once
+    drops = cmds.drops()
+    assert (drops.op == OP_DROP).all() and drops.subs.ids.tolist() == subs.ids.tolist() and len(drops.subs.terms.ids) == 0
+    with pytest.raises(Exception, match="E026"):
+        codec.pack(bad=np.array(["x"], dtype=object))
+
+
+@pytest.mark.parametrize("count,shuffle", [(2, 2), (8, 8), (5, 3)])
+def test_spark_keys_spread_partitions_over_spark_partitions(count, shuffle):
+    keys = grouping_keys(count, shuffle)
+    assert len(set(keys)) == count
+    assert [spark_partition_of(k, shuffle) for k in keys] == [i % shuffle for i in range(count)]
+
+
+def test_spark_plan_commands_apply_in_position_order_and_keep_later_ones(tweets_small):
+    subs = tweets_small.subscriptions.slice(0, 4)
+    cmds = Commands([0, 1, 2, 3], [12, -1, 3, 40], [OP_SUB] * 4, subs, [1] * 4)
+    due, pos, pending = plan_commands(Commands.empty(), cmds, lo=10, hwm_seq=19)
+    # at=3 is late (applied at the batch start, 10), at=-1 applies at the start, at=12 inside,
+    # at=40 waits for a later batch
+    assert due.cseq.tolist() == [1, 2, 0] and pos.tolist() == [10, 10, 12]
+    assert pending.cseq.tolist() == [3]
+    due, pos, pending = plan_commands(pending, Commands.empty(), lo=20, hwm_seq=39)
+    assert due.cseq.tolist() == [3] and pos.tolist() == [40] and len(pending) == 0  # at = h + 1 is due
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_spark_routing_meets_every_scoring_pair(method, tweets_small):
+    """A subscription and a message that scores for it share a partition (exact mode)."""
+    from skype.dist import build_distribution
+    from skype.dist.thresholds import scored_pairs
+    from skype.spark.routing import Router
+
+    w = tweets_small
+    params = {} if method in ("hashing", "location") else {"summary": False}
+    dist = build_distribution(method, 6, w.subscriptions, w.messages.slice(0, 500), w.vocabulary, None, **params)
+    router = Router(dist, list(range(6)))
+    msgs = w.messages.slice(500, 900)
+    n = len(w.subscriptions)
+    cmds = Commands(np.arange(n), np.zeros(n, np.int64), np.full(n, OP_SUB, np.int8), w.subscriptions, np.zeros(n))
+    parts = router.route(msgs, np.arange(500, 900), cmds)
+    assert sorted(parts) == list(range(6))  # every partition gets a tick
+    hosts = {p: set(Commands.unpack(r.commands).subs.ids[Commands.unpack(r.commands).op == OP_SUB].tolist())
+             for p, r in parts.items()}
+    seen = {p: set(codec.unpack_messages(r.messages)[0].ids.tolist()) if r.messages else set()
+            for p, r in parts.items()}
+    ps, pm, _ = scored_pairs(w.subscriptions, msgs, w.bounds.max_dist)
+    for s_row, m_row in zip(ps.tolist(), pm.tolist()):
+        sid, mid = int(w.subscriptions.ids[s_row]), int(msgs.ids[m_row])
+        assert any(sid in hosts[p] and mid in seen[p] for p in parts), (sid, mid)
+    for p, r in parts.items():  # every partition outside a subscription's placement gets a DROP
+        c = Commands.unpack(r.commands)
+        assert len(c) == n and set(c.op.tolist()) <= {OP_SUB, OP_DROP}
+        assert r.hwm_seq == 899
+
+
+@pytest.mark.parametrize("window_kind", ["count", "time"])
+@pytest.mark.parametrize("method", METHODS)
+def test_spark_pipeline_exact_after_every_batch(method, window_kind, workload, tmp_path):
+    args, inputs = _inputs(workload, ["--window", "500"])
+    window_args = ["--window", "500"] if window_kind == "count" else _time_window_args(inputs)
+    args, inputs = _inputs(workload, window_args)
+    settings = _settings(method, window_args, inputs)
+    want = centralized_by_batch(inputs, settings.window.centralized(), BATCH)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    got = []
+    while not pipe.done():
+        got.append(pipe.step())
+    assert len(got) == len(want)
+    for b, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"{method}/{window_kind} batch {b}: {first_difference(g, w)}"
+    assert sum(len(v) for v in want[-1].values()) > 100  # the check is not vacuous
+
+
+@pytest.mark.parametrize("method", ["keyword", "hashing"])
+def test_spark_pipeline_rebuilds_after_lost_cache_and_uncommitted_batch(method, workload, tmp_path):
+    """Cache loss (every host object dropped) and a task whose state-store commit is lost after
+    the host applied its batch: both rebuild from durable state, and results stay exact."""
+    from skype.spark.hosts import InProcessHosts
+
+    window_args = ["--window", "500"]
+    args, inputs = _inputs(workload, window_args)
+    settings = _settings(method, window_args, inputs)
+    want = centralized_by_batch(inputs, settings.window.centralized(), BATCH)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    retried = []
+
+    def lose_commit(key, rows):
+        if pipe.batch == 3 and not retried:
+            saved = pipe.snapshot_state(key)
+            pipe.partitions.test(key, rows)  # the host applies the batch ...
+            pipe.restore_state(key, saved)  # ... but the state store never commits it
+            retried.append(key)
+
+    for b in range(len(want)):
+        if b == 2:
+            InProcessHosts.clear()
+        got = pipe.step(before_partition=lose_commit)
+        assert got == want[b], f"batch {b}: {first_difference(got, want[b])}"
+    hits = [(m["stage"], m["hit"]) for ms in pipe.metrics for m in ms if m["stage"] == "partition"]
+    misses_after_start = [h for h in hits[settings.partitions:] if not h[1]]
+    # batch 2 rebuilds every partition, batch 3 the retried one
+    assert len(misses_after_start) == settings.partitions + 1
+
+
+def test_spark_state_written_per_batch_does_not_grow_with_subscriptions(tmp_path):
+    """Durable bytes per steady batch stay flat when the subscriptions grow x10."""
+    from skype.cli.inputs import Inputs
+    from skype.data import make_workload
+
+    written = {}
+    for num_subs in (300, 3000):
+        w = make_workload("tweets", num_subs=num_subs, num_messages=2400, seed=2, k=5)
+        inputs = Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], w.bounds, "tweets")
+        settings = _settings("hashing", ["--window", "600"], inputs, partitions=2)
+        pipe = LocalPipeline(tmp_path / f"run{num_subs}", settings, inputs)
+        while not pipe.done():
+            pipe.step()
+        per_batch = [sum(m["state_bytes_written"] for m in ms) for ms in pipe.metrics]
+        written[num_subs] = float(np.mean(per_batch[1:]))  # batch 0 registers the subscriptions
+    assert written[3000] < 1.1 * written[300], written
+
+
+def test_spark_process_hosts_start_serve_and_stop(tmp_path):
+    from skype.spark.hosts import ProcessHosts, new_token
+
+    hosts = ProcessHosts(new_token(), idle_timeout=60, watch_pid=os.getpid())
+    reply = hosts.call("merge", 7, ("ping",))
+    assert reply[0] == "pong" and reply[1] != os.getpid()
+    pid = reply[1]
+    assert hosts.call("merge", 7, ("apply", "merge", 7, ("t", None), (0, 0), (1, 5), [], False))[:2] == ("miss", True)
+    ok = hosts.call("merge", 7, ("rebuild", "merge", 7, ("t", None), [], (1, 5), [], True))
+    assert ok[0] == "ok" and ok[3]["rebuilt"] and ok[2] is not None  # the snapshot asked for
+    assert hosts.call("merge", 7, ("apply", "merge", 7, ("t", None), (1, 5), (2, 6), [], False))[0] == "ok"
+    assert hosts.call("merge", 7, ("apply", "merge", 7, ("t", None), (1, 5), (2, 7), [], False))[0] == "miss"
+    hosts.stop("merge", 7)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"host {pid} did not stop")
+
+
+def test_spark_fold_events_gives_final_results():
+    import pyarrow as pa
+
+    from skype.spark.reports import EventBuilder, events_to_arrow
+    from skype.spark.runtime import fold_events
+
+    def blob(upto, events):
+        b = EventBuilder(upto)
+        for sid, entered, left, flags in events:
+            ent = (np.array([e[0] for e in entered], np.int64), np.array([e[1] for e in entered]),
+                   np.array([e[2] for e in entered], np.int64))
+            b.add(sid, ent, np.array(left, np.int64), **flags)
+        return events_to_arrow(b.rows().pack(upto))
+
+    batches = [blob(10, [(1, [(5, 0.5, 5), (6, 0.5, 6)], [], {"created": True}), (2, [], [], {"created": True})]),
+               blob(20, [(1, [(7, 0.9, 17)], [5], {}), (2, [], [], {"removed": True}), (3, [(1, 0.1, 1)], [], {"created": True})])]
+    table = pa.Table.from_batches(batches)
+    table = table.append_column("batch", pa.array([0, 0, 1, 1, 1], pa.int64()))
+    rows = sorted(table.to_pylist(), key=lambda r: (r["sub"], r["batch"]))
+    out = list(fold_events([pa.RecordBatch.from_pylist(rows, schema=table.schema)]))
+    got = {s: [(e["id"], e["score"]) for e in t] for s, t in zip(out[0].column("sub").to_pylist(), out[0].column("topk").to_pylist())}
+    assert got == {1: [(7, 0.9), (6, 0.5)], 3: [(1, 0.1)]}  # 2 removed; tie 0.5: seq 6 ranks first
