@@ -36,8 +36,8 @@ cdef struct SubHotC:              # what a visit of a posting entry reads, in on
     int32_t k
 
 
-cdef struct CandStateC:           # per-message candidate state of a subscription (16 bytes)
-    uint32_t stamp                # message stamp the state belongs to
+cdef struct CandStateC:           # a subscription met by the current message (16 bytes)
+    uint32_t sid                  # hash-table key (EMPTY_SLOT when free)
     int16_t last                  # last s-position accounted in acc; PRUNED when ruled out
     int16_t pad
     double acc                    # exact partial text similarity over s-positions <= last
@@ -78,11 +78,13 @@ cdef class SubscriptionIndex:
     cdef size_t memory(self) noexcept nogil
 
 
-cdef packed struct PEntryC:      # one subscription in a (term, leaf) posting list, 16 bytes
+cdef packed struct PEntryC:      # one subscription in a (term, leaf) posting list, 24 bytes
     uint32_t sid_group           # sid | group << SID_BITS
     float a                      # lower bound of a_s = theta_s / (1 - alpha_s); -inf: never text-pruned
     float mw                     # suffix max over the group (from here) of maxwt(s, pos_s(t)), rounded up
     float b                      # suffix max over the group (from here) of b_s = alpha/(1-alpha), rounded up
+    float own_b                  # this subscription's b_s, rounded up
+    float own_wtsum              # this subscription's wtsum(s, pos_s(t)), rounded up
 
 
 cdef struct LeafPLC:             # where the posting list of one leaf starts in a term's entries
@@ -128,7 +130,9 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef vector[double] leaf_osb
     cdef vector[double] leaf_dout
     cdef vector[uint8_t] leaf_pruned
-    cdef vector[CandStateC] cand
+    cdef vector[CandStateC] cand           # open-addressing table of the message's candidates
+    cdef uint32_t cand_bits                # the table has 2^cand_bits slots
+    cdef vector[uint32_t] cand_slots       # occupied slots (cleared per message)
     cdef vector[sid_t] cand_list
     cdef vector[double] m_wtsum        # per message position: suffix sum / max of weights
     cdef vector[double] m_maxwt
@@ -157,10 +161,14 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef void remove(self, sid_t sid) noexcept nogil
     cdef void theta_changed(self, sid_t sid) noexcept nogil
     cdef void _ensure_scratch(self) noexcept nogil
+    cdef CandStateC* _cand_find(self, sid_t sid) noexcept nogil
+    cdef CandStateC* _cand_insert(self, sid_t sid) noexcept nogil
+    cdef void _cand_clear(self) noexcept nogil
+    cdef void _visit(self, sid_t sid, CandStateC* c, int j, term_t t, const term_t* mterms,
+                     const double* mw, uint32_t leaf) noexcept nogil
     cdef void _walk(self, double x, double y) noexcept nogil
     cdef bint _leaf_open(self, uint32_t leaf, double x, double y) noexcept nogil
     cdef bint _cut(self, const PEntryC* e, double wts_m, double osb) noexcept nogil
-    cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw, uint32_t leaf) noexcept nogil
-    cdef double _m_weight(self, term_t t, const term_t* mterms, const double* mw, int j) noexcept nogil
     cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil
     cdef size_t memory(self) noexcept nogil
+    cdef double _m_weight(self, term_t t, const term_t* mterms, const double* mw, int j) noexcept nogil

@@ -44,6 +44,7 @@ from skype._core.scoring cimport score_pair, mindist, inner_dist, combine, rect_
 cdef enum:
     SID_BITS = 26
     PRUNED = -2
+cdef uint32_t EMPTY_SLOT = 0xFFFFFFFFu
 cdef uint32_t SID_MASK = (1u << SID_BITS) - 1
 cdef uint32_t MAX_SUBSCRIPTIONS = 1u << SID_BITS
 cdef double EPS = 1e-9
@@ -198,6 +199,7 @@ cdef struct BuildC:                 # one posting during a bulk build
     uint32_t leaf
     uint32_t sid_group
     float a
+    float own_wtsum
 
 
 cdef bint build_less(const BuildC& p, const BuildC& q) noexcept nogil:
@@ -408,9 +410,8 @@ cdef class IGPTIndex(SubscriptionIndex):
             own = self.table.terms[self.table.hot[sid].term_off + pos].maxwt
             if own > mw:
                 mw = own
-            own = self._b_of(sid)
-            if own > b:
-                b = own
+            if tp.entries[r].own_b > b:
+                b = tp.entries[r].own_b
             tp.entries[r].mw = mw
             tp.entries[r].b = b
 
@@ -444,6 +445,8 @@ cdef class IGPTIndex(SubscriptionIndex):
         e.a = self._a_of(sid)
         e.mw = 0
         e.b = 0
+        e.own_b = self._b_of(sid)
+        e.own_wtsum = self.table.terms[self.table.hot[sid].term_off + self.table.term_pos(sid, t)].wtsum
         pos = tp.pls[i].start
         while pos < end and ((tp.entries[pos].sid_group >> SID_BITS) < g or
                              ((tp.entries[pos].sid_group >> SID_BITS) == g and tp.entries[pos].a <= e.a)):
@@ -554,6 +557,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                 p.leaf = self.table.hot[sid].leaf
                 p.sid_group = sid | (g << SID_BITS)
                 p.a = self._a_of(sid)
+                p.own_wtsum = self.table.terms[off + i].wtsum
                 all_p.push_back(p)
         std_sort(all_p.begin(), all_p.end(), build_less)
         self.postings.clear()
@@ -569,6 +573,8 @@ cdef class IGPTIndex(SubscriptionIndex):
             e.a = all_p[r].a
             e.mw = 0
             e.b = 0
+            e.own_b = self._b_of(all_p[r].sid_group & SID_MASK)
+            e.own_wtsum = all_p[r].own_wtsum
             tp.entries.push_back(e)
         self.posting_count = all_p.size()
         for r in range(self.postings.size()):
@@ -636,14 +642,63 @@ cdef class IGPTIndex(SubscriptionIndex):
                 self._recompute_theta_s(leaf)
 
     cdef void _ensure_scratch(self) noexcept nogil:
-        cdef size_t n = self.table.ext_id.size() + 1
         cdef CandStateC blank
-        if self.cand.size() < n:
-            blank.stamp = 0
+        if self.cand.size() == 0:
+            blank.sid = EMPTY_SLOT
             blank.last = 0
             blank.pad = 0
             blank.acc = 0.0
-            self.cand.resize(n, blank)
+            self.cand_bits = 10
+            self.cand.resize(1u << self.cand_bits, blank)
+
+    # ------------------------------------------------------------------ candidate table
+    # The subscriptions met by one message live in a small open-addressing table (linear
+    # probing, Fibonacci hashing), cleared after each message: a few hundred entries that stay
+    # in cache, where a dense per-subscription array costs a cache miss per visit.
+    cdef inline CandStateC* _cand_find(self, sid_t sid) noexcept nogil:
+        cdef uint32_t mask = (1u << self.cand_bits) - 1
+        cdef uint32_t h = (sid * 2654435761u) >> (32 - self.cand_bits)
+        while True:
+            if self.cand[h].sid == sid:
+                return &self.cand[h]
+            if self.cand[h].sid == EMPTY_SLOT:
+                return NULL
+            h = (h + 1) & mask
+
+    cdef CandStateC* _cand_insert(self, sid_t sid) noexcept nogil:
+        cdef uint32_t mask, h, i
+        cdef vector[CandStateC] old
+        cdef CandStateC blank
+        if 2 * (self.cand_slots.size() + 1) > (1u << self.cand_bits):
+            old.swap(self.cand)
+            self.cand_bits += 1
+            blank.sid = EMPTY_SLOT
+            blank.last = 0
+            blank.pad = 0
+            blank.acc = 0.0
+            self.cand.resize(1u << self.cand_bits, blank)
+            mask = (1u << self.cand_bits) - 1
+            for i in range(self.cand_slots.size()):
+                h = (old[self.cand_slots[i]].sid * 2654435761u) >> (32 - self.cand_bits)
+                while self.cand[h].sid != EMPTY_SLOT:
+                    h = (h + 1) & mask
+                self.cand[h] = old[self.cand_slots[i]]
+                self.cand_slots[i] = h
+        mask = (1u << self.cand_bits) - 1
+        h = (sid * 2654435761u) >> (32 - self.cand_bits)
+        while self.cand[h].sid != EMPTY_SLOT:
+            h = (h + 1) & mask
+        self.cand[h].sid = sid
+        self.cand[h].last = -1
+        self.cand[h].acc = 0.0
+        self.cand_slots.push_back(h)
+        return &self.cand[h]
+
+    cdef void _cand_clear(self) noexcept nogil:
+        cdef size_t i
+        for i in range(self.cand_slots.size()):
+            self.cand[self.cand_slots[i]].sid = EMPTY_SLOT
+        self.cand_slots.clear()
 
     # ------------------------------------------------------------------ dissemination
     cdef void _walk(self, double x, double y) noexcept nogil:
@@ -701,17 +756,15 @@ cdef class IGPTIndex(SubscriptionIndex):
         elsewhere): wtsum(m, j) * MW(g_r) < a_{s_r} - B(g_r) * OSB - EPS."""
         return wts_m * e.mw < e.a - e.b * osb - EPS
 
-    cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw,
-                     uint32_t leaf) noexcept nogil:
-        cdef CandStateC* c = &self.cand[sid]
+    cdef void _visit(self, sid_t sid, CandStateC* c, int j, term_t t, const term_t* mterms,
+                     const double* mw, uint32_t leaf) noexcept nogil:
+        """Individual tests of a posting entry's subscription (c: its state, NULL when the
+        message meets it for the first time)."""
         cdef const SubHotC* h = &self.table.hot[sid]
         cdef const SubTermC* st = &self.table.terms[h.term_off]
-        cdef bint first = c.stamp != self.stamp
         cdef int i = 0, p
         cdef double ssim_up, acc, ub, ub2, dout
         self.ctr.entries_visited += 1
-        if not first and c.last == PRUNED:
-            return
         while st[i].term != t:
             i += 1
         # Spatial bound (Defs 6-8).  Safe: if m is outside the leaf, the segment s->m leaves the
@@ -722,10 +775,8 @@ cdef class IGPTIndex(SubscriptionIndex):
             dout = self.leaf_dout[leaf]
             if dout > 0.0:
                 ssim_up = 1.0 - (inner_dist(&self.nodes[self.leaf_node[leaf]].rect, h.x, h.y) + dout) / self.max_dist
-        if first:
-            c.stamp = self.stamp
-            c.acc = 0.0
-            c.last = -1
+        if c == NULL:
+            c = self._cand_insert(sid)
             # Prefix filtering with max-weight refinement (Thm 5.1).  Safe at the first meeting:
             # every common term sits at s-position >= i and m-position >= j (one global order),
             # so TSim <= wtsum(s, i) * maxwt(m, j).  If s was met earlier in a list that a group
@@ -769,7 +820,10 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil:
         cdef int j
         cdef size_t p, r, r1, gend, lo, hi, mid, visits = 0
-        cdef uint32_t leaf, g, sid, ahead
+        cdef uint32_t leaf, g, sid
+        cdef size_t step
+        cdef const PEntryC* e
+        cdef CandStateC* c
         cdef term_t t
         cdef TermPostC* tp
         cdef double s_sum = 0.0, s_max = 0.0, osb, score
@@ -777,11 +831,10 @@ cdef class IGPTIndex(SubscriptionIndex):
         cdef const SubHotC* h
         self.out.clear()
         self.cand_list.clear()
+        self._cand_clear()
         self.ctr.messages += 1
         self.stamp += 1
         if self.stamp == <uint32_t>4294967295u:
-            for p in range(self.cand.size()):
-                self.cand[p].stamp = 0
             for p in range(self.leaf_stamp.size()):
                 self.leaf_stamp[p] = 0
             self.stamp = 1
@@ -816,9 +869,21 @@ cdef class IGPTIndex(SubscriptionIndex):
                 r1 = self._seg_end(tp, p)
                 while r < r1:
                     g = tp.entries[r].sid_group >> SID_BITS
-                    gend = r + 1
-                    while gend < r1 and (tp.entries[gend].sid_group >> SID_BITS) == g:
-                        gend += 1
+                    # the group's end, by exponential then binary search (groups are sorted)
+                    step = 1
+                    lo = r + 1
+                    while lo < r1 and (tp.entries[lo].sid_group >> SID_BITS) == g:
+                        lo = r + 1 + step
+                        step *= 2
+                    hi = lo if lo < r1 else r1
+                    lo = r + 1 + step // 4 if step > 1 else r + 1
+                    while lo < hi:
+                        mid = (lo + hi) >> 1
+                        if (tp.entries[mid].sid_group >> SID_BITS) == g:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    gend = lo
                     # Group skipping (Thm 5.3).  Safe: for s in the group, theta_T(s, m) >=
                     # a_s - b_s*OSB >= a_g - b_g*OSB (OSB >= 0; stored a are lower, b upper
                     # bounds), and if t_j is s's first common term, TSim <= wtsum(m, j) *
@@ -843,19 +908,30 @@ cdef class IGPTIndex(SubscriptionIndex):
                                 lo = mid + 1
                         self.ctr.entries_cut += gend - hi
                     while r < hi:
-                        if r + PREFETCH_AHEAD < hi:
-                            ahead = tp.entries[r + PREFETCH_AHEAD].sid_group & SID_MASK
-                            prefetch(&self.table.hot[ahead])
-                            prefetch(&self.cand[ahead])
-                        self._visit(tp.entries[r].sid_group & SID_MASK, j, t, terms, w, leaf)
+                        e = &tp.entries[r]
+                        sid = e.sid_group & SID_MASK
                         r += 1
+                        c = self._cand_find(sid)
+                        if c == NULL:
+                            # The first-meeting prefix test (Thm 5.1) from the entry alone, with
+                            # the leaf's OSB >= SSim(s, m) and the stored a_s (lower) and b_s
+                            # (upper bound): safe for the reasons given in _visit, and it spares
+                            # the subscription's records for most first meetings.
+                            if self.rule_prefix and e.own_wtsum * self.m_maxwt[j] < e.a - e.own_b * osb - EPS:
+                                self._cand_insert(sid).last = PRUNED
+                                self.ctr.prefix_pruned += 1
+                                self.ctr.entries_visited += 1
+                                continue
+                        elif c.last == PRUNED:
+                            continue
+                        self._visit(sid, c, j, t, terms, w, leaf)
                     r = gend
         # Verification with the exact score from the two full term lists (spec §3.8).
         for p in range(self.cand_list.size()):
             sid = self.cand_list[p]
             if p + PREFETCH_AHEAD < self.cand_list.size():
                 prefetch(&self.table.hot[self.cand_list[p + PREFETCH_AHEAD]])
-            if self.cand[sid].last == PRUNED:
+            if self._cand_find(sid).last == PRUNED:
                 continue
             self.ctr.candidates += 1
             h = &self.table.hot[sid]

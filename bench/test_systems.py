@@ -1,0 +1,26 @@
+"""The systems side by side (issue 5): IGPT-cSkyband (Skype), IGPT-Skyband, IGPT-Kmax,
+IPT-cSkyband, CIQ-Kmax and the reference engine, on tweets and geonames.
+
+    pytest bench/test_systems.py --benchmark-autosave
+    pytest bench/test_systems.py --benchmark-compare        # against the last saved run
+"""
+
+import pytest
+
+from conftest import run_steady_state, spec_for
+
+SYSTEMS = {
+    "Skype(IGPT-cSkyband)": dict(index="igpt", buffer="cskyband"),
+    "IGPT-Skyband": dict(index="igpt", buffer="skyband"),
+    "IGPT-Kmax": dict(index="igpt", buffer="kmax"),
+    "IPT-cSkyband": dict(index="ipt", buffer="cskyband"),
+    "CIQ-Kmax": dict(index="ciq", buffer="kmax"),
+    "reference": dict(engine="reference"),
+}
+
+
+@pytest.mark.parametrize("dataset", ["tweets", "geonames"])
+@pytest.mark.parametrize("system", list(SYSTEMS))
+def test_system(benchmark, size, dataset, system):
+    benchmark.group = f"systems-{dataset}-{size}"
+    run_steady_state(benchmark, spec_for(size, dataset=dataset, **SYSTEMS[system]))
