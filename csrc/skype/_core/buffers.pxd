@@ -92,6 +92,7 @@ cdef class Buffers:
     cdef ext_id_t _ext(self, uint32_t lo) noexcept nogil
     cdef void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
+    cdef int32_t _cap(self, int32_t k) noexcept nogil
     cdef void _update_theta(self, sid_t sid) noexcept nogil
     cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil
     cdef double _cost(self, double n, int32_t k, double cq_cost) noexcept nogil

@@ -149,6 +149,12 @@ cdef class Buffers:
         else:
             self.table.theta_idx[sid] = theta
 
+    cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
+        """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
+        if self.kind == BUF_EXACT or self.kmax < k:
+            return k
+        return self.kmax
+
     cdef void _update_theta(self, sid_t sid) noexcept nogil:
         """exact and kmax: theta follows the buffer (skyband kinds change it at re-evaluation)."""
         cdef SubBufC* sb = &self.buf[sid]
@@ -160,7 +166,7 @@ cdef class Buffers:
             elif sb.complete:
                 self._set_theta(sid, 0.0, True)
         elif self.kind == BUF_KMAX:
-            if <int32_t>B.size() >= self.kmax:
+            if <int32_t>B.size() >= self._cap(sb.k):
                 sb.complete = 0
             if sb.complete:
                 self._set_theta(sid, 0.0, True)
@@ -223,7 +229,7 @@ cdef class Buffers:
         self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
         theta[0] = 0.0
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
-            cap = k if self.kind == BUF_EXACT else (self.kmax if self.kmax > k else k)
+            cap = self._cap(k)
             while <int32_t>self.pulled.size() < cap:
                 if not self.msgs.query_next(&seq, &score):
                     return True
@@ -411,7 +417,7 @@ cdef class Buffers:
         e.dc = 0
         self.n_admits += 1
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
-            cap = k if self.kind == BUF_EXACT else (self.kmax if self.kmax > k else k)
+            cap = self._cap(k)
             if <int32_t>pos >= cap:
                 return
             B.insert(B.begin() + pos, e)
