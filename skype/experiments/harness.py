@@ -189,10 +189,12 @@ TRACE_KEYS = ("arrivals", "expirations", "arrival_us_total", "expiry_us_total", 
               "entries_visited", "reevaluation_work")
 
 
-def measure(spec: RunSpec, chunk: int = 1000, progress=None, trace: bool = False) -> dict:
+def measure(spec: RunSpec, chunk: int = 1000, progress=None, trace: bool = False, on_start=None) -> dict:
     """Prepare and run ``spec``; returns the metrics (see the module docstring).
 
-    ``progress(n)`` is called after every chunk of ``n`` messages.  With ``trace``, the result
+    ``on_start(n)`` is called once the run is prepared, with the number of messages it will
+    measure (for a time window, those after the first ``window_seconds`` of the stream);
+    ``progress(n)`` after every chunk of ``n`` messages.  With ``trace``, the result
     also holds ``trace``: one row per chunk with its message count, wall seconds, the deltas of
     the counters in ``TRACE_KEYS`` and the average buffer size at the chunk's end.
     """
@@ -202,6 +204,8 @@ def measure(spec: RunSpec, chunk: int = 1000, progress=None, trace: bool = False
     workload_s = time.perf_counter() - t_workload
     prep = prepare(spec)
     prep.setup_s["workload_s"] = workload_s
+    if on_start is not None:
+        on_start(len(prep.workload.messages) - prep.start)
     before = snapshot(prep.engine)
     rows = []
     t0 = time.perf_counter()

@@ -102,7 +102,8 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
             load_before = _load_1m()
             t0 = time.perf_counter()
             try:
-                metrics = measure(spec, chunk=scale.chunk, progress=bar.update, trace=True)
+                metrics = measure(spec, chunk=scale.chunk, progress=bar.update, trace=True,
+                                  on_start=lambda n, bar=bar: _set_total(bar, n))
             finally:
                 bar.close()
             metrics["run_s"] = time.perf_counter() - t0
@@ -119,6 +120,11 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
     _write_json(out_dir / RESULTS_FILE, doc)
     write_outputs(doc, out_dir)
     return doc
+
+
+def _set_total(bar, total: int) -> None:
+    bar.total = total
+    bar.refresh()
 
 
 def _write_json(path: Path, doc: dict) -> None:
