@@ -11,7 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -45,6 +45,9 @@ def lines(ax, curves: dict[str, tuple[Sequence[float], Sequence[float]]], *, xla
     for i, (label, (xs, ys)) in enumerate(curves.items()):
         ax.plot(xs, ys, style, marker=MARKERS[i % len(MARKERS)], color=COLORS[i % len(COLORS)], label=label)
     _finish(ax, xlabel, ylabel, title, logx, _spans_orders_of_magnitude(all_y) if logy is None else logy)
+    if logx:
+        ax.set_xticks(sorted({x for xs, _ in curves.values() for x in xs}))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     if curves:
         ax.legend(fontsize=8)
 
@@ -76,14 +79,15 @@ def _finish(ax, xlabel: str, ylabel: str, title: str, logx: bool, logy: bool) ->
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title, fontsize=10)
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1000 else f"{v:g}")
     if logx:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(plain)
     if logy:
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.grid(True, which="major", alpha=0.3)
 
 

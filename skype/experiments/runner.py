@@ -99,6 +99,7 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
             where = ", ".join(sorted({e for e, r in planned if r.key == key}))
             bar = progress_bar(total=spec.measured, desc=f"{spec.label} {spec.dataset} [{where}]", enabled=progress)
             bar.leave = False
+            bar.set_postfix_str("setup: workload, subscriptions")
             load_before = _load_1m()
             t0 = time.perf_counter()
             try:
@@ -124,7 +125,7 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
 
 def _set_total(bar, total: int) -> None:
     bar.total = total
-    bar.refresh()
+    bar.set_postfix_str("measuring")
 
 
 def _write_json(path: Path, doc: dict) -> None:
