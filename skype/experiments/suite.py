@@ -356,7 +356,7 @@ def present_groups(outcome: Outcome, out: Path, scale: Scale) -> Section:
                 xlabel="α-groups per posting list", ylabel="posting entries visited per message")
     sec.figures.append(plots.save(fig, out / "fig12_groups.png"))
     sec.tables.append(metrics_table("AMP against the number of α-groups", outcome, "groups",
-                                    ["dataset", "amp", "entries", "groups_skipped", "candidates", "index", "load"]))
+                                    ["dataset", "amp", "emp", "entries", "groups_skipped", "candidates", "index", "load"]))
     for ds in outcome.series():
         xs, amp = outcome.curve(ds, "amp_us")
         best = xs[min(range(len(amp)), key=amp.__getitem__)]
@@ -389,7 +389,7 @@ def present_pruning(outcome: Outcome, out: Path, scale: Scale) -> Section:
                    ylabel=label)
     sec.figures.append(plots.save(fig, out / "fig12_ipt_igpt.png"))
     sec.tables.append(metrics_table("IPT and IGPT", outcome, None,
-                                    ["dataset", "system", "amp", "entries", "groups_skipped", "candidates", "load"]))
+                                    ["dataset", "system", "amp", "emp", "entries", "groups_skipped", "candidates", "index", "load"]))
     for ds in dss:
         ipt, igpt = outcome.one("IPT", dataset=ds), outcome.one("IGPT", dataset=ds)
         r = ratio(ipt["amp_us"], igpt["amp_us"])
