@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from skype.experiments.suite import Section
+from skype.experiments.suite import Section, fmt
 
 GLOSSARY = [
     ("AMP", "mean engine time per arriving message (dissemination and buffer insertions), the engine's own clock"),
@@ -51,6 +51,22 @@ def load_summary(doc: dict) -> str:
     return f"min {min(loads):.2f}, median {statistics.median(loads):.2f}, max {max(loads):.2f}"
 
 
+def _control_lines(doc: dict) -> list[str]:
+    c = doc.get("control")
+    if not c:
+        return []
+    a, b = c["first"], c["repeat"]
+
+    def apart(key: str) -> str:
+        return f"{abs(b[key] - a[key]) / a[key]:.0%}" if a[key] else "n/a"
+
+    return [f"Timing noise: {c['label']} was measured again after the last run: AMP {fmt(a['amp_us'])} then "
+            f"{fmt(b['amp_us'])} µs ({apart('amp_us')} apart), EMP {fmt(a['emp_us'])} then {fmt(b['emp_us'])} µs "
+            f"({apart('emp_us')} apart); posting entries visited per message {fmt(a['entries_visited_per_msg'])} then "
+            f"{fmt(b['entries_visited_per_msg'])}"" (the work does not depend on the load). Time ratios between systems within this noise are not "
+            "meaningful.", ""]
+
+
 def write_report(doc: dict, sections: Sequence[Section], path: Path, replot_command: str | None = None) -> Path:
     scale = doc["scale"]
     m = doc["machine"]
@@ -74,6 +90,7 @@ def write_report(doc: dict, sections: Sequence[Section], path: Path, replot_comm
               f"Machine load during the runs (1-minute load average at each run's start and end): {load_summary(doc)}. "
               "Times measured under load are noisy; the work counters (entries visited, re-evaluations, index "
               "steps, buffer sizes) do not depend on it.", "",
+              *_control_lines(doc),
               "## Sizes", "",
               f"{scale['num_subs']:,} subscriptions, a count window of {scale['window']:,} messages, "
               f"{scale['measured']:,} measured messages after the window is full and the subscriptions are registered "

@@ -113,6 +113,8 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
             doc["elapsed_s"] = time.perf_counter() - t_start
             _write_json(out_dir / RESULTS_FILE, doc)
             overall.update(1)
+        if order:
+            doc["control"] = _control_repeat(doc, unique, order, scale, progress)
     finally:
         overall.close()
     doc["complete"] = True
@@ -121,6 +123,32 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
     _write_json(out_dir / RESULTS_FILE, doc)
     write_outputs(doc, out_dir)
     return doc
+
+
+CONTROL_METRICS = ("amp_us", "emp_us", "us_per_msg", "reevals_per_1000", "avg_buffer_size", "entries_visited_per_msg")
+
+
+def _control_repeat(doc: dict, unique: dict, order: list[str], scale: Scale, progress: bool | None) -> dict:
+    """Measure Skype's default run once more at the end: how far two measurements of one
+    configuration lie apart on this machine at this time (the noise of the timings)."""
+    from skype.cli.report import progress_bar
+    from skype.experiments.suite import spec_key, system_spec
+
+    key = spec_key(system_spec(scale, scale.sweep_dataset))
+    if key not in unique:
+        key = order[0]
+    spec = unique[key]
+    bar = progress_bar(total=spec.measured, desc=f"control: {spec.label} {spec.dataset} again", enabled=progress)
+    bar.leave = False
+    load_before = _load_1m()
+    try:
+        again = measure(spec, chunk=scale.chunk, progress=bar.update, on_start=lambda n: _set_total(bar, n))
+    finally:
+        bar.close()
+    first = doc["results"][key]
+    return {"key": key, "label": f"{spec.label} on {spec.dataset}",
+            "first": {m: first[m] for m in CONTROL_METRICS}, "repeat": {m: again[m] for m in CONTROL_METRICS},
+            "load_1m": [load_before, _load_1m()]}
 
 
 def _set_total(bar, total: int) -> None:
