@@ -25,10 +25,19 @@ def figure(ncols: int, title: str, width_per_panel: float = 4.6, height: float =
 
 
 def save(fig, path: Path) -> str:
-    """Save ``fig`` as a PNG, close it, and return the file name."""
+    """Save ``fig`` as a small PNG (a 128-colour palette: a fraction of the size, no visible
+    loss on line and bar charts), close it, and return the file name."""
+    import io
+
+    from PIL import Image
+
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=100, format="png")
     plt.close(fig)
+    buffer.seek(0)
+    with Image.open(buffer) as image:
+        image.convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
     return path.name
 
 

@@ -291,7 +291,8 @@ def plan_tuning(scale: Scale) -> list[Run]:
 def present_tuning(outcome: Outcome, out: Path, scale: Scale) -> Section:
     sec = Section("tuning", "Tuning kmax and the Skyband ratio (Fig. 10)", PAPER["tuning"])
     cs = outcome.one("IGPT-cSkyband")
-    fig, axes = plots.figure(2, f"Fig. 10: time per message and buffer size, IGPT on {scale.sweep_dataset}")
+    fig, axes = plots.figure(2, f"Fig. 10: time per message and buffer size, IGPT on {scale.sweep_dataset}",
+                             height=4.4)
     for ax, series, xlabel in ((axes[0], "IGPT-Kmax", "kmax"), (axes[1], "IGPT-Skyband", "Skyband ratio θ / kScore")):
         xs, ys = outcome.curve(series, total_us)
         _, bufs = outcome.curve(series, "avg_buffer_size")
@@ -306,7 +307,7 @@ def present_tuning(outcome: Outcome, out: Path, scale: Scale) -> Section:
         twin.set_ylim(bottom=0)
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = twin.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center")
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)
     sec.figures.append(plots.save(fig, out / "fig10_kmax_skyband.png"))
     cols = ["system", "amp", "emp", "total", "reevals", "reeval_work", "buffer", "wall", "load"]
     sec.tables.append(metrics_table(f"kmax, Skyband ratio and cSkyband on {scale.sweep_dataset}", outcome,
