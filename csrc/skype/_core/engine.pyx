@@ -194,6 +194,7 @@ cdef class CoreEngine:
         cdef Py_ssize_t i, n = ids.shape[0]
         cdef vector[sid_t] sids
         cdef sid_t sid
+        self.table.reserve(n, terms.shape[0])
         with nogil:
             for i in range(n):
                 sid = self.table.add(ids[i], x[i], y[i], <int32_t>k[i], alpha[i], &terms[indptr[i]],

@@ -24,7 +24,6 @@ cdef vector[SubTermC] sub_terms(const term_t[::1] terms, const double[::1] w, Py
         rec.term = terms[i]
         rec.w = w[i]
         rec.wtsum = 0
-        rec.maxwt = 0
         out.push_back(rec)
     return out
 

@@ -4,7 +4,8 @@
 Table.  Subscriptions live in struct-of-arrays form, addressed by a slot ``sid`` (slots of
 removed subscriptions are reused).  Term lists are sorted by term id, which is the global
 df-ascending order; per term position the table keeps the unit weight, the suffix sum
-``wtsum(s, i)`` and the suffix maximum ``maxwt(s, i)`` (both rounded up to float).  ``theta`` is
+``wtsum(s, i)`` (rounded up to float); the suffix maximum ``maxwt(s, i)`` is recomputed from
+the few weights when needed.  ``theta`` is
 the exact dissemination threshold owned by the result buffer; ``theta_idx`` <= ``theta`` is the
 value the index statistics currently reflect.
 
@@ -65,6 +66,16 @@ cdef inline float round_up(double v) noexcept nogil:
     return f
 
 
+cdef inline double suffix_max(const SubTermC* st, int i, int n) noexcept nogil:
+    """maxwt(s, i): the largest weight from position i on."""
+    cdef double m = 0.0
+    while i < n:
+        if st[i].w > m:
+            m = st[i].w
+        i += 1
+    return m
+
+
 # =========================================================================== subscription table
 
 cdef class SubTable:
@@ -76,7 +87,7 @@ cdef class SubTable:
                    const term_t* terms, const double* w, int n) noexcept nogil:
         cdef sid_t sid
         cdef int i
-        cdef double suffix_sum = 0.0, suffix_max = 0.0
+        cdef double suffix_sum = 0.0
         cdef uint32_t off = <uint32_t>self.terms.size()
         cdef SubHotC* h
         if self.free_sids.size():
@@ -104,10 +115,7 @@ cdef class SubTable:
             self.terms[off + i].term = terms[i]
             self.terms[off + i].w = w[i]
             suffix_sum += w[i]
-            if w[i] > suffix_max:
-                suffix_max = w[i]
             self.terms[off + i].wtsum = round_up(suffix_sum)
-            self.terms[off + i].maxwt = round_up(suffix_max)
         self.by_ext[ext_id] = sid
         self.live += 1
         return sid
@@ -134,6 +142,13 @@ cdef class SubTable:
                 terms.push_back(self.terms[off + i])
         self.terms.swap(terms)
         self.dead_terms = 0
+
+    def reserve(self, size_t subs, size_t terms):
+        """Room for ``subs`` more subscriptions with ``terms`` more terms (bulk registration)."""
+        self.hot.reserve(self.hot.size() + subs)
+        self.ext_id.reserve(self.ext_id.size() + subs)
+        self.theta_idx.reserve(self.theta_idx.size() + subs)
+        self.terms.reserve(self.terms.size() + terms)
 
     def capacity(self):
         """How many more subscriptions fit (sids are limited to SID_BITS bits)."""
@@ -407,7 +422,7 @@ cdef class IGPTIndex(SubscriptionIndex):
             r -= 1
             sid = tp.entries[r].sid_group & SID_MASK
             pos = self.table.term_pos(sid, t)
-            own = self.table.terms[self.table.hot[sid].term_off + pos].maxwt
+            own = round_up(suffix_max(&self.table.terms[self.table.hot[sid].term_off], pos, self.table.hot[sid].nterms))
             if own > mw:
                 mw = own
             if tp.entries[r].own_b > b:
@@ -579,6 +594,8 @@ cdef class IGPTIndex(SubscriptionIndex):
         self.posting_count = all_p.size()
         for r in range(self.postings.size()):
             tp = &self.postings[r]
+            tp.entries.shrink_to_fit()
+            tp.pls.shrink_to_fit()
             for i in range(tp.pls.size()):
                 self._fix_segment(tp, <term_t>r, tp.pls[i].start, self._seg_end(tp, i))
 
@@ -796,7 +813,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         # m-positions >= j, so TSim <= acc + min(wtsum(s,i)*maxwt(m,j), maxwt(s,i)*wtsum(m,j)).
         if self.rule_unseen:
             ub = st[i].wtsum * self.m_maxwt[j]
-            ub2 = st[i].maxwt * self.m_wtsum[j]
+            ub2 = suffix_max(st, i, h.nterms) * self.m_wtsum[j]
             if ub2 < ub:
                 ub = ub2
             if combine(h.alpha, ssim_up, acc + ub) < h.theta - EPS:
@@ -995,7 +1012,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                     assert tp.entries[r].a <= self._a_of(sid), f"sid {sid}: stored a above the true a"
                     pos = self.table.term_pos(sid, t)
                     assert pos >= 0, f"sid {sid} listed under term {t} it does not have"
-                    mw = self.table.terms[self.table.hot[sid].term_off + pos].maxwt
+                    mw = round_up(suffix_max(&self.table.terms[self.table.hot[sid].term_off], pos, self.table.hot[sid].nterms))
                     b = self._b_of(sid)
                     # suffix maxima: upper bounds of own values and of the next member's suffix
                     assert tp.entries[r].mw >= mw and tp.entries[r].b >= b, f"sid {sid}: suffix stats too low"

@@ -15,10 +15,9 @@ cdef struct RectC:
     double maxy
 
 
-cdef struct SubTermC:        # one term of a subscription, with its suffix statistics (24 bytes)
+cdef struct SubTermC:        # one term of a subscription (16 bytes)
     term_t term
     float wtsum              # suffix sum of the weights from this position, rounded up
-    float maxwt              # suffix max of the weights from this position, rounded up
     double w                 # unit-normalised weight
 
 
