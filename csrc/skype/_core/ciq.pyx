@@ -26,29 +26,19 @@ cover cell).
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport nextafterf, INFINITY
+from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, RectC, SubTermC
-from skype._core.scoring cimport score_pair, mindist
+from skype._core.scoring cimport score_pair, mindist, round_up, round_down
 from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC, CandC, CountersC
 
 cdef double EPS = 1e-9
 cdef double ALPHA_TEXT_LIMIT = 1.0 - 1e-6
 
 
-cdef inline float round_up(double v) noexcept nogil:
-    cdef float f = <float>v
-    if <double>f < v:
-        f = nextafterf(f, INFINITY)
-    return f
 
 
-cdef inline float round_down(double v) noexcept nogil:
-    cdef float f = <float>v
-    if <double>f > v:
-        f = nextafterf(f, -INFINITY)
-    return f
 
 
 cdef inline uint64_t cell_key(int depth, uint64_t code) noexcept nogil:

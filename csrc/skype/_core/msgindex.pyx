@@ -25,35 +25,19 @@ remains.  Scores are computed with the same operations as ``scoring.score_pair``
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt, nextafterf, INFINITY
+from libc.math cimport sqrt, INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC
 from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
-from skype._core.scoring cimport mindist, combine, spatial_sim
+from skype._core.scoring cimport mindist, combine, spatial_sim, quadrant, child_rect, round_up
 
 cdef double BOUND_SLACK = 1e-12
 
 
-cdef inline float round_up(double v) noexcept nogil:
-    cdef float f = <float>v
-    if <double>f < v:
-        f = nextafterf(f, INFINITY)
-    return f
 
 
-cdef inline int quadrant(const RectC* r, double x, double y) noexcept nogil:
-    cdef double midx = (r.minx + r.maxx) * 0.5
-    cdef double midy = (r.miny + r.maxy) * 0.5
-    return (1 if x >= midx else 0) + (2 if y >= midy else 0)
 
 
-cdef inline void child_rect(const RectC* r, int q, RectC* out) noexcept nogil:
-    cdef double midx = (r.minx + r.maxx) * 0.5
-    cdef double midy = (r.miny + r.maxy) * 0.5
-    out.minx = midx if (q & 1) else r.minx
-    out.maxx = r.maxx if (q & 1) else midx
-    out.miny = midy if (q & 2) else r.miny
-    out.maxy = r.maxy if (q & 2) else midy
 
 
 cdef inline bint heap_before(const HeapItemC* a, const HeapItemC* b) noexcept nogil:

@@ -4,7 +4,7 @@
 # skype.reference.score: TSim summed over common terms in ascending term id, then
 # SSim = 1 - sqrt(dx*dx + dy*dy) / max_dist and ST = alpha*SSim + (1-alpha)*TSim.  With
 # -ffp-contract=off (setup.py) the two engines agree bit for bit, so ties break identically.
-from libc.math cimport sqrt, INFINITY
+from libc.math cimport sqrt, nextafterf, INFINITY
 from skype._core.types cimport term_t, RectC, SubTermC
 
 
@@ -79,3 +79,36 @@ cdef inline double inner_dist(const RectC* r, double x, double y) noexcept nogil
 
 cdef inline bint rect_contains(const RectC* r, double x, double y) noexcept nogil:
     return r.minx <= x <= r.maxx and r.miny <= y <= r.maxy
+
+
+cdef inline int quadrant(const RectC* r, double x, double y) noexcept nogil:
+    """Quadrant of a point in r (bit 0: east, bit 1: north); points on a midline go east/north."""
+    cdef double midx = (r.minx + r.maxx) * 0.5
+    cdef double midy = (r.miny + r.maxy) * 0.5
+    return (1 if x >= midx else 0) + (2 if y >= midy else 0)
+
+
+cdef inline void child_rect(const RectC* r, int q, RectC* out) noexcept nogil:
+    """Closed rectangle of quadrant q of r (children share their borders)."""
+    cdef double midx = (r.minx + r.maxx) * 0.5
+    cdef double midy = (r.miny + r.maxy) * 0.5
+    out.minx = midx if (q & 1) else r.minx
+    out.maxx = r.maxx if (q & 1) else midx
+    out.miny = midy if (q & 2) else r.miny
+    out.maxy = r.maxy if (q & 2) else midy
+
+
+cdef inline float round_up(double v) noexcept nogil:
+    """The smallest float >= v (stored upper bounds)."""
+    cdef float f = <float>v
+    if <double>f < v:
+        f = nextafterf(f, INFINITY)
+    return f
+
+
+cdef inline float round_down(double v) noexcept nogil:
+    """The largest float <= v (stored lower bounds)."""
+    cdef float f = <float>v
+    if <double>f > v:
+        f = nextafterf(f, -INFINITY)
+    return f

@@ -36,11 +36,12 @@ to its code.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt, nextafterf, INFINITY
+from libc.math cimport sqrt, INFINITY
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC, prefetch, PREFETCH_AHEAD
-from skype._core.scoring cimport score_pair, mindist, inner_dist, combine, rect_contains
+from skype._core.scoring cimport (score_pair, mindist, inner_dist, combine, rect_contains, quadrant,
+                                   child_rect, round_up, round_down)
 
 cdef enum:
     SID_BITS = 26
@@ -52,18 +53,8 @@ cdef double EPS = 1e-9
 cdef double ALPHA_TEXT_LIMIT = 1.0 - 1e-6
 
 
-cdef inline float round_down(double v) noexcept nogil:
-    cdef float f = <float>v
-    if <double>f > v:
-        f = nextafterf(f, -INFINITY)
-    return f
 
 
-cdef inline float round_up(double v) noexcept nogil:
-    cdef float f = <float>v
-    if <double>f < v:
-        f = nextafterf(f, INFINITY)
-    return f
 
 
 cdef inline double suffix_max(const SubTermC* st, int i, int n) noexcept nogil:
@@ -229,19 +220,8 @@ cdef bint build_less(const BuildC& p, const BuildC& q) noexcept nogil:
     return p.sid_group < q.sid_group
 
 
-cdef inline int quadrant(const RectC* r, double x, double y) noexcept nogil:
-    cdef double midx = (r.minx + r.maxx) * 0.5
-    cdef double midy = (r.miny + r.maxy) * 0.5
-    return (1 if x >= midx else 0) + (2 if y >= midy else 0)
 
 
-cdef inline void child_rect(const RectC* r, int q, RectC* out) noexcept nogil:
-    cdef double midx = (r.minx + r.maxx) * 0.5
-    cdef double midy = (r.miny + r.maxy) * 0.5
-    out.minx = midx if (q & 1) else r.minx
-    out.maxx = r.maxx if (q & 1) else midx
-    out.miny = midy if (q & 2) else r.miny
-    out.maxy = r.maxy if (q & 2) else midy
 
 
 cdef class IGPTIndex(SubscriptionIndex):
