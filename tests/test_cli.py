@@ -129,3 +129,38 @@ def test_generate_then_simulate_from_the_files(tmp_path):
 def test_module_entry_point_runs():
     out = subprocess.run([sys.executable, "-m", "skype.run", "simulate", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--window-seconds" in out.stdout and "--on-error" in out.stdout
+
+
+@pytest.mark.slow
+def test_done_when_geonames_20k_subscriptions_50k_messages(tmp_path):
+    """The foundation issue's acceptance run, checked pair by pair against the final window."""
+    from collections import defaultdict
+
+    from skype.reference import score
+
+    out = tmp_path / "r.jsonl"
+    assert _run("simulate", "--dataset", "geonames", "--num-subs", 20000, "--num-messages", 50000,
+                "--window", 10000, "--results-out", out) == 0
+    w = make_workload("geonames", num_subs=20000, num_messages=50000, seed=0)
+    final = w.messages.slice(40000, 50000)
+    postings, msgs = defaultdict(list), []
+    for j in range(len(final)):
+        ids, ws = final.terms.row(j)
+        terms = {int(a): float(b) for a, b in zip(ids, ws)}
+        msgs.append((int(final.ids[j]), float(final.x[j]), float(final.y[j]), terms))
+        for a in terms:
+            postings[a].append(j)
+    got = io.read_results(out)
+    assert len(got) == 20000
+    for i in range(len(w.subscriptions)):
+        ids, ws = w.subscriptions.terms.row(i)
+        terms = [(int(a), float(b)) for a, b in zip(ids, ws)]
+        scored = []
+        for j in {j for a, _ in terms for j in postings.get(a, [])}:
+            mid, x, y, mt = msgs[j]
+            sc = score(terms, float(w.subscriptions.alpha[i]), float(w.subscriptions.x[i]),
+                       float(w.subscriptions.y[i]), mt, x, y, w.bounds.max_dist)
+            scored.append((-sc, -j, mid, sc))
+        scored.sort()
+        want = [(mid, sc) for _, _, mid, sc in scored[: int(w.subscriptions.k[i])]]
+        assert [(m.id, m.score) for m in got[int(w.subscriptions.ids[i])]] == want
