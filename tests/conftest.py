@@ -64,3 +64,7 @@ def assert_same_topk(got, want, context=""):
 
 def finite(x: float) -> bool:
     return math.isfinite(x)
+
+
+# Spark: the one SparkSession of a test run (tests/spark_fixtures.py; skips without pyspark)
+from spark_fixtures import spark  # noqa: E402,F401

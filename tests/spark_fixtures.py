@@ -87,11 +87,13 @@ def centralized_by_batch(inputs, window: dict, batch_size: int) -> list[dict[int
     return out
 
 
-def fold_events_by_batch(rows: list[dict]) -> list[dict[int, list[tuple[int, float]]]]:
-    """Events (dicts with ``batch``) -> the delivered top-k after each batch, in batch order."""
+def fold_events_by_batch(rows: list[dict], num_batches: int | None = None) -> list[dict[int, list[tuple[int, float]]]]:
+    """Events (dicts with ``batch``) -> the delivered top-k after each batch 0, 1, ... (a batch
+    without events repeats the previous state)."""
     state: dict[int, dict[int, tuple[float, int]]] = {}
     out = []
-    for batch in sorted({r["batch"] for r in rows}):
+    last = max((r["batch"] for r in rows), default=-1) if num_batches is None else num_batches - 1
+    for batch in range(last + 1):
         for r in (r for r in rows if r["batch"] == batch):
             sid = r["sub"]
             if r["created"] or sid not in state:
@@ -136,29 +138,22 @@ class LocalPipeline:
         from pyspark.sql.streaming.tws_tester import TwsTester
 
         from skype.spark import hosts
-        from skype.spark.partition import PartitionConfig
         from skype.spark.processors import MergeProcessor, PartitionProcessor
         from skype.spark.routing import Router
-        from skype.spark.runtime import plan_run, single_replica
+        from skype.spark.runtime import partition_configs, plan_run
 
         self.plan = plan_run(run_dir, settings, inputs)
         self.settings = settings
         token = hosts.new_token()
-        native = settings.window.kind == "count" and self.plan.distribution.broadcasts_messages
-        configs = {key: PartitionConfig(p, settings.merge_buckets, settings.window, tuple(settings.bounds),
-                                        count_native=native)
-                   for p, key in enumerate(self.plan.partition_keys)}
-        self.inline = single_replica(self.plan.distribution)
-        self.router = Router(self.plan.distribution, self.plan.partition_keys)
-        self.partitions = TwsTester(PartitionProcessor(token, configs, self.plan.bucket_keys, engine_cache,
-                                                       inline_merge=self.inline))
-        self.merge = TwsTester(MergeProcessor(token, {k: b for b, k in enumerate(self.plan.bucket_keys)},
-                                              engine_cache))
+        self.routers = [Router(pipe.distribution, pipe.partition_keys) for pipe in self.plan.pipelines]
+        self.partitions = TwsTester(PartitionProcessor(token, partition_configs(self.plan), engine_cache))
+        buckets = {key: (pipe.index, b) for pipe in self.plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
+        self.merge = TwsTester(MergeProcessor(token, buckets, engine_cache))
         self.messages, self.commands = self._stream()
         self.position = 0
         self.commands_sent = False
         self.metrics: list[list[dict]] = []
-        self.events: list[dict] = []
+        self.events: dict[int, list[dict]] = {}
         self.batch = 0
 
     def _stream(self):
@@ -190,7 +185,7 @@ class LocalPipeline:
             self.commands_sent = True
         self.position = end
         grouped: dict[int, list] = {}
-        for out in route_arrow(self.router, iter(inputs)):
+        for out in route_arrow(self.routers, iter(inputs)):
             for row in out.to_pylist():
                 grouped.setdefault(row["key"], []).append(Row(**row))
         return grouped
@@ -199,14 +194,13 @@ class LocalPipeline:
         return self.position >= self.messages.num_rows
 
     def step(self, before_partition=None) -> dict:
-        """Run one micro-batch; ``before_partition(key)`` may interfere (fault injection).
-        Returns the delivered top-k after the batch."""
-        import pyarrow as pa
-
+        """Run one micro-batch; ``before_partition(key, rows)`` may interfere (fault injection).
+        Returns the delivered top-k after the batch (of the first pipeline; all in ``results``)."""
         from skype.spark.runtime import events_table
 
         stage2: dict[int, list] = {}
-        blobs, metrics = [], []
+        blobs: dict[int, list[bytes]] = {pipe.index: [] for pipe in self.plan.pipelines}
+        metrics = []
         for key, rows in sorted(self.partition_rows().items()):
             if before_partition is not None:
                 before_partition(key, rows)
@@ -214,19 +208,21 @@ class LocalPipeline:
                 if out.kind == "reports":
                     stage2.setdefault(out.key, []).append(out)
                 elif out.kind == "events":
-                    blobs.append(bytes(out.payload))
+                    blobs[out.pipeline].append(bytes(out.payload))
                 else:
                     metrics.append(json.loads(out.payload))
         for key, rows in sorted(stage2.items()):
             for out in self.merge.test(key, rows):
                 if out.kind == "events":
-                    blobs.append(bytes(out.payload))
+                    blobs[out.pipeline].append(bytes(out.payload))
                 else:
                     metrics.append(json.loads(out.payload))
-        self.events += events_table(blobs, self.batch).to_pylist()
+        for pipeline, parts in blobs.items():
+            self.events.setdefault(pipeline, []).extend(events_table(parts, self.batch).to_pylist())
         self.metrics.append(metrics)
         self.batch += 1
-        return fold_events_by_batch(self.events)[-1] if self.events else {}
+        self.results = {i: fold_events_by_batch(ev)[-1] if ev else {} for i, ev in self.events.items()}
+        return self.results[0]
 
     def snapshot_state(self, key: int) -> dict:
         t = self.partitions

@@ -32,7 +32,7 @@ def _inputs(events_path, window_args):
     return args, load_inputs(args)
 
 
-def _settings(method, window_args, inputs, partitions=3, **extra):
+def _settings(method, window_args, inputs, partitions=4, **extra):
     from skype.cli.distributed import settings_from_args
 
     args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
@@ -138,6 +138,22 @@ def test_spark_pipeline_exact_after_every_batch(method, window_kind, workload, t
     assert sum(len(v) for v in want[-1].values()) > 100  # the check is not vacuous
 
 
+def test_spark_pipeline_runs_every_method_side_by_side(workload, tmp_path):
+    """One run, all six methods as pipelines of the same operators: each exact after every batch."""
+    window_args = ["--window", "500"]
+    args, inputs = _inputs(workload, window_args)
+    settings = _settings("hashing", window_args, inputs)
+    settings.methods = METHODS
+    want = centralized_by_batch(inputs, settings.window.centralized(), BATCH)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    for b in range(len(want)):
+        pipe.step()
+        for index, method in enumerate(METHODS):
+            got = pipe.results[index]
+            assert got == want[b], f"{method} batch {b}: {first_difference(got, want[b])}"
+    assert {m["pipeline"] for ms in pipe.metrics for m in ms} == set(range(len(METHODS)))
+
+
 @pytest.mark.parametrize("method", ["keyword", "hashing"])
 def test_spark_pipeline_rebuilds_after_lost_cache_and_uncommitted_batch(method, workload, tmp_path):
     """Cache loss (every host object dropped) and a task whose state-store commit is lost after
@@ -212,24 +228,27 @@ def test_spark_process_hosts_start_serve_and_stop(tmp_path):
 
 
 def test_spark_fold_events_gives_final_results():
-    import pyarrow as pa
+    from skype.model import Match
+    from skype.spark.runtime import fold_events, ranked
 
-    from skype.spark.reports import EventBuilder, events_to_arrow
-    from skype.spark.runtime import fold_events
+    def event(sub, entered=(), left=(), created=False, removed=False):
+        return {"sub": sub, "entered": [{"id": i, "score": sc, "seq": q} for i, sc, q in entered], "left": list(left),
+                "created": created, "removed": removed}
 
-    def blob(upto, events):
-        b = EventBuilder(upto)
-        for sid, entered, left, flags in events:
-            ent = (np.array([e[0] for e in entered], np.int64), np.array([e[1] for e in entered]),
-                   np.array([e[2] for e in entered], np.int64))
-            b.add(sid, ent, np.array(left, np.int64), **flags)
-        return events_to_arrow(b.rows().pack(upto))
+    state = fold_events([event(1, [(5, 0.5, 5), (6, 0.5, 6)], created=True), event(2, created=True)])
+    fold_events([event(1, [(7, 0.9, 17)], [5]), event(2, removed=True), event(3, [(1, 0.1, 1)], created=True)], state)
+    assert {s: ranked(e) for s, e in state.items()} == {
+        1: [Match(7, 0.9), Match(6, 0.5)], 3: [Match(1, 0.1)]}  # 2 removed; the 0.5 tie: seq 6 first
+    fold_events([event(3, [(2, 0.3, 2)], created=True)], state)  # re-created: starts empty
+    assert ranked(state[3]) == [Match(2, 0.3)]
 
-    batches = [blob(10, [(1, [(5, 0.5, 5), (6, 0.5, 6)], [], {"created": True}), (2, [], [], {"created": True})]),
-               blob(20, [(1, [(7, 0.9, 17)], [5], {}), (2, [], [], {"removed": True}), (3, [(1, 0.1, 1)], [], {"created": True})])]
-    table = pa.Table.from_batches(batches)
-    table = table.append_column("batch", pa.array([0, 0, 1, 1, 1], pa.int64()))
-    rows = sorted(table.to_pylist(), key=lambda r: (r["sub"], r["batch"]))
-    out = list(fold_events([pa.RecordBatch.from_pylist(rows, schema=table.schema)]))
-    got = {s: [(e["id"], e["score"]) for e in t] for s, t in zip(out[0].column("sub").to_pylist(), out[0].column("topk").to_pylist())}
-    assert got == {1: [(7, 0.9), (6, 0.5)], 3: [(1, 0.1)]}  # 2 removed; tie 0.5: seq 6 ranks first
+
+@pytest.mark.parametrize("name", ["skype.spark.codec", "skype.spark.keys", "skype.spark.merge", "skype.spark.reports",
+                                  "skype.spark.partition", "skype.spark.routing", "skype.spark.durable",
+                                  "skype.spark.staging", "skype.spark.hosts"])
+def test_spark_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0

@@ -35,10 +35,29 @@ def _conf_pair(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _methods(text: str) -> tuple[str, ...]:
+    names = METHODS if text == "all" else tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown method {bad[0] if bad else text!r}; choose from "
+                                         f"{', '.join(METHODS)} or 'all'")
+    return names
+
+
+def per_method(path: str, method: str, several: bool) -> str:
+    """``r.jsonl`` -> ``r.<method>.jsonl`` when a run has several methods."""
+    if not several:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{method}{p.suffix}"))
+
+
 def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> None:
     """Options of ``distributed`` beyond the workload and engine (shared with the Spark app)."""
     d = p.add_argument_group("distribution")
-    d.add_argument("--method", choices=METHODS, default="prefix", help="distribution method (default: %(default)s)")
+    d.add_argument("--method", type=_methods, default=("prefix",), metavar="M[,M...]|all",
+                   help=f"distribution method: one of {', '.join(METHODS)}; a comma list or 'all' runs several "
+                        "side by side over the same stream (default: prefix)")
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
@@ -90,7 +109,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         raise InputError("E023", what="--results-out", expected="used with --sink files (results fold the events)",
                          value=args.results_out)
     return RunSettings(
-        method=args.method, partitions=args.partitions, batch_size=args.batch_size, window_kind=kind,
+        methods=args.method, partitions=args.partitions, batch_size=args.batch_size, window_kind=kind,
         window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=args.engine,
         engine_options=engine_options(args) if args.engine == "core" else {}, merge_buckets=args.merge_buckets,
         n1=args.n1, sample_size=args.sample_size, thresholds=args.thresholds, engine_cache=args.engine_cache,
@@ -119,25 +138,37 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     own = spark is None
     if own:
         spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
+    several = len(plan.pipelines) > 1
+    runs = []
     try:
         outcome = runtime.run_query(spark, plan)
-        metrics = runtime.run_metrics(plan, outcome)
-        metrics.update(input=inputs.description, plan_s=t_plan, run_dir=str(run_dir),
-                       master=spark.conf.get("spark.master", ""), machine=machine_info())
-        if args.results_out:
-            results = runtime.final_results(spark, plan)
-            io.write_objects(args.results_out, io.result_objects(results))
-            metrics["subscriptions"] = len(results)
+        for pipe in plan.pipelines:
+            metrics = runtime.run_metrics(plan, outcome, pipe)
+            metrics.update(input=inputs.description, plan_s=t_plan, run_dir=str(run_dir),
+                           master=spark.conf.get("spark.master", ""))
+            if args.results_out:
+                results = runtime.final_results(plan, pipe)
+                io.write_objects(per_method(args.results_out, pipe.method, several), io.result_objects(results))
+                metrics["subscriptions"] = len(results)
+            runs.append(metrics)
     finally:
         if own:
             spark.stop()
     if args.metrics_out:
+        out = runs[0] if not several else {"runs": runs}
+        out = dict(out, machine=machine_info())
         Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics_out).write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+        Path(args.metrics_out).write_text(json.dumps(out, indent=2, default=float) + "\n")
+    for metrics in runs:
+        print_table(f"distributed: {metrics['method']}", _rows(metrics, settings, run_dir, plan.resumed), file=sys.stdout)
+    return 0
+
+
+def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, object]]:
     rows = [
-        ("input", metrics["input"]), ("method", f"{settings.method}, P = {settings.partitions}"),
+        ("input", metrics["input"]), ("method", f"{metrics['method']}, P = {settings.partitions}"),
         ("window", metrics["window"]), ("master", metrics["master"]), ("run directory", run_dir),
-        ("batches", f"{metrics['batches']} of {settings.batch_size} messages" + (" (resumed)" if plan.resumed else "")),
+        ("batches", f"{metrics['batches']} of {settings.batch_size} messages" + (" (resumed)" if resumed else "")),
         ("messages", metrics["messages"]),
         ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f} in batches, "
                                 f"{metrics['wall_throughput_msgs_per_s']:,.0f} wall"),
@@ -151,8 +182,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     ]
     if metrics.get("stopped_early"):
         rows.append(("stopped", "early: run again with the same --checkpoint to resume"))
-    print_table("distributed", rows, file=sys.stdout)
-    return 0
+    return rows
 
 
 def cmd_distributed(args: argparse.Namespace) -> int:

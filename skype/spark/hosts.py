@@ -3,9 +3,12 @@
 **Why not just a module-level cache in the Python worker.**  Spark runs a task's Python code in
 any idle worker of the executor's pool (a FIFO queue): measured in local[2], the same partition
 key met a different worker process in about half of the batches, so a per-worker cache would
-miss that often and every miss rebuilds the engine from durable state.  A *host* is one process
-per (executor, stage, key) that every worker of the executor talks to over a Unix socket, so the
-live engine survives whichever worker runs the task.
+miss that often and every miss rebuilds the engine from durable state.  A *host* is a process
+that every worker of the executor talks to over a Unix socket, so the live engine survives
+whichever worker runs the task.  An executor has ``slots`` hosts (default: its cores); a key is
+served by slot ``spark partition id mod slots`` (its task's partition, fixed for the query), so
+tasks running at the same time mostly meet different hosts, and a host serves different keys in
+parallel threads (the engine releases the GIL) while requests for one key queue.
 
 **Validation (never serve state that was not committed).**  Each object in a host carries the
 ``(version, tag)`` of the durable state it reflects.  A task reads the committed ``(version,
@@ -137,22 +140,24 @@ def socket_dir(token: str) -> str:
 
 
 class ProcessHosts:
-    """One host process per (stage, key) on this machine and watched process (see module doc).
+    """``slots`` host processes per watched process (executor) on this machine (see module doc).
 
     ``watch_pid``: the process whose end ends the hosts; default the parent of the calling
     process (inside a Spark Python worker: the executor's Python daemon).
     """
 
     def __init__(self, token: str, idle_timeout: float = 600.0, watch_pid: int | None = None,
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, slots: int | None = None) -> None:
         self.token = token
         self.idle_timeout = float(idle_timeout)
         self.watch_pid = watch_pid
         self.start_timeout = float(start_timeout)
+        self.slots = max(1, int(slots or os.cpu_count() or 1))
 
     def path(self, stage: str, key: int) -> str:
         watch = self.watch_pid if self.watch_pid is not None else os.getppid()
-        return os.path.join(socket_dir(self.token), f"{watch}-{stage}-{key}.sock")
+        slot = _task_partition(key) % self.slots
+        return os.path.join(socket_dir(self.token), f"{watch}-{slot}.sock")
 
     def call(self, stage: str, key: int, request: tuple) -> tuple:
         path = self.path(stage, key)
@@ -213,6 +218,19 @@ class ProcessHosts:
                 time.sleep(0.02)
 
 
+def _task_partition(key: int) -> int:
+    """The running Spark task's partition id (fixed per key within a query), else the key."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None:
+            return int(ctx.partitionId())
+    except ImportError:
+        pass
+    return int(key)
+
+
 def _connectable(path: str) -> bool:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -254,8 +272,14 @@ def serve(path: str, authkey: bytes, watch_pid: int, idle_timeout: float) -> Non
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     objects = HostedObjects()
-    lock = threading.Lock()
+    registry = threading.Lock()
+    key_locks: dict[tuple, threading.Lock] = {}
     state = {"last": time.monotonic(), "stop": False}
+
+    def lock_of(request: tuple) -> threading.Lock:
+        ident = tuple(request[1:3]) if len(request) > 2 else ("", -1)
+        with registry:
+            return key_locks.setdefault(ident, threading.Lock())
     listener = Listener(path, family="AF_UNIX", authkey=authkey)
 
     def client(conn) -> None:
@@ -268,7 +292,7 @@ def serve(path: str, authkey: bytes, watch_pid: int, idle_timeout: float) -> Non
                 if request[0] == "stop":
                     state["stop"] = True
                     return
-                with lock:
+                with lock_of(request):
                     state["last"] = time.monotonic()
                     try:
                         reply = objects.handle(request)

@@ -104,6 +104,9 @@ class PartitionConfig:
     engine: str = "core"
     engine_options: tuple = ()
     count_native: bool = False  # the partition receives every message: a native count window
+    pipeline: int = 0  # which of the run's methods this partition belongs to
+    bucket_keys: tuple = ()  # grouping keys of the pipeline's merge buckets
+    inline_merge: bool = False  # every subscription has one replica: no merge stage
 
     def make_engine(self):
         options = dict(self.engine_options)

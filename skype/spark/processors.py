@@ -6,7 +6,7 @@
    durable delta (:mod:`skype.spark.durable`) and emits the partition's reports, one row per merge
    bucket, plus one metrics row.  With ``inline_merge`` (methods that place every subscription on
    one partition: hashing, location) the reports are already final and it emits the events itself:
-   the query then has no merge stage.
+   that method needs no merge stage.
 2. :class:`MergeProcessor`, grouped by merge bucket: folds the reports into the bucket's state
    (replica lists of replicated subscriptions), emits the batch's result-change events, passes the
    partitions' metrics rows through and adds its own.
@@ -17,8 +17,10 @@ batch only when its object carries the committed stamp (see :mod:`skype.spark.ho
 commit never happened, in which case no committed state carries it and the next task rebuilds.
 
 Rows in: :data:`skype.spark.routing.ROUTED_SCHEMA_DDL`.  Rows between the stages:
-``key long, kind string, payload binary`` (kind ``reports`` or ``metrics``).  Rows out:
-``kind string, payload binary`` (kind ``events`` or ``metrics``).
+``key, pipeline, kind, payload`` (kind ``reports``, ``metrics``, or ``events`` without a merge
+stage).  Rows out: ``pipeline, kind, payload`` (kind ``events`` or ``metrics``).  ``pipeline``
+numbers the run's methods: a run may evaluate several methods side by side over one stream, each
+with its own keys, state and events.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from skype.spark.hosts import MERGE, PARTITION, HostError, InProcessHosts, Proce
 from skype.spark.merge import MergeCore
 from skype.spark.partition import PartitionConfig, PartitionInput, command_log_entry
 
-STAGE_SCHEMA_DDL = "key long, kind string, payload binary"
-OUTPUT_SCHEMA_DDL = "kind string, payload binary"
+STAGE_SCHEMA_DDL = "key long, pipeline int, kind string, payload binary"
+OUTPUT_SCHEMA_DDL = "pipeline int, kind string, payload binary"
 BLOB = "blob binary"
 ID = "id long"
 
@@ -126,12 +128,10 @@ class PartitionProcessor(_HostedProcessor):
 
     stage = PARTITION
 
-    def __init__(self, token: str, configs: dict[int, PartitionConfig], bucket_keys: list[int],
-                 engine_cache: str = "process", idle_timeout: float = 600.0, inline_merge: bool = False) -> None:
+    def __init__(self, token: str, configs: dict[int, PartitionConfig], engine_cache: str = "process",
+                 idle_timeout: float = 600.0) -> None:
         super().__init__(token, engine_cache, idle_timeout)
         self.configs = configs
-        self.bucket_keys = bucket_keys
-        self.inline_merge = inline_merge
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
@@ -192,23 +192,24 @@ class PartitionProcessor(_HostedProcessor):
         self.meta_state.update((meta_blob,))
         written += len(meta_blob)
 
-        if self.inline_merge:
+        pipeline = config.pipeline
+        if config.inline_merge:
             # every subscription has one replica: its reports are final, a stateless merge turns
             # them into events (no merge stage)
             events, _, merge_metrics = MergeCore().apply(list(output.reports.values()))
             if events is not None:
-                yield Row(key=key, kind="events", payload=events)
+                yield Row(key=key, pipeline=pipeline, kind="events", payload=events)
             output.metrics["events"] = merge_metrics["events"]
         else:
             for bucket, blob in sorted(output.reports.items()):
-                yield Row(key=self.bucket_keys[bucket], kind="reports", payload=blob)
-        metrics = dict(output.metrics, stage=PARTITION, partition=config.partition, upto=output.upto,
+                yield Row(key=config.bucket_keys[bucket], pipeline=pipeline, kind="reports", payload=blob)
+        metrics = dict(output.metrics, pipeline=pipeline, stage=PARTITION, partition=config.partition, upto=output.upto,
                        hit=info["hit"], cold=info["cold"], rebuild_s=info["rebuild_s"], host_pid=info["host_pid"],
                        state_bytes_written=written, segments=len(meta.seg_ids), log_entries=len(meta.log_ids),
                        snapshot=snapshot is not None, read_s=t_read - t0, host_s=t_host - t_read,
                        task_s=time.perf_counter() - t0, spark_partition=_task_partition())
-        yield Row(key=self.bucket_keys[config.partition % len(self.bucket_keys)], kind="metrics",
-                  payload=json.dumps(metrics).encode())
+        yield Row(key=config.bucket_keys[config.partition % len(config.bucket_keys)], pipeline=pipeline,
+                  kind="metrics", payload=json.dumps(metrics).encode())
 
 
 class MergeProcessor(_HostedProcessor):
@@ -216,18 +217,19 @@ class MergeProcessor(_HostedProcessor):
 
     stage = MERGE
 
-    def __init__(self, token: str, bucket_of_key: dict[int, int], engine_cache: str = "process",
+    def __init__(self, token: str, bucket_of_key: dict[int, tuple[int, int]], engine_cache: str = "process",
                  idle_timeout: float = 600.0) -> None:
         super().__init__(token, engine_cache, idle_timeout)
-        self.bucket_of_key = bucket_of_key
+        self.bucket_of_key = bucket_of_key  # grouping key -> (pipeline, bucket)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         t0 = time.perf_counter()
         key = int(key[0])
+        pipeline, bucket = self.bucket_of_key[key]
         blobs = []
         for row in rows:
             if row.kind == "metrics":
-                yield Row(kind="metrics", payload=row.payload)
+                yield Row(pipeline=row.pipeline, kind="metrics", payload=row.payload)
             else:
                 blobs.append(bytes(row.payload))
         if not blobs:
@@ -247,8 +249,8 @@ class MergeProcessor(_HostedProcessor):
         self.meta_state.update((meta_blob,))
         written += len(meta_blob)
         if events is not None:
-            yield Row(kind="events", payload=events)
-        metrics = dict(metrics, stage=MERGE, bucket=self.bucket_of_key[key], hit=info["hit"], cold=info["cold"],
+            yield Row(pipeline=pipeline, kind="events", payload=events)
+        metrics = dict(metrics, stage=MERGE, pipeline=pipeline, bucket=bucket, hit=info["hit"], cold=info["cold"],
                        rebuild_s=info["rebuild_s"], state_bytes_written=written, log_entries=len(meta.log_ids),
                        task_s=time.perf_counter() - t0, spark_partition=_task_partition())
-        yield Row(kind="metrics", payload=json.dumps(metrics).encode())
+        yield Row(pipeline=pipeline, kind="metrics", payload=json.dumps(metrics).encode())

@@ -172,18 +172,23 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
     return messages, seq, commands
 
 
-def route_arrow(router: Router, batches):
+def route_arrow(routers: list[Router], batches):
     """The ``mapInArrow`` function: stream-event Arrow batches -> routed rows (one per partition
-    and input batch)."""
+    of each router and input batch)."""
     import pyarrow as pa
 
     for batch in batches:
         if batch.num_rows == 0:
             continue
         messages, seq, commands = events_from_arrow(batch)
-        parts = router.route(messages, seq, commands)
-        if not parts:
-            continue
+        for router in routers:
+            yield from _routed_batch(router, router.route(messages, seq, commands))
+
+
+def _routed_batch(router: Router, parts: dict[int, RoutedPart]):
+    import pyarrow as pa
+
+    if parts:
         ps = sorted(parts)
         yield pa.RecordBatch.from_arrays(
             [pa.array([router.keys[p] for p in ps], pa.int64()), pa.array([parts[p].hwm_seq for p in ps], pa.int64()),

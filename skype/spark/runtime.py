@@ -3,19 +3,19 @@
 A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume::
 
     DIR/run.json              settings, grouping keys, shuffle partitions (checked on restart)
-    DIR/distribution.pkl      the distribution built at the first run (routing must not change)
+    DIR/distribution-<method>.pkl   each method's distribution, built at the first run
     DIR/stream/messages/      stream files (when the job stages its workload itself)
     DIR/stream/commands/
     DIR/spark/                Spark's checkpoint: offsets, commits, the state store (RocksDB)
-    DIR/events/batch-<id>/    result-change events of each micro-batch (JSON lines or Parquet)
+    DIR/events/<method>/batch-<id>.parquet   result-change events of each micro-batch (or .jsonl)
     DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
 
 The query (:func:`build_query`): both sources (stream-event schema) -> ``mapInArrow`` routing
 (+ ticks) -> ``transformWithState`` per subscription partition -> ``transformWithState`` per merge
-bucket -> ``foreachBatch`` sink.  The sink overwrites ``events/batch-<id>`` and
-``metrics/batch-<id>.json``, so a batch that Spark re-runs after a failure or a restart replaces
-its own output: nothing is delivered twice.  Final results fold the events of every committed
-batch (:func:`final_results`).
+bucket -> ``foreachBatch`` sink.  The sink replaces ``events/<method>/batch-<id>.<fmt>`` and
+``metrics/batch-<id>.json`` atomically, so a batch that Spark re-runs after a failure or a restart
+replaces its own output: nothing is delivered twice.  Final results fold the events of every
+committed batch (:func:`final_results`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from skype.spark import hosts as hosts_mod
 from skype.spark.keys import grouping_keys
 from skype.spark.partition import PartitionConfig, WindowSpec
 
-CHECKED_SETTINGS = ("method", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
+CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
                     "engine_options", "n1")
 ENGINE_CACHES = ("process", "worker")
 SINKS = ("files", "console")
@@ -48,9 +48,13 @@ SOURCES = ("files", "kafka")
 
 @dataclass
 class RunSettings:
-    """Everything that shapes a run (see the ``distributed`` command for each option)."""
+    """Everything that shapes a run (see the ``distributed`` command for each option).
 
-    method: str
+    ``methods``: one distribution method, or several evaluated side by side over the same stream
+    (one pipeline each: own partitions, state and events; they share batches and executors).
+    """
+
+    methods: tuple
     partitions: int
     batch_size: int
     window_kind: str
@@ -80,8 +84,12 @@ class RunSettings:
     def __post_init__(self) -> None:
         from skype.dist import METHODS
 
-        if self.method not in METHODS:
-            raise InputError("E022", what="distribution method", value=self.method, choices=", ".join(METHODS))
+        self.methods = (self.methods,) if isinstance(self.methods, str) else tuple(self.methods)
+        for method in self.methods:
+            if method not in METHODS:
+                raise InputError("E022", what="distribution method", value=method, choices=", ".join(METHODS))
+        if not self.methods or len(set(self.methods)) != len(self.methods):
+            raise InputError("E023", what="methods", expected="distinct methods, at least one", value=self.methods)
         for name in ("partitions", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -104,7 +112,29 @@ class RunSettings:
         d = asdict(self)
         d["bounds"] = list(self.bounds)
         d["engine_options"] = dict(sorted(self.engine_options.items()))
+        d["methods"] = list(self.methods)
         return {k: d[k] for k in CHECKED_SETTINGS}
+
+
+def single_replica(dist) -> bool:
+    """Whether the method places every subscription on exactly one partition (Table 2:
+    replication 1), so that partitions' reports are final and no merge stage is needed."""
+    return dist.name in ("hashing", "location")
+
+
+@dataclass
+class Pipeline:
+    """One method of a run: its distribution and the grouping keys of its partitions and buckets."""
+
+    index: int
+    method: str
+    distribution: object
+    partition_keys: list[int]
+    bucket_keys: list[int]
+
+    @property
+    def inline_merge(self) -> bool:
+        return single_replica(self.distribution)
 
 
 @dataclass
@@ -113,19 +143,16 @@ class Plan:
 
     run_dir: Path
     settings: RunSettings
-    distribution: object
+    pipelines: list[Pipeline]
     shuffle_partitions: int
-    partition_keys: list[int]
-    bucket_keys: list[int]
     resumed: bool
+
+    def events_dir_of(self, pipeline: Pipeline) -> Path:
+        return self.run_dir / "events" / pipeline.method
 
     @property
     def spark_checkpoint(self) -> str:
         return str(self.run_dir / "spark")
-
-    @property
-    def events_dir(self) -> Path:
-        return self.run_dir / "events"
 
     @property
     def metrics_dir(self) -> Path:
@@ -143,7 +170,7 @@ class Plan:
 # --------------------------------------------------------------------------- planning
 
 
-def build_distribution_for(settings: RunSettings, inputs):
+def build_distribution_for(settings: RunSettings, method: str, inputs):
     """The distribution of a run, built in exact mode from the workload: its subscriptions and the
     first ``sample_size`` messages (cost model); keyword summaries off (see ``docs/spark.md``)."""
     from skype.dist import METHOD_PARAMS, build_distribution, estimate_thresholds
@@ -156,24 +183,24 @@ def build_distribution_for(settings: RunSettings, inputs):
     messages = inputs.messages()
     sample = messages.slice(0, min(settings.sample_size, len(messages)))
     params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1}
-    params = {k: v for k, v in params.items() if k in METHOD_PARAMS[settings.method] and v is not None}
+    params = {k: v for k, v in params.items() if k in METHOD_PARAMS[method] and v is not None}
     theta = None
-    if settings.method in ("prefix", "spatial-first", "keyword-first") and len(subs) and len(sample):
+    if method in ("prefix", "spatial-first", "keyword-first") and len(subs) and len(sample):
         if settings.window.kind == "count":
             warm = min(int(settings.window.size), len(sample))
         else:
             warm = int((sample.t > sample.t[-1] - settings.window.size).sum())
         theta = estimate_thresholds(subs, sample, inputs.vocabulary, max(warm, 1), settings.thresholds,
                                     bounds=Bounds(*settings.bounds))
-    return build_distribution(settings.method, settings.partitions, subs, sample, inputs.vocabulary, theta, **params)
+    return build_distribution(method, settings.partitions, subs, sample, inputs.vocabulary, theta, **params)
 
 
 def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None) -> Plan:
     """Prepare a new run directory, or check and reopen an existing one.
 
-    A new run stages ``inputs`` (unless stream directories or Kafka are given), builds the
-    distribution and fixes the grouping keys; a resumed run reuses them and refuses settings that
-    differ from the first run's.
+    A new run stages ``inputs`` (unless stream directories or Kafka are given), builds each
+    method's distribution and fixes the grouping keys; a resumed run reuses them and refuses
+    settings that differ from the first run's.
     """
     from skype.spark.staging import stage_inputs
 
@@ -185,25 +212,34 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None) -> Plan:
             diff = {k: (saved["settings"].get(k), v) for k, v in settings.checked().items()
                     if saved["settings"].get(k) != v}
             raise InputError("E028", path=str(run_dir), detail=json.dumps(diff))
-        with open(run_dir / "distribution.pkl", "rb") as fh:
-            dist = pickle.load(fh)
-        return Plan(run_dir, settings, dist, saved["shuffle_partitions"], saved["partition_keys"], saved["bucket_keys"],
-                    resumed=True)
+        pipelines = []
+        for i, entry in enumerate(saved["pipelines"]):
+            with open(run_dir / f"distribution-{entry['method']}.pkl", "rb") as fh:
+                pipelines.append(Pipeline(i, entry["method"], pickle.load(fh), entry["partition_keys"],
+                                          entry["bucket_keys"]))
+        return Plan(run_dir, settings, pipelines, saved["shuffle_partitions"], resumed=True)
     if inputs is None:
         raise InputError("E023", what="a new run", expected="given a workload", value=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
     if settings.source == "files" and settings.messages_dir is None:
         stage_inputs(inputs, run_dir / "stream" / "messages", run_dir / "stream" / "commands",
                      fmt=settings.stream_format, file_records=max(settings.batch_size, 1000))
-    dist = build_distribution_for(settings, inputs)
     shuffle = max(settings.partitions, settings.merge_buckets)
-    pkeys = grouping_keys(settings.partitions, shuffle)
-    bkeys = grouping_keys(settings.merge_buckets, shuffle)
-    with open(run_dir / "distribution.pkl", "wb") as fh:
-        pickle.dump(dist, fh)
-    meta_path.write_text(json.dumps({"settings": settings.checked(), "shuffle_partitions": shuffle,
-                                     "partition_keys": pkeys, "bucket_keys": bkeys}, indent=2))
-    return Plan(run_dir, settings, dist, shuffle, pkeys, bkeys, resumed=False)
+    n = len(settings.methods)
+    pkeys = grouping_keys(n * settings.partitions, shuffle)
+    bkeys = grouping_keys(n * settings.merge_buckets, shuffle)
+    pipelines = []
+    for i, method in enumerate(settings.methods):
+        dist = build_distribution_for(settings, method, inputs)
+        with open(run_dir / f"distribution-{method}.pkl", "wb") as fh:
+            pickle.dump(dist, fh)
+        pipelines.append(Pipeline(i, method, dist, pkeys[i * settings.partitions:(i + 1) * settings.partitions],
+                                  bkeys[i * settings.merge_buckets:(i + 1) * settings.merge_buckets]))
+    meta_path.write_text(json.dumps({
+        "settings": settings.checked(), "shuffle_partitions": shuffle,
+        "pipelines": [{"method": p.method, "partition_keys": p.partition_keys, "bucket_keys": p.bucket_keys}
+                      for p in pipelines]}, indent=2))
+    return Plan(run_dir, settings, pipelines, shuffle, resumed=False)
 
 
 # --------------------------------------------------------------------------- the session
@@ -263,10 +299,18 @@ def source_events(spark, plan: Plan):
     return messages.unionByName(commands)
 
 
-def single_replica(dist) -> bool:
-    """Whether the method places every subscription on exactly one partition (Table 2:
-    replication 1), so that partitions' reports are final and no merge stage is needed."""
-    return dist.name in ("hashing", "location")
+def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
+    """Grouping key -> the partition it holds, for every pipeline."""
+    s = plan.settings
+    configs = {}
+    for pipe in plan.pipelines:
+        native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
+        for p, key in enumerate(pipe.partition_keys):
+            configs[key] = PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
+                                           tuple(sorted(s.engine_options.items())), count_native=native,
+                                           pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
+                                           inline_merge=pipe.inline_merge)
+    return configs
 
 
 def build_query(spark, plan: Plan, token: str, sink):
@@ -276,22 +320,19 @@ def build_query(spark, plan: Plan, token: str, sink):
 
     s = plan.settings
     configure(spark, plan)
-    router = Router(plan.distribution, plan.partition_keys)
-    native = s.window.kind == "count" and bool(getattr(plan.distribution, "broadcasts_messages", False))
-    configs = {key: PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
-                                    tuple(sorted(s.engine_options.items())), count_native=native)
-               for p, key in enumerate(plan.partition_keys)}
-    single = single_replica(plan.distribution)
-    routed = source_events(spark, plan).mapInArrow(partial(route_arrow, router), ROUTED_SCHEMA_DDL)
+    routers = [Router(pipe.distribution, pipe.partition_keys) for pipe in plan.pipelines]
+    routed = source_events(spark, plan).mapInArrow(partial(route_arrow, routers), ROUTED_SCHEMA_DDL)
     stage1 = routed.groupBy("key").transformWithState(
-        PartitionProcessor(token, configs, plan.bucket_keys, s.engine_cache, s.host_idle_timeout, inline_merge=single),
+        PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout),
         STAGE_SCHEMA_DDL, "Update", "None")
-    if single:
-        output = stage1.select("kind", "payload")
+    if all(pipe.inline_merge for pipe in plan.pipelines):
+        output = stage1.select("pipeline", "kind", "payload")
     else:
-        output = stage1.groupBy("key").transformWithState(
-            MergeProcessor(token, {k: b for b, k in enumerate(plan.bucket_keys)}, s.engine_cache, s.host_idle_timeout),
-            OUTPUT_SCHEMA_DDL, "Update", "None")
+        buckets = {key: (pipe.index, b) for pipe in plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
+        final = stage1.where("kind = 'events'").select("pipeline", "kind", "payload")
+        merged = stage1.where("kind != 'events'").groupBy("key").transformWithState(
+            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout), OUTPUT_SCHEMA_DDL, "Update", "None")
+        output = merged.unionByName(final) if any(pipe.inline_merge for pipe in plan.pipelines) else merged
     writer = output.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
     if s.trigger_seconds:
         return writer.trigger(processingTime=f"{s.trigger_seconds} seconds")
@@ -305,7 +346,7 @@ class EventSink:
     batch overwrites its own output."""
 
     def __init__(self, plan: Plan) -> None:
-        self.events_dir = plan.events_dir
+        self.events_dirs = {pipe.index: plan.events_dir_of(pipe) for pipe in plan.pipelines}
         self.metrics_dir = plan.metrics_dir
         self.format = plan.settings.events_format
         self.console = plan.settings.sink == "console"
@@ -316,13 +357,17 @@ class EventSink:
         rows = df.collect()
         t_pipeline = time.perf_counter() - t0
         metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
-        table = events_table([bytes(r.payload) for r in rows if r.kind == "events"], int(batch_id))
-        if self.console:
-            print_events(table, int(batch_id))
-        else:
-            write_events(table, self.events_dir / f"batch-{batch_id:08d}.{_suffix(self.format)}", self.format)
+        events = {}
+        for pipeline, directory in self.events_dirs.items():
+            table = events_table([bytes(r.payload) for r in rows if r.kind == "events" and r.pipeline == pipeline],
+                                 int(batch_id))
+            events[pipeline] = table.num_rows
+            if self.console:
+                print_events(table, int(batch_id), directory.name)
+            else:
+                write_events(table, directory / f"batch-{batch_id:08d}.{_suffix(self.format)}", self.format)
         record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
-                  "pipeline_s": t_pipeline, "events": table.num_rows}
+                  "pipeline_s": t_pipeline, "events": events}
         _write_atomic(self.metrics_dir / f"batch-{batch_id:08d}.json", json.dumps(record))
         self.batches.append(int(batch_id))
 
@@ -364,8 +409,8 @@ def write_events(table, path: Path, fmt: str) -> None:
     tmp.replace(path)
 
 
-def print_events(table, batch_id: int, limit: int = 20) -> None:
-    print(f"-- batch {batch_id}: {table.num_rows} result changes")
+def print_events(table, batch_id: int, method: str, limit: int = 20) -> None:
+    print(f"-- batch {batch_id} ({method}): {table.num_rows} result changes")
     for row in table.slice(0, limit).to_pylist():
         entered = [e["id"] for e in row["entered"]]
         flags = "".join(f" {name}" for name in ("created", "removed") if row[name])
@@ -432,91 +477,67 @@ def stop_local_hosts(plan: Plan, token: str) -> None:
 # --------------------------------------------------------------------------- results and metrics
 
 
-RESULT_SCHEMA_DDL = "sub long, topk array<struct<id: long, score: double>>"
+def fold_events(rows, state: dict | None = None) -> dict[int, dict[int, tuple[float, int]]]:
+    """Apply event rows (in batch order) to ``{sub: {message: (score, seq)}}``: ``created`` starts
+    an empty top-k, ``left`` removes, ``entered`` adds, ``removed`` deletes the subscription."""
+    state = {} if state is None else state
+    for row in rows:
+        sid = row["sub"]
+        if row["created"] or sid not in state:
+            state[sid] = {}
+        entries = state[sid]
+        for m in row["left"] or ():
+            entries.pop(m, None)
+        for e in row["entered"] or ():
+            entries[e["id"]] = (e["score"], e["seq"])
+        if row["removed"]:
+            del state[sid]
+    return state
 
 
-def fold_events(batches):
-    """``mapInArrow`` over events sorted by (sub, batch): the final top-k of every subscription
-    that exists at the end (entered adds, left removes, removed deletes; ranking by score desc,
-    then seq desc)."""
-    import pyarrow as pa
-
-    current: int | None = None
-    entries: dict[int, tuple[float, int]] | None = None
-
-    def emit(sid, ent):
-        order = sorted(ent.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))
-        return sid, [{"id": m, "score": sc} for m, (sc, _) in order]
-
-    out_sub, out_topk = [], []
-    for batch in batches:
-        for row in batch.to_pylist():
-            sid = row["sub"]
-            if sid != current:
-                if current is not None and entries is not None:
-                    s_, t_ = emit(current, entries)
-                    out_sub.append(s_)
-                    out_topk.append(t_)
-                current, entries = sid, None
-            if row["created"] or entries is None:
-                entries = {}
-            for m in row["left"] or []:
-                entries.pop(m, None)
-            for e in row["entered"] or []:
-                entries[e["id"]] = (e["score"], e["seq"])
-            if row["removed"]:
-                entries = None
-        if len(out_sub) >= 4096:
-            yield _result_batch(out_sub, out_topk)
-            out_sub, out_topk = [], []
-    if current is not None and entries is not None:
-        s_, t_ = emit(current, entries)
-        out_sub.append(s_)
-        out_topk.append(t_)
-    if out_sub:
-        yield _result_batch(out_sub, out_topk)
+def ranked(entries: dict[int, tuple[float, int]]) -> list[Match]:
+    """A top-k in ranking order: score descending, then the newer message (larger seq) first."""
+    return [Match(m, sc) for m, (sc, _) in sorted(entries.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))]
 
 
-def _result_batch(subs, topk):
-    import pyarrow as pa
-
-    typ = pa.list_(pa.struct([("id", pa.int64()), ("score", pa.float64())]))
-    return pa.RecordBatch.from_arrays([pa.array(subs, pa.int64()), pa.array(topk, typ)], names=["sub", "topk"])
+def event_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
+    return sorted(plan.events_dir_of(pipeline).glob(f"batch-*.{_suffix(plan.settings.events_format)}"))
 
 
-def read_events(spark, plan: Plan):
-    """Every committed batch's events as one DataFrame (``None`` before the first batch)."""
-    from skype.spark.reports import EVENT_SCHEMA_DDL
+def read_event_rows(path: Path, fmt: str) -> list[dict]:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
 
-    paths = sorted(str(p) for p in plan.events_dir.glob(f"batch-*.{_suffix(plan.settings.events_format)}"))
-    if not paths:
-        return None
-    return spark.read.schema(EVENT_SCHEMA_DDL + ", batch long").format(plan.settings.events_format).load(paths)
+        return pq.read_table(path).to_pylist()
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 
-def final_results(spark, plan: Plan) -> list[tuple[int, list[Match]]]:
-    """Every subscription's final top-k, by ascending id (the centralized CLI's results)."""
-    events = read_events(spark, plan)
-    if events is None:
-        return []
-    folded = (events.repartition(plan.shuffle_partitions, "sub").sortWithinPartitions("sub", "batch")
-              .mapInArrow(fold_events, RESULT_SCHEMA_DDL))
-    out = [(int(r.sub), [Match(int(e.id), float(e.score)) for e in r.topk]) for r in folded.toLocalIterator()]
-    out.sort(key=lambda item: item[0])
-    return out
+def final_results(plan: Plan, pipeline: Pipeline) -> list[tuple[int, list[Match]]]:
+    """Every subscription's final top-k, by ascending id (the centralized CLI's results): the
+    events of every batch, folded in batch order on the driver (the results file is written
+    there anyway; memory is one top-k per subscription)."""
+    state: dict = {}
+    for path in event_files(plan, pipeline):
+        fold_events(read_event_rows(path, plan.settings.events_format), state)
+    return [(sid, ranked(state[sid])) for sid in sorted(state)]
 
 
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, np.float64), q)) if values else 0.0
 
 
-def run_metrics(plan: Plan, outcome: RunOutcome) -> dict:
-    """The run's metrics (see ``docs/spark.md`` for each definition)."""
+def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
+    """A pipeline's metrics over the run (see ``docs/spark.md`` for each definition); batch times
+    are shared by the run's pipelines."""
     records = []
     for batch in outcome.batches:
         path = plan.metrics_dir / f"batch-{batch:08d}.json"
         if path.exists():
-            records.append(json.loads(path.read_text()))
+            record = json.loads(path.read_text())
+            record["stages"] = [m for m in record["stages"] if m["pipeline"] == pipeline.index]
+            record["events"] = record["events"].get(str(pipeline.index), 0)
+            records.append(record)
     parts = [m for r in records for m in r["stages"] if m["stage"] == "partition"]
     merges = [m for r in records for m in r["stages"] if m["stage"] == "merge"]
     by_batch = {r["batch"]: r for r in records}
@@ -551,7 +572,7 @@ def run_metrics(plan: Plan, outcome: RunOutcome) -> dict:
     written_merge = [sum(m["state_bytes_written"] for m in r["stages"] if m["stage"] == "merge") for r in records]
     mean_work = float(work.mean()) if P else 0.0
     return {
-        "method": plan.settings.method, "partitions": P, "merge_buckets": plan.settings.merge_buckets,
+        "method": pipeline.method, "partitions": P, "merge_buckets": plan.settings.merge_buckets,
         "batch_size": plan.settings.batch_size, "window": plan.settings.window.centralized(),
         "batches": len(records), "messages": int(messages), "resumed": plan.resumed,
         "stopped_early": outcome.stopped_early,
@@ -575,6 +596,6 @@ def run_metrics(plan: Plan, outcome: RunOutcome) -> dict:
         "state_bytes_written_partitions_per_batch": float(np.mean(written_parts)) if written_parts else 0.0,
         "state_bytes_written_merge_per_batch": float(np.mean(written_merge)) if written_merge else 0.0,
         "state_bytes_written": written,
-        "result_events": sum(r.get("events", 0) for r in records),
+        "result_events": sum(r["events"] for r in records),
         "engine_cache": plan.settings.engine_cache,
     }
