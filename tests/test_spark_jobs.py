@@ -115,3 +115,20 @@ def test_spark_job_resumes_from_checkpoint_with_equal_results(spark, workload, t
     got = fold_events_by_batch(_events(spark, run_dir, "keyword"), len(want))
     for b, (g, w) in enumerate(zip(got, want)):
         assert g == w, f"batch {b}: {first_difference(g, w)}"
+
+
+def test_spark_kafka_records_become_stream_events(spark):
+    """Kafka's row layout (value bytes, offset) -> stream events: seq / cseq from the offset."""
+    from skype.spark.sources import kafka_to_events
+
+    messages = spark.createDataFrame(
+        [(json.dumps({"id": 7, "x": 1.0, "y": 2.0, "t": 3.5, "term_ids": [1, 4], "weights": [0.6, 0.8]}).encode(), 41)],
+        "value binary, offset long")
+    row = kafka_to_events(messages, "messages").collect()[0]
+    assert (row.kind, row.seq, row.at, row.id, row.t, row.term_ids, row.weights) == (0, 41, None, 7, 3.5, [1, 4], [0.6, 0.8])
+    commands = spark.createDataFrame(
+        [(json.dumps({"op": "sub", "at": 5, "id": 3, "x": 0.0, "y": 0.0, "k": 2, "alpha": 0.5, "term_ids": [1],
+                      "weights": [1.0]}).encode(), 0),
+         (json.dumps({"op": "unsub", "id": 3}).encode(), 1)], "value binary, offset long")
+    rows = kafka_to_events(commands, "commands").orderBy("seq").collect()
+    assert [(r.kind, r.seq, r.at, r.id, r.k) for r in rows] == [(1, 0, 5, 3, 2), (2, 1, None, 3, None)]

@@ -75,8 +75,10 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     s.add_argument("--conf", type=_conf_pair, action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting (repeatable)")
     s.add_argument("--engine-cache", choices=("process", "worker"), default="process",
-                   help="keep live engines in one host process per executor and key (default) or in the "
-                        "Python worker")
+                   help="keep live engines in engine host processes on each executor (default) or in the "
+                        "Python worker that runs the task")
+    s.add_argument("--host-idle", type=float, default=600.0, metavar="SECONDS",
+                   help="an idle engine host exits after this long (default: %(default)s)")
     s.add_argument("--trigger-seconds", type=float,
                    help="run continuously with this trigger interval (default: process what is there, then stop)")
     s.add_argument("--stop-after-batches", type=int, metavar="N", help="stop after N micro-batches (resume later)")
@@ -113,6 +115,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=args.engine,
         engine_options=engine_options(args) if args.engine == "core" else {}, merge_buckets=args.merge_buckets,
         n1=args.n1, sample_size=args.sample_size, thresholds=args.thresholds, engine_cache=args.engine_cache,
+        host_idle_timeout=args.host_idle,
         stream_format=args.stream_format, events_format=args.events_format, sink=args.sink, source=args.source,
         messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap,
         messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,

@@ -21,7 +21,6 @@ committed batch (:func:`final_results`).
 from __future__ import annotations
 
 import json
-import math
 import os
 import pickle
 import sys
@@ -595,6 +594,9 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "state_bytes_written_per_batch_steady": float(np.mean(written[1:])) if len(written) > 1 else 0.0,
         "state_bytes_written_partitions_per_batch": float(np.mean(written_parts)) if written_parts else 0.0,
         "state_bytes_written_merge_per_batch": float(np.mean(written_merge)) if written_merge else 0.0,
+        "state_bytes_written_partitions_per_batch_steady": float(np.mean(written_parts[1:])) if len(written) > 1 else 0.0,
+        "state_bytes_written_merge_per_batch_steady": float(np.mean(written_merge[1:])) if len(written) > 1 else 0.0,
+        "batch_latency_ms_p50_steady": _percentile(latency[1:], 50),
         "state_bytes_written": written,
         "result_events": sum(r["events"] for r in records),
         "engine_cache": plan.settings.engine_cache,

@@ -225,8 +225,6 @@ def file_events(spark, path: str, kind: str, max_records: int | None = None):
 def kafka_events(spark, bootstrap: str, topic: str, kind: str, max_records: int | None = None,
                  starting_offsets: str = "earliest"):
     """A streaming DataFrame of stream events from a Kafka topic (values: stream records as JSON)."""
-    from pyspark.sql import functions as F
-
     if kind not in KINDS:
         raise InputError("E022", what="stream kind", value=kind, choices=", ".join(KINDS))
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
@@ -245,8 +243,10 @@ def kafka_to_events(raw, kind: str):
     df = raw.select(rec.alias("r"), F.col("offset").alias("position"))
     if kind == "messages":
         kind_col, at, k, alpha, t = (F.lit(KIND_MESSAGE), F.lit(None), F.lit(None), F.lit(None), F.col("r.t"))
-    else:
-        kind_col = F.when(F.col("r.op") == "sub", F.lit(KIND_SUBSCRIBE)).otherwise(F.lit(KIND_UNSUBSCRIBE))
+    else:  # records with another op are dropped
+        kind_col = (F.when(F.col("r.op") == "sub", F.lit(KIND_SUBSCRIBE))
+                    .when(F.col("r.op") == "unsub", F.lit(KIND_UNSUBSCRIBE)))
+        df = df.where(F.col("r.op").isin("sub", "unsub"))
         at, k, alpha, t = F.col("r.at"), F.col("r.k"), F.col("r.alpha"), F.lit(None)
     return df.select(
         kind_col.cast("byte").alias("kind"), F.col("position").cast("long").alias("seq"), at.cast("long").alias("at"),
