@@ -32,7 +32,7 @@ from skype._core.subindex import IGPTIndex, SubTable
 
 INDEXES = ("igpt", "ipt", "ciq")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
-RULES = ("cell", "group", "early", "prefix", "spatial", "unseen")
+RULES = ("cell", "group", "early", "prefix", "spatial", "exact_spatial", "unseen")
 BARRIERS = ("stationary", "window", "factor")
 
 CIQ_PARAMS = {"budget": 16, "max_depth": 12}  # cover cells per subscription, quadtree depth
@@ -73,7 +73,9 @@ class Engine(EngineBase):
     pruning
         ``{rule: bool}`` to switch IGPT's rules off individually: ``cell`` (Lemma 6),
         ``group`` (Thm 5.3), ``early`` (Thm 5.4), ``prefix`` (Thm 5.1), ``spatial`` (Defs 6-8),
-        ``unseen`` (Thm 5.2).  All on by default (``ipt``: group and early off).
+        ``unseen`` (Thm 5.2), and ``exact_spatial`` (the individual tests use the exact spatial
+        similarity, from the location they load anyway, in place of the bound of Def. 8).  All
+        on by default (``ipt``: group and early off).
     kmax, skyband_ratio
         parameters of the kmax (default 60) and Skyband (default 0.8) buffers.
     cost

@@ -80,6 +80,7 @@ cdef class Buffers:
     cdef bint plan_constrained                # the last cost scan wanted fewer than k messages
     cdef vector[PulledC] pulled
     cdef vector[BufEntryC] rebuilt
+    cdef vector[BufEntryC] shrink
     cdef vector[uint32_t] old_seqs, new_seqs, old_all
     cdef vector[seq_t] heap
 

@@ -337,7 +337,12 @@ cdef class Buffers:
                 sb.retune_at = <uint32_t>(2 * self.window.count)      # a time window that doubles
             elif self.window.count < self.window_n:
                 sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n else self.window_n)
-        B.swap(self.rebuilt)
+        # an exact-size copy (swapping in the scratch vector would hand this buffer the largest
+        # capacity any re-evaluation ever needed)
+        self.shrink.reserve(self.rebuilt.size() + self.rebuilt.size() // 4 + 1)
+        self.shrink.assign(self.rebuilt.begin(), self.rebuilt.end())
+        B.swap(self.shrink)
+        self.shrink = vector[BufEntryC]()
         sb.complete = complete
         # a complete buffer that grows refresh_factor times past this size is re-evaluated
         sb.refresh_at = <uint32_t>(self.refresh_factor * (B.size() if <int32_t>B.size() > k else k))

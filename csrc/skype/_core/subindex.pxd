@@ -36,11 +36,9 @@ cdef struct SubHotC:              # what a visit of a posting entry reads, in on
     int32_t k
 
 
-cdef struct CandStateC:           # a subscription met by the current message (16 bytes)
+cdef struct CandStateC:           # a subscription met by the current message (8 bytes)
     uint32_t sid                  # hash-table key (EMPTY_SLOT when free)
-    int16_t last                  # last s-position accounted in acc; PRUNED when ruled out
-    int16_t pad
-    double acc                    # exact partial text similarity over s-positions <= last
+    int32_t last                  # DECIDED once its fate for this message is known
 
 
 cdef class SubTable:
@@ -78,13 +76,14 @@ cdef class SubscriptionIndex:
     cdef size_t memory(self) noexcept nogil
 
 
-cdef packed struct PEntryC:      # one subscription in a (term, leaf) posting list, 24 bytes
+cdef packed struct PEntryC:      # one subscription in a (term, leaf) posting list, 28 bytes
     uint32_t sid_group           # sid | group << SID_BITS
     float a                      # lower bound of a_s = theta_s / (1 - alpha_s); -inf: never text-pruned
     float mw                     # suffix max over the group (from here) of maxwt(s, pos_s(t)), rounded up
     float b                      # suffix max over the group (from here) of b_s = alpha/(1-alpha), rounded up
     float own_b                  # this subscription's b_s, rounded up
-    float own_wtsum              # this subscription's wtsum(s, pos_s(t)), rounded up
+    float own_w                  # its weight w(s, pos_s(t)), rounded up
+    float own_rest               # its wtsum(s, pos_s(t) + 1) (the terms after t), rounded up
 
 
 cdef struct LeafPLC:             # where the posting list of one leaf starts in a term's entries
@@ -112,7 +111,7 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef int ngroups
     cdef vector[double] group_bounds   # ngroups - 1 ascending alpha boundaries
     # pruning rules
-    cdef bint rule_cell, rule_group, rule_early, rule_prefix, rule_spatial, rule_unseen
+    cdef bint rule_cell, rule_group, rule_early, rule_prefix, rule_spatial, rule_unseen, rule_exact_spatial
     cdef int cell_walk                 # 0 never, 1 always, 2 auto
     cdef double theta_refresh          # raise the indexed threshold when theta exceeds it by this
     # quadtree
@@ -133,7 +132,10 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef vector[CandStateC] cand           # open-addressing table of the message's candidates
     cdef uint32_t cand_bits                # the table has 2^cand_bits slots
     cdef vector[uint32_t] cand_slots       # occupied slots (cleared per message)
-    cdef vector[sid_t] cand_list
+    cdef double m_x, m_y               # the message's location
+    cdef int m_n                       # its number of terms
+    cdef const term_t* m_terms         # its terms and weights (valid during disseminate)
+    cdef const double* m_w
     cdef vector[double] m_wtsum        # per message position: suffix sum / max of weights
     cdef vector[double] m_maxwt
     cdef vector[int32_t] stack
@@ -164,11 +166,14 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef CandStateC* _cand_find(self, sid_t sid) noexcept nogil
     cdef CandStateC* _cand_insert(self, sid_t sid) noexcept nogil
     cdef void _cand_clear(self) noexcept nogil
-    cdef void _visit(self, sid_t sid, CandStateC* c, int j, term_t t, const term_t* mterms,
-                     const double* mw, uint32_t leaf) noexcept nogil
+    cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw,
+                     uint32_t leaf) noexcept nogil
     cdef void _walk(self, double x, double y) noexcept nogil
     cdef bint _leaf_open(self, uint32_t leaf, double x, double y) noexcept nogil
     cdef bint _cut(self, const PEntryC* e, double wts_m, double osb) noexcept nogil
     cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil
     cdef size_t memory(self) noexcept nogil
-    cdef double _m_weight(self, term_t t, const term_t* mterms, const double* mw, int j) noexcept nogil
+    cdef double _m_maxwt_after(self, int j) noexcept nogil
+    cdef void _own_text(self, sid_t sid, int pos, PEntryC* e) noexcept nogil
+    cdef void _member(self, const PEntryC* e, int j, term_t t, const term_t* mterms, const double* mw,
+                      uint32_t leaf, double osb) noexcept nogil

@@ -27,12 +27,13 @@ Invariants (every pruning rule relies on them):
 * a subscription appears exactly once in the list of (t, its leaf) for each of its terms t.
 
 Dissemination (Algorithm 1, term-major).  For each term t_j of the message (rarest first), for
-each leaf with a list for t_j: cell pruning, then per group: group skipping, early termination,
-then per member: prefix filtering at the first meeting, CATCHUP of the partial text similarity,
-the unseen-keywords bound, accumulation.  Every survivor is verified with its exact score
-computed from the two full term lists (never from the partial sum).  A rule only skips on an
-upper bound strictly below the threshold by EPS = 1e-9; the safety argument of each rule is next
-to its code.
+each leaf with a list for t_j: cell pruning, then per group: group skipping and early
+termination; then per member not yet met by this message: a first-meeting test from the
+posting entry alone, and for survivors the individual tests (prefix filtering, the
+unseen-keywords bound, with the exact or the Def. 8 spatial bound) and the exact score from the
+two full term lists.  Each subscription is decided at its first meeting (see ``_visit``).  A
+rule only skips on an upper bound strictly below the threshold by EPS = 1e-9; the safety
+argument of each rule is next to its code.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
@@ -41,11 +42,12 @@ from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC, prefetch, PREFETCH_AHEAD
 from skype._core.scoring cimport (score_pair, mindist, inner_dist, combine, rect_contains, quadrant,
-                                   child_rect, round_up, round_down)
+                                   child_rect, round_up, round_down, spatial_sim)
 
 cdef enum:
     SID_BITS = 26
-    PRUNED = -2
+    DECIDED = -2           # candidate state: the subscription was decided at its first meeting
+    SMALL_LIST = 4         # lists this short are scanned without the group rules
 cdef uint32_t EMPTY_SLOT = 0xFFFFFFFFu
 cdef uint32_t SID_MASK = (1u << SID_BITS) - 1
 cdef uint32_t MAX_SUBSCRIPTIONS = 1u << SID_BITS
@@ -205,7 +207,7 @@ cdef struct BuildC:                 # one posting during a bulk build
     uint32_t leaf
     uint32_t sid_group
     float a
-    float own_wtsum
+    int pos
 
 
 cdef bint build_less(const BuildC& p, const BuildC& q) noexcept nogil:
@@ -228,7 +230,8 @@ cdef class IGPTIndex(SubscriptionIndex):
     def __cinit__(self, SubTable table, double minx, double miny, double maxx, double maxy,
                   double max_dist, uint32_t leaf_capacity=1000, int ngroups=10,
                   bint cell=True, bint group=True, bint early=True, bint prefix=True,
-                  bint spatial=True, bint unseen=True, int cell_walk=2, double theta_refresh=0.02,
+                  bint spatial=True, bint unseen=True, bint exact_spatial=True, int cell_walk=2,
+                  double theta_refresh=0.02,
                   uint32_t max_depth=24):
         cdef int g
         self.table = table
@@ -248,6 +251,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         self.rule_prefix = prefix
         self.rule_spatial = spatial
         self.rule_unseen = unseen
+        self.rule_exact_spatial = exact_spatial
         self.cell_walk = cell_walk
         self.theta_refresh = theta_refresh
         self.posting_count = 0
@@ -261,6 +265,13 @@ cdef class IGPTIndex(SubscriptionIndex):
         while g < <int>self.group_bounds.size() and alpha >= self.group_bounds[g]:
             g += 1
         return g
+
+    cdef inline void _own_text(self, sid_t sid, int pos, PEntryC* e) noexcept nogil:
+        """The entry's copy of w(s, pos) and wtsum(s, pos + 1), rounded up."""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        e.own_w = round_up(st[pos].w)
+        e.own_rest = st[pos + 1].wtsum if pos + 1 < h.nterms else 0.0
 
     cdef inline float _a_of(self, sid_t sid) noexcept nogil:
         cdef double alpha = self.table.hot[sid].alpha
@@ -441,7 +452,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         e.mw = 0
         e.b = 0
         e.own_b = self._b_of(sid)
-        e.own_wtsum = self.table.terms[self.table.hot[sid].term_off + self.table.term_pos(sid, t)].wtsum
+        self._own_text(sid, self.table.term_pos(sid, t), &e)
         pos = tp.pls[i].start
         while pos < end and ((tp.entries[pos].sid_group >> SID_BITS) < g or
                              ((tp.entries[pos].sid_group >> SID_BITS) == g and tp.entries[pos].a <= e.a)):
@@ -552,7 +563,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                 p.leaf = self.table.hot[sid].leaf
                 p.sid_group = sid | (g << SID_BITS)
                 p.a = self._a_of(sid)
-                p.own_wtsum = self.table.terms[off + i].wtsum
+                p.pos = i
                 all_p.push_back(p)
         std_sort(all_p.begin(), all_p.end(), build_less)
         self.postings.clear()
@@ -569,7 +580,7 @@ cdef class IGPTIndex(SubscriptionIndex):
             e.mw = 0
             e.b = 0
             e.own_b = self._b_of(all_p[r].sid_group & SID_MASK)
-            e.own_wtsum = all_p[r].own_wtsum
+            self._own_text(all_p[r].sid_group & SID_MASK, all_p[r].pos, &e)
             tp.entries.push_back(e)
         self.posting_count = all_p.size()
         for r in range(self.postings.size()):
@@ -643,8 +654,6 @@ cdef class IGPTIndex(SubscriptionIndex):
         if self.cand.size() == 0:
             blank.sid = EMPTY_SLOT
             blank.last = 0
-            blank.pad = 0
-            blank.acc = 0.0
             self.cand_bits = 10
             self.cand.resize(1u << self.cand_bits, blank)
 
@@ -671,8 +680,6 @@ cdef class IGPTIndex(SubscriptionIndex):
             self.cand_bits += 1
             blank.sid = EMPTY_SLOT
             blank.last = 0
-            blank.pad = 0
-            blank.acc = 0.0
             self.cand.resize(1u << self.cand_bits, blank)
             mask = (1u << self.cand_bits) - 1
             for i in range(self.cand_slots.size()):
@@ -686,8 +693,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         while self.cand[h].sid != EMPTY_SLOT:
             h = (h + 1) & mask
         self.cand[h].sid = sid
-        self.cand[h].last = -1
-        self.cand[h].acc = 0.0
+        self.cand[h].last = 0
         self.cand_slots.push_back(h)
         return &self.cand[h]
 
@@ -753,14 +759,21 @@ cdef class IGPTIndex(SubscriptionIndex):
         elsewhere): wtsum(m, j) * MW(g_r) < a_{s_r} - B(g_r) * OSB - EPS."""
         return wts_m * e.mw < e.a - e.b * osb - EPS
 
-    cdef void _visit(self, sid_t sid, CandStateC* c, int j, term_t t, const term_t* mterms,
-                     const double* mw, uint32_t leaf) noexcept nogil:
-        """Individual tests of a posting entry's subscription (c: its state, NULL when the
-        message meets it for the first time)."""
+    cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw,
+                     uint32_t leaf) noexcept nogil:
+        """Decide a subscription at its first meeting with the message: the individual tests,
+        then, for a survivor, the exact score from the two full term lists.  Its later meetings
+        are skipped (Alg. 1 accumulates partial sums across lists and verifies at the end; the
+        records are loaded here, so the exact score is cheaper, and no partial sum is ever
+        reused, so CATCHUP is not needed).  Safety of deciding here: if an earlier common term
+        sat in a list that a group rule skipped, that rule proved ST(s, m) < theta, and the
+        verification below cannot admit s."""
         cdef const SubHotC* h = &self.table.hot[sid]
         cdef const SubTermC* st = &self.table.terms[h.term_off]
-        cdef int i = 0, p
-        cdef double ssim_up, acc, ub, ub2, dout
+        cdef int i = 0
+        cdef double ssim_up, acc, ub, ub2, dout, score
+        cdef CandC cand
+        self._cand_insert(sid).last = DECIDED
         self.ctr.entries_visited += 1
         while st[i].term != t:
             i += 1
@@ -768,66 +781,80 @@ cdef class IGPTIndex(SubscriptionIndex):
         # convex leaf rectangle at a border point b, so d(s, m) = d(s, b) + d(b, m) >= d_in(s) +
         # d_out(m, leaf); inside the leaf the bound is 1.
         ssim_up = 1.0
-        if self.rule_spatial:
+        if self.rule_exact_spatial:
+            # The exact spatial similarity: the tightest bound, and the location is in the hot
+            # record just loaded.
+            ssim_up = spatial_sim(h.x, h.y, self.m_x, self.m_y, self.max_dist)
+        elif self.rule_spatial:
             dout = self.leaf_dout[leaf]
             if dout > 0.0:
                 ssim_up = 1.0 - (inner_dist(&self.nodes[self.leaf_node[leaf]].rect, h.x, h.y) + dout) / self.max_dist
-        if c == NULL:
-            c = self._cand_insert(sid)
-            # Prefix filtering with max-weight refinement (Thm 5.1).  Safe at the first meeting:
-            # every common term sits at s-position >= i and m-position >= j (one global order),
-            # so TSim <= wtsum(s, i) * maxwt(m, j).  If s was met earlier in a list that a group
-            # rule skipped, that rule already proved ST(s, m) < theta, so any outcome is exact.
-            if self.rule_prefix and combine(h.alpha, ssim_up, st[i].wtsum * self.m_maxwt[j]) < h.theta - EPS:
-                c.last = PRUNED
-                self.ctr.prefix_pruned += 1
-                return
-            self.cand_list.push_back(sid)
-        # CATCHUP (spec §3.8): add the common terms of s at positions last+1 .. i-1 that lists
-        # skipped by group rules did not account for, so that acc is the exact similarity over
-        # s-positions < i.
-        acc = c.acc
-        for p in range(c.last + 1, i):
-            acc += st[p].w * self._m_weight(st[p].term, mterms, mw, j)
-        # Unseen-keywords bound (Thm 5.2).  Safe: the common terms at s-positions >= i sit at
-        # m-positions >= j, so TSim <= acc + min(wtsum(s,i)*maxwt(m,j), maxwt(s,i)*wtsum(m,j)).
+        # Prefix filtering with max-weight refinement (Thm 5.1).  Safe at the first meeting:
+        # every common term sits at s-position >= i and m-position >= j (one global order),
+        # so TSim <= wtsum(s, i) * maxwt(m, j).
+        if self.rule_prefix and combine(h.alpha, ssim_up, st[i].wtsum * self.m_maxwt[j]) < h.theta - EPS:
+            self.ctr.prefix_pruned += 1
+            return
+        # Unseen-keywords bound (Thm 5.2) with the current term's exact contribution.  Safe: the
+        # common terms after t sit at s-positions > i and m-positions > j, so TSim <=
+        # w(s,i) w(m,j) + min(wtsum(s,i+1) * maxwt(m,j+1), maxwt(s,i+1) * wtsum(m,j+1)).
         if self.rule_unseen:
-            ub = st[i].wtsum * self.m_maxwt[j]
-            ub2 = suffix_max(st, i, h.nterms) * self.m_wtsum[j]
-            if ub2 < ub:
-                ub = ub2
+            acc = st[i].w * mw[j]
+            ub = 0.0
+            if i + 1 < h.nterms and j + 1 < self.m_n:
+                ub = st[i + 1].wtsum * self.m_maxwt[j + 1]
+                ub2 = suffix_max(st, i + 1, h.nterms) * self.m_wtsum[j + 1]
+                if ub2 < ub:
+                    ub = ub2
             if combine(h.alpha, ssim_up, acc + ub) < h.theta - EPS:
-                c.last = PRUNED
                 self.ctr.unseen_pruned += 1
                 return
-        c.acc = acc + st[i].w * mw[j]
-        c.last = <int16_t>i
+        # Verification with the exact score from the two full term lists (spec §3.8).
+        self.ctr.candidates += 1
+        score = score_pair(h.alpha, h.x, h.y, st, h.nterms, self.m_x, self.m_y, self.m_terms, self.m_w,
+                           self.m_n, self.max_dist)
+        if score >= h.theta:
+            cand.sid = sid
+            cand.score = score
+            self.out.push_back(cand)
+            self.ctr.admitted += 1
 
-    cdef inline double _m_weight(self, term_t t, const term_t* mterms, const double* mw, int j) noexcept nogil:
-        """Weight of t in the message (0 if absent); t precedes mterms[j] in the global order."""
-        cdef int lo = 0, hi = j, mid
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if mterms[mid] < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        return mw[lo] if lo < j and mterms[lo] == t else 0.0
+    cdef inline void _member(self, const PEntryC* e, int j, term_t t, const term_t* mterms, const double* mw,
+                             uint32_t leaf, double osb) noexcept nogil:
+        """A posting entry that no group rule skipped."""
+        cdef sid_t sid = e.sid_group & SID_MASK
+        cdef CandStateC* c = self._cand_find(sid)
+        if c == NULL:
+            # The first-meeting test from the entry alone.  Safe: at the first meeting every
+            # common term after t sits after position i in s and after j in m, so TSim <=
+            # w(s,i) w(m,j) + wtsum(s,i+1) maxwt(m,j+1) (Thm 5.1 refined, with the current
+            # term's exact contribution), SSim(s, m) <= OSB(m, leaf), and the stored a_s is a
+            # lower and b_s an upper bound.  It spares the subscription's records for most
+            # first meetings.
+            if self.rule_prefix and (e.own_w * mw[j] + e.own_rest * self._m_maxwt_after(j) <
+                                     e.a - e.own_b * osb - EPS):
+                self._cand_insert(sid).last = DECIDED
+                self.ctr.prefix_pruned += 1
+                self.ctr.entries_visited += 1
+                return
+        else:
+            return                          # decided at an earlier meeting
+        self._visit(sid, j, t, mterms, mw, leaf)
+
+    cdef inline double _m_maxwt_after(self, int j) noexcept nogil:
+        return self.m_maxwt[j + 1] if j + 1 < self.m_n else 0.0
 
     cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil:
         cdef int j
         cdef size_t p, r, r1, gend, lo, hi, mid, visits = 0
         cdef uint32_t leaf, g, sid
         cdef size_t step
-        cdef const PEntryC* e
-        cdef CandStateC* c
         cdef term_t t
         cdef TermPostC* tp
         cdef double s_sum = 0.0, s_max = 0.0, osb, score
         cdef CandC cand
         cdef const SubHotC* h
         self.out.clear()
-        self.cand_list.clear()
         self._cand_clear()
         self.ctr.messages += 1
         self.stamp += 1
@@ -835,6 +862,11 @@ cdef class IGPTIndex(SubscriptionIndex):
             for p in range(self.leaf_stamp.size()):
                 self.leaf_stamp[p] = 0
             self.stamp = 1
+        self.m_x = x
+        self.m_y = y
+        self.m_n = n
+        self.m_terms = terms
+        self.m_w = w
         self.m_wtsum.resize(n)
         self.m_maxwt.resize(n)
         for j in range(n - 1, -1, -1):
@@ -864,6 +896,13 @@ cdef class IGPTIndex(SubscriptionIndex):
                 osb = self.leaf_osb[leaf]
                 r = tp.pls[p].start
                 r1 = self._seg_end(tp, p)
+                if r1 - r <= SMALL_LIST:
+                    # A short list: the group tests would cost as much as the members' own
+                    # first-meeting tests below, which are at least as strong (own a_s, b_s).
+                    while r < r1:
+                        self._member(&tp.entries[r], j, t, terms, w, leaf, osb)
+                        r += 1
+                    continue
                 while r < r1:
                     g = tp.entries[r].sid_group >> SID_BITS
                     # the group's end, by exponential then binary search (groups are sorted)
@@ -905,40 +944,9 @@ cdef class IGPTIndex(SubscriptionIndex):
                                 lo = mid + 1
                         self.ctr.entries_cut += gend - hi
                     while r < hi:
-                        e = &tp.entries[r]
-                        sid = e.sid_group & SID_MASK
+                        self._member(&tp.entries[r], j, t, terms, w, leaf, osb)
                         r += 1
-                        c = self._cand_find(sid)
-                        if c == NULL:
-                            # The first-meeting prefix test (Thm 5.1) from the entry alone, with
-                            # the leaf's OSB >= SSim(s, m) and the stored a_s (lower) and b_s
-                            # (upper bound): safe for the reasons given in _visit, and it spares
-                            # the subscription's records for most first meetings.
-                            if self.rule_prefix and e.own_wtsum * self.m_maxwt[j] < e.a - e.own_b * osb - EPS:
-                                self._cand_insert(sid).last = PRUNED
-                                self.ctr.prefix_pruned += 1
-                                self.ctr.entries_visited += 1
-                                continue
-                        elif c.last == PRUNED:
-                            continue
-                        self._visit(sid, c, j, t, terms, w, leaf)
                     r = gend
-        # Verification with the exact score from the two full term lists (spec §3.8).
-        for p in range(self.cand_list.size()):
-            sid = self.cand_list[p]
-            if p + PREFETCH_AHEAD < self.cand_list.size():
-                prefetch(&self.table.hot[self.cand_list[p + PREFETCH_AHEAD]])
-            if self._cand_find(sid).last == PRUNED:
-                continue
-            self.ctr.candidates += 1
-            h = &self.table.hot[sid]
-            score = score_pair(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms, x, y, terms, w, n,
-                               self.max_dist)
-            if score >= h.theta:
-                cand.sid = sid
-                cand.score = score
-                self.out.push_back(cand)
-                self.ctr.admitted += 1
 
     cdef size_t memory(self) noexcept nogil:
         cdef size_t total = self.nodes.capacity() * sizeof(QNodeC) + self.postings.capacity() * sizeof(TermPostC)

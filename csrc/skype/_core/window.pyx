@@ -83,7 +83,7 @@ cdef class WindowStore:
         cdef vector[term_t] ids
         cdef vector[double] ws
         cdef MsgC* m
-        while new_cap < 2 * (live + need):
+        while new_cap < (5 * (live + need)) // 4 + 64:   # a quarter of headroom for wraps
             new_cap *= 2
         ids.resize(new_cap)
         ws.resize(new_cap)
