@@ -94,7 +94,10 @@ def test_spark_standalone_cluster_runs_the_app(tmp_path):
                   str(APP), *common, "--method", "prefix", "--partitions", "2", "--batch-size", "600",
                   "--checkpoint", str(tmp_path / "run"), "--results-out", str(tmp_path / "results.jsonl"), "--metrics-out", str(tmp_path / "metrics.json")]
         done = subprocess.run(submit, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+        (tmp_path / "submit.out").write_text(done.stdout)
+        (tmp_path / "submit.err").write_text(done.stderr)
+        problems = [line for line in done.stderr.splitlines() if re.search(r"Error|Exception|Caused by", line)]
+        assert done.returncode == 0, "\n".join(problems[:60]) + "\n...\n" + done.stderr[-4000:]
         assert f"master                        {url}" in done.stdout
         assert main(["simulate", *common, "--results-out", str(tmp_path / "central.jsonl")]) == 0
         got, want = results_of(tmp_path / "results.jsonl"), results_of(tmp_path / "central.jsonl")
