@@ -250,6 +250,7 @@ def session_conf(master: str | None, driver_memory: str = "1g") -> dict[str, str
     return {
         **({"spark.master": master} if master else {}),
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": driver_memory,
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
