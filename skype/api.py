@@ -161,13 +161,17 @@ class EngineBase(abc.ABC):
 
     def advance(self, t: float) -> list[ResultChange]:
         """Time windows: move the clock to ``t`` and expire messages with timestamp <= t - T."""
+        return self.advance_log(t).changes()
+
+    def advance_log(self, t: float) -> ChangeLog:
+        """:meth:`advance` with the changes as a columnar :class:`ChangeLog` (``at`` = 0)."""
         ft = validate.check_timestamp(t)
         if self.window_seconds is None:
             raise InputError("E023", what="advance()", expected="used with a time window (window_seconds)", value=t)
         if ft < self._clock:
             raise InputError("E009", t=ft, prev=self._clock)
         self._clock = ft
-        return self._advance(ft).changes()
+        return self._advance(ft)
 
     # ------------------------------------------------------------------ results
     def topk(self, sub_id: int) -> list[Match]:
@@ -187,6 +191,25 @@ class EngineBase(abc.ABC):
             raise InputError("E023", what="n", expected="an integer >= 0", value=n)
         ids, scores = self._topn(sid, int(n))
         return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    def topk_arrays(self, sub_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The top-k of many subscriptions as CSR arrays ``(indptr, message ids, scores)``, in
+        ranking order per subscription (no Python object per entry)."""
+        ids = np.ascontiguousarray(sub_ids, dtype=np.int64)
+        known = self._known_subscriptions(ids)
+        if not known.all():
+            sid = int(ids[np.argmin(known)])
+            raise InputError("E020", id=sid, record_id=sid)
+        return self._topk_arrays(ids)
+
+    def _topk_arrays(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        parts = [self._topk(int(sid)) for sid in sub_ids]
+        indptr = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p[0]) for p in parts], out=indptr[1:])
+        if not parts:
+            return indptr, np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return (indptr, np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False),
+                np.concatenate([p[1] for p in parts]).astype(np.float64, copy=False))
 
     def results(self) -> Iterator[tuple[int, list[Match]]]:
         """Every subscription's top-k, by ascending subscription id."""

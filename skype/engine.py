@@ -214,6 +214,9 @@ class Engine(EngineBase):
     def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]:
         return self._core.topk(sub_id)
 
+    def _topk_arrays(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._core.topk_arrays(sub_ids)
+
     def _topn(self, sub_id: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         return self._core.topn(sub_id, n)
 

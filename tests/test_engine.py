@@ -168,3 +168,22 @@ def test_topn_looks_deeper_than_k_exactly(n):
     for sid in subs.ids[:50]:
         assert eng.topn(int(sid), n) == ref.topn(int(sid), n)
         assert eng.topn(int(sid), n)[: len(eng.topk(int(sid)))] == eng.topk(int(sid))[:n]
+
+
+def test_topk_arrays_and_advance_log_match_the_record_api():
+    (vocab, subs, msgs), _, _ = reference_run("grid", "time")
+    engines = [ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window_seconds=40.0),
+               Engine(bounds=BOUNDS, vocabulary=vocab, window_seconds=40.0, leaf_capacity=8)]
+    for e in engines:
+        e.subscribe_batch(subs)
+        e.publish_batch(msgs)
+        ids = subs.ids[::3]
+        indptr, mids, scores = e.topk_arrays(ids)
+        for i, sid in enumerate(ids):
+            want = e.topk(int(sid))
+            a, b = indptr[i], indptr[i + 1]
+            assert [(int(m), float(s)) for m, s in zip(mids[a:b], scores[a:b])] == [(m.id, m.score) for m in want]
+    logs = [e.advance_log(float(msgs.t[-1]) + 25.0) for e in engines]
+    assert rows(logs[0]) == rows(logs[1]) and len(logs[0]) > 0
+    with pytest.raises(Exception):
+        engines[1].topk_arrays(np.array([123456789]))

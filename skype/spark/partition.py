@@ -53,7 +53,6 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec
 from skype.spark.codec import OP_SUB, Commands
-from skype.spark.engine_adapter import advance_log, topk_arrays
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows
 
 APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
@@ -347,7 +346,7 @@ class PartitionCore:
                 core.window.append(batch.ids, seq, times)
         clock = config.window.clock(core.hwm_seq, core.hwm_t)
         if config.advances() and core.hwm_seq >= 0 and clock > core.engine.clock:
-            advance_log(core.engine, clock)
+            core.engine.advance_log(clock)
         return core
 
     def snapshot(self) -> bytes:
@@ -394,7 +393,7 @@ class PartitionCore:
         self.hwm_seq, self.hwm_t = hwm_seq, hwm_t
         clock = spec.clock(hwm_seq, hwm_t)
         if self.config.advances() and hwm_seq >= 0 and clock > self.engine.clock:
-            logs.append(advance_log(self.engine, clock))
+            logs.append(self.engine.advance_log(clock))
         self.window.expire(spec, clock)
         t_engine = time.perf_counter() - t0
 
@@ -428,7 +427,7 @@ class PartitionCore:
         """Current local top-k (ids, scores, seqs) of hosted subscriptions."""
         if not sub_ids:
             return {}
-        indptr, ids, scores = topk_arrays(self.engine, np.array(sub_ids, np.int64))
+        indptr, ids, scores = self.engine.topk_arrays(np.array(sub_ids, np.int64))
         seqs = self.window.seq_of(ids)
         return {s: (ids[indptr[i]:indptr[i + 1]], scores[indptr[i]:indptr[i + 1]], seqs[indptr[i]:indptr[i + 1]])
                 for i, s in enumerate(sub_ids)}
@@ -472,7 +471,7 @@ class PartitionCore:
         starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
         touched = sub[starts]
         pair_row = np.repeat(np.arange(len(touched)), np.diff(np.r_[starts, len(sub)]))
-        indptr, ids, scores = topk_arrays(self.engine, touched)
+        indptr, ids, scores = self.engine.topk_arrays(touched)
         seqs = self.window.seq_of(ids)
         entry_row = np.repeat(np.arange(len(touched)), np.diff(indptr))
         rows_info = [self.hosted.rows[int(s)] for s in touched.tolist()]

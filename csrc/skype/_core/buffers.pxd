@@ -1,6 +1,6 @@
 # Result buffers: exact top-k, cost-based k-skyband (cSkyband), Skyband (Mouratidis), kmax.
 from libcpp.vector cimport vector
-from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
 from skype._core.window cimport WindowStore
 from skype._core.msgindex cimport MessageIndex
@@ -89,6 +89,7 @@ cdef class Buffers:
     cdef void drop_sub(self, sid_t sid) noexcept nogil
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil
     cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil
+    cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil
     cdef seq_t _full_seq(self, uint32_t lo) noexcept nogil
     cdef ext_id_t _ext(self, uint32_t lo) noexcept nogil
     cdef void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil

@@ -29,7 +29,7 @@ left the top-k) are appended to ``events`` for the engine to net per message.  T
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport pow, log, isfinite, INFINITY
-from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
 from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
@@ -483,6 +483,15 @@ cdef class Buffers:
             self.n_reevaluations += 1
         else:
             self._update_theta(sid)
+
+    cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
+        """Append the top-k of ``sid`` (ids and scores, ranking order)."""
+        cdef vector[BufEntryC]* B = &self.buf[sid].entries
+        cdef int32_t k = self.buf[sid].k
+        cdef size_t n = B.size() if <int32_t>B.size() < k else k, i
+        for i in range(n):
+            ids.push_back(self._ext(B[0][i].seq_lo))
+            scores.push_back(B[0][i].score)
 
     # ------------------------------------------------------------------ Python access
     def topk(self, sid_t sid):

@@ -226,6 +226,20 @@ cdef class CoreEngine:
     def topk(self, int64_t ext_id):
         return self.buffers.topk(self.table.by_ext[ext_id])
 
+    def topk_arrays(self, const int64_t[::1] ext_ids):
+        """The top-k of many subscriptions as CSR arrays (indptr, message ids, scores)."""
+        cdef Py_ssize_t i, n = ext_ids.shape[0]
+        cdef vector[int64_t] ids
+        cdef vector[double] scores
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        cdef int64_t[::1] ip = indptr
+        with nogil:
+            for i in range(n):
+                self.buffers.topk_into(self.table.by_ext[ext_ids[i]], &ids, &scores)
+                ip[i + 1] = ids.size()
+        return (indptr, np.asarray(<int64_t[:ids.size()]>ids.data()).copy() if ids.size() else np.zeros(0, np.int64),
+                np.asarray(<double[:scores.size()]>scores.data()).copy() if scores.size() else np.zeros(0, np.float64))
+
     def topn(self, int64_t ext_id, Py_ssize_t n):
         """The n best window messages of a subscription (ids, scores), straight from the message
         index: exact, independent of the subscription's buffer."""
