@@ -31,7 +31,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport pow, log, isfinite, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
-from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
+from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 

@@ -29,7 +29,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from libc.string cimport memset
-from skype._core.types cimport term_t, sid_t, RectC, SubTermC
+from skype._core.types cimport term_t, sid_t, RectC, SubTermC, MsgTermC
 from skype._core.scoring cimport score_pair, mindist, round_up, round_down
 from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC, CandC, CountersC
 
@@ -222,7 +222,7 @@ cdef class CIQIndex(SubscriptionIndex):
             self._build_cover(sid, &self.covers[sid])
             self._insert_lists(sid)
 
-    cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil:
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int depth, j, best
         cdef uint64_t code = 0, key, lkey
         cdef double minx = self.bounds.minx, maxx = self.bounds.maxx
@@ -259,11 +259,11 @@ cdef class CIQIndex(SubscriptionIndex):
             self.cursors_pos.clear()
             self.cursors_w.clear()
             for j in range(n):
-                lkey = (<uint64_t>terms[j] << 32) | cid
+                lkey = (<uint64_t>m[j].term << 32) | cid
                 if self.lists.count(lkey):
                     self.cursors_list.push_back(&self.lists[lkey])
                     self.cursors_pos.push_back(0)
-                    self.cursors_w.push_back(w[j])
+                    self.cursors_w.push_back(m[j].w)
             while True:
                 best = -1
                 for j in range(<int>self.cursors_list.size()):
@@ -289,8 +289,8 @@ cdef class CIQIndex(SubscriptionIndex):
                     continue
                 self.ctr.candidates += 1
                 h = &self.table.hot[sid]
-                score = score_pair(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms, x, y,
-                                   terms, w, n, self.max_dist)
+                score = score_pair(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms, x, y, m, n,
+                                   self.max_dist)
                 if score >= h.theta:
                     cand.sid = sid
                     cand.score = score

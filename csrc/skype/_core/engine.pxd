@@ -1,7 +1,7 @@
 # The core engine: window store + message index + subscription index + result buffers.
 from libcpp.vector cimport vector
 from libc.stdint cimport int64_t, uint8_t, uint64_t
-from skype._core.types cimport sid_t, seq_t
+from skype._core.types cimport sid_t, seq_t, MsgTermC
 from skype._core.window cimport WindowStore
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex
@@ -22,10 +22,13 @@ cdef class CoreEngine:
     cdef double recent_arrivals, recent_expirations   # decayed counts (time-window estimates)
     cdef vector[int64_t] out_at, out_sub, out_msg
     cdef vector[uint8_t] out_entered
+    cdef vector[MsgTermC] msg_terms     # the arriving message's terms as records
 
     cdef void _expire_oldest(self) noexcept nogil
     cdef void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil
     cdef void _expire_for(self, double t, bint arriving) noexcept nogil
     cdef void _arrive(self, int64_t ext_id, double x, double y, double t,
                       const unsigned int* terms, const double* w, int n) noexcept nogil
+    cdef void _arrive_terms(self, int64_t ext_id, double x, double y, double t,
+                            const MsgTermC* terms, int n) noexcept nogil
     cdef void _flush(self, int64_t at) noexcept nogil

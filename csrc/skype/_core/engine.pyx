@@ -18,8 +18,8 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport term_t, sid_t, seq_t, prefetch, PREFETCH_AHEAD
-from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
+from skype._core.types cimport term_t, sid_t, seq_t, MsgTermC, prefetch, PREFETCH_AHEAD
+from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex, IGPTIndex, CandC
 from skype._core.buffers cimport Buffers, EventC
@@ -97,6 +97,17 @@ cdef class CoreEngine:
 
     cdef void _arrive(self, int64_t ext_id, double x, double y, double t,
                       const unsigned int* terms, const double* w, int n) noexcept nogil:
+        """One arriving message (terms and weights as parallel arrays)."""
+        cdef int j
+        self.msg_terms.resize(n)
+        for j in range(n):
+            self.msg_terms[j].term = terms[j]
+            self.msg_terms[j].pad = 0
+            self.msg_terms[j].w = w[j]
+        self._arrive_terms(ext_id, x, y, t, self.msg_terms.data(), n)
+
+    cdef void _arrive_terms(self, int64_t ext_id, double x, double y, double t,
+                            const MsgTermC* terms, int n) noexcept nogil:
         cdef double start = now_ns()
         cdef seq_t seq
         cdef size_t i
@@ -112,9 +123,9 @@ cdef class CoreEngine:
             self.buffers.p_arrival = (self.recent_arrivals + RATE_PRIOR) / (
                 self.recent_arrivals + self.recent_expirations + 2 * RATE_PRIOR)
             self.buffers.p_expiry = 1.0 - self.buffers.p_arrival
-        seq = self.window.append(ext_id, x, y, t, terms, w, n)
+        seq = self.window.append(ext_id, x, y, t, terms, n)
         self.msgs.insert(seq)
-        self.index.disseminate(terms, w, n, x, y)
+        self.index.disseminate(terms, n, x, y)
         for i in range(self.index.out.size()):
             if i + PREFETCH_AHEAD < self.index.out.size():
                 prefetch(&self.buffers.buf[self.index.out[i + PREFETCH_AHEAD].sid])

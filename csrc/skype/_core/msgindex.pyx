@@ -27,8 +27,8 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt, INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t, UINT64_MAX
-from skype._core.types cimport term_t, seq_t, RectC, SubTermC
-from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_weights, win_extra_holders, win_holder_at
+from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
+from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.scoring cimport mindist, combine, spatial_sim, quadrant, child_rect, round_up
 
 cdef double BOUND_SLACK = 1e-12
@@ -143,15 +143,14 @@ cdef class MessageIndex:
     # ------------------------------------------------------------------ updates
     cdef void insert(self, seq_t seq) noexcept nogil:
         cdef MsgC* m = win_get(self.window, seq)
-        cdef const term_t* terms = win_terms(self.window, m)
-        cdef const double* weights = win_weights(self.window, m)
+        cdef const MsgTermC* terms = win_terms(self.window, m)
         cdef uint32_t j
         cdef term_t t
         cdef int32_t n
         cdef MEntryC e
         cdef size_t pos
         for j in range(m.nterms):
-            t = terms[j]
+            t = terms[j].term
             if t >= self.root.size():
                 self.root.resize(t + 1, -1)
             if self.root[t] < 0:
@@ -159,7 +158,7 @@ cdef class MessageIndex:
                 self.root[t] = n
             n = self.root[t]
             e.seq = seq
-            e.w = round_up(weights[j])
+            e.w = round_up(terms[j].w)
             while True:
                 self.nodes[n].count += 1
                 if e.w > self.nodes[n].maxw:
@@ -178,7 +177,7 @@ cdef class MessageIndex:
     cdef void remove(self, seq_t seq) noexcept nogil:
         """Remove a message (still in the window store) from every tree it is in."""
         cdef MsgC* m = win_get(self.window, seq)
-        cdef const term_t* terms = win_terms(self.window, m)
+        cdef const MsgTermC* terms = win_terms(self.window, m)
         cdef uint32_t j
         cdef term_t t
         cdef int32_t n, p, top
@@ -186,7 +185,7 @@ cdef class MessageIndex:
         cdef float mx
         cdef int q
         for j in range(m.nterms):
-            t = terms[j]
+            t = terms[j].term
             n = self.root[t]
             while True:
                 self.nodes[n].count -= 1
@@ -299,8 +298,7 @@ cdef class MessageIndex:
         cdef int32_t n, c
         cdef int q, i, j, best
         cdef MsgC* m
-        cdef const term_t* mt
-        cdef const double* mw
+        cdef const MsgTermC* mt
         cdef double acc, contrib, best_contrib
         cdef bint shared
         cdef vector[MEntryC]* leaf
@@ -330,22 +328,21 @@ cdef class MessageIndex:
             # score the message exactly (same operations as score_pair) and find its designated term
             m = win_get(self.window, e.seq)
             mt = win_terms(self.window, m)
-            mw = win_weights(self.window, m)
             i = 0
             j = 0
             acc = 0.0
             best = -1
             best_contrib = -1.0
             while i < self.q_n and j < <int>m.nterms:
-                if self.q_terms[i].term == mt[j]:
-                    contrib = self.q_terms[i].w * mw[j]
+                if self.q_terms[i].term == mt[j].term:
+                    contrib = self.q_terms[i].w * mt[j].w
                     acc += contrib
                     if contrib > best_contrib:
                         best_contrib = contrib
                         best = i
                     i += 1
                     j += 1
-                elif self.q_terms[i].term < mt[j]:
+                elif self.q_terms[i].term < mt[j].term:
                     i += 1
                 else:
                     j += 1

@@ -5,23 +5,22 @@
 # SSim = 1 - sqrt(dx*dx + dy*dy) / max_dist and ST = alpha*SSim + (1-alpha)*TSim.  With
 # -ffp-contract=off (setup.py) the two engines agree bit for bit, so ties break identically.
 from libc.math cimport sqrt, nextafterf, INFINITY
-from skype._core.types cimport term_t, RectC, SubTermC
+from skype._core.types cimport term_t, RectC, SubTermC, MsgTermC
 
 
-cdef inline double text_sim(const SubTermC* s, int s_n,
-                            const term_t* m_terms, const double* m_w, int m_n,
+cdef inline double text_sim(const SubTermC* s, int s_n, const MsgTermC* m, int m_n,
                             bint* shared) noexcept nogil:
     """Dot product of two sorted sparse unit vectors; sets shared[0] if they meet."""
     cdef int i = 0, j = 0
     cdef double acc = 0.0
     shared[0] = False
     while i < s_n and j < m_n:
-        if s[i].term == m_terms[j]:
-            acc += s[i].w * m_w[j]
+        if s[i].term == m[j].term:
+            acc += s[i].w * m[j].w
             shared[0] = True
             i += 1
             j += 1
-        elif s[i].term < m_terms[j]:
+        elif s[i].term < m[j].term:
             i += 1
         else:
             j += 1
@@ -40,12 +39,11 @@ cdef inline double combine(double alpha, double ssim, double tsim) noexcept nogi
 
 
 cdef inline double score_pair(double alpha, double sx, double sy, const SubTermC* s, int s_n,
-                              double mx, double my,
-                              const term_t* m_terms, const double* m_w, int m_n,
+                              double mx, double my, const MsgTermC* m, int m_n,
                               double max_dist) noexcept nogil:
     """ST(s, m), or -INFINITY when s and m share no term."""
     cdef bint shared
-    cdef double tsim = text_sim(s, s_n, m_terms, m_w, m_n, &shared)
+    cdef double tsim = text_sim(s, s_n, m, m_n, &shared)
     if not shared:
         return -INFINITY
     return combine(alpha, spatial_sim(sx, sy, mx, my, max_dist), tsim)

@@ -7,7 +7,7 @@ the engine computes internally.
 import numpy as np
 cimport numpy as cnp
 from libc.math cimport INFINITY
-from skype._core.types cimport term_t, SubTermC
+from skype._core.types cimport term_t, SubTermC, MsgTermC
 from libcpp.vector cimport vector
 from libc.stdint cimport int64_t
 from skype._core.scoring cimport score_pair
@@ -28,6 +28,18 @@ cdef vector[SubTermC] sub_terms(const term_t[::1] terms, const double[::1] w, Py
     return out
 
 
+cdef vector[MsgTermC] msg_terms(const term_t[::1] terms, const double[::1] w):
+    cdef vector[MsgTermC] out
+    cdef MsgTermC rec
+    cdef Py_ssize_t i
+    for i in range(terms.shape[0]):
+        rec.term = terms[i]
+        rec.pad = 0
+        rec.w = w[i]
+        out.push_back(rec)
+    return out
+
+
 def score_subscription_against(double alpha, double sx, double sy,
                                const term_t[::1] s_terms, const double[::1] s_w,
                                const double[::1] mx, const double[::1] my,
@@ -41,14 +53,14 @@ def score_subscription_against(double alpha, double sx, double sy,
     out = np.empty(n, dtype=np.float64)
     cdef double[::1] res = out
     cdef vector[SubTermC] st = sub_terms(s_terms, s_w, 0, s_terms.shape[0])
+    cdef vector[MsgTermC] mt = msg_terms(m_terms, m_w)
     with nogil:
         for i in range(n):
             if m_indptr[i + 1] == m_indptr[i] or st.size() == 0:
                 res[i] = -INFINITY
                 continue
             res[i] = score_pair(alpha, sx, sy, st.data(), <int>st.size(),
-                                mx[i], my[i], &m_terms[m_indptr[i]], &m_w[m_indptr[i]],
-                                <int>(m_indptr[i + 1] - m_indptr[i]), max_dist)
+                                mx[i], my[i], &mt[m_indptr[i]], <int>(m_indptr[i + 1] - m_indptr[i]), max_dist)
     return out
 
 
@@ -62,6 +74,7 @@ def score_pairs(const double[::1] alpha, const double[::1] sx, const double[::1]
     out = np.empty(n, dtype=np.float64)
     cdef double[::1] res = out
     cdef vector[SubTermC] st = sub_terms(s_terms, s_w, 0, s_terms.shape[0])
+    cdef vector[MsgTermC] mt = msg_terms(m_terms, m_w)
     with nogil:
         for i in range(n):
             a = pair_s[i]
@@ -70,6 +83,5 @@ def score_pairs(const double[::1] alpha, const double[::1] sx, const double[::1]
                 res[i] = -INFINITY
                 continue
             res[i] = score_pair(alpha[a], sx[a], sy[a], &st[s_indptr[a]], <int>(s_indptr[a + 1] - s_indptr[a]),
-                                mx[b], my[b], &m_terms[m_indptr[b]], &m_w[m_indptr[b]],
-                                <int>(m_indptr[b + 1] - m_indptr[b]), max_dist)
+                                mx[b], my[b], &mt[m_indptr[b]], <int>(m_indptr[b + 1] - m_indptr[b]), max_dist)
     return out

@@ -2,7 +2,7 @@
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC
+from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC, MsgTermC
 
 
 cdef struct CandC:               # a subscription whose buffer an arriving message enters
@@ -72,7 +72,7 @@ cdef class SubscriptionIndex:
     cdef void add_many(self, const sid_t* sids, size_t n) noexcept nogil
     cdef void remove(self, sid_t sid) noexcept nogil
     cdef void theta_changed(self, sid_t sid) noexcept nogil
-    cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
     cdef size_t memory(self) noexcept nogil
 
 
@@ -134,8 +134,7 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef vector[uint32_t] cand_slots       # occupied slots (cleared per message)
     cdef double m_x, m_y               # the message's location
     cdef int m_n                       # its number of terms
-    cdef const term_t* m_terms         # its terms and weights (valid during disseminate)
-    cdef const double* m_w
+    cdef const MsgTermC* m_msg         # its terms (valid during disseminate)
     cdef vector[double] m_wtsum        # per message position: suffix sum / max of weights
     cdef vector[double] m_maxwt
     cdef vector[int32_t] stack
@@ -166,14 +165,12 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef CandStateC* _cand_find(self, sid_t sid) noexcept nogil
     cdef CandStateC* _cand_insert(self, sid_t sid) noexcept nogil
     cdef void _cand_clear(self) noexcept nogil
-    cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw,
-                     uint32_t leaf) noexcept nogil
+    cdef void _visit(self, sid_t sid, int j, term_t t, uint32_t leaf) noexcept nogil
     cdef void _walk(self, double x, double y) noexcept nogil
     cdef bint _leaf_open(self, uint32_t leaf, double x, double y) noexcept nogil
     cdef bint _cut(self, const PEntryC* e, double wts_m, double osb) noexcept nogil
-    cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
     cdef size_t memory(self) noexcept nogil
     cdef double _m_maxwt_after(self, int j) noexcept nogil
     cdef void _own_text(self, sid_t sid, int pos, PEntryC* e) noexcept nogil
-    cdef void _member(self, const PEntryC* e, int j, term_t t, const term_t* mterms, const double* mw,
-                      uint32_t leaf, double osb) noexcept nogil
+    cdef void _member(self, const PEntryC* e, int j, term_t t, uint32_t leaf, double osb) noexcept nogil

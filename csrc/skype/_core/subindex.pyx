@@ -40,7 +40,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt, INFINITY
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
-from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC, prefetch, PREFETCH_AHEAD
+from skype._core.types cimport term_t, sid_t, ext_id_t, RectC, SubTermC, MsgTermC, prefetch, PREFETCH_AHEAD
 from skype._core.scoring cimport (score_pair, mindist, inner_dist, combine, rect_contains, quadrant,
                                    child_rect, round_up, round_down, spatial_sim)
 
@@ -176,7 +176,7 @@ cdef class SubscriptionIndex:
     cdef void theta_changed(self, sid_t sid) noexcept nogil:
         pass
 
-    cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil:
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         pass
 
     cdef size_t memory(self) noexcept nogil:
@@ -759,8 +759,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         elsewhere): wtsum(m, j) * MW(g_r) < a_{s_r} - B(g_r) * OSB - EPS."""
         return wts_m * e.mw < e.a - e.b * osb - EPS
 
-    cdef void _visit(self, sid_t sid, int j, term_t t, const term_t* mterms, const double* mw,
-                     uint32_t leaf) noexcept nogil:
+    cdef void _visit(self, sid_t sid, int j, term_t t, uint32_t leaf) noexcept nogil:
         """Decide a subscription at its first meeting with the message: the individual tests,
         then, for a survivor, the exact score from the two full term lists.  Its later meetings
         are skipped (Alg. 1 accumulates partial sums across lists and verifies at the end; the
@@ -799,7 +798,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         # common terms after t sit at s-positions > i and m-positions > j, so TSim <=
         # w(s,i) w(m,j) + min(wtsum(s,i+1) * maxwt(m,j+1), maxwt(s,i+1) * wtsum(m,j+1)).
         if self.rule_unseen:
-            acc = st[i].w * mw[j]
+            acc = st[i].w * self.m_msg[j].w
             ub = 0.0
             if i + 1 < h.nterms and j + 1 < self.m_n:
                 ub = st[i + 1].wtsum * self.m_maxwt[j + 1]
@@ -811,16 +810,15 @@ cdef class IGPTIndex(SubscriptionIndex):
                 return
         # Verification with the exact score from the two full term lists (spec §3.8).
         self.ctr.candidates += 1
-        score = score_pair(h.alpha, h.x, h.y, st, h.nterms, self.m_x, self.m_y, self.m_terms, self.m_w,
-                           self.m_n, self.max_dist)
+        score = score_pair(h.alpha, h.x, h.y, st, h.nterms, self.m_x, self.m_y, self.m_msg, self.m_n,
+                           self.max_dist)
         if score >= h.theta:
             cand.sid = sid
             cand.score = score
             self.out.push_back(cand)
             self.ctr.admitted += 1
 
-    cdef inline void _member(self, const PEntryC* e, int j, term_t t, const term_t* mterms, const double* mw,
-                             uint32_t leaf, double osb) noexcept nogil:
+    cdef inline void _member(self, const PEntryC* e, int j, term_t t, uint32_t leaf, double osb) noexcept nogil:
         """A posting entry that no group rule skipped."""
         cdef sid_t sid = e.sid_group & SID_MASK
         cdef CandStateC* c = self._cand_find(sid)
@@ -831,7 +829,7 @@ cdef class IGPTIndex(SubscriptionIndex):
             # term's exact contribution), SSim(s, m) <= OSB(m, leaf), and the stored a_s is a
             # lower and b_s an upper bound.  It spares the subscription's records for most
             # first meetings.
-            if self.rule_prefix and (e.own_w * mw[j] + e.own_rest * self._m_maxwt_after(j) <
+            if self.rule_prefix and (e.own_w * self.m_msg[j].w + e.own_rest * self._m_maxwt_after(j) <
                                      e.a - e.own_b * osb - EPS):
                 self._cand_insert(sid).last = DECIDED
                 self.ctr.prefix_pruned += 1
@@ -839,12 +837,12 @@ cdef class IGPTIndex(SubscriptionIndex):
                 return
         else:
             return                          # decided at an earlier meeting
-        self._visit(sid, j, t, mterms, mw, leaf)
+        self._visit(sid, j, t, leaf)
 
     cdef inline double _m_maxwt_after(self, int j) noexcept nogil:
         return self.m_maxwt[j + 1] if j + 1 < self.m_n else 0.0
 
-    cdef void disseminate(self, const term_t* terms, const double* w, int n, double x, double y) noexcept nogil:
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int j
         cdef size_t p, r, r1, gend, lo, hi, mid, visits = 0
         cdef uint32_t leaf, g, sid
@@ -865,27 +863,26 @@ cdef class IGPTIndex(SubscriptionIndex):
         self.m_x = x
         self.m_y = y
         self.m_n = n
-        self.m_terms = terms
-        self.m_w = w
+        self.m_msg = m
         self.m_wtsum.resize(n)
         self.m_maxwt.resize(n)
         for j in range(n - 1, -1, -1):
-            s_sum += w[j]
-            if w[j] > s_max:
-                s_max = w[j]
+            s_sum += m[j].w
+            if m[j].w > s_max:
+                s_max = m[j].w
             self.m_wtsum[j] = s_sum * (1.0 + 1e-15)
             self.m_maxwt[j] = s_max
         self.walked = False
         if self.rule_cell and self.cell_walk:
             if self.cell_walk == 2:
                 for j in range(n):
-                    if terms[j] < self.postings.size():
-                        visits += self.postings[terms[j]].pls.size()
+                    if m[j].term < self.postings.size():
+                        visits += self.postings[m[j].term].pls.size()
             if self.cell_walk == 1 or visits > self.nodes.size():
                 self._walk(x, y)
                 self.walked = True
         for j in range(n):
-            t = terms[j]
+            t = m[j].term
             if t >= self.postings.size():
                 continue
             tp = &self.postings[t]
@@ -900,7 +897,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                     # A short list: the group tests would cost as much as the members' own
                     # first-meeting tests below, which are at least as strong (own a_s, b_s).
                     while r < r1:
-                        self._member(&tp.entries[r], j, t, terms, w, leaf, osb)
+                        self._member(&tp.entries[r], j, t, leaf, osb)
                         r += 1
                     continue
                 while r < r1:
@@ -944,7 +941,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                                 lo = mid + 1
                         self.ctr.entries_cut += gend - hi
                     while r < hi:
-                        self._member(&tp.entries[r], j, t, terms, w, leaf, osb)
+                        self._member(&tp.entries[r], j, t, leaf, osb)
                         r += 1
                     r = gend
 

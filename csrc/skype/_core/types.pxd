@@ -15,6 +15,12 @@ cdef struct RectC:
     double maxy
 
 
+cdef struct MsgTermC:        # one term of a message (16 bytes)
+    term_t term
+    uint32_t pad
+    double w                 # unit-normalised weight
+
+
 cdef struct SubTermC:        # one term of a subscription (16 bytes)
     term_t term
     float wtsum              # suffix sum of the weights from this position, rounded up

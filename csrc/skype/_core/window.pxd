@@ -2,7 +2,7 @@
 from libcpp.vector cimport vector
 from libcpp.unordered_set cimport unordered_set
 from libc.stdint cimport uint32_t, uint64_t, int64_t
-from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t
+from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t, MsgTermC
 
 
 cdef struct MsgC:
@@ -23,8 +23,7 @@ cdef class WindowStore:
     cdef uint64_t head                     # ring index of the oldest message
     cdef uint64_t count                    # messages in the window
     cdef seq_t oldest_seq                  # seq of the oldest message (next seq = oldest_seq + count)
-    cdef vector[term_t] term_ids           # term ring (bip buffer: a message's terms never wrap)
-    cdef vector[double] term_w
+    cdef vector[MsgTermC] term_ring        # term ring (bip buffer: a message's terms never wrap)
     cdef uint64_t term_head                # absolute position of the oldest live term
     cdef uint64_t term_tail                # absolute position one past the newest term
     cdef vector[sid_t] hold_ring           # admission holders, message after message (FIFO)
@@ -37,7 +36,7 @@ cdef class WindowStore:
     cdef void _grow_holders(self) noexcept nogil
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil
     cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
-                      const term_t* terms, const double* weights, uint32_t n) noexcept nogil
+                      const MsgTermC* terms, uint32_t n) noexcept nogil
     cdef void pop_oldest(self) noexcept nogil
 
 
@@ -54,12 +53,8 @@ cdef inline MsgC* win_oldest(WindowStore w) noexcept nogil:
     return &w.ring[w.head]
 
 
-cdef inline const term_t* win_terms(WindowStore w, const MsgC* m) noexcept nogil:
-    return &w.term_ids[m.term_pos & (w.term_ids.size() - 1)]
-
-
-cdef inline const double* win_weights(WindowStore w, const MsgC* m) noexcept nogil:
-    return &w.term_w[m.term_pos & (w.term_w.size() - 1)]
+cdef inline const MsgTermC* win_terms(WindowStore w, const MsgC* m) noexcept nogil:
+    return &w.term_ring[m.term_pos & (w.term_ring.size() - 1)]
 
 
 cdef inline vector[sid_t]* win_extra_holders(WindowStore w, seq_t seq) noexcept nogil:

@@ -19,7 +19,7 @@ Invariants:
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, int64_t
-from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t
+from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t, MsgTermC
 from skype._core.window cimport win_next_seq, win_get, win_extra_holders
 
 cdef enum:
@@ -32,8 +32,7 @@ cdef class WindowStore:
     def __cinit__(self):
         self.ring.resize(INITIAL_RING)
         self.extra.resize(INITIAL_RING)
-        self.term_ids.resize(INITIAL_TERMS)
-        self.term_w.resize(INITIAL_TERMS)
+        self.term_ring.resize(INITIAL_TERMS)
         self.hold_ring.resize(INITIAL_HOLDERS)
         self.head = 0
         self.count = 0
@@ -78,44 +77,39 @@ cdef class WindowStore:
 
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil:
         """Copy live term blocks compactly into a ring with room for ``need`` more terms."""
-        cdef uint64_t cap = self.term_ids.size(), live = self.term_tail - self.term_head
+        cdef uint64_t cap = self.term_ring.size(), live = self.term_tail - self.term_head
         cdef uint64_t new_cap = cap, i, j, pos = 0
-        cdef vector[term_t] ids
-        cdef vector[double] ws
+        cdef vector[MsgTermC] ring
         cdef MsgC* m
         while new_cap < (5 * (live + need)) // 4 + 64:   # a quarter of headroom for wraps
             new_cap *= 2
-        ids.resize(new_cap)
-        ws.resize(new_cap)
+        ring.resize(new_cap)
         for i in range(self.count):
             m = &self.ring[(self.head + i) & (self.ring.size() - 1)]
             for j in range(m.nterms):
-                ids[pos + j] = self.term_ids[(m.term_pos + j) & (cap - 1)]
-                ws[pos + j] = self.term_w[(m.term_pos + j) & (cap - 1)]
+                ring[pos + j] = self.term_ring[(m.term_pos + j) & (cap - 1)]
             m.term_pos = pos
             pos += m.nterms
-        self.term_ids.swap(ids)
-        self.term_w.swap(ws)
+        self.term_ring.swap(ring)
         self.term_head = 0
         self.term_tail = pos
 
     cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
-                      const term_t* terms, const double* weights, uint32_t n) noexcept nogil:
+                      const MsgTermC* terms, uint32_t n) noexcept nogil:
         cdef uint64_t cap, start, j
         cdef MsgC* m
         if self.count == self.ring.size():
             self._grow_ring()
-        cap = self.term_ids.size()
+        cap = self.term_ring.size()
         start = self.term_tail
         if (start & (cap - 1)) + n > cap:          # would wrap: skip to the ring's start
             start = (start | (cap - 1)) + 1
         if start + n - self.term_head > cap:
             self._relayout_terms(n)
-            cap = self.term_ids.size()
+            cap = self.term_ring.size()
             start = self.term_tail
         for j in range(n):
-            self.term_ids[(start + j) & (cap - 1)] = terms[j]
-            self.term_w[(start + j) & (cap - 1)] = weights[j]
+            self.term_ring[(start + j) & (cap - 1)] = terms[j]
         self.term_tail = start + n
         m = &self.ring[(self.head + self.count) & (self.ring.size() - 1)]
         m.seq = self.oldest_seq + self.count
@@ -169,7 +163,7 @@ cdef class WindowStore:
         return out
 
     def memory_bytes(self):
-        cdef uint64_t total = (self.ring.capacity() * (sizeof(MsgC) + 24) + self.term_ids.capacity() * 12
+        cdef uint64_t total = (self.ring.capacity() * (sizeof(MsgC) + 24) + self.term_ring.capacity() * sizeof(MsgTermC)
                                + self.hold_ring.capacity() * sizeof(sid_t))
         cdef uint64_t i
         for i in range(self.extra.size()):
