@@ -41,7 +41,7 @@ def save(fig, path: Path) -> str:
     return path.name
 
 
-def _spans_orders_of_magnitude(values: Sequence[float], factor: float = 20.0) -> bool:
+def _spans_orders_of_magnitude(values: Sequence[float], factor: float = 10.0) -> bool:
     positive = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     return len(positive) >= 2 and max(positive) / min(positive) >= factor
 

@@ -296,10 +296,11 @@ def present_tuning(outcome: Outcome, out: Path, scale: Scale) -> Section:
     for ax, series, xlabel in ((axes[0], "IGPT-Kmax", "kmax"), (axes[1], "IGPT-Skyband", "Skyband ratio θ / kScore")):
         xs, ys = outcome.curve(series, total_us)
         _, bufs = outcome.curve(series, "avg_buffer_size")
-        plots.lines(ax, {f"{series}: AMP+EMP": (xs, ys)}, xlabel=xlabel, ylabel="AMP + EMP (µs per message)",
-                    logy=False)
+        plots.lines(ax, {f"{series}: AMP+EMP": (xs, ys)}, xlabel=xlabel,
+                    ylabel="AMP + EMP (µs per message), solid")
         plots.hline(ax, total_us(cs), "IGPT-cSkyband: AMP+EMP", color="black", style="-")
-        ax.set_ylim(bottom=0)
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(bottom=0)
         twin = ax.twinx()
         twin.plot(xs, bufs, ":", marker="x", color="#2ca02c", label=f"{series}: buffer")
         twin.axhline(cs["avg_buffer_size"], color="#2ca02c", linestyle="-.", linewidth=1, label="IGPT-cSkyband: buffer")
@@ -418,7 +419,7 @@ def present_dissemination(outcome: Outcome, out: Path, scale: Scale) -> Section:
     dss = outcome.datasets()
     fig, axes = plots.figure(2, "Fig. 13: IGPT vs CIQ, (a) AMP, (b) subscription index size")
     plots.bars(axes[0], dss, {s: [outcome.one(s, dataset=ds)["amp_us"] for ds in dss] for s in DISSEMINATION},
-               ylabel="AMP (µs per arriving message)", logy=True)
+               ylabel="AMP (µs per arriving message)")
     plots.bars(axes[1], dss, {s: [outcome.one(s, dataset=ds)["index_bytes_per_sub"] for ds in dss]
                               for s in ("IGPT-cSkyband", "CIQ-cSkyband")},
                ylabel="index bytes per subscription")
@@ -475,7 +476,7 @@ def present_reevaluation(outcome: Outcome, out: Path, scale: Scale) -> Section:
     names = [n for n in BUFFERS if outcome.select(n)]
     fig, axes = plots.figure(2, "Fig. 14: re-evaluation per buffer kind, IGPT")
     plots.bars(axes[0], dss, {n: [outcome.one(n, dataset=ds)["emp_us"] for ds in dss] for n in names},
-               ylabel="EMP (µs per expiring message)", logy=True)
+               ylabel="EMP (µs per expiring message)")
     plots.bars(axes[1], dss, {n: [outcome.one(n, dataset=ds)["reevals_per_1000"] for ds in dss] for n in names},
                ylabel="re-evaluations per 1000 messages", logy=False)
     sec.figures.append(plots.save(fig, out / "fig14_emp.png"))
