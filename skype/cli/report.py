@@ -9,7 +9,9 @@ import sys
 from typing import Iterable, TextIO
 
 
-def print_table(title: str, rows: Iterable[tuple[str, object]], file: TextIO = sys.stdout) -> None:
+def print_table(title: str, rows: Iterable[tuple[str, object]], file: TextIO | None = None) -> None:
+    """Print ``rows`` as an aligned key/value table; ``file`` defaults to the *current* ``sys.stdout``."""
+    file = sys.stdout if file is None else file
     rows = [(str(k), str(v)) for k, v in rows]
     width = max((len(k) for k, _ in rows), default=0)
     print(f"== {title} ==", file=file)
