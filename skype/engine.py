@@ -32,7 +32,7 @@ from skype._core.subindex import IGPTIndex, SubTable
 
 INDEXES = ("igpt", "ipt", "ciq")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
-RULES = ("cell", "group", "early", "prefix", "spatial", "exact_spatial", "unseen")
+RULES = ("cell", "group", "early", "entry", "prefix", "spatial", "exact_spatial", "unseen")
 BARRIERS = ("stationary", "window", "factor")
 
 CIQ_PARAMS = {"budget": 16, "max_depth": 12}  # cover cells per subscription, quadtree depth
@@ -72,10 +72,11 @@ class Engine(EngineBase):
         alpha-groups per posting list (default 10).
     pruning
         ``{rule: bool}`` to switch IGPT's rules off individually: ``cell`` (Lemma 6),
-        ``group`` (Thm 5.3), ``early`` (Thm 5.4), ``prefix`` (Thm 5.1), ``spatial`` (Defs 6-8),
+        ``group`` (Thm 5.3), ``early`` (Thm 5.4), ``entry`` (Lemma 4 per member from the posting
+        entry's stored a_s, b_s), ``prefix`` (Thm 5.1), ``spatial`` (Defs 6-8),
         ``unseen`` (Thm 5.2), and ``exact_spatial`` (the individual tests use the exact spatial
         similarity, from the location they load anyway, in place of the bound of Def. 8).  All
-        on by default (``ipt``: group and early off).
+        on by default (``ipt``: group, early and entry off).
     kmax, skyband_ratio
         parameters of the kmax (default 60) and Skyband (default 0.8) buffers.
     cost
@@ -113,8 +114,8 @@ class Engine(EngineBase):
             raise invalid_choice("buffer", buffer, BUFFERS)
         self.index_kind, self.buffer_kind = index, buffer
         rules = {rule: True for rule in RULES}
-        if index == "ipt":
-            rules["group"] = rules["early"] = False
+        if index == "ipt":  # the paper's IPT: no alpha-partition (spec §3.5) at all
+            rules["group"] = rules["early"] = rules["entry"] = False
         for rule, on in (pruning or {}).items():
             if rule not in RULES:
                 raise invalid_choice("pruning rule", rule, RULES)

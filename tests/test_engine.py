@@ -86,7 +86,8 @@ def test_each_pruning_rule_alone_is_exact(rule, workload):
     eng = run_core(workload, "count", buffer="exact", pruning=only, leaf_capacity=8)
     d = eng.stats()["dissemination"]
     fired = {"cell": d["cells_pruned"], "group": d["groups_skipped"], "early": d["entries_cut"],
-             "prefix": d["prefix_pruned"], "unseen": d["unseen_pruned"], "spatial": 1, "exact_spatial": 1}[rule]
+             "entry": d["entry_pruned"], "prefix": d["prefix_pruned"], "unseen": d["unseen_pruned"], "spatial": 1,
+             "exact_spatial": 1}[rule]
     if rule not in ("spatial", "exact_spatial") and not (rule == "cell" and workload == "grid"):
         assert fired > 0, f"rule {rule} never fired: the test would not catch an unsafe rule"
 

@@ -18,6 +18,7 @@ cdef struct CountersC:           # dissemination counters (totals over all messa
     uint64_t groups_skipped      # alpha-groups skipped whole (Thm 5.3)
     uint64_t entries_cut         # group members cut by early termination (Thm 5.4)
     uint64_t entries_visited     # posting entries examined individually
+    uint64_t entry_pruned        # first meetings pruned from the posting entry alone (Lemma 4, a_s, b_s)
     uint64_t prefix_pruned       # first meetings pruned by prefix filtering (Thm 5.1)
     uint64_t unseen_pruned       # pruned by the unseen-keywords bound (Thm 5.2)
     uint64_t candidates          # subscriptions verified with their exact score
@@ -111,7 +112,7 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef int ngroups
     cdef vector[double] group_bounds   # ngroups - 1 ascending alpha boundaries
     # pruning rules
-    cdef bint rule_cell, rule_group, rule_early, rule_prefix, rule_spatial, rule_unseen, rule_exact_spatial
+    cdef bint rule_cell, rule_group, rule_early, rule_entry, rule_prefix, rule_spatial, rule_unseen, rule_exact_spatial
     cdef int cell_walk                 # 0 never, 1 always, 2 auto
     cdef double theta_refresh          # raise the indexed threshold when theta exceeds it by this
     # quadtree

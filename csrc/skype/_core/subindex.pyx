@@ -188,7 +188,7 @@ cdef class SubscriptionIndex:
             "messages": c.messages, "cells_visited": c.cells_visited, "cells_pruned": c.cells_pruned,
             "groups_visited": c.groups_visited, "groups_skipped": c.groups_skipped,
             "entries_cut": c.entries_cut, "entries_visited": c.entries_visited,
-            "prefix_pruned": c.prefix_pruned, "unseen_pruned": c.unseen_pruned,
+            "entry_pruned": c.entry_pruned, "prefix_pruned": c.prefix_pruned, "unseen_pruned": c.unseen_pruned,
             "candidates": c.candidates, "admitted": c.admitted,
         }
 
@@ -229,7 +229,7 @@ cdef bint build_less(const BuildC& p, const BuildC& q) noexcept nogil:
 cdef class IGPTIndex(SubscriptionIndex):
     def __cinit__(self, SubTable table, double minx, double miny, double maxx, double maxy,
                   double max_dist, uint32_t leaf_capacity=1000, int ngroups=10,
-                  bint cell=True, bint group=True, bint early=True, bint prefix=True,
+                  bint cell=True, bint group=True, bint early=True, bint entry=True, bint prefix=True,
                   bint spatial=True, bint unseen=True, bint exact_spatial=True, int cell_walk=2,
                   double theta_refresh=0.02,
                   uint32_t max_depth=24):
@@ -248,6 +248,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         self.rule_cell = cell
         self.rule_group = group
         self.rule_early = early
+        self.rule_entry = entry
         self.rule_prefix = prefix
         self.rule_spatial = spatial
         self.rule_unseen = unseen
@@ -823,16 +824,17 @@ cdef class IGPTIndex(SubscriptionIndex):
         cdef sid_t sid = e.sid_group & SID_MASK
         cdef CandStateC* c = self._cand_find(sid)
         if c == NULL:
-            # The first-meeting test from the entry alone.  Safe: at the first meeting every
-            # common term after t sits after position i in s and after j in m, so TSim <=
-            # w(s,i) w(m,j) + wtsum(s,i+1) maxwt(m,j+1) (Thm 5.1 refined, with the current
+            # The first-meeting test from the entry alone: Lemma 4 for one member, with the
+            # alpha-partition's theta'_T = a_s - b_s * OSB (spec §3.5; IPT has no a_s, b_s).
+            # Safe: at the first meeting every common term after t sits after position i in s
+            # and after j in m, so TSim <= w(s,i) w(m,j) + wtsum(s,i+1) maxwt(m,j+1) (the current
             # term's exact contribution), SSim(s, m) <= OSB(m, leaf), and the stored a_s is a
             # lower and b_s an upper bound.  It spares the subscription's records for most
             # first meetings.
-            if self.rule_prefix and (e.own_w * self.m_msg[j].w + e.own_rest * self._m_maxwt_after(j) <
+            if self.rule_entry and (e.own_w * self.m_msg[j].w + e.own_rest * self._m_maxwt_after(j) <
                                      e.a - e.own_b * osb - EPS):
                 self._cand_insert(sid).last = DECIDED
-                self.ctr.prefix_pruned += 1
+                self.ctr.entry_pruned += 1
                 self.ctr.entries_visited += 1
                 return
         else:
@@ -893,7 +895,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                 osb = self.leaf_osb[leaf]
                 r = tp.pls[p].start
                 r1 = self._seg_end(tp, p)
-                if r1 - r <= SMALL_LIST:
+                if r1 - r <= SMALL_LIST and self.rule_entry:
                     # A short list: the group tests would cost as much as the members' own
                     # first-meeting tests below, which are at least as strong (own a_s, b_s).
                     while r < r1:
