@@ -46,6 +46,16 @@ def _csr(lists: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.nda
     return ptr, ids, scores, seqs
 
 
+def _concat_ptrs(parts: list, name: str) -> np.ndarray:
+    """The CSR row pointers ``name`` of several parts, concatenated (each shifted by the rows before)."""
+    out, base = [np.zeros(1, np.int64)], 0
+    for part in parts:
+        ptr = getattr(part, name)
+        out.append(ptr[1:] + base)
+        base += int(ptr[-1])
+    return np.concatenate(out)
+
+
 def csr_take(ptr: np.ndarray, cols: tuple[np.ndarray, ...], rows: np.ndarray) -> tuple[np.ndarray, tuple]:
     """Rows of a CSR structure (``ptr`` + aligned entry columns), in the order given."""
     rows = np.asarray(rows, np.int64)
@@ -89,18 +99,9 @@ class ReportRows:
         parts = [p for p in parts if len(p)]
         if not parts:
             return cls.empty()
-
-        def ptrs(name):
-            out, base = [np.zeros(1, np.int64)], 0
-            for p in parts:
-                ptr = getattr(p, name)
-                out.append(ptr[1:] + base)
-                base += int(ptr[-1])
-            return np.concatenate(out)
-
         return cls({k: np.concatenate([p.row[k] for p in parts]) for k in parts[0].row},
-                   ptrs("a_ptr"), tuple(np.concatenate([p.a[i] for p in parts]) for i in range(3)),
-                   ptrs("b_ptr"), tuple(np.concatenate([p.b[i] for p in parts]) for i in range(3)))
+                   _concat_ptrs(parts, "a_ptr"), tuple(np.concatenate([p.a[i] for p in parts]) for i in range(3)),
+                   _concat_ptrs(parts, "b_ptr"), tuple(np.concatenate([p.b[i] for p in parts]) for i in range(3)))
 
     def pack(self, partition: int, upto: int) -> bytes:
         return codec.pack(
@@ -192,18 +193,9 @@ class EventRows:
         parts = [p for p in parts if len(p)]
         if not parts:
             return EventBuilder(0).rows()
-
-        def ptrs(name):
-            out, base = [np.zeros(1, np.int64)], 0
-            for p in parts:
-                ptr = getattr(p, name)
-                out.append(ptr[1:] + base)
-                base += int(ptr[-1])
-            return np.concatenate(out)
-
         return cls(np.concatenate([p.sub for p in parts]), np.concatenate([p.created for p in parts]),
-                   np.concatenate([p.removed for p in parts]), ptrs("e_ptr"),
-                   tuple(np.concatenate([p.entered[i] for p in parts]) for i in range(3)), ptrs("l_ptr"),
+                   np.concatenate([p.removed for p in parts]), _concat_ptrs(parts, "e_ptr"),
+                   tuple(np.concatenate([p.entered[i] for p in parts]) for i in range(3)), _concat_ptrs(parts, "l_ptr"),
                    np.concatenate([p.left for p in parts]))
 
     def pack(self, upto: int) -> bytes:

@@ -36,6 +36,7 @@ from skype.model import Match
 from skype.spark import hosts as hosts_mod
 from skype.spark.keys import grouping_keys
 from skype.spark.partition import PartitionConfig, WindowSpec
+from skype.spark.staging import write_table
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
                     "engine_options", "n1")
@@ -365,7 +366,8 @@ class EventSink:
             if self.console:
                 print_events(table, int(batch_id), directory.name)
             else:
-                write_events(table, directory / f"batch-{batch_id:08d}.{_suffix(self.format)}", self.format)
+                fmt = _suffix(self.format)  # "jsonl" or "parquet", the staging format names
+                write_table(table, directory / f"batch-{batch_id:08d}.{fmt}", fmt, drop_nulls=False)
         record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
                   "pipeline_s": t_pipeline, "events": events}
         _write_atomic(self.metrics_dir / f"batch-{batch_id:08d}.json", json.dumps(record))
@@ -392,21 +394,6 @@ def events_table(blobs: list[bytes], batch_id: int):
     batches = [events_to_arrow(blob) for blob in blobs]
     table = pa.Table.from_batches(batches, schema=events_schema()) if batches else events_schema().empty_table()
     return table.append_column("batch", pa.array(np.full(table.num_rows, batch_id, np.int64)))
-
-
-def write_events(table, path: Path, fmt: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, tmp)
-    else:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for row in table.to_pylist():
-                fh.write(json.dumps(row, allow_nan=False))
-                fh.write("\n")
-    tmp.replace(path)
 
 
 def print_events(table, batch_id: int, method: str, limit: int = 20) -> None:

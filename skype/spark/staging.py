@@ -55,8 +55,10 @@ def command_table(op: list[str], at: list[int | None], subs: SubscriptionBatch):
     })
 
 
-def write_table(table, path: Path, fmt: str) -> None:
-    """Write atomically (temporary name, then rename) as Parquet or JSONL."""
+def write_table(table, path: Path, fmt: str, drop_nulls: bool = True) -> None:
+    """Write atomically (temporary name, then rename) as Parquet or JSONL.
+
+    JSONL rows leave out null fields unless ``drop_nulls`` is false."""
     if fmt not in FORMATS:
         raise InputError("E022", what="stream file format", value=fmt, choices=", ".join(FORMATS))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +70,9 @@ def write_table(table, path: Path, fmt: str) -> None:
     else:
         with open(tmp, "w", encoding="utf-8") as fh:
             for row in table.to_pylist():
-                fh.write(json.dumps({k: v for k, v in row.items() if v is not None}, allow_nan=False))
+                if drop_nulls:
+                    row = {k: v for k, v in row.items() if v is not None}
+                fh.write(json.dumps(row, allow_nan=False))
                 fh.write("\n")
     os.replace(tmp, path)
 

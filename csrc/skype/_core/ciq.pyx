@@ -57,10 +57,7 @@ cdef class CIQIndex(SubscriptionIndex):
     def __cinit__(self, SubTable table, double minx, double miny, double maxx, double maxy,
                   double max_dist, int budget=16, int max_depth=12, double theta_refresh=0.02):
         self.table = table
-        self.bounds.minx = minx
-        self.bounds.miny = miny
-        self.bounds.maxx = maxx
-        self.bounds.maxy = maxy
+        self.bounds = RectC(minx, miny, maxx, maxy)
         self.max_dist = max_dist
         self.budget = budget if budget >= 1 else 1
         self.max_depth = max_depth if max_depth <= 28 else 28

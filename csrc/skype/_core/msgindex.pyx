@@ -53,10 +53,7 @@ cdef class MessageIndex:
     def __cinit__(self, WindowStore window, double minx, double miny, double maxx, double maxy,
                   double max_dist, uint32_t leaf_capacity=64, uint32_t max_depth=20):
         self.window = window
-        self.bounds.minx = minx
-        self.bounds.miny = miny
-        self.bounds.maxx = maxx
-        self.bounds.maxy = maxy
+        self.bounds = RectC(minx, miny, maxx, maxy)
         self.max_dist = max_dist
         self.leaf_capacity = leaf_capacity
         self.max_depth = max_depth

@@ -235,10 +235,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                   uint32_t max_depth=24):
         cdef int g
         self.table = table
-        self.bounds.minx = minx
-        self.bounds.miny = miny
-        self.bounds.maxx = maxx
-        self.bounds.maxy = maxy
+        self.bounds = RectC(minx, miny, maxx, maxy)
         self.max_dist = max_dist
         self.leaf_capacity = leaf_capacity
         self.max_depth = max_depth
