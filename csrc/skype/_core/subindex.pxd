@@ -42,6 +42,11 @@ cdef struct CandStateC:           # a subscription met by the current message (8
     int32_t last                  # DECIDED once its fate for this message is known
 
 
+cdef struct PendingC:             # a first meeting that survived the entry test (term batch)
+    uint32_t sid
+    uint32_t leaf
+
+
 cdef class SubTable:
     """Subscriptions addressed by slot (sid): the hot records, the term records (each
     subscription's run sorted by term id), and cold columns."""
@@ -133,6 +138,7 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef vector[CandStateC] cand           # open-addressing table of the message's candidates
     cdef uint32_t cand_bits                # the table has 2^cand_bits slots
     cdef vector[uint32_t] cand_slots       # occupied slots (cleared per message)
+    cdef vector[PendingC] pending          # first meetings of the current term, visited together
     cdef double m_x, m_y               # the message's location
     cdef int m_n                       # its number of terms
     cdef const MsgTermC* m_msg         # its terms (valid during disseminate)
@@ -175,3 +181,4 @@ cdef class IGPTIndex(SubscriptionIndex):
     cdef double _m_maxwt_after(self, int j) noexcept nogil
     cdef void _own_text(self, sid_t sid, int pos, PEntryC* e) noexcept nogil
     cdef void _member(self, const PEntryC* e, int j, term_t t, uint32_t leaf, double osb) noexcept nogil
+    cdef void _visit_pending(self, int j, term_t t) noexcept nogil

@@ -764,13 +764,12 @@ cdef class IGPTIndex(SubscriptionIndex):
         records are loaded here, so the exact score is cheaper, and no partial sum is ever
         reused, so CATCHUP is not needed).  Safety of deciding here: if an earlier common term
         sat in a list that a group rule skipped, that rule proved ST(s, m) < theta, and the
-        verification below cannot admit s."""
+        verification below cannot admit s.  The caller has marked s DECIDED."""
         cdef const SubHotC* h = &self.table.hot[sid]
         cdef const SubTermC* st = &self.table.terms[h.term_off]
         cdef int i = 0
         cdef double ssim_up, acc, ub, ub2, dout, score
         cdef CandC cand
-        self._cand_insert(sid).last = DECIDED
         self.ctr.entries_visited += 1
         while st[i].term != t:
             i += 1
@@ -836,7 +835,24 @@ cdef class IGPTIndex(SubscriptionIndex):
                 return
         else:
             return                          # decided at an earlier meeting
-        self._visit(sid, j, t, leaf)
+        # Visited with the term's other survivors (_visit_pending).  Deferring within the term
+        # changes nothing: a subscription has one entry per term, so no later entry of this
+        # term meets it again, and the visits keep their order.
+        self._cand_insert(sid).last = DECIDED
+        self.pending.push_back(PendingC(sid, leaf))
+
+    cdef void _visit_pending(self, int j, term_t t) noexcept nogil:
+        """Visit the first meetings that term t's lists left for the individual tests, with
+        the subscriptions' records fetched ahead: the hot record, then its term records (a
+        survivor's records are cache misses, and these loads are independent)."""
+        cdef size_t q, n = self.pending.size()
+        for q in range(n):
+            if q + 2 * PREFETCH_AHEAD < n:
+                prefetch(&self.table.hot[self.pending[q + 2 * PREFETCH_AHEAD].sid])
+            if q + PREFETCH_AHEAD < n:
+                prefetch(&self.table.terms[self.table.hot[self.pending[q + PREFETCH_AHEAD].sid].term_off])
+            self._visit(self.pending[q].sid, j, t, self.pending[q].leaf)
+        self.pending.clear()
 
     cdef inline double _m_maxwt_after(self, int j) noexcept nogil:
         return self.m_maxwt[j + 1] if j + 1 < self.m_n else 0.0
@@ -943,6 +959,7 @@ cdef class IGPTIndex(SubscriptionIndex):
                         self._member(&tp.entries[r], j, t, leaf, osb)
                         r += 1
                     r = gend
+            self._visit_pending(j, t)
 
     cdef size_t memory(self) noexcept nogil:
         cdef size_t total = self.nodes.capacity() * sizeof(QNodeC) + self.postings.capacity() * sizeof(TermPostC)
