@@ -30,8 +30,8 @@ from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, RectC, SubTermC, MsgTermC
-from skype._core.scoring cimport score_pair, mindist, round_up, round_down
-from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC, CandC, CountersC
+from skype._core.scoring cimport mindist, round_up, round_down
+from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC, CountersC
 
 cdef double EPS = 1e-9
 cdef double ALPHA_TEXT_LIMIT = 1.0 - 1e-6
@@ -223,12 +223,10 @@ cdef class CIQIndex(SubscriptionIndex):
         cdef int depth, j, best
         cdef uint64_t code = 0, key, lkey
         cdef double minx = self.bounds.minx, maxx = self.bounds.maxx
-        cdef double miny = self.bounds.miny, maxy = self.bounds.maxy, mid, tsim, score, min_t
+        cdef double miny = self.bounds.miny, maxy = self.bounds.maxy, mid, tsim, min_t
         cdef uint32_t cid
         cdef size_t c
         cdef sid_t sid = 0
-        cdef const SubHotC* h
-        cdef CandC cand
         self.out.clear()
         self.ctr.messages += 1
         for depth in range(self.max_depth + 1):
@@ -284,15 +282,7 @@ cdef class CIQIndex(SubscriptionIndex):
                 # similarity a message in this cell needs to reach theta.
                 if tsim * (1.0 + 1e-12) < min_t - EPS:
                     continue
-                self.ctr.candidates += 1
-                h = &self.table.hot[sid]
-                score = score_pair(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms, x, y, m, n,
-                                   self.max_dist)
-                if score >= h.theta:
-                    cand.sid = sid
-                    cand.score = score
-                    self.out.push_back(cand)
-                    self.ctr.admitted += 1
+                self._verify(sid, x, y, m, n)
             if (maxx - minx) <= 0 or depth == self.max_depth:
                 break
 

@@ -179,6 +179,19 @@ cdef class SubscriptionIndex:
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         pass
 
+    cdef void _verify(self, sid_t sid, double x, double y, const MsgTermC* m, int n) noexcept nogil:
+        """Verification (spec §3.8): the exact score of a candidate from the two full term
+        lists; the candidate is reported when it reaches theta_s.  Every index ends here."""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef CandC cand
+        self.ctr.candidates += 1
+        cand.score = score_pair(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms, x, y, m, n,
+                                self.max_dist)
+        if cand.score >= h.theta:
+            cand.sid = sid
+            self.out.push_back(cand)
+            self.ctr.admitted += 1
+
     cdef size_t memory(self) noexcept nogil:
         return 0
 
@@ -768,8 +781,7 @@ cdef class IGPTIndex(SubscriptionIndex):
         cdef const SubHotC* h = &self.table.hot[sid]
         cdef const SubTermC* st = &self.table.terms[h.term_off]
         cdef int i = 0
-        cdef double ssim_up, acc, ub, ub2, dout, score
-        cdef CandC cand
+        cdef double ssim_up, acc, ub, ub2, dout
         self.ctr.entries_visited += 1
         while st[i].term != t:
             i += 1
@@ -805,15 +817,7 @@ cdef class IGPTIndex(SubscriptionIndex):
             if combine(h.alpha, ssim_up, acc + ub) < h.theta - EPS:
                 self.ctr.unseen_pruned += 1
                 return
-        # Verification with the exact score from the two full term lists (spec §3.8).
-        self.ctr.candidates += 1
-        score = score_pair(h.alpha, h.x, h.y, st, h.nterms, self.m_x, self.m_y, self.m_msg, self.m_n,
-                           self.max_dist)
-        if score >= h.theta:
-            cand.sid = sid
-            cand.score = score
-            self.out.push_back(cand)
-            self.ctr.admitted += 1
+        self._verify(sid, self.m_x, self.m_y, self.m_msg, self.m_n)
 
     cdef inline void _member(self, const PEntryC* e, int j, term_t t, uint32_t leaf, double osb) noexcept nogil:
         """A posting entry that no group rule skipped."""
