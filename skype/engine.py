@@ -3,8 +3,11 @@
 Inputs are validated once here (see :class:`skype.api.EngineBase`); the core then runs on typed
 arrays without the GIL.  Choose the subscription index and the result buffer:
 
-* ``index="igpt"`` (default): the IGPT quadtree with individual and group pruning (spec §3);
-  ``"ipt"`` is the same without group pruning (the paper's IPT); ``"ciq"`` the CIQ baseline.
+* ``index="blocks"`` (default): the keyword-first block index: per-term posting lists in
+  alpha-bands of blocks with bound headers, fat postings, no candidate hash table
+  (``docs/engine.md``); ``"igpt"``: the paper's IGPT quadtree with individual and group pruning
+  (spec §3); ``"ipt"`` is IGPT without group pruning (the paper's IPT); ``"ciq"`` the CIQ
+  baseline.
 * ``buffer="cskyband"`` (default): the cost-based k-skyband (spec §4.3); ``"skyband"``
   (Mouratidis: theta = ratio * kScore), ``"kmax"`` (Yi et al.) or ``"exact"`` (exact top-k).
 
@@ -28,11 +31,13 @@ from skype.api import ChangeLog, EngineBase
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype._core.engine import CoreEngine
+from skype._core.blockindex import BlockIndex
 from skype._core.subindex import IGPTIndex, SubTable
 
-INDEXES = ("igpt", "ipt", "ciq")
+INDEXES = ("blocks", "igpt", "ipt", "ciq")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
 RULES = ("cell", "group", "early", "entry", "prefix", "spatial", "exact_spatial", "unseen")
+BLOCK_RULES = ("band", "block", "entry")  # the block index's rules (alpha-band, block header, posting)
 BARRIERS = ("stationary", "window", "factor")
 
 CIQ_PARAMS = {"budget": 16, "max_depth": 12}  # cover cells per subscription, quadtree depth
@@ -66,12 +71,17 @@ class Engine(EngineBase):
 
     index, buffer
         see the module docstring.
+    block_size, bands
+        the block index: entries per block (default 64) and alpha-bands per posting list
+        (default 8).
     leaf_capacity
-        subscriptions per quadtree leaf before it splits (default 1000).
+        IGPT/IPT: subscriptions per quadtree leaf before it splits (default 1000).
     groups
-        alpha-groups per posting list (default 10).
+        IGPT: alpha-groups per posting list (default 10).
     pruning
-        ``{rule: bool}`` to switch IGPT's rules off individually: ``cell`` (Lemma 6),
+        ``{rule: bool}`` to switch rules off individually.  The block index: ``band`` (a whole
+        alpha-band by its header), ``block`` (a block by its header) and ``entry`` (a posting by
+        its own f32 bound).  IGPT: ``cell`` (Lemma 6),
         ``group`` (Thm 5.3), ``early`` (Thm 5.4), ``entry`` (Lemma 4 per member from the posting
         entry's stored a_s, b_s), ``prefix`` (Thm 5.1), ``spatial`` (Defs 6-8),
         ``unseen`` (Thm 5.2), and ``exact_spatial`` (the individual tests use the exact spatial
@@ -93,8 +103,10 @@ class Engine(EngineBase):
         window_seconds: float | None = None,
         bounds=None,
         vocabulary=None,
-        index: str = "igpt",
+        index: str = "blocks",
         buffer: str = "cskyband",
+        block_size: int = 64,
+        bands: int = 8,
         leaf_capacity: int = 1000,
         groups: int = 10,
         pruning: Mapping[str, bool] | None = None,
@@ -113,12 +125,13 @@ class Engine(EngineBase):
         if buffer not in BUFFERS:
             raise invalid_choice("buffer", buffer, BUFFERS)
         self.index_kind, self.buffer_kind = index, buffer
-        rules = {rule: True for rule in RULES}
+        known_rules = BLOCK_RULES if index == "blocks" else RULES
+        rules = {rule: True for rule in known_rules}
         if index == "ipt":  # the paper's IPT: no alpha-partition (spec §3.5) at all
             rules["group"] = rules["early"] = rules["entry"] = False
         for rule, on in (pruning or {}).items():
-            if rule not in RULES:
-                raise invalid_choice("pruning rule", rule, RULES)
+            if rule not in known_rules:
+                raise invalid_choice("pruning rule", rule, known_rules)
             rules[rule] = bool(on)
         self.pruning = rules
         walks = {"never": 0, "always": 1, "auto": 2}
@@ -138,6 +151,8 @@ class Engine(EngineBase):
         costs["nmax_factor"] = _positive("nmax_factor", costs["nmax_factor"], int, 1, strict=False)
         self.cost = costs
         self.params = {
+            "block_size": _positive("block_size", block_size, int, 1, strict=False),
+            "bands": _positive("bands", bands, int, 1, strict=False),
             "leaf_capacity": _positive("leaf_capacity", leaf_capacity, int, 1, strict=False),
             "groups": _positive("groups", groups, int, 1, strict=False),
             "kmax": _positive("kmax", kmax, int, 1, strict=False),
@@ -145,6 +160,10 @@ class Engine(EngineBase):
             "message_leaf_capacity": _positive("message_leaf_capacity", message_leaf_capacity, int, 2, strict=False),
             "theta_refresh": _positive("theta_refresh", theta_refresh, strict=False),
         }
+        if not 4 <= self.params["block_size"] <= 1024:
+            raise InputError("E023", what="block_size", expected="in [4, 1024]", value=block_size)
+        if self.params["bands"] > 64:
+            raise InputError("E023", what="bands", expected="at most 64", value=bands)
         if self.params["groups"] > 63:
             raise InputError("E023", what="groups", expected="at most 63", value=groups)
         if not 0.0 < self.params["skyband_ratio"] <= 1.0:
@@ -164,6 +183,12 @@ class Engine(EngineBase):
             self.params["ciq"] = ciq_params
             self._index = CIQIndex(self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
                                    theta_refresh=self.params["theta_refresh"], **ciq_params)
+        elif index == "blocks":
+            self._index = BlockIndex(
+                self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
+                block_size=self.params["block_size"], bands=self.params["bands"],
+                theta_refresh=self.params["theta_refresh"], **rules,
+            )
         else:
             self._index = IGPTIndex(
                 self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,

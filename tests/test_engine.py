@@ -83,7 +83,7 @@ def test_ciq_equals_reference(workload, window, buffer, ciq):
 @pytest.mark.parametrize("workload", ["grid", "continuous"])
 def test_each_pruning_rule_alone_is_exact(rule, workload):
     only = {r: r == rule for r in RULES}
-    eng = run_core(workload, "count", buffer="exact", pruning=only, leaf_capacity=8)
+    eng = run_core(workload, "count", index="igpt", buffer="exact", pruning=only, leaf_capacity=8)
     d = eng.stats()["dissemination"]
     fired = {"cell": d["cells_pruned"], "group": d["groups_skipped"], "early": d["entries_cut"],
              "entry": d["entry_pruned"], "prefix": d["prefix_pruned"], "unseen": d["unseen_pruned"], "spatial": 1,
@@ -93,12 +93,12 @@ def test_each_pruning_rule_alone_is_exact(rule, workload):
 
 
 def test_no_pruning_at_all_is_exact():
-    run_core("continuous", "count", buffer="exact", pruning={r: False for r in RULES})
+    run_core("continuous", "count", index="igpt", buffer="exact", pruning={r: False for r in RULES})
 
 
 @pytest.mark.parametrize("walk", ["never", "always"])
 def test_cell_walk_and_lazy_cell_checks_agree(walk):
-    run_core("grid", "count", buffer="exact", cell_walk=walk, leaf_capacity=4)
+    run_core("grid", "count", index="igpt", buffer="exact", cell_walk=walk, leaf_capacity=4)
 
 
 @pytest.mark.parametrize("buffer", BUFFERS)

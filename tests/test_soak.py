@@ -31,6 +31,8 @@ def random_engine_params(rng):
     return dict(
         index=str(rng.choice(INDEXES)),
         leaf_capacity=int(rng.choice([1, 2, 5, 30])),
+        block_size=int(rng.choice([4, 7, 64])),
+        bands=int(rng.choice([1, 3, 8, 20])),
         groups=int(rng.choice([1, 3, 10, 40])),
         kmax=int(rng.choice([1, 5, 20])),
         skyband_ratio=float(rng.choice([0.5, 0.8, 1.0])),

@@ -23,6 +23,10 @@ cdef struct CountersC:           # dissemination counters (totals over all messa
     uint64_t unseen_pruned       # pruned by the unseen-keywords bound (Thm 5.2)
     uint64_t candidates          # subscriptions verified with their exact score
     uint64_t admitted            # verified candidates that score >= theta
+    uint64_t blocks_visited      # block index: blocks whose entries were examined
+    uint64_t blocks_skipped      # block index: blocks skipped whole by their header bound
+    uint64_t bands_skipped       # block index: alpha-bands skipped whole by their bound
+    uint64_t revisits_skipped    # block index: entries of a subscription met under an earlier term
 
 
 cdef struct SubHotC:              # what a visit of a posting entry reads, in one cache line (48 bytes)

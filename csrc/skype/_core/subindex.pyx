@@ -203,6 +203,8 @@ cdef class SubscriptionIndex:
             "entries_cut": c.entries_cut, "entries_visited": c.entries_visited,
             "entry_pruned": c.entry_pruned, "prefix_pruned": c.prefix_pruned, "unseen_pruned": c.unseen_pruned,
             "candidates": c.candidates, "admitted": c.admitted,
+            "blocks_visited": c.blocks_visited, "blocks_skipped": c.blocks_skipped,
+            "bands_skipped": c.bands_skipped, "revisits_skipped": c.revisits_skipped,
         }
 
     def reset_counters(self):

@@ -1,0 +1,556 @@
+# cython: language_level=3
+"""The keyword-first block index (``index="blocks"``), the default subscription index.
+
+Layout.  One posting list per term, split into alpha-bands (equal-width alpha ranges); a band is
+an array of *fat postings* cut into fixed-size blocks of ``block_size`` entries, each block with
+a header of bounds over its live entries (the MBR of their f32 locations, the alpha range, the
+minimum stored threshold, the maximum own weight w(s, t) and the maximum remaining weight
+wtsum(s, pos + 1)); the band keeps the same header over all its blocks.  High-alpha bands are
+sorted in Z-order, so blocks are spatially tight; low-alpha bands by threshold, so a block's
+theta_min is close to its members'.  Insertions append (the appended tail is unsorted); a band is
+rebuilt (compacted and re-sorted) when its unsorted tail and removed entries exceed a quarter of
+it.  A locator per (subscription, term position) finds an entry in O(1) for threshold updates.
+
+Dissemination.  For the message's terms t_j in ascending id (rarest first), with w_m = w(m, t_j)
+and mx = max_{i > j} w(m, t_i): a subscription s met in t_j's list *for the first time* (no term
+of s before t shares the message: checked from the two preceding terms stored in the posting, or
+from the table beyond that) has its common terms among t and the terms after it, so
+
+    TSim(s, m) <= min(1, w(s, t) * w_m + wtsum(s, pos + 1) * mx)
+    ST(s, m)   <= alpha_s * SSim_ub + (1 - alpha_s) * TSim_ub
+
+A header bounds every such member at once: with T from its w_max and rest_max, S from the MINDIST
+of its MBR, the bound is linear in alpha, so its maximum over [alpha_min, alpha_max] is at an
+end; the block (or band) is skipped when it is below theta_min - slack.  Entries of a
+subscription met under an earlier term are bounded by nothing here and skipped: that earlier
+meeting decided them (a skip there was a proof that they cannot qualify).  Each surviving entry
+is tested with its own f32 bound, then verified with the exact double score (``_verify``); no
+candidate state, no hash table.
+
+Invariants.
+* every live subscription has exactly one entry per term, in the band of its alpha, at the index
+  its locator says;
+* an entry's theta is <= the table's theta_idx <= theta_s (decreases applied at once, raises
+  lazily past ``theta_refresh``); a header's minima are <= and its maxima >= those of its live
+  entries (removals and raises may leave them loose, never wrong);
+* ``slack`` covers every rounding of the f32 bounds: locations (at most max|coord| * FLT_EPSILON
+  away, divided by MaxDist), alpha (6e-8) and the double arithmetic; weights are rounded up and
+  thresholds down.  A bound only skips below theta - slack.
+"""
+from libcpp.vector cimport vector
+from libcpp.algorithm cimport sort as std_sort
+from libc.math cimport sqrt, fabs, INFINITY
+from libc.float cimport FLT_EPSILON
+from libc.stdint cimport uint16_t, uint32_t, uint64_t
+from libc.string cimport memset
+from skype._core.types cimport term_t, sid_t, RectC, SubTermC, MsgTermC, prefetch
+from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CountersC
+from skype._core.scoring cimport round_up, round_down
+
+cdef uint32_t NO_TERM = 0xFFFFFFFFu
+cdef double ALPHA_SLACK = 1e-7          # |alpha - (float)alpha| <= 6e-8
+cdef double ARITH_SLACK = 1e-9          # double arithmetic of the bounds
+cdef int VERIFY_AHEAD = 8               # records prefetched ahead in the verification loop
+
+
+cdef inline uint32_t spread16(uint32_t v) noexcept nogil:
+    v &= 0xFFFF
+    v = (v | (v << 8)) & 0x00FF00FF
+    v = (v | (v << 4)) & 0x0F0F0F0F
+    v = (v | (v << 2)) & 0x33333333
+    v = (v | (v << 1)) & 0x55555555
+    return v
+
+
+cdef inline bint in_prefix(uint32_t t, const MsgTermC* m, int j) noexcept nogil:
+    """Is term t among the message's first j terms (sorted ascending)?"""
+    cdef int i
+    for i in range(j):
+        if m[i].term >= t:
+            return m[i].term == t
+    return False
+
+
+cdef inline void head_clear(BlockHeadC* h) noexcept nogil:
+    h.minx = INFINITY
+    h.miny = INFINITY
+    h.maxx = -INFINITY
+    h.maxy = -INFINITY
+    h.alpha_min = INFINITY
+    h.alpha_max = -INFINITY
+    h.theta_min = INFINITY
+    h.w_max = 0.0
+    h.rest_max = 0.0
+
+
+cdef inline void head_merge(BlockHeadC* h, const BlockHeadC* o) noexcept nogil:
+    if o.theta_min == INFINITY:
+        return
+    if o.minx < h.minx: h.minx = o.minx
+    if o.miny < h.miny: h.miny = o.miny
+    if o.maxx > h.maxx: h.maxx = o.maxx
+    if o.maxy > h.maxy: h.maxy = o.maxy
+    if o.alpha_min < h.alpha_min: h.alpha_min = o.alpha_min
+    if o.alpha_max > h.alpha_max: h.alpha_max = o.alpha_max
+    if o.theta_min < h.theta_min: h.theta_min = o.theta_min
+    if o.w_max > h.w_max: h.w_max = o.w_max
+    if o.rest_max > h.rest_max: h.rest_max = o.rest_max
+
+
+cdef inline bint head_covers(const BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
+    return (h.theta_min <= e.theta and h.w_max >= e.w and h.rest_max >= e.rest
+            and h.minx <= e.x <= h.maxx and h.miny <= e.y <= h.maxy
+            and h.alpha_min <= e.alpha <= h.alpha_max)
+
+
+cdef class BlockIndex(SubscriptionIndex):
+    def __cinit__(self, SubTable table, double minx, double miny, double maxx, double maxy,
+                  double max_dist, uint32_t block_size=64, int bands=8, double spatial_from=0.5,
+                  bint band=True, bint block=True, bint entry=True, double theta_refresh=0.02):
+        cdef double coord = max(fabs(minx), fabs(miny), fabs(maxx), fabs(maxy), 1.0)
+        self.table = table
+        self.bounds = RectC(minx, miny, maxx, maxy)
+        self.max_dist = max_dist
+        self.block_size = block_size
+        self.nbands = bands
+        self.spatial_from_band = <int>(spatial_from * bands)
+        self.rule_band = band
+        self.rule_block = block
+        self.rule_entry = entry
+        self.theta_refresh = theta_refresh
+        # a location is within coord * FLT_EPSILON / 2 of its f32 copy per axis
+        self.slack = 2.0 * coord * FLT_EPSILON / max_dist + ALPHA_SLACK + ARITH_SLACK
+        self.loc_waste = 0
+        self.postings = 0
+        self.rebuilds = 0
+        memset(&self.ctr, 0, sizeof(CountersC))
+
+    # ------------------------------------------------------------------ layout helpers
+    cdef inline int _band_of(self, double alpha) noexcept nogil:
+        cdef int g = <int>(alpha * self.nbands)
+        if g >= self.nbands:
+            g = self.nbands - 1
+        if g < 0:
+            g = 0
+        return g
+
+    cdef BandC* _band(self, term_t t, int g) noexcept nogil:
+        cdef TermListC* tl
+        cdef int i
+        if t >= self.lists.size():
+            self.lists.resize(t + 1 + (t >> 3))
+        tl = &self.lists[t]
+        if tl.bands.size() == 0:
+            tl.bands.resize(self.nbands)
+            for i in range(self.nbands):
+                head_clear(&tl.bands[i].head)
+                tl.bands[i].sorted_n = 0
+                tl.bands[i].dead = 0
+                tl.bands[i].head_stale = 0
+        return &tl.bands[g]
+
+    cdef inline uint32_t _zkey(self, float x, float y) noexcept nogil:
+        cdef double fx = (x - self.bounds.minx) / (self.bounds.maxx - self.bounds.minx)
+        cdef double fy = (y - self.bounds.miny) / (self.bounds.maxy - self.bounds.miny)
+        cdef uint32_t qx = <uint32_t>(min(max(fx, 0.0), 1.0) * 65535.0)
+        cdef uint32_t qy = <uint32_t>(min(max(fy, 0.0), 1.0) * 65535.0)
+        return spread16(qx) | (spread16(qy) << 1)
+
+    cdef void _fill_entry(self, BlockEntryC* e, sid_t sid, int pos) noexcept nogil:
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        e.sid = sid
+        e.x = <float>h.x
+        e.y = <float>h.y
+        e.alpha = <float>h.alpha
+        e.theta = round_down(self.table.theta_idx[sid])
+        e.w = round_up(st[pos].w)
+        e.rest = st[pos + 1].wtsum if pos + 1 < h.nterms else 0.0
+        e.prev0 = st[pos - 1].term if pos >= 1 else NO_TERM
+        e.prev1 = st[pos - 2].term if pos >= 2 else NO_TERM
+        e.pos = <uint16_t>pos
+        e.pad = 0
+
+    cdef inline void _head_add(self, BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
+        if e.x < h.minx: h.minx = e.x
+        if e.y < h.miny: h.miny = e.y
+        if e.x > h.maxx: h.maxx = e.x
+        if e.y > h.maxy: h.maxy = e.y
+        if e.alpha < h.alpha_min: h.alpha_min = e.alpha
+        if e.alpha > h.alpha_max: h.alpha_max = e.alpha
+        if e.theta < h.theta_min: h.theta_min = e.theta
+        if e.w > h.w_max: h.w_max = e.w
+        if e.rest > h.rest_max: h.rest_max = e.rest
+
+    cdef void _recompute_block(self, BandC* band, size_t b) noexcept nogil:
+        cdef size_t i, end = (b + 1) * self.block_size
+        cdef BlockHeadC* h = &band.heads[b]
+        if end > band.entries.size():
+            end = band.entries.size()
+        head_clear(h)
+        for i in range(b * self.block_size, end):
+            if band.entries[i].theta != INFINITY:
+                self._head_add(h, &band.entries[i])
+
+    cdef void _append(self, sid_t sid, int pos) noexcept nogil:
+        cdef const SubHotC* hs = &self.table.hot[sid]
+        cdef term_t t = self.table.terms[hs.term_off + pos].term
+        cdef BandC* band = self._band(t, self._band_of(hs.alpha))
+        cdef size_t i = band.entries.size()
+        cdef BlockEntryC e
+        cdef BlockHeadC empty
+        self._fill_entry(&e, sid, pos)
+        band.entries.push_back(e)
+        self.loc[self.loc_off[sid] + pos] = <uint32_t>i
+        if i % self.block_size == 0:
+            head_clear(&empty)
+            band.heads.push_back(empty)
+        self._head_add(&band.heads.back(), &e)
+        self._head_add(&band.head, &e)
+        self.postings += 1
+
+    cdef void _rebuild(self, BandC* band, int g) noexcept nogil:
+        """Drop removed entries, sort the rest in the band's order, rebuild headers and locators."""
+        cdef vector[uint64_t] keys
+        cdef vector[BlockEntryC] out
+        cdef size_t i, n = band.entries.size(), nb
+        cdef const BlockEntryC* e
+        cdef uint64_t key
+        cdef double th
+        keys.reserve(n - band.dead)
+        for i in range(n):
+            e = &band.entries[i]
+            if e.theta == INFINITY:
+                continue
+            if g >= self.spatial_from_band:
+                key = self._zkey(e.x, e.y)
+            else:
+                th = min(max(<double>e.theta, 0.0), 1.0)
+                key = ((<uint64_t>(th * 65535.0)) << 16) | (self._zkey(e.x, e.y) >> 16)
+            keys.push_back((key << 32) | i)
+        std_sort(keys.begin(), keys.end())
+        out.reserve(keys.size())
+        for i in range(keys.size()):
+            e = &band.entries[keys[i] & 0xFFFFFFFFu]
+            self.loc[self.loc_off[e.sid] + e.pos] = <uint32_t>i
+            out.push_back(e[0])
+        band.entries.swap(out)
+        band.sorted_n = <uint32_t>band.entries.size()
+        band.dead = 0
+        band.head_stale = 0
+        nb = (band.entries.size() + self.block_size - 1) // self.block_size
+        band.heads.resize(nb)
+        head_clear(&band.head)
+        for i in range(nb):
+            self._recompute_block(band, i)
+            head_merge(&band.head, &band.heads[i])
+        self.rebuilds += 1
+
+    cdef inline void _maybe_rebuild(self, BandC* band, int g) noexcept nogil:
+        cdef size_t stale = band.entries.size() - band.sorted_n + band.dead
+        if stale > self.block_size and 4 * stale > band.entries.size():
+            self._rebuild(band, g)
+        elif band.dead and band.dead == band.entries.size():
+            self._rebuild(band, g)
+
+    cdef void _locate(self, sid_t sid) noexcept nogil:
+        """Give a newly indexed subscription its locator range."""
+        cdef uint32_t n = self.table.hot[sid].nterms
+        if sid >= self.loc_off.size():
+            self.loc_off.resize(sid + 1 + (sid >> 3), 0)
+            self.loc_n.resize(sid + 1 + (sid >> 3), 0)
+        self.loc_off[sid] = <uint32_t>self.loc.size()
+        self.loc_n[sid] = <uint16_t>n
+        self.loc.resize(self.loc.size() + n)
+
+    # ------------------------------------------------------------------ SubscriptionIndex
+    cdef void add(self, sid_t sid) noexcept nogil:
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef int pos
+        cdef term_t t
+        cdef int g = self._band_of(h.alpha)
+        self._compact_locators()
+        self._locate(sid)
+        for pos in range(h.nterms):
+            self._append(sid, pos)
+        for pos in range(h.nterms):
+            t = self.table.terms[h.term_off + pos].term
+            self._maybe_rebuild(self._band(t, g), g)
+
+    cdef void add_many(self, const sid_t* sids, size_t n) noexcept nogil:
+        cdef size_t i
+        cdef int pos, g
+        cdef term_t t
+        cdef const SubHotC* h
+        cdef vector[uint64_t] touched
+        self._compact_locators()
+        for i in range(n):
+            self._locate(sids[i])
+        for i in range(n):
+            h = &self.table.hot[sids[i]]
+            g = self._band_of(h.alpha)
+            for pos in range(h.nterms):
+                self._append(sids[i], pos)
+                touched.push_back((<uint64_t>self.table.terms[h.term_off + pos].term << 8) | <uint64_t>g)
+        std_sort(touched.begin(), touched.end())
+        for i in range(touched.size()):
+            if i and touched[i] == touched[i - 1]:
+                continue
+            t = <term_t>(touched[i] >> 8)
+            g = <int>(touched[i] & 0xFF)
+            self._maybe_rebuild(self._band(t, g), g)
+
+    cdef void _compact_locators(self) noexcept nogil:
+        """Reclaim the locator ranges of reused slots once they are half the array."""
+        cdef vector[uint32_t] fresh
+        cdef sid_t sid
+        cdef uint32_t i, n
+        if self.loc_waste < 4096 or 2 * self.loc_waste < self.loc.size():
+            return
+        for sid in range(self.loc_off.size()):
+            n = self.loc_n[sid]
+            if n == 0:
+                continue
+            for i in range(n):
+                fresh.push_back(self.loc[self.loc_off[sid] + i])
+            self.loc_off[sid] = <uint32_t>(fresh.size() - n)
+        self.loc.swap(fresh)
+        self.loc_waste = 0
+
+    cdef void remove(self, sid_t sid) noexcept nogil:
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef int pos
+        cdef int g = self._band_of(h.alpha)
+        cdef BandC* band
+        for pos in range(h.nterms):
+            band = self._band(self.table.terms[h.term_off + pos].term, g)
+            band.entries[self.loc[self.loc_off[sid] + pos]].theta = INFINITY
+            band.dead += 1
+            self.postings -= 1
+        self.loc_waste += self.loc_n[sid]
+        self.loc_n[sid] = 0
+        for pos in range(h.nterms):
+            band = self._band(self.table.terms[h.term_off + pos].term, g)
+            self._maybe_rebuild(band, g)
+
+    cdef void theta_changed(self, sid_t sid) noexcept nogil:
+        """theta[sid] changed: decreases reach the entries and headers at once, raises lazily."""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef double new = h.theta, old = self.table.theta_idx[sid]
+        cdef float v, prev
+        cdef int pos
+        cdef int g = self._band_of(h.alpha)
+        cdef uint32_t i
+        cdef size_t b
+        cdef BandC* band
+        cdef BlockHeadC* bh
+        if not new < old and not (new > old + self.theta_refresh or (old == 0.0 and new > 0.0)):
+            return
+        self.table.theta_idx[sid] = new
+        v = round_down(new)
+        for pos in range(h.nterms):
+            band = self._band(self.table.terms[h.term_off + pos].term, g)
+            i = self.loc[self.loc_off[sid] + pos]
+            prev = band.entries[i].theta
+            band.entries[i].theta = v
+            b = i // self.block_size
+            bh = &band.heads[b]
+            if v < bh.theta_min:
+                bh.theta_min = v
+            elif prev <= bh.theta_min:
+                self._recompute_block(band, b)     # it held the minimum: a raise may lift it
+                band.head_stale = 1
+            if v < band.head.theta_min:
+                band.head.theta_min = v
+
+    # ------------------------------------------------------------------ dissemination
+    cdef inline bint _head_prunes(self, const BlockHeadC* h, double wm, double mx, double x,
+                                  double y) noexcept nogil:
+        """No live member met here for the first time can reach its threshold."""
+        cdef double dx = 0.0, dy = 0.0, s, tt, lo, hi
+        if h.theta_min == INFINITY:
+            return True
+        if x < h.minx:
+            dx = h.minx - x
+        elif x > h.maxx:
+            dx = x - h.maxx
+        if y < h.miny:
+            dy = h.miny - y
+        elif y > h.maxy:
+            dy = y - h.maxy
+        s = 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist
+        tt = h.w_max * wm + h.rest_max * mx
+        if tt > 1.0:
+            tt = 1.0
+        lo = h.alpha_min * s + (1.0 - h.alpha_min) * tt
+        hi = h.alpha_max * s + (1.0 - h.alpha_max) * tt
+        if lo > hi:
+            hi = lo
+        return hi < h.theta_min - self.slack
+
+    cdef inline bint _met_before(self, const BlockEntryC* e, const MsgTermC* m, int j) noexcept nogil:
+        """Does the subscription share a term before t with the message (met in an earlier list)?"""
+        cdef const SubHotC* h
+        cdef const SubTermC* st
+        cdef int i
+        if e.pos == 0:
+            return False
+        if in_prefix(e.prev0, m, j):
+            return True
+        if e.pos == 1:
+            return False
+        if in_prefix(e.prev1, m, j):
+            return True
+        if e.pos == 2:
+            return False
+        h = &self.table.hot[e.sid]
+        st = &self.table.terms[h.term_off]
+        for i in range(e.pos - 2):
+            if in_prefix(st[i].term, m, j):
+                return True
+        return False
+
+    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, double x, double y) noexcept nogil:
+        cdef double wm = m[j].w, mx = self.m_maxwt[j + 1]
+        cdef double dx, dy, s, tt, ub
+        cdef size_t b, i, end, nb = band.heads.size(), n = band.entries.size()
+        cdef const BlockEntryC* e
+        cdef bint entry_rule = self.rule_entry
+        cdef float th
+        if band.head_stale:                       # raises lifted block minima: lift the band's
+            th = INFINITY
+            for b in range(nb):
+                if band.heads[b].theta_min < th:
+                    th = band.heads[b].theta_min
+            band.head.theta_min = th
+            band.head_stale = 0
+        if self.rule_band and self._head_prunes(&band.head, wm, mx, x, y):
+            self.ctr.bands_skipped += 1
+            return
+        for b in range(nb):
+            if self.rule_block and self._head_prunes(&band.heads[b], wm, mx, x, y):
+                self.ctr.blocks_skipped += 1
+                continue
+            self.ctr.blocks_visited += 1
+            end = (b + 1) * self.block_size
+            if end > n:
+                end = n
+            for i in range(b * self.block_size, end):
+                e = &band.entries[i]
+                if e.theta == INFINITY:
+                    continue
+                self.ctr.entries_visited += 1
+                if entry_rule:
+                    dx = e.x - x
+                    dy = e.y - y
+                    s = 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist
+                    tt = e.w * wm + e.rest * mx
+                    if tt > 1.0:
+                        tt = 1.0
+                    ub = e.alpha * s + (1.0 - e.alpha) * tt
+                    if ub < e.theta - self.slack:
+                        self.ctr.entry_pruned += 1
+                        continue
+                if self._met_before(e, m, j):
+                    self.ctr.revisits_skipped += 1
+                    continue
+                self.pending.push_back(e.sid)
+
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
+        cdef int j, g
+        cdef term_t t
+        cdef size_t i, np_
+        cdef double best = 0.0
+        cdef TermListC* tl
+        cdef const SubHotC* hot = self.table.hot.data()
+        self.out.clear()
+        self.pending.clear()
+        self.ctr.messages += 1
+        self.m_maxwt.resize(n + 1)
+        self.m_maxwt[n] = 0.0
+        for j in range(n - 1, -1, -1):
+            if m[j].w > best:
+                best = m[j].w
+            self.m_maxwt[j] = best
+        for j in range(n):
+            t = m[j].term
+            if t >= self.lists.size():
+                continue
+            tl = &self.lists[t]
+            for g in range(<int>tl.bands.size()):
+                if tl.bands[g].entries.size():
+                    self._scan_band(&tl.bands[g], m, j, x, y)
+        np_ = self.pending.size()
+        for i in range(np_):
+            if i + VERIFY_AHEAD < np_:
+                prefetch(&hot[self.pending[i + VERIFY_AHEAD]])
+            if i + VERIFY_AHEAD // 2 < np_:
+                prefetch(&self.table.terms[hot[self.pending[i + VERIFY_AHEAD // 2]].term_off])
+            self._verify(self.pending[i], x, y, m, n)
+
+    # ------------------------------------------------------------------ introspection
+    cdef size_t memory(self) noexcept nogil:
+        cdef size_t total = self.lists.capacity() * sizeof(TermListC)
+        cdef size_t t, g
+        for t in range(self.lists.size()):
+            total += self.lists[t].bands.capacity() * sizeof(BandC)
+            for g in range(self.lists[t].bands.size()):
+                total += self.lists[t].bands[g].entries.capacity() * sizeof(BlockEntryC)
+                total += self.lists[t].bands[g].heads.capacity() * sizeof(BlockHeadC)
+        total += (self.loc.capacity() + self.loc_off.capacity()) * sizeof(uint32_t)
+        total += self.pending.capacity() * sizeof(sid_t)
+        return total
+
+    def structure(self):
+        """Counts of the layout: postings, non-empty bands, blocks, rebuilds."""
+        cdef size_t t, g, bands = 0, blocks = 0
+        for t in range(self.lists.size()):
+            for g in range(self.lists[t].bands.size()):
+                if self.lists[t].bands[g].entries.size():
+                    bands += 1
+                    blocks += self.lists[t].bands[g].heads.size()
+        return {"postings": self.postings, "bands": bands, "blocks": blocks, "rebuilds": self.rebuilds,
+                "block_size": self.block_size, "alpha_bands": self.nbands}
+
+    def check_invariants(self):
+        """Verify every structural invariant; raises AssertionError naming the first violation."""
+        cdef sid_t sid
+        cdef int pos, g
+        cdef size_t t, b, i, end, live = 0, total = 0
+        cdef const SubHotC* h
+        cdef BandC* band
+        cdef const BlockEntryC* e
+        cdef const BlockHeadC* bh
+        for sid in range(self.table.hot.size()):
+            h = &self.table.hot[sid]
+            if not h.alive:
+                continue
+            g = self._band_of(h.alpha)
+            assert self.table.theta_idx[sid] <= h.theta, f"sid {sid}: theta_idx above theta"
+            for pos in range(h.nterms):
+                band = self._band(self.table.terms[h.term_off + pos].term, g)
+                i = self.loc[self.loc_off[sid] + pos]
+                assert i < band.entries.size(), f"sid {sid}: locator out of range"
+                e = &band.entries[i]
+                assert e.sid == sid and e.pos == pos, f"sid {sid} pos {pos}: locator points elsewhere"
+                assert <double>e.theta <= self.table.theta_idx[sid], f"sid {sid}: entry theta above theta_idx"
+                assert <double>e.w >= self.table.terms[h.term_off + pos].w, f"sid {sid}: weight not an upper bound"
+                live += 1
+        for t in range(self.lists.size()):
+            for g in range(<int>self.lists[t].bands.size()):
+                band = &self.lists[t].bands[g]
+                assert band.heads.size() == (band.entries.size() + self.block_size - 1) // self.block_size, \
+                    f"term {t} band {g}: header count"
+                for b in range(band.heads.size()):
+                    bh = &band.heads[b]
+                    end = min((b + 1) * self.block_size, band.entries.size())
+                    for i in range(b * self.block_size, end):
+                        e = &band.entries[i]
+                        if e.theta == INFINITY:
+                            continue
+                        total += 1
+                        assert self._band_of(self.table.hot[e.sid].alpha) == g, f"term {t}: entry in the wrong band"
+                        assert head_covers(bh, e) and head_covers(&band.head, e), \
+                            f"term {t} band {g} block {b}: a header does not bound entry {i}"
+        assert live == total == self.postings, f"postings: {live} located, {total} live, {self.postings} counted"
+        return True
