@@ -52,7 +52,7 @@ DEFAULT_COST = {
     "nmax_factor": 20,  # ... or after nmax_factor * k messages
     "refresh_factor": 3.0,  # re-evaluate a complete (theta = 0) buffer beyond this many times k
 }
-TERM_ID_LIMIT = 2**32
+TERM_ID_LIMIT = 2**32 - 1  # 32-bit term ids; the largest value marks "no term" in the block index
 
 
 def _positive(name: str, value, kind=float, minimum=0.0, strict=True):

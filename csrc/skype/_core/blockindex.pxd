@@ -14,10 +14,10 @@ cdef struct BlockEntryC:         # one subscription in a (term, band) list ("fat
     float theta                  # lower bound of theta_s (rounded down); +inf marks a removed entry
     float w                      # w(s, t), rounded up
     float rest                   # wtsum(s, pos + 1): the weight of the terms after t, rounded up
-    uint32_t prev0               # the term of s just before t (NO_TERM when pos == 0)
-    uint32_t prev1               # the one before that (NO_TERM when pos <= 1)
+    uint32_t other0              # s has <= 3 terms: its other terms, ascending (NO_TERM pads);
+    uint32_t other1              # more: the terms at pos - 1 and pos - 2 (NO_TERM when missing)
     uint16_t pos                 # position of t in s's term list
-    uint16_t pad
+    uint16_t nterms              # s's number of terms
 
 
 cdef struct BlockHeadC:          # bounds over the live entries of one block (or a whole band)
@@ -39,10 +39,11 @@ cdef struct BandC:               # one alpha-band of one term's posting list
     uint32_t sorted_n            # entries[0, sorted_n) are in the band's sort order
     uint32_t dead                # removed entries not yet compacted away
     uint32_t head_stale          # a block's theta_min rose: re-derive head.theta_min on the next visit
+    int band_id                  # which alpha-band (the list keeps only non-empty ones, by id)
 
 
 cdef struct TermListC:
-    vector[BandC] bands          # empty, or one per alpha-band
+    vector[BandC] bands          # the alpha-bands that have entries, ascending band_id
 
 
 cdef class BlockIndex(SubscriptionIndex):
@@ -76,4 +77,5 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef uint32_t _zkey(self, float x, float y) noexcept nogil
     cdef bint _head_prunes(self, const BlockHeadC* h, double wm, double mx, double x, double y) noexcept nogil
     cdef bint _met_before(self, const BlockEntryC* e, const MsgTermC* m, int j) noexcept nogil
-    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, double x, double y) noexcept nogil
+    cdef double _text_after(self, const BlockEntryC* e, const MsgTermC* m, int j, int n, double mx) noexcept nogil
+    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil

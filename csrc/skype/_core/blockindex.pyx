@@ -13,11 +13,15 @@ it.  A locator per (subscription, term position) finds an entry in O(1) for thre
 
 Dissemination.  For the message's terms t_j in ascending id (rarest first), with w_m = w(m, t_j)
 and mx = max_{i > j} w(m, t_i): a subscription s met in t_j's list *for the first time* (no term
-of s before t shares the message: checked from the two preceding terms stored in the posting, or
-from the table beyond that) has its common terms among t and the terms after it, so
+of s before t shares the message: checked from the terms stored in the posting, or from the
+table beyond three terms) has its common terms among t and the terms after it, so
 
     TSim(s, m) <= min(1, w(s, t) * w_m + wtsum(s, pos + 1) * mx)
     ST(s, m)   <= alpha_s * SSim_ub + (1 - alpha_s) * TSim_ub
+
+A posting of a subscription with at most three terms stores its other terms, so its own test
+replaces mx by the largest message weight among the subscription's terms after t (0 when the
+message has none of them): exact for one- and two-term subscriptions.
 
 A header bounds every such member at once: with T from its w_max and rest_max, S from the MINDIST
 of its MBR, the bound is linear in alpha, so its maximum over [alpha_min, alpha_max] is at an
@@ -135,19 +139,25 @@ cdef class BlockIndex(SubscriptionIndex):
         return g
 
     cdef BandC* _band(self, term_t t, int g) noexcept nogil:
+        """Term t's band g, created empty when missing (pointers into a list stay valid until
+        the next creation)."""
         cdef TermListC* tl
-        cdef int i
+        cdef size_t i = 0
+        cdef BandC fresh
         if t >= self.lists.size():
             self.lists.resize(t + 1 + (t >> 3))
         tl = &self.lists[t]
-        if tl.bands.size() == 0:
-            tl.bands.resize(self.nbands)
-            for i in range(self.nbands):
-                head_clear(&tl.bands[i].head)
-                tl.bands[i].sorted_n = 0
-                tl.bands[i].dead = 0
-                tl.bands[i].head_stale = 0
-        return &tl.bands[g]
+        while i < tl.bands.size() and tl.bands[i].band_id < g:
+            i += 1
+        if i < tl.bands.size() and tl.bands[i].band_id == g:
+            return &tl.bands[i]
+        head_clear(&fresh.head)
+        fresh.sorted_n = 0
+        fresh.dead = 0
+        fresh.head_stale = 0
+        fresh.band_id = g
+        tl.bands.insert(tl.bands.begin() + i, fresh)
+        return &tl.bands[i]
 
     cdef inline uint32_t _zkey(self, float x, float y) noexcept nogil:
         cdef double fx = (x - self.bounds.minx) / (self.bounds.maxx - self.bounds.minx)
@@ -166,10 +176,22 @@ cdef class BlockIndex(SubscriptionIndex):
         e.theta = round_down(self.table.theta_idx[sid])
         e.w = round_up(st[pos].w)
         e.rest = st[pos + 1].wtsum if pos + 1 < h.nterms else 0.0
-        e.prev0 = st[pos - 1].term if pos >= 1 else NO_TERM
-        e.prev1 = st[pos - 2].term if pos >= 2 else NO_TERM
+        cdef int i, k = 0
+        e.other0 = NO_TERM
+        e.other1 = NO_TERM
+        if h.nterms <= 3:
+            for i in range(h.nterms):
+                if i != pos:
+                    if k == 0:
+                        e.other0 = st[i].term
+                    else:
+                        e.other1 = st[i].term
+                    k += 1
+        else:
+            e.other0 = st[pos - 1].term if pos >= 1 else NO_TERM
+            e.other1 = st[pos - 2].term if pos >= 2 else NO_TERM
         e.pos = <uint16_t>pos
-        e.pad = 0
+        e.nterms = h.nterms
 
     cdef inline void _head_add(self, BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
         if e.x < h.minx: h.minx = e.x
@@ -395,11 +417,13 @@ cdef class BlockIndex(SubscriptionIndex):
         cdef int i
         if e.pos == 0:
             return False
-        if in_prefix(e.prev0, m, j):
+        if e.nterms <= 3:            # other0 (and other1 when pos == 2) come before t
+            return in_prefix(e.other0, m, j) or (e.pos == 2 and in_prefix(e.other1, m, j))
+        if in_prefix(e.other0, m, j):
             return True
         if e.pos == 1:
             return False
-        if in_prefix(e.prev1, m, j):
+        if in_prefix(e.other1, m, j):
             return True
         if e.pos == 2:
             return False
@@ -410,7 +434,25 @@ cdef class BlockIndex(SubscriptionIndex):
                 return True
         return False
 
-    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, double x, double y) noexcept nogil:
+    cdef inline double _text_after(self, const BlockEntryC* e, const MsgTermC* m, int j, int n,
+                                   double mx) noexcept nogil:
+        """An upper bound of max w(m, u) over the subscription's terms u after t (mx when they
+        are not stored in the posting)."""
+        cdef int after = <int>e.nterms - 1 - <int>e.pos
+        cdef double best = 0.0
+        cdef int i
+        cdef uint32_t u
+        if after <= 0:
+            return 0.0
+        if e.nterms > 3:
+            return mx
+        for i in range(j + 1, n):
+            u = m[i].term
+            if (u == e.other1 or (u == e.other0 and e.pos == 0)) and m[i].w > best:
+                best = m[i].w
+        return best
+
+    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil:
         cdef double wm = m[j].w, mx = self.m_maxwt[j + 1]
         cdef double dx, dy, s, tt, ub
         cdef size_t b, i, end, nb = band.heads.size(), n = band.entries.size()
@@ -451,6 +493,14 @@ cdef class BlockIndex(SubscriptionIndex):
                     if ub < e.theta - self.slack:
                         self.ctr.entry_pruned += 1
                         continue
+                    if e.rest > 0.0 and e.alpha < 1.0:     # refine with its own later terms
+                        tt = e.w * wm + e.rest * self._text_after(e, m, j, nm, mx)
+                        if tt > 1.0:
+                            tt = 1.0
+                        ub = e.alpha * s + (1.0 - e.alpha) * tt
+                        if ub < e.theta - self.slack:
+                            self.ctr.entry_pruned += 1
+                            continue
                 if self._met_before(e, m, j):
                     self.ctr.revisits_skipped += 1
                     continue
@@ -479,7 +529,7 @@ cdef class BlockIndex(SubscriptionIndex):
             tl = &self.lists[t]
             for g in range(<int>tl.bands.size()):
                 if tl.bands[g].entries.size():
-                    self._scan_band(&tl.bands[g], m, j, x, y)
+                    self._scan_band(&tl.bands[g], m, j, n, x, y)
         np_ = self.pending.size()
         for i in range(np_):
             if i + VERIFY_AHEAD < np_:
@@ -516,7 +566,7 @@ cdef class BlockIndex(SubscriptionIndex):
         """Verify every structural invariant; raises AssertionError naming the first violation."""
         cdef sid_t sid
         cdef int pos, g
-        cdef size_t t, b, i, end, live = 0, total = 0
+        cdef size_t t, b, bi, i, end, live = 0, total = 0
         cdef const SubHotC* h
         cdef BandC* band
         cdef const BlockEntryC* e
@@ -537,8 +587,9 @@ cdef class BlockIndex(SubscriptionIndex):
                 assert <double>e.w >= self.table.terms[h.term_off + pos].w, f"sid {sid}: weight not an upper bound"
                 live += 1
         for t in range(self.lists.size()):
-            for g in range(<int>self.lists[t].bands.size()):
-                band = &self.lists[t].bands[g]
+            for bi in range(self.lists[t].bands.size()):
+                band = &self.lists[t].bands[bi]
+                g = band.band_id
                 assert band.heads.size() == (band.entries.size() + self.block_size - 1) // self.block_size, \
                     f"term {t} band {g}: header count"
                 for b in range(band.heads.size()):
