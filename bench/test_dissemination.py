@@ -1,5 +1,6 @@
-"""Message dissemination (issue 3): AMP, candidates verified per affected subscription, and
-index bytes per subscription for IGPT, IPT, CIQ and the reference, on tweets and geonames.
+"""Message dissemination: AMP, candidates verified per affected subscription, and index bytes
+per subscription for the block index (the default), IGPT, IPT, CIQ and the reference, on
+tweets and geonames.
 
     pytest bench/test_dissemination.py [--size medium|paper] [--benchmark-autosave]
 """
@@ -8,7 +9,7 @@ import pytest
 
 from conftest import run_steady_state, spec_for
 
-INDEXES = {"IGPT": dict(index="igpt"), "IPT": dict(index="ipt"), "CIQ": dict(index="ciq"),
+INDEXES = {"blocks": dict(index="blocks"), "IGPT": dict(index="igpt"), "IPT": dict(index="ipt"), "CIQ": dict(index="ciq"),
            "reference": dict(engine="reference")}
 
 

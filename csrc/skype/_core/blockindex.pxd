@@ -53,6 +53,7 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef bint rule_band, rule_block, rule_entry
     cdef double theta_refresh
     cdef double slack              # rounding allowance of every f32 bound
+    cdef double max_dist2          # MaxDist^2
     cdef vector[TermListC] lists   # term id -> its posting list
     cdef vector[uint32_t] loc_off  # sid -> first of its locators
     cdef vector[uint32_t] loc      # locator per (sid, term position): index in its band

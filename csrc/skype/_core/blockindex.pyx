@@ -101,6 +101,13 @@ cdef inline void head_merge(BlockHeadC* h, const BlockHeadC* o) noexcept nogil:
     if o.rest_max > h.rest_max: h.rest_max = o.rest_max
 
 
+cdef inline bint below(double alpha, double tt, double d2, double theta, double max_dist2) noexcept nogil:
+    """alpha * (1 - sqrt(d2) / MaxDist) + (1 - alpha) * tt < theta, without a root or a division:
+    with r = alpha + (1 - alpha) * tt - theta, it holds iff r < 0 or alpha^2 d2 > r^2 MaxDist^2."""
+    cdef double r = alpha + (1.0 - alpha) * tt - theta
+    return r < 0.0 or alpha * alpha * d2 > r * r * max_dist2
+
+
 cdef inline bint head_covers(const BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
     return (h.theta_min <= e.theta and h.w_max >= e.w and h.rest_max >= e.rest
             and h.minx <= e.x <= h.maxx and h.miny <= e.y <= h.maxy
@@ -124,6 +131,7 @@ cdef class BlockIndex(SubscriptionIndex):
         self.theta_refresh = theta_refresh
         # a location is within coord * FLT_EPSILON / 2 of its f32 copy per axis
         self.slack = 2.0 * coord * FLT_EPSILON / max_dist + ALPHA_SLACK + ARITH_SLACK
+        self.max_dist2 = max_dist * max_dist
         self.loc_waste = 0
         self.postings = 0
         self.rebuilds = 0
@@ -389,7 +397,7 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef inline bint _head_prunes(self, const BlockHeadC* h, double wm, double mx, double x,
                                   double y) noexcept nogil:
         """No live member met here for the first time can reach its threshold."""
-        cdef double dx = 0.0, dy = 0.0, s, tt, lo, hi
+        cdef double dx = 0.0, dy = 0.0, tt
         if h.theta_min == INFINITY:
             return True
         if x < h.minx:
@@ -400,15 +408,12 @@ cdef class BlockIndex(SubscriptionIndex):
             dy = h.miny - y
         elif y > h.maxy:
             dy = y - h.maxy
-        s = 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist
         tt = h.w_max * wm + h.rest_max * mx
         if tt > 1.0:
             tt = 1.0
-        lo = h.alpha_min * s + (1.0 - h.alpha_min) * tt
-        hi = h.alpha_max * s + (1.0 - h.alpha_max) * tt
-        if lo > hi:
-            hi = lo
-        return hi < h.theta_min - self.slack
+        # the bound is linear in alpha: below theta_min at both ends of [alpha_min, alpha_max]
+        return (below(h.alpha_min, tt, dx * dx + dy * dy, h.theta_min - self.slack, self.max_dist2)
+                and below(h.alpha_max, tt, dx * dx + dy * dy, h.theta_min - self.slack, self.max_dist2))
 
     cdef inline bint _met_before(self, const BlockEntryC* e, const MsgTermC* m, int j) noexcept nogil:
         """Does the subscription share a term before t with the message (met in an earlier list)?"""
@@ -454,11 +459,13 @@ cdef class BlockIndex(SubscriptionIndex):
 
     cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil:
         cdef double wm = m[j].w, mx = self.m_maxwt[j + 1]
-        cdef double dx, dy, s, tt, ub
+        cdef double dx, dy, tt, d2, theta, alpha
+        cdef double slack = self.slack, max_dist2 = self.max_dist2
         cdef size_t b, i, end, nb = band.heads.size(), n = band.entries.size()
         cdef const BlockEntryC* e
         cdef bint entry_rule = self.rule_entry
         cdef float th
+        cdef uint64_t visited = 0, pruned = 0, revisits = 0
         if band.head_stale:                       # raises lifted block minima: lift the band's
             th = INFINITY
             for b in range(nb):
@@ -481,30 +488,33 @@ cdef class BlockIndex(SubscriptionIndex):
                 e = &band.entries[i]
                 if e.theta == INFINITY:
                     continue
-                self.ctr.entries_visited += 1
+                visited += 1
                 if entry_rule:
                     dx = e.x - x
                     dy = e.y - y
-                    s = 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist
+                    d2 = dx * dx + dy * dy
+                    theta = e.theta - slack
+                    alpha = e.alpha
                     tt = e.w * wm + e.rest * mx
                     if tt > 1.0:
                         tt = 1.0
-                    ub = e.alpha * s + (1.0 - e.alpha) * tt
-                    if ub < e.theta - self.slack:
-                        self.ctr.entry_pruned += 1
+                    if below(alpha, tt, d2, theta, max_dist2):
+                        pruned += 1
                         continue
-                    if e.rest > 0.0 and e.alpha < 1.0:     # refine with its own later terms
+                    if e.rest > 0.0 and alpha < 1.0:     # refine with its own later terms
                         tt = e.w * wm + e.rest * self._text_after(e, m, j, nm, mx)
                         if tt > 1.0:
                             tt = 1.0
-                        ub = e.alpha * s + (1.0 - e.alpha) * tt
-                        if ub < e.theta - self.slack:
-                            self.ctr.entry_pruned += 1
+                        if below(alpha, tt, d2, theta, max_dist2):
+                            pruned += 1
                             continue
                 if self._met_before(e, m, j):
-                    self.ctr.revisits_skipped += 1
+                    revisits += 1
                     continue
                 self.pending.push_back(e.sid)
+        self.ctr.entries_visited += visited
+        self.ctr.entry_pruned += pruned
+        self.ctr.revisits_skipped += revisits
 
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int j, g
