@@ -60,10 +60,10 @@ def reference(seed, window, split):
     return drive(ref, subs, msgs, split=split)
 
 
-def core(seed, window, split, *, budget=1 << 20, factor=8, **kw):
+def core(seed, window, split, *, budget=1 << 20, factor=2, **kw):
     vocab, subs, msgs = workload(seed)
     eng = Engine(bounds=BOUNDS, vocabulary=vocab, **WINDOWS[window], **kw)
-    eng._core.configure_bulk(1, budget, factor)
+    eng._core.configure_bulk(1, budget, factor, True)
     got = drive(eng, subs, msgs, split=split)
     assert eng.check_invariants()
     return eng, got
@@ -95,7 +95,7 @@ def test_short_runs_fall_back_to_the_message_index_exactly(buffer):
     vocab, subs, msgs = dense_workload(seed=3, num_subs=160, num_messages=900, vocab_size=6, zipf=2.0)
     ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=300)
     eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=300, buffer=buffer, leaf_capacity=8)
-    eng._core.configure_bulk(1, 1 << 20, 1)
+    eng._core.configure_bulk(1, 1 << 20, 1, True)
     want = drive(ref, subs, msgs)
     assert drive(eng, subs, msgs) == want
     assert eng.stats()["bulk_fallbacks"] > 0

@@ -93,7 +93,7 @@ cdef class Buffers:
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
-                  double refresh_factor=3.0, bint count_window=True, int bulk_factor=8):
+                  double refresh_factor=3.0, bint count_window=True, int bulk_factor=2):
         self.kind = KINDS[kind]
         self.count_window = count_window
         self.table = table

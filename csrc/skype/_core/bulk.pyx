@@ -28,7 +28,10 @@ the thresholds rise, never the result.
 Capacity C_s: exact and kmax need their cap (k, or max(kmax, k)) and never fall back;
 cSkyband's cost scan stops after a few cost increases, at most ``nmax_factor * k`` messages
 plus ties; Skyband needs k plus every message down to ratio * kScore.  Both skyband kinds use
-``bulk_factor * k`` (capped at the scan's own limit) plus ``BULK_TIES``, and fall back beyond.
+``bulk_factor * k`` (default 2, capped at the scan's own limit) plus ``BULK_TIES``, and fall
+back beyond.  Measured on tweets (k = 20): cSkyband never fell back at 20k, 40k and 100k
+subscriptions; Skyband fell back for 70% of them, so the engine keeps Skyband on the
+per-subscription path unless told otherwise.
 The engine splits a batch so that the heaps of one pass hold at most ``budget`` entries
 (12 bytes each), one replay per part.
 """
@@ -43,6 +46,17 @@ from skype._core.buffers cimport Buffers, RankedC, BUF_EXACT, BUF_KMAX, BUF_SKYB
 
 cdef enum:
     BULK_TIES = 16          # extra heap slots of the skyband kinds, for ties at the scan's end
+    PREFETCH_FAR = 16       # replay: heap records fetched this many offers ahead
+    PREFETCH_NEAR = 8       # ... and heap roots
+
+cdef double RAISE_FACTOR = 1.25   # the temporary index hears of a raise past 1.25 theta_idx + 0.02
+cdef double RAISE_MIN = 0.02
+
+
+cdef struct HeapRefC:       # one subscription's bounded heap in the shared array
+    uint64_t base
+    uint32_t size
+    uint32_t cap
 
 
 cdef inline double now_ns() noexcept nogil:
@@ -89,6 +103,19 @@ cdef inline void sift_up(RankedC* h, uint32_t i) noexcept nogil:
     h[i] = v
 
 
+cdef inline void prefetch_heap(const RankedC* heaps, const HeapRefC* hr) noexcept nogil:
+    """A sift-down walks the whole depth of a small heap: fetch all of it (up to 16 lines)."""
+    cdef const char* p = <const char*>&heaps[hr.base]
+    cdef size_t nbytes = hr.size * sizeof(RankedC), o = 0
+    if nbytes > 1024:
+        nbytes = 1024
+    while True:
+        prefetch(p + o)
+        o += 64
+        if o >= nbytes:
+            break
+
+
 cdef uint32_t bulk_capacity(Buffers b, int32_t k) noexcept nogil:
     """C_s for a subscription with this k (see the module comment)."""
     cdef int64_t c
@@ -107,35 +134,30 @@ cdef uint64_t bulk_replay(Buffers b, SubscriptionIndex tmp, SubTable table, Wind
     """Initialise the buffers of sids[0:n] (in the table, in no index) from one replay of the
     window through ``tmp`` (empty, of the engine's index kind).  Returns the (s, m) pairs the
     replay offered to the heaps; adds the time of step 3 to build_ns."""
-    cdef vector[uint64_t] off
-    cdef vector[uint32_t] size, cap
+    cdef vector[HeapRefC] ref              # per sid (slot of the table): its heap
     cdef vector[RankedC] heaps
-    cdef vector[int32_t] slot_of
     cdef vector[uint32_t] order
-    cdef size_t i, j, count = window.count
+    cdef size_t i, j, nout, count = window.count
     cdef uint64_t total = 0, x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull
     cdef sid_t sid
-    cdef int32_t slot
+    cdef HeapRefC* hr
     cdef seq_t oldest = window.oldest_seq, seq
     cdef MsgC* m
     cdef RankedC* h
+    cdef const CandC* out
     cdef uint32_t lo, r
     cdef CandC c
     cdef uint64_t offers = 0
     cdef double t0
-    off.resize(n + 1)
-    size.assign(n, 0)
-    cap.resize(n)
-    slot_of.assign(table.hot.size(), -1)
+    ref.resize(table.hot.size())
     for i in range(n):
         sid = sids[i]
-        off[i] = total
-        cap[i] = bulk_capacity(b, table.hot[sid].k)
-        total += cap[i]
-        slot_of[sid] = <int32_t>i
+        ref[sid].base = total
+        ref[sid].size = 0
+        ref[sid].cap = bulk_capacity(b, table.hot[sid].k)
+        total += ref[sid].cap
         table.hot[sid].theta = 0.0
         table.theta_idx[sid] = 0.0
-    off[n] = total
     heaps.resize(total)
     tmp.add_many(sids, n)
     # a seeded random replay order (Fisher-Yates with xorshift64*)
@@ -157,36 +179,52 @@ cdef uint64_t bulk_replay(Buffers b, SubscriptionIndex tmp, SubTable table, Wind
         m = win_get(window, seq)
         lo = <uint32_t>seq
         tmp.disseminate(win_terms(window, m), <int>m.nterms, m.x, m.y)
-        offers += tmp.out.size()
-        for j in range(tmp.out.size()):
-            c = tmp.out[j]
-            slot = slot_of[c.sid]
-            h = &heaps[off[slot]]
-            if size[slot] < cap[slot]:
-                h[size[slot]].score = c.score
-                h[size[slot]].seq_lo = lo
-                sift_up(h, size[slot])
-                size[slot] += 1
-                if size[slot] < cap[slot]:
+        out = tmp.out.data()
+        nout = tmp.out.size()
+        offers += nout
+        # the heaps are cache misses at scale: their records PREFETCH_FAR ahead, their roots
+        # PREFETCH_NEAR ahead
+        for j in range(nout if nout < PREFETCH_FAR else PREFETCH_FAR):
+            prefetch(&ref[out[j].sid])
+        for j in range(nout if nout < PREFETCH_NEAR else PREFETCH_NEAR):
+            prefetch_heap(&heaps[0], &ref[out[j].sid])
+        for j in range(nout):
+            if j + PREFETCH_FAR < nout:
+                prefetch(&ref[out[j + PREFETCH_FAR].sid])
+            if j + PREFETCH_NEAR < nout:
+                prefetch_heap(&heaps[0], &ref[out[j + PREFETCH_NEAR].sid])
+            c = out[j]
+            hr = &ref[c.sid]
+            h = &heaps[hr.base]
+            if hr.size < hr.cap:
+                h[hr.size].score = c.score
+                h[hr.size].seq_lo = lo
+                sift_up(h, hr.size)
+                hr.size += 1
+                if hr.size < hr.cap:
                     continue
             elif worse(h, c.score, lo):
                 h[0].score = c.score
                 h[0].seq_lo = lo
-                sift_down(h, size[slot], 0)
+                sift_down(h, hr.size, 0)
             else:
                 continue
-            # full: theta = the worst kept score, a lower bound of the final C-th best
+            # full: theta = the worst kept score, a lower bound of the final C-th best.  The
+            # exact check reads hot.theta at once; the index's statistics (theta_idx <= theta)
+            # are raised only geometrically, since each raise re-sorts the posting entries
             if h[0].score > table.hot[c.sid].theta:
                 table.hot[c.sid].theta = h[0].score
-                tmp.theta_changed(c.sid)
+                if h[0].score > RAISE_FACTOR * table.theta_idx[c.sid] + RAISE_MIN:
+                    tmp.theta_changed(c.sid)
     # the buffers, from the runs in ranking order
     t0 = now_ns()
     for i in range(n):
         sid = sids[i]
         table.hot[sid].theta = 0.0
         table.theta_idx[sid] = 0.0
-        h = &heaps[off[i]]
-        std_sort(h, h + size[i], ranks_before)
-        b.init_sub_from(sid, h, size[i], size[i] == cap[i])
+        hr = &ref[sid]
+        h = &heaps[hr.base]
+        std_sort(h, h + hr.size, ranks_before)
+        b.init_sub_from(sid, h, hr.size, hr.size == hr.cap)
     build_ns[0] += now_ns() - t0
     return offers

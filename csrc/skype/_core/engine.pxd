@@ -25,9 +25,11 @@ cdef class CoreEngine:
     cdef vector[MsgTermC] msg_terms     # the arriving message's terms as records
     cdef object index_factory           # () -> an empty index of the engine's kind (bulk registration)
     cdef size_t bulk_min                # smallest batch registered in bulk
+    cdef bint bulk_skyband              # the Skyband buffer too (off by default)
     cdef uint64_t bulk_budget           # heap entries of one bulk pass
     cdef uint64_t bulk_passes, bulk_subscriptions, bulk_offers
     cdef double bulk_ns, bulk_build_ns
+    cdef dict bulk_counters             # the temporary indexes' dissemination counters
 
     cdef void _expire_oldest(self) noexcept nogil
     cdef void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil
