@@ -84,6 +84,10 @@ class Engine(EngineBase):
     ciq
         CIQ parameters: ``budget`` (cover cells per subscription, default 16) and
         ``max_depth`` of its quadtree (default 12).
+    reverse_map
+        True (default): the window keeps, per message, the subscriptions that buffered it.
+        False: no such list; an expiring message is disseminated again against the current
+        thresholds to find them (less memory, one more dissemination per expiry).
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class Engine(EngineBase):
         message_leaf_capacity: int = 64,
         theta_refresh: float = 0.02,
         cell_walk: str = "auto",
+        reverse_map: bool = True,
     ) -> None:
         kwargs = {} if bounds is None else {"bounds": bounds}
         super().__init__(window=window, window_seconds=window_seconds, vocabulary=vocabulary, **kwargs)
@@ -180,7 +185,7 @@ class Engine(EngineBase):
         buffer_params.update(kmax=self.params["kmax"], skyband_ratio=self.params["skyband_ratio"])
         self._core = CoreEngine(
             b.as_tuple(), b.max_dist, self.window or 0, self.window_seconds or 0.0, self._index, self._table,
-            buffer, buffer_params, self.params["message_leaf_capacity"], make_index,
+            buffer, buffer_params, self.params["message_leaf_capacity"], make_index, bool(reverse_map),
         )
 
     # ------------------------------------------------------------------ EngineBase

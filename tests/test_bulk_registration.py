@@ -107,3 +107,15 @@ def test_small_batches_keep_the_per_subscription_path():
     eng.publish_batch(msgs.slice(0, FILL))
     eng.subscribe_batch(subs)  # 160 < the default cut-over
     assert eng.stats()["bulk_initializations"] == 0
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("index", INDEXES)
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_no_reverse_map_finds_the_holders_by_redissemination(buffer, index, window):
+    # reverse_map=False: the holders of an expiring message are found by disseminating it again
+    eng, got = core(2, window, 60, reverse_map=False, index=index, buffer=buffer, **INDEXES[index])
+    assert got == reference(2, window, 60)
+    s = eng.stats()
+    assert not s["reverse_map"] and s["expiry_candidates"] > 0
+    assert s["memory_bytes"]["window"] < 2 ** 20

@@ -24,7 +24,12 @@ Invariants per kind, with theta_s the threshold the subscription index prunes ag
 Re-evaluation pulls from the message index in exact ranking order; the k-skyband of the pulled
 set is built in one pass keeping the k newest seqs seen in a min-heap.  Events (+1 entered, -1
 left the top-k) are appended to ``events`` for the engine to net per message.  The reverse map
-(window ``holders``) gets the subscription for every message that enters its buffer.
+(window ``holders``) gets the subscription for every message that enters its buffer, unless
+``track_holders`` is off: the engine then finds the holders of an expiring message by
+disseminating it again, which relies on the invariant that every buffered entry scores >= its
+subscription's current theta (exact: theta is the k-th of at most k entries; kmax: the last
+entry; skyband kinds: theta only changes when the buffer is rebuilt from entries >= it;
+complete buffers: theta = 0).
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
@@ -93,7 +98,8 @@ cdef class Buffers:
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
-                  double refresh_factor=3.0, bint count_window=True, int bulk_factor=2):
+                  double refresh_factor=3.0, bint count_window=True, int bulk_factor=2,
+                  bint track_holders=True):
         self.kind = KINDS[kind]
         self.count_window = count_window
         self.table = table
@@ -122,6 +128,7 @@ cdef class Buffers:
         self.cq_mean = 0.0
         self.src = NULL
         self.bulk_factor = bulk_factor
+        self.track_holders = track_holders
         self.n_bulk_inits = 0
         self.n_bulk_fallbacks = 0
 
@@ -381,9 +388,10 @@ cdef class Buffers:
         sb.refresh_at = <uint32_t>(self.refresh_factor * (B.size() if <int32_t>B.size() > k else k))
         # reverse map: register the messages that are new to this buffer
         std_sort(self.old_all.begin(), self.old_all.end())
-        for i in range(B.size()):
-            if not self._contains(&self.old_all, B[0][i].seq_lo):
-                self.window.add_holder(self._full_seq(B[0][i].seq_lo), sid)
+        if self.track_holders:
+            for i in range(B.size()):
+                if not self._contains(&self.old_all, B[0][i].seq_lo):
+                    self.window.add_holder(self._full_seq(B[0][i].seq_lo), sid)
         if emit:
             self._diff_events(sid, k)
         # work accounting for the cost model's C_q (a bulk run that sufficed made no query:
@@ -478,7 +486,8 @@ cdef class Buffers:
             if <int32_t>pos >= cap:
                 return
             B.insert(B.begin() + pos, e)
-            self.window.add_holder(seq, sid)
+            if self.track_holders:
+                self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
                 self._event(sid, 1, e.seq_lo)
                 if <int32_t>B.size() > k:
@@ -502,7 +511,8 @@ cdef class Buffers:
                 w += 1
         B.resize(w)
         B.insert(B.begin() + pos, e)
-        self.window.add_holder(seq, sid)
+        if self.track_holders:
+            self.window.add_holder(seq, sid)
         sb.admits += 1
         # Re-tune a buffer whose plan went stale: a complete buffer that outgrew its size, or
         # one admitting over twice the planned rate (thresholds chosen while the window was

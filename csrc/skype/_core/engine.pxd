@@ -23,6 +23,9 @@ cdef class CoreEngine:
     cdef vector[int64_t] out_at, out_sub, out_msg
     cdef vector[uint8_t] out_entered
     cdef vector[MsgTermC] msg_terms     # the arriving message's terms as records
+    cdef bint reverse_map               # False: holders found at expiry by re-dissemination
+    cdef uint64_t expiry_candidates     # candidates verified by those re-disseminations
+    cdef vector[sid_t] expiring         # the holders of the expiring message (scratch)
     cdef object index_factory           # () -> an empty index of the engine's kind (bulk registration)
     cdef size_t bulk_min                # smallest batch registered in bulk
     cdef bint bulk_skyband              # the Skyband buffer too (off by default)

@@ -21,7 +21,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, sid_t, seq_t, MsgTermC, prefetch, PREFETCH_AHEAD
 from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
-from skype._core.subindex cimport SubTable, SubscriptionIndex, IGPTIndex, CandC
+from skype._core.subindex cimport SubTable, SubscriptionIndex, IGPTIndex, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND
 from skype._core.bulk cimport bulk_capacity, bulk_replay
 
@@ -46,7 +46,7 @@ cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
 cdef class CoreEngine:
     def __cinit__(self, tuple bounds, double max_dist, uint64_t count_window, double time_window,
                   SubscriptionIndex index, SubTable table, str buffer, dict buffer_params,
-                  int message_leaf_capacity=64, object index_factory=None):
+                  int message_leaf_capacity=64, object index_factory=None, bint reverse_map=True):
         minx, miny, maxx, maxy = bounds
         self.window = WindowStore()
         self.msgs = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, message_leaf_capacity)
@@ -56,8 +56,10 @@ cdef class CoreEngine:
         self.time_window = time_window
         self.max_dist = max_dist
         window_n = <double>count_window if count_window else 1.0
+        self.reverse_map = reverse_map
+        self.expiry_candidates = 0
         self.buffers = Buffers(buffer, table, index, self.msgs, self.window, window_n,
-                               count_window=count_window > 0, **buffer_params)
+                               count_window=count_window > 0, track_holders=reverse_map, **buffer_params)
         self.arrival_ns = 0
         self.expiry_ns = 0
         self.arrivals = 0
@@ -87,7 +89,26 @@ cdef class CoreEngine:
         cdef vector[sid_t]* extra = win_extra_holders(self.window, seq)
         cdef uint64_t pos
         cdef size_t i
+        cdef CountersC saved
         self.msgs.remove(seq)
+        if not self.reverse_map:
+            # No reverse map: every subscription holding m has ST(s, m) >= theta_s (buffers.pyx
+            # keeps every entry >= theta), so disseminating m again against the current
+            # thresholds reports each of them (and possibly some that evicted m: no-ops).  The
+            # arrival counters are kept apart.
+            saved = self.index.ctr
+            self.index.disseminate(win_terms(self.window, m), <int>m.nterms, m.x, m.y)
+            self.expiry_candidates += self.index.ctr.candidates - saved.candidates
+            self.index.ctr = saved
+            self.expiring.clear()
+            for i in range(self.index.out.size()):
+                self.expiring.push_back(self.index.out[i].sid)
+            for i in range(self.expiring.size()):
+                self._expire_from(self.expiring[i], seq)
+            self.window.pop_oldest()
+            self.expirations += 1
+            self.recent_expirations += 1
+            return
         for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
             self._expire_from(win_holder_at(self.window, pos), seq)
         for i in range(extra.size()):
@@ -362,6 +383,8 @@ cdef class CoreEngine:
             "window_size": self.window.count,
             "arrivals": self.arrivals,
             "expirations": self.expirations,
+            "reverse_map": bool(self.reverse_map),
+            "expiry_candidates": self.expiry_candidates,
             "amp_us": self.arrival_ns / self.arrivals / 1e3 if self.arrivals else 0.0,
             "emp_us": self.expiry_ns / self.expirations / 1e3 if self.expirations else 0.0,
             **b,
