@@ -94,6 +94,10 @@ class Engine(EngineBase):
     ciq
         CIQ parameters: ``budget`` (cover cells per subscription, default 16) and
         ``max_depth`` of its quadtree (default 12).
+    reverse_map
+        True (default): the window keeps, per message, the subscriptions that buffered it.
+        False: no such list; an expiring message is disseminated again against the current
+        thresholds to find them (less memory, one more dissemination per expiry).
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class Engine(EngineBase):
         message_leaf_capacity: int = 64,
         theta_refresh: float = 0.02,
         cell_walk: str = "auto",
+        reverse_map: bool = True,
     ) -> None:
         kwargs = {} if bounds is None else {"bounds": bounds}
         super().__init__(window=window, window_seconds=window_seconds, vocabulary=vocabulary, **kwargs)
@@ -169,7 +174,8 @@ class Engine(EngineBase):
         if not 0.0 < self.params["skyband_ratio"] <= 1.0:
             raise InputError("E023", what="skyband_ratio", expected="in (0, 1]", value=skyband_ratio)
         b = self.bounds
-        self._table = SubTable()
+        self._table = table = SubTable()
+        params, theta_refresh = self.params, self.params["theta_refresh"]
         if index == "ciq":
             from skype._core.ciq import CIQIndex
 
@@ -181,25 +187,31 @@ class Engine(EngineBase):
             if ciq_params["max_depth"] > 28:
                 raise InputError("E023", what="ciq max_depth", expected="at most 28", value=ciq_params["max_depth"])
             self.params["ciq"] = ciq_params
-            self._index = CIQIndex(self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
-                                   theta_refresh=self.params["theta_refresh"], **ciq_params)
+
+            def make_index():
+                return CIQIndex(table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
+                                theta_refresh=theta_refresh, **ciq_params)
         elif index == "blocks":
-            self._index = BlockIndex(
-                self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
-                block_size=self.params["block_size"], bands=self.params["bands"],
-                theta_refresh=self.params["theta_refresh"], **rules,
-            )
+            def make_index():
+                return BlockIndex(
+                    table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
+                    block_size=params["block_size"], bands=params["bands"],
+                    theta_refresh=theta_refresh, **rules,
+                )
         else:
-            self._index = IGPTIndex(
-                self._table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
-                leaf_capacity=self.params["leaf_capacity"], ngroups=self.params["groups"],
-                cell_walk=walks[cell_walk], theta_refresh=self.params["theta_refresh"], **rules,
-            )
+            def make_index():
+                return IGPTIndex(
+                    table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
+                    leaf_capacity=params["leaf_capacity"], ngroups=params["groups"],
+                    cell_walk=walks[cell_walk], theta_refresh=theta_refresh, **rules,
+                )
+        # the engine's index; bulk registration builds a temporary one of the same kind
+        self._index = make_index()
         buffer_params = {key: costs[key] for key in DEFAULT_COST}
         buffer_params.update(kmax=self.params["kmax"], skyband_ratio=self.params["skyband_ratio"])
         self._core = CoreEngine(
             b.as_tuple(), b.max_dist, self.window or 0, self.window_seconds or 0.0, self._index, self._table,
-            buffer, buffer_params, self.params["message_leaf_capacity"],
+            buffer, buffer_params, self.params["message_leaf_capacity"], make_index, bool(reverse_map),
         )
 
     # ------------------------------------------------------------------ EngineBase

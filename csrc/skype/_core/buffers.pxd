@@ -19,6 +19,11 @@ cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1)
     ext_id_t msg
 
 
+cdef packed struct RankedC:       # a (score, message) pair of a bulk-registration run (12 bytes)
+    double score
+    uint32_t seq_lo
+
+
 cdef struct PulledC:             # a message pulled from the message index in ranking order
     seq_t seq
     double score
@@ -83,9 +88,19 @@ cdef class Buffers:
     cdef vector[BufEntryC] shrink
     cdef vector[uint32_t] old_seqs, new_seqs, old_all
     cdef vector[seq_t] heap
+    # bulk registration (bulk.pyx): _pull reads a prepared ranking-order run instead of the
+    # message index; past its end, a truncated run restarts the message index and skips it
+    cdef const RankedC* src
+    cdef size_t src_n, src_pos
+    cdef bint src_truncated, src_fell_back
+    cdef sid_t src_sid
+    cdef uint64_t n_bulk_inits, n_bulk_fallbacks
+    cdef bint track_holders                  # register holders in the window's reverse map
+    cdef int32_t bulk_factor                 # skyband kinds: bulk runs hold bulk_factor * k (+ ties)
 
     cdef void ensure(self, sid_t sid) noexcept nogil
     cdef void init_sub(self, sid_t sid) noexcept nogil
+    cdef void _init_state(self, sid_t sid) noexcept nogil
     cdef void drop_sub(self, sid_t sid) noexcept nogil
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil
     cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil
@@ -98,6 +113,8 @@ cdef class Buffers:
     cdef void _update_theta(self, sid_t sid) noexcept nogil
     cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil
     cdef double _cost(self, double n, int32_t k, double cq_cost) noexcept nogil
+    cdef bint _next(self, seq_t* seq, double* score) noexcept nogil
+    cdef void init_sub_from(self, sid_t sid, const RankedC* run, size_t n, bint truncated) noexcept nogil
     cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil

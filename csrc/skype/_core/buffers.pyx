@@ -24,7 +24,12 @@ Invariants per kind, with theta_s the threshold the subscription index prunes ag
 Re-evaluation pulls from the message index in exact ranking order; the k-skyband of the pulled
 set is built in one pass keeping the k newest seqs seen in a min-heap.  Events (+1 entered, -1
 left the top-k) are appended to ``events`` for the engine to net per message.  The reverse map
-(window ``holders``) gets the subscription for every message that enters its buffer.
+(window ``holders``) gets the subscription for every message that enters its buffer, unless
+``track_holders`` is off: the engine then finds the holders of an expiring message by
+disseminating it again, which relies on the invariant that every buffered entry scores >= its
+subscription's current theta (exact: theta is the k-th of at most k entries; kmax: the last
+entry; skyband kinds: theta only changes when the buffer is rebuilt from entries >= it;
+complete buffers: theta = 0).
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
@@ -93,7 +98,8 @@ cdef class Buffers:
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
-                  double refresh_factor=3.0, bint count_window=True):
+                  double refresh_factor=3.0, bint count_window=True, int bulk_factor=2,
+                  bint track_holders=True):
         self.kind = KINDS[kind]
         self.count_window = count_window
         self.table = table
@@ -120,6 +126,11 @@ cdef class Buffers:
         self.reeval_work = 0
         self.n_queries = 0
         self.cq_mean = 0.0
+        self.src = NULL
+        self.bulk_factor = bulk_factor
+        self.track_holders = track_holders
+        self.n_bulk_inits = 0
+        self.n_bulk_fallbacks = 0
 
     # ------------------------------------------------------------------ helpers
     cdef void ensure(self, sid_t sid) noexcept nogil:
@@ -215,6 +226,31 @@ cdef class Buffers:
         return maintenance + cq_cost / self._expected_steps(n0, k, P)
 
     # ------------------------------------------------------------------ re-evaluation
+    cdef bint _next(self, seq_t* seq, double* score) noexcept nogil:
+        """The next message in ranking order: from the message index, or from a bulk run (the
+        first src_n messages of the same ranking order, bulk.pyx).  Past the end of a truncated
+        run the message index is restarted and its first src_n messages skipped: they are the
+        run's, in the same order, since (score desc, seq desc) is a total order."""
+        cdef const SubHotC* h
+        cdef size_t i
+        if self.src == NULL:
+            return self.msgs.query_next(seq, score)
+        if self.src_pos < self.src_n:
+            seq[0] = self._full_seq(self.src[self.src_pos].seq_lo)
+            score[0] = self.src[self.src_pos].score
+            self.src_pos += 1
+            return True
+        if not self.src_truncated:
+            return False                            # the run holds every match
+        h = &self.table.hot[self.src_sid]
+        self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
+        for i in range(self.src_n):
+            self.msgs.query_next(seq, score)
+        self.src = NULL
+        self.src_fell_back = True
+        self.n_bulk_fallbacks += 1
+        return self.msgs.query_next(seq, score)
+
     cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil:
         """Fill ``pulled`` in ranking order and choose theta; True when the buffer is to hold
         every match (complete: theta = 0)."""
@@ -226,19 +262,23 @@ cdef class Buffers:
         cdef size_t n, best_n = 0, nmax
         self.pulled.clear()
         self.plan_constrained = False
-        self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
+        if self.src == NULL:
+            self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
+        else:
+            self.src_pos = 0
+            self.src_sid = sid
         theta[0] = 0.0
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
             cap = self._cap(k)
             while <int32_t>self.pulled.size() < cap:
-                if not self.msgs.query_next(&seq, &score):
+                if not self._next(&seq, &score):
                     return True
                 self.pulled.push_back(PulledC(seq, score))
             theta[0] = self.pulled.back().score
             return False
         if self.kind == BUF_SKYBAND:
             while <int32_t>self.pulled.size() < k:
-                if not self.msgs.query_next(&seq, &score):
+                if not self._next(&seq, &score):
                     return True
                 self.pulled.push_back(PulledC(seq, score))
             theta[0] = self.skyband_ratio * self.pulled.back().score
@@ -246,7 +286,7 @@ cdef class Buffers:
             cq_cost = self.query_cost * (sb.cq if sb.cq > 0 else (self.cq_mean if self.cq_mean > 0 else 200.0))
             nmax = <size_t>(self.nmax_factor * k)
             while True:
-                if not self.msgs.query_next(&seq, &score):
+                if not self._next(&seq, &score):
                     # every match pulled: keep them all (theta = 0, never re-evaluated) unless a
                     # threshold scores better in the cost model
                     n = self.pulled.size()
@@ -269,7 +309,7 @@ cdef class Buffers:
             self.plan_constrained = <int32_t>best_n == k
         # keep pulling ties (and, for skyband, everything down to theta)
         while self.pulled.back().score >= theta[0]:
-            if not self.msgs.query_next(&seq, &score):
+            if not self._next(&seq, &score):
                 break
             self.pulled.push_back(PulledC(seq, score))
         return False
@@ -348,17 +388,20 @@ cdef class Buffers:
         sb.refresh_at = <uint32_t>(self.refresh_factor * (B.size() if <int32_t>B.size() > k else k))
         # reverse map: register the messages that are new to this buffer
         std_sort(self.old_all.begin(), self.old_all.end())
-        for i in range(B.size()):
-            if not self._contains(&self.old_all, B[0][i].seq_lo):
-                self.window.add_holder(self._full_seq(B[0][i].seq_lo), sid)
+        if self.track_holders:
+            for i in range(B.size()):
+                if not self._contains(&self.old_all, B[0][i].seq_lo):
+                    self.window.add_holder(self._full_seq(B[0][i].seq_lo), sid)
         if emit:
             self._diff_events(sid, k)
-        # work accounting for the cost model's C_q
-        work = self.msgs.q_work
-        sb.cq = <float>work if sb.cq <= 0 else 0.5 * sb.cq + 0.5 * work
-        self.reeval_work += work
-        self.n_queries += 1
-        self.cq_mean += (work - self.cq_mean) / self.n_queries
+        # work accounting for the cost model's C_q (a bulk run that sufficed made no query:
+        # its C_q stays unknown, so the cost model uses the mean of real queries)
+        if self.src == NULL:
+            work = self.msgs.q_work
+            sb.cq = <float>work if sb.cq <= 0 else 0.5 * sb.cq + 0.5 * work
+            self.reeval_work += work
+            self.n_queries += 1
+            self.cq_mean += (work - self.cq_mean) / self.n_queries
         self._set_theta(sid, 0.0 if complete else theta, notify)
 
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil:
@@ -390,6 +433,25 @@ cdef class Buffers:
     cdef void init_sub(self, sid_t sid) noexcept nogil:
         """A new subscription: its buffer from the current window (Alg. 2 lines 3-5 with
         |B_0| = 0).  The index does not hold it yet: theta is written to the table only."""
+        self._init_state(sid)
+        self._reevaluate(sid, False, False)
+        self.n_initializations += 1
+
+    cdef void init_sub_from(self, sid_t sid, const RankedC* run, size_t n, bint truncated) noexcept nogil:
+        """init_sub, with the first n messages of sid's ranking order given (bulk.pyx): the same
+        scan and the same buffer, from ``run`` instead of the message index.  ``truncated``: the
+        window may hold more matches than the run (the scan then falls back, see _next)."""
+        self._init_state(sid)
+        self.src = run
+        self.src_n = n
+        self.src_truncated = truncated
+        self.src_fell_back = False
+        self._reevaluate(sid, False, False)
+        self.src = NULL
+        self.n_initializations += 1
+        self.n_bulk_inits += 1
+
+    cdef void _init_state(self, sid_t sid) noexcept nogil:
         cdef SubBufC* sb
         self.ensure(sid)
         sb = &self.buf[sid]
@@ -402,8 +464,6 @@ cdef class Buffers:
         sb.born = 0
         sb.admits = 0
         sb.retune_at = 0
-        self._reevaluate(sid, False, False)
-        self.n_initializations += 1
 
     cdef void drop_sub(self, sid_t sid) noexcept nogil:
         cdef vector[BufEntryC] empty
@@ -426,7 +486,8 @@ cdef class Buffers:
             if <int32_t>pos >= cap:
                 return
             B.insert(B.begin() + pos, e)
-            self.window.add_holder(seq, sid)
+            if self.track_holders:
+                self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
                 self._event(sid, 1, e.seq_lo)
                 if <int32_t>B.size() > k:
@@ -450,7 +511,8 @@ cdef class Buffers:
                 w += 1
         B.resize(w)
         B.insert(B.begin() + pos, e)
-        self.window.add_holder(seq, sid)
+        if self.track_holders:
+            self.window.add_holder(seq, sid)
         sb.admits += 1
         # Re-tune a buffer whose plan went stale: a complete buffer that outgrew its size, or
         # one admitting over twice the planned rate (thresholds chosen while the window was
@@ -528,6 +590,7 @@ cdef class Buffers:
         return {
             "reevaluations": self.n_reevaluations, "threshold_refreshes": self.n_refreshes,
             "initializations": self.n_initializations, "admits": self.n_admits,
+            "bulk_initializations": self.n_bulk_inits, "bulk_fallbacks": self.n_bulk_fallbacks,
             "reevaluation_work": self.reeval_work,
             "avg_buffer_size": <double>total / live if live else 0.0, "buffered_entries": total,
         }

@@ -23,6 +23,16 @@ cdef class CoreEngine:
     cdef vector[int64_t] out_at, out_sub, out_msg
     cdef vector[uint8_t] out_entered
     cdef vector[MsgTermC] msg_terms     # the arriving message's terms as records
+    cdef bint reverse_map               # False: holders found at expiry by re-dissemination
+    cdef uint64_t expiry_candidates     # candidates verified by those re-disseminations
+    cdef vector[sid_t] expiring         # the holders of the expiring message (scratch)
+    cdef object index_factory           # () -> an empty index of the engine's kind (bulk registration)
+    cdef size_t bulk_min                # smallest batch registered in bulk
+    cdef bint bulk_skyband              # the Skyband buffer too (off by default)
+    cdef uint64_t bulk_budget           # heap entries of one bulk pass
+    cdef uint64_t bulk_passes, bulk_subscriptions, bulk_offers
+    cdef double bulk_ns, bulk_build_ns
+    cdef dict bulk_counters             # the temporary indexes' dissemination counters
 
     cdef void _expire_oldest(self) noexcept nogil
     cdef void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil
@@ -32,3 +42,4 @@ cdef class CoreEngine:
     cdef void _arrive_terms(self, int64_t ext_id, double x, double y, double t,
                             const MsgTermC* terms, int n) noexcept nogil
     cdef void _flush(self, int64_t at) noexcept nogil
+    cdef void _subscribe_bulk(self, vector[sid_t]& sids)

@@ -557,18 +557,19 @@ cdef class IGPTIndex(SubscriptionIndex):
                     self._fix_segment(tp, t, base, tp.entries.size())
 
     cdef void _rebuild_postings(self) noexcept nogil:
-        """Bulk build: every posting of every live subscription, sorted once."""
+        """Bulk build: every posting of every subscription in the tree, sorted once.  (The
+        tree's leaves, not the table: a temporary index of bulk registration holds a subset.)"""
         cdef vector[BuildC] all_p
         cdef BuildC p
         cdef sid_t sid
         cdef uint32_t off, i, g
-        cdef size_t r, start
+        cdef size_t r, start, leaf, q
         cdef TermPostC* tp
         cdef LeafPLC pl
         cdef PEntryC e
-        for sid in range(self.table.ext_id.size()):
-            if not self.table.hot[sid].alive:
-                continue
+        for leaf in range(self.leaf_subs.size()):
+          for q in range(self.leaf_subs[leaf].size()):
+            sid = self.leaf_subs[leaf][q]
             g = <uint32_t>self._group_of(self.table.hot[sid].alpha)
             off = self.table.hot[sid].term_off
             for i in range(self.table.hot[sid].nterms):
