@@ -44,6 +44,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--buffer", choices=BUFFERS, default="cskyband", help="result buffer of the core (default: cskyband)")
     g.add_argument("--kmax", type=int, default=60, help="kmax of the kmax buffer (default: %(default)s)")
     g.add_argument("--skyband-ratio", type=float, default=0.8, help="theta / kScore of the Skyband buffer (default: %(default)s)")
+    g.add_argument("--block-size", type=int, default=64, help="postings per block of the block index (default: %(default)s)")
+    g.add_argument("--bands", type=int, default=8, help="alpha-bands per posting list of the block index (default: %(default)s)")
     g.add_argument("--leaf-capacity", type=int, default=1000, help="subscriptions per IGPT quadtree leaf (default: %(default)s)")
     g.add_argument("--groups", type=int, default=10, help="alpha-groups per IGPT posting list (default: %(default)s)")
 
@@ -51,7 +53,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 def engine_options(args: argparse.Namespace) -> dict:
     """Keyword arguments of skype.Engine from the engine options."""
     return dict(index=args.index, buffer=args.buffer, kmax=args.kmax, skyband_ratio=args.skyband_ratio,
-                leaf_capacity=args.leaf_capacity, groups=args.groups)
+                block_size=args.block_size, bands=args.bands, leaf_capacity=args.leaf_capacity, groups=args.groups)
 
 
 def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
