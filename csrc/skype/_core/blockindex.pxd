@@ -30,6 +30,8 @@ cdef struct BlockHeadC:          # bounds over the live entries of one block (or
     float theta_min              # +inf when no entry is live
     float w_max
     float rest_max
+    float a_min                  # min of a lower bound of a_s = theta_s / (1 - alpha_s); -inf in high bands
+    float b_max                  # max of an upper bound of b_s = alpha_s / (1 - alpha_s)
 
 
 cdef struct BandC:               # one alpha-band of one term's posting list

@@ -85,6 +85,23 @@ cdef inline void head_clear(BlockHeadC* h) noexcept nogil:
     h.theta_min = INFINITY
     h.w_max = 0.0
     h.rest_max = 0.0
+    h.a_min = INFINITY
+    h.b_max = 0.0
+
+
+cdef inline float entry_a(const BlockEntryC* e) noexcept nogil:
+    """A lower bound of a_s = theta_s / (1 - alpha_s) from the f32 copies (alpha within 1e-7);
+    -inf for alpha >= 1/2, where the a/b form of the bound is not used."""
+    if e.alpha >= 0.5:
+        return -INFINITY
+    return round_down(<double>e.theta / (1.0 - <double>e.alpha + ALPHA_SLACK))
+
+
+cdef inline float entry_b(const BlockEntryC* e) noexcept nogil:
+    """An upper bound of b_s = alpha_s / (1 - alpha_s) (alpha < 1/2, so b < 1)."""
+    if e.alpha >= 0.5:
+        return INFINITY
+    return round_up((<double>e.alpha + ALPHA_SLACK) / (1.0 - <double>e.alpha - ALPHA_SLACK))
 
 
 cdef inline void head_merge(BlockHeadC* h, const BlockHeadC* o) noexcept nogil:
@@ -99,6 +116,8 @@ cdef inline void head_merge(BlockHeadC* h, const BlockHeadC* o) noexcept nogil:
     if o.theta_min < h.theta_min: h.theta_min = o.theta_min
     if o.w_max > h.w_max: h.w_max = o.w_max
     if o.rest_max > h.rest_max: h.rest_max = o.rest_max
+    if o.a_min < h.a_min: h.a_min = o.a_min
+    if o.b_max > h.b_max: h.b_max = o.b_max
 
 
 cdef inline bint below(double alpha, double tt, double d2, double theta, double max_dist2) noexcept nogil:
@@ -108,10 +127,18 @@ cdef inline bint below(double alpha, double tt, double d2, double theta, double 
     return r < 0.0 or alpha * alpha * d2 > r * r * max_dist2
 
 
+cdef inline bint below_ab(double tt, double b, double d2, double a, double max_dist2) noexcept nogil:
+    """tt + b * (1 - sqrt(d2) / MaxDist) < a, without a root or a division: with r = tt + b - a,
+    it holds iff r < 0 or b^2 d2 > r^2 MaxDist^2."""
+    cdef double r = tt + b - a
+    return r < 0.0 or b * b * d2 > r * r * max_dist2
+
+
 cdef inline bint head_covers(const BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
     return (h.theta_min <= e.theta and h.w_max >= e.w and h.rest_max >= e.rest
             and h.minx <= e.x <= h.maxx and h.miny <= e.y <= h.maxy
-            and h.alpha_min <= e.alpha <= h.alpha_max)
+            and h.alpha_min <= e.alpha <= h.alpha_max
+            and h.a_min <= entry_a(e) and h.b_max >= entry_b(e))
 
 
 cdef class BlockIndex(SubscriptionIndex):
@@ -211,6 +238,9 @@ cdef class BlockIndex(SubscriptionIndex):
         if e.theta < h.theta_min: h.theta_min = e.theta
         if e.w > h.w_max: h.w_max = e.w
         if e.rest > h.rest_max: h.rest_max = e.rest
+        cdef float a = entry_a(e), b = entry_b(e)
+        if a < h.a_min: h.a_min = a
+        if b > h.b_max: h.b_max = b
 
     cdef void _recompute_block(self, BandC* band, size_t b) noexcept nogil:
         cdef size_t i, end = (b + 1) * self.block_size
@@ -254,9 +284,10 @@ cdef class BlockIndex(SubscriptionIndex):
                 continue
             if g >= self.spatial_from_band:
                 key = self._zkey(e.x, e.y)
-            else:
-                th = min(max(<double>e.theta, 0.0), 1.0)
-                key = ((<uint64_t>(th * 65535.0)) << 16) | (self._zkey(e.x, e.y) >> 16)
+            else:                                 # one-term apart from multi-term, then by a
+                th = min(max(<double>entry_a(e), 0.0), 2.0) * 0.5
+                key = ((<uint64_t>(e.nterms > 1)) << 31) | ((<uint64_t>(th * 32767.0)) << 16) | (
+                    self._zkey(e.x, e.y) >> 16)
             keys.push_back((key << 32) | i)
         std_sort(keys.begin(), keys.end())
         out.reserve(keys.size())
@@ -385,6 +416,10 @@ cdef class BlockIndex(SubscriptionIndex):
             band.entries[i].theta = v
             b = i // self.block_size
             bh = &band.heads[b]
+            if entry_a(&band.entries[i]) < bh.a_min:
+                bh.a_min = entry_a(&band.entries[i])
+            if entry_a(&band.entries[i]) < band.head.a_min:
+                band.head.a_min = entry_a(&band.entries[i])
             if v < bh.theta_min:
                 bh.theta_min = v
             elif prev <= bh.theta_min:
@@ -397,7 +432,7 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef inline bint _head_prunes(self, const BlockHeadC* h, double wm, double mx, double x,
                                   double y) noexcept nogil:
         """No live member met here for the first time can reach its threshold."""
-        cdef double dx = 0.0, dy = 0.0, tt
+        cdef double dx = 0.0, dy = 0.0, tt, d2
         if h.theta_min == INFINITY:
             return True
         if x < h.minx:
@@ -411,9 +446,16 @@ cdef class BlockIndex(SubscriptionIndex):
         tt = h.w_max * wm + h.rest_max * mx
         if tt > 1.0:
             tt = 1.0
+        d2 = dx * dx + dy * dy
         # the bound is linear in alpha: below theta_min at both ends of [alpha_min, alpha_max]
-        return (below(h.alpha_min, tt, dx * dx + dy * dy, h.theta_min - self.slack, self.max_dist2)
-                and below(h.alpha_max, tt, dx * dx + dy * dy, h.theta_min - self.slack, self.max_dist2))
+        if (below(h.alpha_min, tt, d2, h.theta_min - self.slack, self.max_dist2)
+                and below(h.alpha_max, tt, d2, h.theta_min - self.slack, self.max_dist2)):
+            return True
+        # low alpha: ST < theta  <=>  T + b S < a (Lemma 4's form); with b <= b_max < 1, S <= 1 -
+        # d / MaxDist and a >= a_min; dividing by 1 - alpha > 1/2 at most doubles the slack
+        if h.a_min == -INFINITY or h.b_max == INFINITY:
+            return False
+        return below_ab(tt, h.b_max, d2, h.a_min - 2.0 * self.slack, self.max_dist2)
 
     cdef inline bint _met_before(self, const BlockEntryC* e, const MsgTermC* m, int j) noexcept nogil:
         """Does the subscription share a term before t with the message (met in an earlier list)?"""
