@@ -120,6 +120,18 @@ cdef inline void head_merge(BlockHeadC* h, const BlockHeadC* o) noexcept nogil:
     if o.b_max > h.b_max: h.b_max = o.b_max
 
 
+cdef inline uint32_t theta_bucket(float theta) noexcept nogil:
+    """Four coarse threshold classes: a block holding one subscription with theta ~ 0 (a
+    complete buffer keeps every match) can never be skipped, so such postings keep together."""
+    if theta < 0.05:
+        return 0
+    if theta < 0.4:
+        return 1
+    if theta < 0.7:
+        return 2
+    return 3
+
+
 cdef inline bint below(double alpha, double tt, double d2, double theta, double max_dist2) noexcept nogil:
     """alpha * (1 - sqrt(d2) / MaxDist) + (1 - alpha) * tt < theta, without a root or a division:
     with r = alpha + (1 - alpha) * tt - theta, it holds iff r < 0 or alpha^2 d2 > r^2 MaxDist^2."""
@@ -282,8 +294,8 @@ cdef class BlockIndex(SubscriptionIndex):
             e = &band.entries[i]
             if e.theta == INFINITY:
                 continue
-            if g >= self.spatial_from_band:
-                key = self._zkey(e.x, e.y)
+            if g >= self.spatial_from_band:       # coarse threshold bucket, then Z-order
+                key = (<uint64_t>theta_bucket(e.theta) << 30) | (self._zkey(e.x, e.y) >> 2)
             else:                                 # one-term apart from multi-term, then by a
                 th = min(max(<double>entry_a(e), 0.0), 2.0) * 0.5
                 key = ((<uint64_t>(e.nterms > 1)) << 31) | ((<uint64_t>(th * 32767.0)) << 16) | (
