@@ -1,7 +1,7 @@
 # The keyword-first block index (index="blocks"): per-term posting lists in alpha-bands of
 # fixed-size blocks with bound headers; see blockindex.pyx for the algorithm and invariants.
 from libcpp.vector cimport vector
-from libc.stdint cimport uint16_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, MsgTermC
 from skype._core.subindex cimport SubscriptionIndex, SubTable
 
@@ -36,6 +36,13 @@ cdef struct BlockHeadC:          # bounds over the live entries of one block (or
 
 cdef struct BandC:               # one alpha-band of one term's posting list
     vector[BlockEntryC] entries  # block b holds entries[b * B, (b + 1) * B)
+    # a column mirror of the postings' bound fields, tested branch-free a block at a time
+    vector[float] col_x
+    vector[float] col_y
+    vector[float] col_alpha
+    vector[float] col_theta      # +inf for a removed posting, as in the entry
+    vector[float] col_w
+    vector[float] col_rest
     vector[BlockHeadC] heads     # one header per block
     BlockHeadC head              # bounds over the whole band
     uint32_t sorted_n            # entries[0, sorted_n) are in the band's sort order
@@ -66,10 +73,12 @@ cdef class BlockIndex(SubscriptionIndex):
     # per-message scratch
     cdef vector[double] m_maxwt    # m_maxwt[j] = max weight of the message's terms j..n-1
     cdef vector[sid_t] pending     # first meetings that passed every bound, to verify
+    cdef vector[uint8_t] keep      # per block: postings the column test could not rule out
 
     cdef int _band_of(self, double alpha) noexcept nogil
     cdef BandC* _band(self, term_t t, int g) noexcept nogil
     cdef void _append(self, sid_t sid, int pos) noexcept nogil
+    cdef void _mirror_push(self, BandC* band, const BlockEntryC* e) noexcept nogil
     cdef void _fill_entry(self, BlockEntryC* e, sid_t sid, int pos) noexcept nogil
     cdef void _head_add(self, BlockHeadC* h, const BlockEntryC* e) noexcept nogil
     cdef void _recompute_block(self, BandC* band, size_t b) noexcept nogil
@@ -81,4 +90,6 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef bint _head_prunes(self, const BlockHeadC* h, double wm, double mx, double x, double y) noexcept nogil
     cdef bint _met_before(self, const BlockEntryC* e, const MsgTermC* m, int j) noexcept nogil
     cdef double _text_after(self, const BlockEntryC* e, const MsgTermC* m, int j, int n, double mx) noexcept nogil
+    cdef void _column_test(self, BandC* band, size_t start, size_t end, double wm, double mx,
+                           double x, double y) noexcept nogil
     cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil

@@ -55,6 +55,7 @@ cdef uint32_t NO_TERM = 0xFFFFFFFFu
 cdef double ALPHA_SLACK = 1e-7          # |alpha - (float)alpha| <= 6e-8
 cdef double ARITH_SLACK = 1e-9          # double arithmetic of the bounds
 cdef int VERIFY_AHEAD = 8               # records prefetched ahead in the verification loop
+cdef double COLUMN_SLACK = 2e-5         # float arithmetic of the column test (errors ~1e-6)
 
 
 cdef inline uint32_t spread16(uint32_t v) noexcept nogil:
@@ -273,6 +274,7 @@ cdef class BlockIndex(SubscriptionIndex):
         cdef BlockHeadC empty
         self._fill_entry(&e, sid, pos)
         band.entries.push_back(e)
+        self._mirror_push(band, &e)
         self.loc[self.loc_off[sid] + pos] = <uint32_t>i
         if i % self.block_size == 0:
             head_clear(&empty)
@@ -280,6 +282,14 @@ cdef class BlockIndex(SubscriptionIndex):
         self._head_add(&band.heads.back(), &e)
         self._head_add(&band.head, &e)
         self.postings += 1
+
+    cdef inline void _mirror_push(self, BandC* band, const BlockEntryC* e) noexcept nogil:
+        band.col_x.push_back(e.x)
+        band.col_y.push_back(e.y)
+        band.col_alpha.push_back(e.alpha)
+        band.col_theta.push_back(e.theta)
+        band.col_w.push_back(e.w)
+        band.col_rest.push_back(e.rest)
 
     cdef void _rebuild(self, BandC* band, int g) noexcept nogil:
         """Drop removed entries, sort the rest in the band's order, rebuild headers and locators."""
@@ -308,6 +318,20 @@ cdef class BlockIndex(SubscriptionIndex):
             self.loc[self.loc_off[e.sid] + e.pos] = <uint32_t>i
             out.push_back(e[0])
         band.entries.swap(out)
+        band.col_x.clear()
+        band.col_y.clear()
+        band.col_alpha.clear()
+        band.col_theta.clear()
+        band.col_w.clear()
+        band.col_rest.clear()
+        for i in range(band.entries.size()):
+            self._mirror_push(band, &band.entries[i])
+        band.col_x.shrink_to_fit()
+        band.col_y.shrink_to_fit()
+        band.col_alpha.shrink_to_fit()
+        band.col_theta.shrink_to_fit()
+        band.col_w.shrink_to_fit()
+        band.col_rest.shrink_to_fit()
         band.sorted_n = <uint32_t>band.entries.size()
         band.dead = 0
         band.head_stale = 0
@@ -398,6 +422,7 @@ cdef class BlockIndex(SubscriptionIndex):
         for pos in range(h.nterms):
             band = self._band(self.table.terms[h.term_off + pos].term, g)
             band.entries[self.loc[self.loc_off[sid] + pos]].theta = INFINITY
+            band.col_theta[self.loc[self.loc_off[sid] + pos]] = INFINITY
             band.dead += 1
             self.postings -= 1
         self.loc_waste += self.loc_n[sid]
@@ -426,6 +451,7 @@ cdef class BlockIndex(SubscriptionIndex):
             i = self.loc[self.loc_off[sid] + pos]
             prev = band.entries[i].theta
             band.entries[i].theta = v
+            band.col_theta[i] = v
             b = i // self.block_size
             bh = &band.heads[b]
             if entry_a(&band.entries[i]) < bh.a_min:
@@ -511,6 +537,32 @@ cdef class BlockIndex(SubscriptionIndex):
                 best = m[i].w
         return best
 
+    cdef void _column_test(self, BandC* band, size_t start, size_t end, double wm, double mx,
+                           double x, double y) noexcept nogil:
+        """keep[i - start] = 0 when posting i certainly cannot qualify: the own bound of the
+        posting in float arithmetic, branch-free over the block's columns, with COLUMN_SLACK more
+        margin than the exact test (removed postings have theta = +inf and are ruled out)."""
+        cdef const float* cx = band.col_x.data()
+        cdef const float* cy = band.col_y.data()
+        cdef const float* ca = band.col_alpha.data()
+        cdef const float* ct = band.col_theta.data()
+        cdef const float* cw = band.col_w.data()
+        cdef const float* cr = band.col_rest.data()
+        cdef uint8_t* keep = self.keep.data()
+        cdef float fx = <float>x, fy = <float>y, fwm = <float>wm, fmx = <float>mx
+        cdef float margin = <float>(self.slack + COLUMN_SLACK), fm2 = <float>self.max_dist2
+        cdef float dx, dy, d2, tt, a, r
+        cdef size_t i
+        for i in range(start, end):
+            dx = cx[i] - fx
+            dy = cy[i] - fy
+            d2 = dx * dx + dy * dy
+            tt = cw[i] * fwm + cr[i] * fmx
+            tt = tt if tt < 1.0 else 1.0
+            a = ca[i]
+            r = a + (1.0 - a) * tt - ct[i] + margin
+            keep[i - start] = (r >= 0.0) & (a * a * d2 <= r * r * fm2)
+
     cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil:
         cdef double wm = m[j].w, mx = self.m_maxwt[j + 1]
         cdef double dx, dy, tt, d2, theta, alpha
@@ -520,6 +572,7 @@ cdef class BlockIndex(SubscriptionIndex):
         cdef bint entry_rule = self.rule_entry
         cdef float th
         cdef uint64_t visited = 0, pruned = 0, revisits = 0
+        cdef uint8_t* keep
         if band.head_stale:                       # raises lifted block minima: lift the band's
             th = INFINITY
             for b in range(nb):
@@ -530,6 +583,9 @@ cdef class BlockIndex(SubscriptionIndex):
         if self.rule_band and self._head_prunes(&band.head, wm, mx, x, y):
             self.ctr.bands_skipped += 1
             return
+        if self.keep.size() < self.block_size:
+            self.keep.resize(self.block_size)
+        keep = self.keep.data()
         for b in range(nb):
             if self.rule_block and self._head_prunes(&band.heads[b], wm, mx, x, y):
                 self.ctr.blocks_skipped += 1
@@ -538,12 +594,17 @@ cdef class BlockIndex(SubscriptionIndex):
             end = (b + 1) * self.block_size
             if end > n:
                 end = n
+            visited += end - b * self.block_size
+            if entry_rule:
+                self._column_test(band, b * self.block_size, end, wm, mx, x, y)
             for i in range(b * self.block_size, end):
+                if entry_rule and not keep[i - b * self.block_size]:
+                    pruned += 1
+                    continue
                 e = &band.entries[i]
                 if e.theta == INFINITY:
                     continue
-                visited += 1
-                if entry_rule:
+                if entry_rule:                            # the exact (double) test of a survivor
                     dx = e.x - x
                     dy = e.y - y
                     d2 = dx * dx + dy * dy
@@ -611,6 +672,7 @@ cdef class BlockIndex(SubscriptionIndex):
             for g in range(self.lists[t].bands.size()):
                 total += self.lists[t].bands[g].entries.capacity() * sizeof(BlockEntryC)
                 total += self.lists[t].bands[g].heads.capacity() * sizeof(BlockHeadC)
+                total += 6 * self.lists[t].bands[g].col_theta.capacity() * sizeof(float)
         total += (self.loc.capacity() + self.loc_off.capacity()) * sizeof(uint32_t)
         total += self.pending.capacity() * sizeof(sid_t)
         return total
@@ -661,6 +723,9 @@ cdef class BlockIndex(SubscriptionIndex):
                     end = min((b + 1) * self.block_size, band.entries.size())
                     for i in range(b * self.block_size, end):
                         e = &band.entries[i]
+                        assert (band.col_theta[i] == e.theta and band.col_x[i] == e.x and band.col_y[i] == e.y
+                                and band.col_alpha[i] == e.alpha and band.col_w[i] == e.w
+                                and band.col_rest[i] == e.rest), f"term {t} band {g}: column mirror differs at {i}"
                         if e.theta == INFINITY:
                             continue
                         total += 1
