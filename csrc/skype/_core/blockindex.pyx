@@ -552,16 +552,18 @@ cdef class BlockIndex(SubscriptionIndex):
         cdef float fx = <float>x, fy = <float>y, fwm = <float>wm, fmx = <float>mx
         cdef float margin = <float>(self.slack + COLUMN_SLACK), fm2 = <float>self.max_dist2
         cdef float dx, dy, d2, tt, a, r
+        cdef float one = 1.0, zero = 0.0
         cdef size_t i
+        # no clamp of the text part at 1 here (a looser bound; survivors get the clamped one):
+        # the loop stays free of branches and float-only, so the compiler vectorizes it
         for i in range(start, end):
             dx = cx[i] - fx
             dy = cy[i] - fy
             d2 = dx * dx + dy * dy
             tt = cw[i] * fwm + cr[i] * fmx
-            tt = tt if tt < 1.0 else 1.0
             a = ca[i]
-            r = a + (1.0 - a) * tt - ct[i] + margin
-            keep[i - start] = (r >= 0.0) & (a * a * d2 <= r * r * fm2)
+            r = a + (one - a) * tt - ct[i] + margin
+            keep[i - start] = (r >= zero) & (a * a * d2 <= r * r * fm2)
 
     cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil:
         cdef double wm = m[j].w, mx = self.m_maxwt[j + 1]
