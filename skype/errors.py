@@ -6,6 +6,8 @@ id) so that a user can find it.  Codes are stable: tests and callers may match o
 
 from __future__ import annotations
 
+from typing import Iterable
+
 
 class SkypeError(Exception):
     """Base class of every error raised by skype."""
@@ -98,5 +100,5 @@ class InputError(SkypeError, ValueError):
         return f"{prefix}: {self.detail} [{self.code}]" if prefix else f"{self.detail} [{self.code}]"
 
 
-def invalid_choice(what: str, value: object, choices: object) -> InputError:
+def invalid_choice(what: str, value: object, choices: Iterable[object]) -> InputError:
     return InputError("E022", what=what, value=value, choices=", ".join(map(str, choices)))

@@ -189,8 +189,8 @@ class Vocabulary:
             merged[tid] = merged.get(tid, 0.0) + w
         pairs = sorted(merged.items())
         ids = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
-        w = np.fromiter((p[1] for p in pairs), dtype=np.float64, count=len(pairs))
-        return ids, normalize(w)
+        weights = np.fromiter((p[1] for p in pairs), dtype=np.float64, count=len(pairs))
+        return ids, normalize(weights)
 
     def vectorize_token_lists(self, docs: Sequence[Sequence[str]]) -> TermMatrix:
         """tf-idf vectors of many token lists at once (CSR).  Rows may be empty."""

@@ -10,7 +10,6 @@ small k, and small windows (many expirations).
 
 from __future__ import annotations
 
-import math
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
