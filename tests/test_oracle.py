@@ -372,3 +372,14 @@ def test_mixed_events_with_id_reuse_agree_with_the_oracle(engine):
     for sid in oracle.subscription_ids()[:20]:
         for n in (0, 1, 3, 25):
             same_ranking([(m.id, m.score) for m in eng.topn(sid, n)], oracle.topn(sid, n), f"topn({sid}, {n})")
+
+
+def test_the_oracle_shares_no_code_with_the_engines():
+    """Independent by construction: tests/oracle.py imports nothing from skype."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).parent / "oracle.py").read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert modules <= {"__future__", "functools", "math", "fractions", "numpy"}, modules
