@@ -108,7 +108,8 @@ class EngineBase(abc.ABC):
         sid, x, y, k, alpha, ids, weights = validate.check_subscription(sub, self.vocabulary, self.bounds)
         if self.has_subscription(sid):
             raise InputError("E007", id=sid, record_id=sid)
-        batch = SubscriptionBatch([sid], [x], [y], [k], [alpha], TermMatrix([0, len(ids)], ids, weights))
+        batch = SubscriptionBatch(np.array([sid]), np.array([x]), np.array([y]), np.array([k]), np.array([alpha]),
+                                  TermMatrix(np.array([0, len(ids)]), ids, weights))
         self._subscribe_batch(batch)
         return self.topk(sid)
 
@@ -137,7 +138,8 @@ class EngineBase(abc.ABC):
         mid, x, y, t, ids, weights = validate.check_message(
             msg, self.vocabulary, self.bounds, default_t=float(self._arrivals)
         )
-        batch = MessageBatch([mid], [x], [y], [t], TermMatrix([0, len(ids)], ids, weights))
+        batch = MessageBatch(np.array([mid]), np.array([x]), np.array([y]), np.array([t]),
+                             TermMatrix(np.array([0, len(ids)]), ids, weights))
         return self.publish_batch(batch).changes()
 
     def publish_batch(self, batch: MessageBatch) -> ChangeLog:

@@ -6,6 +6,8 @@ id) so that a user can find it.  Codes are stable: tests and callers may match o
 
 from __future__ import annotations
 
+from typing import Iterable
+
 
 class SkypeError(Exception):
     """Base class of every error raised by skype."""
@@ -42,6 +44,12 @@ class Errors:
     E026 = "batch arrays disagree: {detail}"
     E027 = "term vector is malformed: {detail}"
     E028 = "run directory {path!r} was created with other settings (first run, now): {detail}"
+    # E029-E049: limits and unreadable input (issue 14)
+    E029 = "k={value!r} is above the limit of {limit} (a top-k that deep is a full scan, not a subscription)"
+    E030 = "a record has {n} distinct terms; at most {limit} are allowed"
+    E031 = "line is not valid UTF-8: {detail}"
+    E032 = "Parquet file cannot be read: {detail}"
+    E033 = "a {kind} record must be a JSON object, got {value!r}"
 
 
 class InputError(SkypeError, ValueError):
@@ -92,5 +100,5 @@ class InputError(SkypeError, ValueError):
         return f"{prefix}: {self.detail} [{self.code}]" if prefix else f"{self.detail} [{self.code}]"
 
 
-def invalid_choice(what: str, value: object, choices: object) -> InputError:
+def invalid_choice(what: str, value: object, choices: Iterable[object]) -> InputError:
     return InputError("E022", what=what, value=value, choices=", ".join(map(str, choices)))

@@ -10,7 +10,9 @@
 
 JSON Lines (``.jsonl``; blank lines are skipped) or Parquet (``.parquet``) with the same columns
 (``terms`` as a map<string, double>, ``topk`` as a list of structs).  Readers yield ``(line,
-record)`` and raise :class:`~skype.errors.InputError` naming the file and line.
+record)`` and raise :class:`~skype.errors.InputError` naming the file and line: malformed JSON
+(E010), a line that is not UTF-8 (E031), a Parquet file that cannot be read (E032: the rows
+before the damage are still yielded).  In Parquet, an empty ``terms`` map is an empty object.
 """
 
 from __future__ import annotations
@@ -36,42 +38,58 @@ def _format(path: Path) -> str:
     raise InputError("E024", path=str(path))
 
 
-def _clean(value: Any) -> Any:
-    """Parquet nulls (None) and map columns (lists of pairs) as JSON would give them."""
-    if isinstance(value, list) and value and isinstance(value[0], tuple):
-        return dict(value)
+def _clean(name: str, value: Any) -> Any:
+    """Parquet map columns (lists of pairs, ``terms``) as JSON would give them."""
+    if name == "terms" and isinstance(value, list):
+        return dict(value) if all(isinstance(p, tuple) and len(p) == 2 for p in value) else value
     return value
 
 
 def iter_objects(path: str | Path, on_malformed: Callable[[InputError], None] | None = None) -> Iterator[tuple[int, Any]]:
     """Yield ``(line, object)`` for every record of a JSONL or Parquet file.
 
-    A malformed JSON line raises, or is handed to ``on_malformed`` (which may raise) and skipped.
+    A malformed line raises, or is handed to ``on_malformed`` (which may raise) and skipped; an
+    unreadable Parquet file raises or is handed to ``on_malformed`` and ends the file.
     """
     path = Path(path)
     fmt = _format(path)
+
+    def malformed(bad: InputError) -> None:
+        if on_malformed is None:
+            raise bad
+        on_malformed(bad)
+
     if fmt == "jsonl":
-        with open(path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
+        with open(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    malformed(InputError("E031", detail=f"byte {err.start + 1}: {err.reason}", source=str(path),
+                                         line=lineno))
+                    continue
                 if not line.strip():
                     continue
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as err:
-                    bad = InputError("E010", detail=err.msg + f" at column {err.colno}", source=str(path), line=lineno)
-                    if on_malformed is None:
-                        raise bad from None
-                    on_malformed(bad)
+                    malformed(InputError("E010", detail=err.msg + f" at column {err.colno}", source=str(path),
+                                         line=lineno))
                     continue
                 yield lineno, obj
     else:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         row = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH):
-            for rec in batch.to_pylist():
-                row += 1
-                yield row, {k: _clean(v) for k, v in rec.items() if v is not None}
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH):
+                for rec in batch.to_pylist():
+                    row += 1
+                    yield row, {k: _clean(k, v) for k, v in rec.items() if v is not None}
+        except (pa.ArrowException, OSError) as err:
+            malformed(InputError("E032", detail=str(err).splitlines()[0] if str(err) else type(err).__name__,
+                                 source=str(path), line=row + 1))
 
 
 def _text_or_terms(obj: Mapping[str, Any]) -> dict[str, Any]:

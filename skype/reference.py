@@ -168,6 +168,7 @@ class ReferenceEngine(EngineBase):
             while len(self._window) >= self.window:
                 self._expire_oldest(before)
         else:
+            assert t is not None and self.window_seconds is not None
             while self._window and self._window[0].t <= t - self.window_seconds:
                 self._expire_oldest(before)
         self._counters["expiry_s"] += time.perf_counter() - start

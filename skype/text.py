@@ -11,8 +11,12 @@ the cost is only that such a term is not in the rare-first position prefix filte
 
 Weights: ``tf * idf`` with the smooth idf ``ln((1 + D) / (1 + df)) + 1`` (D = documents in the
 sample), then L2-normalised.  Explicit ``{term: weight}`` input bypasses tokenization and tf-idf:
-its weights are used as given (they must be finite and > 0), then L2-normalised; its terms are
-matched exactly as written (tokenized text yields lowercase terms).
+its weights are used as given (they must be finite and > 0), then L2-normalised.
+
+Normalisation: text and explicit terms alike are put in Unicode NFC and casefolded
+(:func:`normalize_term`), so ``"cafe\u0301"`` (NFD), ``"café"`` and ``"CAFÉ"`` are one term.
+Explicit terms that normalise to the same term are merged (their weights add up).  A record
+holds at most ``MAX_TERMS`` distinct terms (E030).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -47,15 +52,25 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_]+")
+MAX_TERMS = 1000  # distinct terms per record (subscription or message)
+
+
+def normalize_term(term: str) -> str:
+    """NFC, then casefold (then NFC again: casefolding can denormalise).
+
+    >>> normalize_term("CAFE\u0301") == normalize_term("café") == "café"
+    True
+    """
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", term).casefold())
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercase, split into Unicode words, drop stopwords.
+    """Normalise (NFC, casefold), split into Unicode words, drop stopwords.
 
     >>> tokenize("The Coffee-shop at Rue de Rivoli, Paris!")
     ['coffee', 'shop', 'rue', 'de', 'rivoli', 'paris']
     """
-    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    return [w for w in _WORD.findall(normalize_term(text)) if w not in STOPWORDS]
 
 
 def smooth_idf(df: np.ndarray, num_docs: int) -> np.ndarray:
@@ -146,16 +161,22 @@ class Vocabulary:
 
     def vectorize_text(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """Tokenize and weight ``text``; raises :class:`InputError` E005 if no term remains."""
-        ids, weights = self.vectorize_tokens(tokenize(text))
+        tokens = tokenize(text)
+        if len(set(tokens)) > MAX_TERMS:
+            raise InputError("E030", n=len(set(tokens)), limit=MAX_TERMS)
+        ids, weights = self.vectorize_tokens(tokens)
         if len(ids) == 0:
             raise InputError("E005", text=_clip(text))
         return ids, weights
 
     def vectorize_terms(self, terms: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-        """Explicit ``{term: weight}``: weights as given (finite, > 0), then L2-normalised."""
+        """Explicit ``{term: weight}``: terms normalised as text is (NFC, casefold; duplicates
+        merged by adding their weights), weights as given (finite, > 0), then L2-normalised."""
         if not isinstance(terms, Mapping) or len(terms) == 0:
             raise InputError("E027", detail=f"expected a non-empty {{term: weight}} object, got {terms!r}")
-        pairs = []
+        if len(terms) > MAX_TERMS:
+            raise InputError("E030", n=len(terms), limit=MAX_TERMS)
+        merged: dict[int, float] = {}
         for term, weight in terms.items():
             if not isinstance(term, str) or term == "":
                 raise InputError("E027", detail=f"term {term!r} is not a non-empty string")
@@ -164,11 +185,12 @@ class Vocabulary:
             w = float(weight)
             if not math.isfinite(w) or w <= 0.0:
                 raise InputError("E006", term=term, weight=weight)
-            pairs.append((self.id(term), w))
-        pairs.sort()
+            tid = self.id(normalize_term(term))
+            merged[tid] = merged.get(tid, 0.0) + w
+        pairs = sorted(merged.items())
         ids = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
-        w = np.fromiter((p[1] for p in pairs), dtype=np.float64, count=len(pairs))
-        return ids, normalize(w)
+        weights = np.fromiter((p[1] for p in pairs), dtype=np.float64, count=len(pairs))
+        return ids, normalize(weights)
 
     def vectorize_token_lists(self, docs: Sequence[Sequence[str]]) -> TermMatrix:
         """tf-idf vectors of many token lists at once (CSR).  Rows may be empty."""

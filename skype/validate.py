@@ -13,10 +13,13 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.model import Bounds, Message, MessageBatch, Subscription, SubscriptionBatch, TermMatrix
-from skype.text import Vocabulary
+from skype.text import MAX_TERMS, Vocabulary
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_K = 2**31 - 1
+# The largest k accepted (E029): deeper than any top-k a subscriber reads, and small enough that
+# every quantity the core scales by k (k * nmax_factor, k * refresh_factor) stays far inside 64
+# bits.  Terms per record are limited by skype.text.MAX_TERMS (E030).
+MAX_K = 100_000
 
 
 def check_id(value: Any) -> int:
@@ -45,8 +48,10 @@ def check_location(x: Any, y: Any, bounds: Bounds) -> tuple[float, float]:
 
 
 def check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= int(k) <= MAX_K:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
         raise InputError("E003", value=k)
+    if int(k) > MAX_K:
+        raise InputError("E029", value=k, limit=MAX_K)
     return int(k)
 
 
@@ -124,6 +129,9 @@ def check_terms(terms: TermMatrix, rows: int, ids: np.ndarray) -> None:
     row = _first_bad(lens > 0)
     if row is not None:
         raise InputError("E005", text="", record_id=int(ids[row]))
+    row = _first_bad(lens <= MAX_TERMS)
+    if row is not None:
+        raise InputError("E030", n=int(lens[row]), limit=MAX_TERMS, record_id=int(ids[row]))
     if len(terms.ids) and terms.ids.min() < 0:
         raise InputError("E027", detail="negative term id")
     w_ok = np.isfinite(terms.weights) & (terms.weights > 0)
@@ -165,9 +173,12 @@ def check_subscription_batch(batch: SubscriptionBatch, bounds: Bounds) -> None:
         if len(arr) != n:
             raise InputError("E026", detail=f"{n} ids but {len(arr)} values of {name}")
     check_locations(batch.ids, batch.x, batch.y, bounds)
-    row = _first_bad((batch.k >= 1) & (batch.k <= MAX_K))
+    row = _first_bad(batch.k >= 1)
     if row is not None:
         raise InputError("E003", value=int(batch.k[row]), record_id=int(batch.ids[row]))
+    row = _first_bad(batch.k <= MAX_K)
+    if row is not None:
+        raise InputError("E029", value=int(batch.k[row]), limit=MAX_K, record_id=int(batch.ids[row]))
     row = _first_bad((batch.alpha >= 0.0) & (batch.alpha <= 1.0))
     if row is not None:
         raise InputError("E004", value=float(batch.alpha[row]), record_id=int(batch.ids[row]))
@@ -210,7 +221,7 @@ def check_window(window: Any, window_seconds: Any) -> tuple[int | None, float | 
 
 def record_fields(obj: Mapping[str, Any], required: tuple[str, ...], kind: str) -> None:
     if not isinstance(obj, Mapping):
-        raise InputError("E012", field=kind, expected="a JSON object", value=obj)
+        raise InputError("E033", kind=kind, value=obj)
     for name in required:
         if name not in obj:
             raise InputError("E011", field=name)

@@ -21,7 +21,7 @@ from conftest import brute_force_topk
 from skype import InputError
 from skype.data import make_workload
 from skype.dist import (
-    EPS, METHODS, PrefixDistribution, Routing, build_distribution, estimate_thresholds, kscore_thresholds,
+    EPS, METHODS, Routing, build_distribution, estimate_thresholds, kscore_thresholds,
     loose_prefix_lengths, suffix_sums,
 )
 from skype.dist.measure import load_imbalance, partition_loads

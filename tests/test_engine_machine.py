@@ -1,7 +1,8 @@
 """Hypothesis state machines over the real engine, checked against brute force after every step
-(see engine_machine.py): every buffer kind, the block index, IGPT and IPT, count and time
-windows, and each pruning rule alone.  IGPT leaves hold 2 subscriptions, so the quadtree splits
-constantly; block-index blocks hold 4 entries, so bands are rebuilt constantly."""
+(see engine_machine.py): every buffer kind with the block index and IGPT, IPT (count and time
+windows), CIQ with kmax, exact, cSkyband and Skyband, non-default cost model, groups and
+threshold refresh, and each pruning rule alone.  IGPT leaves hold 2 subscriptions, so the
+quadtree splits constantly; block-index blocks hold 4 postings, so bands are rebuilt constantly."""
 
 from functools import partial
 
@@ -24,6 +25,21 @@ for _buffer in BUFFERS:
     _register(f"Igpt{_buffer.title()}Time", partial(Engine, index="igpt", buffer=_buffer, leaf_capacity=2),
               window_seconds=3.0)
 _register("IptCskybandCount", partial(Engine, index="ipt", buffer="cskyband", leaf_capacity=2), window=4)
+_register("IptSkybandTime", partial(Engine, index="ipt", buffer="skyband", leaf_capacity=2), window_seconds=3.0)
+_register("CiqCskybandCount", partial(Engine, index="ciq", buffer="cskyband", ciq={"budget": 4, "max_depth": 4}),
+          window=4)
+_register("CiqSkybandTime", partial(Engine, index="ciq", buffer="skyband", skyband_ratio=0.5,
+                                    ciq={"budget": 2, "max_depth": 3}), window_seconds=3.0)
+# non-default cost model, alpha groups and threshold refresh
+_register("IgptTunedCount", partial(Engine, index="igpt", leaf_capacity=2, groups=2, theta_refresh=0.5,
+                                    cost={"query_cost": 0.5, "stop_after": 1, "nmax_factor": 1,
+                                          "refresh_factor": 1.0, "barrier": "window"}), window=5)
+_register("IgptTunedTime", partial(Engine, index="igpt", leaf_capacity=3, groups=1, theta_refresh=0.0,
+                                   cost={"c_del": 5.0, "barrier": "factor", "barrier_factor": 1.0}),
+          window_seconds=2.5)
+_register("BlocksTunedTime", partial(Engine, block_size=5, bands=1, theta_refresh=0.0,
+                                     cost={"query_cost": 0.5, "stop_after": 1, "barrier": "window"}),
+          window_seconds=2.5)
 _register("CiqKmaxCount", partial(Engine, index="ciq", buffer="kmax", ciq={"budget": 4, "max_depth": 4}), window=4)
 _register("CiqExactTime", partial(Engine, index="ciq", buffer="exact", ciq={"budget": 7, "max_depth": 3}),
           window_seconds=3.0)

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-from hypothesis import settings
 
 from engine_machine import make_machine
 from conftest import brute_force_topk

@@ -6,7 +6,7 @@ from skype.text import STOPWORDS, Vocabulary, normalize, tokenize
 
 
 def test_tokenize_lowercases_splits_unicode_and_drops_stopwords():
-    assert tokenize("The CAFÉ at Zürich's Bahnhof-Straße") == ["café", "zürich", "bahnhof", "straße"]
+    assert tokenize("The CAFÉ at Zürich's Bahnhof-Straße") == ["café", "zürich", "bahnhof", "strasse"]  # casefolded: ß is ss
     assert tokenize("東京 Tokyo") == ["東京", "tokyo"]
     assert tokenize("snake_case and 42") == ["snake", "case", "42"]
     assert tokenize("the and of") == []
@@ -43,11 +43,43 @@ def test_explicit_terms_bypass_tfidf_and_are_normalised():
     assert dict(zip((vocab.term(i) for i in ids), w)) == pytest.approx({"a": 0.6, "b": 0.8})
 
 
-@pytest.mark.parametrize("terms", [{"a": 0.0}, {"a": -1.0}, {"a": float("nan")}, {"a": float("inf")}, {"a": True}, {}])
-def test_explicit_terms_reject_bad_weights(terms):
+@pytest.mark.parametrize("terms, code", [
+    ({"a": 0.0}, "E006"), ({"a": -1.0}, "E006"), ({"a": float("nan")}, "E006"), ({"a": float("inf")}, "E006"),
+    ({"a": True}, "E006"), ({"a": "1"}, "E006"), ({}, "E027"), ({"": 1.0}, "E027"), ({3: 1.0}, "E027"),
+    ([("a", 1.0)], "E027"),
+])
+def test_explicit_terms_reject_bad_weights(terms, code):
     with pytest.raises(InputError) as err:
         Vocabulary().vectorize_terms(terms)
-    assert err.value.code in ("E006", "E027")
+    assert err.value.code == code
+
+
+def test_text_and_terms_are_nfc_normalised_and_casefolded():
+    nfd, nfc = "cafe\u0301", "caf\u00e9"
+    assert tokenize(f"{nfd} Stra\u00dfe") == tokenize(f"{nfc.upper()} STRASSE") == [nfc, "strasse"]
+    vocab = Vocabulary()
+    ids, _ = vocab.vectorize_text(f"{nfd} bar")
+    ids2, _ = vocab.vectorize_terms({nfc.upper(): 1.0, "Bar": 2.0})
+    assert sorted(ids.tolist()) == sorted(ids2.tolist()) and len(vocab) == 2
+
+
+def test_explicit_terms_that_normalise_alike_are_merged():
+    vocab = Vocabulary()
+    ids, w = vocab.vectorize_terms({"Caf\u00e9": 2.0, "cafe\u0301": 1.0, "tea": 3.0})
+    assert len(ids) == 2 and np.allclose(sorted(w), [np.sqrt(0.5)] * 2)
+
+
+def test_too_many_terms_in_a_record_are_rejected():
+    from skype.text import MAX_TERMS
+
+    with pytest.raises(InputError) as err:
+        Vocabulary().vectorize_terms({f"t{i}": 1.0 for i in range(MAX_TERMS + 1)})
+    assert err.value.code == "E030"
+    with pytest.raises(InputError) as err:
+        Vocabulary().vectorize_text(" ".join(f"w{i}" for i in range(MAX_TERMS + 1)))
+    assert err.value.code == "E030"
+    ids, _ = Vocabulary().vectorize_terms({f"t{i}": 1.0 for i in range(MAX_TERMS)})
+    assert len(ids) == MAX_TERMS
 
 
 def test_empty_or_stopword_text_is_rejected():

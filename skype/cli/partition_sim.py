@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
 from skype.cli.report import print_table, progress_bar

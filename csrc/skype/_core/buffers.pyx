@@ -284,7 +284,7 @@ cdef class Buffers:
             theta[0] = self.skyband_ratio * self.pulled.back().score
         else:
             cq_cost = self.query_cost * (sb.cq if sb.cq > 0 else (self.cq_mean if self.cq_mean > 0 else 200.0))
-            nmax = <size_t>(self.nmax_factor * k)
+            nmax = <size_t>self.nmax_factor * <size_t>k  # 64-bit: k and the factor are each 32-bit
             while True:
                 if not self._next(&seq, &score):
                     # every match pulled: keep them all (theta = 0, never re-evaluated) unless a
@@ -385,7 +385,7 @@ cdef class Buffers:
         self.shrink = vector[BufEntryC]()
         sb.complete = complete
         # a complete buffer that grows refresh_factor times past this size is re-evaluated
-        sb.refresh_at = <uint32_t>(self.refresh_factor * (B.size() if <int32_t>B.size() > k else k))
+        sb.refresh_at = <uint32_t>min(self.refresh_factor * (B.size() if <int32_t>B.size() > k else k), 4294967295.0)
         # reverse map: register the messages that are new to this buffer
         std_sort(self.old_all.begin(), self.old_all.end())
         if self.track_holders:

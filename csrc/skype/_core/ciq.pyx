@@ -25,20 +25,15 @@ alpha = 1 subscriptions use MinT = -inf (the text part is irrelevant; they are v
 cover cell).
 """
 from libcpp.vector cimport vector
-from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, uint32_t, uint64_t
+from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memset
-from skype._core.types cimport term_t, sid_t, RectC, SubTermC, MsgTermC
+from skype._core.types cimport sid_t, RectC, MsgTermC
 from skype._core.scoring cimport mindist, round_up, round_down
 from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC, CountersC
 
 cdef double EPS = 1e-9
 cdef double ALPHA_TEXT_LIMIT = 1.0 - 1e-6
-
-
-
-
 
 
 cdef inline uint64_t cell_key(int depth, uint64_t code) noexcept nogil:

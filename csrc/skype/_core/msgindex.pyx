@@ -25,19 +25,13 @@ remains.  Scores are computed with the same operations as ``scoring.score_pair``
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt, INFINITY
+from libc.math cimport sqrt
 from libc.stdint cimport int32_t, uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
-from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
+from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.scoring cimport mindist, combine, spatial_sim, quadrant, child_rect, round_up
 
 cdef double BOUND_SLACK = 1e-12
-
-
-
-
-
-
 
 
 cdef inline bint heap_before(const HeapItemC* a, const HeapItemC* b) noexcept nogil:
@@ -297,7 +291,6 @@ cdef class MessageIndex:
         cdef MsgC* m
         cdef const MsgTermC* mt
         cdef double acc, contrib, best_contrib
-        cdef bint shared
         cdef vector[MEntryC]* leaf
         cdef MEntryC e
         while self.heap.size():

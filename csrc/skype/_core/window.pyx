@@ -19,7 +19,7 @@ Invariants:
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, int64_t
-from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t, MsgTermC
+from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
 from skype._core.window cimport win_next_seq, win_get, win_extra_holders
 
 cdef enum:
