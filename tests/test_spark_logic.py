@@ -114,10 +114,42 @@ def test_spark_routing_meets_every_scoring_pair(method, tweets_small):
     for s_row, m_row in zip(ps.tolist(), pm.tolist()):
         sid, mid = int(w.subscriptions.ids[s_row]), int(msgs.ids[m_row])
         assert any(sid in hosts[p] and mid in seen[p] for p in parts), (sid, mid)
-    for p, r in parts.items():  # every partition outside a subscription's placement gets a DROP
-        c = Commands.unpack(r.commands)
-        assert len(c) == n and set(c.op.tolist()) <= {OP_SUB, OP_DROP}
-        assert r.hwm_seq == 899
+    # a subscribe reaches only its placement: the rows sent are the placements, never n x P
+    placed = dist.route_subscriptions(w.subscriptions, None)
+    sent = [Commands.unpack(r.commands) if r.commands else Commands.empty() for r in parts.values()]
+    assert sum(len(c) for c in sent) == len(placed.pairs()[0])
+    for p, r in parts.items():
+        assert set(sent[p].op.tolist()) <= {OP_SUB} and r.hwm_seq == 899
+        assert sorted(sent[p].subs.ids.tolist()) == sorted(w.subscriptions.ids[placed.pairs()[0][placed.pairs()[1] == p]].tolist())
+        nrep = dict(zip(w.subscriptions.ids.tolist(), placed.counts().tolist()))
+        assert sent[p].nrep.tolist() == [nrep[s] for s in sent[p].subs.ids.tolist()]
+
+
+def test_spark_unsubscribe_reaches_only_the_partitions_holding_it(tweets_small):
+    """An unsubscribe carrying its record goes to that record's placement; without a record
+    (a producer that does not know it) to every partition."""
+    from skype.dist import build_distribution
+    from skype.spark.routing import Router
+
+    w = tweets_small
+    subs = w.subscriptions.slice(0, 40)
+    dist = build_distribution("keyword", 6, w.subscriptions, w.messages.slice(0, 500), w.vocabulary, None,
+                              summary=False)
+    router = Router(dist, list(range(6)))
+    placed = dist.route_subscriptions(subs, None)
+    dist.remove_subscriptions(subs.ids)
+    n = len(subs)
+    cmds = Commands(np.arange(n), np.zeros(n, np.int64), np.full(n, OP_UNSUB, np.int8), subs, np.zeros(n))
+    parts = router.route(w.messages.slice(0, 0), np.zeros(0, np.int64), cmds)
+    got = {(int(s), p) for p, r in parts.items() for s in Commands.unpack(r.commands).subs.ids.tolist()}
+    pr, pp = placed.pairs()
+    assert got == {(int(subs.ids[r]), int(p)) for r, p in zip(pr.tolist(), pp.tolist())}
+    assert len(got) < n * 6
+    from skype.spark.staging import _id_only
+
+    blind = Commands([0], [0], [OP_UNSUB], _id_only(int(subs.ids[0])), [0])
+    parts = router.route(w.messages.slice(0, 0), np.zeros(0, np.int64), blind)
+    assert sorted(parts) == list(range(6))
 
 
 @pytest.mark.parametrize("window_kind", ["count", "time"])

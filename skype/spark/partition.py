@@ -24,8 +24,8 @@ every message with ``seq < at``.  A batch whose high-water mark is ``h`` applies
 ``at <= h + 1`` (in ``(position, cseq)`` order, interleaved with the messages), keeps later ones
 pending, and applies commands without a position (``at = -1``) at the start of the batch.  A
 subscribe of an id already hosted replaces it; an unsubscribe of an id not hosted does nothing
-(the router sends an unsubscribe, and a ``DROP`` for every subscribe, to every partition, so that
-all replicas of an id agree).
+(an unsubscribe reaches every partition of the record it removes, and a re-subscription of a live
+id is preceded by one, so all replicas of an id agree; see :mod:`skype.spark.routing`).
 
 **Results.**  After the batch, each replica's top-k is exact over the partition's window share.
 The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (net entered / left

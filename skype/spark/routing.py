@@ -6,9 +6,14 @@ Input: rows of the unified *stream event* schema (:data:`EVENT_FIELDS`): message
 one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, commands)``:
 
 * ``messages``: the batch's messages routed to the partition, packed (:mod:`skype.spark.codec`);
-* ``commands``: its commands: a subscribe goes to the partitions the method places it on (with
-  ``nrep`` = how many), an unsubscribe to every partition, and every other partition gets a
-  ``DROP`` of a subscribed id (so an id re-subscribed with other terms leaves no stale replica);
+* ``commands``: its commands, each only where it acts: a subscribe goes to the partitions the
+  method places it on (with ``nrep`` = how many); an unsubscribe that carries the record it removes
+  goes to that record's placement (placement is a pure function of the record and the
+  distribution's build-time tables, so it is *derived*, never looked up); an unsubscribe that
+  carries only its id goes to every partition (P copies, the fallback for producers that do not
+  know the record).  A re-subscription of a live id must be preceded by an unsubscribe carrying the
+  old record (staging writes one, :mod:`skype.spark.staging`).  The cost of a batch of commands is
+  therefore the sum of their placements, never commands x P;
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
@@ -93,37 +98,42 @@ class Router:
         P = self.num_partitions
         if len(commands) == 0:
             return [Commands.empty()] * P
-        sub_rows = np.flatnonzero(commands.op == OP_SUB)
-        placement_rows: list[np.ndarray] = []
-        placement_parts: list[np.ndarray] = []
-        nrep = np.zeros(len(commands), np.int32)
-        # route in rounds of distinct ids: the distribution registers what it routes
-        occurrence = _occurrence(commands.subs.ids[sub_rows])
+        rows, parts, nrep = self.placements(commands)
+        order = np.argsort(parts, kind="stable")
+        rows, parts = rows[order], parts[order]
+        cuts = np.searchsorted(parts, np.arange(P + 1))
+        cmds = Commands(commands.cseq, commands.at, commands.op, commands.subs, nrep)
+        return [cmds.take(rows[cuts[p]:cuts[p + 1]]) if cuts[p + 1] > cuts[p] else Commands.empty()
+                for p in range(P)]
+
+    def placements(self, commands: Commands) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(command row, partition) pairs of every command, and each subscribe's ``nrep``.
+
+        Subscribes and unsubscribes that carry their record are placed by the method (in rounds of
+        distinct ids: the distribution registers what it routes, and forgets it again at once);
+        an unsubscribe without a record (no terms) goes to every partition."""
+        P = self.num_partitions
+        n = len(commands)
+        has_record = np.diff(commands.subs.terms.indptr) > 0
+        placed = np.flatnonzero((commands.op == OP_SUB) | has_record)
+        blind = np.flatnonzero((commands.op != OP_SUB) & ~has_record)
+        rows_out = [np.repeat(blind, P)]
+        parts_out = [np.tile(np.arange(P, dtype=np.int64), len(blind))]
+        nrep = np.zeros(n, np.int32)
+        occurrence = _occurrence(commands.subs.ids[placed])
         for r in range(int(occurrence.max(initial=-1)) + 1):
-            rows = sub_rows[occurrence == r]
+            rows = placed[occurrence == r]
             routing = self.dist.route_subscriptions(commands.subs.take(rows), None)
             self.dist.remove_subscriptions(commands.subs.ids[rows])
             pr, pp = routing.pairs()
-            placement_rows.append(rows[pr])
-            placement_parts.append(pp.astype(np.int64))
+            rows_out.append(rows[pr])
+            parts_out.append(pp.astype(np.int64))
             nrep[rows] = routing.counts()
+        sub_rows = commands.op == OP_SUB
         if self.dist.name in ("hashing", "location") and (nrep[sub_rows] != 1).any():
             raise InputError("E026", detail=f"method {self.dist.name} placed a subscription on several partitions")
-        placed_rows = np.concatenate(placement_rows) if placement_rows else np.zeros(0, np.int64)
-        placed_parts = np.concatenate(placement_parts) if placement_parts else np.zeros(0, np.int64)
-        placed = np.zeros((len(commands), P), bool)
-        placed[placed_rows, placed_parts] = True
-        drop = commands.drops()
-        out = []
-        for p in range(P):
-            full = np.flatnonzero(placed[:, p] | (commands.op == OP_UNSUB))
-            notice = sub_rows[~placed[sub_rows, p]]
-            parts = [Commands(commands.cseq[full], commands.at[full], commands.op[full],
-                              commands.subs.take(full), nrep[full])]
-            if len(notice):
-                parts.append(drop.take(notice))
-            out.append(Commands.concat(parts))
-        return out
+        nrep[~sub_rows] = 0
+        return np.concatenate(rows_out).astype(np.int64), np.concatenate(parts_out), nrep
 
 
 def _occurrence(ids: np.ndarray) -> np.ndarray:
