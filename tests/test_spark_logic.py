@@ -284,3 +284,34 @@ def test_spark_docstring_examples(name):
 
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def test_spark_host_evicts_objects_of_keys_that_moved():
+    """An object without requests for a while is forgotten (its key moved elsewhere), and a
+    stale stamp is freed at the miss, before the rebuild arrives."""
+    from skype.spark.hosts import HostedObjects
+
+    objects = HostedObjects()
+    assert objects.handle(("rebuild", "merge", 1, ("t", None), [], (1, 5), [], False))[0] == "ok"
+    assert objects.handle(("rebuild", "merge", 2, ("t", None), [], (1, 6), [], False))[0] == "ok"
+    objects.used[("merge", 1)] -= 1000.0
+    assert objects.evict_idle(500.0) == [("merge", 1)]
+    assert sorted(objects.objects) == [("merge", 2)]
+    assert objects.handle(("apply", "merge", 2, ("t", None), (9, 9), (10, 1), [], False)) == ("miss", False)
+    assert ("merge", 2) not in objects.objects
+
+
+def test_spark_window_share_expires_and_finds_by_chunk():
+    from skype.spark.partition import WindowShare, WindowSpec
+
+    spec = WindowSpec("count", 5)
+    w = WindowShare()
+    w.append(np.array([7, 3, 9]), np.array([0, 1, 2]), np.array([0.0, 1.0, 2.0]))
+    w.append(np.array([1, 8]), np.array([3, 4]), np.array([3.0, 4.0]))
+    assert w.seq_of(np.array([9, 1, 7])).tolist() == [2, 3, 0]
+    w.expire(spec, 5.0)  # live: times > 0
+    assert len(w) == 4 and w.seq_of(np.array([3, 8])).tolist() == [1, 4]
+    with pytest.raises(Exception, match="E026"):
+        w.seq_of(np.array([7]))
+    w.expire(spec, 8.0)
+    assert len(w) == 1 and w.ids.tolist() == [8]

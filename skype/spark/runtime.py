@@ -146,6 +146,7 @@ class Plan:
     pipelines: list[Pipeline]
     shuffle_partitions: int
     resumed: bool
+    host_slots: int | None = None  # engine hosts per executor (its cores); None: the machine's cores
 
     def events_dir_of(self, pipeline: Pipeline) -> Path:
         return self.run_dir / "events" / pipeline.method
@@ -276,8 +277,24 @@ def make_session(master: str | None = "local[*]", app_name: str = "skype-dskype"
     return spark
 
 
+def executor_cores(spark) -> int | None:
+    """Cores of one executor: ``spark.executor.cores`` if set, N of ``local[N]``, else None."""
+    conf = spark.sparkContext.getConf()
+    cores = conf.get("spark.executor.cores", None)
+    if cores:
+        return max(1, int(cores))
+    master = conf.get("spark.master", "")
+    if master.startswith("local[") and master[6:-1].split(",")[0].isdigit():
+        return max(1, int(master[6:-1].split(",")[0]))
+    if master in ("local", "local[1]"):
+        return 1
+    return None
+
+
 def configure(spark, plan: Plan) -> None:
     """Session settings a query run needs (the shuffle partitions are frozen at the first run)."""
+    if plan.host_slots is None:
+        plan.host_slots = executor_cores(spark)
     for key, value in session_conf(None).items():
         if key.startswith("spark.sql."):
             spark.conf.set(key, value)
@@ -324,16 +341,19 @@ def build_query(spark, plan: Plan, token: str, sink):
     routers = [Router(pipe.distribution, pipe.partition_keys) for pipe in plan.pipelines]
     routed = source_events(spark, plan).mapInArrow(partial(route_arrow, routers), ROUTED_SCHEMA_DDL)
     stage1 = routed.groupBy("key").transformWithState(
-        PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout),
+        PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout,
+                           slots=plan.host_slots),
         STAGE_SCHEMA_DDL, "Update", "None")
     if all(pipe.inline_merge for pipe in plan.pipelines):
         output = stage1.select("pipeline", "kind", "payload")
     else:
+        # stage 1 is referenced once: the events of inline pipelines pass through the merge
+        # operator (splitting stage 1 into two branches would plan it twice: two operators, two
+        # state stores, one engine host stamped by both)
         buckets = {key: (pipe.index, b) for pipe in plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
-        final = stage1.where("kind = 'events'").select("pipeline", "kind", "payload")
-        merged = stage1.where("kind != 'events'").groupBy("key").transformWithState(
-            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout), OUTPUT_SCHEMA_DDL, "Update", "None")
-        output = merged.unionByName(final) if any(pipe.inline_merge for pipe in plan.pipelines) else merged
+        output = stage1.groupBy("key").transformWithState(
+            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout, slots=plan.host_slots),
+            OUTPUT_SCHEMA_DDL, "Update", "None")
     writer = output.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
     if s.trigger_seconds:
         return writer.trigger(processingTime=f"{s.trigger_seconds} seconds")
