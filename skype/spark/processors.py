@@ -172,6 +172,7 @@ class PartitionProcessor(_HostedProcessor):
         output, snapshot, info = self._exchange(key, (self.token, config), meta, new, inputs, want_snapshot, durable)
         t_host = time.perf_counter()
 
+        t_write = time.perf_counter()
         written = self._write_log(meta, delta, snapshot)
         if len(messages):
             segment = codec.pack_messages(messages, seq)
@@ -195,6 +196,7 @@ class PartitionProcessor(_HostedProcessor):
         self.meta_state.update((meta_blob,))
         written += len(meta_blob)
 
+        t_emit = time.perf_counter()
         pipeline = config.pipeline
         if config.inline_merge:
             # every subscription has one replica: its reports are final, a stateless merge turns
@@ -211,6 +213,9 @@ class PartitionProcessor(_HostedProcessor):
                        hit=info["hit"], cold=info["cold"], rebuild_s=info["rebuild_s"], host_pid=info["host_pid"],
                        state_bytes_written=written, segments=len(meta.seg_ids), log_entries=len(meta.log_ids),
                        snapshot=snapshot is not None, read_s=t_read - t0, host_s=t_host - t_read,
+                       write_s=t_emit - t_write, rpc_s=(t_host - t_read) - output.metrics["engine_s"]
+                       - output.metrics["report_s"] - info["rebuild_s"],
+                       host_peak_rss_bytes=info.get("host_peak_rss_bytes", 0),
                        task_s=time.perf_counter() - t0, spark_partition=_task_partition())
         yield Row(key=config.bucket_keys[config.partition % len(config.bucket_keys)], pipeline=pipeline,
                   kind="metrics", payload=json.dumps(metrics).encode())

@@ -182,11 +182,67 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
     return messages, seq, commands
 
 
-def route_arrow(routers: list[Router], batches):
-    """The ``mapInArrow`` function: stream-event Arrow batches -> routed rows (one per partition
-    of each router and input batch)."""
-    import pyarrow as pa
+def routing_copy(dist):
+    """A copy of a distribution with what routing in exact mode needs, without the subscription
+    tables the build left in it (records of every subscription: O(S) bytes).  The runtime routes
+    with ``theta = 0`` and summaries off, registers what it routes and forgets it at once, so an
+    empty table routes identically; what remains is the build-time tables (term ranges, region
+    tree, hash), whose size does not grow with the subscriptions."""
+    import copy
 
+    from skype.dist.base import Distribution
+    from skype.dist.registry import SubscriptionTable
+
+    out = copy.copy(dist)
+    for name, value in vars(dist).items():
+        if isinstance(value, SubscriptionTable):
+            setattr(out, name, SubscriptionTable())
+        elif isinstance(value, Distribution):
+            setattr(out, name, routing_copy(value))
+        elif isinstance(value, list) and value and all(isinstance(v, Distribution) for v in value):
+            setattr(out, name, [routing_copy(v) for v in value])
+    return out
+
+
+class ShippedRouters:
+    """The routers of a run, shipped to executors once as a Spark broadcast (or a file), not
+    pickled into the ``mapInArrow`` closure: the closure holds only this handle.  Each Python
+    worker unpickles them once and keeps them (module cache by broadcast id)."""
+
+    def __init__(self, broadcast, keys: list[list[int]]) -> None:
+        self.broadcast = broadcast
+        self.keys = keys
+
+    def routers(self) -> list[Router]:
+        bid = getattr(self.broadcast, "id", None) or id(self.broadcast)
+        cached = _shipped.get(bid)
+        if cached is None:
+            import pickle
+
+            dists = pickle.loads(self.broadcast.value)
+            cached = [Router(d, k) for d, k in zip(dists, self.keys)]
+            _shipped.clear()
+            _shipped[bid] = cached
+        return cached
+
+
+_shipped: dict = {}
+
+
+def ship_routers(spark, dists: list, keys: list[list[int]]) -> tuple[ShippedRouters, int]:
+    """Broadcast the compact routing tables; returns the handle and the broadcast's bytes."""
+    import pickle
+
+    blob = pickle.dumps([routing_copy(d) for d in dists], protocol=pickle.HIGHEST_PROTOCOL)
+    return ShippedRouters(spark.sparkContext.broadcast(blob), keys), len(blob)
+
+
+def route_arrow(routers, batches):
+    """The ``mapInArrow`` function: stream-event Arrow batches -> routed rows (one per partition
+    of each router and input batch).  ``routers``: a list of :class:`Router` or a
+    :class:`ShippedRouters` handle."""
+    if isinstance(routers, ShippedRouters):
+        routers = routers.routers()
     for batch in batches:
         if batch.num_rows == 0:
             continue

@@ -147,6 +147,8 @@ class Plan:
     shuffle_partitions: int
     resumed: bool
     host_slots: int | None = None  # engine hosts per executor (its cores); None: the machine's cores
+    routing_bytes: int = 0  # the pickled mapInArrow closure (what every routing task is sent)
+    routing_table_bytes: int = 0  # the broadcast routing tables (sent once per executor)
 
     def events_dir_of(self, pipeline: Pipeline) -> Path:
         return self.run_dir / "events" / pipeline.method
@@ -331,15 +333,25 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     return configs
 
 
+def closure_bytes(fn) -> int:
+    """Bytes of a function as Spark pickles it into a task's closure."""
+    from pyspark import cloudpickle
+
+    return len(cloudpickle.dumps(fn))
+
+
 def build_query(spark, plan: Plan, token: str, sink):
     """The streaming query, ready to start (see module docstring)."""
     from skype.spark.processors import OUTPUT_SCHEMA_DDL, STAGE_SCHEMA_DDL, MergeProcessor, PartitionProcessor
-    from skype.spark.routing import ROUTED_SCHEMA_DDL, Router, route_arrow
+    from skype.spark.routing import ROUTED_SCHEMA_DDL, route_arrow, ship_routers
 
     s = plan.settings
     configure(spark, plan)
-    routers = [Router(pipe.distribution, pipe.partition_keys) for pipe in plan.pipelines]
-    routed = source_events(spark, plan).mapInArrow(partial(route_arrow, routers), ROUTED_SCHEMA_DDL)
+    shipped, plan.routing_table_bytes = ship_routers(spark, [pipe.distribution for pipe in plan.pipelines],
+                                                     [pipe.partition_keys for pipe in plan.pipelines])
+    route = partial(route_arrow, shipped)
+    plan.routing_bytes = closure_bytes(route)
+    routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)
     stage1 = routed.groupBy("key").transformWithState(
         PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout,
                            slots=plan.host_slots),
@@ -432,6 +444,7 @@ class RunOutcome:
     progress: list[dict]
     wall_s: float
     stopped_early: bool
+    driver_peak_rss_bytes: int = 0
 
 
 def run_query(spark, plan: Plan) -> RunOutcome:
@@ -461,7 +474,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     progress = [p for p in query.recentProgress if p.get("batchId") is not None]
     if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
         stop_local_hosts(plan, token)
-    return RunOutcome(plan, sink.batches, progress, wall, stopped)
+    return RunOutcome(plan, sink.batches, progress, wall, stopped, driver_peak_rss_bytes(spark))
 
 
 def stop_local_hosts(plan: Plan, token: str) -> None:
@@ -608,4 +621,51 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "state_bytes_written": written,
         "result_events": sum(r["events"] for r in records),
         "engine_cache": plan.settings.engine_cache,
+        "routing_bytes": plan.routing_bytes, "routing_table_bytes": plan.routing_table_bytes,
+        "driver_peak_rss_bytes": outcome.driver_peak_rss_bytes,
+        "dead_letters": sum(int(m.get("dead_letters", 0)) for m in parts),
+        "host_peak_rss_bytes": max((int(m.get("host_peak_rss_bytes", 0)) for m in parts + merges), default=0),
+        "batch_breakdown_s": _breakdown(records, progress),
     }
+
+
+def _breakdown(records: list[dict], progress: list[dict]) -> dict:
+    """Where the batches' time went, summed over the run (seconds): Spark's own phases
+    (``durationMs``), the sink, and inside the partition tasks (max over partitions per batch):
+    reading input rows and state, the host call (engine, reports, RPC) and the state writes."""
+    out: dict[str, float] = {}
+    for p in progress:
+        for name, ms in p.get("durationMs", {}).items():
+            out[f"spark_{name}"] = out.get(f"spark_{name}", 0.0) + ms / 1000.0
+    for r in records:
+        parts = [m for m in r["stages"] if m["stage"] == "partition"]
+        merges = [m for m in r["stages"] if m["stage"] == "merge"]
+        out["sink"] = out.get("sink", 0.0) + r.get("sink_s", 0.0) - r.get("pipeline_s", 0.0)
+        for name in ("read_s", "host_s", "engine_s", "report_s", "write_s", "task_s", "rpc_s"):
+            vals = [m.get(name, 0.0) for m in parts]
+            if vals:
+                out[f"partition_{name}"] = out.get(f"partition_{name}", 0.0) + max(vals)
+        if merges:
+            out["merge_task_s"] = out.get("merge_task_s", 0.0) + max(m.get("task_s", 0.0) for m in merges)
+    return {k: round(v, 3) for k, v in sorted(out.items())}
+
+
+def driver_peak_rss_bytes(spark=None) -> int:
+    """Peak resident memory of the driver: this Python process plus, when it started one, its
+    JVM (``VmHWM`` of the gateway process)."""
+    import resource
+
+    total = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    try:
+        pid = spark.sparkContext._gateway.proc.pid if spark is not None else None
+    except AttributeError:
+        pid = None
+    if pid:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
