@@ -27,6 +27,7 @@ hosted there.  ``key`` is the Spark grouping key of the partition (:mod:`skype.s
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -237,16 +238,115 @@ def ship_routers(spark, dists: list, keys: list[list[int]]) -> tuple[ShippedRout
     return ShippedRouters(spark.sparkContext.broadcast(blob), keys), len(blob)
 
 
-def route_arrow(routers, batches):
+# --------------------------------------------------------------------------- poison records
+
+
+def screen(messages: MessageBatch, seq: np.ndarray, commands: Commands, bounds) -> tuple:
+    """Keep the records the engine accepts; return ``(messages, seq, commands, dead)`` where
+    ``dead`` lists the rejected ones (``kind, position, id, code, error``).
+
+    The checks are the engine's own boundary checks (:mod:`skype.validate`): one vectorised pass
+    per batch; only a batch that fails it is checked record by record.  A rejected record is left
+    out of the stream (it would raise inside the engine host, and Spark would replay the same
+    offsets forever).  An unsubscribe whose carried record is bad keeps its id (it goes to every
+    partition)."""
+    from skype.model import Bounds
+    from skype.validate import check_message_batch, check_subscription_batch
+
+    b = bounds if isinstance(bounds, Bounds) else Bounds(*bounds)
+    dead: list[dict] = []
+    if len(messages):
+        try:
+            check_message_batch(messages, b, -np.inf)
+        except InputError:
+            keep, last_t = [], -np.inf
+            for j in range(len(messages)):
+                try:
+                    check_message_batch(messages.take(np.array([j])), b, last_t)
+                except InputError as err:
+                    dead.append(_dead("message", int(seq[j]), int(messages.ids[j]), err))
+                    continue
+                keep.append(j)
+                last_t = float(messages.t[j])
+            rows = np.array(keep, np.int64)
+            messages, seq = messages.take(rows), seq[rows]
+    if len(commands):
+        has_record = np.diff(commands.subs.terms.indptr) > 0
+        sub = commands.op == OP_SUB
+        checked = np.flatnonzero(sub | has_record)
+        try:
+            occurrence = _occurrence(commands.subs.ids[checked])
+            for r in range(int(occurrence.max(initial=-1)) + 1):  # rounds of distinct ids
+                check_subscription_batch(commands.subs.take(checked[occurrence == r]), b)
+        except InputError:
+            drop, strip = [], []
+            for j in checked.tolist():
+                try:
+                    check_subscription_batch(commands.subs.take(np.array([j])), b)
+                except InputError as err:
+                    if sub[j]:
+                        dead.append(_dead("command", int(commands.cseq[j]), int(commands.subs.ids[j]), err))
+                        drop.append(j)
+                    else:
+                        strip.append(j)
+            if strip:
+                commands = _strip_records(commands, np.array(strip, np.int64))
+            if drop:
+                commands = commands.take(np.setdiff1d(np.arange(len(commands)), drop))
+    return messages, seq, commands, dead
+
+
+def _dead(kind: str, position: int, record_id: int, err: InputError) -> dict:
+    return {"kind": kind, "position": position, "id": record_id, "code": err.code, "error": str(err)}
+
+
+def _strip_records(commands: Commands, rows: np.ndarray) -> Commands:
+    """The same commands, the given rows without their record (id only)."""
+    from skype.spark.staging import _id_only
+
+    parts = []
+    is_stripped = np.zeros(len(commands), bool)
+    is_stripped[rows] = True
+    for j in range(len(commands)):
+        one = commands.take(np.array([j]))
+        if is_stripped[j]:
+            one = Commands(one.cseq, one.at, one.op, _id_only(int(one.subs.ids[0])), one.nrep)
+        parts.append(one)
+    return Commands.concat(parts)
+
+
+def write_dead_letters(directory: str, dead: list[dict]) -> None:
+    """One JSONL file per (kind, first position) of a routed batch, replaced atomically: a batch
+    Spark re-runs rewrites its own file, so a dead letter is recorded once."""
+    import json
+
+    by_kind: dict[str, list[dict]] = {}
+    for d in dead:
+        by_kind.setdefault(d["kind"], []).append(d)
+    os.makedirs(directory, exist_ok=True)
+    for kind, rows in by_kind.items():
+        path = os.path.join(directory, f"{kind}-{min(r['position'] for r in rows):012d}.jsonl")
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+        os.replace(tmp, path)
+
+
+def route_arrow(routers, batches, bounds=None, dead_letters: str | None = None):
     """The ``mapInArrow`` function: stream-event Arrow batches -> routed rows (one per partition
     of each router and input batch).  ``routers``: a list of :class:`Router` or a
-    :class:`ShippedRouters` handle."""
+    :class:`ShippedRouters` handle.  With ``bounds``, records the engine would reject are left
+    out (:func:`screen`) and written to ``dead_letters`` (a directory), if given."""
     if isinstance(routers, ShippedRouters):
         routers = routers.routers()
     for batch in batches:
         if batch.num_rows == 0:
             continue
         messages, seq, commands = events_from_arrow(batch)
+        if bounds is not None:
+            messages, seq, commands, dead = screen(messages, seq, commands, bounds)
+            if dead and dead_letters:
+                write_dead_letters(dead_letters, dead)
         for router in routers:
             yield from _routed_batch(router, router.route(messages, seq, commands))
 

@@ -158,6 +158,11 @@ class Plan:
         return str(self.run_dir / "spark")
 
     @property
+    def dead_letters_dir(self) -> Path:
+        """Records the engine rejected, with their error codes (written by the routing tasks)."""
+        return self.run_dir / "dead-letters"
+
+    @property
     def metrics_dir(self) -> Path:
         return self.run_dir / "metrics"
 
@@ -349,7 +354,7 @@ def build_query(spark, plan: Plan, token: str, sink):
     configure(spark, plan)
     shipped, plan.routing_table_bytes = ship_routers(spark, [pipe.distribution for pipe in plan.pipelines],
                                                      [pipe.partition_keys for pipe in plan.pipelines])
-    route = partial(route_arrow, shipped)
+    route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
     plan.routing_bytes = closure_bytes(route)
     routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)
     stage1 = routed.groupBy("key").transformWithState(
@@ -623,7 +628,7 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "engine_cache": plan.settings.engine_cache,
         "routing_bytes": plan.routing_bytes, "routing_table_bytes": plan.routing_table_bytes,
         "driver_peak_rss_bytes": outcome.driver_peak_rss_bytes,
-        "dead_letters": sum(int(m.get("dead_letters", 0)) for m in parts),
+        "dead_letters": count_dead_letters(plan),
         "host_peak_rss_bytes": max((int(m.get("host_peak_rss_bytes", 0)) for m in parts + merges), default=0),
         "batch_breakdown_s": _breakdown(records, progress),
     }
@@ -648,6 +653,17 @@ def _breakdown(records: list[dict], progress: list[dict]) -> dict:
         if merges:
             out["merge_task_s"] = out.get("merge_task_s", 0.0) + max(m.get("task_s", 0.0) for m in merges)
     return {k: round(v, 3) for k, v in sorted(out.items())}
+
+
+def count_dead_letters(plan: Plan) -> int:
+    """Rejected records of the run (lines of the dead-letter files)."""
+    if not plan.dead_letters_dir.is_dir():
+        return 0
+    total = 0
+    for path in plan.dead_letters_dir.glob("*.jsonl"):
+        with open(path, "rb") as fh:
+            total += sum(1 for line in fh if line.strip())
+    return total
 
 
 def driver_peak_rss_bytes(spark=None) -> int:
