@@ -352,3 +352,21 @@ def test_spark_poison_records_go_to_dead_letters_and_the_batch_goes_on(tweets_sm
     assert got_msgs == set(msgs.ids.tolist()) - {int(msgs.ids[3])}
     assert got_subs == set(subs.ids.tolist()) - {int(subs.ids[2])}
     assert events_from_arrow(batches[0])[0].ids.tolist() == msgs.ids.tolist()
+
+
+def test_spark_shipped_routers_are_cached_per_shipment(tweets_small):
+    """Two runs in one worker never share routers, even when their broadcast objects collide."""
+    import pickle
+
+    from skype.dist import build_distribution
+    from skype.spark.routing import ShippedRouters
+
+    class FakeBroadcast:
+        def __init__(self, value):
+            self.value = value
+
+    subs = tweets_small.subscriptions
+    a = ShippedRouters(FakeBroadcast(pickle.dumps([build_distribution("hashing", 2, subs)])), [[5, 6]])
+    b = ShippedRouters(FakeBroadcast(pickle.dumps([build_distribution("hashing", 3, subs)])), [[7, 8, 9]])
+    assert a.routers()[0].keys == [5, 6] and b.routers()[0].keys == [7, 8, 9]
+    assert a.routers()[0].keys == [5, 6] and a.routers()[0].num_partitions == 2

@@ -211,19 +211,23 @@ class ShippedRouters:
     worker unpickles them once and keeps them (module cache by broadcast id)."""
 
     def __init__(self, broadcast, keys: list[list[int]]) -> None:
+        import secrets
+
         self.broadcast = broadcast
         self.keys = keys
+        # the cache key: a worker is reused across queries, and a broadcast object seen in a
+        # worker carries no id of its own (its Python id() can be reused after it is freed)
+        self.token = secrets.token_hex(8)
 
     def routers(self) -> list[Router]:
-        bid = getattr(self.broadcast, "id", None) or id(self.broadcast)
-        cached = _shipped.get(bid)
+        cached = _shipped.get(self.token)
         if cached is None:
             import pickle
 
             dists = pickle.loads(self.broadcast.value)
             cached = [Router(d, k) for d, k in zip(dists, self.keys)]
             _shipped.clear()
-            _shipped[bid] = cached
+            _shipped[self.token] = cached
         return cached
 
 

@@ -7,14 +7,15 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
     DIR/stream/messages/      stream files (when the job stages its workload itself)
     DIR/stream/commands/
     DIR/spark/                Spark's checkpoint: offsets, commits, the state store (RocksDB)
-    DIR/events/<method>/batch-<id>.parquet   result-change events of each micro-batch (or .jsonl)
+    DIR/events/<method>/batch-<id>-part-<p>.parquet   result-change events (or .jsonl), written by executors
+    DIR/dead-letters/         records the engine rejected, with their error codes
     DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
 
 The query (:func:`build_query`): both sources (stream-event schema) -> ``mapInArrow`` routing
 (+ ticks) -> ``transformWithState`` per subscription partition -> ``transformWithState`` per merge
-bucket -> ``foreachBatch`` sink.  The sink replaces ``events/<method>/batch-<id>.<fmt>`` and
-``metrics/batch-<id>.json`` atomically, so a batch that Spark re-runs after a failure or a restart
-replaces its own output: nothing is delivered twice.  Final results fold the events of every
+bucket -> ``foreachBatch`` sink.  The executors replace ``events/<method>/batch-<id>-part-<p>.<fmt>`` and the
+driver ``metrics/batch-<id>.json`` atomically, so a batch that Spark re-runs after a failure or a
+restart replaces its own output: nothing is delivered twice.  Final results fold the events of every
 committed batch (:func:`final_results`).
 """
 
@@ -378,10 +379,16 @@ def build_query(spark, plan: Plan, token: str, sink):
 
 
 class EventSink:
-    """``foreachBatch``: one collect of the batch's rows (one events blob per merge bucket, one
-    metrics row per stage and key), then the events to ``events/batch-<id>.<fmt>`` or the console,
-    and the metrics to ``metrics/batch-<id>.json``; files are replaced atomically, so a re-run
-    batch overwrites its own output."""
+    """``foreachBatch``: the events are written by the executors, the driver collects only the
+    small rows (metrics, and per written file its row count), then writes
+    ``metrics/batch-<id>.json``.
+
+    Each task of the batch's last stage writes the event blobs it holds as one file per pipeline,
+    ``events/<method>/batch-<id>-part-<spark partition>.<fmt>`` (:func:`write_events_arrow`),
+    replaced atomically: a batch Spark re-runs after a failure or a restart has the same
+    partitions (the shuffle partitions are frozen by the checkpoint) and rewrites exactly its own
+    files, so nothing is delivered twice.  ``--sink console`` collects the events to the driver
+    and prints them instead."""
 
     def __init__(self, plan: Plan) -> None:
         self.events_dirs = {pipe.index: plan.events_dir_of(pipe) for pipe in plan.pipelines}
@@ -392,23 +399,60 @@ class EventSink:
 
     def __call__(self, df, batch_id: int) -> None:
         t0 = time.perf_counter()
-        rows = df.collect()
-        t_pipeline = time.perf_counter() - t0
-        metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
-        events = {}
-        for pipeline, directory in self.events_dirs.items():
-            table = events_table([bytes(r.payload) for r in rows if r.kind == "events" and r.pipeline == pipeline],
-                                 int(batch_id))
-            events[pipeline] = table.num_rows
-            if self.console:
+        events = {pipeline: 0 for pipeline in self.events_dirs}
+        if self.console:
+            rows = df.collect()
+            t_pipeline = time.perf_counter() - t0
+            for pipeline, directory in self.events_dirs.items():
+                table = events_table([bytes(r.payload) for r in rows if r.kind == "events" and r.pipeline == pipeline],
+                                     int(batch_id))
+                events[pipeline] = table.num_rows
                 print_events(table, int(batch_id), directory.name)
-            else:
-                fmt = _suffix(self.format)  # "jsonl" or "parquet", the staging format names
-                write_table(table, directory / f"batch-{batch_id:08d}.{fmt}", fmt, drop_nulls=False)
+        else:
+            dirs = {pipeline: str(directory) for pipeline, directory in self.events_dirs.items()}
+            write = partial(write_events_arrow, dirs, int(batch_id), _suffix(self.format))
+            rows = df.mapInArrow(write, "pipeline int, kind string, payload binary").collect()
+            t_pipeline = time.perf_counter() - t0
+            for r in rows:
+                if r.kind == "written":
+                    events[r.pipeline] += int(json.loads(bytes(r.payload))["rows"])
+        metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
         record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
                   "pipeline_s": t_pipeline, "events": events}
         _write_atomic(self.metrics_dir / f"batch-{batch_id:08d}.json", json.dumps(record))
         self.batches.append(int(batch_id))
+
+
+def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, batches):
+    """On an executor: write the event blobs of this task as one file per pipeline (see
+    :class:`EventSink`); pass metrics rows through; one ``written`` row per file."""
+    import pyarrow as pa
+
+    from pyspark import TaskContext
+
+    blobs: dict[int, list[bytes]] = {}
+    out_pipeline, out_kind, out_payload = [], [], []
+    for batch in batches:
+        cols = batch.to_pydict()
+        for pipeline, kind, payload in zip(cols["pipeline"], cols["kind"], cols["payload"]):
+            if kind == "events":
+                blobs.setdefault(int(pipeline), []).append(bytes(payload))
+            else:
+                out_pipeline.append(pipeline)
+                out_kind.append(kind)
+                out_payload.append(payload)
+    ctx = TaskContext.get()
+    part = int(ctx.partitionId()) if ctx is not None else 0
+    for pipeline, parts in sorted(blobs.items()):
+        table = events_table(parts, batch_id)
+        write_table(table, Path(dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.{fmt}", fmt,
+                    drop_nulls=False)
+        out_pipeline.append(pipeline)
+        out_kind.append("written")
+        out_payload.append(json.dumps({"rows": table.num_rows, "part": part}).encode())
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary())],
+        names=["pipeline", "kind", "payload"])
 
 
 def _suffix(fmt: str) -> str:
@@ -526,6 +570,8 @@ def ranked(entries: dict[int, tuple[float, int]]) -> list[Match]:
 
 
 def event_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
+    """A pipeline's event files in batch order (``batch-<id>-part-<p>``: the name sorts by batch;
+    a subscription's events of one batch are in one part)."""
     return sorted(plan.events_dir_of(pipeline).glob(f"batch-*.{_suffix(plan.settings.events_format)}"))
 
 
@@ -543,8 +589,14 @@ def final_results(plan: Plan, pipeline: Pipeline) -> list[tuple[int, list[Match]
     events of every batch, folded in batch order on the driver (the results file is written
     there anyway; memory is one top-k per subscription)."""
     state: dict = {}
+    batches: dict[str, list[dict]] = {}
     for path in event_files(plan, pipeline):
-        fold_events(read_event_rows(path, plan.settings.events_format), state)
+        batches.setdefault(path.name.split("-part-")[0], []).extend(read_event_rows(path, plan.settings.events_format))
+    for name in sorted(batches):
+        # a subscription that moved within the batch (unsubscribed on one partition, subscribed on
+        # another: two parts) is removed before it is created again
+        rows = sorted(batches[name], key=lambda r: 0 if r["removed"] and not r["created"] else 1)
+        fold_events(rows, state)
     return [(sid, ranked(state[sid])) for sid in sorted(state)]
 
 
