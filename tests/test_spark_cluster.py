@@ -1,11 +1,12 @@
 """A real standalone Spark cluster on 127.0.0.1 (pyspark's ``bin/spark-class`` Master and two
-Workers) runs ``spark-submit skype/spark/app.py`` end to end; its results equal the centralized
-engine's.  Every process the test starts is stopped at the end."""
+Workers) runs ``spark-submit skype/spark/app.py`` end to end, one Worker SIGKILLed mid-stream; its
+results equal the centralized engine's.  Every process the test starts is stopped at the end."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -91,14 +92,29 @@ def test_spark_standalone_cluster_runs_the_app(tmp_path):
         submit = [str(_spark_home() / "bin" / "spark-submit"), "--master", url, "--driver-memory", "1g",
                   "--executor-memory", "768m", "--total-executor-cores", "2",
                   "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}",
-                  str(APP), *common, "--method", "prefix", "--partitions", "2", "--batch-size", "600",
+                  str(APP), *common, "--method", "prefix", "--partitions", "2", "--batch-size", "150",
                   "--checkpoint", str(tmp_path / "run"), "--results-out", str(tmp_path / "results.jsonl"), "--metrics-out", str(tmp_path / "metrics.json")]
-        done = subprocess.run(submit, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        (tmp_path / "submit.out").write_text(done.stdout)
-        (tmp_path / "submit.err").write_text(done.stderr)
-        problems = [line for line in done.stderr.splitlines() if re.search(r"Error|Exception|Caused by", line)]
-        assert done.returncode == 0, "\n".join(problems[:60]) + "\n...\n" + done.stderr[-4000:]
-        assert f"master                        {url}" in done.stdout
+        out, err = open(tmp_path / "submit.out", "w"), open(tmp_path / "submit.err", "w")
+        app = subprocess.Popen(submit, env=_env(), cwd=tmp_path, stdout=out, stderr=err)
+        out.close()
+        err.close()
+        started.append(app)
+        # mid-stream (after the second batch committed, 8 in all) one Worker is SIGKILLed: its
+        # executor goes with it, the driver reruns the lost tasks on the other executor, whose
+        # engine hosts rebuild the lost partitions from the state store
+        deadline = time.monotonic() + 400
+        while not (tmp_path / "run" / "metrics" / "batch-00000001.json").exists():
+            assert app.poll() is None, (tmp_path / "submit.err").read_text()[-4000:]
+            assert time.monotonic() < deadline, "the app made no progress"
+            time.sleep(0.2)
+        assert app.poll() is None
+        os.kill(workers[1][0].pid, signal.SIGKILL)
+        app.wait(timeout=600)
+        stdout, stderr = (tmp_path / "submit.out").read_text(), (tmp_path / "submit.err").read_text()
+        problems = [line for line in stderr.splitlines() if re.search(r"Error|Exception|Caused by", line)]
+        assert app.returncode == 0, "\n".join(problems[:60]) + "\n...\n" + stderr[-4000:]
+        assert re.search(rf"master\s+{re.escape(url)}\n", stdout)
+        assert len(list((tmp_path / "run" / "metrics").glob("batch-*.json"))) == 8
         assert main(["simulate", *common, "--results-out", str(tmp_path / "central.jsonl")]) == 0
         got, want = results_of(tmp_path / "results.jsonl"), results_of(tmp_path / "central.jsonl")
         assert got == want, first_difference(got, want)

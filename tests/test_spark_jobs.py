@@ -132,3 +132,43 @@ def test_spark_kafka_records_become_stream_events(spark):
          (json.dumps({"op": "unsub", "id": 3}).encode(), 1)], "value binary, offset long")
     rows = kafka_to_events(commands, "commands").orderBy("seq").collect()
     assert [(r.kind, r.seq, r.at, r.id, r.k) for r in rows] == [(1, 0, 5, 3, 2), (2, 1, None, 3, None)]
+
+
+def test_spark_job_survives_a_driver_sigkill_and_ends_exact(spark, workload, tmp_path):
+    """The driver (its Python process, its JVM, the local executors and engine hosts: one process
+    group) is SIGKILLed mid-stream, after its first batch committed; the run restarted from the
+    same directory (larger batches, so fewer of them) ends with results equal to the centralized
+    engine's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "run"
+    args = ["--events", str(workload), "--window", "500", "--method", "keyword", "--partitions", "2"]
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.Popen([sys.executable, "-m", "skype.run", "distributed", *args, "--batch-size", "150",
+                             "--master", "local[2]", "--checkpoint", str(run_dir)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while not (run_dir / "metrics" / "batch-00000000.json").exists():
+            assert proc.poll() is None, "the first run ended before it could be killed"
+            assert time.monotonic() < deadline, "the first run made no progress"
+            time.sleep(0.2)
+        assert proc.poll() is None  # mid-stream: 11 batches in all
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed_at = len(list((run_dir / "metrics").glob("batch-*.json")))
+    from skype.cli.distributed import run_distributed
+
+    assert run_distributed(build_parser().parse_args(
+        ["distributed", *args, "--batch-size", str(BATCH), "--checkpoint", str(run_dir),
+         "--results-out", str(run_dir / "results.jsonl"), "--metrics-out", str(run_dir / "metrics.json")]), spark) == 0
+    second = json.loads((run_dir / "metrics.json").read_text())
+    assert second["resumed"] and second["cache_rebuilds"] >= 2 and killed_at < 11
+    want_final = _centralized(workload, ["--window", "500"], tmp_path / "central.jsonl")
+    got_final = results_of(run_dir / "results.jsonl")
+    assert got_final == want_final, first_difference(got_final, want_final)

@@ -114,10 +114,42 @@ def test_spark_routing_meets_every_scoring_pair(method, tweets_small):
     for s_row, m_row in zip(ps.tolist(), pm.tolist()):
         sid, mid = int(w.subscriptions.ids[s_row]), int(msgs.ids[m_row])
         assert any(sid in hosts[p] and mid in seen[p] for p in parts), (sid, mid)
-    for p, r in parts.items():  # every partition outside a subscription's placement gets a DROP
-        c = Commands.unpack(r.commands)
-        assert len(c) == n and set(c.op.tolist()) <= {OP_SUB, OP_DROP}
-        assert r.hwm_seq == 899
+    # a subscribe reaches only its placement: the rows sent are the placements, never n x P
+    placed = dist.route_subscriptions(w.subscriptions, None)
+    sent = [Commands.unpack(r.commands) if r.commands else Commands.empty() for r in parts.values()]
+    assert sum(len(c) for c in sent) == len(placed.pairs()[0])
+    for p, r in parts.items():
+        assert set(sent[p].op.tolist()) <= {OP_SUB} and r.hwm_seq == 899
+        assert sorted(sent[p].subs.ids.tolist()) == sorted(w.subscriptions.ids[placed.pairs()[0][placed.pairs()[1] == p]].tolist())
+        nrep = dict(zip(w.subscriptions.ids.tolist(), placed.counts().tolist()))
+        assert sent[p].nrep.tolist() == [nrep[s] for s in sent[p].subs.ids.tolist()]
+
+
+def test_spark_unsubscribe_reaches_only_the_partitions_holding_it(tweets_small):
+    """An unsubscribe carrying its record goes to that record's placement; without a record
+    (a producer that does not know it) to every partition."""
+    from skype.dist import build_distribution
+    from skype.spark.routing import Router
+
+    w = tweets_small
+    subs = w.subscriptions.slice(0, 40)
+    dist = build_distribution("keyword", 6, w.subscriptions, w.messages.slice(0, 500), w.vocabulary, None,
+                              summary=False)
+    router = Router(dist, list(range(6)))
+    placed = dist.route_subscriptions(subs, None)
+    dist.remove_subscriptions(subs.ids)
+    n = len(subs)
+    cmds = Commands(np.arange(n), np.zeros(n, np.int64), np.full(n, OP_UNSUB, np.int8), subs, np.zeros(n))
+    parts = router.route(w.messages.slice(0, 0), np.zeros(0, np.int64), cmds)
+    got = {(int(s), p) for p, r in parts.items() for s in Commands.unpack(r.commands).subs.ids.tolist()}
+    pr, pp = placed.pairs()
+    assert got == {(int(subs.ids[r]), int(p)) for r, p in zip(pr.tolist(), pp.tolist())}
+    assert len(got) < n * 6
+    from skype.spark.staging import _id_only
+
+    blind = Commands([0], [0], [OP_UNSUB], _id_only(int(subs.ids[0])), [0])
+    parts = router.route(w.messages.slice(0, 0), np.zeros(0, np.int64), blind)
+    assert sorted(parts) == list(range(6))
 
 
 @pytest.mark.parametrize("window_kind", ["count", "time"])
@@ -252,3 +284,89 @@ def test_spark_docstring_examples(name):
 
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def test_spark_host_evicts_objects_of_keys_that_moved():
+    """An object without requests for a while is forgotten (its key moved elsewhere), and a
+    stale stamp is freed at the miss, before the rebuild arrives."""
+    from skype.spark.hosts import HostedObjects
+
+    objects = HostedObjects()
+    assert objects.handle(("rebuild", "merge", 1, ("t", None), [], (1, 5), [], False))[0] == "ok"
+    assert objects.handle(("rebuild", "merge", 2, ("t", None), [], (1, 6), [], False))[0] == "ok"
+    objects.used[("merge", 1)] -= 1000.0
+    assert objects.evict_idle(500.0) == [("merge", 1)]
+    assert sorted(objects.objects) == [("merge", 2)]
+    assert objects.handle(("apply", "merge", 2, ("t", None), (9, 9), (10, 1), [], False)) == ("miss", False)
+    assert ("merge", 2) not in objects.objects
+
+
+def test_spark_window_share_expires_and_finds_by_chunk():
+    from skype.spark.partition import WindowShare, WindowSpec
+
+    spec = WindowSpec("count", 5)
+    w = WindowShare()
+    w.append(np.array([7, 3, 9]), np.array([0, 1, 2]), np.array([0.0, 1.0, 2.0]))
+    w.append(np.array([1, 8]), np.array([3, 4]), np.array([3.0, 4.0]))
+    assert w.seq_of(np.array([9, 1, 7])).tolist() == [2, 3, 0]
+    w.expire(spec, 5.0)  # live: times > 0
+    assert len(w) == 4 and w.seq_of(np.array([3, 8])).tolist() == [1, 4]
+    with pytest.raises(Exception, match="E026"):
+        w.seq_of(np.array([7]))
+    w.expire(spec, 8.0)
+    assert len(w) == 1 and w.ids.tolist() == [8]
+
+
+def test_spark_poison_records_go_to_dead_letters_and_the_batch_goes_on(tweets_small, tmp_path):
+    """A record the engine would reject is left out of the routed batch and written, with its
+    error code, to the dead-letter output; a re-run batch rewrites the same file."""
+    import json
+
+    from skype.dist import build_distribution
+    from skype.spark.routing import Router, events_from_arrow, route_arrow
+    from skype.spark.sources import to_events
+    from skype.spark.staging import command_table, message_table
+
+    w = tweets_small
+    msgs = w.messages.slice(0, 20)
+    x = msgs.x.copy()
+    x[3] = np.nan
+    bad_msgs = type(msgs)(msgs.ids, x, msgs.y, msgs.t, msgs.terms)
+    subs = w.subscriptions.slice(0, 6)
+    k = subs.k.copy()
+    k[2] = 0
+    bad_subs = type(subs)(subs.ids, subs.x, subs.y, k, subs.alpha, subs.terms)
+    dist = build_distribution("keyword", 3, w.subscriptions, w.messages.slice(0, 200), w.vocabulary, None,
+                              summary=False)
+    router = Router(dist, [10, 11, 12])
+    batches = [to_events(message_table(bad_msgs), "messages", 100),
+               to_events(command_table(["sub"] * 6, [0] * 6, bad_subs), "commands", 0)]
+    out_dir = tmp_path / "dead"
+    for _ in range(2):  # a replayed batch: same files, same lines
+        rows = [r for b in route_arrow([router], iter(batches), bounds=tuple(w.bounds.as_tuple()),
+                                       dead_letters=str(out_dir)) for r in b.to_pylist()]
+    dead = [json.loads(line) for p in sorted(out_dir.iterdir()) for line in p.read_text().splitlines()]
+    assert [(d["kind"], d["position"], d["code"]) for d in dead] == [("command", 2, "E003"), ("message", 103, "E001")]
+    got_msgs = {int(i) for r in rows if r["messages"] for i in codec.unpack_messages(r["messages"])[0].ids}
+    got_subs = {int(i) for r in rows if r["commands"] for i in Commands.unpack(r["commands"]).subs.ids}
+    assert got_msgs == set(msgs.ids.tolist()) - {int(msgs.ids[3])}
+    assert got_subs == set(subs.ids.tolist()) - {int(subs.ids[2])}
+    assert events_from_arrow(batches[0])[0].ids.tolist() == msgs.ids.tolist()
+
+
+def test_spark_shipped_routers_are_cached_per_shipment(tweets_small):
+    """Two runs in one worker never share routers, even when their broadcast objects collide."""
+    import pickle
+
+    from skype.dist import build_distribution
+    from skype.spark.routing import ShippedRouters
+
+    class FakeBroadcast:
+        def __init__(self, value):
+            self.value = value
+
+    subs = tweets_small.subscriptions
+    a = ShippedRouters(FakeBroadcast(pickle.dumps([build_distribution("hashing", 2, subs)])), [[5, 6]])
+    b = ShippedRouters(FakeBroadcast(pickle.dumps([build_distribution("hashing", 3, subs)])), [[7, 8, 9]])
+    assert a.routers()[0].keys == [5, 6] and b.routers()[0].keys == [7, 8, 9]
+    assert a.routers()[0].keys == [5, 6] and a.routers()[0].num_partitions == 2

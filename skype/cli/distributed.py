@@ -182,6 +182,9 @@ def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, ob
         ("cache hit rate (steady)", f"{metrics['cache_hit_rate']:.1%} ({metrics['cache_hit_rate_steady']:.1%})"),
         ("state bytes written / batch", f"{metrics['state_bytes_written_per_batch']:,.0f}"),
         ("result events", metrics["result_events"]),
+        ("routing closure / tables (bytes)", f"{metrics['routing_bytes']:,} / {metrics['routing_table_bytes']:,}"),
+        ("driver peak RSS (MB)", f"{metrics['driver_peak_rss_bytes'] / 2**20:,.0f}"),
+        ("dead letters", metrics["dead_letters"]),
     ]
     if metrics.get("stopped_early"):
         rows.append(("stopped", "early: run again with the same --checkpoint to resume"))

@@ -21,7 +21,9 @@ leaves a stamp no committed state carries: the retry rebuilds.
 **Lifecycle.**  A host is started by the first task that needs it (under a file lock), in the
 process group of the executor's Python daemon, so it ends with it (the daemon sends its group
 SIGHUP when the executor stops).  It also exits when the process it watches (the daemon) is gone,
-or after ``idle_timeout`` seconds without a request.  Socket paths are
+or after ``idle_timeout`` seconds without a request.  An *object* without a request for
+``min(idle_timeout, OBJECT_IDLE_S)`` seconds is evicted (its key moved to another executor or
+slot; its copy here would never be used again: a stale stamp is also dropped at the first miss).  Socket paths are
 ``<tmp>/skype-hosts-<uid>/<run token>/<watch pid>-<stage>-<key>.sock``: one host per run, executor,
 stage and key; the run token also authenticates the connection.
 
@@ -49,6 +51,7 @@ from skype.errors import SkypeError
 PARTITION = "partition"
 MERGE = "merge"
 INVALID = (-1, -1)
+OBJECT_IDLE_S = 300.0  # an object without a request for this long is evicted (its key moved)
 
 
 class HostError(SkypeError):
@@ -63,15 +66,32 @@ class HostedObjects:
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, int], tuple[Any, tuple[int, int], Any]] = {}
+        self.used: dict[tuple[str, int], float] = {}  # last request for each object (monotonic)
+
+    def evict_idle(self, max_idle: float, now: float | None = None) -> list[tuple[str, int]]:
+        """Forget objects without a request for ``max_idle`` seconds: a key that moved to another
+        executor (or a run that ended) leaves its copy here, and nothing else would free it."""
+        now = time.monotonic() if now is None else now
+        gone = [k for k, t in list(self.used.items()) if now - t > max_idle]
+        for k in gone:
+            self.evict(k)
+        return gone
+
+    def evict(self, ident: tuple[str, int]) -> None:
+        self.objects.pop(ident, None)
+        self.used.pop(ident, None)
 
     def handle(self, request: tuple) -> tuple:
         op = request[0]
+        if op in ("apply", "rebuild", "snapshot", "drop"):
+            self.used[(request[1], request[2])] = time.monotonic()
         if op == "ping":
             return ("pong", os.getpid(), len(self.objects))
         if op == "apply":
             _, stage, key, ident, committed, new, inputs, want_snapshot = request
             entry = self.objects.get((stage, key))
             if entry is None or entry[0] != ident or entry[1] != tuple(committed):
+                self.objects.pop((stage, key), None)  # stale: free it before the rebuild arrives
                 return ("miss", entry is None)
             return self._apply(stage, key, ident, entry[2], new, inputs, want_snapshot, rebuilt=False)
         if op == "rebuild":
@@ -89,6 +109,7 @@ class HostedObjects:
             return ("ok", entry[2].snapshot())
         if op == "drop":
             self.objects.pop((request[1], request[2]), None)
+            self.used.pop((request[1], request[2]), None)
             return ("ok",)
         raise HostError(f"unknown host request {op!r}")
 
@@ -97,7 +118,15 @@ class HostedObjects:
         output = core.apply(inputs)
         snapshot = core.snapshot() if want_snapshot else None
         self.objects[(stage, key)] = (ident, tuple(new), core)
-        return ("ok", output, snapshot, {"rebuilt": rebuilt, "rebuild_s": rebuild_s, "host_pid": os.getpid()})
+        return ("ok", output, snapshot, {"rebuilt": rebuilt, "rebuild_s": rebuild_s, "host_pid": os.getpid(),
+                                         "host_peak_rss_bytes": peak_rss_bytes(), "host_objects": len(self.objects)})
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (Linux reports kilobytes)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def build_core(stage: str, ident: tuple, durable: tuple):
@@ -275,6 +304,7 @@ def serve(path: str, authkey: bytes, watch_pid: int, idle_timeout: float) -> Non
     registry = threading.Lock()
     key_locks: dict[tuple, threading.Lock] = {}
     state = {"last": time.monotonic(), "stop": False}
+    object_idle = min(idle_timeout, OBJECT_IDLE_S)
 
     def lock_of(request: tuple) -> threading.Lock:
         ident = tuple(request[1:3]) if len(request) > 2 else ("", -1)
@@ -309,6 +339,14 @@ def serve(path: str, authkey: bytes, watch_pid: int, idle_timeout: float) -> Non
             time.sleep(1.0)
             if not _alive(watch_pid) or time.monotonic() - state["last"] > idle_timeout:
                 state["stop"] = True
+            with registry:  # objects of keys that moved away (a running request holds its key's lock)
+                now = time.monotonic()
+                for k in [k for k, t in list(objects.used.items()) if now - t > object_idle]:
+                    lock = key_locks.get(k)
+                    if lock is None or lock.acquire(blocking=False):
+                        objects.evict(k)
+                        if lock is not None:
+                            lock.release()
         try:  # wake the accept loop
             Client(path, family="AF_UNIX", authkey=authkey).close()
         except (OSError, EOFError, ConnectionError):

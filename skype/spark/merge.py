@@ -102,6 +102,12 @@ class MergeCore:
         k, reps = self.state[sid]
         return merge_lists(list(reps.values()), k)
 
+    def _held(self, subs: np.ndarray) -> np.ndarray:
+        """Which of ``subs`` have replica state here: dictionary lookups, O(len(subs)), not a
+        pass over the whole state."""
+        state = self.state
+        return np.fromiter((s in state for s in subs.tolist()), bool, len(subs))
+
     # ------------------------------------------------------------------ one batch
     def apply(self, blobs: list[bytes]) -> tuple[bytes | None, bytes | None, dict]:
         """Fold a batch's report blobs.  Returns (events blob or None, state delta or None,
@@ -118,7 +124,7 @@ class MergeCore:
             uniq, counts = np.unique(sub, return_counts=True)
             clash = np.isin(sub[delta], uniq[counts > 1])
             if self.state:
-                clash |= np.isin(sub[delta], np.fromiter(self.state, np.int64, len(self.state)))
+                clash |= self._held(sub[delta])
             if clash.any():
                 sid = int(sub[delta][np.argmax(clash)])
                 raise InputError("E026", detail=f"subscription {sid}: a single-replica change met other replicas")
@@ -130,7 +136,7 @@ class MergeCore:
         c = rows.row
         lonely = ~delta & ~np.isin(sub, sub[~delta][_repeated(sub[~delta])])
         if self.state and lonely.any():
-            lonely &= ~np.isin(sub, np.fromiter(self.state, np.int64, len(self.state)))
+            lonely &= ~self._held(sub)
         created = lonely & ~c["before_hosted"] & c["after_hosted"] & (c["after_nrep"] == 1)
         removed = lonely & c["before_hosted"] & (c["before_nrep"] == 1) & ~c["after_hosted"]
         for mask, is_created in ((created, True), (removed, False)):

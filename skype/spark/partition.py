@@ -24,8 +24,8 @@ every message with ``seq < at``.  A batch whose high-water mark is ``h`` applies
 ``at <= h + 1`` (in ``(position, cseq)`` order, interleaved with the messages), keeps later ones
 pending, and applies commands without a position (``at = -1``) at the start of the batch.  A
 subscribe of an id already hosted replaces it; an unsubscribe of an id not hosted does nothing
-(the router sends an unsubscribe, and a ``DROP`` for every subscribe, to every partition, so that
-all replicas of an id agree).
+(an unsubscribe reaches every partition of the record it removes, and a re-subscription of a live
+id is preceded by one, so all replicas of an id agree; see :mod:`skype.spark.routing`).
 
 **Results.**  After the batch, each replica's top-k is exact over the partition's window share.
 The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (net entered / left
@@ -153,6 +153,7 @@ class Hosted:
     """The subscriptions a partition hosts: id -> (nrep, x, y, k, alpha, term ids, weights)."""
 
     rows: dict[int, tuple] = field(default_factory=dict)
+    inverse: float = 0.0  # sum of 1/nrep over the rows, kept up to date (a metric, O(1) per batch)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -166,11 +167,19 @@ class Hosted:
     def add_from(self, cmds: Commands, row: int) -> None:
         ids, weights = cmds.subs.terms.row(row)
         s = cmds.subs
+        self.remove(int(s.ids[row]))
         self.rows[int(s.ids[row])] = (int(cmds.nrep[row]), float(s.x[row]), float(s.y[row]), int(s.k[row]),
                                       float(s.alpha[row]), np.array(ids, np.int64), np.array(weights, np.float64))
+        self.inverse += 1.0 / max(int(cmds.nrep[row]), 1)
 
     def remove(self, sub_id: int) -> bool:
-        return self.rows.pop(sub_id, None) is not None
+        old = self.rows.pop(sub_id, None)
+        if old is None:
+            return False
+        self.inverse -= 1.0 / max(old[0], 1)
+        if not self.rows:
+            self.inverse = 0.0
+        return True
 
     def batch(self, ids: list[int]) -> SubscriptionBatch:
         rows = [self.rows[i] for i in ids]
@@ -181,7 +190,7 @@ class Hosted:
     def inverse_replication(self) -> float:
         """Sum of 1/nrep over hosted subscriptions: summed over partitions, the number of
         distinct subscriptions."""
-        return float(sum(1.0 / max(r[0], 1) for r in self.rows.values()))
+        return float(self.inverse)
 
     def as_commands(self) -> Commands:
         """The hosted subscriptions as already-applied subscribe rows (for snapshots)."""
@@ -205,40 +214,63 @@ def replay_commands(hosted: Hosted, due: Commands) -> None:
 
 
 class WindowShare:
-    """The window messages routed to this partition, in ``seq`` order, with an id -> seq lookup."""
+    """The window messages routed to this partition, in ``seq`` order, as one chunk per batch, each
+    with its own id -> seq lookup (sorted once, when the chunk arrives).  A batch costs its own
+    size: appending sorts only the new chunk, expiry drops whole chunks (and cuts the oldest one),
+    a lookup searches the few live chunks; nothing is concatenated or re-sorted over the window."""
 
     def __init__(self) -> None:
-        self.ids = np.zeros(0, np.int64)
-        self.seq = np.zeros(0, np.int64)
-        self.times = np.zeros(0, np.float64)
-        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self.chunks: list[list[np.ndarray]] = []  # [ids, seq, times, sorted ids, their seq]
+        self._len = 0
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self._len
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.concatenate([c[0] for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
 
     def append(self, ids: np.ndarray, seq: np.ndarray, times: np.ndarray) -> None:
-        self.ids = np.concatenate([self.ids, ids])
-        self.seq = np.concatenate([self.seq, seq])
-        self.times = np.concatenate([self.times, times])
-        self._sorted = None
+        if len(ids) == 0:
+            return
+        ids, seq = np.asarray(ids, np.int64), np.asarray(seq, np.int64)
+        order = np.argsort(ids, kind="stable")
+        self.chunks.append([ids, seq, np.asarray(times, np.float64), ids[order], seq[order]])
+        self._len += len(ids)
 
     def expire(self, spec: WindowSpec, clock: float) -> None:
-        keep = spec.live(self.times, clock)
-        if not keep.all():
-            first = int(np.argmax(keep)) if keep.any() else len(keep)  # times ascend: a prefix expires
-            self.ids, self.seq, self.times = self.ids[first:], self.seq[first:], self.times[first:]
-            self._sorted = None
+        while self.chunks:
+            ids, seq, times = self.chunks[0][:3]
+            keep = spec.live(times, clock)
+            if keep.all():
+                return
+            if not keep.any():
+                self.chunks.pop(0)
+                self._len -= len(ids)
+                continue
+            first = int(np.argmax(keep))  # times ascend: a prefix expires
+            ids, seq, times = ids[first:], seq[first:], times[first:]
+            order = np.argsort(ids, kind="stable")
+            self.chunks[0] = [ids, seq, times, ids[order], seq[order]]
+            self._len -= first
+            return
 
     def seq_of(self, ids: np.ndarray) -> np.ndarray:
         """Sequence numbers of window message ids (every id must be in the window)."""
-        if self._sorted is None:
-            order = np.argsort(self.ids, kind="stable")
-            self._sorted = (self.ids[order], self.seq[order])
-        sid, sseq = self._sorted
-        pos = np.searchsorted(sid, ids)
-        if len(ids) and (pos.max(initial=0) >= len(sid) or not (sid[np.minimum(pos, len(sid) - 1)] == ids).all()):
+        ids = np.asarray(ids, np.int64)
+        out = np.full(len(ids), -1, np.int64)
+        todo = np.arange(len(ids))
+        for chunk in reversed(self.chunks):  # the newest chunk holds most top-k entries
+            if len(todo) == 0:
+                break
+            sid, sseq = chunk[3], chunk[4]
+            pos = np.searchsorted(sid, ids[todo]).clip(0, len(sid) - 1)
+            hit = sid[pos] == ids[todo]
+            out[todo[hit]] = sseq[pos[hit]]
+            todo = todo[~hit]
+        if len(todo):
             raise InputError("E026", detail="a top-k entry is not in the partition's window share")
-        return sseq[pos]
+        return out
 
 
 # --------------------------------------------------------------------------- the core
@@ -288,6 +320,19 @@ def _net_changes(logs: list[ChangeLog], exclude: np.ndarray) -> tuple[np.ndarray
         sub, msg, sign = sub[keep], msg[keep], sign[keep]
     if len(sub) == 0:
         return z, z, z
+    if sub.min() >= 0 and sub.max() < 1 << 31 and msg.min() >= 0 and msg.max() < 1 << 32:
+        # one sort of (sub, msg, entered) packed in a uint64: no argsort and gathers
+        key = ((sub.astype(np.uint64) << np.uint64(33)) | (msg.astype(np.uint64) << np.uint64(1))
+               | (sign > 0).astype(np.uint64))
+        key.sort()
+        pair = key >> np.uint64(1)
+        first = np.r_[True, pair[1:] != pair[:-1]]
+        group = np.cumsum(first) - 1
+        net = np.bincount(group, weights=np.where(key & np.uint64(1), 1.0, -1.0)).astype(np.int64)
+        nz = net != 0
+        heads = pair[first][nz]
+        return ((heads >> np.uint64(32)).astype(np.int64), (heads & np.uint64(0xFFFFFFFF)).astype(np.int64),
+                net[nz])
     keys = pair_keys(sub, msg)
     order = np.argsort(keys) if keys is not None else np.lexsort((msg, sub))
     sub, msg, sign = sub[order], msg[order], sign[order]

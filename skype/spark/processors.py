@@ -9,7 +9,8 @@
    that method needs no merge stage.
 2. :class:`MergeProcessor`, grouped by merge bucket: folds the reports into the bucket's state
    (replica lists of replicated subscriptions), emits the batch's result-change events, passes the
-   partitions' metrics rows through and adds its own.
+   partitions' metrics rows (and the events of inline pipelines, when a run mixes methods) through
+   and adds its own.
 
 Each batch bumps ``version`` and draws a fresh random ``tag`` for the key; the host applies a
 batch only when its object carries the committed stamp (see :mod:`skype.spark.hosts`).  Every
@@ -67,15 +68,17 @@ class _HostedProcessor(StatefulProcessor):
 
     stage = ""
 
-    def __init__(self, token: str, engine_cache: str = "process", idle_timeout: float = 600.0) -> None:
+    def __init__(self, token: str, engine_cache: str = "process", idle_timeout: float = 600.0,
+                 slots: int | None = None) -> None:
         self.token = token
         self.engine_cache = engine_cache
         self.idle_timeout = idle_timeout
+        self.slots = slots  # engine hosts per executor: its cores (set by the driver)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.meta_state = handle.getValueState("meta", BLOB)
         self.log_state = handle.getMapState("log", ID, BLOB)
-        self._hosts = (ProcessHosts(self.token, self.idle_timeout) if self.engine_cache == "process"
+        self._hosts = (ProcessHosts(self.token, self.idle_timeout, slots=self.slots) if self.engine_cache == "process"
                        else InProcessHosts())
 
     def close(self) -> None:
@@ -129,8 +132,8 @@ class PartitionProcessor(_HostedProcessor):
     stage = PARTITION
 
     def __init__(self, token: str, configs: dict[int, PartitionConfig], engine_cache: str = "process",
-                 idle_timeout: float = 600.0) -> None:
-        super().__init__(token, engine_cache, idle_timeout)
+                 idle_timeout: float = 600.0, slots: int | None = None) -> None:
+        super().__init__(token, engine_cache, idle_timeout, slots)
         self.configs = configs
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -169,6 +172,7 @@ class PartitionProcessor(_HostedProcessor):
         output, snapshot, info = self._exchange(key, (self.token, config), meta, new, inputs, want_snapshot, durable)
         t_host = time.perf_counter()
 
+        t_write = time.perf_counter()
         written = self._write_log(meta, delta, snapshot)
         if len(messages):
             segment = codec.pack_messages(messages, seq)
@@ -192,13 +196,15 @@ class PartitionProcessor(_HostedProcessor):
         self.meta_state.update((meta_blob,))
         written += len(meta_blob)
 
+        t_emit = time.perf_counter()
         pipeline = config.pipeline
         if config.inline_merge:
             # every subscription has one replica: its reports are final, a stateless merge turns
             # them into events (no merge stage)
             events, _, merge_metrics = MergeCore().apply(list(output.reports.values()))
-            if events is not None:
-                yield Row(key=key, pipeline=pipeline, kind="events", payload=events)
+            if events is not None:  # keyed like the metrics: a merge operator, if any, passes it through
+                yield Row(key=config.bucket_keys[config.partition % len(config.bucket_keys)], pipeline=pipeline,
+                          kind="events", payload=events)
             output.metrics["events"] = merge_metrics["events"]
         else:
             for bucket, blob in sorted(output.reports.items()):
@@ -207,6 +213,9 @@ class PartitionProcessor(_HostedProcessor):
                        hit=info["hit"], cold=info["cold"], rebuild_s=info["rebuild_s"], host_pid=info["host_pid"],
                        state_bytes_written=written, segments=len(meta.seg_ids), log_entries=len(meta.log_ids),
                        snapshot=snapshot is not None, read_s=t_read - t0, host_s=t_host - t_read,
+                       write_s=t_emit - t_write, rpc_s=(t_host - t_read) - output.metrics["engine_s"]
+                       - output.metrics["report_s"] - info["rebuild_s"],
+                       host_peak_rss_bytes=info.get("host_peak_rss_bytes", 0),
                        task_s=time.perf_counter() - t0, spark_partition=_task_partition())
         yield Row(key=config.bucket_keys[config.partition % len(config.bucket_keys)], pipeline=pipeline,
                   kind="metrics", payload=json.dumps(metrics).encode())
@@ -218,8 +227,8 @@ class MergeProcessor(_HostedProcessor):
     stage = MERGE
 
     def __init__(self, token: str, bucket_of_key: dict[int, tuple[int, int]], engine_cache: str = "process",
-                 idle_timeout: float = 600.0) -> None:
-        super().__init__(token, engine_cache, idle_timeout)
+                 idle_timeout: float = 600.0, slots: int | None = None) -> None:
+        super().__init__(token, engine_cache, idle_timeout, slots)
         self.bucket_of_key = bucket_of_key  # grouping key -> (pipeline, bucket)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
@@ -228,8 +237,8 @@ class MergeProcessor(_HostedProcessor):
         pipeline, bucket = self.bucket_of_key[key]
         blobs = []
         for row in rows:
-            if row.kind == "metrics":
-                yield Row(pipeline=row.pipeline, kind="metrics", payload=row.payload)
+            if row.kind != "reports":  # metrics, and the events of inline pipelines: through
+                yield Row(pipeline=row.pipeline, kind=row.kind, payload=row.payload)
             else:
                 blobs.append(bytes(row.payload))
         if not blobs:

@@ -6,9 +6,14 @@ Input: rows of the unified *stream event* schema (:data:`EVENT_FIELDS`): message
 one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, commands)``:
 
 * ``messages``: the batch's messages routed to the partition, packed (:mod:`skype.spark.codec`);
-* ``commands``: its commands: a subscribe goes to the partitions the method places it on (with
-  ``nrep`` = how many), an unsubscribe to every partition, and every other partition gets a
-  ``DROP`` of a subscribed id (so an id re-subscribed with other terms leaves no stale replica);
+* ``commands``: its commands, each only where it acts: a subscribe goes to the partitions the
+  method places it on (with ``nrep`` = how many); an unsubscribe that carries the record it removes
+  goes to that record's placement (placement is a pure function of the record and the
+  distribution's build-time tables, so it is *derived*, never looked up); an unsubscribe that
+  carries only its id goes to every partition (P copies, the fallback for producers that do not
+  know the record).  A re-subscription of a live id must be preceded by an unsubscribe carrying the
+  old record (staging writes one, :mod:`skype.spark.staging`).  The cost of a batch of commands is
+  therefore the sum of their placements, never commands x P;
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
@@ -22,6 +27,7 @@ hosted there.  ``key`` is the Spark grouping key of the partition (:mod:`skype.s
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,37 +99,42 @@ class Router:
         P = self.num_partitions
         if len(commands) == 0:
             return [Commands.empty()] * P
-        sub_rows = np.flatnonzero(commands.op == OP_SUB)
-        placement_rows: list[np.ndarray] = []
-        placement_parts: list[np.ndarray] = []
-        nrep = np.zeros(len(commands), np.int32)
-        # route in rounds of distinct ids: the distribution registers what it routes
-        occurrence = _occurrence(commands.subs.ids[sub_rows])
+        rows, parts, nrep = self.placements(commands)
+        order = np.argsort(parts, kind="stable")
+        rows, parts = rows[order], parts[order]
+        cuts = np.searchsorted(parts, np.arange(P + 1))
+        cmds = Commands(commands.cseq, commands.at, commands.op, commands.subs, nrep)
+        return [cmds.take(rows[cuts[p]:cuts[p + 1]]) if cuts[p + 1] > cuts[p] else Commands.empty()
+                for p in range(P)]
+
+    def placements(self, commands: Commands) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(command row, partition) pairs of every command, and each subscribe's ``nrep``.
+
+        Subscribes and unsubscribes that carry their record are placed by the method (in rounds of
+        distinct ids: the distribution registers what it routes, and forgets it again at once);
+        an unsubscribe without a record (no terms) goes to every partition."""
+        P = self.num_partitions
+        n = len(commands)
+        has_record = np.diff(commands.subs.terms.indptr) > 0
+        placed = np.flatnonzero((commands.op == OP_SUB) | has_record)
+        blind = np.flatnonzero((commands.op != OP_SUB) & ~has_record)
+        rows_out = [np.repeat(blind, P)]
+        parts_out = [np.tile(np.arange(P, dtype=np.int64), len(blind))]
+        nrep = np.zeros(n, np.int32)
+        occurrence = _occurrence(commands.subs.ids[placed])
         for r in range(int(occurrence.max(initial=-1)) + 1):
-            rows = sub_rows[occurrence == r]
+            rows = placed[occurrence == r]
             routing = self.dist.route_subscriptions(commands.subs.take(rows), None)
             self.dist.remove_subscriptions(commands.subs.ids[rows])
             pr, pp = routing.pairs()
-            placement_rows.append(rows[pr])
-            placement_parts.append(pp.astype(np.int64))
+            rows_out.append(rows[pr])
+            parts_out.append(pp.astype(np.int64))
             nrep[rows] = routing.counts()
+        sub_rows = commands.op == OP_SUB
         if self.dist.name in ("hashing", "location") and (nrep[sub_rows] != 1).any():
             raise InputError("E026", detail=f"method {self.dist.name} placed a subscription on several partitions")
-        placed_rows = np.concatenate(placement_rows) if placement_rows else np.zeros(0, np.int64)
-        placed_parts = np.concatenate(placement_parts) if placement_parts else np.zeros(0, np.int64)
-        placed = np.zeros((len(commands), P), bool)
-        placed[placed_rows, placed_parts] = True
-        drop = commands.drops()
-        out = []
-        for p in range(P):
-            full = np.flatnonzero(placed[:, p] | (commands.op == OP_UNSUB))
-            notice = sub_rows[~placed[sub_rows, p]]
-            parts = [Commands(commands.cseq[full], commands.at[full], commands.op[full],
-                              commands.subs.take(full), nrep[full])]
-            if len(notice):
-                parts.append(drop.take(notice))
-            out.append(Commands.concat(parts))
-        return out
+        nrep[~sub_rows] = 0
+        return np.concatenate(rows_out).astype(np.int64), np.concatenate(parts_out), nrep
 
 
 def _occurrence(ids: np.ndarray) -> np.ndarray:
@@ -172,15 +183,174 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
     return messages, seq, commands
 
 
-def route_arrow(routers: list[Router], batches):
-    """The ``mapInArrow`` function: stream-event Arrow batches -> routed rows (one per partition
-    of each router and input batch)."""
-    import pyarrow as pa
+def routing_copy(dist):
+    """A copy of a distribution with what routing in exact mode needs, without the subscription
+    tables the build left in it (records of every subscription: O(S) bytes).  The runtime routes
+    with ``theta = 0`` and summaries off, registers what it routes and forgets it at once, so an
+    empty table routes identically; what remains is the build-time tables (term ranges, region
+    tree, hash), whose size does not grow with the subscriptions."""
+    import copy
 
+    from skype.dist.base import Distribution
+    from skype.dist.registry import SubscriptionTable
+
+    out = copy.copy(dist)
+    for name, value in vars(dist).items():
+        if isinstance(value, SubscriptionTable):
+            setattr(out, name, SubscriptionTable())
+        elif isinstance(value, Distribution):
+            setattr(out, name, routing_copy(value))
+        elif isinstance(value, list) and value and all(isinstance(v, Distribution) for v in value):
+            setattr(out, name, [routing_copy(v) for v in value])
+    return out
+
+
+class ShippedRouters:
+    """The routers of a run, shipped to executors once as a Spark broadcast (or a file), not
+    pickled into the ``mapInArrow`` closure: the closure holds only this handle.  Each Python
+    worker unpickles them once and keeps them (module cache by broadcast id)."""
+
+    def __init__(self, broadcast, keys: list[list[int]]) -> None:
+        import secrets
+
+        self.broadcast = broadcast
+        self.keys = keys
+        # the cache key: a worker is reused across queries, and a broadcast object seen in a
+        # worker carries no id of its own (its Python id() can be reused after it is freed)
+        self.token = secrets.token_hex(8)
+
+    def routers(self) -> list[Router]:
+        cached = _shipped.get(self.token)
+        if cached is None:
+            import pickle
+
+            dists = pickle.loads(self.broadcast.value)
+            cached = [Router(d, k) for d, k in zip(dists, self.keys)]
+            _shipped.clear()
+            _shipped[self.token] = cached
+        return cached
+
+
+_shipped: dict = {}
+
+
+def ship_routers(spark, dists: list, keys: list[list[int]]) -> tuple[ShippedRouters, int]:
+    """Broadcast the compact routing tables; returns the handle and the broadcast's bytes."""
+    import pickle
+
+    blob = pickle.dumps([routing_copy(d) for d in dists], protocol=pickle.HIGHEST_PROTOCOL)
+    return ShippedRouters(spark.sparkContext.broadcast(blob), keys), len(blob)
+
+
+# --------------------------------------------------------------------------- poison records
+
+
+def screen(messages: MessageBatch, seq: np.ndarray, commands: Commands, bounds) -> tuple:
+    """Keep the records the engine accepts; return ``(messages, seq, commands, dead)`` where
+    ``dead`` lists the rejected ones (``kind, position, id, code, error``).
+
+    The checks are the engine's own boundary checks (:mod:`skype.validate`): one vectorised pass
+    per batch; only a batch that fails it is checked record by record.  A rejected record is left
+    out of the stream (it would raise inside the engine host, and Spark would replay the same
+    offsets forever).  An unsubscribe whose carried record is bad keeps its id (it goes to every
+    partition)."""
+    from skype.model import Bounds
+    from skype.validate import check_message_batch, check_subscription_batch
+
+    b = bounds if isinstance(bounds, Bounds) else Bounds(*bounds)
+    dead: list[dict] = []
+    if len(messages):
+        try:
+            check_message_batch(messages, b, -np.inf)
+        except InputError:
+            keep, last_t = [], -np.inf
+            for j in range(len(messages)):
+                try:
+                    check_message_batch(messages.take(np.array([j])), b, last_t)
+                except InputError as err:
+                    dead.append(_dead("message", int(seq[j]), int(messages.ids[j]), err))
+                    continue
+                keep.append(j)
+                last_t = float(messages.t[j])
+            rows = np.array(keep, np.int64)
+            messages, seq = messages.take(rows), seq[rows]
+    if len(commands):
+        has_record = np.diff(commands.subs.terms.indptr) > 0
+        sub = commands.op == OP_SUB
+        checked = np.flatnonzero(sub | has_record)
+        try:
+            occurrence = _occurrence(commands.subs.ids[checked])
+            for r in range(int(occurrence.max(initial=-1)) + 1):  # rounds of distinct ids
+                check_subscription_batch(commands.subs.take(checked[occurrence == r]), b)
+        except InputError:
+            drop, strip = [], []
+            for j in checked.tolist():
+                try:
+                    check_subscription_batch(commands.subs.take(np.array([j])), b)
+                except InputError as err:
+                    if sub[j]:
+                        dead.append(_dead("command", int(commands.cseq[j]), int(commands.subs.ids[j]), err))
+                        drop.append(j)
+                    else:
+                        strip.append(j)
+            if strip:
+                commands = _strip_records(commands, np.array(strip, np.int64))
+            if drop:
+                commands = commands.take(np.setdiff1d(np.arange(len(commands)), drop))
+    return messages, seq, commands, dead
+
+
+def _dead(kind: str, position: int, record_id: int, err: InputError) -> dict:
+    return {"kind": kind, "position": position, "id": record_id, "code": err.code, "error": str(err)}
+
+
+def _strip_records(commands: Commands, rows: np.ndarray) -> Commands:
+    """The same commands, the given rows without their record (id only)."""
+    from skype.spark.staging import _id_only
+
+    parts = []
+    is_stripped = np.zeros(len(commands), bool)
+    is_stripped[rows] = True
+    for j in range(len(commands)):
+        one = commands.take(np.array([j]))
+        if is_stripped[j]:
+            one = Commands(one.cseq, one.at, one.op, _id_only(int(one.subs.ids[0])), one.nrep)
+        parts.append(one)
+    return Commands.concat(parts)
+
+
+def write_dead_letters(directory: str, dead: list[dict]) -> None:
+    """One JSONL file per (kind, first position) of a routed batch, replaced atomically: a batch
+    Spark re-runs rewrites its own file, so a dead letter is recorded once."""
+    import json
+
+    by_kind: dict[str, list[dict]] = {}
+    for d in dead:
+        by_kind.setdefault(d["kind"], []).append(d)
+    os.makedirs(directory, exist_ok=True)
+    for kind, rows in by_kind.items():
+        path = os.path.join(directory, f"{kind}-{min(r['position'] for r in rows):012d}.jsonl")
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+        os.replace(tmp, path)
+
+
+def route_arrow(routers, batches, bounds=None, dead_letters: str | None = None):
+    """The ``mapInArrow`` function: stream-event Arrow batches -> routed rows (one per partition
+    of each router and input batch).  ``routers``: a list of :class:`Router` or a
+    :class:`ShippedRouters` handle.  With ``bounds``, records the engine would reject are left
+    out (:func:`screen`) and written to ``dead_letters`` (a directory), if given."""
+    if isinstance(routers, ShippedRouters):
+        routers = routers.routers()
     for batch in batches:
         if batch.num_rows == 0:
             continue
         messages, seq, commands = events_from_arrow(batch)
+        if bounds is not None:
+            messages, seq, commands, dead = screen(messages, seq, commands, bounds)
+            if dead and dead_letters:
+                write_dead_letters(dead_letters, dead)
         for router in routers:
             yield from _routed_batch(router, router.route(messages, seq, commands))
 

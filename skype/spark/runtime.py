@@ -7,14 +7,16 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
     DIR/stream/messages/      stream files (when the job stages its workload itself)
     DIR/stream/commands/
     DIR/spark/                Spark's checkpoint: offsets, commits, the state store (RocksDB)
-    DIR/events/<method>/batch-<id>.parquet   result-change events of each micro-batch (or .jsonl)
+    DIR/events/<method>/batch-<id>-part-<p>.parquet   result-change events (or .jsonl), written by executors
+    DIR/dead-letters/         records the engine rejected, with their error codes
     DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
 
-The query (:func:`build_query`): both sources (stream-event schema) -> ``mapInArrow`` routing
+Results and metrics of a run are in :mod:`skype.spark.results`, the sink in :mod:`skype.spark.sink`
+(both re-exported here).  The query (:func:`build_query`): both sources (stream-event schema) -> ``mapInArrow`` routing
 (+ ticks) -> ``transformWithState`` per subscription partition -> ``transformWithState`` per merge
-bucket -> ``foreachBatch`` sink.  The sink replaces ``events/<method>/batch-<id>.<fmt>`` and
-``metrics/batch-<id>.json`` atomically, so a batch that Spark re-runs after a failure or a restart
-replaces its own output: nothing is delivered twice.  Final results fold the events of every
+bucket -> ``foreachBatch`` sink.  The executors replace ``events/<method>/batch-<id>-part-<p>.<fmt>`` and the
+driver ``metrics/batch-<id>.json`` atomically, so a batch that Spark re-runs after a failure or a
+restart replaces its own output: nothing is delivered twice.  Final results fold the events of every
 committed batch (:func:`final_results`).
 """
 
@@ -32,11 +34,13 @@ from pathlib import Path
 import numpy as np
 
 from skype.errors import InputError
-from skype.model import Match
 from skype.spark import hosts as hosts_mod
 from skype.spark.keys import grouping_keys
 from skype.spark.partition import PartitionConfig, WindowSpec
-from skype.spark.staging import write_table
+from skype.spark.results import (  # noqa: F401 - the run's outcome, re-exported
+    count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events, ranked, run_metrics,
+)
+from skype.spark.sink import EventSink, events_table, print_events, suffix  # noqa: F401 - re-exported
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
                     "engine_options", "n1")
@@ -146,6 +150,9 @@ class Plan:
     pipelines: list[Pipeline]
     shuffle_partitions: int
     resumed: bool
+    host_slots: int | None = None  # engine hosts per executor (its cores); None: the machine's cores
+    routing_bytes: int = 0  # the pickled mapInArrow closure (what every routing task is sent)
+    routing_table_bytes: int = 0  # the broadcast routing tables (sent once per executor)
 
     def events_dir_of(self, pipeline: Pipeline) -> Path:
         return self.run_dir / "events" / pipeline.method
@@ -153,6 +160,11 @@ class Plan:
     @property
     def spark_checkpoint(self) -> str:
         return str(self.run_dir / "spark")
+
+    @property
+    def dead_letters_dir(self) -> Path:
+        """Records the engine rejected, with their error codes (written by the routing tasks)."""
+        return self.run_dir / "dead-letters"
 
     @property
     def metrics_dir(self) -> Path:
@@ -276,8 +288,24 @@ def make_session(master: str | None = "local[*]", app_name: str = "skype-dskype"
     return spark
 
 
+def executor_cores(spark) -> int | None:
+    """Cores of one executor: ``spark.executor.cores`` if set, N of ``local[N]``, else None."""
+    conf = spark.sparkContext.getConf()
+    cores = conf.get("spark.executor.cores", None)
+    if cores:
+        return max(1, int(cores))
+    master = conf.get("spark.master", "")
+    if master.startswith("local[") and master[6:-1].split(",")[0].isdigit():
+        return max(1, int(master[6:-1].split(",")[0]))
+    if master in ("local", "local[1]"):
+        return 1
+    return None
+
+
 def configure(spark, plan: Plan) -> None:
     """Session settings a query run needs (the shuffle partitions are frozen at the first run)."""
+    if plan.host_slots is None:
+        plan.host_slots = executor_cores(spark)
     for key, value in session_conf(None).items():
         if key.startswith("spark.sql."):
             spark.conf.set(key, value)
@@ -314,95 +342,43 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     return configs
 
 
+def closure_bytes(fn) -> int:
+    """Bytes of a function as Spark pickles it into a task's closure."""
+    from pyspark import cloudpickle
+
+    return len(cloudpickle.dumps(fn))
+
+
 def build_query(spark, plan: Plan, token: str, sink):
     """The streaming query, ready to start (see module docstring)."""
     from skype.spark.processors import OUTPUT_SCHEMA_DDL, STAGE_SCHEMA_DDL, MergeProcessor, PartitionProcessor
-    from skype.spark.routing import ROUTED_SCHEMA_DDL, Router, route_arrow
+    from skype.spark.routing import ROUTED_SCHEMA_DDL, route_arrow, ship_routers
 
     s = plan.settings
     configure(spark, plan)
-    routers = [Router(pipe.distribution, pipe.partition_keys) for pipe in plan.pipelines]
-    routed = source_events(spark, plan).mapInArrow(partial(route_arrow, routers), ROUTED_SCHEMA_DDL)
+    shipped, plan.routing_table_bytes = ship_routers(spark, [pipe.distribution for pipe in plan.pipelines],
+                                                     [pipe.partition_keys for pipe in plan.pipelines])
+    route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
+    plan.routing_bytes = closure_bytes(route)
+    routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)
     stage1 = routed.groupBy("key").transformWithState(
-        PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout),
+        PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout,
+                           slots=plan.host_slots),
         STAGE_SCHEMA_DDL, "Update", "None")
     if all(pipe.inline_merge for pipe in plan.pipelines):
         output = stage1.select("pipeline", "kind", "payload")
     else:
+        # stage 1 is referenced once: the events of inline pipelines pass through the merge
+        # operator (splitting stage 1 into two branches would plan it twice: two operators, two
+        # state stores, one engine host stamped by both)
         buckets = {key: (pipe.index, b) for pipe in plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
-        final = stage1.where("kind = 'events'").select("pipeline", "kind", "payload")
-        merged = stage1.where("kind != 'events'").groupBy("key").transformWithState(
-            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout), OUTPUT_SCHEMA_DDL, "Update", "None")
-        output = merged.unionByName(final) if any(pipe.inline_merge for pipe in plan.pipelines) else merged
+        output = stage1.groupBy("key").transformWithState(
+            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout, slots=plan.host_slots),
+            OUTPUT_SCHEMA_DDL, "Update", "None")
     writer = output.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
     if s.trigger_seconds:
         return writer.trigger(processingTime=f"{s.trigger_seconds} seconds")
     return writer.trigger(availableNow=True)
-
-
-class EventSink:
-    """``foreachBatch``: one collect of the batch's rows (one events blob per merge bucket, one
-    metrics row per stage and key), then the events to ``events/batch-<id>.<fmt>`` or the console,
-    and the metrics to ``metrics/batch-<id>.json``; files are replaced atomically, so a re-run
-    batch overwrites its own output."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.events_dirs = {pipe.index: plan.events_dir_of(pipe) for pipe in plan.pipelines}
-        self.metrics_dir = plan.metrics_dir
-        self.format = plan.settings.events_format
-        self.console = plan.settings.sink == "console"
-        self.batches: list[int] = []
-
-    def __call__(self, df, batch_id: int) -> None:
-        t0 = time.perf_counter()
-        rows = df.collect()
-        t_pipeline = time.perf_counter() - t0
-        metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
-        events = {}
-        for pipeline, directory in self.events_dirs.items():
-            table = events_table([bytes(r.payload) for r in rows if r.kind == "events" and r.pipeline == pipeline],
-                                 int(batch_id))
-            events[pipeline] = table.num_rows
-            if self.console:
-                print_events(table, int(batch_id), directory.name)
-            else:
-                fmt = _suffix(self.format)  # "jsonl" or "parquet", the staging format names
-                write_table(table, directory / f"batch-{batch_id:08d}.{fmt}", fmt, drop_nulls=False)
-        record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
-                  "pipeline_s": t_pipeline, "events": events}
-        _write_atomic(self.metrics_dir / f"batch-{batch_id:08d}.json", json.dumps(record))
-        self.batches.append(int(batch_id))
-
-
-def _suffix(fmt: str) -> str:
-    return "jsonl" if fmt == "json" else "parquet"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def events_table(blobs: list[bytes], batch_id: int):
-    """Event blobs -> one pyarrow Table of the public event schema with the ``batch`` column."""
-    import pyarrow as pa
-
-    from skype.spark.reports import events_schema, events_to_arrow
-
-    batches = [events_to_arrow(blob) for blob in blobs]
-    table = pa.Table.from_batches(batches, schema=events_schema()) if batches else events_schema().empty_table()
-    return table.append_column("batch", pa.array(np.full(table.num_rows, batch_id, np.int64)))
-
-
-def print_events(table, batch_id: int, method: str, limit: int = 20) -> None:
-    print(f"-- batch {batch_id} ({method}): {table.num_rows} result changes")
-    for row in table.slice(0, limit).to_pylist():
-        entered = [e["id"] for e in row["entered"]]
-        flags = "".join(f" {name}" for name in ("created", "removed") if row[name])
-        print(f"   sub {row['sub']}: +{entered} -{row['left']}{flags}")
-    sys.stdout.flush()
 
 
 @dataclass
@@ -412,6 +388,7 @@ class RunOutcome:
     progress: list[dict]
     wall_s: float
     stopped_early: bool
+    driver_peak_rss_bytes: int = 0
 
 
 def run_query(spark, plan: Plan) -> RunOutcome:
@@ -441,7 +418,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     progress = [p for p in query.recentProgress if p.get("batchId") is not None]
     if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
         stop_local_hosts(plan, token)
-    return RunOutcome(plan, sink.batches, progress, wall, stopped)
+    return RunOutcome(plan, sink.batches, progress, wall, stopped, driver_peak_rss_bytes(spark))
 
 
 def stop_local_hosts(plan: Plan, token: str) -> None:
@@ -459,133 +436,3 @@ def stop_local_hosts(plan: Plan, token: str) -> None:
                 conn.close()
             except (OSError, EOFError, ConnectionError):
                 pass
-
-
-# --------------------------------------------------------------------------- results and metrics
-
-
-def fold_events(rows, state: dict | None = None) -> dict[int, dict[int, tuple[float, int]]]:
-    """Apply event rows (in batch order) to ``{sub: {message: (score, seq)}}``: ``created`` starts
-    an empty top-k, ``left`` removes, ``entered`` adds, ``removed`` deletes the subscription."""
-    state = {} if state is None else state
-    for row in rows:
-        sid = row["sub"]
-        if row["created"] or sid not in state:
-            state[sid] = {}
-        entries = state[sid]
-        for m in row["left"] or ():
-            entries.pop(m, None)
-        for e in row["entered"] or ():
-            entries[e["id"]] = (e["score"], e["seq"])
-        if row["removed"]:
-            del state[sid]
-    return state
-
-
-def ranked(entries: dict[int, tuple[float, int]]) -> list[Match]:
-    """A top-k in ranking order: score descending, then the newer message (larger seq) first."""
-    return [Match(m, sc) for m, (sc, _) in sorted(entries.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))]
-
-
-def event_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
-    return sorted(plan.events_dir_of(pipeline).glob(f"batch-*.{_suffix(plan.settings.events_format)}"))
-
-
-def read_event_rows(path: Path, fmt: str) -> list[dict]:
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def final_results(plan: Plan, pipeline: Pipeline) -> list[tuple[int, list[Match]]]:
-    """Every subscription's final top-k, by ascending id (the centralized CLI's results): the
-    events of every batch, folded in batch order on the driver (the results file is written
-    there anyway; memory is one top-k per subscription)."""
-    state: dict = {}
-    for path in event_files(plan, pipeline):
-        fold_events(read_event_rows(path, plan.settings.events_format), state)
-    return [(sid, ranked(state[sid])) for sid in sorted(state)]
-
-
-def _percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values, np.float64), q)) if values else 0.0
-
-
-def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
-    """A pipeline's metrics over the run (see ``docs/spark.md`` for each definition); batch times
-    are shared by the run's pipelines."""
-    records = []
-    for batch in outcome.batches:
-        path = plan.metrics_dir / f"batch-{batch:08d}.json"
-        if path.exists():
-            record = json.loads(path.read_text())
-            record["stages"] = [m for m in record["stages"] if m["pipeline"] == pipeline.index]
-            record["events"] = record["events"].get(str(pipeline.index), 0)
-            records.append(record)
-    parts = [m for r in records for m in r["stages"] if m["stage"] == "partition"]
-    merges = [m for r in records for m in r["stages"] if m["stage"] == "merge"]
-    by_batch = {r["batch"]: r for r in records}
-    progress = [p for p in outcome.progress if p["batchId"] in by_batch]
-    latency = [float(p["durationMs"].get("triggerExecution", 0.0)) for p in progress]
-    messages = (max(m["upto"] for m in parts) - min(m["first_seq"] for m in parts)) if parts else 0
-    busy_s = sum(latency) / 1000.0
-    P = plan.settings.partitions
-    work = np.zeros(P)
-    received = np.zeros(P)
-    hosted = np.zeros(P)
-    for m in parts:
-        work[m["partition"]] += m["engine_s"] + m["report_s"]
-        received[m["partition"]] += m["messages"]
-    last: dict[int, dict] = {}
-    for m in parts:
-        last[m["partition"]] = m
-    for p, m in last.items():
-        hosted[p] = m["hosted"]
-    distinct = sum(m["hosted_inverse_replication"] for m in last.values())
-    seen: set[tuple[str, int]] = set()
-    steady_hits = steady_total = 0
-    for r in records:
-        for m in r["stages"]:
-            ident = (m["stage"], m.get("partition", m.get("bucket")))
-            if ident in seen:
-                steady_total += 1
-                steady_hits += bool(m["hit"])
-            seen.add(ident)
-    written = [sum(m["state_bytes_written"] for m in r["stages"]) for r in records]
-    written_parts = [sum(m["state_bytes_written"] for m in r["stages"] if m["stage"] == "partition") for r in records]
-    written_merge = [sum(m["state_bytes_written"] for m in r["stages"] if m["stage"] == "merge") for r in records]
-    mean_work = float(work.mean()) if P else 0.0
-    return {
-        "method": pipeline.method, "partitions": P, "merge_buckets": plan.settings.merge_buckets,
-        "batch_size": plan.settings.batch_size, "window": plan.settings.window.centralized(),
-        "batches": len(records), "messages": int(messages), "resumed": plan.resumed,
-        "stopped_early": outcome.stopped_early,
-        "throughput_msgs_per_s": messages / busy_s if busy_s > 0 else 0.0,
-        "wall_throughput_msgs_per_s": messages / outcome.wall_s if outcome.wall_s > 0 else 0.0,
-        "wall_s": outcome.wall_s, "batch_time_s": busy_s,
-        "batch_latency_ms_p50": _percentile(latency, 50), "batch_latency_ms_p99": _percentile(latency, 99),
-        "batch_latency_ms": latency,
-        "batch_durations_ms": [p["durationMs"] for p in progress],
-        "communication_per_message": float(received.sum() / messages) if messages else 0.0,
-        "replication_ratio": float(hosted.sum() / distinct) if distinct > 0 else 0.0,
-        "load_imbalance": float(work.max() / mean_work) if mean_work > 0 else 1.0,
-        "work_s_per_partition": work.tolist(), "messages_per_partition": received.tolist(),
-        "cache_hit_rate": (sum(bool(m["hit"]) for m in parts) / len(parts)) if parts else 0.0,
-        "cache_hit_rate_steady": (steady_hits / steady_total) if steady_total else 0.0,
-        "merge_cache_hit_rate": (sum(bool(m["hit"]) for m in merges) / len(merges)) if merges else 0.0,
-        "cache_rebuilds": sum(not m["hit"] for m in parts + merges),
-        "rebuild_s": sum(m["rebuild_s"] for m in parts + merges),
-        "state_bytes_written_per_batch": float(np.mean(written)) if written else 0.0,
-        "state_bytes_written_per_batch_steady": float(np.mean(written[1:])) if len(written) > 1 else 0.0,
-        "state_bytes_written_partitions_per_batch": float(np.mean(written_parts)) if written_parts else 0.0,
-        "state_bytes_written_merge_per_batch": float(np.mean(written_merge)) if written_merge else 0.0,
-        "state_bytes_written_partitions_per_batch_steady": float(np.mean(written_parts[1:])) if len(written) > 1 else 0.0,
-        "state_bytes_written_merge_per_batch_steady": float(np.mean(written_merge[1:])) if len(written) > 1 else 0.0,
-        "batch_latency_ms_p50_steady": _percentile(latency[1:], 50),
-        "state_bytes_written": written,
-        "result_events": sum(r["events"] for r in records),
-        "engine_cache": plan.settings.engine_cache,
-    }

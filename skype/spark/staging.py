@@ -6,7 +6,8 @@ must write a file completely, e.g. under a temporary name, before giving it its 
 * messages: ``{"id", "x", "y", "t", "term_ids": [int], "weights": [float]}``.  A message's global
   sequence number is its position in the directory (files in name order, then lines/rows).
 * commands: ``{"op": "sub", "at", "id", "x", "y", "k", "alpha", "term_ids", "weights"}`` or
-  ``{"op": "unsub", "at", "id"}``; ``at`` (optional) is the number of messages before the command,
+  ``{"op": "unsub", "at", "id"}`` (best with the record it removes: it then reaches only that
+  record's partitions, without it every partition); ``at`` (optional) is the number of messages before the command,
   a command without ``at`` applies at the start of the micro-batch it arrives in.
 
 Terms are already *vectorised* (ids of the run's :class:`~skype.text.Vocabulary` and unit
@@ -85,9 +86,9 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
                  file_records: int = 10_000) -> dict:
     """Write a workload as stream files; returns counts.
 
-    Messages go to files of ``file_records`` messages (name order = stream order); commands to one
-    file: the initial subscriptions at position 0, then each step's commands at the number of
-    messages before it.
+    Messages go to files of ``file_records`` messages (name order = stream order); commands to
+    files of ``file_records`` commands: the initial subscriptions at position 0, then each step's
+    commands at the number of messages before it.  An unsubscribe carries the record it removes.
     """
     from skype.dist.registry import empty_subscriptions
 
@@ -97,22 +98,33 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
     op: list[str] = ["sub"] * len(inputs.subscriptions)
     at: list[int | None] = [0] * len(inputs.subscriptions)
     parts = [inputs.subscriptions]
-    unsub_rows: list[int] = []
+    # id -> (part, row) of its live record: an unsubscribe carries the record it removes (the
+    # router derives its placement from it), and a re-subscription of a live id is preceded by
+    # such an unsubscribe, so that every command reaches only the partitions it acts on
+    live: dict[int, tuple[int, int]] = {int(s): (0, i) for i, s in enumerate(inputs.subscriptions.ids.tolist())}
     position = 0
     pending: list[MessageBatch] = []
+
+    def unsubscribe(sub_id: int) -> None:
+        op.append("unsub")
+        at.append(position)
+        where = live.pop(sub_id, None)
+        parts.append(parts[where[0]].slice(where[1], where[1] + 1) if where else _id_only(sub_id))
+
     for kind, payload in inputs.steps:
         if kind == "msgs":
             pending.append(payload)
             position += len(payload)
         elif kind == "sub":
+            for sub_id in payload.ids.tolist():
+                if int(sub_id) in live:
+                    unsubscribe(int(sub_id))
             op += ["sub"] * len(payload)
             at += [position] * len(payload)
             parts.append(payload)
+            live.update({int(s): (len(parts) - 1, i) for i, s in enumerate(payload.ids.tolist())})
         else:
-            op.append("unsub")
-            at.append(position)
-            unsub_rows.append(len(op) - 1)
-            parts.append(_id_only(int(payload)))
+            unsubscribe(int(payload))
     messages = MessageBatch.concat(pending) if pending else None
     count = 0
     if messages is not None:
@@ -123,10 +135,10 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
     messages_dir.mkdir(parents=True, exist_ok=True)
     subs = _concat([p for p in parts if len(p)]) if any(len(p) for p in parts) else empty_subscriptions()
     if len(op):
+        # several files, so that several tasks route the commands of one micro-batch in parallel
         table = command_table(op, at, subs)
-        if unsub_rows:  # an unsubscribe carries only its id
-            table = _null_out(table, unsub_rows)
-        write_table(table, commands_dir / file_name(0, fmt), fmt)
+        for index, start in enumerate(range(0, len(op), file_records)):
+            write_table(table.slice(start, file_records), commands_dir / file_name(index, fmt), fmt)
     commands_dir.mkdir(parents=True, exist_ok=True)
     return {"messages": count, "commands": len(op)}
 
@@ -142,21 +154,3 @@ def _concat(parts: list[SubscriptionBatch]) -> SubscriptionBatch:
     from skype.dist.registry import concat_subscriptions
 
     return concat_subscriptions(parts)
-
-
-def _null_out(table, rows: list[int]):
-    """Null the record columns of unsubscribe rows (their x/y/k/alpha/terms mean nothing)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    mask = np.zeros(table.num_rows, bool)
-    mask[rows] = True
-    mask_arr = pa.array(mask)
-    cols = {}
-    for name in table.column_names:
-        col = table.column(name)
-        if name in ("op", "at", "id"):
-            cols[name] = col
-        else:
-            cols[name] = pc.if_else(mask_arr, pa.scalar(None, col.type), col)
-    return pa.table(cols)
