@@ -113,9 +113,9 @@ def test_each_pruning_rule_alone_is_exact(rule, workload):
 def test_spatial_rules_prune_more_with_the_others(rule, base_off, workload):
     """With the other rules on, switching ``rule`` on must cut candidates (exactly: the results
     stay the reference's); ``spatial`` is measured with ``exact_spatial`` off, which supersedes it."""
-    with_rule = run_core(workload, "count", buffer="exact", leaf_capacity=8,
+    with_rule = run_core(workload, "count", index="igpt", buffer="exact", leaf_capacity=8,
                          pruning={r: r not in base_off for r in RULES})
-    without = run_core(workload, "count", buffer="exact", leaf_capacity=8,
+    without = run_core(workload, "count", index="igpt", buffer="exact", leaf_capacity=8,
                        pruning={r: r not in base_off | {rule} for r in RULES})
     on, off = with_rule.stats()["dissemination"], without.stats()["dissemination"]
     assert on["candidates"] < off["candidates"], (rule, on, off)
