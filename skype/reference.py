@@ -20,11 +20,18 @@ import math
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
 from skype.api import ChangeLog, EngineBase
 from skype.model import MessageBatch, SubscriptionBatch
+
+
+def _outside_time_window(tm: float, t: float, seconds: float) -> bool:
+    """Exactly tm <= t - T: the window (t - T, t] in rational arithmetic (a float t - T can
+    round across a timestamp on the edge)."""
+    return Fraction(tm) <= Fraction(t) - Fraction(seconds)
 
 
 @dataclass
@@ -169,7 +176,7 @@ class ReferenceEngine(EngineBase):
                 self._expire_oldest(before)
         else:
             assert t is not None and self.window_seconds is not None
-            while self._window and self._window[0].t <= t - self.window_seconds:
+            while self._window and _outside_time_window(self._window[0].t, t, self.window_seconds):
                 self._expire_oldest(before)
         self._counters["expiry_s"] += time.perf_counter() - start
 

@@ -308,9 +308,6 @@ def test_adversarial_cases_agree_with_the_oracle(case, window, engine):
     differential(ENGINES[engine], subs, msgs, vocab, bounds, chunk=100, **window)
 
 
-@pytest.mark.xfail(strict=True, reason="open finding: both engines expire t_m <= fl(t - T), the float "
-                   "difference, not the exact (t - T, t] of the README (engine.pyx _expire, reference "
-                   "_expire_until); strict, so the fix turns this into a pass to keep")
 @pytest.mark.parametrize("engine", ["blocks", "igpt", "reference"])
 def test_time_window_edge_in_exact_arithmetic(engine):
     """Timestamps whose float difference rounds across the edge: 118.22 - 0.3 rounds up to

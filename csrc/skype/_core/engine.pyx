@@ -19,6 +19,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, sid_t, seq_t, MsgTermC, prefetch, PREFETCH_AHEAD
+from skype._core.scoring cimport outside_time_window
 from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex, IGPTIndex, CandC, CountersC
@@ -128,7 +129,7 @@ cdef class CoreEngine:
                 while self.window.count >= self.count_window:
                     self._expire_oldest()
         else:
-            while self.window.count and win_oldest(self.window).t <= t - self.time_window:
+            while self.window.count and outside_time_window(win_oldest(self.window).t, t, self.time_window):
                 self._expire_oldest()
         self.expiry_ns += now_ns() - start
 

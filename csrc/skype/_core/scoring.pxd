@@ -110,3 +110,17 @@ cdef inline float round_down(double v) noexcept nogil:
     if <double>f > v:
         f = nextafterf(f, -INFINITY)
     return f
+
+
+cdef inline bint outside_time_window(double tm, double t, double T) noexcept nogil:
+    """Exactly tm <= t - T, i.e. tm is not in the window (t - T, t] (no rounding of t - T).
+
+    d = fl(t - tm) and its rounding error e (TwoSum; exact without fused operations, which
+    setup.py disables) give t - tm = d + e exactly.  Rounding is monotone and T is a double, so
+    d > T implies t - tm >= T, d < T implies t - tm < T, and d == T leaves the sign of e."""
+    cdef double d = t - tm
+    cdef double bv = d - t
+    cdef double e = (t - (d - bv)) + (-tm - bv)
+    if d != T:
+        return d > T
+    return e >= 0.0
