@@ -267,7 +267,8 @@ cdef class CoreEngine:
         cdef vector[sid_t] rest
         cdef SubscriptionIndex tmp
         cdef double t0 = now_ns()
-        cdef double ratio, worst = 0.0
+        cdef double worst = 0.0
+        cdef vector[double] ratios
         # cSkyband's cost model needs C_q, the mean work of a message-index query: with no
         # estimate yet, a spread sample of the batch takes the per-subscription path first
         stride = n // SAMPLE if self.buffers.kind == BUF_CSKYBAND and self.buffers.n_queries == 0 else 0
@@ -275,13 +276,16 @@ cdef class CoreEngine:
             for i in range(n):
                 if stride and i % stride == 0 and i // stride < SAMPLE:
                     self.buffers.init_sub(sids[i])
-                    ratio = <double>self.buffers.last_scan / self.table.hot[sids[i]].k
-                    if ratio > worst:
-                        worst = ratio
+                    if i // stride >= SAMPLE // 2:      # C_q has settled: scans as in bulk
+                        ratios.push_back(<double>self.buffers.last_scan / self.table.hot[sids[i]].k)
                 else:
                     rest.push_back(sids[i])
-        # the sample's scans size the runs: 1.25x the longest scan (per k) it needed, so that
-        # fallbacks stay rare when the cost model scans further (a larger window, a larger C_q)
+        # the sample's scans size the runs: 1.25x the upper quartile of the scans (per k) of its
+        # second half (the first half scans with an unsettled C_q), so that fallbacks stay rare
+        # when the cost model scans further (a larger window, a larger C_q)
+        if ratios.size():
+            std_sort(ratios.begin(), ratios.end())
+            worst = ratios[(ratios.size() * 3) // 4]
         if stride and self.bulk_adapt and <int>(1.25 * worst + 1.0) > self.buffers.bulk_factor:
             self.buffers.bulk_factor = <int>(1.25 * worst + 1.0)
         start = 0
