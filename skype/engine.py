@@ -53,6 +53,7 @@ DEFAULT_COST = {
     "refresh_factor": 3.0,  # re-evaluate a complete (theta = 0) buffer beyond this many times k
 }
 TERM_ID_LIMIT = 2**32 - 1  # 32-bit term ids; the largest value marks "no term" in the block index
+BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT index, times leaf_capacity
 
 
 def _positive(name: str, value, kind=float, minimum=0.0, strict=True):
@@ -188,30 +189,32 @@ class Engine(EngineBase):
                 raise InputError("E023", what="ciq max_depth", expected="at most 28", value=ciq_params["max_depth"])
             self.params["ciq"] = ciq_params
 
-            def make_index():
+            def make_index(leaf_factor=1):
                 return CIQIndex(table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
                                 theta_refresh=theta_refresh, **ciq_params)
         elif index == "blocks":
-            def make_index():
+            def make_index(leaf_factor=1):
                 return BlockIndex(
                     table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
                     block_size=params["block_size"], bands=params["bands"],
                     theta_refresh=theta_refresh, **rules,
                 )
         else:
-            def make_index():
+            def make_index(leaf_factor=1):
                 return IGPTIndex(
                     table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
-                    leaf_capacity=params["leaf_capacity"], ngroups=params["groups"],
+                    leaf_capacity=params["leaf_capacity"] * leaf_factor, ngroups=params["groups"],
                     cell_walk=walks[cell_walk], theta_refresh=theta_refresh, **rules,
                 )
-        # the engine's index; bulk registration builds a temporary one of the same kind
+        # the engine's index; bulk registration builds a temporary one of the same kind (IGPT
+        # and IPT with leaves BULK_LEAF_FACTOR times larger: fewer, longer posting lists)
         self._index = make_index()
         buffer_params = {key: costs[key] for key in DEFAULT_COST}
         buffer_params.update(kmax=self.params["kmax"], skyband_ratio=self.params["skyband_ratio"])
         self._core = CoreEngine(
             b.as_tuple(), b.max_dist, self.window or 0, self.window_seconds or 0.0, self._index, self._table,
-            buffer, buffer_params, self.params["message_leaf_capacity"], make_index, bool(reverse_map),
+            buffer, buffer_params, self.params["message_leaf_capacity"], lambda: make_index(BULK_LEAF_FACTOR),
+            bool(reverse_map),
         )
 
     # ------------------------------------------------------------------ EngineBase

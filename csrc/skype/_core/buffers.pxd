@@ -95,6 +95,7 @@ cdef class Buffers:
     cdef bint src_truncated, src_fell_back
     cdef sid_t src_sid
     cdef uint64_t n_bulk_inits, n_bulk_fallbacks
+    cdef size_t last_scan                    # messages the last scan pulled
     cdef bint track_holders                  # register holders in the window's reverse map
     cdef int32_t bulk_factor                 # skyband kinds: bulk runs hold bulk_factor * k (+ ties)
 

@@ -335,6 +335,7 @@ cdef class Buffers:
             self.old_all.push_back(B[0][i].seq_lo)
         self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (B.size() if <int32_t>B.size() < k else k))
         complete = self._pull(sid, &theta)
+        self.last_scan = self.pulled.size()
         # rebuild: exact/kmax keep the pulled run; skyband kinds keep its k-skyband >= theta
         self.rebuilt.clear()
         h.clear()

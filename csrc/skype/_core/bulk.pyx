@@ -29,7 +29,9 @@ Capacity C_s: exact and kmax need their cap (k, or max(kmax, k)) and never fall 
 cSkyband's cost scan stops after a few cost increases, at most ``nmax_factor * k`` messages
 plus ties; Skyband needs k plus every message down to ratio * kScore.  Both skyband kinds use
 ``bulk_factor * k`` (default 2, capped at the scan's own limit) plus ``BULK_TIES``, and fall
-back beyond.  Measured on tweets (k = 20): cSkyband never fell back at 20k, 40k and 100k
+back beyond; for cSkyband the engine raises bulk_factor to 1.25x the upper quartile of the scans
+(per k) of the last 16 of the 32 subscriptions it initialises first on the per-subscription path
+(the cost scan goes further when a query costs more, e.g. in a larger window).  Measured on tweets (k = 20): cSkyband never fell back at 20k, 40k and 100k
 subscriptions; Skyband fell back for 70% of them, so the engine keeps Skyband on the
 per-subscription path unless told otherwise.
 The engine splits a batch so that the heaps of one pass hold at most ``budget`` entries

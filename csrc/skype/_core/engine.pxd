@@ -28,6 +28,7 @@ cdef class CoreEngine:
     cdef vector[sid_t] expiring         # the holders of the expiring message (scratch)
     cdef object index_factory           # () -> an empty index of the engine's kind (bulk registration)
     cdef size_t bulk_min                # smallest batch registered in bulk
+    cdef bint bulk_adapt                # cSkyband: size the runs from the sample's scans
     cdef bint bulk_skyband              # the Skyband buffer too (off by default)
     cdef uint64_t bulk_budget           # heap entries of one bulk pass
     cdef uint64_t bulk_passes, bulk_subscriptions, bulk_offers

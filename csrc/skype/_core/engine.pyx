@@ -75,6 +75,7 @@ cdef class CoreEngine:
         self.index_factory = index_factory
         self.bulk_min = 2000
         self.bulk_skyband = False
+        self.bulk_adapt = True
         self.bulk_budget = 16 << 20
         self.bulk_passes = 0
         self.bulk_subscriptions = 0
@@ -267,6 +268,8 @@ cdef class CoreEngine:
         cdef vector[sid_t] rest
         cdef SubscriptionIndex tmp
         cdef double t0 = now_ns()
+        cdef double worst = 0.0
+        cdef vector[double] ratios
         # cSkyband's cost model needs C_q, the mean work of a message-index query: with no
         # estimate yet, a spread sample of the batch takes the per-subscription path first
         stride = n // SAMPLE if self.buffers.kind == BUF_CSKYBAND and self.buffers.n_queries == 0 else 0
@@ -274,8 +277,18 @@ cdef class CoreEngine:
             for i in range(n):
                 if stride and i % stride == 0 and i // stride < SAMPLE:
                     self.buffers.init_sub(sids[i])
+                    if i // stride >= SAMPLE // 2:      # C_q has settled: scans as in bulk
+                        ratios.push_back(<double>self.buffers.last_scan / self.table.hot[sids[i]].k)
                 else:
                     rest.push_back(sids[i])
+        # the sample's scans size the runs: 1.25x the upper quartile of the scans (per k) of its
+        # second half (the first half scans with an unsettled C_q), so that fallbacks stay rare
+        # when the cost model scans further (a larger window, a larger C_q)
+        if ratios.size():
+            std_sort(ratios.begin(), ratios.end())
+            worst = ratios[(ratios.size() * 3) // 4]
+        if stride and self.bulk_adapt and <int>(1.25 * worst + 1.0) > self.buffers.bulk_factor:
+            self.buffers.bulk_factor = <int>(1.25 * worst + 1.0)
         start = 0
         while start < rest.size():
             used = 0
@@ -299,12 +312,14 @@ cdef class CoreEngine:
 
     def configure_bulk(self, size_t min_batch, uint64_t budget_entries, int bulk_factor, bint skyband=False):
         """Bulk registration knobs: the smallest batch that uses it, the heap entries of one
-        pass, the run length (times k, plus ties) of the skyband kinds, and whether the Skyband
+        pass, the run length (times k, plus ties) of the skyband kinds (kept as given: by default
+        cSkyband raises it to cover the scans of its first sample), and whether the Skyband
         buffer uses it."""
         self.bulk_min = min_batch
         self.bulk_budget = budget_entries
         self.buffers.bulk_factor = bulk_factor
         self.bulk_skyband = skyband
+        self.bulk_adapt = False            # an explicit run length is kept as given
 
     def unsubscribe(self, int64_t ext_id):
         cdef sid_t sid = self.table.by_ext[ext_id]
@@ -390,6 +405,7 @@ cdef class CoreEngine:
             "emp_us": self.expiry_ns / self.expirations / 1e3 if self.expirations else 0.0,
             **b,
             "bulk_registration": {"subscriptions": self.bulk_subscriptions, "passes": self.bulk_passes,
+                                  "run_factor": self.buffers.bulk_factor,
                                   "seconds": self.bulk_ns / 1e9, "build_seconds": self.bulk_build_ns / 1e9,
                                   "offers": self.bulk_offers, "dissemination": dict(self.bulk_counters)},
             "dissemination": self.index.counters(),
