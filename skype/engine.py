@@ -72,9 +72,10 @@ class Engine(EngineBase):
 
     index, buffer
         see the module docstring.
-    block_size, bands
-        the block index: entries per block (default 64) and alpha-bands per posting list
-        (default 8).
+    block_size, bands, column_test
+        the block index: entries per block (default 64), alpha-bands per posting list
+        (default 8), and whether postings are first tested branch-free over the bands' column
+        mirror (default True).
     leaf_capacity
         IGPT/IPT: subscriptions per quadtree leaf before it splits (default 1000).
     groups
@@ -112,6 +113,7 @@ class Engine(EngineBase):
         buffer: str = "cskyband",
         block_size: int = 64,
         bands: int = 8,
+        column_test: bool = True,
         leaf_capacity: int = 1000,
         groups: int = 10,
         pruning: Mapping[str, bool] | None = None,
@@ -197,7 +199,7 @@ class Engine(EngineBase):
                 return BlockIndex(
                     table, b.minx, b.miny, b.maxx, b.maxy, b.max_dist,
                     block_size=params["block_size"], bands=params["bands"],
-                    theta_refresh=theta_refresh, **rules,
+                    theta_refresh=theta_refresh, column_test=bool(column_test), **rules,
                 )
         else:
             def make_index(leaf_factor=1):

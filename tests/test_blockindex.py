@@ -114,3 +114,13 @@ def test_blockindex_counters_and_structure():
     s = eng._index.structure()
     assert s["postings"] > 0 and s["blocks"] >= s["bands"] > 0
     assert s["block_size"] == 8 and s["alpha_bands"] == 8
+
+
+@pytest.mark.parametrize("window", ["count", "time"])
+def test_blockindex_without_the_column_test_is_exact(window):
+    """The entry rule straight on the postings (no column mirror pass) gives the same answers
+    and prunes the same postings."""
+    with_columns = run_core("hot-term", window, buffer="cskyband", block_size=8)
+    without = run_core("hot-term", window, buffer="cskyband", block_size=8, column_test=False)
+    on, off = with_columns.stats()["dissemination"], without.stats()["dissemination"]
+    assert on["candidates"] == off["candidates"] and on["admitted"] == off["admitted"]

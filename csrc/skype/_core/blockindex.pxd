@@ -60,6 +60,7 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef int nbands
     cdef int spatial_from_band     # bands from here on sort spatially (Z-order); lower ones by theta
     cdef bint rule_band, rule_block, rule_entry
+    cdef bint column_test          # the entry rule runs over the column mirror first
     cdef double theta_refresh
     cdef double slack              # rounding allowance of every f32 bound
     cdef double max_dist2          # MaxDist^2

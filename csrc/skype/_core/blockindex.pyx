@@ -157,7 +157,8 @@ cdef inline bint head_covers(const BlockHeadC* h, const BlockEntryC* e) noexcept
 cdef class BlockIndex(SubscriptionIndex):
     def __cinit__(self, SubTable table, double minx, double miny, double maxx, double maxy,
                   double max_dist, uint32_t block_size=64, int bands=8, double spatial_from=0.5,
-                  bint band=True, bint block=True, bint entry=True, double theta_refresh=0.02):
+                  bint band=True, bint block=True, bint entry=True, double theta_refresh=0.02,
+                  bint column_test=True):
         cdef double coord = max(fabs(minx), fabs(miny), fabs(maxx), fabs(maxy), 1.0)
         self.table = table
         self.bounds = RectC(minx, miny, maxx, maxy)
@@ -168,6 +169,7 @@ cdef class BlockIndex(SubscriptionIndex):
         self.rule_band = band
         self.rule_block = block
         self.rule_entry = entry
+        self.column_test = column_test
         self.theta_refresh = theta_refresh
         # a location is within coord * FLT_EPSILON / 2 of its f32 copy per axis
         self.slack = 2.0 * coord * FLT_EPSILON / max_dist + ALPHA_SLACK + ARITH_SLACK
@@ -572,6 +574,7 @@ cdef class BlockIndex(SubscriptionIndex):
         cdef size_t b, i, end, nb = band.heads.size(), n = band.entries.size()
         cdef const BlockEntryC* e
         cdef bint entry_rule = self.rule_entry
+        cdef bint columns = self.rule_entry and self.column_test
         cdef float th
         cdef uint64_t visited = 0, pruned = 0, revisits = 0
         cdef uint8_t* keep
@@ -597,10 +600,10 @@ cdef class BlockIndex(SubscriptionIndex):
             if end > n:
                 end = n
             visited += end - b * self.block_size
-            if entry_rule:
+            if columns:
                 self._column_test(band, b * self.block_size, end, wm, mx, x, y)
             for i in range(b * self.block_size, end):
-                if entry_rule and not keep[i - b * self.block_size]:
+                if columns and not keep[i - b * self.block_size]:
                     pruned += 1
                     continue
                 e = &band.entries[i]
