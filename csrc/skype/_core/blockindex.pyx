@@ -158,7 +158,7 @@ cdef class BlockIndex(SubscriptionIndex):
     def __cinit__(self, SubTable table, double minx, double miny, double maxx, double maxy,
                   double max_dist, uint32_t block_size=64, int bands=8, double spatial_from=0.5,
                   bint band=True, bint block=True, bint entry=True, double theta_refresh=0.02,
-                  bint column_test=True):
+                  bint column_test=False):
         cdef double coord = max(fabs(minx), fabs(miny), fabs(maxx), fabs(maxy), 1.0)
         self.table = table
         self.bounds = RectC(minx, miny, maxx, maxy)
@@ -286,6 +286,8 @@ cdef class BlockIndex(SubscriptionIndex):
         self.postings += 1
 
     cdef inline void _mirror_push(self, BandC* band, const BlockEntryC* e) noexcept nogil:
+        if not self.column_test:
+            return
         band.col_x.push_back(e.x)
         band.col_y.push_back(e.y)
         band.col_alpha.push_back(e.alpha)
@@ -424,7 +426,8 @@ cdef class BlockIndex(SubscriptionIndex):
         for pos in range(h.nterms):
             band = self._band(self.table.terms[h.term_off + pos].term, g)
             band.entries[self.loc[self.loc_off[sid] + pos]].theta = INFINITY
-            band.col_theta[self.loc[self.loc_off[sid] + pos]] = INFINITY
+            if self.column_test:
+                band.col_theta[self.loc[self.loc_off[sid] + pos]] = INFINITY
             band.dead += 1
             self.postings -= 1
         self.loc_waste += self.loc_n[sid]
@@ -453,7 +456,8 @@ cdef class BlockIndex(SubscriptionIndex):
             i = self.loc[self.loc_off[sid] + pos]
             prev = band.entries[i].theta
             band.entries[i].theta = v
-            band.col_theta[i] = v
+            if self.column_test:
+                band.col_theta[i] = v
             b = i // self.block_size
             bh = &band.heads[b]
             if entry_a(&band.entries[i]) < bh.a_min:
@@ -728,7 +732,7 @@ cdef class BlockIndex(SubscriptionIndex):
                     end = min((b + 1) * self.block_size, band.entries.size())
                     for i in range(b * self.block_size, end):
                         e = &band.entries[i]
-                        assert (band.col_theta[i] == e.theta and band.col_x[i] == e.x and band.col_y[i] == e.y
+                        assert not self.column_test or (band.col_theta[i] == e.theta and band.col_x[i] == e.x and band.col_y[i] == e.y
                                 and band.col_alpha[i] == e.alpha and band.col_w[i] == e.w
                                 and band.col_rest[i] == e.rest), f"term {t} band {g}: column mirror differs at {i}"
                         if e.theta == INFINITY:
