@@ -16,7 +16,7 @@ from skype import Engine, ReferenceEngine
 from skype.engine import BUFFERS, INDEXES
 from test_engine import check_index
 
-SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "90"))
+SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "45"))
 SOAK_SEED = int(os.environ.get("SOAK_SEED", "2026"))
 
 

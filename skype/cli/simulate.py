@@ -75,7 +75,7 @@ def split_fill(steps: list, window: dict[str, Any]) -> tuple[list, list]:
     fill: list = []
     rest = list(steps)
     need = window.get("window")
-    t_end = None
+    t_end: float | None = None
     while rest and rest[0][0] == "msgs":
         batch = rest[0][1]
         if need is not None:
@@ -84,7 +84,7 @@ def split_fill(steps: list, window: dict[str, Any]) -> tuple[list, list]:
         else:
             if t_end is None and len(batch):
                 t_end = float(batch.t[0]) + window["window_seconds"]
-            take = int(np.searchsorted(batch.t, t_end, side="right")) if len(batch) else 0
+            take = int(np.searchsorted(batch.t, t_end, side="right")) if t_end is not None else 0
         if take:
             fill.append(batch.slice(0, take))
         if take < len(batch):

@@ -43,7 +43,7 @@ Invariants.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt, fabs, INFINITY
+from libc.math cimport fabs, INFINITY
 from libc.float cimport FLT_EPSILON
 from libc.stdint cimport uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
@@ -108,17 +108,28 @@ cdef inline float entry_b(const BlockEntryC* e) noexcept nogil:
 cdef inline void head_merge(BlockHeadC* h, const BlockHeadC* o) noexcept nogil:
     if o.theta_min == INFINITY:
         return
-    if o.minx < h.minx: h.minx = o.minx
-    if o.miny < h.miny: h.miny = o.miny
-    if o.maxx > h.maxx: h.maxx = o.maxx
-    if o.maxy > h.maxy: h.maxy = o.maxy
-    if o.alpha_min < h.alpha_min: h.alpha_min = o.alpha_min
-    if o.alpha_max > h.alpha_max: h.alpha_max = o.alpha_max
-    if o.theta_min < h.theta_min: h.theta_min = o.theta_min
-    if o.w_max > h.w_max: h.w_max = o.w_max
-    if o.rest_max > h.rest_max: h.rest_max = o.rest_max
-    if o.a_min < h.a_min: h.a_min = o.a_min
-    if o.b_max > h.b_max: h.b_max = o.b_max
+    if o.minx < h.minx:
+        h.minx = o.minx
+    if o.miny < h.miny:
+        h.miny = o.miny
+    if o.maxx > h.maxx:
+        h.maxx = o.maxx
+    if o.maxy > h.maxy:
+        h.maxy = o.maxy
+    if o.alpha_min < h.alpha_min:
+        h.alpha_min = o.alpha_min
+    if o.alpha_max > h.alpha_max:
+        h.alpha_max = o.alpha_max
+    if o.theta_min < h.theta_min:
+        h.theta_min = o.theta_min
+    if o.w_max > h.w_max:
+        h.w_max = o.w_max
+    if o.rest_max > h.rest_max:
+        h.rest_max = o.rest_max
+    if o.a_min < h.a_min:
+        h.a_min = o.a_min
+    if o.b_max > h.b_max:
+        h.b_max = o.b_max
 
 
 cdef inline uint32_t theta_bucket(float theta) noexcept nogil:
@@ -152,6 +163,12 @@ cdef inline bint head_covers(const BlockHeadC* h, const BlockEntryC* e) noexcept
             and h.minx <= e.x <= h.maxx and h.miny <= e.y <= h.maxy
             and h.alpha_min <= e.alpha <= h.alpha_max
             and h.a_min <= entry_a(e) and h.b_max >= entry_b(e))
+
+
+cdef inline bint mirror_matches(const BandC* band, size_t i) noexcept nogil:
+    cdef const BlockEntryC* e = &band.entries[i]
+    return (band.col_theta[i] == e.theta and band.col_x[i] == e.x and band.col_y[i] == e.y
+            and band.col_alpha[i] == e.alpha and band.col_w[i] == e.w and band.col_rest[i] == e.rest)
 
 
 cdef class BlockIndex(SubscriptionIndex):
@@ -244,18 +261,29 @@ cdef class BlockIndex(SubscriptionIndex):
         e.nterms = h.nterms
 
     cdef inline void _head_add(self, BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
-        if e.x < h.minx: h.minx = e.x
-        if e.y < h.miny: h.miny = e.y
-        if e.x > h.maxx: h.maxx = e.x
-        if e.y > h.maxy: h.maxy = e.y
-        if e.alpha < h.alpha_min: h.alpha_min = e.alpha
-        if e.alpha > h.alpha_max: h.alpha_max = e.alpha
-        if e.theta < h.theta_min: h.theta_min = e.theta
-        if e.w > h.w_max: h.w_max = e.w
-        if e.rest > h.rest_max: h.rest_max = e.rest
+        if e.x < h.minx:
+            h.minx = e.x
+        if e.y < h.miny:
+            h.miny = e.y
+        if e.x > h.maxx:
+            h.maxx = e.x
+        if e.y > h.maxy:
+            h.maxy = e.y
+        if e.alpha < h.alpha_min:
+            h.alpha_min = e.alpha
+        if e.alpha > h.alpha_max:
+            h.alpha_max = e.alpha
+        if e.theta < h.theta_min:
+            h.theta_min = e.theta
+        if e.w > h.w_max:
+            h.w_max = e.w
+        if e.rest > h.rest_max:
+            h.rest_max = e.rest
         cdef float a = entry_a(e), b = entry_b(e)
-        if a < h.a_min: h.a_min = a
-        if b > h.b_max: h.b_max = b
+        if a < h.a_min:
+            h.a_min = a
+        if b > h.b_max:
+            h.b_max = b
 
     cdef void _recompute_block(self, BandC* band, size_t b) noexcept nogil:
         cdef size_t i, end = (b + 1) * self.block_size
@@ -308,7 +336,8 @@ cdef class BlockIndex(SubscriptionIndex):
             e = &band.entries[i]
             if e.theta == INFINITY:
                 continue
-            if g >= self.spatial_from_band:       # coarse threshold bucket, then Z-order
+            if g >= self.spatial_from_band:
+                # coarse threshold bucket, then Z-order
                 key = (<uint64_t>theta_bucket(e.theta) << 30) | (self._zkey(e.x, e.y) >> 2)
             else:                                 # one-term apart from multi-term, then by a
                 th = min(max(<double>entry_a(e), 0.0), 2.0) * 0.5
@@ -508,7 +537,8 @@ cdef class BlockIndex(SubscriptionIndex):
         cdef int i
         if e.pos == 0:
             return False
-        if e.nterms <= 3:            # other0 (and other1 when pos == 2) come before t
+        if e.nterms <= 3:
+            # other0 (and other1 when pos == 2) come before t
             return in_prefix(e.other0, m, j) or (e.pos == 2 and in_prefix(e.other1, m, j))
         if in_prefix(e.other0, m, j):
             return True
@@ -582,7 +612,8 @@ cdef class BlockIndex(SubscriptionIndex):
         cdef float th
         cdef uint64_t visited = 0, pruned = 0, revisits = 0
         cdef uint8_t* keep
-        if band.head_stale:                       # raises lifted block minima: lift the band's
+        if band.head_stale:
+            # raises lifted block minima: lift the band's
             th = INFINITY
             for b in range(nb):
                 if band.heads[b].theta_min < th:
@@ -613,7 +644,8 @@ cdef class BlockIndex(SubscriptionIndex):
                 e = &band.entries[i]
                 if e.theta == INFINITY:
                     continue
-                if entry_rule:                            # the exact (double) test of a survivor
+                if entry_rule:
+                    # the exact (double) test of a survivor
                     dx = e.x - x
                     dy = e.y - y
                     d2 = dx * dx + dy * dy
@@ -625,7 +657,8 @@ cdef class BlockIndex(SubscriptionIndex):
                     if below(alpha, tt, d2, theta, max_dist2):
                         pruned += 1
                         continue
-                    if e.rest > 0.0 and alpha < 1.0:     # refine with its own later terms
+                    if e.rest > 0.0 and alpha < 1.0:
+                        # refine with its own later terms
                         tt = e.w * wm + e.rest * self._text_after(e, m, j, nm, mx)
                         if tt > 1.0:
                             tt = 1.0
@@ -732,9 +765,8 @@ cdef class BlockIndex(SubscriptionIndex):
                     end = min((b + 1) * self.block_size, band.entries.size())
                     for i in range(b * self.block_size, end):
                         e = &band.entries[i]
-                        assert not self.column_test or (band.col_theta[i] == e.theta and band.col_x[i] == e.x and band.col_y[i] == e.y
-                                and band.col_alpha[i] == e.alpha and band.col_w[i] == e.w
-                                and band.col_rest[i] == e.rest), f"term {t} band {g}: column mirror differs at {i}"
+                        assert not self.column_test or mirror_matches(band, i), \
+                            f"term {t} band {g}: column mirror differs at {i}"
                         if e.theta == INFINITY:
                             continue
                         total += 1
