@@ -49,7 +49,7 @@ from libc.stdint cimport uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, RectC, SubTermC, MsgTermC, prefetch
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CountersC
-from skype._core.scoring cimport round_up, round_down
+from skype._core.scoring cimport round_up, round_down, mindist2
 
 cdef uint32_t NO_TERM = 0xFFFFFFFFu
 cdef double ALPHA_SLACK = 1e-7          # |alpha - (float)alpha| <= 6e-8
@@ -261,29 +261,17 @@ cdef class BlockIndex(SubscriptionIndex):
         e.nterms = h.nterms
 
     cdef inline void _head_add(self, BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
-        if e.x < h.minx:
-            h.minx = e.x
-        if e.y < h.miny:
-            h.miny = e.y
-        if e.x > h.maxx:
-            h.maxx = e.x
-        if e.y > h.maxy:
-            h.maxy = e.y
-        if e.alpha < h.alpha_min:
-            h.alpha_min = e.alpha
-        if e.alpha > h.alpha_max:
-            h.alpha_max = e.alpha
-        if e.theta < h.theta_min:
-            h.theta_min = e.theta
-        if e.w > h.w_max:
-            h.w_max = e.w
-        if e.rest > h.rest_max:
-            h.rest_max = e.rest
-        cdef float a = entry_a(e), b = entry_b(e)
-        if a < h.a_min:
-            h.a_min = a
-        if b > h.b_max:
-            h.b_max = b
+        """Widen h to bound the (live) posting e."""
+        cdef BlockHeadC one
+        one.minx = one.maxx = e.x
+        one.miny = one.maxy = e.y
+        one.alpha_min = one.alpha_max = e.alpha
+        one.theta_min = e.theta
+        one.w_max = e.w
+        one.rest_max = e.rest
+        one.a_min = entry_a(e)
+        one.b_max = entry_b(e)
+        head_merge(h, &one)
 
     cdef void _recompute_block(self, BandC* band, size_t b) noexcept nogil:
         cdef size_t i, end = (b + 1) * self.block_size
@@ -505,21 +493,18 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef inline bint _head_prunes(self, const BlockHeadC* h, double wm, double mx, double x,
                                   double y) noexcept nogil:
         """No live member met here for the first time can reach its threshold."""
-        cdef double dx = 0.0, dy = 0.0, tt, d2
+        cdef double tt, d2
+        cdef RectC mbr
         if h.theta_min == INFINITY:
             return True
-        if x < h.minx:
-            dx = h.minx - x
-        elif x > h.maxx:
-            dx = x - h.maxx
-        if y < h.miny:
-            dy = h.miny - y
-        elif y > h.maxy:
-            dy = y - h.maxy
+        mbr.minx = h.minx
+        mbr.miny = h.miny
+        mbr.maxx = h.maxx
+        mbr.maxy = h.maxy
+        d2 = mindist2(&mbr, x, y)
         tt = h.w_max * wm + h.rest_max * mx
         if tt > 1.0:
             tt = 1.0
-        d2 = dx * dx + dy * dy
         # the bound is linear in alpha: below theta_min at both ends of [alpha_min, alpha_max]
         if (below(h.alpha_min, tt, d2, h.theta_min - self.slack, self.max_dist2)
                 and below(h.alpha_max, tt, d2, h.theta_min - self.slack, self.max_dist2)):

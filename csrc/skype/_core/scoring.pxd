@@ -49,8 +49,8 @@ cdef inline double score_pair(double alpha, double sx, double sy, const SubTermC
     return combine(alpha, spatial_sim(sx, sy, mx, my, max_dist), tsim)
 
 
-cdef inline double mindist(const RectC* r, double x, double y) noexcept nogil:
-    """MINDIST from a point to a closed rectangle (0 inside)."""
+cdef inline double mindist2(const RectC* r, double x, double y) noexcept nogil:
+    """Squared MINDIST from a point to a closed rectangle (0 inside)."""
     cdef double dx = 0.0, dy = 0.0
     if x < r.minx:
         dx = r.minx - x
@@ -60,7 +60,12 @@ cdef inline double mindist(const RectC* r, double x, double y) noexcept nogil:
         dy = r.miny - y
     elif y > r.maxy:
         dy = y - r.maxy
-    return sqrt(dx * dx + dy * dy)
+    return dx * dx + dy * dy
+
+
+cdef inline double mindist(const RectC* r, double x, double y) noexcept nogil:
+    """MINDIST from a point to a closed rectangle (0 inside)."""
+    return sqrt(mindist2(r, x, y))
 
 
 cdef inline double inner_dist(const RectC* r, double x, double y) noexcept nogil:
