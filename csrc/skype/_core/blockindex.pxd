@@ -4,55 +4,7 @@ from libcpp.vector cimport vector
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, MsgTermC
 from skype._core.subindex cimport SubscriptionIndex, SubTable
-
-
-cdef struct BlockEntryC:         # one subscription in a (term, band) list ("fat posting", 40 bytes)
-    uint32_t sid
-    float x                      # location as f32 (the bounds allow for the rounding)
-    float y
-    float alpha
-    float theta                  # lower bound of theta_s (rounded down); +inf marks a removed entry
-    float w                      # w(s, t), rounded up
-    float rest                   # wtsum(s, pos + 1): the weight of the terms after t, rounded up
-    uint32_t other0              # s has <= 3 terms: its other terms, ascending (NO_TERM pads);
-    uint32_t other1              # more: the terms at pos - 1 and pos - 2 (NO_TERM when missing)
-    uint16_t pos                 # position of t in s's term list
-    uint16_t nterms              # s's number of terms
-
-
-cdef struct BlockHeadC:          # bounds over the live entries of one block (or a whole band)
-    float minx                   # MBR of the entries' f32 locations
-    float miny
-    float maxx
-    float maxy
-    float alpha_min
-    float alpha_max
-    float theta_min              # +inf when no entry is live
-    float w_max
-    float rest_max
-    float a_min                  # min of a lower bound of a_s = theta_s / (1 - alpha_s); -inf in high bands
-    float b_max                  # max of an upper bound of b_s = alpha_s / (1 - alpha_s)
-
-
-cdef struct BandC:               # one alpha-band of one term's posting list
-    vector[BlockEntryC] entries  # block b holds entries[b * B, (b + 1) * B)
-    # a column mirror of the postings' bound fields, tested branch-free a block at a time
-    vector[float] col_x
-    vector[float] col_y
-    vector[float] col_alpha
-    vector[float] col_theta      # +inf for a removed posting, as in the entry
-    vector[float] col_w
-    vector[float] col_rest
-    vector[BlockHeadC] heads     # one header per block
-    BlockHeadC head              # bounds over the whole band
-    uint32_t sorted_n            # entries[0, sorted_n) are in the band's sort order
-    uint32_t dead                # removed entries not yet compacted away
-    uint32_t head_stale          # a block's theta_min rose: re-derive head.theta_min on the next visit
-    int band_id                  # which alpha-band (the list keeps only non-empty ones, by id)
-
-
-cdef struct TermListC:
-    vector[BandC] bands          # the alpha-bands that have entries, ascending band_id
+from skype._core.blocks cimport BlockEntryC, BlockHeadC, BandC, TermListC
 
 
 cdef class BlockIndex(SubscriptionIndex):

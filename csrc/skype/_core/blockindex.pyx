@@ -50,125 +50,14 @@ from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, RectC, SubTermC, MsgTermC, prefetch
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CountersC
 from skype._core.scoring cimport round_up, round_down, mindist2
+from skype._core.blocks cimport (BlockEntryC, BlockHeadC, BandC, TermListC, alpha_slack, spread16, in_prefix,
+                                 head_clear, entry_a, entry_b, head_merge, theta_bucket, below, below_ab,
+                                 head_covers, mirror_matches)
 
 cdef uint32_t NO_TERM = 0xFFFFFFFFu
-cdef double ALPHA_SLACK = 1e-7          # |alpha - (float)alpha| <= 6e-8
 cdef double ARITH_SLACK = 1e-9          # double arithmetic of the bounds
 cdef int VERIFY_AHEAD = 8               # records prefetched ahead in the verification loop
 cdef double COLUMN_SLACK = 2e-5         # float arithmetic of the column test (errors ~1e-6)
-
-
-cdef inline uint32_t spread16(uint32_t v) noexcept nogil:
-    v &= 0xFFFF
-    v = (v | (v << 8)) & 0x00FF00FF
-    v = (v | (v << 4)) & 0x0F0F0F0F
-    v = (v | (v << 2)) & 0x33333333
-    v = (v | (v << 1)) & 0x55555555
-    return v
-
-
-cdef inline bint in_prefix(uint32_t t, const MsgTermC* m, int j) noexcept nogil:
-    """Is term t among the message's first j terms (sorted ascending)?"""
-    cdef int i
-    for i in range(j):
-        if m[i].term >= t:
-            return m[i].term == t
-    return False
-
-
-cdef inline void head_clear(BlockHeadC* h) noexcept nogil:
-    h.minx = INFINITY
-    h.miny = INFINITY
-    h.maxx = -INFINITY
-    h.maxy = -INFINITY
-    h.alpha_min = INFINITY
-    h.alpha_max = -INFINITY
-    h.theta_min = INFINITY
-    h.w_max = 0.0
-    h.rest_max = 0.0
-    h.a_min = INFINITY
-    h.b_max = 0.0
-
-
-cdef inline float entry_a(const BlockEntryC* e) noexcept nogil:
-    """A lower bound of a_s = theta_s / (1 - alpha_s) from the f32 copies (alpha within 1e-7);
-    -inf for alpha >= 1/2, where the a/b form of the bound is not used."""
-    if e.alpha >= 0.5:
-        return -INFINITY
-    return round_down(<double>e.theta / (1.0 - <double>e.alpha + ALPHA_SLACK))
-
-
-cdef inline float entry_b(const BlockEntryC* e) noexcept nogil:
-    """An upper bound of b_s = alpha_s / (1 - alpha_s) (alpha < 1/2, so b < 1)."""
-    if e.alpha >= 0.5:
-        return INFINITY
-    return round_up((<double>e.alpha + ALPHA_SLACK) / (1.0 - <double>e.alpha - ALPHA_SLACK))
-
-
-cdef inline void head_merge(BlockHeadC* h, const BlockHeadC* o) noexcept nogil:
-    if o.theta_min == INFINITY:
-        return
-    if o.minx < h.minx:
-        h.minx = o.minx
-    if o.miny < h.miny:
-        h.miny = o.miny
-    if o.maxx > h.maxx:
-        h.maxx = o.maxx
-    if o.maxy > h.maxy:
-        h.maxy = o.maxy
-    if o.alpha_min < h.alpha_min:
-        h.alpha_min = o.alpha_min
-    if o.alpha_max > h.alpha_max:
-        h.alpha_max = o.alpha_max
-    if o.theta_min < h.theta_min:
-        h.theta_min = o.theta_min
-    if o.w_max > h.w_max:
-        h.w_max = o.w_max
-    if o.rest_max > h.rest_max:
-        h.rest_max = o.rest_max
-    if o.a_min < h.a_min:
-        h.a_min = o.a_min
-    if o.b_max > h.b_max:
-        h.b_max = o.b_max
-
-
-cdef inline uint32_t theta_bucket(float theta) noexcept nogil:
-    """Four coarse threshold classes: a block holding one subscription with theta ~ 0 (a
-    complete buffer keeps every match) can never be skipped, so such postings keep together."""
-    if theta < 0.05:
-        return 0
-    if theta < 0.4:
-        return 1
-    if theta < 0.7:
-        return 2
-    return 3
-
-
-cdef inline bint below(double alpha, double tt, double d2, double theta, double max_dist2) noexcept nogil:
-    """alpha * (1 - sqrt(d2) / MaxDist) + (1 - alpha) * tt < theta, without a root or a division:
-    with r = alpha + (1 - alpha) * tt - theta, it holds iff r < 0 or alpha^2 d2 > r^2 MaxDist^2."""
-    cdef double r = alpha + (1.0 - alpha) * tt - theta
-    return r < 0.0 or alpha * alpha * d2 > r * r * max_dist2
-
-
-cdef inline bint below_ab(double tt, double b, double d2, double a, double max_dist2) noexcept nogil:
-    """tt + b * (1 - sqrt(d2) / MaxDist) < a, without a root or a division: with r = tt + b - a,
-    it holds iff r < 0 or b^2 d2 > r^2 MaxDist^2."""
-    cdef double r = tt + b - a
-    return r < 0.0 or b * b * d2 > r * r * max_dist2
-
-
-cdef inline bint head_covers(const BlockHeadC* h, const BlockEntryC* e) noexcept nogil:
-    return (h.theta_min <= e.theta and h.w_max >= e.w and h.rest_max >= e.rest
-            and h.minx <= e.x <= h.maxx and h.miny <= e.y <= h.maxy
-            and h.alpha_min <= e.alpha <= h.alpha_max
-            and h.a_min <= entry_a(e) and h.b_max >= entry_b(e))
-
-
-cdef inline bint mirror_matches(const BandC* band, size_t i) noexcept nogil:
-    cdef const BlockEntryC* e = &band.entries[i]
-    return (band.col_theta[i] == e.theta and band.col_x[i] == e.x and band.col_y[i] == e.y
-            and band.col_alpha[i] == e.alpha and band.col_w[i] == e.w and band.col_rest[i] == e.rest)
 
 
 cdef class BlockIndex(SubscriptionIndex):
@@ -189,7 +78,7 @@ cdef class BlockIndex(SubscriptionIndex):
         self.column_test = column_test
         self.theta_refresh = theta_refresh
         # a location is within coord * FLT_EPSILON / 2 of its f32 copy per axis
-        self.slack = 2.0 * coord * FLT_EPSILON / max_dist + ALPHA_SLACK + ARITH_SLACK
+        self.slack = 2.0 * coord * FLT_EPSILON / max_dist + alpha_slack() + ARITH_SLACK
         self.max_dist2 = max_dist * max_dist
         self.loc_waste = 0
         self.postings = 0
