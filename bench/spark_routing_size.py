@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from skype.cli.distributed import settings_from_args
     from skype.cli.inputs import load_inputs
-    from skype.dist import METHODS
+    from skype.partitioning import METHODS
     from skype.run import build_parser
     from skype.spark.routing import ShippedRouters, route_arrow, routing_copy
     from skype.spark.runtime import build_distribution_for

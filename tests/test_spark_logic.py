@@ -93,8 +93,8 @@ def test_spark_plan_commands_apply_in_position_order_and_keep_later_ones(tweets_
 @pytest.mark.parametrize("method", METHODS)
 def test_spark_routing_meets_every_scoring_pair(method, tweets_small):
     """A subscription and a message that scores for it share a partition (exact mode)."""
-    from skype.dist import build_distribution
-    from skype.dist.thresholds import scored_pairs
+    from skype.partitioning import build_distribution
+    from skype.partitioning.thresholds import scored_pairs
     from skype.spark.routing import Router
 
     w = tweets_small
@@ -128,7 +128,7 @@ def test_spark_routing_meets_every_scoring_pair(method, tweets_small):
 def test_spark_unsubscribe_reaches_only_the_partitions_holding_it(tweets_small):
     """An unsubscribe carrying its record goes to that record's placement; without a record
     (a producer that does not know it) to every partition."""
-    from skype.dist import build_distribution
+    from skype.partitioning import build_distribution
     from skype.spark.routing import Router
 
     w = tweets_small
@@ -322,7 +322,7 @@ def test_spark_poison_records_go_to_dead_letters_and_the_batch_goes_on(tweets_sm
     error code, to the dead-letter output; a re-run batch rewrites the same file."""
     import json
 
-    from skype.dist import build_distribution
+    from skype.partitioning import build_distribution
     from skype.spark.routing import Router, events_from_arrow, route_arrow
     from skype.spark.sources import to_events
     from skype.spark.staging import command_table, message_table
@@ -358,7 +358,7 @@ def test_spark_shipped_routers_are_cached_per_shipment(tweets_small):
     """Two runs in one worker never share routers, even when their broadcast objects collide."""
     import pickle
 
-    from skype.dist import build_distribution
+    from skype.partitioning import build_distribution
     from skype.spark.routing import ShippedRouters
 
     class FakeBroadcast:

@@ -24,7 +24,7 @@ from pathlib import Path
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
 from skype.cli.report import machine_info, print_table
 from skype.cli.simulate import add_engine_args, engine_options
-from skype.dist import METHODS
+from skype.partitioning import METHODS
 from skype.errors import InputError
 
 

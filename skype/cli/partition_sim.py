@@ -8,7 +8,7 @@ No engine and no Spark: the router alone.  For each method and partition count P
    ``kscore`` = the reference's kScore by a vectorised brute force, for large runs; ``none``),
 2. builds the method from the subscriptions, the sample and the thresholds,
 3. routes the subscriptions, then streams the remaining messages through the router in batches
-   of ``--batch-size``, and reports (definitions in ``skype/dist/measure.py``):
+   of ``--batch-size``, and reports (definitions in ``skype/partitioning/measure.py``):
    replication ratio (copies per subscription), communication per message (copies per message,
    the paper's measure), per-partition load (replicas x messages that meet there), load
    imbalance (max / mean) and routing time per message.
@@ -34,10 +34,10 @@ from typing import Any
 
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
 from skype.cli.report import print_table, progress_bar
-from skype.dist import METHOD_PARAMS, METHODS, THRESHOLD_ENGINES, build_distribution, estimate_thresholds
-from skype.dist.measure import measure_routing
-from skype.dist.registry import concat_subscriptions
-from skype.dist.thresholds import resolve_engine
+from skype.partitioning import METHOD_PARAMS, METHODS, THRESHOLD_ENGINES, build_distribution, estimate_thresholds
+from skype.partitioning.measure import measure_routing
+from skype.partitioning.registry import concat_subscriptions
+from skype.partitioning.thresholds import resolve_engine
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from skype.api import ChangeLog
-from skype.dist.routing import splitmix64
+from skype.partitioning.routing import splitmix64
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec

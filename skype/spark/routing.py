@@ -18,7 +18,7 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
 
-Routing is the distribution layer's (:mod:`skype.dist`), with the exact-mode settings of the
+Routing is the distribution layer's (:mod:`skype.partitioning`), with the exact-mode settings of the
 runtime: subscriptions are routed with ``theta = 0`` (their whole term list is their loose prefix)
 and messages by all their terms (keyword summaries off), so a partition's window share holds every
 window message carrying a term of its range and every subscription sharing such a term is
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skype.dist.base import Distribution
+from skype.partitioning.base import Distribution
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec
@@ -191,8 +191,8 @@ def routing_copy(dist):
     tree, hash), whose size does not grow with the subscriptions."""
     import copy
 
-    from skype.dist.base import Distribution
-    from skype.dist.registry import SubscriptionTable
+    from skype.partitioning.base import Distribution
+    from skype.partitioning.registry import SubscriptionTable
 
     out = copy.copy(dist)
     for name, value in vars(dist).items():

@@ -86,7 +86,7 @@ class RunSettings:
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        from skype.dist import METHODS
+        from skype.partitioning import METHODS
 
         self.methods = (self.methods,) if isinstance(self.methods, str) else tuple(self.methods)
         for method in self.methods:
@@ -185,8 +185,8 @@ class Plan:
 def build_distribution_for(settings: RunSettings, method: str, inputs):
     """The distribution of a run, built in exact mode from the workload: its subscriptions and the
     first ``sample_size`` messages (cost model); keyword summaries off (see ``docs/spark.md``)."""
-    from skype.dist import METHOD_PARAMS, build_distribution, estimate_thresholds
-    from skype.dist.registry import concat_subscriptions
+    from skype.partitioning import METHOD_PARAMS, build_distribution, estimate_thresholds
+    from skype.partitioning.registry import concat_subscriptions
     from skype.model import Bounds
 
     subs = concat_subscriptions([inputs.subscriptions] + [b for op, b in inputs.steps if op == "sub"])

@@ -90,7 +90,7 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
     files of ``file_records`` commands: the initial subscriptions at position 0, then each step's
     commands at the number of messages before it.  An unsubscribe carries the record it removes.
     """
-    from skype.dist.registry import empty_subscriptions
+    from skype.partitioning.registry import empty_subscriptions
 
     if file_records < 1:
         raise InputError("E023", what="file_records", expected="an integer >= 1", value=file_records)
@@ -151,6 +151,6 @@ def _id_only(sub_id: int) -> SubscriptionBatch:
 
 
 def _concat(parts: list[SubscriptionBatch]) -> SubscriptionBatch:
-    from skype.dist.registry import concat_subscriptions
+    from skype.partitioning.registry import concat_subscriptions
 
     return concat_subscriptions(parts)

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from skype.dist.base import Distribution, check_num_partitions
-from skype.dist.hashing import HashingDistribution
-from skype.dist.hybrid import CompositeDistribution, build_hybrid, default_outer
-from skype.dist.location import LocationDistribution
-from skype.dist.prefix import EPS, loose_prefix_lengths, suffix_sums
-from skype.dist.ranges import KeywordDistribution, PrefixDistribution, RangeDistribution
-from skype.dist.routing import Routing, splitmix64
-from skype.dist.thresholds import THRESHOLD_ENGINES, estimate_thresholds, kscore_thresholds
+from skype.partitioning.base import Distribution, check_num_partitions
+from skype.partitioning.hashing import HashingDistribution
+from skype.partitioning.hybrid import CompositeDistribution, build_hybrid, default_outer
+from skype.partitioning.location import LocationDistribution
+from skype.partitioning.prefix import EPS, loose_prefix_lengths, suffix_sums
+from skype.partitioning.ranges import KeywordDistribution, PrefixDistribution, RangeDistribution
+from skype.partitioning.routing import Routing, splitmix64
+from skype.partitioning.thresholds import THRESHOLD_ENGINES, estimate_thresholds, kscore_thresholds
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch
 from skype.text import Vocabulary

@@ -5,7 +5,7 @@ Its contract, for every method:
 
 * **Whole batches.**  ``route_subscriptions`` and ``route_messages`` take a
   :class:`~skype.model.SubscriptionBatch` / :class:`~skype.model.MessageBatch` and return a
-  :class:`~skype.dist.routing.Routing` (CSR) computed with numpy, without a per-record loop.
+  :class:`~skype.partitioning.routing.Routing` (CSR) computed with numpy, without a per-record loop.
 * **Pure routing.**  Where a record goes is a function of the record (its id, location, terms,
   alpha and threshold) and of the distribution's build-time tables only; the rows of a batch do
   not influence each other.  One exception, by design: methods with keyword summaries
@@ -31,7 +31,7 @@ import abc
 
 import numpy as np
 
-from skype.dist.routing import Routing
+from skype.partitioning.routing import Routing
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch
 

@@ -24,7 +24,7 @@ message likewise.  Replication <= min(|s.psi|, P), communication <= min(|m.psi|,
 a message scoring at all shares a term t with s; both go to t's partition.
 
 **prefix** (Eq. 18, Def. 12, Lemma 7): a subscription goes only to the partitions of its loose
-prefix (see :mod:`skype.dist.prefix` for the formula and its safety argument), and the ranges are
+prefix (see :mod:`skype.partitioning.prefix` for the formula and its safety argument), and the ranges are
 cut with ``|S_K|`` over loose prefixes.  **Keyword summaries** (Tornado's per-evaluator
 summaries): a message goes to the partition of its term t only if t is *live*, i.e. held in the
 assigned loose prefix of some registered subscription (``holders[t] > 0``).  Meeting: if
@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from skype.dist.base import Distribution, check_num_partitions, check_thresholds
-from skype.dist.hashing import hash_partition
-from skype.dist.prefix import entry_rows, loose_prefix_lengths, prefix_mask
-from skype.dist.registry import SubscriptionTable, check_unique_ids
-from skype.dist.routing import Routing
+from skype.partitioning.base import Distribution, check_num_partitions, check_thresholds
+from skype.partitioning.hashing import hash_partition
+from skype.partitioning.prefix import entry_rows, loose_prefix_lengths, prefix_mask
+from skype.partitioning.registry import SubscriptionTable, check_unique_ids
+from skype.partitioning.routing import Routing
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary
 

@@ -27,11 +27,11 @@ import math
 
 import numpy as np
 
-from skype.dist.base import Distribution, check_num_partitions, check_thresholds
-from skype.dist.location import LocationDistribution
-from skype.dist.ranges import PrefixDistribution
-from skype.dist.registry import SubscriptionTable, check_unique_ids
-from skype.dist.routing import Routing
+from skype.partitioning.base import Distribution, check_num_partitions, check_thresholds
+from skype.partitioning.location import LocationDistribution
+from skype.partitioning.ranges import PrefixDistribution
+from skype.partitioning.registry import SubscriptionTable, check_unique_ids
+from skype.partitioning.routing import Routing
 from skype.errors import InputError
 from skype.model import Bounds, DEFAULT_BOUNDS, MessageBatch, SubscriptionBatch
 from skype.text import Vocabulary

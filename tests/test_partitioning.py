@@ -1,4 +1,4 @@
-"""The distribution layer (skype.dist): routing correctness by brute force, lazy reallocation,
+"""The distribution layer (skype.partitioning): routing correctness by brute force, lazy reallocation,
 per-method balance, determinism and edge cases.
 
 The oracle of "can score at or above the threshold" is a dense brute-force score matrix of every
@@ -20,12 +20,12 @@ from hypothesis import given, strategies as st
 from conftest import brute_force_topk
 from skype import InputError
 from skype.data import make_workload
-from skype.dist import (
+from skype.partitioning import (
     EPS, METHODS, Routing, build_distribution, estimate_thresholds, kscore_thresholds,
     loose_prefix_lengths, suffix_sums,
 )
-from skype.dist.measure import load_imbalance, partition_loads
-from skype.dist.thresholds import resolve_engine, warmup_window
+from skype.partitioning.measure import load_imbalance, partition_loads
+from skype.partitioning.thresholds import resolve_engine, warmup_window
 from skype.model import DEFAULT_BOUNDS, MessageBatch, SubscriptionBatch, TermMatrix
 from skype.reference import score
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from skype.dist import METHODS
+from skype.partitioning import METHODS
 from skype.run import main
 
 TINY = ["--dataset", "tweets", "--num-subs", "200", "--num-messages", "1500", "--sample-size", "600",

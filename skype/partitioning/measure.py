@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from skype.dist.base import Distribution
-from skype.dist.routing import Routing
+from skype.partitioning.base import Distribution
+from skype.partitioning.routing import Routing
 from skype.model import MessageBatch, SubscriptionBatch
 
 

@@ -1,6 +1,6 @@
 """Hashing distribution (spec §5.2, Eq. 14): ``pid(s) = h(s.id) mod P``; messages go everywhere.
 
-``h`` is :func:`~skype.dist.routing.splitmix64`, so the partition of a subscription depends on its
+``h`` is :func:`~skype.partitioning.routing.splitmix64`, so the partition of a subscription depends on its
 id only (it is pure and independent of the process).  Every message is broadcast to all P
 partitions, hence replication 1 and communication P per message (Table 2).  Meeting is trivial:
 every partition sees every message.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from skype.dist.base import Distribution, check_num_partitions, check_thresholds
-from skype.dist.routing import Routing, splitmix64
+from skype.partitioning.base import Distribution, check_num_partitions, check_thresholds
+from skype.partitioning.routing import Routing, splitmix64
 from skype.model import MessageBatch, SubscriptionBatch
 
 

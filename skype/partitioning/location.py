@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from skype.dist.base import Distribution, check_num_partitions, check_thresholds
-from skype.dist.routing import Routing, splitmix64
+from skype.partitioning.base import Distribution, check_num_partitions, check_thresholds
+from skype.partitioning.routing import Routing, splitmix64
 from skype.model import Bounds, DEFAULT_BOUNDS, MessageBatch, SubscriptionBatch
 
 _ALL_LEFT = (np.inf, np.uint64(np.iinfo(np.uint64).max))
