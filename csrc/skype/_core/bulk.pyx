@@ -51,8 +51,6 @@ cdef enum:
     PREFETCH_FAR = 16       # replay: heap records fetched this many offers ahead
     PREFETCH_NEAR = 8       # ... and heap roots
 
-cdef double RAISE_FACTOR = 1.25   # the temporary index hears of a raise past 1.25 theta_idx + 0.02
-cdef double RAISE_MIN = 0.02
 
 
 cdef struct HeapRefC:       # one subscription's bounded heap in the shared array
@@ -212,11 +210,11 @@ cdef uint64_t bulk_replay(Buffers b, SubscriptionIndex tmp, SubTable table, Wind
             else:
                 continue
             # full: theta = the worst kept score, a lower bound of the final C-th best.  The
-            # exact check reads hot.theta at once; the index's statistics (theta_idx <= theta)
-            # are raised only geometrically, since each raise re-sorts the posting entries
+            # exact check reads hot.theta at once; the index hears of a raise as often as it
+            # asks (``replay_raise_at``: a raise may re-sort posting entries)
             if h[0].score > table.hot[c.sid].theta:
                 table.hot[c.sid].theta = h[0].score
-                if h[0].score > RAISE_FACTOR * table.theta_idx[c.sid] + RAISE_MIN:
+                if h[0].score > tmp.replay_raise_at(table.theta_idx[c.sid]):
                     tmp.theta_changed(c.sid)
     # the buffers, from the runs in ranking order
     t0 = now_ns()

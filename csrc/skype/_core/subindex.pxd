@@ -82,6 +82,7 @@ cdef class SubscriptionIndex:
     cdef void add_many(self, const sid_t* sids, size_t n) noexcept nogil
     cdef void remove(self, sid_t sid) noexcept nogil
     cdef void theta_changed(self, sid_t sid) noexcept nogil
+    cdef double replay_raise_at(self, double theta_idx) noexcept nogil
     cdef void _verify(self, sid_t sid, double x, double y, const MsgTermC* m, int n) noexcept nogil
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
     cdef size_t memory(self) noexcept nogil

@@ -176,6 +176,12 @@ cdef class SubscriptionIndex:
     cdef void theta_changed(self, sid_t sid) noexcept nogil:
         pass
 
+    cdef double replay_raise_at(self, double theta_idx) noexcept nogil:
+        """A bulk replay (bulk.pyx) raises a threshold many times: it tells the index of a raise
+        only past this value.  A raise re-sorts the posting entries of the quadtree indexes, so
+        they hear of it geometrically (past 1.25 theta_idx + 0.02)."""
+        return 1.25 * theta_idx + 0.02
+
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         pass
 
