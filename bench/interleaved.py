@@ -11,7 +11,13 @@ affected subscription, postings visited, index bytes) and the dissemination coun
     python bench/interleaved.py --num-subs 100000 blocks 'blocks:bands=16' 'blocks:block_size=32'
 
 A configuration is ``INDEX[:name=value,...]`` with skype.Engine keyword arguments (numbers
-parsed as such), or ``reference``; ``--buffer`` applies to all.
+parsed as such), or ``reference``; ``--buffer`` applies to every configuration that does not name
+its own ``buffer``.  The steady-state buffer comparison (a stream of two whole windows after the
+fill, each baseline over its parameter):
+
+    python bench/interleaved.py --num-subs 100000 --measured 200000 --chunk 1000 blocks \
+        blocks:buffer=kmax,kmax=30 blocks:buffer=kmax,kmax=40 \
+        blocks:buffer=skyband,skyband_ratio=0.7 blocks:buffer=skyband,skyband_ratio=0.9
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from skype.experiments.harness import RunSpec, prepare, snapshot, summarize
 
 ROW = ["amp_us", "emp_us", "us_per_msg", "throughput_msgs_per_s", "candidates_per_affected",
        "affected_per_msg", "entries_visited_per_msg", "index_bytes_per_sub", "avg_buffer_size",
-       "reevals_per_1000", "subscribe_s"]
+       "reevals_per_1000", "reeval_work_per_expiry", "subscribe_s"]
 COUNTERS = ["blocks_visited", "blocks_skipped", "bands_skipped", "entries_visited", "entry_pruned",
             "revisits_skipped", "candidates", "admitted"]
 
@@ -57,9 +63,10 @@ def main(argv=None) -> int:
     for text in args.configs:
         index, params = parse_config(text)
         engine = "reference" if index == "reference" else "core"
+        buffer = params.pop("buffer", args.buffer)
         spec = RunSpec(dataset=args.dataset, num_subs=args.num_subs, window=args.window or args.num_subs,
                        measured=args.measured, engine=engine, index=index if engine == "core" else "blocks",
-                       buffer=args.buffer, seed=args.seed, params=tuple(sorted(params.items())))
+                       buffer=buffer, seed=args.seed, params=tuple(sorted(params.items())))
         preps[text] = prepare(spec)
         print(f"{text}: prepared", {k: round(v, 1) for k, v in preps[text].setup_s.items()}, flush=True)
     chunks = list(next(iter(preps.values())).chunks(args.chunk))

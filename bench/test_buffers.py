@@ -3,6 +3,10 @@ and memory for IGPT with cSkyband, Skyband, kmax and exact buffers, plus the tun
 the paper's Fig. 10 (kmax 20..100, Skyband ratio 0.5..1.0).
 
     pytest bench/test_buffers.py [--size medium|paper]
+    pytest bench/test_buffers.py --size steady     # two whole windows after the fill
+
+``bench/interleaved.py`` runs the same comparison with every configuration in one process,
+chunk by chunk (the figures in docs/results.md).
 """
 
 import pytest
