@@ -187,6 +187,13 @@ def make_machine(engine_factory, *, window: int | None = None, window_seconds: f
             assert list(self.engine.window_ids()) == [m.id for _, m in self.window]
 
         @invariant()
+        def index_is_consistent(self):
+            """The subscription index's structural invariants hold after every step (each
+            index kind checks its own: locators, headers, covers, posting lists)."""
+            if hasattr(self, "engine"):
+                assert self.engine.check_invariants() is True
+
+        @invariant()
         def thresholds_are_safe(self):
             """No threshold above the k-th score (0 while fewer than k match): a message that
             scores at least the k-th score is never pruned."""

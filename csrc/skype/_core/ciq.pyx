@@ -25,6 +25,8 @@ alpha = 1 subscriptions use MinT = -inf (the text part is irrelevant; they are v
 cover cell).
 """
 from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from cython.operator cimport dereference as deref, preincrement as inc
 from libc.math cimport INFINITY
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memset
@@ -288,6 +290,77 @@ cdef class CIQIndex(SubscriptionIndex):
         for i in range(self.covers.size()):
             total += 24 + self.covers[i].capacity() * sizeof(CellRefC)
         return total
+
+    def check_invariants(self):
+        """Verify every structural invariant; raises AssertionError naming the first violation.
+
+        * a live subscription's cover is the one ``_build_cover`` makes for its indexed
+          threshold theta_idx (<= theta: raises are lazy), so every cell where a message can
+          reach theta_idx is covered; its cells are disjoint (none is another's ancestor);
+        * for each term of s and each cover cell, that (term, cell) list holds s exactly once,
+          with the cover's MinT and the term's weight rounded up; lists are sorted by sid;
+        * nothing else is listed: no removed subscription, no cell outside a cover
+          (``entry_count`` counts every entry); the cell table is a bijection."""
+        cdef sid_t sid
+        cdef size_t i, a, b
+        cdef uint32_t j
+        cdef uint64_t lkey, ka, kb
+        cdef double theta
+        cdef vector[CellRefC] fresh
+        cdef vector[CEntryC]* lst
+        cdef vector[CellRefC]* cover
+        cdef SubHotC* h
+        cdef unordered_map[uint64_t, vector[CEntryC]].iterator it
+        for i in range(self.cell_keys.size()):
+            assert self.cell_ids[self.cell_keys[i]] == i, f"cell {i}: id table out of step"
+        listed = 0
+        for sid in range(self.table.ext_id.size()):
+            h = &self.table.hot[sid]
+            if not h.alive:
+                assert sid >= self.covers.size() or self.covers[sid].size() == 0, f"sid {sid}: removed, still covered"
+                continue
+            assert self.table.theta_idx[sid] <= h.theta, f"sid {sid}: indexed theta above theta"
+            theta = h.theta
+            h.theta = self.table.theta_idx[sid]
+            fresh.clear()
+            self._build_cover(sid, &fresh)
+            h.theta = theta
+            cover = &self.covers[sid]
+            assert cover.size() == fresh.size(), f"sid {sid}: cover of {cover.size()} cells, expected {fresh.size()}"
+            for i in range(fresh.size()):
+                assert cover[0][i].key == fresh[i].key and cover[0][i].min_t == fresh[i].min_t, (
+                    f"sid {sid}: cover cell {i} differs from its threshold's cover")
+            for a in range(fresh.size()):
+                for b in range(fresh.size()):
+                    ka, kb = fresh[a].key, fresh[b].key
+                    if a != b and key_depth(ka) <= key_depth(kb):
+                        assert key_code(kb) >> (2 * (key_depth(kb) - key_depth(ka))) != key_code(ka), (
+                            f"sid {sid}: cover cells overlap")
+            for i in range(fresh.size()):
+                for j in range(h.nterms):
+                    lkey = (<uint64_t>self.table.terms[h.term_off + j].term << 32) | self.cell_ids[fresh[i].key]
+                    assert self.lists.count(lkey), f"sid {sid}: missing from the list of term {j}, cell {i}"
+                    lst = &self.lists[lkey]
+                    hits = 0
+                    for a in range(lst.size()):
+                        if lst[0][a].sid == sid:
+                            hits += 1
+                            assert lst[0][a].min_t == fresh[i].min_t, f"sid {sid}: stale MinT"
+                            assert lst[0][a].ws == round_up(self.table.terms[h.term_off + j].w), f"sid {sid}: weight"
+                    assert hits == 1, f"sid {sid}: listed {hits} times under term {j}, cell {i}"
+                    listed += 1
+        total = 0
+        it = self.lists.begin()
+        while it != self.lists.end():
+            lst = &deref(it).second
+            assert lst.size() > 0, "an empty list is kept"
+            for i in range(1, lst.size()):
+                assert lst[0][i - 1].sid < lst[0][i].sid, "a list is not sorted by sid"
+            total += lst.size()
+            inc(it)
+        assert total == listed == self.entry_count, (
+            f"{total} entries listed, {listed} expected from the covers, entry_count {self.entry_count}")
+        return True
 
     def cover_sizes(self):
         import numpy as np
