@@ -32,7 +32,8 @@ from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype._core.engine import CoreEngine
 from skype._core.blockindex import BlockIndex
-from skype._core.subindex import IGPTIndex, SubTable
+from skype._core.igpt import IGPTIndex
+from skype._core.subindex import SubTable
 
 INDEXES = ("blocks", "igpt", "ipt", "ciq")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")

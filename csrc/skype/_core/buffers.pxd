@@ -38,8 +38,9 @@ cdef struct SubBufC:              # one subscription's result buffer
     uint32_t born                 # arrival counter (low 32 bits) at the last re-evaluation
     uint32_t admits               # admissions since the last re-evaluation
     uint32_t retune_at            # window size at which a plan made on a filling window is redone
-    uint8_t complete              # 1: holds every match (skyband kinds: the k-skyband of every
-                                  #    match), so theta = 0 and expiry never re-evaluates
+    # complete = 1: holds every match (skyband kinds: the k-skyband of every match), so
+    # theta = 0 and expiry never re-evaluates
+    uint8_t complete
 
 
 cdef enum BufferKind:

@@ -34,9 +34,9 @@ complete buffers: theta = 0).
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport pow, log, isfinite, INFINITY
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
-from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
+from skype._core.window cimport WindowStore, win_next_seq, win_get
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
@@ -232,7 +232,7 @@ cdef class Buffers:
         run the message index is restarted and its first src_n messages skipped: they are the
         run's, in the same order, since (score desc, seq desc) is a total order."""
         cdef const SubHotC* h
-        cdef size_t i
+        cdef size_t _
         if self.src == NULL:
             return self.msgs.query_next(seq, score)
         if self.src_pos < self.src_n:
@@ -244,7 +244,7 @@ cdef class Buffers:
             return False                            # the run holds every match
         h = &self.table.hot[self.src_sid]
         self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
-        for i in range(self.src_n):
+        for _ in range(self.src_n):
             self.msgs.query_next(seq, score)
         self.src = NULL
         self.src_fell_back = True
@@ -377,7 +377,8 @@ cdef class Buffers:
             if not self.count_window:
                 sb.retune_at = <uint32_t>(2 * self.window.count)      # a time window that doubles
             elif self.window.count < self.window_n:
-                sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n else self.window_n)
+                sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n
+                                          else self.window_n)
         # an exact-size copy (swapping in the scratch vector would hand this buffer the largest
         # capacity any re-evaluation ever needed)
         self.shrink.reserve(self.rebuilt.size() + self.rebuilt.size() // 4 + 1)

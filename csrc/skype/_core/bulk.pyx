@@ -31,9 +31,10 @@ plus ties; Skyband needs k plus every message down to ratio * kScore.  Both skyb
 ``bulk_factor * k`` (default 2, capped at the scan's own limit) plus ``BULK_TIES``, and fall
 back beyond; for cSkyband the engine raises bulk_factor to 1.25x the upper quartile of the scans
 (per k) of the last 16 of the 32 subscriptions it initialises first on the per-subscription path
-(the cost scan goes further when a query costs more, e.g. in a larger window).  Measured on tweets (k = 20): cSkyband never fell back at 20k, 40k and 100k
-subscriptions; Skyband fell back for 70% of them, so the engine keeps Skyband on the
-per-subscription path unless told otherwise.
+(the cost scan goes further when a query costs more, e.g. in a larger window).  Measured on
+tweets (k = 20): cSkyband never fell back at 20k, 40k and 100k subscriptions; Skyband fell
+back for 70% of them, so the engine keeps Skyband on the per-subscription path unless told
+otherwise.
 The engine splits a batch so that the heaps of one pass hold at most ``budget`` entries
 (12 bytes each), one replay per part.
 """
@@ -41,8 +42,8 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
-from skype._core.window cimport WindowStore, MsgC, win_get, win_terms, win_next_seq
+from skype._core.types cimport sid_t, seq_t, prefetch
+from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC
 from skype._core.buffers cimport Buffers, RankedC, BUF_EXACT, BUF_KMAX, BUF_SKYBAND
 
@@ -50,7 +51,6 @@ cdef enum:
     BULK_TIES = 16          # extra heap slots of the skyband kinds, for ties at the scan's end
     PREFETCH_FAR = 16       # replay: heap records fetched this many offers ahead
     PREFETCH_NEAR = 8       # ... and heap roots
-
 
 
 cdef struct HeapRefC:       # one subscription's bounded heap in the shared array

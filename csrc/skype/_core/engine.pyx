@@ -18,11 +18,11 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport term_t, sid_t, seq_t, MsgTermC, prefetch, PREFETCH_AHEAD
+from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, PREFETCH_AHEAD
 from skype._core.scoring cimport outside_time_window
-from skype._core.window cimport WindowStore, MsgC, win_next_seq, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
+from skype._core.window cimport WindowStore, MsgC, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
-from skype._core.subindex cimport SubTable, SubscriptionIndex, IGPTIndex, CandC, CountersC
+from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND
 from skype._core.bulk cimport bulk_capacity, bulk_replay
 
@@ -382,8 +382,8 @@ cdef class CoreEngine:
 
     def subscription_ids(self):
         cdef size_t sid
-        return np.array([self.table.ext_id[sid] for sid in range(self.table.ext_id.size()) if self.table.hot[sid].alive],
-                        dtype=np.int64)
+        return np.array([self.table.ext_id[sid] for sid in range(self.table.ext_id.size())
+                         if self.table.hot[sid].alive], dtype=np.int64)
 
     def window_ids(self):
         return self.window.ext_ids()
@@ -418,5 +418,3 @@ cdef class CoreEngine:
                 "message_index": self.msgs.memory_bytes(),
             },
         }
-
-
