@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import Any
 from pathlib import Path
 
 from skype.cli.report import print_table
@@ -55,7 +56,7 @@ def scale_of(args: argparse.Namespace):
     window = args.window or (args.size if args.size else base.window)
     measured = args.measured or (max(1, round(MEASURED_FRACTION * window)) if (args.size or args.window)
                                  else base.measured)
-    changes = dict(num_subs=num_subs, window=window, measured=measured)
+    changes: dict[str, Any] = dict(num_subs=num_subs, window=window, measured=measured)
     if args.datasets:
         changes["datasets"] = tuple(_names(args.datasets, DATASETS, "dataset"))
     if args.seed is not None:

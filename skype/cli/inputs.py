@@ -195,18 +195,23 @@ class _Builder:
         return self.collector.accept(check)
 
 
+def _columns(rows: list[tuple], dtypes: tuple[type, ...]) -> list[np.ndarray]:
+    """The first len(dtypes) fields of validated rows, one array per field."""
+    return [np.array([row[i] for row in rows], dtype=dt) for i, dt in enumerate(dtypes)]
+
+
+def _terms(rows: list[tuple], first: int) -> TermMatrix:
+    return TermMatrix.from_rows([(row[first], row[first + 1]) for row in rows])
+
+
 def subscriptions_batch(rows: list[tuple]) -> SubscriptionBatch:
-    if not rows:
-        return SubscriptionBatch(np.zeros(0, np.int64), [], [], [], [], TermMatrix([0], [], []))
-    ids, x, y, k, alpha, tids, ws = zip(*rows)
-    return SubscriptionBatch(ids, x, y, k, alpha, TermMatrix.from_rows(list(zip(tids, ws))))
+    ids, x, y, k, alpha = _columns(rows, (np.int64, np.float64, np.float64, np.int64, np.float64))
+    return SubscriptionBatch(ids, x, y, k, alpha, _terms(rows, 5))
 
 
 def messages_batch(rows: list[tuple]) -> MessageBatch:
-    if not rows:
-        return MessageBatch(np.zeros(0, np.int64), [], [], [], TermMatrix([0], [], []))
-    ids, x, y, t, tids, ws = zip(*rows)
-    return MessageBatch(ids, x, y, t, TermMatrix.from_rows(list(zip(tids, ws))))
+    ids, x, y, t = _columns(rows, (np.int64, np.float64, np.float64, np.float64))
+    return MessageBatch(ids, x, y, t, _terms(rows, 4))
 
 
 def load_inputs(args: argparse.Namespace) -> Inputs:

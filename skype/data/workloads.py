@@ -71,7 +71,7 @@ def _vocab_from_rows(rows: np.ndarray, keys: np.ndarray, names: list[str], num_d
     present = np.flatnonzero(df)
     vocab = Vocabulary.from_document_frequencies({names[i]: int(df[i]) for i in present}, num_docs)
     key_to_id = np.full(len(names), -1, dtype=np.int64)
-    key_to_id[present] = [vocab.get(names[i]) for i in present]
+    key_to_id[present] = vocab.ids([names[i] for i in present])
     return vocab, key_to_id[keys]
 
 

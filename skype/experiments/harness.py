@@ -66,7 +66,10 @@ class RunSpec:
 
     @property
     def window_messages(self) -> int:
-        return self.window if self.window is not None else int(self.window_seconds)
+        if self.window is not None:
+            return self.window
+        assert self.window_seconds is not None, "a RunSpec has a count or a time window"
+        return int(self.window_seconds)
 
     def as_dict(self) -> dict:
         d = asdict(self)

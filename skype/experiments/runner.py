@@ -15,10 +15,10 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from skype.errors import SkypeError
-from skype.experiments.harness import measure
+from skype.experiments.harness import RunSpec, measure
 from skype.experiments.report import write_report
 from skype.experiments.suite import EXPERIMENTS, Outcome, Run, Scale, Section, spec_from_dict
 
@@ -79,11 +79,11 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
 
     out_dir.mkdir(parents=True, exist_ok=True)
     planned = plan(names, scale)
-    unique: dict[str, object] = {}
+    unique: dict[str, RunSpec] = {}
     for _, run in planned:
         unique.setdefault(run.key, run.spec)
     order = sorted(unique, key=lambda k: _workload_order(unique[k]))
-    doc = {
+    doc: dict[str, Any] = {
         "format": FORMAT, "command": command, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_facts(), "scale": scale.as_dict(), "experiments": list(names),
         "plan": [{"experiment": e, "series": r.series, "x": r.x, "spec": r.spec.as_dict()} for e, r in planned],

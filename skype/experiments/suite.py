@@ -100,15 +100,17 @@ def system_spec(scale: Scale, dataset: str, index: str = "igpt", buffer: str = "
         params.append(("skyband_ratio", skyband_ratio))
     if groups != DEFAULT_GROUPS and index != "ciq":
         params.append(("groups", groups))
-    base = dict(dataset=dataset, num_subs=scale.num_subs, window=scale.window, measured=scale.measured,
-                seed=scale.seed, index=index, buffer=buffer, params=tuple(params))
+    base: dict[str, Any] = dict(dataset=dataset, num_subs=scale.num_subs, window=scale.window,
+                                measured=scale.measured, seed=scale.seed, index=index, buffer=buffer,
+                                params=tuple(params))
     base.update(changes)
     return RunSpec(**base)
 
 
 SKYPE = "Skype (IGPT-cSkyband)"
 CIQ_KMAX = "CIQ-Kmax"
-SYSTEMS = {SKYPE: dict(index="igpt", buffer="cskyband"), CIQ_KMAX: dict(index="ciq", buffer="kmax")}
+SYSTEMS: dict[str, dict[str, Any]] = {SKYPE: dict(index="igpt", buffer="cskyband"),
+                                      CIQ_KMAX: dict(index="ciq", buffer="kmax")}
 
 
 class Outcome:
@@ -483,11 +485,13 @@ def present_reevaluation(outcome: Outcome, out: Path, scale: Scale) -> Section:
 
     ds0 = dss[0]
     fig, axes = plots.figure(2, f"EMP and re-evaluations along the measured stream, IGPT on {ds0}")
-    curves_emp, curves_re = {}, {}
+    curves_emp: dict[str, tuple[Sequence[float], Sequence[float]]] = {}
+    curves_re: dict[str, tuple[Sequence[float], Sequence[float]]] = {}
     for n in names:
         r, m = outcome.select(n, ds0)[0]
         rows = m.get("trace") or []
-        xs, done = [], 0
+        xs: list[float] = []
+        done = 0
         for row in rows:
             done += row["messages"]
             xs.append(100.0 * done / r.spec.window_messages)
@@ -525,20 +529,20 @@ def present_reevaluation(outcome: Outcome, out: Path, scale: Scale) -> Section:
     for ds in dss:
         cs = outcome.one("IGPT-cSkyband", dataset=ds)
         others = {n: outcome.one(n, dataset=ds)["emp_us"] for n in ("IGPT-Skyband", "IGPT-Kmax")}
-        second = min(others, key=others.get)
-        r = ratio(others[second], cs["emp_us"])
+        second = min(others, key=lambda n: others[n])
+        emp_ratio = ratio(others[second], cs["emp_us"])
         csr = next(r_ for r_, _ in outcome.select("IGPT-cSkyband", ds))
         p_cs = paper_phase(cs, csr.spec)
         p_other = {n: paper_phase(outcome.one(n, dataset=ds), csr.spec).get("emp_us", float("nan"))
                    for n in others}
-        p_second = min(p_other, key=p_other.get)
-        rp = ratio(p_other[p_second], p_cs.get("emp_us", float("nan")))
+        p_second = min(p_other, key=lambda n: p_other[n])
+        phase_ratio = ratio(p_other[p_second], p_cs.get("emp_us", float("nan")))
         sec.claims.append(Claim(
             "reevaluation", f"cSkyband 4-20x better EMP than the second best ({ds})", "4-20x",
-            f"{fmt_ratio(r)} over the whole stream (second best {second}: {fmt(others[second])} vs "
-            f"{fmt(cs['emp_us'])} µs); {fmt_ratio(rp)} over the first {PAPER_PHASE:.0%} of a window "
+            f"{fmt_ratio(emp_ratio)} over the whole stream (second best {second}: {fmt(others[second])} vs "
+            f"{fmt(cs['emp_us'])} µs); {fmt_ratio(phase_ratio)} over the first {PAPER_PHASE:.0%} of a window "
             f"(second best {p_second})",
-            r >= 4.0, "second-best EMP / cSkyband EMP >= 4 over the whole measured stream"))
+            emp_ratio >= 4.0, "second-best EMP / cSkyband EMP >= 4 over the whole measured stream"))
         sizes = {n: outcome.one(n, dataset=ds)["avg_buffer_size"] for n in ("IGPT-cSkyband", "IGPT-Kmax", "IGPT-Skyband")}
         paper_sizes = ", ".join(f"{n.split('-')[1]} {PAPER_TABLE4[n].get(ds, '-')}" for n in sizes)
         sec.claims.append(Claim(
