@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=10_000)
     p.add_argument("--turnovers", type=int, default=10)
     p.add_argument("--dataset", default="tweets")
-    p.add_argument("--index", default="igpt")
+    p.add_argument("--index", default="blocks")
     p.add_argument("--buffer", default="cskyband")
     p.add_argument("--batch", type=int, default=500)
     p.add_argument("--tolerance", type=float, default=0.05)
