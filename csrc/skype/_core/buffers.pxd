@@ -1,7 +1,7 @@
 # Result buffers: exact top-k, cost-based k-skyband (cSkyband), Skyband (Mouratidis), kmax.
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, seq_t, ext_id_t
+from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
 from skype._core.window cimport WindowStore
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex
@@ -121,3 +121,16 @@ cdef class Buffers:
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil
     cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil
+
+
+cdef inline void prefetch_buffer(Buffers b, sid_t sid) noexcept nogil:
+    """Fetch a buffer's entries ahead of an admission (its binary search and dominance pass read
+    up to all of them): at most 16 lines.  The SubBufC record must be fetched earlier."""
+    cdef const vector[BufEntryC]* B = &b.buf[sid].entries
+    cdef const char* p = <const char*>B.data()
+    cdef size_t nbytes = B.size() * sizeof(BufEntryC), o = 0
+    if nbytes > 1024:
+        nbytes = 1024
+    while o < nbytes:
+        prefetch(p + o)
+        o += 64

@@ -18,15 +18,19 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, PREFETCH_AHEAD
+from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
 from skype._core.scoring cimport outside_time_window
 from skype._core.window cimport WindowStore, MsgC, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC, CountersC
-from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND
+from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
 from skype._core.bulk cimport bulk_capacity, bulk_replay
 
 cnp.import_array()
+
+cdef enum:
+    ADMIT_FAR = 8        # admissions: buffer records fetched this many candidates ahead
+    ADMIT_NEAR = 4       # ... and their entries
 
 cdef double DECAY = 1.0 - 1.0 / 10000.0     # time windows: arrival/expiry rates over ~10k events
 cdef double RATE_PRIOR = 500.0              # pseudo-events of each kind in that estimate
@@ -149,7 +153,7 @@ cdef class CoreEngine:
                             const MsgTermC* terms, int n) noexcept nogil:
         cdef double start = now_ns()
         cdef seq_t seq
-        cdef size_t i
+        cdef size_t i, nout
         cdef CandC c
         if not self.count_window:
             # Time window: the cost model's N and the proportions of arrivals and expirations
@@ -165,9 +169,16 @@ cdef class CoreEngine:
         seq = self.window.append(ext_id, x, y, t, terms, n)
         self.msgs.insert(seq)
         self.index.disseminate(terms, n, x, y)
-        for i in range(self.index.out.size()):
-            if i + PREFETCH_AHEAD < self.index.out.size():
-                prefetch(&self.buffers.buf[self.index.out[i + PREFETCH_AHEAD].sid])
+        # admissions are cache misses at scale: the buffer records ADMIT_FAR ahead, then their
+        # entries ADMIT_NEAR ahead (reading a record's data pointer needs the record)
+        nout = self.index.out.size()
+        for i in range(nout if nout < ADMIT_FAR else ADMIT_FAR):
+            prefetch(&self.buffers.buf[self.index.out[i].sid])
+        for i in range(nout):
+            if i + ADMIT_FAR < nout:
+                prefetch(&self.buffers.buf[self.index.out[i + ADMIT_FAR].sid])
+            if i + ADMIT_NEAR < nout:
+                prefetch_buffer(self.buffers, self.index.out[i + ADMIT_NEAR].sid)
             c = self.index.out[i]
             self.buffers.admit(c.sid, seq, c.score)
         self.arrivals += 1
