@@ -25,10 +25,11 @@ def test_help_documents_every_subcommand(capsys):
         assert name in out
 
 
-@pytest.mark.parametrize("engine", ["core", "reference"])
+@pytest.mark.parametrize("engine", ["core", "core --no-reverse-map", "reference"])
 def test_simulate_results_equal_a_brute_force_check_of_the_final_window(tmp_path, engine):
     args = ["simulate", "--dataset", "geonames", "--num-subs", 150, "--num-messages", 900, "--window", 300,
-            "--seed", 9, "--engine", engine, "--results-out", tmp_path / "r.jsonl", "--metrics-out", tmp_path / "m.json"]
+            "--seed", 9, "--engine", *engine.split(), "--results-out", tmp_path / "r.jsonl",
+            "--metrics-out", tmp_path / "m.json"]
     assert _run(*args) == 0
     w = make_workload("geonames", num_subs=150, num_messages=900, seed=9)
     final = w.messages.slice(600, 900)
@@ -42,6 +43,8 @@ def test_simulate_results_equal_a_brute_force_check_of_the_final_window(tmp_path
                 "reevaluations", "avg_buffer_size"):
         assert key in metrics
     assert metrics["messages"] == 900 and metrics["subscriptions"] == 150
+    if engine != "reference":
+        assert metrics["engine_stats"]["reverse_map"] == ("--no-reverse-map" not in engine)
 
 
 def _files(tmp_path, bad_lines=()):

@@ -48,12 +48,16 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bands", type=int, default=8, help="alpha-bands per posting list of the block index (default: %(default)s)")
     g.add_argument("--leaf-capacity", type=int, default=1000, help="subscriptions per IGPT quadtree leaf (default: %(default)s)")
     g.add_argument("--groups", type=int, default=10, help="alpha-groups per IGPT posting list (default: %(default)s)")
+    g.add_argument("--reverse-map", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep per message the subscriptions that buffered it (default); --no-reverse-map finds "
+                        "them at expiry by disseminating the message again: less memory, more work per expiry")
 
 
 def engine_options(args: argparse.Namespace) -> dict:
     """Keyword arguments of skype.Engine from the engine options."""
     return dict(index=args.index, buffer=args.buffer, kmax=args.kmax, skyband_ratio=args.skyband_ratio,
-                block_size=args.block_size, bands=args.bands, leaf_capacity=args.leaf_capacity, groups=args.groups)
+                block_size=args.block_size, bands=args.bands, leaf_capacity=args.leaf_capacity, groups=args.groups,
+                reverse_map=args.reverse_map)
 
 
 def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
