@@ -7,7 +7,8 @@ stays undrifted).  ``p`` in [0, 1] is the progress through the drifting part.  A
 messages in place (same ids, timestamps and order) and adds subscription **arrivals** (and
 their **departures**), all deterministic in ``seed``:
 
-* ``hotspot``: a hot spot moves in a straight line between two places of the stream.  Each
+* ``hotspot``: a hot spot moves ``travel`` degrees in a straight line from a place of the stream
+  (a storm, not a jet: about a degree an hour on the default stream).  Each
   message is moved into it (Gaussian, ``radius`` degrees) with probability ``share * p``, a
   rising share.  ``sub_share * |S|`` subscriptions arrive at the spot where it is when they
   arrive (more as it heats up, density ``2p``), copying the terms of random base subscriptions,
@@ -43,7 +44,7 @@ from skype.text import normalize_rows
 DRIFT_KINDS = ("none", "hotspot", "trending", "flip", "inject")
 DEFAULTS: dict[str, dict[str, float]] = {
     "none": {},
-    "hotspot": {"share": 0.5, "sub_share": 0.3, "radius": 1.5, "lifetime": 0.2},
+    "hotspot": {"share": 0.5, "sub_share": 0.3, "radius": 1.5, "lifetime": 0.2, "travel": 10.0},
     "trending": {"share": 0.4, "sub_share": 0.2, "trends": 4, "lifetime": 0.2},
     "flip": {"sub_share": 0.3, "periods": 4},
     "inject": {"share": 0.5, "sub_share": 0.3, "radius": 2.0},
@@ -169,8 +170,11 @@ def make_drift(kind: str, workload, *, start: int = 0, seed: int = 0, **params: 
     span = max(n - start, 1)
     bounds = workload.bounds
     if kind == "hotspot":
-        a, b = rng.integers(0, n, 2)
-        ax, ay, bx, by = msgs.x[a], msgs.y[a], msgs.x[b], msgs.y[b]
+        a = rng.integers(0, n)
+        heading = rng.uniform(0, 2 * np.pi)
+        ax, ay = msgs.x[a], msgs.y[a]
+        bx = float(np.clip(ax + p["travel"] * np.cos(heading), bounds.minx, bounds.maxx))
+        by = float(np.clip(ay + p["travel"] * np.sin(heading), bounds.miny, bounds.maxy))
         info["path"] = [[float(ax), float(ay)], [float(bx), float(by)]]
         hot = (np.arange(n) >= start) & (rng.random(n) < p["share"] * prog)
         cx, cy = ax + prog * (bx - ax), ay + prog * (by - ay)

@@ -66,10 +66,10 @@ METHOD_PARAMS = {
     "prefix": ("summary",),
     "spatial-first": ("n1", "bounds", "summary"),
     "keyword-first": ("n1", "bounds", "summary"),
-    "agrid": ("grid", "bounds"),
-    "kdt": ("grid", "bounds", "delta", "sigma", "leaf_factor"),
-    "qt": ("grid", "bounds", "leaf_factor"),
-    "aqwa": ("grid", "bounds"),
+    "agrid": ("grid", "bounds", "calibrate"),
+    "kdt": ("grid", "bounds", "delta", "sigma", "leaf_factor", "calibrate"),
+    "qt": ("grid", "bounds", "leaf_factor", "calibrate"),
+    "aqwa": ("grid", "bounds", "calibrate"),
 }
 
 

@@ -9,7 +9,10 @@ Build (§4.1): cell costs come from the sample: per cell, the sample messages sh
 loose-prefix term with each subscription there, summed (Eq. 1 with objects and queries
 exchanged, since here subscriptions are placed by space and messages follow the keyword
 summaries), plus one per subscription.  Greedy k-d: pop the costliest rectangle and cut it
-horizontally or vertically where the larger half is smallest, until P rectangles.
+horizontally or vertically where the larger half is smallest, until P rectangles.  A
+partition's load ``|S_p| * |M_p|`` is not a sum of cell costs (its summary is a union), so
+``calibrate`` more rounds re-weight every cell by its share of its partition's load measured on
+the sample (``subscriptions * |M_p|``) and cut again; the most balanced layout is kept.
 
 Routing: a subscription goes to the owner of its cell (replication 1); a message goes to every
 partition whose keyword summary holds one of its terms (Tornado's textual summaries).
@@ -85,18 +88,32 @@ class AGridDistribution(UnitDistribution):
     @classmethod
     def build(cls, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None = None,
               vocabulary: Vocabulary | None = None, thresholds: np.ndarray | None = None, *,
-              grid: tuple[int, int] = DEFAULT_GRID, bounds: Bounds = DEFAULT_BOUNDS) -> AGridDistribution:
+              grid: tuple[int, int] = DEFAULT_GRID, bounds: Bounds = DEFAULT_BOUNDS,
+              calibrate: int = 8) -> AGridDistribution:
         num_partitions = check_num_partitions(num_partitions)
         thresholds = check_thresholds(thresholds, len(subscriptions))
         g = Grid(*check_grid(grid), bounds)
         vocab_size = vocabulary_size(vocabulary, subscriptions, sample)
-        cost, count = sample_cell_costs(g, subscriptions, sample, thresholds, vocab_size)
-        rects = greedy_kd(prefix_grid(cost, g.nx, g.ny), (0, 0, g.nx, g.ny), num_partitions,
-                          tie=prefix_grid(count, g.nx, g.ny))
-        dist = cls(num_partitions, g, rects, vocab_size)
-        dist.route_subscriptions(subscriptions, thresholds)
-        dist.pop_new_live_terms()
-        return dist
+        weights, count = sample_cell_costs(g, subscriptions, sample, thresholds, vocab_size)
+        tie = prefix_grid(count, g.nx, g.ny)
+        best, best_imbalance = None, np.inf
+        for _ in range(1 + (calibrate if sample is not None and len(sample) else 0)):
+            rects = greedy_kd(prefix_grid(weights, g.nx, g.ny), (0, 0, g.nx, g.ny), num_partitions, tie=tie)
+            dist = cls(num_partitions, g, rects, vocab_size)
+            dist.route_subscriptions(subscriptions, thresholds)
+            if sample is None or len(sample) == 0:
+                best = dist
+                break
+            dist.route_messages(sample)
+            load = dist.partition_cost()
+            imbalance = float(load.max() / max(load.mean(), 1e-12))
+            if imbalance < best_imbalance:
+                best, best_imbalance = dist, imbalance
+            weights = count * dist.partition_messages()[dist.owner]  # each cell's share of the measured load
+        assert best is not None
+        best.reset_statistics()
+        best.pop_new_live_terms()
+        return best
 
     @property
     def rects(self) -> list[Rect]:

@@ -7,11 +7,14 @@ Build, from the sample (Alg. 1, with the layer's load ``W = |S| * |M|``, see
    (``sim_t >= delta``) or that holds at most ``|S| / P`` subscriptions stays a space node
    (N_s); otherwise it is cut where the candidate costs balance.  A cut that does not change
    ``min(sim_t)`` of the children marks the node text-only (N_t).
-2. PartitionNode: while there are fewer than ``leaf_factor * P`` leaves, the leaf of largest
-   load is split in two, by text (term ranges) if it is text-only, else by whichever of the space
-   and the text split gives the smaller summed load.  After every split the leaves are merged
-   into P partitions (MergeNodesIntoPartitions: by load, descending, into the lightest), and
-   the build stops once ``L_max / L_min <= sigma``.
+2. PartitionNode: while there are fewer than ``leaf_factor * P`` leaves (the paper's theta), the
+   leaf of largest load is split in two, by text (term ranges) if it is text-only, else by
+   whichever of the space and the text split gives the smaller summed load.  The leaves are
+   merged into P partitions (MergeNodesIntoPartitions: by load, descending, into the lightest).
+   The paper also stops once ``L_max / L_min <= sigma``; here the tree is always grown to theta
+   leaves, so that the local adjustment has cells to move later.
+3. The leaf loads are sums of per-leaf estimates, while a partition's load is not additive (its
+   summary is a union), so ``calibrate`` rounds of the PS2Stream adjustment run on the sample.
 
 A text-split leaf is a group of ``REPLICATE`` mode: a subscription goes to every group holding one
 of its placed terms (PS2Stream's ``T_i``), so replication can exceed 1.  Statistics: per unit
@@ -57,7 +60,7 @@ class KdtDistribution(UnitDistribution):
     def build(cls, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None = None,
               vocabulary: Vocabulary | None = None, thresholds: np.ndarray | None = None, *,
               grid: tuple[int, int] = DEFAULT_GRID, bounds: Bounds = DEFAULT_BOUNDS, delta: float = 0.9,
-              sigma: float = 1.1, leaf_factor: int = 4) -> KdtDistribution:
+              sigma: float = 1.05, leaf_factor: int = 8, calibrate: int = 4) -> KdtDistribution:
         num_partitions = check_num_partitions(num_partitions)
         thresholds = check_thresholds(thresholds, len(subscriptions))
         g = Grid(*check_grid(grid), bounds)
@@ -84,8 +87,7 @@ class KdtDistribution(UnitDistribution):
             else:
                 todo.extend(halves)
         # step 2: PartitionNode on the heaviest leaf until balanced (or the leaf budget is spent)
-        owner, ratio = merged_imbalance(leaves, num_partitions)
-        while len(leaves) < leaf_factor * num_partitions and ratio > sigma:
+        while len(leaves) < leaf_factor * num_partitions:
             open_ = [j for j in range(len(leaves)) if not leaves[j].frozen]
             if not open_:
                 break
@@ -103,9 +105,13 @@ class KdtDistribution(UnitDistribution):
                 leaf.frozen = True
                 continue
             leaves[i:i + 1] = min(options, key=lambda kids: sum(k.load for k in kids))
-            owner, ratio = merged_imbalance(leaves, num_partitions)
+        owner, _ = merged_imbalance(leaves, num_partitions)
         tables = assemble(g, leaves, owner.tolist(), REPLICATE)
         dist = cls("kdt", num_partitions, g, *tables, vocab_size)
         dist.route_subscriptions(subscriptions, thresholds)
         dist.pop_new_live_terms()
+        if calibrate:
+            from skype.partitioning.rebalance import calibrate as refine
+
+            return refine(dist, sample, "ps2stream", calibrate, sigma=sigma, max_fraction=1.0)
         return dist

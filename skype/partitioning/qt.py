@@ -5,7 +5,8 @@ Build (Algorithm 1): a max-heap of leaves by load; the heaviest leaf is split ei
 (four children sharing its rectangle, each a range of term ids), whichever gives the smaller
 summed load (Eq. 2, here the layer's ``W = |S| * |M|``, see :mod:`skype.partitioning.regions`),
 until ``leaf_factor * P`` leaves (SSTD's theta).  Leaves are assigned to the P partitions by
-Karmarkar-Karp differencing.
+Karmarkar-Karp differencing; since a partition's load is not the sum of its leaves' estimates
+(its summary is a union), ``calibrate`` rounds of the SSTD adjustment then run on the sample.
 
 Textual children use ``SINGLE`` mode: a subscription belongs to the one child whose range holds
 its first placed (rarest) term, and all its placed terms enter that child's summary.  So
@@ -65,7 +66,7 @@ class QtDistribution(UnitDistribution):
     def build(cls, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None = None,
               vocabulary: Vocabulary | None = None, thresholds: np.ndarray | None = None, *,
               grid: tuple[int, int] = DEFAULT_GRID, bounds: Bounds = DEFAULT_BOUNDS,
-              leaf_factor: int = 4) -> QtDistribution:
+              leaf_factor: int = 8, calibrate: int = 4) -> QtDistribution:
         num_partitions = check_num_partitions(num_partitions)
         thresholds = check_thresholds(thresholds, len(subscriptions))
         g = Grid(*check_grid(grid), bounds)
@@ -98,4 +99,8 @@ class QtDistribution(UnitDistribution):
         dist = cls("qt", num_partitions, g, *tables, vocab_size)
         dist.route_subscriptions(subscriptions, thresholds)
         dist.pop_new_live_terms()
+        if calibrate:
+            from skype.partitioning.rebalance import calibrate as refine
+
+            return refine(dist, sample, "sstd", calibrate, lam=1.05, max_fraction=1.0)
         return dist

@@ -153,6 +153,8 @@ class UnitDistribution(Distribution):
         self.unit_bytes = np.zeros(n_units, np.int64)  # bytes to move them
         self.part_msgs_new = np.zeros(self.num_partitions)  # messages routed to each partition
         self.part_msgs_old = np.zeros(self.num_partitions)
+        self.term_msgs_new = np.zeros(len(self.holders))  # messages holding each term
+        self.term_msgs_old = np.zeros(len(self.holders))
         self.cell_msgs_new = np.zeros(grid.num_cells)  # messages located in each cell
         self.cell_msgs_old = np.zeros(grid.num_cells)
         self.messages_seen = 0
@@ -355,6 +357,12 @@ class UnitDistribution(Distribution):
         self.messages_seen += len(batch)
         self.cell_msgs_new += np.bincount(self.grid.cell_of(batch.x, batch.y), minlength=self.grid.num_cells)
         self.part_msgs_new += np.bincount(partitions, minlength=self.num_partitions)
+        freq = np.bincount(batch.terms.ids, minlength=len(self.holders))
+        if len(freq) > len(self.term_msgs_new):
+            grow = len(freq) - len(self.term_msgs_new)
+            self.term_msgs_new = np.r_[self.term_msgs_new, np.zeros(grow)]
+            self.term_msgs_old = np.r_[self.term_msgs_old, np.zeros(grow)]
+        self.term_msgs_new[:len(freq)] += freq
 
     def fold_statistics(self, decay: float) -> None:
         """``old <- old * decay + new; new <- 0`` (AQWA §3.6 with ``decay = 1/c``)."""
@@ -362,6 +370,15 @@ class UnitDistribution(Distribution):
         self.part_msgs_new = np.zeros_like(self.part_msgs_new)
         self.cell_msgs_old = self.cell_msgs_old * decay + self.cell_msgs_new
         self.cell_msgs_new = np.zeros_like(self.cell_msgs_new)
+        self.term_msgs_old = self.term_msgs_old * decay + self.term_msgs_new
+        self.term_msgs_new = np.zeros_like(self.term_msgs_new)
+
+    def reset_statistics(self) -> None:
+        """Forget the message counts (the replica counts stay: they are the placement)."""
+        for name in ("part_msgs_new", "part_msgs_old", "cell_msgs_new", "cell_msgs_old", "term_msgs_new",
+                     "term_msgs_old"):
+            setattr(self, name, np.zeros_like(getattr(self, name)))
+        self.messages_seen = 0
 
     def partition_messages(self) -> np.ndarray:
         return self.part_msgs_old + self.part_msgs_new
@@ -374,6 +391,18 @@ class UnitDistribution(Distribution):
             return self.unit_subs.astype(np.float64)
         return self.unit_subs * msgs[self.owner]
 
+    def unit_message_mass(self) -> np.ndarray:
+        """Per unit, the messages holding each distinct term of its summary, summed over the
+        terms: an upper bound on the messages that meet the unit (both layers)."""
+        placed = self.pl_term >= 0
+        key = np.unique(self.pl_unit[placed] * np.int64(len(self.holders)) + self.pl_term[placed])
+        units, terms = np.divmod(key, np.int64(len(self.holders)))
+        freq = self.term_msgs_old + self.term_msgs_new
+        inside = terms < len(freq)
+        mass = np.bincount(units[inside], weights=freq[terms[inside]], minlength=self.num_units)
+        total = self.part_msgs_old.sum() + self.part_msgs_new.sum()
+        return np.minimum(mass, max(total, float(self.messages_seen)))
+
     def partition_cost(self, unit_cost: np.ndarray | None = None) -> np.ndarray:
         cost = self.unit_cost() if unit_cost is None else unit_cost
         return np.bincount(self.owner, weights=cost, minlength=self.num_partitions)
@@ -383,7 +412,7 @@ class UnitDistribution(Distribution):
         return {"owner": self.owner.copy(), "unit_cost": self.unit_cost(), "unit_subs": self.unit_subs.copy(),
                 "unit_bytes": self.unit_bytes.copy(), "unit_region": self.unit_region.copy(),
                 "cell_region": self.cell_region.copy(), "cell_msgs": self.cell_msgs_old + self.cell_msgs_new,
-                "partition_messages": self.partition_messages(),
+                "partition_messages": self.partition_messages(), "unit_mass": self.unit_message_mass(),
                 "num_partitions": self.num_partitions, "grid": (self.grid.nx, self.grid.ny)}
 
     # ------------------------------------------------------------------ moves

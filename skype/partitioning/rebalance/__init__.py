@@ -28,6 +28,10 @@ True
 
 from __future__ import annotations
 
+import copy
+
+import numpy as np
+
 from skype.errors import InputError, invalid_choice
 from skype.partitioning.rebalance import aqwa, ps2stream, sstd, tornado
 from skype.partitioning.rebalance.base import Plan, empty_plan, imbalance
@@ -87,5 +91,29 @@ def apply_plan(dist: UnitDistribution, plan: Plan) -> tuple[int, int]:
     return dist.move_units(plan.units, plan.destinations)
 
 
-__all__ = ["COMPATIBLE", "FADING", "PAPER_POLICY", "POLICIES", "Plan", "apply_plan", "check_policy", "decide",
+def calibrate(dist: UnitDistribution, sample, policy: str, rounds: int = 4, **params) -> UnitDistribution:
+    """Build-time refinement: route the sample, let ``policy`` move units (no migration budget:
+    nothing is running yet) for up to ``rounds`` rounds; returns the state (a copy, for methods
+    with a tree) that measured the lowest imbalance on the sample, with clear statistics."""
+    if sample is None or len(sample) == 0:
+        return dist
+    best, best_imbalance = dist, np.inf
+    for step in range(rounds + 1):
+        dist.reset_statistics()
+        dist.route_messages(sample)
+        measured = imbalance(dist.partition_cost())
+        if measured < best_imbalance:
+            best, best_imbalance = copy.deepcopy(dist), measured
+        if step == rounds:
+            break
+        plan = decide(policy, dist, **params)
+        if plan.empty:
+            break
+        apply_plan(dist, plan)
+    best.reset_statistics()
+    best.pop_new_live_terms()
+    return best
+
+
+__all__ = ["calibrate", "COMPATIBLE", "FADING", "PAPER_POLICY", "POLICIES", "Plan", "apply_plan", "check_policy", "decide",
            "imbalance", "snapshot"]

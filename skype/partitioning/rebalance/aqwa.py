@@ -29,7 +29,7 @@ from skype.partitioning.rebalance.base import LoadModel, Plan, empty_plan
 from skype.partitioning.rects import best_cut, prefix_grid, rect_cells, rect_sum, split_rect
 
 
-def decide(snapshot: dict, *, trigger: float = 1.2, beta: float = 0.5, max_ops: int = 8) -> Plan:
+def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16) -> Plan:
     model = LoadModel(snapshot)
     before = model.imbalance()
     tree: KDTree = copy.deepcopy(snapshot["tree"])

@@ -57,7 +57,11 @@ def imbalance(loads: np.ndarray) -> float:
 
 
 class LoadModel:
-    """The planning state: owners and partition loads, updated as units move (module docstring)."""
+    """The planning state (module docstring): per partition its replicas ``S_p`` and messages
+    ``M_p``, load ``S_p * M_p``.  Moving units to q adds their replicas to ``S_q`` and raises
+    ``M_q`` to at least the units' message mass (an upper bound on the messages that meet them:
+    a unit holding a hot term brings that term's messages along); the source keeps its ``M``
+    (an overestimate: the next interval measures it)."""
 
     def __init__(self, snapshot: dict) -> None:
         self.snapshot = snapshot
@@ -67,22 +71,33 @@ class LoadModel:
         self.bytes = snapshot["unit_bytes"].astype(np.int64)
         self.num_partitions = int(snapshot["num_partitions"])
         msgs = np.asarray(snapshot["partition_messages"], np.float64)
-        # the per-replica message rate of each partition; 1 before any message was seen
-        self.rate = msgs if msgs.sum() > 0 else np.ones(self.num_partitions)
-        self.loads = np.bincount(self.owner, weights=self.subs * self.rate[self.owner], minlength=self.num_partitions)
+        seen = msgs.sum() > 0
+        # messages per partition (the per-replica rate); 1 before any message was seen
+        self.rate = msgs.copy() if seen else np.ones(self.num_partitions)
+        mass = snapshot.get("unit_mass")
+        self.mass = np.asarray(mass, np.float64) if mass is not None and seen else np.zeros(len(self.subs))
+        self.replicas = np.bincount(self.owner, weights=self.subs, minlength=self.num_partitions)
         self.operations: list[str] = []
 
+    @property
+    def loads(self) -> np.ndarray:
+        return self.replicas * self.rate
+
     def cost(self, units: np.ndarray, partition: int) -> float:
-        return float(self.subs[units].sum() * self.rate[partition])
+        """The load ``units`` would add to ``partition``."""
+        units = np.asarray(units, np.int64)
+        rate = max(self.rate[partition], float(self.mass[units].max(initial=0.0)))
+        return float((self.replicas[partition] + self.subs[units].sum()) * rate - self.loads[partition])
 
     def move(self, units: np.ndarray, dest: int) -> None:
         units = np.asarray(units, np.int64)
         if len(units) == 0:
             return
         src = self.owner[units]
-        self.loads -= np.bincount(src, weights=self.subs[units] * self.rate[src], minlength=self.num_partitions)
+        self.replicas -= np.bincount(src, weights=self.subs[units], minlength=self.num_partitions)
+        self.replicas[dest] += self.subs[units].sum()
+        self.rate[dest] = max(self.rate[dest], float(self.mass[units].max(initial=0.0)))
         self.owner[units] = dest
-        self.loads[dest] += self.cost(units, dest)
 
     def imbalance(self) -> float:
         return imbalance(self.loads)

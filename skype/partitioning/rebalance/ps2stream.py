@@ -48,7 +48,7 @@ def greedy_migration(loads: np.ndarray, sizes: np.ndarray, tau: float, limit: fl
     return best if best is not None else taken
 
 
-def decide(snapshot: dict, *, sigma: float = 1.2, rounds: int | None = None, max_fraction: float = 0.02) -> Plan:
+def decide(snapshot: dict, *, sigma: float = 1.1, rounds: int | None = None, max_fraction: float = 0.05) -> Plan:
     model = LoadModel(snapshot)
     before = model.imbalance()
     if before <= sigma:
@@ -73,10 +73,17 @@ def decide(snapshot: dict, *, sigma: float = 1.2, rounds: int | None = None, max
                 moved = True
                 gap = model.loads[w_o] - model.loads[w_l]
         units = np.flatnonzero((model.owner == w_o) & (model.subs > 0))
+        fits = np.array([model.cost(np.array([u]), w_l) < gap for u in units], bool)
+        units = units[fits]  # a unit whose terms would flood w_l is no candidate
         unit_loads = model.subs[units] * model.rate[w_o]
         pick = greedy_migration(unit_loads, model.bytes[units].astype(np.float64), gap / 2, gap)
         if pick:
+            peak = max(model.loads[w_o], model.loads[w_l])
+            owner, replicas, rate = model.owner.copy(), model.replicas.copy(), model.rate.copy()
             model.move(units[pick], w_l)
+            if max(model.loads[w_o], model.loads[w_l]) >= peak:  # the estimate says no gain: undo, stop
+                model.owner, model.replicas, model.rate = owner, replicas, rate
+                break
             model.operations.append(f"gr {len(pick)} units: {w_o}->{w_l}")
             moved = True
         if not moved:

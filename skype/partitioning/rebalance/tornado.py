@@ -60,7 +60,7 @@ def _strips(x: Rect, b: Rect) -> list[Rect]:
     return out
 
 
-def decide(snapshot: dict, *, trigger: float = 1.2, beta: float = 0.5, max_ops: int = 8) -> Plan:
+def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16) -> Plan:
     model = LoadModel(snapshot)
     before = model.imbalance()
     if before <= trigger:
