@@ -136,16 +136,18 @@ class AqwaDistribution(UnitDistribution):
             return refine(dist, sample, "aqwa", calibrate, trigger=1.05, beta=0.0)
         return dist
 
-    def split_and_merge(self, split_leaf: int, axis: int, line: int, merge_node: int) -> tuple[int, int]:
-        """AQWA's paired change: merge the two leaves under ``merge_node`` into its left child's
-        partition, and give the freed partition to the right half of ``split_leaf``.  Returns the
-        (replicas, bytes) moved."""
-        kids = self.tree.children[merge_node]
-        if kids is None or split_leaf in kids or merge_node == split_leaf:
-            raise InputError("E061", detail=f"leaf {split_leaf} cannot split while node {merge_node} merges it")
-        keep, freed = self.tree.part[kids[0]], self.tree.part[kids[1]]
-        self.tree.merge(merge_node, keep)
-        self.tree.split(split_leaf, axis, line, freed)
+    def split_and_merge(self, ops: list[tuple[int, int, int, int]]) -> tuple[int, int]:
+        """AQWA's paired changes, in order: for each ``(split_leaf, axis, line, merge_node)``,
+        the two leaves under ``merge_node`` merge into its left child's partition and the right
+        half of ``split_leaf`` takes the freed partition.  The units then move once, from their
+        old owner to their final one.  Returns the (replicas, bytes) moved."""
+        for split_leaf, axis, line, merge_node in ops:
+            kids = self.tree.children[merge_node]
+            if kids is None or split_leaf in kids or merge_node == split_leaf or self.tree.children[split_leaf]:
+                raise InputError("E061", detail=f"leaf {split_leaf} cannot split while node {merge_node} merges")
+            keep, freed = self.tree.part[kids[0]], self.tree.part[kids[1]]
+            self.tree.merge(merge_node, keep)
+            self.tree.split(split_leaf, axis, line, freed)
         owner = self._owner(self.tree, self.grid)
         changed = np.flatnonzero(owner != self.owner)
         return self.move_units(changed, owner[changed])

@@ -83,11 +83,7 @@ def apply_plan(dist: UnitDistribution, plan: Plan) -> tuple[int, int]:
     if plan.empty:
         return 0, 0
     if plan.structure is not None:
-        moved = nbytes = 0
-        for leaf, axis, line, node in plan.structure:
-            r, b = dist.split_and_merge(leaf, axis, line, node)  # type: ignore[attr-defined]
-            moved, nbytes = moved + r, nbytes + b
-        return moved, nbytes
+        return dist.split_and_merge(list(plan.structure))  # type: ignore[attr-defined]
     return dist.move_units(plan.units, plan.destinations)
 
 
