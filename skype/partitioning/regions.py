@@ -136,7 +136,8 @@ class LeafEvaluator:
         return float(q @ self.freq / (np.linalg.norm(q) * np.linalg.norm(self.freq) + 1e-300))
 
 
-def assemble(grid: Grid, leaves: list[Leaf], owner_of_leaf: list[int], mode: int):
+def assemble(grid: Grid, leaves: list[Leaf], owner_of_leaf: list[int],
+             mode: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Unit tables from the leaves: (cell_region, region_groups, region_mode, cut_keys, owner)."""
     by_rect: dict[Rect, list[int]] = {}
     for i, leaf in enumerate(leaves):

@@ -39,6 +39,7 @@ fading, §3.6; ``decay=0`` keeps only the last interval).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,9 +86,9 @@ class Grid:
         return (b.minx + x0 * w, b.miny + y0 * h, b.minx + x1 * w, b.miny + y1 * h)
 
 
-def check_grid(grid: object) -> tuple[int, int]:
+def check_grid(grid: Any) -> tuple[int, int]:
     try:
-        nx, ny = (int(v) for v in grid)  # type: ignore[union-attr]
+        nx, ny = (int(v) for v in grid)
     except (TypeError, ValueError):
         raise InputError("E060", what="grid", expected="two integers (nx, ny) >= 1", value=grid) from None
     if nx < 1 or ny < 1 or nx * ny > 1 << 22:
@@ -313,9 +314,9 @@ class UnitDistribution(Distribution):
 
     def update_thresholds(self, sub_ids: np.ndarray, thresholds: np.ndarray) -> Routing:
         ids = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
-        thresholds = check_thresholds(thresholds, len(ids))
-        if len(ids) == 0:
-            return Routing.empty(0)
+        theta = check_thresholds(thresholds, len(ids))
+        if len(ids) == 0 or theta is None:
+            return Routing.empty(len(ids))
         check_unique_ids(ids)
         slots = self.table.slots_of(ids)
         known = np.flatnonzero(slots >= 0)
@@ -323,7 +324,7 @@ class UnitDistribution(Distribution):
             return Routing.empty(len(ids))
         rec = self.table.records.take(slots[known])
         old_len = self.table.assigned[slots[known]]
-        new_len = np.maximum(old_len, loose_prefix_lengths(rec.terms, rec.alpha, thresholds[known]))
+        new_len = np.maximum(old_len, loose_prefix_lengths(rec.terms, rec.alpha, theta[known]))
         grew = np.flatnonzero(new_len > old_len)
         if len(grew) == 0:
             return Routing.empty(len(ids))

@@ -29,6 +29,7 @@ True
 from __future__ import annotations
 
 import copy
+from typing import TypeVar
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from skype.partitioning.rebalance import aqwa, ps2stream, sstd, tornado
 from skype.partitioning.rebalance.base import Plan, empty_plan, imbalance
 from skype.partitioning.units import UnitDistribution
 
+D = TypeVar("D", bound=UnitDistribution)
 POLICIES = ("never", "tornado", "ps2stream", "sstd", "aqwa")
 COMPATIBLE = {
     "never": ("agrid", "kdt", "qt", "aqwa"),
@@ -87,7 +89,7 @@ def apply_plan(dist: UnitDistribution, plan: Plan) -> tuple[int, int]:
     return dist.move_units(plan.units, plan.destinations)
 
 
-def calibrate(dist: UnitDistribution, sample, policy: str, rounds: int = 4, **params) -> UnitDistribution:
+def calibrate(dist: D, sample, policy: str, rounds: int = 4, **params) -> D:
     """Build-time refinement: route the sample, let ``policy`` move units (no migration budget:
     nothing is running yet) for up to ``rounds`` rounds; returns the state (a copy, for methods
     with a tree) that measured the lowest imbalance on the sample, with clear statistics."""
