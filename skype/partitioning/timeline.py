@@ -102,14 +102,19 @@ def run_timeline(dist: Distribution, policy: str, subscriptions: SubscriptionBat
         copies = count = 0
         t_first = None
 
-    for op, payload in steps:
-        if op == "sub":
+    leaving: list[int] = []
+    for index, (op, payload) in enumerate(steps):
+        if op == "unsub":
+            tally.remove(int(payload))
+            leaving.append(int(payload))
+            live -= 1
+            if index + 1 < len(steps) and steps[index + 1][0] == "unsub":
+                continue  # consecutive departures leave in one call
+            dist.remove_subscriptions(np.array(leaving, np.int64))
+            leaving = []
+        elif op == "sub":
             tally.add(payload, dist.route_subscriptions(payload, np.zeros(len(payload))))
             live += len(payload)
-        elif op == "unsub":
-            tally.remove(int(payload))
-            dist.remove_subscriptions(np.array([payload], np.int64))
-            live -= 1
         else:
             for batch in payload.batches(batch_size):
                 pos = 0
