@@ -156,6 +156,8 @@ class UnitDistribution(Distribution):
         self.part_msgs_old = np.zeros(self.num_partitions)
         self.term_msgs_new = np.zeros(len(self.holders))  # messages holding each term
         self.term_msgs_old = np.zeros(len(self.holders))
+        self.msgs_new = 0.0  # messages routed (the same layers)
+        self.msgs_old = 0.0
         self.cell_msgs_new = np.zeros(grid.num_cells)  # messages located in each cell
         self.cell_msgs_old = np.zeros(grid.num_cells)
         self.messages_seen = 0
@@ -356,6 +358,7 @@ class UnitDistribution(Distribution):
     # ------------------------------------------------------------------ statistics
     def _observe(self, batch: MessageBatch, partitions: np.ndarray) -> None:
         self.messages_seen += len(batch)
+        self.msgs_new += len(batch)
         self.cell_msgs_new += np.bincount(self.grid.cell_of(batch.x, batch.y), minlength=self.grid.num_cells)
         self.part_msgs_new += np.bincount(partitions, minlength=self.num_partitions)
         freq = np.bincount(batch.terms.ids, minlength=len(self.holders))
@@ -373,6 +376,7 @@ class UnitDistribution(Distribution):
         self.cell_msgs_new = np.zeros_like(self.cell_msgs_new)
         self.term_msgs_old = self.term_msgs_old * decay + self.term_msgs_new
         self.term_msgs_new = np.zeros_like(self.term_msgs_new)
+        self.msgs_old, self.msgs_new = self.msgs_old * decay + self.msgs_new, 0.0
 
     def reset_statistics(self) -> None:
         """Forget the message counts (the replica counts stay: they are the placement)."""
@@ -380,6 +384,7 @@ class UnitDistribution(Distribution):
                      "term_msgs_old"):
             setattr(self, name, np.zeros_like(getattr(self, name)))
         self.messages_seen = 0
+        self.msgs_old = self.msgs_new = 0.0
 
     def partition_messages(self) -> np.ndarray:
         return self.part_msgs_old + self.part_msgs_new
@@ -401,8 +406,7 @@ class UnitDistribution(Distribution):
         freq = self.term_msgs_old + self.term_msgs_new
         inside = terms < len(freq)
         mass = np.bincount(units[inside], weights=freq[terms[inside]], minlength=self.num_units)
-        total = self.part_msgs_old.sum() + self.part_msgs_new.sum()
-        return np.minimum(mass, max(total, float(self.messages_seen)))
+        return np.minimum(mass, self.msgs_old + self.msgs_new)  # no more than the messages counted
 
     def partition_cost(self, unit_cost: np.ndarray | None = None) -> np.ndarray:
         cost = self.unit_cost() if unit_cost is None else unit_cost

@@ -48,7 +48,7 @@ def greedy_migration(loads: np.ndarray, sizes: np.ndarray, tau: float, limit: fl
     return best if best is not None else taken
 
 
-def decide(snapshot: dict, *, sigma: float = 1.1, rounds: int | None = None, max_fraction: float = 0.05) -> Plan:
+def decide(snapshot: dict, *, sigma: float = 1.05, rounds: int | None = None, max_fraction: float = 0.05) -> Plan:
     model = LoadModel(snapshot)
     before = model.imbalance()
     if before <= sigma:

@@ -57,7 +57,7 @@ def _reassign(model: LoadModel, units: np.ndarray, partitions: np.ndarray) -> No
         model.move(units[dest == p], int(p))
 
 
-def decide(snapshot: dict, *, lam: float = 1.1, max_fraction: float = 0.1) -> Plan:
+def decide(snapshot: dict, *, lam: float = 1.05, max_fraction: float = 0.1) -> Plan:
     base = LoadModel(snapshot)
     before = base.imbalance()
     if before <= lam:
