@@ -96,7 +96,7 @@ class AGridDistribution(UnitDistribution):
         vocab_size = vocabulary_size(vocabulary, subscriptions, sample)
         weights, count = sample_cell_costs(g, subscriptions, sample, thresholds, vocab_size)
         tie = prefix_grid(count, g.nx, g.ny)
-        best, best_imbalance = None, np.inf
+        best, best_imbalance, stale = None, np.inf, 0
         for _ in range(1 + (calibrate if sample is not None and len(sample) else 0)):
             rects = greedy_kd(prefix_grid(weights, g.nx, g.ny), (0, 0, g.nx, g.ny), num_partitions, tie=tie)
             dist = cls(num_partitions, g, rects, vocab_size)
@@ -108,7 +108,11 @@ class AGridDistribution(UnitDistribution):
             load = dist.partition_cost()
             imbalance = float(load.max() / max(load.mean(), 1e-12))
             if imbalance < best_imbalance:
-                best, best_imbalance = dist, imbalance
+                best, best_imbalance, stale = dist, imbalance, 0
+            else:
+                stale += 1
+                if stale == 2:  # two rounds without progress
+                    break
             weights = count * dist.partition_messages()[dist.owner]  # each cell's share of the measured load
         assert best is not None
         best.reset_statistics()

@@ -7,7 +7,8 @@ Build, from the sample (Alg. 1, with the layer's load ``W = |S| * |M|``, see
    (``sim_t >= delta``) or that holds at most ``|S| / P`` subscriptions stays a space node
    (N_s); otherwise it is cut where the candidate costs balance.  A cut that does not change
    ``min(sim_t)`` of the children marks the node text-only (N_t).
-2. PartitionNode: while there are fewer than ``leaf_factor * P`` leaves (the paper's theta), the
+2. PartitionNode: while there are fewer than ``leaf_factor * P`` leaves (the paper's theta; at
+   most one per 16 subscriptions), the
    leaf of largest load is split in two, by text (term ranges) if it is text-only, else by
    whichever of the space and the text split gives the smaller summed load.  The leaves are
    merged into P partitions (MergeNodesIntoPartitions: by load, descending, into the lightest).
@@ -87,7 +88,8 @@ class KdtDistribution(UnitDistribution):
             else:
                 todo.extend(halves)
         # step 2: PartitionNode on the heaviest leaf until balanced (or the leaf budget is spent)
-        while len(leaves) < leaf_factor * num_partitions:
+        budget = min(leaf_factor * num_partitions, max(num_partitions, len(subscriptions) // 16))
+        while len(leaves) < budget:
             open_ = [j for j in range(len(leaves)) if not leaves[j].frozen]
             if not open_:
                 break

@@ -4,7 +4,7 @@ Build (Algorithm 1): a max-heap of leaves by load; the heaviest leaf is split ei
 (four equal quadrants of its cell rectangle; two halves when it is one cell thick) or textually
 (four children sharing its rectangle, each a range of term ids), whichever gives the smaller
 summed load (Eq. 2, here the layer's ``W = |S| * |M|``, see :mod:`skype.partitioning.regions`),
-until ``leaf_factor * P`` leaves (SSTD's theta).  Leaves are assigned to the P partitions by
+until ``leaf_factor * P`` leaves (SSTD's theta; at most one per 16 subscriptions).  Leaves are assigned to the P partitions by
 Karmarkar-Karp differencing; since a partition's load is not the sum of its leaves' estimates
 (its summary is a union), ``calibrate`` rounds of the SSTD adjustment then run on the sample.
 
@@ -76,7 +76,7 @@ class QtDistribution(UnitDistribution):
         heap = [(-root.load, 0, root)]
         done: list[Leaf] = []
         counter = 1
-        target = max(num_partitions, leaf_factor * num_partitions)
+        target = max(num_partitions, min(leaf_factor * num_partitions, len(subscriptions) // 16))
         while heap and len(heap) + len(done) < target:
             _, _, leaf = heapq.heappop(heap)
             options = []
