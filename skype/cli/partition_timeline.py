@@ -61,11 +61,14 @@ def write_timeline_plot(path: str, runs: list[dict], title: str) -> Path:
     fig = Figure(figsize=(9, 5), dpi=80)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    for run in runs:
+    from matplotlib import colormaps
+
+    colors = colormaps["tab20"]
+    for index, run in enumerate(runs):
         ivs = run["intervals"]
         t0 = ivs[0]["t_start"] if ivs and ivs[0]["t_start"] is not None else 0.0
         xs = [((iv["t_end"] or 0.0) - t0) / 3600.0 for iv in ivs]
-        ax.plot(xs, [iv["imbalance"] for iv in ivs], marker="o", markersize=2.5, linewidth=1.2,
+        ax.plot(xs, [iv["imbalance"] for iv in ivs], marker="o", markersize=2.5, linewidth=1.2, color=colors(index % 20),
                 linestyle="--" if run["policy"] == "never" else "-", label=f"{run['method']} + {run['policy']}")
     ax.axhline(1.5, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xlabel("stream hours")
