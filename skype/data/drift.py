@@ -125,8 +125,15 @@ def _with_term(terms: TermMatrix, rows: np.ndarray, term: np.ndarray, weight: fl
     return TermMatrix(indptr, ids, w / norm[r])
 
 
-def _copies(base: SubscriptionBatch, rng: np.random.Generator, n: int, first_id: int) -> SubscriptionBatch:
-    src = rng.integers(0, len(base), n)
+def _copies(base: SubscriptionBatch, rng: np.random.Generator, n: int, first_id: int,
+            near: tuple[float, float] | None = None) -> SubscriptionBatch:
+    """``n`` copies of random base subscriptions (of the 5% nearest to ``near``, if given: local
+    interests, which matters where terms are local, as place names are)."""
+    pool = np.arange(len(base))
+    if near is not None and len(base):
+        d2 = (base.x - near[0]) ** 2 + (base.y - near[1]) ** 2
+        pool = np.argsort(d2, kind="stable")[: max(1, len(base) // 20)]
+    src = pool[rng.integers(0, len(pool), n)]
     out = base.take(src)
     out.ids = np.arange(first_id, first_id + n, dtype=np.int64)
     return out
@@ -183,7 +190,7 @@ def make_drift(kind: str, workload, *, start: int = 0, seed: int = 0, **params: 
         count = int(p["sub_share"] * len(subs))
         when = np.sqrt(rng.random(count))  # density 2p: more arrivals as the spot heats up
         arrive_at = (start + when * span).astype(np.int64).clip(start, n - 1)
-        arrivals = _copies(subs, rng, count, first_id)
+        arrivals = _copies(subs, rng, count, first_id, near=((ax + bx) / 2, (ay + by) / 2))
         arrivals.x, arrivals.y = _clip(ax + when * (bx - ax) + rng.normal(0, p["radius"], count),
                                        ay + when * (by - ay) + rng.normal(0, p["radius"], count), bounds)
         leave_at = arrive_at + int(p["lifetime"] * span)
