@@ -11,8 +11,9 @@ their **departures**), all deterministic in ``seed``:
   (a storm, not a jet: about a degree an hour on the default stream).  Each
   message is moved into it (Gaussian, ``radius`` degrees) with probability ``share * p``, a
   rising share.  ``sub_share * |S|`` subscriptions arrive at the spot where it is when they
-  arrive (more as it heats up, density ``2p``), copying the terms of random base subscriptions,
-  and leave ``lifetime`` (a fraction of the drifting part) later.
+  arrive (more as it heats up, density ``2p``), copying the terms of base subscriptions near the
+  spot (the nearest 5%: local interests), and leave ``lifetime`` (a fraction of the drifting
+  part) later.
 * ``trending``: ``trends`` mid-frequency terms rise to the top of the frequency list and fall,
   one after another (a triangular bump each, peak probability ``share``); a message gets the
   term of the current trend added.  Subscriptions on the trending term arrive during its bump
