@@ -28,8 +28,10 @@ from skype.partitioning.rebalance.base import LoadModel, Plan, empty_plan
 def greedy_migration(loads: np.ndarray, sizes: np.ndarray, tau: float, limit: float) -> list[int]:
     """GR: indices of the units to move (module docstring).
 
-    >>> greedy_migration(np.array([5.0, 1, 1, 8]), np.array([5, 1, 2, 1]), 6.0, 10.0)
-    [1, 3]
+    >>> greedy_migration(np.array([5.0, 1, 1, 8]), np.array([5, 1, 2, 1]), 6.0, 10.0)  # one cheap unit reaches tau
+    [3]
+    >>> greedy_migration(np.array([2.0, 2, 3]), np.array([1, 1, 9]), 5.0, 10.0)  # GS {0, 1}, then the one that crosses
+    [0, 1, 2]
     """
     order = np.lexsort((np.arange(len(loads)), sizes / np.maximum(loads, 1e-12)))
     taken: list[int] = []
