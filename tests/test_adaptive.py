@@ -17,7 +17,7 @@ import pytest
 
 from skype import InputError
 from skype.data import make_workload
-from skype.data.drift import DRIFT_KINDS, _with_term, drift_steps, make_drift
+from skype.data.drift import DRIFT_KINDS, with_term, drift_steps, make_drift
 from skype.model import MessageBatch
 from skype.partitioning import ADAPTIVE_METHODS, build_distribution, estimate_thresholds
 from skype.partitioning.measure import load_imbalance, partition_loads
@@ -45,7 +45,7 @@ class Skew:
         burst.x = np.clip(2.3 + rng.normal(0, 12, 600), -180, 180)
         burst.y = np.clip(48.8 + rng.normal(0, 8, 600), -90, 90)
         # one of four rare terms first: a textual hot spot too (QT-tree leaves split by text)
-        burst.terms = _with_term(burst.terms, np.arange(600), rng.integers(0, 4, 600), 1.0)
+        burst.terms = with_term(burst.terms, np.arange(600), rng.integers(0, 4, 600), 1.0)
         self.burst = burst
         self.all_subs = concat_subscriptions([w.subscriptions, burst])
         self.all_theta = np.r_[self.theta, np.zeros(600)]

@@ -110,7 +110,7 @@ def _progress(n: int, start: int) -> np.ndarray:
     return np.clip((np.arange(n) - start) / max(n - start, 1), 0.0, 1.0)
 
 
-def _with_term(terms: TermMatrix, rows: np.ndarray, term: np.ndarray, weight: float) -> TermMatrix:
+def with_term(terms: TermMatrix, rows: np.ndarray, term: np.ndarray, weight: float) -> TermMatrix:
     """Add ``term[i]`` to row ``rows[i]`` (weight ``weight`` before L2 normalisation)."""
     all_rows = np.repeat(np.arange(terms.rows, dtype=np.int64), terms.lengths())
     ids = np.r_[terms.ids, term]
@@ -208,14 +208,14 @@ def make_drift(kind: str, workload, *, start: int = 0, seed: int = 0, **params: 
         bump = np.clip(1 - np.abs(prog[:, None] - centres[None, :]) / width, 0, 1) * (np.arange(n) >= start)[:, None]
         which = np.argmax(bump, axis=1)
         hot = rng.random(n) < p["share"] * bump[np.arange(n), which]
-        terms = _with_term(terms, np.flatnonzero(hot), chosen[which[hot]], 0.5)
+        terms = with_term(terms, np.flatnonzero(hot), chosen[which[hot]], 0.5)
         count = int(p["sub_share"] * len(subs))
         trend_of = rng.integers(0, trends, count)
         when = np.clip(centres[trend_of] + (rng.random(count) - 0.5) * width, 0, 1)
         arrive_at = (start + when * span).astype(np.int64).clip(start, n - 1)
         base = _copies(subs, rng, count, first_id)
         arrivals = base
-        arrivals.terms = _with_term(base.terms, np.arange(count), chosen[trend_of], 1.0)
+        arrivals.terms = with_term(base.terms, np.arange(count), chosen[trend_of], 1.0)
         leave_at = arrive_at + int(p["lifetime"] * span)
         leave_at[leave_at >= n] = -1
     elif kind == "flip":
