@@ -50,6 +50,10 @@ class Errors:
     E031 = "line is not valid UTF-8: {detail}"
     E032 = "Parquet file cannot be read: {detail}"
     E033 = "a {kind} record must be a JSON object, got {value!r}"
+    # E060-E079: adaptive partitioning, rebalancing and drift (issue 13)
+    E060 = "{what} must be {expected}, got {value!r}"
+    E061 = "rebalancing move rejected: {detail}"
+    E062 = "drift workload {kind!r} cannot be made: {detail}"
 
 
 class InputError(SkypeError, ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary, tokenize
 from skype import io, validate
+from skype.data.drift import DRIFT_KINDS, make_drift
 from skype.data.workloads import DATASETS, SUB_KEYWORDS, make_subscriptions, make_workload
 
 DEFAULT_NUM_SUBS = 20_000
@@ -54,6 +56,10 @@ def add_workload_args(p: argparse.ArgumentParser, *, window: bool = True) -> Non
     g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     g.add_argument("--sub-terms", type=term_range, default=(1, 3), metavar="LO..HI", help="terms per subscription (default: 1..3)")
     g.add_argument("--k", type=int, default=20, help="k of generated subscriptions (default: %(default)s)")
+    g.add_argument("--drift", choices=DRIFT_KINDS, default="none",
+                   help="drift the generated stream over time (skype.data.drift; default: none)")
+    g.add_argument("--drift-start", type=int, default=None, metavar="N",
+                   help="messages before the drift begins (default: partition-sim's --sample-size, else 0)")
     g.add_argument("--sub-keywords", choices=SUB_KEYWORDS, default="message",
                    help="draw subscription terms from a message (paper) or from a Zipf law")
     f = p.add_argument_group("workload (files: JSONL or Parquet, see README)")
@@ -214,12 +220,21 @@ def messages_batch(rows: list[tuple]) -> MessageBatch:
     return MessageBatch(ids, x, y, t, _terms(rows, 4))
 
 
+def drift_start(args: argparse.Namespace) -> int:
+    start = getattr(args, "drift_start", None)
+    return int(start) if start is not None else int(getattr(args, "sample_size", 0) or 0)
+
+
 def load_inputs(args: argparse.Namespace) -> Inputs:
     bounds: Bounds = getattr(args, "bounds", DEFAULT_BOUNDS)
     if not (args.messages or args.subscriptions or args.events):
         w = make_workload(args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
                           sub_terms=args.sub_terms, k=args.k, sub_keywords=args.sub_keywords, bounds=bounds)
         desc = f"{args.dataset} (seed {args.seed})"
+        drift = getattr(args, "drift", "none")
+        if drift != "none":
+            d = make_drift(drift, w, start=drift_start(args), seed=args.seed)
+            return Inputs(w.vocabulary, w.subscriptions, d.steps(), bounds, f"{desc}, drift {drift}", texts=w.texts)
         return Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], bounds, desc, texts=w.texts)
     if args.messages and args.events:
         raise InputError("E023", what="--messages", expected="left out when --events is given", value=args.messages)
@@ -278,3 +293,31 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
                                       sub_keywords=args.sub_keywords)
             return Inputs(vocab, subs, steps, bounds, desc, collector.rejected)
     return Inputs(vocab, subscriptions_batch(sub_rows), steps, bounds, desc, collector.rejected)
+
+
+def write_drift_files(args, workload) -> int:
+    """``generate --drift KIND``: the subscriptions registered first, the drifted messages, and,
+    with ``--events-out``, the whole drifted stream (arrivals and departures included) as events."""
+    from skype.cli.report import print_table
+
+    d = make_drift(args.drift, workload, start=drift_start(args), seed=args.seed)
+    if len(d.arrivals) and not args.events_out:
+        raise InputError("E062", kind=args.drift, detail=f"{len(d.arrivals)} subscriptions arrive mid-stream: "
+                                                           "give --events-out to write them")
+    vocab = workload.vocabulary
+    n_msg = io.write_objects(args.messages_out, io.message_objects(d.messages, vocab))
+    n_sub = io.write_objects(args.subscriptions_out, io.subscription_objects(workload.subscriptions, vocab))
+    rows = [("dataset", f"{args.dataset}, drift {args.drift}"), ("messages", f"{n_msg} -> {args.messages_out}"),
+            ("subscriptions", f"{n_sub} -> {args.subscriptions_out}")]
+    if args.events_out:
+        def events():
+            for op, payload in d.steps():
+                if op == "msgs":
+                    yield from ({"op": "msg", **obj} for obj in io.message_objects(payload, vocab))
+                elif op == "sub":
+                    yield from ({"op": "sub", **obj} for obj in io.subscription_objects(payload, vocab))
+                else:
+                    yield {"op": "unsub", "id": payload}
+        rows.append(("events", f"{io.write_objects(args.events_out, events())} -> {args.events_out}"))
+    print_table("generate", rows, file=sys.stdout)
+    return 0

@@ -13,6 +13,10 @@ No engine and no Spark: the router alone.  For each method and partition count P
    the paper's measure), per-partition load (replicas x messages that meet there), load
    imbalance (max / mean) and routing time per message.
 
+``--rebalance POLICY`` runs over time instead (with ``--drift KIND`` on a drifting stream):
+intervals of ``--interval`` messages, a rebalancing decision after each; see
+``skype/cli/partition_timeline.py``.
+
 ``--metrics-out`` writes JSON: one run gives a flat object with ``replication_ratio``,
 ``communication_per_message``, ``load_imbalance``, ``route_us_per_message`` and more; several
 runs give ``{"workload": ..., "runs": [...]}``.  ``--sweep`` runs P = 4, 8, 16, 32, 64, 128 for
@@ -33,6 +37,7 @@ from typing import Any
 
 
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
+from skype.cli.partition_timeline import POLICY_CHOICES, policies_arg
 from skype.cli.report import print_table, progress_bar
 from skype.partitioning import METHOD_PARAMS, METHODS, THRESHOLD_ENGINES, build_distribution, estimate_thresholds
 from skype.partitioning.measure import measure_routing
@@ -160,6 +165,12 @@ def write_plot(path: str, runs: list[dict], title: str) -> Path:
 
 
 def cmd_partition_sim(args: argparse.Namespace) -> int:
+    if args.method != "all" and args.method not in METHODS:
+        raise invalid_choice("method", args.method, (*METHODS, "all"))
+    if args.rebalance:
+        from skype.cli.partition_timeline import cmd_partition_timeline
+
+        return cmd_partition_timeline(args, [args.method], _warmup_count)
     methods = _methods(args)
     partitions = list(SWEEP_PARTITIONS) if args.sweep else args.partitions
     if args.batch_size < 1 or args.sample_size < 1:
@@ -250,6 +261,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine giving theta_s over the warm-up window (--window, default "
                         f"{DEFAULT_WARMUP} messages; default: %(default)s)")
     g.add_argument("--batch-size", type=int, default=1000, help="messages per routing call (default: %(default)s)")
+    r = p.add_argument_group("over time (skype.partitioning.timeline; see skype/cli/partition_timeline.py)")
+    r.add_argument("--rebalance", type=policies_arg, default=None, metavar="POLICY[,POLICY...]",
+                   help=f"run over time with rebalancing: {', '.join(POLICY_CHOICES)} (paper: each adaptive "
+                        "method's own policy); with --method all: location, prefix and the adaptive methods")
+    r.add_argument("--interval", type=int, default=5000,
+                   help="messages per interval of the over-time report (default: %(default)s)")
     o = p.add_argument_group("output")
     o.add_argument("--metrics-out", metavar="FILE", help="metrics as JSON")
     o.add_argument("--plot-out", metavar="FILE", help="PNG plot of the runs (default with --sweep: partition-sweep.png)")

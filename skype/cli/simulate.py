@@ -213,6 +213,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     w = make_workload(args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
                       sub_terms=args.sub_terms, k=args.k, sub_keywords=args.sub_keywords)
+    if args.drift != "none":
+        from skype.cli.inputs import write_drift_files
+
+        return write_drift_files(args, w)
     n_msg = io.write_objects(args.messages_out, io.message_objects(w.messages, w.vocabulary,
                                                                     w.texts if args.text else None))
     n_sub = io.write_objects(args.subscriptions_out, io.subscription_objects(w.subscriptions, w.vocabulary))
@@ -244,4 +248,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--messages-out", required=True, metavar="FILE")
     g.add_argument("--subscriptions-out", required=True, metavar="FILE")
     g.add_argument("--text", action="store_true", help="write message text (geonames) instead of exact terms")
+    g.add_argument("--events-out", metavar="FILE", help="with --drift: the drifted stream as sub/unsub/msg events")
     g.set_defaults(func=cmd_generate)

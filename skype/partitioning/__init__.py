@@ -11,7 +11,14 @@ keyword        term ranges, Algorithm 4 (Eqs. 16-17)        <= |s.psi|   ranges 
 prefix         ranges over loose prefixes (Eq. 18, Lemma 7) <= |s.lp|    ranges of its live terms
 spatial-first  location (N1) x prefix (N2)                  <= |s.lp|    N1 x live ranges
 keyword-first  prefix (N1) x location (N2)                  <= |s.lp|    live ranges x N2
+agrid          Tornado's A-Grid: rectangles of grid cells   1            partitions whose
+kdt            PS2Stream's kdt-tree: kd leaves, text ranges <= |s.lp|    keyword summary
+qt             SSTD's QT-tree: quadrants, textual children  1            holds one of its
+aqwa           AQWA's adaptive kd-tree on the grid          1            terms
 ============== ============================================ ============ =====================
+
+The last four are *adaptive*: their units (grid cells, tree leaves) can move between partitions
+at runtime (``skype.partitioning.rebalance``); see ``skype.partitioning.units``.
 
 >>> from skype.data import make_workload
 >>> w = make_workload("tweets", num_subs=300, num_messages=1000, seed=2)
@@ -28,19 +35,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from skype.partitioning.agrid import AGridDistribution
+from skype.partitioning.aqwa import AqwaDistribution
 from skype.partitioning.base import Distribution, check_num_partitions
 from skype.partitioning.hashing import HashingDistribution
 from skype.partitioning.hybrid import CompositeDistribution, build_hybrid, default_outer
+from skype.partitioning.kdt import KdtDistribution
 from skype.partitioning.location import LocationDistribution
 from skype.partitioning.prefix import EPS, loose_prefix_lengths, suffix_sums
+from skype.partitioning.qt import QtDistribution
 from skype.partitioning.ranges import KeywordDistribution, PrefixDistribution, RangeDistribution
 from skype.partitioning.routing import Routing, splitmix64
 from skype.partitioning.thresholds import THRESHOLD_ENGINES, estimate_thresholds, kscore_thresholds
+from skype.partitioning.units import UnitDistribution
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch
 from skype.text import Vocabulary
 
-METHODS = ("hashing", "location", "keyword", "prefix", "spatial-first", "keyword-first")
+STATIC_METHODS = ("hashing", "location", "keyword", "prefix", "spatial-first", "keyword-first")
+# methods whose placement units can move at runtime (skype.partitioning.rebalance)
+ADAPTIVE_METHODS = ("agrid", "kdt", "qt", "aqwa")
+METHODS = STATIC_METHODS + ADAPTIVE_METHODS
+_ADAPTIVE = {"agrid": AGridDistribution, "kdt": KdtDistribution, "qt": QtDistribution, "aqwa": AqwaDistribution}
 
 # The keyword parameters each method accepts (``**method_params`` of build_distribution).
 METHOD_PARAMS = {
@@ -50,6 +66,10 @@ METHOD_PARAMS = {
     "prefix": ("summary",),
     "spatial-first": ("n1", "bounds", "summary"),
     "keyword-first": ("n1", "bounds", "summary"),
+    "agrid": ("grid", "bounds", "calibrate"),
+    "kdt": ("grid", "bounds", "delta", "sigma", "leaf_factor", "calibrate"),
+    "qt": ("grid", "bounds", "leaf_factor", "calibrate"),
+    "aqwa": ("grid", "bounds", "calibrate"),
 }
 
 
@@ -77,6 +97,8 @@ def build_distribution(method: str, num_partitions: int, subscriptions: Subscrip
         return LocationDistribution.build(num_partitions, subscriptions, sample, **method_params)
     if method == "keyword":
         return KeywordDistribution.build(num_partitions, subscriptions, sample, vocabulary, **method_params)
+    if method in _ADAPTIVE:
+        return _ADAPTIVE[method].build(num_partitions, subscriptions, sample, vocabulary, thresholds, **method_params)
     if method == "prefix":
         return PrefixDistribution.build(num_partitions, subscriptions, sample, vocabulary, thresholds,
                                         **method_params)
@@ -84,7 +106,8 @@ def build_distribution(method: str, num_partitions: int, subscriptions: Subscrip
 
 
 __all__ = [
-    "EPS", "METHODS", "METHOD_PARAMS", "THRESHOLD_ENGINES", "CompositeDistribution", "Distribution",
+    "ADAPTIVE_METHODS", "AGridDistribution", "AqwaDistribution", "EPS", "KdtDistribution", "METHODS",
+    "METHOD_PARAMS", "QtDistribution", "STATIC_METHODS", "UnitDistribution", "THRESHOLD_ENGINES", "CompositeDistribution", "Distribution",
     "HashingDistribution", "KeywordDistribution", "LocationDistribution", "PrefixDistribution",
     "RangeDistribution", "Routing", "build_distribution", "default_outer", "estimate_thresholds",
     "kscore_thresholds", "loose_prefix_lengths", "splitmix64", "suffix_sums",

@@ -1,0 +1,318 @@
+"""Adaptive partitioning: the unit methods (agrid, kdt, qt, aqwa) under moves, their rebalancing
+policies, the drift workloads and partition-sim over time.
+
+The routing-correctness tests every method must pass live in test_partitioning.py (they are
+parametrized over ``METHODS``, which includes the adaptive methods).  Here: the cases only the
+adaptive methods have (a unit moves; a policy's plan is applied; adversarial layouts of cells),
+with the same brute-force oracle of "can score at or above the threshold".
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from skype import InputError
+from skype.data import make_workload
+from skype.data.drift import DRIFT_KINDS, with_term, drift_steps, make_drift
+from skype.model import MessageBatch
+from skype.partitioning import ADAPTIVE_METHODS, build_distribution, estimate_thresholds
+from skype.partitioning.measure import load_imbalance, partition_loads
+from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide
+from skype.partitioning.registry import concat_subscriptions
+from skype.partitioning.timeline import run_timeline
+from test_partitioning import _batch_msgs, _batch_subs, assert_meet, dense, score_matrix
+
+GRID = (32, 16)  # cells of 11.25 degrees: small tables, several cells per hot spot
+PAIRS = [(m, p) for p in POLICIES if p != "never" for m in COMPATIBLE[p]]
+NO_BUDGET = {"ps2stream": {"max_fraction": 1.0}, "sstd": {"max_fraction": 1.0}}  # a constructed skew, not a run
+
+
+class Skew:
+    """A workload, then a burst of subscriptions packed around one place: a constructed hot spot."""
+
+    def __init__(self) -> None:
+        w = make_workload("tweets", num_subs=400, num_messages=1500, seed=7, k=5)
+        self.w = w
+        self.sample, self.stream = w.messages.slice(0, 800), w.messages.slice(800, 1500)
+        self.theta = estimate_thresholds(w.subscriptions, self.sample, w.vocabulary, 300, engine="reference")
+        rng = np.random.default_rng(1)
+        burst = w.subscriptions.take(rng.integers(0, len(w.subscriptions), 600))
+        burst.ids = np.arange(10_000, 10_600, dtype=np.int64)
+        burst.x = np.clip(2.3 + rng.normal(0, 12, 600), -180, 180)
+        burst.y = np.clip(48.8 + rng.normal(0, 8, 600), -90, 90)
+        # one of four rare terms first: a textual hot spot too (QT-tree leaves split by text)
+        burst.terms = with_term(burst.terms, np.arange(600), rng.integers(0, 4, 600), 1.0)
+        self.burst = burst
+        self.all_subs = concat_subscriptions([w.subscriptions, burst])
+        self.all_theta = np.r_[self.theta, np.zeros(600)]
+        self.scores = score_matrix(self.all_subs, self.stream)
+
+    def build(self, method: str, num_partitions: int = 8):
+        dist = build_distribution(method, num_partitions, self.w.subscriptions, self.sample, self.w.vocabulary,
+                                  self.theta, grid=GRID)
+        dist.route_subscriptions(self.burst, np.zeros(len(self.burst)))
+        return dist
+
+
+@pytest.fixture(scope="module")
+def skew():
+    return Skew()
+
+
+def measured(dist, subs, theta, stream) -> tuple[float, object, object]:
+    r_subs = dist.route_subscriptions(subs, theta)
+    r_msgs = dist.route_messages(stream)
+    _, _, load = partition_loads(r_subs, r_msgs, dist.num_partitions)
+    return load_imbalance(load), r_subs, r_msgs
+
+
+# --------------------------------------------------------------------------- policies
+
+
+@pytest.mark.parametrize("method,policy", PAIRS, ids=[f"{m}-{p}" for m, p in PAIRS])
+def test_adaptive_policy_moves_keep_routing_correct_and_reduce_imbalance(skew, method, policy):
+    dist = skew.build(method)
+    before, _, _ = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
+    owner, version = dist.owner.copy(), dist.version
+    plan = decide(policy, dist, **NO_BUDGET.get(policy, {}))
+    assert np.array_equal(dist.owner, owner) and dist.version == version, "a decision changes nothing"
+    assert before > 1.5 and not plan.empty, f"{method}+{policy}: no plan for imbalance {before:.2f}"
+    assert plan.imbalance_after < plan.imbalance_before
+    assert (plan.sources != plan.destinations).all() and plan.subscriptions > 0 and plan.bytes > 0
+    moved, nbytes = apply_plan(dist, plan)
+    assert (moved, nbytes) == (plan.subscriptions, plan.bytes)
+    assert dist.version > version
+    after, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
+    assert after < before, f"{method}+{policy}: imbalance {before:.2f} -> {after:.2f}"
+    assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, f"{method}+{policy}")
+
+
+def test_adaptive_policies_refuse_methods_they_do_not_fit(skew):
+    with pytest.raises(InputError) as err:
+        decide("tornado", skew.build("qt"))
+    assert err.value.code == "E060"
+    with pytest.raises(InputError) as err:
+        decide("sstd", build_distribution("prefix", 4, skew.w.subscriptions, skew.sample, skew.w.vocabulary))
+    assert err.value.code == "E060"
+    with pytest.raises(InputError) as err:
+        decide("nope", skew.build("agrid"))
+    assert err.value.code == "E022"
+
+
+def test_adaptive_moves_are_checked(skew):
+    dist = skew.build("agrid")
+    with pytest.raises(InputError) as err:
+        dist.move_units(np.array([3, 3]), np.array([1, 2]))
+    assert err.value.code == "E061"
+    with pytest.raises(InputError) as err:
+        dist.move_units(np.array([3]), np.array([99]))
+    assert err.value.code == "E061"
+    assert dist.move_units(np.array([3]), dist.owner[[3]]) == (0, 0)  # no change, no move
+
+
+@pytest.mark.parametrize("method", ADAPTIVE_METHODS)
+def test_adaptive_moving_every_unit_keeps_meeting(skew, method):
+    """Any move, not just a policy's: shuffle every unit's owner, then route again."""
+    dist = skew.build(method)
+    rng = np.random.default_rng(4)
+    if method == "aqwa":  # its units follow the tree: rotate the leaves' partitions
+        dest = (dist.owner + 3) % dist.num_partitions
+    else:
+        dest = rng.integers(0, dist.num_partitions, dist.num_units)
+    dist.move_units(np.arange(dist.num_units), dest)
+    _, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
+    assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, method)
+    clone = pickle.loads(pickle.dumps(dist))
+    assert np.array_equal(clone.route_messages(skew.stream).partitions, r_msgs.partitions)
+
+
+# --------------------------------------------------------------------------- adversarial layouts
+
+
+@pytest.mark.parametrize("method", ADAPTIVE_METHODS)
+def test_adaptive_all_points_at_one_spot_and_empty_cells(method):
+    """Every subscription and message at one point: one cell holds everything, every other cell
+    is empty; P exceeds what space can split.  Routing stays correct."""
+    rng = np.random.default_rng(2)
+    subs = _batch_subs([{int(t): 1.0} for t in rng.integers(0, 20, 300)], np.full(300, 2.35), np.full(300, 48.86))
+    msgs = _batch_msgs([{int(t): 1.0} for t in rng.integers(0, 20, 200)], np.full(200, 2.35), np.full(200, 48.86))
+    dist = build_distribution(method, 8, subs, msgs, None, grid=GRID)
+    r_subs, r_msgs = dist.route_subscriptions(subs), dist.route_messages(msgs)
+    assert (r_subs.counts() >= 1).all()
+    assert_meet(r_subs, r_msgs, score_matrix(subs, msgs), None, 8, method)
+
+
+@pytest.mark.parametrize("method", ADAPTIVE_METHODS)
+def test_adaptive_two_far_clusters_and_a_hot_term(method):
+    """Subscriptions in two far clusters, one term in every record; messages in a third place."""
+    rng = np.random.default_rng(3)
+    x = np.r_[rng.normal(-100, 1, 150), rng.normal(120, 1, 150)]
+    y = np.r_[rng.normal(40, 1, 150), rng.normal(-30, 1, 150)]
+    subs = _batch_subs([{0: 1.0, int(t): 0.5} for t in rng.integers(1, 40, 300)], x, y)
+    msgs = _batch_msgs([{0: 1.0, int(t): 0.4} for t in rng.integers(1, 40, 150)], np.full(150, 10.0), np.zeros(150))
+    dist = build_distribution(method, 6, subs, msgs, None, grid=GRID)
+    r_subs, r_msgs = dist.route_subscriptions(subs), dist.route_messages(msgs)
+    assert (r_msgs.counts() >= 1).all(), "the hot term is live everywhere it is held"
+    assert_meet(r_subs, r_msgs, score_matrix(subs, msgs), None, 6, method)
+
+
+@pytest.mark.parametrize("method", ADAPTIVE_METHODS)
+def test_adaptive_lazy_reallocation_and_backfill(skew, method):
+    """theta falls: only new partitions come back, the summaries grow, and old routing plus the
+    backfill of the newly live terms covers every pair above the lower thresholds."""
+    c = skew
+    rng = np.random.default_rng(11)
+    subs = c.w.subscriptions
+    high = rng.uniform(0.5, 1.0, len(subs))
+    low = high * rng.uniform(0.0, 1.0, len(subs))
+    dist = build_distribution(method, 8, subs, c.sample, c.w.vocabulary, high, grid=GRID)
+    before = dist.route_subscriptions(subs, high)
+    old_msgs = dist.route_messages(c.stream)
+    dist.pop_new_live_terms()
+    grown = dist.update_thresholds(subs.ids, low)
+    assert not (dense(grown, 8) & dense(before, 8)).any(), "only NEW partitions are returned"
+    new_terms = dist.pop_new_live_terms()
+    assert len(new_terms) > 0
+    after = before.union(grown)
+    scores = c.scores[: len(subs)]
+    assert_meet(after, dist.route_messages(c.stream), scores, low, 8, method)
+    has_new = np.isin(c.stream.terms.ids, new_terms)
+    rows_new = np.unique(np.repeat(np.arange(len(c.stream)), c.stream.terms.lengths())[has_new])
+    r_rows, r_parts = dist.route_messages(c.stream.take(rows_new)).pairs()
+    from skype.partitioning import Routing
+
+    backfilled = old_msgs.union(Routing.from_pairs(rows_new[r_rows], r_parts, len(c.stream)))
+    assert_meet(after, backfilled, scores, low, 8, method + " with backfill")
+    assert dist.update_thresholds(subs.ids, high).counts().sum() == 0
+
+
+def test_adaptive_removing_subscriptions_empties_their_units(skew):
+    dist = skew.build("qt")
+    total = int(dist.unit_subs.sum())
+    dist.remove_subscriptions(skew.burst.ids)
+    assert int(dist.unit_subs.sum()) == total - len(skew.burst)
+    dist.remove_subscriptions(skew.w.subscriptions.ids)
+    assert int(dist.unit_subs.sum()) == 0 and len(dist.live_terms()) == 0
+    assert dist.route_messages(skew.stream).counts().sum() == 0, "no summary left: no message goes anywhere"
+
+
+# --------------------------------------------------------------------------- drift workloads
+
+
+@pytest.fixture(scope="module")
+def base_workload():
+    return make_workload("tweets", num_subs=200, num_messages=4000, seed=2)
+
+
+@pytest.mark.parametrize("kind", DRIFT_KINDS)
+def test_drift_is_seeded_and_leaves_the_sample_alone(base_workload, kind):
+    w = base_workload
+    a, b = make_drift(kind, w, start=1000, seed=5), make_drift(kind, w, start=1000, seed=5)
+    assert np.array_equal(a.messages.x, b.messages.x) and np.array_equal(a.arrivals.ids, b.arrivals.ids)
+    assert np.array_equal(a.messages.terms.ids, b.messages.terms.ids)
+    head = w.messages.slice(0, 1000)
+    assert np.array_equal(a.messages.x[:1000], head.x) and np.array_equal(a.messages.y[:1000], head.y)
+    assert np.array_equal(a.messages.t, w.messages.t), "timestamps and order are kept"
+    if kind != "none":
+        changed = (a.messages.x != w.messages.x) | (a.messages.y != w.messages.y)
+        changed |= np.diff(a.messages.terms.indptr) != np.diff(w.messages.terms.indptr)
+        assert changed.any() or len(a.arrivals), kind
+        assert len(a.arrivals) > 0 and (a.arrive_at >= 1000).all()
+        assert len(np.unique(a.arrivals.ids)) == len(a.arrivals) and a.arrivals.ids.min() > w.subscriptions.ids.max()
+        stays = a.leave_at < 0
+        assert (a.leave_at[~stays] > a.arrive_at[~stays]).all()
+    steps = a.steps(chunk=700)
+    msgs = MessageBatch.concat([p for op, p in steps if op == "msgs"])
+    assert np.array_equal(msgs.ids, w.messages.ids)
+    subs_in = [p for op, p in steps if op == "sub"]
+    assert sum(len(p) for p in subs_in) == len(a.arrivals)
+    assert sum(1 for op, _ in steps if op == "unsub") == int((a.leave_at >= 0).sum())
+    registered: set[int] = set()
+    for op, p in steps:  # an id leaves only after it arrived
+        if op == "sub":
+            registered |= set(p.ids.tolist())
+        elif op == "unsub":
+            assert p in registered
+
+
+def test_drift_hotspot_takes_a_rising_share(base_workload):
+    d = make_drift("hotspot", base_workload, start=0, seed=1, share=0.8)
+    moved = (d.messages.x != base_workload.messages.x)
+    first, last = moved[:1000].mean(), moved[-1000:].mean()
+    assert last > 0.5 > first
+
+
+def test_drift_rejects_bad_parameters(base_workload):
+    with pytest.raises(InputError) as err:
+        make_drift("hotspot", base_workload, share=1.5)
+    assert err.value.code == "E062"
+    with pytest.raises(InputError) as err:
+        make_drift("flip", base_workload, radius=2.0)
+    assert err.value.code == "E062"
+    with pytest.raises(InputError) as err:
+        make_drift("storm", base_workload)
+    assert err.value.code == "E022"
+
+
+def test_drift_steps_move_events_to_the_chunk_start():
+    msgs = _batch_msgs([{0: 1.0}] * 10)
+    subs = _batch_subs([{0: 1.0}] * 2, first_id=50)
+    steps = drift_steps(msgs, subs, np.array([3, 7]), np.array([8, -1]), chunk=5)
+    assert [(op, len(p) if op != "unsub" else p) for op, p in steps] == [
+        ("sub", 1), ("msgs", 5), ("sub", 1), ("unsub", 50), ("msgs", 5)]
+
+
+# --------------------------------------------------------------------------- over time
+
+
+@pytest.fixture(scope="module")
+def drift_run():
+    w = make_workload("tweets", num_subs=600, num_messages=9000, seed=3)
+    d = make_drift("hotspot", w, start=3000, seed=3, sub_share=1.0)
+    sample = d.messages.slice(0, 3000)
+    theta = estimate_thresholds(w.subscriptions, sample, w.vocabulary, 500, engine="kscore")
+    steps = [s for s in d.steps(1000) if not (s[0] == "msgs" and s[1].ids[0] < 3000)]
+    return w, sample, theta, steps
+
+
+def test_timeline_reports_every_interval_and_rebalancing_beats_never(drift_run):
+    w, sample, theta, steps = drift_run
+    runs = {}
+    for policy in ("never", "ps2stream"):
+        dist = build_distribution("agrid", 8, w.subscriptions, sample, w.vocabulary, theta, grid=GRID)
+        runs[policy] = run_timeline(dist, policy, w.subscriptions, theta, steps, interval=1500)
+    never, ps2 = runs["never"], runs["ps2stream"]
+    assert len(never["intervals"]) == 4 and [r["messages"] for r in never["intervals"]] == [1500] * 4
+    assert never["subscriptions_moved"] == 0 and ps2["subscriptions_moved"] > 0
+    assert all(len(r["load_per_partition"]) == 8 for r in ps2["intervals"])
+    assert ps2["imbalance_last"] < never["imbalance_last"]
+    assert ps2["stream_hours"] > 0 and ps2["moved_fraction_per_hour"] > 0
+
+
+def test_partition_sim_cli_over_time(tmp_path):
+    from skype.run import main
+
+    out, png = tmp_path / "t.json", tmp_path / "t.png"
+    rc = main(["partition-sim", "--dataset", "tweets", "--num-subs", "300", "--num-messages", "5000",
+               "--sample-size", "2000", "--window", "500", "--thresholds", "kscore", "--partitions", "4",
+               "--drift", "hotspot", "--rebalance", "paper,never", "--method", "agrid", "--interval", "1000",
+               "--metrics-out", str(out), "--plot-out", str(png), "--no-progress"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert {(r["method"], r["policy"]) for r in data["runs"]} == {("agrid", "tornado"), ("agrid", "never")}
+    assert data["workload"]["arrivals"] > 0 and len(data["runs"][0]["intervals"]) == 3
+    assert png.stat().st_size > 1000
+
+
+def test_partition_sim_help_lists_the_policies(capsys):
+    from skype.run import main
+
+    with pytest.raises(SystemExit):
+        main(["partition-sim", "--help"])
+    text = capsys.readouterr().out
+    for policy in (*POLICIES, "paper"):
+        assert policy in text
