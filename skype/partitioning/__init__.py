@@ -33,6 +33,8 @@ See ``docs/distribution.md`` for the formulas, the safety arguments and measurem
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from skype.partitioning.agrid import AGridDistribution
@@ -56,7 +58,9 @@ STATIC_METHODS = ("hashing", "location", "keyword", "prefix", "spatial-first", "
 # methods whose placement units can move at runtime (skype.partitioning.rebalance)
 ADAPTIVE_METHODS = ("agrid", "kdt", "qt", "aqwa")
 METHODS = STATIC_METHODS + ADAPTIVE_METHODS
-_ADAPTIVE = {"agrid": AGridDistribution, "kdt": KdtDistribution, "qt": QtDistribution, "aqwa": AqwaDistribution}
+_ADAPTIVE_BUILD: dict[str, Callable[..., UnitDistribution]] = {
+    "agrid": AGridDistribution.build, "kdt": KdtDistribution.build, "qt": QtDistribution.build,
+    "aqwa": AqwaDistribution.build}
 
 # The keyword parameters each method accepts (``**method_params`` of build_distribution).
 METHOD_PARAMS = {
@@ -97,8 +101,8 @@ def build_distribution(method: str, num_partitions: int, subscriptions: Subscrip
         return LocationDistribution.build(num_partitions, subscriptions, sample, **method_params)
     if method == "keyword":
         return KeywordDistribution.build(num_partitions, subscriptions, sample, vocabulary, **method_params)
-    if method in _ADAPTIVE:
-        return _ADAPTIVE[method].build(num_partitions, subscriptions, sample, vocabulary, thresholds, **method_params)
+    if method in _ADAPTIVE_BUILD:
+        return _ADAPTIVE_BUILD[method](num_partitions, subscriptions, sample, vocabulary, thresholds, **method_params)
     if method == "prefix":
         return PrefixDistribution.build(num_partitions, subscriptions, sample, vocabulary, thresholds,
                                         **method_params)

@@ -80,7 +80,9 @@ class CompositeDistribution(Distribution):
         n2 = num_partitions // n1
         check_unique_ids(subscriptions.ids)
         if sample is None:
-            sample = MessageBatch(np.zeros(0, np.int64), [], [], [], subscriptions.terms.take(np.zeros(0, np.int64)))
+            none = np.zeros(0)
+            sample = MessageBatch(np.zeros(0, np.int64), none, none, none, subscriptions.terms.take(np.zeros(0, np.int64)))
+        outer: Distribution
         if name == "spatial-first":
             outer = LocationDistribution.build(n1, subscriptions, sample, bounds=bounds)
 
@@ -154,18 +156,19 @@ class CompositeDistribution(Distribution):
 
     def update_thresholds(self, sub_ids: np.ndarray, thresholds: np.ndarray) -> Routing:
         ids = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
-        thresholds = check_thresholds(thresholds, len(ids))
+        theta = check_thresholds(thresholds, len(ids))
         check_unique_ids(ids)
         pieces = []
         all_rows = np.arange(len(ids), dtype=np.int64)
         for j, inner in enumerate(self.inners):  # grown prefixes inside outer partitions already held
             pieces.append((j, all_rows, inner.update_thresholds(ids, thresholds)))
         rows, outer = self.outer.update_thresholds(ids, thresholds).pairs()
-        if len(rows):  # new outer partitions: route there afresh
+        if len(rows):  # new outer partitions: route there afresh (only thresholds grow prefixes)
+            assert theta is not None
             slots = self.table.slots_of(ids[rows])
             for j, sel in _group(rows[slots >= 0], outer[slots >= 0]):
                 rec = self.table.records.take(self.table.slots_of(ids[sel]))
-                pieces.append((j, sel, self.inners[j].route_subscriptions(rec, thresholds[sel])))
+                pieces.append((j, sel, self.inners[j].route_subscriptions(rec, theta[sel])))
         return self._combine(len(ids), pieces)
 
     def remove_subscriptions(self, sub_ids: np.ndarray) -> None:

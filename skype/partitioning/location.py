@@ -35,7 +35,8 @@ from skype.model import Bounds, DEFAULT_BOUNDS, MessageBatch, SubscriptionBatch
 _ALL_LEFT = (np.inf, np.uint64(np.iinfo(np.uint64).max))
 
 
-def _goes_left(c: np.ndarray, u: np.ndarray, key_c: np.ndarray, key_u: np.ndarray) -> np.ndarray:
+def _goes_left(c: np.ndarray, u: np.ndarray, key_c: float | np.ndarray, key_u: int | np.integer | np.ndarray) -> np.ndarray:
+    """Which points go left of the cut (key_c, key_u): scalars, or one cut per point."""
     return (c < key_c) | ((c == key_c) & (u < key_u))
 
 

@@ -39,6 +39,8 @@ minus those already held, are returned.  A shrinking prefix changes nothing.
 
 from __future__ import annotations
 
+from typing import Self
+
 import numpy as np
 
 from skype.partitioning.base import Distribution, check_num_partitions, check_thresholds
@@ -128,7 +130,7 @@ class RangeDistribution(Distribution):
     @classmethod
     def _build(cls, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None,
                vocabulary: Vocabulary | None, thresholds: np.ndarray | None, *, name: str,
-               use_prefix: bool, use_summary: bool) -> RangeDistribution:
+               use_prefix: bool, use_summary: bool) -> Self:
         num_partitions = check_num_partitions(num_partitions)
         thresholds = check_thresholds(thresholds, len(subscriptions)) if use_prefix else None
         sizes = [len(vocabulary) if vocabulary is not None else 0, 1]
@@ -233,8 +235,8 @@ class RangeDistribution(Distribution):
 
     def update_thresholds(self, sub_ids: np.ndarray, thresholds: np.ndarray) -> Routing:
         ids = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
-        thresholds = check_thresholds(thresholds, len(ids))
-        if self.table is None or not self.use_prefix or len(ids) == 0:
+        theta = check_thresholds(thresholds, len(ids))
+        if theta is None or self.table is None or not self.use_prefix or len(ids) == 0:
             return Routing.empty(len(ids))
         check_unique_ids(ids)
         slots = self.table.slots_of(ids)
@@ -242,7 +244,7 @@ class RangeDistribution(Distribution):
         slots = slots[known]
         rec = self.table.records.take(slots)
         old_len = self.table.assigned[slots]
-        new_len = np.maximum(old_len, loose_prefix_lengths(rec.terms, rec.alpha, thresholds[known]))
+        new_len = np.maximum(old_len, loose_prefix_lengths(rec.terms, rec.alpha, theta[known]))
         rows, terms = _batch_entries(rec.terms)
         pos = np.arange(len(terms), dtype=np.int64) - rec.terms.indptr[rows]
         was_held = pos < old_len[rows]
@@ -257,6 +259,7 @@ class RangeDistribution(Distribution):
 
     def _release(self, sub_ids: np.ndarray) -> np.ndarray:
         """Unregister ids; returns the terms their assigned prefixes held."""
+        assert self.table is not None, "a distribution with prefixes keeps a subscription table"
         slots = self.table.remove(np.asarray(sub_ids, dtype=np.int64).reshape(-1))
         if len(slots) == 0:
             return np.zeros(0, np.int64)

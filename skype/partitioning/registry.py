@@ -32,7 +32,8 @@ def concat_subscriptions(parts: list[SubscriptionBatch]) -> SubscriptionBatch:
 
 def empty_subscriptions() -> SubscriptionBatch:
     z = np.zeros(0)
-    return SubscriptionBatch(np.zeros(0, np.int64), z, z, np.zeros(0, np.int64), z, TermMatrix([0], [], []))
+    return SubscriptionBatch(np.zeros(0, np.int64), z, z, np.zeros(0, np.int64), z,
+                             TermMatrix(np.zeros(1, np.int64), np.zeros(0, np.int64), z))
 
 
 def check_unique_ids(ids: np.ndarray) -> None:

@@ -31,7 +31,7 @@ THRESHOLD_ENGINES = ("auto", "core", "reference", "kscore", "none")
 def core_engine_class():
     """``skype.Engine`` if the core is built, else None."""
     try:
-        from skype import Engine  # type: ignore[attr-defined]
+        from skype import Engine
     except ImportError:
         return None
     return Engine
