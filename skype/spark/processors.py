@@ -174,6 +174,14 @@ class PartitionProcessor(_HostedProcessor):
 
         t_write = time.perf_counter()
         written = self._write_log(meta, delta, snapshot)
+        entry = output.activation_entry
+        if entry is not None and snapshot is None:
+            # prefix replicas that slept or woke (skype.spark.activation): logged after the commands
+            compacted = None
+            if wants_snapshot(meta, len(entry)):
+                reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
+                compacted = reply[1] if reply[0] == "ok" else None
+            written += self._write_log(meta, None if compacted is not None else entry, compacted)
         if len(messages):
             segment = codec.pack_messages(messages, seq)
             sid = meta.take_id()

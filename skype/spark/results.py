@@ -100,6 +100,7 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     work = np.zeros(P)
     received = np.zeros(P)
     hosted = np.zeros(P)
+    record_copies = np.zeros(P)
     for m in parts:
         work[m["partition"]] += m["engine_s"] + m["report_s"]
         received[m["partition"]] += m["messages"]
@@ -107,7 +108,8 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     for m in parts:
         last[m["partition"]] = m
     for p, m in last.items():
-        hosted[p] = m["hosted"]
+        hosted[p] = m.get("active", m["hosted"])  # replicas in an engine (prefix: awake ones)
+        record_copies[p] = m["hosted"]
     distinct = sum(m["hosted_inverse_replication"] for m in last.values())
     seen: set[tuple[str, int]] = set()
     steady_hits = steady_total = 0
@@ -135,6 +137,10 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "batch_durations_ms": [p["durationMs"] for p in progress],
         "communication_per_message": float(received.sum() / messages) if messages else 0.0,
         "replication_ratio": float(hosted.sum() / distinct) if distinct > 0 else 0.0,
+        "record_replication_ratio": float(record_copies.sum() / distinct) if distinct > 0 else 0.0,
+        "replica_sleeps": sum(int(m.get("sleeps", 0)) for m in parts),
+        "replica_wakes": sum(int(m.get("wakes", 0)) for m in parts),
+        "replication_ratio_mean": _mean_replication(records, P),
         "load_imbalance": float(work.max() / mean_work) if mean_work > 0 else 1.0,
         "work_s_per_partition": work.tolist(), "messages_per_partition": received.tolist(),
         "cache_hit_rate": (sum(bool(m["hit"]) for m in parts) / len(parts)) if parts else 0.0,
@@ -158,6 +164,18 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "host_peak_rss_bytes": max((int(m.get("host_peak_rss_bytes", 0)) for m in parts + merges), default=0),
         "batch_breakdown_s": _breakdown(records, progress),
     }
+
+
+def _mean_replication(records: list[dict], num_partitions: int) -> float:
+    """Awake replicas per distinct subscription, averaged over the batches where every partition
+    reported (the end-of-run ratio alone hides how replicas sleep and wake along the stream)."""
+    ratios = []
+    for r in records:
+        parts = [m for m in r["stages"] if m["stage"] == "partition"]
+        distinct = sum(m["hosted_inverse_replication"] for m in parts)
+        if len(parts) == num_partitions and distinct > 0:
+            ratios.append(sum(m.get("active", m["hosted"]) for m in parts) / distinct)
+    return float(np.mean(ratios)) if ratios else 0.0
 
 
 def _breakdown(records: list[dict], progress: list[dict]) -> dict:

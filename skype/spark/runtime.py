@@ -35,8 +35,10 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.spark import hosts as hosts_mod
+from skype.spark.activation import ActivationConfig
 from skype.spark.keys import grouping_keys
-from skype.spark.partition import PartitionConfig, WindowSpec
+from skype.spark.partition import PartitionConfig
+from skype.spark.window import WindowSpec
 from skype.spark.results import (  # noqa: F401 - the run's outcome, re-exported
     count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events, ranked, run_metrics,
 )
@@ -334,12 +336,22 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     configs = {}
     for pipe in plan.pipelines:
         native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
+        activation = activation_config(s, pipe.distribution)
         for p, key in enumerate(pipe.partition_keys):
             configs[key] = PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
                                            tuple(sorted(s.engine_options.items())), count_native=native,
                                            pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
-                                           inline_merge=pipe.inline_merge)
+                                           inline_merge=pipe.inline_merge, activation=activation)
     return configs
+
+
+def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
+    """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.spark.activation`): count
+    windows only (a batch's expiries are bounded by its size, ``maxRecordsPerTrigger``); other
+    methods and time windows run every replica (exact mode)."""
+    if dist.name != "prefix" or settings.window.kind != "count" or settings.source != "files":
+        return None
+    return ActivationConfig(tuple(int(x) for x in dist.starts), settings.batch_size, int(settings.window.size))
 
 
 def closure_bytes(fn) -> int:
