@@ -154,6 +154,7 @@ class LocalPipeline:
         self.commands_sent = False
         self.metrics: list[list[dict]] = []
         self.events: dict[int, list[dict]] = {}
+        self.final: dict[int, list[bytes]] = {}  # final-results blobs of the last batch, by pipeline
         self.batch = 0
 
     def _stream(self):
@@ -201,28 +202,42 @@ class LocalPipeline:
         stage2: dict[int, list] = {}
         blobs: dict[int, list[bytes]] = {pipe.index: [] for pipe in self.plan.pipelines}
         metrics = []
+        final: dict[int, list[bytes]] = {}
         for key, rows in sorted(self.partition_rows().items()):
             if before_partition is not None:
                 before_partition(key, rows)
             for out in self.partitions.test(key, rows):
-                if out.kind == "reports":
+                if out.kind in ("reports", "results-request"):
                     stage2.setdefault(out.key, []).append(out)
                 elif out.kind == "events":
                     blobs[out.pipeline].append(bytes(out.payload))
+                elif out.kind == "results":
+                    final.setdefault(out.pipeline, []).append(bytes(out.payload))
                 else:
                     metrics.append(json.loads(out.payload))
         for key, rows in sorted(stage2.items()):
             for out in self.merge.test(key, rows):
                 if out.kind == "events":
                     blobs[out.pipeline].append(bytes(out.payload))
+                elif out.kind == "results":
+                    final.setdefault(out.pipeline, []).append(bytes(out.payload))
                 else:
                     metrics.append(json.loads(out.payload))
+        if final:
+            self.final = final
         for pipeline, parts in blobs.items():
             self.events.setdefault(pipeline, []).extend(events_table(parts, self.batch).to_pylist())
         self.metrics.append(metrics)
         self.batch += 1
         self.results = {i: fold_events_by_batch(ev)[-1] if ev else {} for i, ev in self.events.items()}
         return self.results[0]
+
+    def final_results(self, pipeline: int = 0) -> dict[int, list[tuple[int, float]]]:
+        """The final top-k the stateful stages sent in the stream's last batch."""
+        from skype.spark.reports import results_lines
+
+        rows = [json.loads(line) for line in results_lines(self.final.get(pipeline, []))]
+        return {r["id"]: [(e["id"], e["score"]) for e in r["topk"]] for r in rows}
 
     def snapshot_state(self, key: int) -> dict:
         t = self.partitions

@@ -69,7 +69,7 @@ def test_spark_job_every_method_exact_after_every_batch(spark, workload, tmp_pat
     """One run evaluates all six methods side by side (one pipeline each) over a stream with
     subscribes, unsubscribes and a re-subscribe mid-stream; each method's events, folded batch by
     batch, equal the centralized engine's results after the same prefix, and its final results
-    file equals ``simulate --results-out``."""
+    file, written from the stateful stages' own top-k, equals ``simulate --results-out``."""
     window_args = _window_args(workload, window_kind)
     run_dir = tmp_path / "run"
     report = _distributed(spark, workload, run_dir, window_args, "--method", "all", "--partitions", 2)
@@ -82,6 +82,7 @@ def test_spark_job_every_method_exact_after_every_batch(spark, workload, tmp_pat
         method = metrics["method"]
         got_final = results_of(run_dir / f"results.{method}.jsonl")
         assert got_final == want_final, f"{method}: {first_difference(got_final, want_final)}"
+        assert metrics["results_from"] == "stages"  # the stateful stages wrote them, no driver fold
         got = fold_events_by_batch(_events(spark, run_dir, method), metrics["batches"])
         assert len(got) == len(want) == metrics["batches"]
         for b, (g, w) in enumerate(zip(got, want)):

@@ -158,6 +158,9 @@ def test_spark_every_method_matches_the_oracle_and_prefix_replicates_less(tmp_pa
             got = pipe.results[index]
             assert got == want[b], f"{method} batch {b}: {first_difference(got, want[b])}"
             oracle_check(oracle, got, live, f"{method} batch {b}")
+    for index, method in enumerate(METHODS):  # the final top-k, straight from the stateful stages
+        final = pipe.final_results(index)
+        assert final == want[-1], f"{method} final results: {first_difference(final, want[-1])}"
     parts = {method: [m for ms in pipe.metrics for m in ms if m["stage"] == "partition" and m["pipeline"] == i]
              for i, method in enumerate(METHODS)}
     assert sum(m["sleeps"] for m in parts["prefix"]) > 0 and sum(m["wakes"] for m in parts["prefix"]) > 0

@@ -61,7 +61,7 @@ from skype.spark import activation as act
 from skype.spark import codec
 from skype.spark.activation import Activation, ActivationConfig
 from skype.spark.codec import OP_SUB, Commands
-from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows
+from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
 from skype.spark.window import WindowShare, WindowSpec
 
 APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
@@ -82,6 +82,8 @@ class PartitionConfig:
     bucket_keys: tuple = ()  # grouping keys of the pipeline's merge buckets
     inline_merge: bool = False  # every subscription has one replica: no merge stage
     activation: ActivationConfig | None = None  # prefix: replicas sleep off their loose prefix
+    final_upto: int | None = None  # messages in the whole stream, when known: the final batch
+                                   # (high-water mark + 1 reaching it) writes the final top-k
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -323,6 +325,13 @@ class PartitionCore:
         if config.advances() and core.hwm_seq >= 0 and clock > core.engine.clock:
             core.engine.advance_log(clock)
         return core
+
+    def final_results(self) -> bytes:
+        """The top-k of the subscriptions whose one replica is here (the merge stage answers for
+        replicated ones): :func:`skype.spark.reports.pack_results`."""
+        ids = [sid for sid in sorted(self.hosted.rows) if self.hosted.nrep(sid) == 1 and self.active(sid)]
+        lists = self._lists(ids)
+        return pack_results(ids, [lists[sid] for sid in ids])
 
     def snapshot(self) -> bytes:
         """Hosted subscriptions and pending commands as one log entry (it replaces the log)."""

@@ -40,7 +40,8 @@ from skype.spark.keys import grouping_keys
 from skype.spark.partition import PartitionConfig
 from skype.spark.window import WindowSpec
 from skype.spark.results import (  # noqa: F401 - the run's outcome, re-exported
-    count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events, ranked, run_metrics,
+    count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events, folded_results, ranked,
+    run_metrics, stage_result_files,
 )
 from skype.spark.sink import EventSink, events_table, print_events, suffix  # noqa: F401 - re-exported
 
@@ -155,9 +156,14 @@ class Plan:
     host_slots: int | None = None  # engine hosts per executor (its cores); None: the machine's cores
     routing_bytes: int = 0  # the pickled mapInArrow closure (what every routing task is sent)
     routing_table_bytes: int = 0  # the broadcast routing tables (sent once per executor)
+    stream_messages: int | None = None  # messages in the staged stream (None: an open stream)
 
     def events_dir_of(self, pipeline: Pipeline) -> Path:
         return self.run_dir / "events" / pipeline.method
+
+    def results_dir_of(self, pipeline: Pipeline) -> Path:
+        """The final top-k, written by the stateful stages' tasks in the stream's last batch."""
+        return self.run_dir / "results" / pipeline.method
 
     @property
     def spark_checkpoint(self) -> str:
@@ -231,11 +237,14 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None) -> Plan:
             with open(run_dir / f"distribution-{entry['method']}.pkl", "rb") as fh:
                 pipelines.append(Pipeline(i, entry["method"], pickle.load(fh), entry["partition_keys"],
                                           entry["bucket_keys"]))
-        return Plan(run_dir, settings, pipelines, saved["shuffle_partitions"], resumed=True)
+        return Plan(run_dir, settings, pipelines, saved["shuffle_partitions"], resumed=True,
+                    stream_messages=saved.get("stream_messages"))
     if inputs is None:
         raise InputError("E023", what="a new run", expected="given a workload", value=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
+    stream_messages = None
     if settings.source == "files" and settings.messages_dir is None:
+        stream_messages = int(inputs.num_messages)
         stage_inputs(inputs, run_dir / "stream" / "messages", run_dir / "stream" / "commands",
                      fmt=settings.stream_format, file_records=max(settings.batch_size, 1000))
     shuffle = max(settings.partitions, settings.merge_buckets)
@@ -250,10 +259,10 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None) -> Plan:
         pipelines.append(Pipeline(i, method, dist, pkeys[i * settings.partitions:(i + 1) * settings.partitions],
                                   bkeys[i * settings.merge_buckets:(i + 1) * settings.merge_buckets]))
     meta_path.write_text(json.dumps({
-        "settings": settings.checked(), "shuffle_partitions": shuffle,
+        "settings": settings.checked(), "shuffle_partitions": shuffle, "stream_messages": stream_messages,
         "pipelines": [{"method": p.method, "partition_keys": p.partition_keys, "bucket_keys": p.bucket_keys}
                       for p in pipelines]}, indent=2))
-    return Plan(run_dir, settings, pipelines, shuffle, resumed=False)
+    return Plan(run_dir, settings, pipelines, shuffle, resumed=False, stream_messages=stream_messages)
 
 
 # --------------------------------------------------------------------------- the session
@@ -341,7 +350,8 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
             configs[key] = PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
                                            tuple(sorted(s.engine_options.items())), count_native=native,
                                            pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
-                                           inline_merge=pipe.inline_merge, activation=activation)
+                                           inline_merge=pipe.inline_merge, activation=activation,
+                                           final_upto=plan.stream_messages)
     return configs
 
 
