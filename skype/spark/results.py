@@ -24,7 +24,7 @@ from skype.model import Match
 from skype.spark.sink import suffix
 
 if TYPE_CHECKING:
-    from skype.spark.runtime import Pipeline, Plan, RunOutcome
+    from skype.spark.plan import Pipeline, Plan, RunOutcome
 
 
 def fold_events(rows, state: dict | None = None) -> dict[int, dict[int, tuple[float, int]]]:

@@ -22,7 +22,7 @@ import numpy as np
 from skype.spark.staging import write_table
 
 if TYPE_CHECKING:
-    from skype.spark.runtime import Plan
+    from skype.spark.plan import Plan
 
 
 class EventSink:
