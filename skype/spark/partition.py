@@ -464,13 +464,15 @@ class PartitionCore:
         candidates = (set(changed.tolist()) | activation.fresh) - set(cmd_subs.tolist())
         activation.fresh -= candidates
         slept: list[tuple[int, int]] = []
-        for sid in sorted(candidates):
-            if not self.active(sid):
-                continue
+        running = np.array(sorted(sid for sid in candidates if self.active(sid)), np.int64)
+        indptr, _, top_scores = self.engine.topk_arrays(running) if len(running) else (np.zeros(1, np.int64), [], [])
+        for i, sid in enumerate(running.tolist()):
             nrep, _, _, k, alpha, term_ids, weights = self.hosted.rows[sid]
             pos, reach = act.reach_here(cfg.activation, cfg.partition, alpha, term_ids, weights)
             if pos <= 0:  # the home replica (or no term here) never sleeps
                 continue
+            if indptr[i + 1] - indptr[i] < k or top_scores[indptr[i + 1] - 1] <= reach + act.EPS:
+                continue  # fewer than k local matches above the reach: no k witnesses (cheap test first)
             ids, scores = self.engine._topn(sid, cfg.activation.depth_factor * k)
             until = activation.witnesses_until(k, reach, scores, self.window.seq_of(ids), h)
             if until is not None:
