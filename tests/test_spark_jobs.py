@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from spark_fixtures import (  # noqa: E402
-    METHODS, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, results_of,
+    METHODS, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, oracle_by_batch,
+    oracle_check, results_of,
 )
 
 from skype.cli.inputs import load_inputs  # noqa: E402
@@ -90,6 +91,10 @@ def test_spark_job_every_method_exact_after_every_batch(spark, workload, tmp_pat
         assert metrics["messages"] == inputs.num_messages
         assert metrics["communication_per_message"] >= 1.0 and metrics["replication_ratio"] >= 1.0
     assert sorted(m["method"] for m in report["runs"]) == sorted(METHODS)
+    # and every method's final results against the independent oracle (tests/oracle.py)
+    *_, (oracle, live) = oracle_by_batch(inputs, window, BATCH)
+    for method in METHODS:
+        oracle_check(oracle, results_of(run_dir / f"results.{method}.jsonl"), live, f"{method} final")
 
 
 def test_spark_job_resumes_from_checkpoint_with_equal_results(spark, workload, tmp_path):

@@ -13,8 +13,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from oracle import Oracle, check_ranking  # noqa: E402
-from spark_fixtures import LocalPipeline, centralized_by_batch, events_workload, first_difference  # noqa: E402
+from spark_fixtures import (  # noqa: E402
+    LocalPipeline, centralized_by_batch, events_workload, first_difference, oracle_by_batch, oracle_check,
+)
 
 from skype.cli.inputs import load_inputs  # noqa: E402
 from skype.run import build_parser  # noqa: E402
@@ -58,61 +59,6 @@ def _load(events, method: str, window: int, batch: int, partitions: int):
     return inputs, settings_from_args(args, inputs.bounds)
 
 
-def oracle_check(oracle: Oracle, got: dict, subs: dict, context: str) -> None:
-    """Every delivered top-k against the oracle's ranking (near-ties left to either order)."""
-    assert set(got) == set(subs), f"{context}: subscriptions {sorted(set(got) ^ set(subs))}"
-    for sid, k in subs.items():
-        check_ranking(got[sid], oracle.ranking(sid), k, f"{context} subscription {sid}")
-
-
-def oracle_by_batch(inputs, window: int, batch: int):
-    """Drive the oracle through the stream as the job's batches cut it; yields after each batch
-    the oracle and the live subscriptions' k (commands at ``h + 1`` apply in the batch ending at
-    ``h``, as :func:`spark_fixtures.centralized_by_batch`)."""
-    vocab = max(len(inputs.vocabulary), 1) + 64
-    b = inputs.bounds
-    oracle = Oracle(bounds=(b.minx, b.miny, b.maxx, b.maxy), window=window, num_terms=vocab, max_subs=512)
-    live: dict[int, int] = {}
-
-    def subscribe(b):
-        for i in range(len(b)):
-            ids, weights = b.terms.row(i)
-            oracle.subscribe(int(b.ids[i]), float(b.x[i]), float(b.y[i]), int(b.k[i]), float(b.alpha[i]),
-                             np.asarray(ids), np.asarray(weights))
-            live[int(b.ids[i])] = int(b.k[i])
-
-    subscribe(inputs.subscriptions)
-    total = inputs.num_messages
-    ends = list(range(batch, total, batch)) + [total]
-    steps, i, offset, published = inputs.steps, 0, 0, 0
-    for end in ends:
-        while i < len(steps):
-            op, payload = steps[i]
-            if op == "msgs":
-                take = min(len(payload) - offset, end - published)
-                for j in range(offset, offset + max(take, 0)):
-                    ids, weights = payload.terms.row(j)
-                    oracle.publish(int(payload.ids[j]), float(payload.x[j]), float(payload.y[j]),
-                                   float(payload.t[j]), np.asarray(ids), np.asarray(weights))
-                if take > 0:
-                    offset, published = offset + take, published + take
-                if offset < len(payload):
-                    break
-                i, offset = i + 1, 0
-            else:
-                if op == "sub":
-                    for sid in payload.ids.tolist():
-                        if sid in live:
-                            oracle.unsubscribe(sid)
-                    subscribe(payload)
-                else:
-                    for sid in np.atleast_1d(payload).tolist():
-                        oracle.unsubscribe(int(sid))
-                        live.pop(int(sid), None)
-                i += 1
-        yield oracle, dict(live)
-
-
 def test_spark_prefix_replica_wakes_when_the_threshold_falls(tmp_path):
     from skype.spark.hosts import InProcessHosts
 
@@ -124,7 +70,7 @@ def test_spark_prefix_replica_wakes_when_the_threshold_falls(tmp_path):
     assert dist.term_partitions(np.array([rare, hot])).tolist() == [0, 1]  # the case needs them apart
     want = centralized_by_batch(inputs, settings.window.centralized(), batch)
     sleeping_seen = woke = False
-    for b, (oracle, live) in enumerate(oracle_by_batch(inputs, window, batch)):
+    for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):
         if b == 3:
             InProcessHosts.clear()  # lose every engine while the hot replica sleeps: rebuild from the log
         got = pipe.step()
@@ -152,7 +98,7 @@ def test_spark_every_method_matches_the_oracle_and_prefix_replicates_less(tmp_pa
     settings.methods = METHODS
     want = centralized_by_batch(inputs, settings.window.centralized(), batch)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
-    for b, (oracle, live) in enumerate(oracle_by_batch(inputs, window, batch)):
+    for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):
         pipe.step()
         for index, method in enumerate(METHODS):
             got = pipe.results[index]
