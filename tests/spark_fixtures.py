@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from oracle import Oracle, check_ranking
 from skype import io
 from skype.data import make_workload
 
@@ -87,6 +88,62 @@ def centralized_by_batch(inputs, window: dict, batch_size: int) -> list[dict[int
     return out
 
 
+def oracle_check(oracle: Oracle, got: dict, subs: dict, context: str) -> None:
+    """Every delivered top-k against the oracle's ranking (near-ties left to either order)."""
+    assert set(got) == set(subs), f"{context}: subscriptions {sorted(set(got) ^ set(subs))}"
+    for sid, k in subs.items():
+        check_ranking(got[sid], oracle.ranking(sid), k, f"{context} subscription {sid}")
+
+
+def oracle_by_batch(inputs, window: dict, batch: int):
+    """Drive the independent oracle (``tests/oracle.py``; ``window``: ``{"window": N}`` or
+    ``{"window_seconds": T}``) through the stream as the job's batches cut it; yields after each batch
+    the oracle and the live subscriptions' k (commands at ``h + 1`` apply in the batch ending at
+    ``h``, as :func:`spark_fixtures.centralized_by_batch`)."""
+    vocab = max(len(inputs.vocabulary), 1) + 64
+    b = inputs.bounds
+    oracle = Oracle(bounds=(b.minx, b.miny, b.maxx, b.maxy), num_terms=vocab, max_subs=512, **window)
+    live: dict[int, int] = {}
+
+    def subscribe(b):
+        for i in range(len(b)):
+            ids, weights = b.terms.row(i)
+            oracle.subscribe(int(b.ids[i]), float(b.x[i]), float(b.y[i]), int(b.k[i]), float(b.alpha[i]),
+                             np.asarray(ids), np.asarray(weights))
+            live[int(b.ids[i])] = int(b.k[i])
+
+    subscribe(inputs.subscriptions)
+    total = inputs.num_messages
+    ends = list(range(batch, total, batch)) + [total]
+    steps, i, offset, published = inputs.steps, 0, 0, 0
+    for end in ends:
+        while i < len(steps):
+            op, payload = steps[i]
+            if op == "msgs":
+                take = min(len(payload) - offset, end - published)
+                for j in range(offset, offset + max(take, 0)):
+                    ids, weights = payload.terms.row(j)
+                    oracle.publish(int(payload.ids[j]), float(payload.x[j]), float(payload.y[j]),
+                                   float(payload.t[j]), np.asarray(ids), np.asarray(weights))
+                if take > 0:
+                    offset, published = offset + take, published + take
+                if offset < len(payload):
+                    break
+                i, offset = i + 1, 0
+            else:
+                if op == "sub":
+                    for sid in payload.ids.tolist():
+                        if sid in live:
+                            oracle.unsubscribe(sid)
+                    subscribe(payload)
+                else:
+                    for sid in np.atleast_1d(payload).tolist():
+                        oracle.unsubscribe(int(sid))
+                        live.pop(int(sid), None)
+                i += 1
+        yield oracle, dict(live)
+
+
 def fold_events_by_batch(rows: list[dict], num_batches: int | None = None) -> list[dict[int, list[tuple[int, float]]]]:
     """Events (dicts with ``batch``) -> the delivered top-k after each batch 0, 1, ... (a batch
     without events repeats the previous state)."""
@@ -154,6 +211,7 @@ class LocalPipeline:
         self.commands_sent = False
         self.metrics: list[list[dict]] = []
         self.events: dict[int, list[dict]] = {}
+        self.final: dict[int, list[bytes]] = {}  # final-results blobs of the last batch, by pipeline
         self.batch = 0
 
     def _stream(self):
@@ -201,28 +259,42 @@ class LocalPipeline:
         stage2: dict[int, list] = {}
         blobs: dict[int, list[bytes]] = {pipe.index: [] for pipe in self.plan.pipelines}
         metrics = []
+        final: dict[int, list[bytes]] = {}
         for key, rows in sorted(self.partition_rows().items()):
             if before_partition is not None:
                 before_partition(key, rows)
             for out in self.partitions.test(key, rows):
-                if out.kind == "reports":
+                if out.kind in ("reports", "results-request"):
                     stage2.setdefault(out.key, []).append(out)
                 elif out.kind == "events":
                     blobs[out.pipeline].append(bytes(out.payload))
+                elif out.kind == "results":
+                    final.setdefault(out.pipeline, []).append(bytes(out.payload))
                 else:
                     metrics.append(json.loads(out.payload))
         for key, rows in sorted(stage2.items()):
             for out in self.merge.test(key, rows):
                 if out.kind == "events":
                     blobs[out.pipeline].append(bytes(out.payload))
+                elif out.kind == "results":
+                    final.setdefault(out.pipeline, []).append(bytes(out.payload))
                 else:
                     metrics.append(json.loads(out.payload))
+        if final:
+            self.final = final
         for pipeline, parts in blobs.items():
             self.events.setdefault(pipeline, []).extend(events_table(parts, self.batch).to_pylist())
         self.metrics.append(metrics)
         self.batch += 1
         self.results = {i: fold_events_by_batch(ev)[-1] if ev else {} for i, ev in self.events.items()}
         return self.results[0]
+
+    def final_results(self, pipeline: int = 0) -> dict[int, list[tuple[int, float]]]:
+        """The final top-k the stateful stages sent in the stream's last batch."""
+        from skype.spark.reports import results_lines
+
+        rows = [json.loads(line) for line in results_lines(self.final.get(pipeline, []))]
+        return {r["id"]: [(e["id"], e["score"]) for e in r["topk"]] for r in rows}
 
     def snapshot_state(self, key: int) -> dict:
         t = self.partitions

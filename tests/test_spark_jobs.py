@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from spark_fixtures import (  # noqa: E402
-    METHODS, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, results_of,
+    METHODS, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, oracle_by_batch,
+    oracle_check, results_of,
 )
 
 from skype.cli.inputs import load_inputs  # noqa: E402
@@ -69,7 +70,7 @@ def test_spark_job_every_method_exact_after_every_batch(spark, workload, tmp_pat
     """One run evaluates all six methods side by side (one pipeline each) over a stream with
     subscribes, unsubscribes and a re-subscribe mid-stream; each method's events, folded batch by
     batch, equal the centralized engine's results after the same prefix, and its final results
-    file equals ``simulate --results-out``."""
+    file, written from the stateful stages' own top-k, equals ``simulate --results-out``."""
     window_args = _window_args(workload, window_kind)
     run_dir = tmp_path / "run"
     report = _distributed(spark, workload, run_dir, window_args, "--method", "all", "--partitions", 2)
@@ -82,6 +83,7 @@ def test_spark_job_every_method_exact_after_every_batch(spark, workload, tmp_pat
         method = metrics["method"]
         got_final = results_of(run_dir / f"results.{method}.jsonl")
         assert got_final == want_final, f"{method}: {first_difference(got_final, want_final)}"
+        assert metrics["results_from"] == "stages"  # the stateful stages wrote them, no driver fold
         got = fold_events_by_batch(_events(spark, run_dir, method), metrics["batches"])
         assert len(got) == len(want) == metrics["batches"]
         for b, (g, w) in enumerate(zip(got, want)):
@@ -89,6 +91,10 @@ def test_spark_job_every_method_exact_after_every_batch(spark, workload, tmp_pat
         assert metrics["messages"] == inputs.num_messages
         assert metrics["communication_per_message"] >= 1.0 and metrics["replication_ratio"] >= 1.0
     assert sorted(m["method"] for m in report["runs"]) == sorted(METHODS)
+    # and every method's final results against the independent oracle (tests/oracle.py)
+    *_, (oracle, live) = oracle_by_batch(inputs, window, BATCH)
+    for method in METHODS:
+        oracle_check(oracle, results_of(run_dir / f"results.{method}.jsonl"), live, f"{method} final")
 
 
 def test_spark_job_resumes_from_checkpoint_with_equal_results(spark, workload, tmp_path):

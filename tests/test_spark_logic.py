@@ -302,7 +302,7 @@ def test_spark_host_evicts_objects_of_keys_that_moved():
 
 
 def test_spark_window_share_expires_and_finds_by_chunk():
-    from skype.spark.partition import WindowShare, WindowSpec
+    from skype.spark.window import WindowShare, WindowSpec
 
     spec = WindowSpec("count", 5)
     w = WindowShare()

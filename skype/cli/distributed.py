@@ -154,8 +154,9 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
                            master=spark.conf.get("spark.master", ""))
             if args.results_out:
                 results = runtime.final_results(plan, pipe)
-                io.write_objects(per_method(args.results_out, pipe.method, several), io.result_objects(results))
-                metrics["subscriptions"] = len(results)
+                metrics["subscriptions"] = io.write_objects(per_method(args.results_out, pipe.method, several),
+                                                            io.result_objects(results))
+                metrics["results_from"] = "stages" if runtime.stage_result_files(plan, pipe) else "events"
             runs.append(metrics)
     finally:
         if own:

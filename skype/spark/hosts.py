@@ -83,7 +83,7 @@ class HostedObjects:
 
     def handle(self, request: tuple) -> tuple:
         op = request[0]
-        if op in ("apply", "rebuild", "snapshot", "drop"):
+        if op in ("apply", "rebuild", "snapshot", "results", "drop"):
             self.used[(request[1], request[2])] = time.monotonic()
         if op == "ping":
             return ("pong", os.getpid(), len(self.objects))
@@ -101,12 +101,12 @@ class HostedObjects:
             core = build_core(stage, ident, durable)
             rebuild_s = time.perf_counter() - t0
             return self._apply(stage, key, ident, core, new, inputs, want_snapshot, rebuilt=True, rebuild_s=rebuild_s)
-        if op == "snapshot":
+        if op in ("snapshot", "results"):  # of the object at exactly this stamp
             _, stage, key, stamp = request
             entry = self.objects.get((stage, key))
             if entry is None or entry[1] != tuple(stamp):
                 return ("miss", entry is None)
-            return ("ok", entry[2].snapshot())
+            return ("ok", entry[2].snapshot() if op == "snapshot" else entry[2].final_results())
         if op == "drop":
             self.objects.pop((request[1], request[2]), None)
             self.used.pop((request[1], request[2]), None)

@@ -31,7 +31,7 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.spark import codec
-from skype.spark.reports import DELTA, EMPTY_LIST, EventBuilder, EventRows, ReportRows, Reports
+from skype.spark.reports import DELTA, EMPTY_LIST, EventBuilder, EventRows, ReportRows, Reports, pack_results
 
 ListT = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -79,6 +79,11 @@ class MergeCore:
                 core.state = {}
             core._fold(cols)
         return core
+
+    def final_results(self) -> bytes:
+        """The merged top-k of every replicated subscription of the bucket."""
+        ids = sorted(self.state)
+        return pack_results(ids, [self.merged(sid) for sid in ids])
 
     def snapshot(self) -> bytes:
         sub, part, k, lists = [], [], [], []

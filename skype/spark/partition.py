@@ -32,11 +32,17 @@ The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (ne
 messages, netted over the batch's change logs) for single-replica subscriptions, a ``STATE`` (the
 local list) for replicated ones and for every subscription a command touched.
 
+**Prefix replicas** (``config.activation``, :mod:`skype.spark.activation`): a replica whose
+loose prefix, at a threshold proven by its own engine, leaves this partition *sleeps* (its record
+stays, the engine drops it) and wakes when that proof may expire; a hosted subscription is
+*active* when it is in the engine.  Reports speak of active replicas only.
+
 **Rebuild.**  The core is a pure function of (hosted subscriptions, window messages, clock): a
 fresh engine that subscribes the hosted subscriptions and publishes the window messages in ``seq``
 order has exactly the same top-k lists (top-k is defined by the window alone), whatever state
 its internal buffers had.  Durable state is therefore the hosted subscriptions (a snapshot plus a
-log of the commands received since, replayed by :func:`replay_commands`) and the window segments.
+log of the commands received since, replayed by :func:`replay_commands`, and of the prefix
+replicas' sleeps and wakes) and the window segments.
 """
 
 from __future__ import annotations
@@ -51,45 +57,14 @@ from skype.api import ChangeLog
 from skype.partitioning.routing import splitmix64
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
+from skype.spark import activation as act
 from skype.spark import codec
+from skype.spark.activation import Activation, ActivationConfig
 from skype.spark.codec import OP_SUB, Commands
-from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows
+from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
+from skype.spark.window import WindowShare, WindowSpec
 
 APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
-
-
-@dataclass(frozen=True)
-class WindowSpec:
-    """``kind`` is ``"count"`` (``size`` messages) or ``"time"`` (``size`` seconds)."""
-
-    kind: str
-    size: float
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("count", "time") or not (self.size > 0 and math.isfinite(self.size)):
-            raise InputError("E023", what="window", expected="a count or time window of positive size",
-                             value=(self.kind, self.size))
-
-    @classmethod
-    def of(cls, window: int | None = None, window_seconds: float | None = None) -> WindowSpec:
-        if window is not None:
-            return cls("count", float(window))
-        return cls("time", float(window_seconds))
-
-    def clock(self, hwm_seq: int, hwm_t: float) -> float:
-        return float(hwm_seq) if self.kind == "count" else float(hwm_t)
-
-    def engine_times(self, seq: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """The timestamps partition engines see: ``seq`` for count windows, ``t`` otherwise."""
-        return np.asarray(seq, np.float64) if self.kind == "count" else np.asarray(t, np.float64)
-
-    def live(self, times: np.ndarray, clock: float) -> np.ndarray:
-        """Which engine times are still in the window when the clock reads ``clock``."""
-        return np.asarray(times, np.float64) > clock - self.size
-
-    def centralized(self) -> dict:
-        """The centralized engine's window argument."""
-        return {"window": int(self.size)} if self.kind == "count" else {"window_seconds": self.size}
 
 
 @dataclass(frozen=True)
@@ -106,6 +81,9 @@ class PartitionConfig:
     pipeline: int = 0  # which of the run's methods this partition belongs to
     bucket_keys: tuple = ()  # grouping keys of the pipeline's merge buckets
     inline_merge: bool = False  # every subscription has one replica: no merge stage
+    activation: ActivationConfig | None = None  # prefix: replicas sleep off their loose prefix
+    final_upto: int | None = None  # messages in the whole stream, when known: the final batch
+                                   # (high-water mark + 1 reaching it) writes the final top-k
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -201,76 +179,15 @@ class Hosted:
                         [self.rows[i][0] for i in ids])
 
 
-def replay_commands(hosted: Hosted, due: Commands) -> None:
+def replay_commands(hosted: Hosted, due: Commands, activation: Activation | None = None) -> None:
     """Apply due commands to a :class:`Hosted` set only (rebuild from the durable log)."""
     for j in range(len(due)):
         sid = int(due.subs.ids[j])
         hosted.remove(sid)
+        if activation is not None:
+            activation.forget(sid)
         if due.op[j] == OP_SUB:
             hosted.add_from(due, j)
-
-
-# --------------------------------------------------------------------------- window share
-
-
-class WindowShare:
-    """The window messages routed to this partition, in ``seq`` order, as one chunk per batch, each
-    with its own id -> seq lookup (sorted once, when the chunk arrives).  A batch costs its own
-    size: appending sorts only the new chunk, expiry drops whole chunks (and cuts the oldest one),
-    a lookup searches the few live chunks; nothing is concatenated or re-sorted over the window."""
-
-    def __init__(self) -> None:
-        self.chunks: list[list[np.ndarray]] = []  # [ids, seq, times, sorted ids, their seq]
-        self._len = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    @property
-    def ids(self) -> np.ndarray:
-        return np.concatenate([c[0] for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
-
-    def append(self, ids: np.ndarray, seq: np.ndarray, times: np.ndarray) -> None:
-        if len(ids) == 0:
-            return
-        ids, seq = np.asarray(ids, np.int64), np.asarray(seq, np.int64)
-        order = np.argsort(ids, kind="stable")
-        self.chunks.append([ids, seq, np.asarray(times, np.float64), ids[order], seq[order]])
-        self._len += len(ids)
-
-    def expire(self, spec: WindowSpec, clock: float) -> None:
-        while self.chunks:
-            ids, seq, times = self.chunks[0][:3]
-            keep = spec.live(times, clock)
-            if keep.all():
-                return
-            if not keep.any():
-                self.chunks.pop(0)
-                self._len -= len(ids)
-                continue
-            first = int(np.argmax(keep))  # times ascend: a prefix expires
-            ids, seq, times = ids[first:], seq[first:], times[first:]
-            order = np.argsort(ids, kind="stable")
-            self.chunks[0] = [ids, seq, times, ids[order], seq[order]]
-            self._len -= first
-            return
-
-    def seq_of(self, ids: np.ndarray) -> np.ndarray:
-        """Sequence numbers of window message ids (every id must be in the window)."""
-        ids = np.asarray(ids, np.int64)
-        out = np.full(len(ids), -1, np.int64)
-        todo = np.arange(len(ids))
-        for chunk in reversed(self.chunks):  # the newest chunk holds most top-k entries
-            if len(todo) == 0:
-                break
-            sid, sseq = chunk[3], chunk[4]
-            pos = np.searchsorted(sid, ids[todo]).clip(0, len(sid) - 1)
-            hit = sid[pos] == ids[todo]
-            out[todo[hit]] = sseq[pos[hit]]
-            todo = todo[~hit]
-        if len(todo):
-            raise InputError("E026", detail="a top-k entry is not in the partition's window share")
-        return out
 
 
 # --------------------------------------------------------------------------- the core
@@ -292,6 +209,7 @@ class PartitionOutput:
     reports: dict[int, bytes]  # merge bucket -> reports blob
     upto: int
     metrics: dict
+    activation_entry: bytes | None = None  # the batch's sleeps and wakes, for the durable log
 
 
 def pair_keys(sub: np.ndarray, msg: np.ndarray) -> np.ndarray | None:
@@ -354,6 +272,11 @@ class PartitionCore:
         self.window = WindowShare()
         self.hwm_seq = -1
         self.hwm_t = -math.inf
+        self.activation = Activation(config.activation, config.partition) if config.activation else None
+
+    def active(self, sub_id: int) -> bool:
+        """Hosted and in the engine (not a dormant prefix replica)."""
+        return sub_id in self.hosted and (self.activation is None or sub_id not in self.activation.dormant)
 
     # ------------------------------------------------------------------ rebuild
     @classmethod
@@ -364,21 +287,30 @@ class PartitionCore:
         core = cls(config)
         for blob in log:
             cols = codec.unpack(blob)
+            if "activation" in cols:  # sleeps and wakes, after the commands due by then
+                h = int(cols["hwm_seq"][0])
+                due, _, core.pending = plan_commands(core.pending, Commands.empty(), h + 1, h)
+                replay_commands(core.hosted, due, core.activation)
+                core.activation.replay(cols)
+                continue
             cmds = Commands.from_columns(cols)
             if "snapshot" in cols:
                 applied = cmds.at == APPLIED
                 core.hosted = Hosted()
                 replay_commands(core.hosted, cmds.take(np.flatnonzero(applied)))
                 core.pending = cmds.take(np.flatnonzero(~applied))
+                if core.activation is not None:
+                    core.activation.load(cols)
             else:
                 due, _, core.pending = plan_commands(core.pending, cmds, int(cols["lo"][0]), int(cols["hwm_seq"][0]))
-                replay_commands(core.hosted, due)
+                replay_commands(core.hosted, due, core.activation)
         # batches without commands log nothing, but their messages made pending commands due
         due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
-        replay_commands(core.hosted, due)
+        replay_commands(core.hosted, due, core.activation)
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
-        if len(core.hosted):
-            core.engine.subscribe_batch(core.hosted.batch(sorted(core.hosted.rows)))
+        running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
+        if running:
+            core.engine.subscribe_batch(core.hosted.batch(running))
         batch, seq = codec.concat_messages([codec.unpack_messages(s) for s in segments])
         if len(batch):
             spec = config.window
@@ -394,10 +326,18 @@ class PartitionCore:
             core.engine.advance_log(clock)
         return core
 
+    def final_results(self) -> bytes:
+        """The top-k of the subscriptions whose one replica is here (the merge stage answers for
+        replicated ones): :func:`skype.spark.reports.pack_results`."""
+        ids = [sid for sid in sorted(self.hosted.rows) if self.hosted.nrep(sid) == 1 and self.active(sid)]
+        lists = self._lists(ids)
+        return pack_results(ids, [lists[sid] for sid in ids])
+
     def snapshot(self) -> bytes:
         """Hosted subscriptions and pending commands as one log entry (it replaces the log)."""
         cmds = _stack_commands([self.hosted.as_commands(), self.pending])
-        return codec.pack(snapshot=np.ones(1, bool), **_command_columns(cmds))
+        dormant = self.activation.columns() if self.activation is not None else {}
+        return codec.pack(snapshot=np.ones(1, bool), **_command_columns(cmds), **dormant)
 
     # ------------------------------------------------------------------ one batch
     def apply(self, inp: PartitionInput) -> PartitionOutput:
@@ -408,8 +348,8 @@ class PartitionCore:
         hwm_t = max(self.hwm_t, float(inp.hwm_t))
         due, positions, self.pending = plan_commands(self.pending, inp.commands, lo, hwm_seq)
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
-        before = self._lists([int(s) for s in cmd_subs if int(s) in self.hosted])
-        before_meta = {int(s): (int(s) in self.hosted, self.hosted.nrep(int(s)) if int(s) in self.hosted else 0)
+        before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
+        before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)
                        for s in cmd_subs}
 
         batch, seq = inp.messages, np.asarray(inp.seq, np.int64)
@@ -428,8 +368,11 @@ class PartitionCore:
                 run[sid] = j
                 continue
             self._flush_subscribes(due, run)
-            if self.hosted.remove(sid):
+            was_active = self.active(sid)
+            if self.hosted.remove(sid) and was_active:
                 self.engine.unsubscribe(sid)
+            if self.activation is not None:
+                self.activation.forget(sid)
             if due.op[j] == OP_SUB:
                 run[sid] = j
         self._flush_subscribes(due, run)
@@ -442,11 +385,20 @@ class PartitionCore:
         self.window.expire(spec, clock)
         t_engine = time.perf_counter() - t0
 
-        reports, rows = self._reports(logs, cmd_subs, before, before_meta)
+        report_rows = self._report_rows(logs, cmd_subs, before, before_meta)
+        entry, sleeps, wakes = None, 0, 0
+        if self.activation is not None:
+            report_rows, slept, woken = self._activation_step(report_rows, cmd_subs)
+            sleeps, wakes = len(slept), len(woken)
+            if slept or woken:
+                entry = act.entry(self.hwm_seq, slept, woken)
+        reports, rows = self._pack_reports(report_rows)
+        dormant = len(self.activation.dormant) if self.activation is not None else 0
         return PartitionOutput(
-            reports=reports, upto=hwm_seq + 1,
+            reports=reports, upto=hwm_seq + 1, activation_entry=entry,
             metrics={"first_seq": lo, "messages": len(batch), "commands": len(inp.commands), "due_commands": len(due),
                      "pending_commands": len(self.pending), "hosted": len(self.hosted),
+                     "active": len(self.hosted) - dormant, "dormant": dormant, "sleeps": sleeps, "wakes": wakes,
                      "hosted_inverse_replication": self.hosted.inverse_replication(),
                      "window_share": len(self.window), "engine_s": t_engine,
                      "report_s": time.perf_counter() - t0 - t_engine, "report_rows": rows},
@@ -466,6 +418,8 @@ class PartitionCore:
         self.engine.subscribe_batch(due.subs.take(rows))
         for j in rows.tolist():
             self.hosted.add_from(due, j)
+            if self.activation is not None and int(due.nrep[j]) > 1:
+                self.activation.fresh.add(int(due.subs.ids[j]))
         run.clear()
 
     def _lists(self, sub_ids: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -477,16 +431,16 @@ class PartitionCore:
         return {s: (ids[indptr[i]:indptr[i + 1]], scores[indptr[i]:indptr[i + 1]], seqs[indptr[i]:indptr[i + 1]])
                 for i, s in enumerate(sub_ids)}
 
-    def _reports(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
-                 before_meta: dict) -> tuple[dict[int, bytes], int]:
-        """Report blobs per merge bucket, and the number of report rows."""
+    def _report_rows(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
+                     before_meta: dict) -> ReportRows:
+        """The batch's report rows: command-touched subscriptions, then changed lists."""
         parts: list[ReportRows] = []
         # subscriptions whose hosting a command touched: before/after state, one by one (few)
         builder = ReportBuilder()
-        after = self._lists([int(s) for s in cmd_subs if int(s) in self.hosted])
+        after = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         for s in (int(s) for s in cmd_subs):
             hosted_before, nrep_before = before_meta[s]
-            hosted_after = s in self.hosted
+            hosted_after = self.active(s)
             if not hosted_before and not hosted_after:
                 continue
             nrep_after = self.hosted.nrep(s) if hosted_after else 0
@@ -497,7 +451,53 @@ class PartitionCore:
         parts.append(builder.rows())
         # subscriptions whose local top-k the batch changed (same instance): vectorised
         parts.append(self._change_rows(*_net_changes(logs, cmd_subs)))
-        rows = ReportRows.concat(parts)
+        return ReportRows.concat(parts)
+
+    def _activation_step(self, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list, list]:
+        """Sleeps and wakes of prefix replicas at the end of a batch (:mod:`skype.spark.activation`).
+        Returns the report rows (a replica that sleeps reports its departure instead of its
+        list; one that wakes reports its list), the sleeps ``(id, u)`` and the wakes."""
+        activation, cfg = self.activation, self.config
+        h = self.hwm_seq
+        changed = rows.row["sub"][(rows.row["kind"] == STATE) & rows.row["after_hosted"]
+                                  & (rows.row["after_nrep"] > 1)]
+        candidates = (set(changed.tolist()) | activation.fresh) - set(cmd_subs.tolist())
+        activation.fresh -= candidates
+        slept: list[tuple[int, int]] = []
+        running = np.array(sorted(sid for sid in candidates if self.active(sid)), np.int64)
+        indptr, _, top_scores = self.engine.topk_arrays(running) if len(running) else (np.zeros(1, np.int64), [], [])
+        for i, sid in enumerate(running.tolist()):
+            nrep, _, _, k, alpha, term_ids, weights = self.hosted.rows[sid]
+            pos, reach = act.reach_here(cfg.activation, cfg.partition, alpha, term_ids, weights)
+            if pos <= 0:  # the home replica (or no term here) never sleeps
+                continue
+            if indptr[i + 1] - indptr[i] < k or top_scores[indptr[i + 1] - 1] <= reach + act.EPS:
+                continue  # fewer than k local matches above the reach: no k witnesses (cheap test first)
+            ids, scores = self.engine._topn(sid, cfg.activation.depth_factor * k)
+            until = activation.witnesses_until(k, reach, scores, self.window.seq_of(ids), h)
+            if until is not None:
+                slept.append((sid, until))
+        builder = ReportBuilder()
+        for sid, until in slept:
+            self.engine.unsubscribe(sid)
+            activation.sleep(sid, until)
+            nrep, k = self.hosted.rows[sid][0], self.hosted.rows[sid][3]
+            builder.add(sid, STATE, (True, nrep), (False, nrep), k)
+        woken = [sid for sid in activation.due(h) if sid in self.hosted]
+        if woken:
+            self.engine.subscribe_batch(self.hosted.batch(woken))
+            lists = self._lists(woken)
+            for sid in woken:
+                nrep, k = self.hosted.rows[sid][0], self.hosted.rows[sid][3]
+                builder.add(sid, STATE, (False, nrep), (True, nrep), k, lists[sid])
+                activation.fresh.add(sid)
+        if slept:
+            keep = ~np.isin(rows.row["sub"], np.array([s for s, _ in slept], np.int64))
+            rows = rows.take(np.flatnonzero(keep))
+        return ReportRows.concat([rows, builder.rows()]), slept, woken
+
+    def _pack_reports(self, rows: ReportRows) -> tuple[dict[int, bytes], int]:
+        """Report blobs per merge bucket, and the number of report rows."""
         upto = self.hwm_seq + 1
         if len(rows) == 0:
             return {}, 0

@@ -19,7 +19,14 @@ commit never happened, in which case no committed state carries it and the next 
 
 Rows in: :data:`skype.spark.routing.ROUTED_SCHEMA_DDL`.  Rows between the stages:
 ``key, pipeline, kind, payload`` (kind ``reports``, ``metrics``, or ``events`` without a merge
-stage).  Rows out: ``pipeline, kind, payload`` (kind ``events`` or ``metrics``).  ``pipeline``
+stage; in the stream's last batch also ``results`` and a ``results-request`` to every merge
+bucket).  Rows out: ``pipeline, kind, payload`` (kind ``events``, ``metrics`` or ``results``).
+
+**Final results from the state.**  When the stream's length is known (``final_upto``: the job
+staged it), the batch whose high-water mark reaches its end is the last: each partition then
+sends the top-k of its single-replica subscriptions and each merge bucket, after folding that
+batch's reports, the merged top-k of its replicated ones.  Every live subscription is answered
+exactly once, and the sink's tasks write the answers as the results file's lines.  ``pipeline``
 numbers the run's methods: a run may evaluate several methods side by side over one stream, each
 with its own keys, state and events.
 """
@@ -44,6 +51,7 @@ from skype.spark.merge import MergeCore
 from skype.spark.partition import PartitionConfig, PartitionInput, command_log_entry
 
 STAGE_SCHEMA_DDL = "key long, pipeline int, kind string, payload binary"
+RESULTS_REQUEST = "results-request"  # partition -> merge bucket: the stream ended, send the final top-k
 OUTPUT_SCHEMA_DDL = "pipeline int, kind string, payload binary"
 BLOB = "blob binary"
 ID = "id long"
@@ -174,6 +182,14 @@ class PartitionProcessor(_HostedProcessor):
 
         t_write = time.perf_counter()
         written = self._write_log(meta, delta, snapshot)
+        entry = output.activation_entry
+        if entry is not None and snapshot is None:
+            # prefix replicas that slept or woke (skype.spark.activation): logged after the commands
+            compacted = None
+            if wants_snapshot(meta, len(entry)):
+                reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
+                compacted = reply[1] if reply[0] == "ok" else None
+            written += self._write_log(meta, None if compacted is not None else entry, compacted)
         if len(messages):
             segment = codec.pack_messages(messages, seq)
             sid = meta.take_id()
@@ -209,6 +225,17 @@ class PartitionProcessor(_HostedProcessor):
         else:
             for bucket, blob in sorted(output.reports.items()):
                 yield Row(key=config.bucket_keys[bucket], pipeline=pipeline, kind="reports", payload=blob)
+        home_bucket = config.bucket_keys[config.partition % len(config.bucket_keys)]
+        if config.final_upto is not None and new_hwm_seq + 1 >= config.final_upto:
+            # the stream's last batch: the final top-k comes from here (single-replica
+            # subscriptions) and from every merge bucket of the pipeline (replicated ones)
+            reply = self._hosts.call(self.stage, key, ("results", self.stage, key, new))
+            if reply[0] != "ok":
+                raise HostError(f"no engine for the final results of key {key}")
+            yield Row(key=home_bucket, pipeline=pipeline, kind="results", payload=reply[1])
+            if not config.inline_merge:
+                for bucket_key in config.bucket_keys:
+                    yield Row(key=bucket_key, pipeline=pipeline, kind=RESULTS_REQUEST, payload=b"")
         metrics = dict(output.metrics, pipeline=pipeline, stage=PARTITION, partition=config.partition, upto=output.upto,
                        hit=info["hit"], cold=info["cold"], rebuild_s=info["rebuild_s"], host_pid=info["host_pid"],
                        state_bytes_written=written, segments=len(meta.seg_ids), log_entries=len(meta.log_ids),
@@ -217,8 +244,7 @@ class PartitionProcessor(_HostedProcessor):
                        - output.metrics["report_s"] - info["rebuild_s"],
                        host_peak_rss_bytes=info.get("host_peak_rss_bytes", 0),
                        task_s=time.perf_counter() - t0, spark_partition=_task_partition())
-        yield Row(key=config.bucket_keys[config.partition % len(config.bucket_keys)], pipeline=pipeline,
-                  kind="metrics", payload=json.dumps(metrics).encode())
+        yield Row(key=home_bucket, pipeline=pipeline, kind="metrics", payload=json.dumps(metrics).encode())
 
 
 class MergeProcessor(_HostedProcessor):
@@ -235,13 +261,15 @@ class MergeProcessor(_HostedProcessor):
         t0 = time.perf_counter()
         key = int(key[0])
         pipeline, bucket = self.bucket_of_key[key]
-        blobs = []
+        blobs, final = [], False
         for row in rows:
-            if row.kind != "reports":  # metrics, and the events of inline pipelines: through
+            if row.kind == RESULTS_REQUEST:
+                final = True
+            elif row.kind != "reports":  # metrics, results, the events of inline pipelines: through
                 yield Row(pipeline=row.pipeline, kind=row.kind, payload=row.payload)
             else:
                 blobs.append(bytes(row.payload))
-        if not blobs:
+        if not blobs and not final:
             return
         meta = self._load_meta()
         new = (meta.version + 1, _new_tag())
@@ -259,6 +287,11 @@ class MergeProcessor(_HostedProcessor):
         written += len(meta_blob)
         if events is not None:
             yield Row(pipeline=pipeline, kind="events", payload=events)
+        if final:  # after this batch's reports: the merged top-k of the bucket's subscriptions
+            reply = self._hosts.call(self.stage, key, ("results", self.stage, key, new))
+            if reply[0] != "ok":
+                raise HostError(f"no merge state for the final results of key {key}")
+            yield Row(pipeline=pipeline, kind="results", payload=reply[1])
         metrics = dict(metrics, stage=MERGE, pipeline=pipeline, bucket=bucket, hit=info["hit"], cold=info["cold"],
                        rebuild_s=info["rebuild_s"], state_bytes_written=written, log_entries=len(meta.log_ids),
                        task_s=time.perf_counter() - t0, spark_partition=_task_partition())

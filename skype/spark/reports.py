@@ -235,6 +235,32 @@ class EventBuilder:
                          e_ptr, (e_id, e_score, e_seq), l_ptr, l_id)
 
 
+# --------------------------------------------------------------------------- final results
+
+
+def pack_results(sub_ids: list[int], lists: list[tuple]) -> bytes:
+    """Final top-k lists (ranking order) of subscriptions given by ascending id."""
+    ptr, ids, scores, _ = _csr(lists)
+    return codec.pack(sub=np.array(sub_ids, np.int64), ptr=ptr, id=ids, score=scores)
+
+
+def results_lines(blobs: list[bytes]) -> list[str]:
+    """Final-results blobs -> JSON lines of the results format (``{"id", "topk": [{"id",
+    "score"}]}``), by ascending subscription id."""
+    import json
+
+    rows = []
+    for blob in blobs:
+        c = codec.unpack(blob)
+        ptr = c["ptr"]
+        for r, sid in enumerate(c["sub"].tolist()):
+            topk = [{"id": int(m), "score": float(s)} for m, s in zip(c["id"][ptr[r]:ptr[r + 1]].tolist(),
+                                                                      c["score"][ptr[r]:ptr[r + 1]].tolist())]
+            rows.append((int(sid), json.dumps({"id": int(sid), "topk": topk}, allow_nan=False)))
+    rows.sort(key=lambda row: row[0])
+    return [line for _, line in rows]
+
+
 def events_schema():
     import pyarrow as pa
 

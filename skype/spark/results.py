@@ -1,15 +1,22 @@
-"""A run's outcome read back from its run directory: final results folded from the event files,
-and the metrics (see ``docs/spark.md`` for each key).
+"""A run's outcome read back from its run directory: the final results and the metrics (see
+``docs/spark.md`` for each key).
 
-The fold applies each batch's event rows in batch order; inside a batch, a subscription that moved
-(removed on one partition, created on another: two files) is removed before it is created again.
+**Final results** come from the stateful stages: in the stream's last batch every partition and
+merge bucket sends the final top-k of the subscriptions it answers for, and the sink's tasks write
+them as ``results/<method>/batch-<id>-part-<p>.jsonl``, each part sorted by id.  The driver only
+merges the sorted parts of the latest such batch into one file (a k-way merge: its memory is one
+line per part, not one top-k per subscription).  When no stage wrote them (an open stream whose
+end is unknown, a run stopped early), the driver folds the event files instead: each batch's rows
+in batch order; inside a batch, a subscription that moved (removed on one partition, created on
+another: two files) is removed before it is created again.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -17,7 +24,7 @@ from skype.model import Match
 from skype.spark.sink import suffix
 
 if TYPE_CHECKING:
-    from skype.spark.runtime import Pipeline, Plan, RunOutcome
+    from skype.spark.plan import Pipeline, Plan, RunOutcome
 
 
 def fold_events(rows, state: dict | None = None) -> dict[int, dict[int, tuple[float, int]]]:
@@ -58,10 +65,36 @@ def read_event_rows(path: Path, fmt: str) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def final_results(plan: Plan, pipeline: Pipeline) -> list[tuple[int, list[Match]]]:
+def stage_result_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
+    """The parts of the final results written by the stateful stages, of the latest batch that
+    wrote them (none: the stages did not see the stream end)."""
+    parts = sorted(plan.results_dir_of(pipeline).glob("batch-*-part-*.jsonl"))
+    if not parts:
+        return []
+    last = parts[-1].name.split("-part-")[0]
+    return [p for p in parts if p.name.split("-part-")[0] == last]
+
+
+def _result_lines(path: Path) -> Iterator[tuple[int, list[Match]]]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                obj = json.loads(line)
+                yield int(obj["id"]), [Match(int(e["id"]), float(e["score"])) for e in obj["topk"]]
+
+
+def final_results(plan: Plan, pipeline: Pipeline) -> Iterator[tuple[int, list[Match]]]:
     """Every subscription's final top-k, by ascending id (the centralized CLI's results): the
-    events of every batch, folded in batch order on the driver (the results file is written
-    there anyway; memory is one top-k per subscription)."""
+    stateful stages' answers merged (see module docstring), else the events folded."""
+    parts = stage_result_files(plan, pipeline)
+    if parts:
+        return heapq.merge(*(_result_lines(p) for p in parts), key=lambda row: row[0])
+    return iter(folded_results(plan, pipeline))
+
+
+def folded_results(plan: Plan, pipeline: Pipeline) -> list[tuple[int, list[Match]]]:
+    """The final top-k from the event files, folded in batch order on the driver (memory: one
+    top-k per subscription); the fallback of :func:`final_results`."""
     state: dict = {}
     batches: dict[str, list[dict]] = {}
     for path in event_files(plan, pipeline):
@@ -100,6 +133,7 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     work = np.zeros(P)
     received = np.zeros(P)
     hosted = np.zeros(P)
+    record_copies = np.zeros(P)
     for m in parts:
         work[m["partition"]] += m["engine_s"] + m["report_s"]
         received[m["partition"]] += m["messages"]
@@ -107,7 +141,8 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     for m in parts:
         last[m["partition"]] = m
     for p, m in last.items():
-        hosted[p] = m["hosted"]
+        hosted[p] = m.get("active", m["hosted"])  # replicas in an engine (prefix: awake ones)
+        record_copies[p] = m["hosted"]
     distinct = sum(m["hosted_inverse_replication"] for m in last.values())
     seen: set[tuple[str, int]] = set()
     steady_hits = steady_total = 0
@@ -135,6 +170,10 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "batch_durations_ms": [p["durationMs"] for p in progress],
         "communication_per_message": float(received.sum() / messages) if messages else 0.0,
         "replication_ratio": float(hosted.sum() / distinct) if distinct > 0 else 0.0,
+        "record_replication_ratio": float(record_copies.sum() / distinct) if distinct > 0 else 0.0,
+        "replica_sleeps": sum(int(m.get("sleeps", 0)) for m in parts),
+        "replica_wakes": sum(int(m.get("wakes", 0)) for m in parts),
+        "replication_ratio_mean": _mean_replication(records, P),
         "load_imbalance": float(work.max() / mean_work) if mean_work > 0 else 1.0,
         "work_s_per_partition": work.tolist(), "messages_per_partition": received.tolist(),
         "cache_hit_rate": (sum(bool(m["hit"]) for m in parts) / len(parts)) if parts else 0.0,
@@ -158,6 +197,18 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "host_peak_rss_bytes": max((int(m.get("host_peak_rss_bytes", 0)) for m in parts + merges), default=0),
         "batch_breakdown_s": _breakdown(records, progress),
     }
+
+
+def _mean_replication(records: list[dict], num_partitions: int) -> float:
+    """Awake replicas per distinct subscription, averaged over the batches where every partition
+    reported (the end-of-run ratio alone hides how replicas sleep and wake along the stream)."""
+    ratios = []
+    for r in records:
+        parts = [m for m in r["stages"] if m["stage"] == "partition"]
+        distinct = sum(m["hosted_inverse_replication"] for m in parts)
+        if len(parts) == num_partitions and distinct > 0:
+            ratios.append(sum(m.get("active", m["hosted"]) for m in parts) / distinct)
+    return float(np.mean(ratios)) if ratios else 0.0
 
 
 def _breakdown(records: list[dict], progress: list[dict]) -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 from skype.spark.staging import write_table
 
 if TYPE_CHECKING:
-    from skype.spark.runtime import Plan
+    from skype.spark.plan import Plan
 
 
 class EventSink:
@@ -39,6 +39,7 @@ class EventSink:
 
     def __init__(self, plan: Plan) -> None:
         self.events_dirs = {pipe.index: plan.events_dir_of(pipe) for pipe in plan.pipelines}
+        self.results_dirs = {pipe.index: str(plan.results_dir_of(pipe)) for pipe in plan.pipelines}
         self.metrics_dir = plan.metrics_dir
         self.format = plan.settings.events_format
         self.console = plan.settings.sink == "console"
@@ -57,7 +58,7 @@ class EventSink:
                 print_events(table, int(batch_id), directory.name)
         else:
             dirs = {pipeline: str(directory) for pipeline, directory in self.events_dirs.items()}
-            write = partial(write_events_arrow, dirs, int(batch_id), suffix(self.format))
+            write = partial(write_events_arrow, dirs, int(batch_id), suffix(self.format), self.results_dirs)
             rows = df.mapInArrow(write, "pipeline int, kind string, payload binary").collect()
             t_pipeline = time.perf_counter() - t0
             for r in rows:
@@ -70,20 +71,27 @@ class EventSink:
         self.batches.append(int(batch_id))
 
 
-def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, batches):
+def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, results_dirs: dict[int, str], batches):
     """On an executor: write the event blobs of this task as one file per pipeline (see
-    :class:`EventSink`); pass metrics rows through; one ``written`` row per file."""
+    :class:`EventSink`), and the final-results blobs (the stream's last batch) as
+    ``results/<method>/batch-<id>-part-<p>.jsonl``, lines of the results format sorted by id;
+    pass metrics rows through; one ``written`` row per events file."""
     import pyarrow as pa
 
     from pyspark import TaskContext
 
+    from skype.spark.reports import results_lines
+
     blobs: dict[int, list[bytes]] = {}
+    final: dict[int, list[bytes]] = {}
     out_pipeline, out_kind, out_payload = [], [], []
     for batch in batches:
         cols = batch.to_pydict()
         for pipeline, kind, payload in zip(cols["pipeline"], cols["kind"], cols["payload"]):
             if kind == "events":
                 blobs.setdefault(int(pipeline), []).append(bytes(payload))
+            elif kind == "results":
+                final.setdefault(int(pipeline), []).append(bytes(payload))
             else:
                 out_pipeline.append(pipeline)
                 out_kind.append(kind)
@@ -97,6 +105,9 @@ def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, batches):
         out_pipeline.append(pipeline)
         out_kind.append("written")
         out_payload.append(json.dumps({"rows": table.num_rows, "part": part}).encode())
+    for pipeline, parts in sorted(final.items()):
+        write_atomic(Path(results_dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.jsonl",
+                     "".join(line + "\n" for line in results_lines(parts)))
     yield pa.RecordBatch.from_arrays(
         [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary())],
         names=["pipeline", "kind", "payload"])

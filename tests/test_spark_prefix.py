@@ -1,0 +1,114 @@
+"""The ``prefix`` method on Spark with thresholds from the engines (``skype.spark.activation``):
+replicas off the loose prefix sleep, and wake when the threshold that excluded them may fall.
+Checked without a JVM (the job's code under ``TwsTester``) against the centralized engine and the
+independent oracle after every micro-batch, on an adversarial stream whose threshold falls
+mid-stream so that a prefix must grow, through a lost engine cache while a replica sleeps."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyspark")
+
+from spark_fixtures import (  # noqa: E402
+    LocalPipeline, centralized_by_batch, events_workload, first_difference, oracle_by_batch, oracle_check,
+)
+
+from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.run import build_parser  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+NEAR = (10.0, 10.0)
+FAR = (-100.0, -50.0)
+
+
+def adversarial_events(path, num_messages: int = 120):
+    """Subscription 1 holds a rare and a hot term.  Among the first 40 messages, ten carry both and
+    score near 1 at its location: they outrank anything that carries the hot term alone (at most
+    ``reach`` of the hot term's position), so the hot term leaves the loose prefix and its replica
+    may sleep.  Then only hot-term messages come: once the pairs expire the threshold falls, the
+    prefix must grow back onto the hot term, and the hot-term messages already in the window (never
+    sent to the rare term's partition) must enter the top-k."""
+    events = [{"op": "sub", "id": 1, "x": NEAR[0], "y": NEAR[1], "k": 2, "alpha": 0.5,
+               "terms": {"rareterm": 1.0, "hotterm": 1.0}}]
+    events += [{"op": "sub", "id": 2 + j, "x": FAR[0], "y": FAR[1], "k": 2, "alpha": 0.5,
+                "terms": {f"filler{j}": 1.0}} for j in range(5)]
+    for i in range(num_messages):
+        jitter = 1e-3 * ((i * 7919) % 101)
+        if i < 40 and i % 4 == 0:
+            terms, (x, y) = {"rareterm": 1.0, "hotterm": 1.0}, NEAR
+        elif i % 4 == 1:
+            terms, (x, y) = {"hotterm": 1.0}, NEAR
+        else:
+            terms, (x, y) = {f"filler{i % 5}": 1.0, "hotterm": 0.2}, FAR
+        events.append({"op": "msg", "id": 1000 + i, "x": x + jitter, "y": y - jitter, "t": float(i), "terms": terms})
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def _load(events, method: str, window: int, batch: int, partitions: int):
+    from skype.cli.distributed import settings_from_args
+
+    args = build_parser().parse_args(["distributed", "--events", str(events), "--window", str(window), "--method",
+                                      method, "--partitions", str(partitions), "--batch-size", str(batch)])
+    inputs = load_inputs(args)
+    return inputs, settings_from_args(args, inputs.bounds)
+
+
+def test_spark_prefix_replica_wakes_when_the_threshold_falls(tmp_path):
+    from skype.spark.hosts import InProcessHosts
+
+    window, batch = 40, 10
+    inputs, settings = _load(adversarial_events(tmp_path / "events.jsonl"), "prefix", window, batch, 2)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    dist = pipe.plan.pipelines[0].distribution
+    rare, hot = (inputs.vocabulary.get(t) for t in ("rareterm", "hotterm"))
+    assert dist.term_partitions(np.array([rare, hot])).tolist() == [0, 1]  # the case needs them apart
+    want = centralized_by_batch(inputs, settings.window.centralized(), batch)
+    sleeping_seen = woke = False
+    for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):
+        if b == 3:
+            InProcessHosts.clear()  # lose every engine while the hot replica sleeps: rebuild from the log
+        got = pipe.step()
+        assert got == want[b], f"batch {b}: {first_difference(got, want[b])}"
+        oracle_check(oracle, got, live, f"batch {b}")
+        hot_part = [m for m in pipe.metrics[-1] if m["stage"] == "partition" and m["partition"] == 1][0]
+        if b == 3:
+            assert not hot_part["hit"] and hot_part["dormant"] == 1  # the rebuild restored the sleep
+        sleeping_seen |= hot_part["dormant"] > 0
+        woke |= hot_part["wakes"] > 0 and b * batch + batch > 60
+    assert sleeping_seen and woke
+    assert [m for m, _ in want[-1][1]] and all(m >= 1040 for m, _ in want[-1][1])  # the pairs expired
+
+
+def test_spark_every_method_matches_the_oracle_and_prefix_replicates_less(tmp_path):
+    """All six methods side by side on a generated stream with subscribes, unsubscribes and a
+    re-subscription mid-stream: every method equals the centralized engine and the independent
+    oracle after every batch, and prefix (its replicas sleeping off their loose prefixes) runs
+    fewer replicas than keyword on the same stream."""
+    from spark_fixtures import METHODS
+
+    events = events_workload(tmp_path / "events.jsonl", dataset="geonames", num_messages=1600, k=3)
+    window, batch = 1000, 100
+    inputs, settings = _load(events, "hashing", window, batch, 4)
+    settings.methods = METHODS
+    want = centralized_by_batch(inputs, settings.window.centralized(), batch)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):
+        pipe.step()
+        for index, method in enumerate(METHODS):
+            got = pipe.results[index]
+            assert got == want[b], f"{method} batch {b}: {first_difference(got, want[b])}"
+            oracle_check(oracle, got, live, f"{method} batch {b}")
+    for index, method in enumerate(METHODS):  # the final top-k, straight from the stateful stages
+        final = pipe.final_results(index)
+        assert final == want[-1], f"{method} final results: {first_difference(final, want[-1])}"
+    parts = {method: [m for ms in pipe.metrics for m in ms if m["stage"] == "partition" and m["pipeline"] == i]
+             for i, method in enumerate(METHODS)}
+    assert sum(m["sleeps"] for m in parts["prefix"]) > 0 and sum(m["wakes"] for m in parts["prefix"]) > 0
+    active = {method: sum(m["active"] for m in parts[method]) for method in ("keyword", "prefix")}
+    assert active["prefix"] < active["keyword"], active
