@@ -44,12 +44,24 @@ class Errors:
     E026 = "batch arrays disagree: {detail}"
     E027 = "term vector is malformed: {detail}"
     E028 = "run directory {path!r} was created with other settings (first run, now): {detail}"
-    # E029-E049: limits and unreadable input (issue 14)
+    # E029-E039: limits and unreadable input (issue 14)
     E029 = "k={value!r} is above the limit of {limit} (a top-k that deep is a full scan, not a subscription)"
     E030 = "a record has {n} distinct terms; at most {limit} are allowed"
     E031 = "line is not valid UTF-8: {detail}"
     E032 = "Parquet file cannot be read: {detail}"
     E033 = "a {kind} record must be a JSON object, got {value!r}"
+    # E040-E059: query kinds beside topk, lifetimes and snapshot queries (issue 12)
+    E040 = "unknown query kind {kind!r}; choose one of {choices}"
+    E041 = "malformed boolean expression {expr!r}: {detail}"
+    E042 = "rect {value!r} is invalid: need [minx, miny, maxx, maxy], finite, with minx <= maxx and miny <= maxy"
+    E043 = "until={until!r} is in the past: the engine's clock is at {clock!r}"
+    E044 = "match must be 'any', 'all' or a boolean expression over terms with AND, OR and parentheses, got {value!r}"
+    E045 = "the record's terms {terms} differ from the terms of its expression {operands}"
+    E046 = "field {field!r} does not apply to a {kind!r} record"
+    E047 = "last must be a finite number of seconds > 0, got {value!r}"
+    E048 = "{where} cannot serve kind {kind!r} exactly; it serves {supported}"
+    E049 = "until must be a finite number, got {value!r}"
+    E050 = "snapshot queries and the kinds {kinds} need the engine's query window (snapshots=True)"
 
 
 class InputError(SkypeError, ValueError):
