@@ -264,8 +264,13 @@ class EngineBase(abc.ABC):
 
     @staticmethod
     def _merged(logs: list[ChangeLog], offsets: list[int]) -> ChangeLog:
-        if len(logs) == 1 and offsets[0] == 0:
-            return logs[0]
+        kept = [(log, off) for log, off in zip(logs, offsets) if len(log)]
+        if not kept:
+            return ChangeLog.empty()
+        if len(kept) == 1:
+            log, off = kept[0]
+            return log if off == 0 else ChangeLog(log.at + off, log.sub, log.msg, log.entered)
+        logs, offsets = [k[0] for k in kept], [k[1] for k in kept]
         log = ChangeLog.concat(logs, offsets)
         order = np.argsort(log.at, kind="stable")
         return ChangeLog(log.at[order], log.sub[order], log.msg[order], log.entered[order])

@@ -33,7 +33,7 @@ from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
 from skype._core.querywindow cimport QueryWindow, ALL_TERM
 from skype._core.rangeindex cimport RectSubIndex, RectSubC
-from skype._core.predicate cimport eval_program, point_distance
+from skype._core.predicate cimport eval_program, point_distance, OP_AND
 from skype._core.types cimport SubTermC
 from skype._core.scoring cimport round_up
 
@@ -83,8 +83,13 @@ cdef class QueryCore:
     # ------------------------------------------------------------------ subscriptions
     def subscribe_range(self, int64_t ext_id, tuple rect, const int64_t[::1] prog, const int64_t[::1] cover):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        cdef Py_ssize_t i
+        cdef bint implied = True                 # no AND: every cover term satisfies the predicate
+        for i in range(prog.shape[0]):
+            if prog[i] == OP_AND:
+                implied = False
         return self.ranges.c_add(ext_id, &r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
-                                 &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0])
+                                 &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], implied)
 
     def unsubscribe_range(self, uint32_t slot):
         self.ranges.c_remove(slot)
@@ -138,7 +143,7 @@ cdef class QueryCore:
 
     def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
-        cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0)
+        cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
         cdef size_t i
         cdef term_t t
         if slot >= self.region.size():
@@ -265,7 +270,7 @@ cdef class QueryCore:
         self.hits.clear()
         self.ranges.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
         for i in range(self.hits.size()):
-            self._emit(at, self.ranges.subs[self.hits[i]].ext_id, m.ext_id, False)
+            self._emit(at, self.ranges.hot[self.hits[i]].ext_id, m.ext_id, False)
         self.hits.clear()
         self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
         for i in range(self.hits.size()):
@@ -317,7 +322,7 @@ cdef class QueryCore:
         self.hits.clear()
         self.ranges.c_probe(x, y, mt, m.nterms, &self.hits)
         for i in range(self.hits.size()):
-            self._emit(at, self.ranges.subs[self.hits[i]].ext_id, ext_id, True)
+            self._emit(at, self.ranges.hot[self.hits[i]].ext_id, ext_id, True)
         self.hits.clear()
         self.regions.c_probe(x, y, mt, m.nterms, &self.hits)
         for i in range(self.hits.size()):

@@ -8,11 +8,17 @@ of each of its *cover* terms (every message satisfying its predicate holds one o
 terms of ``any``, the rarest of ``all``, per expression as ``skype.queries`` derives it; term 0,
 held by every message, when it has no predicate).  A term's list is an array of (cell, slot)
 postings kept sorted (appends mark it dirty; it is re-sorted at the next probe), so the
-postings of one cell are a contiguous run found by binary search.
+postings of one cell are a contiguous run found by binary search, or, in lists of at least
+``DIRECTORY_MIN`` postings, read from a directory of run starts per cell (a binary search over
+a long list costs a cache miss per step).
 
 Probe of a message at (x, y) with terms T: for each t in T (term 0 included), the run of
 cell(x, y) in t's list; each subscription reached is checked exactly: rectangle (edges
-included), then its predicate.  A probe stamp reports each subscription once.
+included), then its predicate.  A probe stamp reports each subscription once.  Two posting
+flags skip the checks where they cannot fail: ``POST_INSIDE`` (a cell strictly between the
+rectangle's first and last cells in both axes: cells are monotone, so all its points are
+inside) and ``POST_IMPLIED`` (a predicate without AND, whose cover is all its terms, holds for
+any message holding the list's term).
 
 Invariants: every live subscription has exactly one posting per (cover term, cell its
 rectangle meets); cells are monotone in the coordinates, so a point inside a rectangle lies in
@@ -21,8 +27,12 @@ one of the rectangle's cells.  Nothing is stored per (subscription, message).
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int64_t, uint32_t
-from skype._core.types cimport term_t, RectC, MsgTermC
+from skype._core.types cimport term_t, RectC, MsgTermC, prefetch, PREFETCH_AHEAD
 from skype._core.predicate cimport eval_program
+
+
+cdef enum:
+    DIRECTORY_MIN = 4096                # lists at least this long get a cell directory
 
 
 cdef bint post_before(const PostC& a, const PostC& b) noexcept nogil:
@@ -56,7 +66,7 @@ cdef class RectSubIndex:
         return <uint32_t>v
 
     cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, const int64_t* prog, int plen,
-                        const int64_t* cover, int ncover) noexcept nogil:
+                        const int64_t* cover, int ncover, bint implied) noexcept nogil:
         cdef uint32_t slot, cx, cy, x0, x1, y0, y1
         cdef int i
         cdef term_t t
@@ -68,7 +78,10 @@ cdef class RectSubIndex:
             slot = <uint32_t>self.subs.size()
             self.subs.resize(slot + 1)
             self.progs.resize(slot + 1)
-            self.stamp.resize(slot + 1, 0)
+            self.hot.resize(slot + 1)
+        self.hot[slot].stamp = 0
+        self.hot[slot].ext_id = ext_id
+        self.hot[slot].rect = r[0]
         self.subs[slot].rect = r[0]
         self.subs[slot].ext_id = ext_id
         self.subs[slot].alive = 1
@@ -85,15 +98,18 @@ cdef class RectSubIndex:
         self.subs[slot].cover_len = ncover if ncover else 1
         x0, x1 = self.cell_x(r.minx), self.cell_x(r.maxx)
         y0, y1 = self.cell_y(r.miny), self.cell_y(r.maxy)
-        p.slot = slot
         for i in range(self.subs[slot].cover_len):
             t = <term_t>self.progs[slot][plen + i]
             if t >= self.lists.size():
                 self.lists.resize(t + 1)
                 self.dirty.resize(t + 1, 0)
+                self.dirs.resize(t + 1)
             for cy in range(y0, y1 + 1):
                 for cx in range(x0, x1 + 1):
                     p.cell = cy * self.grid + cx
+                    p.slot = slot | (POST_IMPLIED if implied else 0)
+                    if x0 < cx < x1 and y0 < cy < y1:     # every point of the cell is inside
+                        p.slot |= POST_INSIDE
                     self.lists[t].push_back(p)
                     self.postings += 1
             self.dirty[t] = 1
@@ -109,11 +125,12 @@ cdef class RectSubIndex:
             lst = &self.lists[t]
             kept = 0
             for j in range(lst.size()):
-                if lst[0][j].slot != slot:
+                if (lst[0][j].slot & POST_SLOT) != slot:
                     lst[0][kept] = lst[0][j]
                     kept += 1
             self.postings -= lst.size() - kept
             lst.resize(kept)
+            self.dirty[t] = 1
         self.subs[slot].alive = 0
         self.progs[slot].clear()
         self.free_slots.push_back(slot)
@@ -124,9 +141,9 @@ cdef class RectSubIndex:
         cdef int i
         cdef term_t t
         cdef size_t lo, hi, mid, size
-        cdef uint32_t slot
+        cdef uint32_t slot, raw
         cdef vector[PostC]* lst
-        cdef RectSubC* s
+        cdef const RectC* r
         self.probes += 1
         for i in range(n):
             t = terms[i].term
@@ -134,27 +151,50 @@ cdef class RectSubIndex:
                 continue
             lst = &self.lists[t]
             if self.dirty[t]:
-                std_sort(lst.begin(), lst.end(), post_before)
-                self.dirty[t] = 0
-            lo, hi = 0, lst.size()
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if lst[0][mid].cell < cell:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            size = lst.size()
+                self._sort(t)
+            if self.dirs[t].size():
+                lo, size = self.dirs[t][cell], self.dirs[t][cell + 1]
+            else:
+                lo, hi = 0, lst.size()
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if lst[0][mid].cell < cell:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                size = lst.size()
             while lo < size and lst[0][lo].cell == cell:
-                slot = lst[0][lo].slot
+                raw = lst[0][lo].slot
+                slot = raw & POST_SLOT
+                if lo + PREFETCH_AHEAD < size:
+                    prefetch(&self.hot[lst[0][lo + PREFETCH_AHEAD].slot & POST_SLOT])
                 lo += 1
-                if self.stamp[slot] == self.probes:
+                if self.hot[slot].stamp == self.probes:
                     continue
-                self.stamp[slot] = self.probes
+                self.hot[slot].stamp = self.probes
                 self.candidates += 1
-                s = &self.subs[slot]
-                if s.rect.minx <= x <= s.rect.maxx and s.rect.miny <= y <= s.rect.maxy and \
-                        eval_program(self.progs[slot].data(), s.prog_len, terms, n, &self.stack):
+                if not (raw & POST_INSIDE):
+                    r = &self.hot[slot].rect
+                    if not (r.minx <= x <= r.maxx and r.miny <= y <= r.maxy):
+                        continue
+                if (raw & POST_IMPLIED) or \
+                        eval_program(self.progs[slot].data(), self.subs[slot].prog_len, terms, n, &self.stack):
                     out.push_back(slot)
+
+    cdef void _sort(self, term_t t) noexcept nogil:
+        cdef vector[PostC]* lst = &self.lists[t]
+        cdef uint32_t c, ncells = self.grid * self.grid
+        cdef size_t j = 0
+        std_sort(lst.begin(), lst.end(), post_before)
+        self.dirty[t] = 0
+        self.dirs[t].clear()
+        if lst.size() < DIRECTORY_MIN:
+            return
+        self.dirs[t].resize(ncells + 1)
+        for c in range(ncells + 1):
+            while j < lst.size() and lst[0][j].cell < c:
+                j += 1
+            self.dirs[t][c] = <uint32_t>j
 
     def size(self):
         return self.subs.size() - self.free_slots.size()
