@@ -179,14 +179,25 @@ class EngineBase(abc.ABC):
         return [int(i) for i in self._topk(sid)[0]]
 
     def subscribe_batch(self, batch: SubscriptionBatch) -> None:
-        """Register many subscriptions (term ids of this engine's vocabulary)."""
+        """Register many topk subscriptions (term ids of this engine's vocabulary);
+        ``batch.meta["until"]`` (NaN: none) gives their ends."""
         validate.check_subscription_batch(batch, self.bounds)
+        until = batch.meta.get("until")
+        if until is not None:
+            for i in np.flatnonzero(~np.isnan(until)):
+                try:
+                    queries.check_until(float(until[i]), self._clock)
+                except InputError as err:
+                    raise err.located(record_id=int(batch.ids[i])) from None
         known = self._known_subscriptions(batch.ids) | np.isin(batch.ids, np.fromiter(self._kinds, np.int64))
         if known.any():
             sid = int(batch.ids[np.argmax(known)])
             raise InputError("E007", id=sid, record_id=sid)
         self._reserve_terms(batch.terms)
         self._subscribe_batch(batch)
+        if until is not None:
+            for i in np.flatnonzero(~np.isnan(until)):
+                self._set_until(int(batch.ids[i]), float(until[i]))
 
     def unsubscribe(self, sub_id: int) -> None:
         sid = validate.check_id(sub_id)

@@ -33,7 +33,7 @@ class Errors:
     E015 = "give exactly one of window (messages) and window_seconds, got window={window!r}, window_seconds={seconds!r}"
     E016 = "window must be an integer >= 1, got {value!r}"
     E017 = "window_seconds must be a finite number > 0, got {value!r}"
-    E018 = "unknown op {op!r}: expected 'sub', 'unsub' or 'msg'"
+    E018 = "unknown op {op!r}: expected 'sub', 'unsub', 'msg' or 'query'"
     E019 = "duplicate message id {id}: a message with this id is still in the window"
     E020 = "unknown subscription id {id}"
     E021 = "timestamp {t!r} is not a finite number"

@@ -14,6 +14,7 @@ Predicates arrive compiled (:class:`~skype.queries.QuerySpec`); the core shifts 
 from __future__ import annotations
 
 import abc
+import bisect
 import math
 
 import numpy as np
@@ -54,6 +55,55 @@ class QueryKinds(abc.ABC):
     def stats(self) -> dict: ...
 
 
+class NameLabels:
+    """32-bit labels in the order of the term names (code point order, which is UTF-8 byte
+    order), for ids 0, 1, ...: a new name takes the middle of the gap between its neighbours;
+    when a gap is used up (or many names come at once) every name is relabelled evenly.
+
+    >>> labels = NameLabels()
+    >>> labels.add(["pear", "apple"]), labels.add(["fig"])
+    (False, False)
+    >>> sorted(range(3), key=labels.by_id.__getitem__)
+    [1, 2, 0]
+    """
+
+    SPACE = 2**32
+
+    def __init__(self) -> None:
+        self.by_id: list[int] = []
+        self._names_by_id: list[str] = []
+        self._sorted_names: list[str] = []
+        self._sorted_labels: list[int] = []
+
+    def add(self, names: list[str]) -> bool:
+        """Label the next ids; True when existing labels changed."""
+        self._names_by_id.extend(names)
+        if len(names) > 64 + len(self._sorted_names) // 16:
+            self._relabel()
+            return True
+        for name in names:
+            pos = bisect.bisect_left(self._sorted_names, name)
+            lo = self._sorted_labels[pos - 1] if pos else 0
+            hi = self._sorted_labels[pos] if pos < len(self._sorted_names) else self.SPACE
+            if hi - lo < 2:
+                self._relabel()
+                return True
+            self.by_id.append((lo + hi) // 2)
+            self._sorted_names.insert(pos, name)
+            self._sorted_labels.insert(pos, (lo + hi) // 2)
+        return False
+
+    def _relabel(self) -> None:
+        names = self._names_by_id
+        order = sorted(range(len(names)), key=names.__getitem__)
+        step = self.SPACE // (len(names) + 1)
+        self.by_id = [0] * len(names)
+        for rank, i in enumerate(order):
+            self.by_id[i] = step * (rank + 1)
+        self._sorted_names = [names[i] for i in order]
+        self._sorted_labels = [step * (rank + 1) for rank in range(len(names))]
+
+
 def _shift(codes: np.ndarray) -> np.ndarray:
     """Term ids (>= 0) + 1; operators (< 0) unchanged."""
     return np.ascontiguousarray(np.where(codes >= 0, codes + 1, codes), dtype=np.int64)
@@ -71,13 +121,17 @@ class CoreQueryKinds(QueryKinds):
         from skype._core.querycore import QueryCore
 
         self.vocabulary = vocabulary
+        self._labels = NameLabels()
         self._core = QueryCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity)
 
     def _sync_names(self) -> None:
         have = self._core.name_count()
         if have < len(self.vocabulary):
-            self._core.add_names([self.vocabulary.term(i).encode("utf-8") for i in range(have, len(self.vocabulary))])
+            new = [self.vocabulary.term(i) for i in range(have, len(self.vocabulary))]
+            self._core.add_names([name.encode("utf-8") for name in new])
+            relabel = self._labels.add(new)
+            self._core.set_labels(np.asarray(self._labels.by_id, dtype=np.uint32), relabel)
 
     def subscribe(self, spec: QuerySpec) -> object:
         self._sync_names()

@@ -106,7 +106,7 @@ def peer_queries(messages: MessageBatch, vocab: Vocabulary, num_queries: int, rn
         if sub.kind in ("knn", "terms"):
             rec["k"] = sub.k
         if sub.kind in ("range", "knn"):
-            rec.update(terms=list(sub.terms), match=sub.match)
+            rec.update(terms={t: 1.0 for t in sub.terms}, match=sub.match)
         out.append(rec)
     out.sort(key=lambda r: r["qid"])
     for rec in out:

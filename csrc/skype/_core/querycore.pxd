@@ -1,6 +1,7 @@
 # The continuous query kinds beside topk (range, knn, terms) and the snapshot queries.
 from libcpp.vector cimport vector
 from libcpp.set cimport set as cset
+from libcpp.pair cimport pair
 from libcpp.unordered_map cimport unordered_map
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, seq_t, RectC
@@ -46,7 +47,8 @@ cdef class QueryCore:
     # terms subscriptions, by slot of `regions`
     cdef vector[RegionSubC] region
     cdef vector[unordered_map[term_t, uint32_t]] region_counts
-    cdef vector[cset[uint64_t]] region_rank    # (UINT32_MAX - count) << 32 | term: count desc, term id asc
+    cdef vector[cset[pair[uint64_t, term_t]]] region_rank  # ((UINT32_MAX - count) << 32 | label, term)
+    cdef vector[uint32_t] labels           # by term: order-preserving label of its name
     cdef vector[vector[term_t]] region_top     # the current top-k terms
     # one step's netting: touched knn / terms slots and their results before the step
     cdef vector[uint64_t] knn_touch_step, region_touch_step

@@ -19,14 +19,16 @@ then the netted events of the step.
   terms (term 0 for no predicate), checked exactly.
 * ``terms``: each subscription keeps, for the window messages in its rectangle (found by a
   second :class:`RectSubIndex`), the count of every term, and an ordered set of (count desc,
-  term id).  Its top-k is read from the head of that set up to the end of the tie group of the
-  k-th count, which is then ordered by term name.
+  label): labels are 32-bit integers in the order of the term names (the facade assigns them
+  with gaps and relabels every term, rebuilding the sets, when a gap runs out), so the set's
+  first k entries are the top-k, ties by name included.
 * Events of knn and terms subscriptions are netted per step: their top-k before the step's
   first change to them is compared with the top-k after the step.
 """
 import numpy as np
 from cython.operator cimport dereference as deref, preincrement as inc
 from libcpp.vector cimport vector
+from libcpp.pair cimport pair
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
@@ -44,8 +46,9 @@ cdef inline double now_ns() noexcept nogil:
     return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
-cdef inline uint64_t rank_key(uint32_t count, term_t t) noexcept nogil:
-    return ((<uint64_t>(0xFFFFFFFFu - count)) << 32) | t
+cdef inline pair[uint64_t, term_t] rank_key(uint32_t count, uint32_t label, term_t t) noexcept nogil:
+    """Ascending keys rank count descending, then name ascending (labels follow name order)."""
+    return pair[uint64_t, term_t](((<uint64_t>(0xFFFFFFFFu - count)) << 32) | label, t)
 
 
 cdef inline bint near_less(double d1, seq_t s1, double d2, seq_t s2) noexcept nogil:
@@ -212,37 +215,41 @@ cdef class QueryCore:
         it = self.region_counts[slot].find(t)
         if it != self.region_counts[slot].end():
             old = deref(it).second
-            self.region_rank[slot].erase(rank_key(old, t))
+            self.region_rank[slot].erase(rank_key(old, self.labels[t], t))
         new = <uint32_t>(<int>old + delta)
         if new:
             self.region_counts[slot][t] = new
-            self.region_rank[slot].insert(rank_key(new, t))
+            self.region_rank[slot].insert(rank_key(new, self.labels[t], t))
         elif old:
             self.region_counts[slot].erase(t)
 
     cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil:
-        """Top-k terms: the head of the ordered set through the tie group of the k-th count,
-        ordered by (count desc, name asc)."""
-        cdef uint32_t k = self.region[slot].k, count, kth = 0
-        cdef size_t taken = 0
-        cdef uint64_t key
-        cdef term_t t
+        """Top-k terms: the first k entries of the ordered set."""
+        cdef uint32_t k = self.region[slot].k
         it = self.region_rank[slot].begin()
-        while it != self.region_rank[slot].end():
-            key = deref(it)
-            count = 0xFFFFFFFFu - <uint32_t>(key >> 32)
-            t = <term_t>(key & 0xFFFFFFFFu)
-            if taken >= k and count < kth:
-                break
-            if taken == k - 1:
-                kth = count
-            if t >= self.counts.size():
-                self.counts.resize(t + 1, 0)
-            self.counts[t] = count
-            self.touched_terms.push_back(t)
-            taken += 1
+        while it != self.region_rank[slot].end() and out.size() < k:
+            out.push_back(deref(it).second)
             inc(it)
-        self.qw.c_top_terms(&self.counts, &self.touched_terms, k, out)
+
+    def set_labels(self, const uint32_t[::1] labels, bint relabel):
+        """Labels of the term ids 0.. (vocabulary ids; the core's are shifted by one).  With
+        ``relabel`` existing labels changed: every terms subscription's set is rebuilt."""
+        cdef Py_ssize_t i
+        cdef size_t slot
+        self.labels.resize(labels.shape[0] + 1, 0)
+        for i in range(labels.shape[0]):
+            self.labels[i + 1] = labels[i]
+        if not relabel:
+            return
+        for slot in range(self.region.size()):
+            if not self.region[slot].alive:
+                continue
+            self.region_rank[slot].clear()
+            it = self.region_counts[slot].begin()
+            while it != self.region_counts[slot].end():
+                self.region_rank[slot].insert(rank_key(deref(it).second, self.labels[deref(it).first],
+                                                       deref(it).first))
+                inc(it)
 
     cdef void _region_touch(self, uint32_t slot) noexcept nogil:
         if self.region_touch_step[slot] == self.step:
