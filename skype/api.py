@@ -114,6 +114,7 @@ class EngineBase(abc.ABC):
         self._kinds: dict[int, tuple[str, object]] = {}  # range/knn/terms subscription id -> (kind, handle)
         self._until: dict[int, float] = {}  # subscription id -> until
         self._until_heap: list[tuple[float, int]] = []  # (until, id), lazily deleted
+        self._ended: dict[int, str] = {}  # kinds of the subscriptions the last step ended
 
     # ------------------------------------------------------------------ subscriptions
     def subscribe(self, sub: queries.AnySubscription) -> list:
@@ -164,6 +165,7 @@ class EngineBase(abc.ABC):
                 break
             _, sid = heapq.heappop(self._until_heap)
             rows.extend((sid, e, False) for e in sorted(self._entries(sid)))
+            self._ended[sid] = self._kinds[sid][0] if sid in self._kinds else "topk"
             self.unsubscribe(sid)
         if not rows:
             return ChangeLog.empty()
@@ -233,10 +235,11 @@ class EngineBase(abc.ABC):
         return self.named_changes(self.publish_batch(batch))
 
     def named_changes(self, log: ChangeLog) -> list[ResultChange]:
-        """``log.changes()`` with the entries of ``terms`` subscriptions as term names."""
+        """``log.changes()`` with the entries of ``terms`` subscriptions as term names (call it
+        right after the step that returned ``log``)."""
         out = []
         for c in log.changes():
-            if self._kinds.get(c.sub_id, ("",))[0] == "terms":
+            if self._kinds.get(c.sub_id, ("",))[0] == "terms" or self._ended.get(c.sub_id) == "terms":
                 term = self.vocabulary.term
                 c = ResultChange(c.sub_id, tuple(term(i) for i in c.entered), tuple(term(i) for i in c.left))  # type: ignore[misc]
             out.append(c)
@@ -256,6 +259,7 @@ class EngineBase(abc.ABC):
         if len(batch) == 0:
             return ChangeLog.empty()
         self._reserve_terms(batch.terms)
+        self._ended.clear()
         logs, offsets = [], []
         start = 0
         while start < len(batch):
@@ -303,6 +307,7 @@ class EngineBase(abc.ABC):
             raise InputError("E023", what="advance()", expected="used with a time window (window_seconds)", value=t)
         if ft < self._clock:
             raise InputError("E009", t=ft, prev=self._clock)
+        self._ended.clear()
         ended = self._end_until(ft)
         self._clock = ft
         logs = [ended, self._advance(ft)] + ([self._queries.advance(ft)] if self._queries is not None else [])
