@@ -110,7 +110,10 @@ class QueryOracle:
 
     def answer(self, kind, fields, last=None) -> list:
         msgs = [m for m in self.msgs if self._fresh(m, last)]
-        inside = (lambda m, r: r[0] <= m[2] <= r[2] and r[1] <= m[3] <= r[3])
+
+        def inside(m, r):
+            return r[0] <= m[2] <= r[2] and r[1] <= m[3] <= r[3]
+
         if kind == "range":
             pred = predicate(fields.get("match", "any"), record_words(fields.get("text"), fields.get("terms")))
             return [m[1] for m in sorted(msgs, key=lambda m: -m[0]) if inside(m, fields["rect"]) and pred(m[5])]
