@@ -120,13 +120,7 @@ class EngineBase(abc.ABC):
     def subscribe(self, sub: queries.AnySubscription) -> list:
         """Register ``sub`` (any kind); returns its initial result over the current window."""
         if not isinstance(sub, Subscription):
-            spec = queries.compile_subscription(sub, self.vocabulary, self.bounds, self._clock)
-            sid = int(spec.id)  # type: ignore[arg-type]
-            if self.has_subscription(sid):
-                raise InputError("E007", id=sid, record_id=sid)
-            kinds = self._query_kinds(spec.kind)
-            self._kinds[sid] = (spec.kind, kinds.subscribe(spec))
-            self._set_until(sid, spec.until)
+            sid = self._subscribe_kind(sub)
             return self.result(sid)
         sid, x, y, k, alpha, ids, weights = validate.check_subscription(sub, self.vocabulary, self.bounds)
         try:
@@ -140,6 +134,25 @@ class EngineBase(abc.ABC):
         self._subscribe_batch(batch)
         self._set_until(sid, until)
         return self.topk(sid)
+
+    def subscribe_many(self, subs) -> None:
+        """Register subscriptions of the range, knn and terms kinds without reading their
+        initial results (bulk loading; each record is validated as by :meth:`subscribe`)."""
+        for sub in subs:
+            if isinstance(sub, Subscription):
+                self.subscribe(sub)
+            else:
+                self._subscribe_kind(sub)
+
+    def _subscribe_kind(self, sub) -> int:
+        spec = queries.compile_subscription(sub, self.vocabulary, self.bounds, self._clock)
+        sid = int(spec.id)  # type: ignore[arg-type]
+        if self.has_subscription(sid):
+            raise InputError("E007", id=sid, record_id=sid)
+        kinds = self._query_kinds(spec.kind)
+        self._kinds[sid] = (spec.kind, kinds.subscribe(spec))
+        self._set_until(sid, spec.until)
+        return sid
 
     def _query_kinds(self, kind: str) -> QueryKinds:
         if self._queries is None:
