@@ -143,6 +143,8 @@ class EngineBase(abc.ABC):
                 self.subscribe(sub)
             else:
                 self._subscribe_kind(sub)
+        if self._queries is not None:
+            self._queries.prepare()
 
     def _subscribe_kind(self, sub) -> int:
         spec = queries.compile_subscription(sub, self.vocabulary, self.bounds, self._clock)

@@ -35,6 +35,9 @@ class QueryKinds(abc.ABC):
     @abc.abstractmethod
     def unsubscribe(self, kind: str, handle: object) -> None: ...
 
+    def prepare(self) -> None:
+        """Called after a bulk registration (``subscribe_many``): settle the indexes."""
+
     @abc.abstractmethod
     def publish(self, batch: MessageBatch) -> ChangeLog: ...
 
@@ -143,6 +146,9 @@ class CoreQueryKinds(QueryKinds):
 
     def unsubscribe(self, kind: str, handle: object) -> None:
         getattr(self._core, f"unsubscribe_{kind}")(handle)
+
+    def prepare(self) -> None:
+        self._core.prepare()
 
     def publish(self, batch: MessageBatch) -> ChangeLog:
         self._sync_names()

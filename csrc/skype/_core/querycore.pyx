@@ -94,6 +94,11 @@ cdef class QueryCore:
         return self.ranges.c_add(ext_id, &r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
                                  &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], implied)
 
+    def prepare(self):
+        """Sort the subscription indexes' lists now (after a bulk registration)."""
+        self.ranges.sort_all()
+        self.regions.sort_all()
+
     def unsubscribe_range(self, uint32_t slot):
         self.ranges.c_remove(slot)
 

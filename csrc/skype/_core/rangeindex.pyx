@@ -196,6 +196,15 @@ cdef class RectSubIndex:
                 j += 1
             self.dirs[t][c] = <uint32_t>j
 
+    def sort_all(self):
+        """Sort every list appended to since its last sort (after a bulk registration, so that
+        the first probes do not pay for it)."""
+        cdef size_t t
+        with nogil:
+            for t in range(self.lists.size()):
+                if self.dirty[t]:
+                    self._sort(<term_t>t)
+
     def size(self):
         return self.subs.size() - self.free_slots.size()
 
