@@ -131,9 +131,9 @@ def test_queries_ties_edges_and_until(kind):
 
 @pytest.mark.parametrize("window", [dict(window=300), dict(window_seconds=250.0)])
 def test_queries_core_equals_reference_on_a_mixed_workload(window):
-    w = make_workload("tweets", num_subs=1, num_messages=600, seed=4)
+    w = make_workload("tweets", num_subs=1, num_messages=400, seed=4)
     rng = np.random.default_rng(5)
-    topk, others = peer_subscriptions(w.messages, w.vocabulary, 120, rng, kinds=dict(topk=1, range=1, knn=1, terms=1),
+    topk, others = peer_subscriptions(w.messages, w.vocabulary, 80, rng, kinds=dict(topk=1, range=1, knn=1, terms=1),
                                       area=0.02, k=5, bounds=w.bounds)
     queries = peer_queries(w.messages, w.vocabulary, 40, rng, kinds=dict(topk=1, range=1, knn=1, terms=1), k=5,
                            last=200.0, bounds=w.bounds)
@@ -143,7 +143,7 @@ def test_queries_core_equals_reference_on_a_mixed_workload(window):
         e.subscribe_batch(topk)
         for s in others[: len(others) // 2]:
             e.subscribe(s)
-        for part, chunk in enumerate(w.messages.batches(100)):
+        for part, chunk in enumerate(w.messages.batches(50)):
             log = e.publish_batch(chunk)
             logs[i].append(sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist())))
             if part == 2:
