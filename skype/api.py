@@ -13,14 +13,20 @@ vector-level methods (``_subscribe_batch``, ``_publish_batch``...).  The contrac
   window of T seconds: after a message with timestamp t arrives (or ``advance(t)``), the window
   holds exactly the messages with timestamp in ``(t - T, t]``.
 * Message ids must be unique among the messages in the window (and within a batch).
+* Kinds (``skype.queries``, ``docs/queries.md``): ``subscribe`` also takes range, knn and terms
+  subscriptions, which the engine dispatches to its :class:`~skype.querykinds.QueryKinds`; one id
+  space holds every kind.  ``until`` ends a subscription of any kind when the clock passes it:
+  before the first message with ``t > until`` (or ``advance`` past it), its results leave, in
+  that message's changes.  ``query`` answers a snapshot query over the current window.
 """
 
 from __future__ import annotations
 
 import abc
+import heapq
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -37,7 +43,10 @@ from skype.model import (
     TermMatrix,
 )
 from skype.text import Vocabulary
-from skype import validate
+from skype import queries, validate
+
+if TYPE_CHECKING:
+    from skype.querykinds import QueryKinds
 
 
 @dataclass
@@ -101,36 +110,134 @@ class EngineBase(abc.ABC):
         self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
         self._arrivals = 0  # messages published so far: the default timestamp of the next one
         self._clock = -math.inf  # largest timestamp seen (messages or advance)
+        self._queries: QueryKinds | None = None  # set by subclasses that serve the other kinds
+        self._kinds: dict[int, tuple[str, object]] = {}  # range/knn/terms subscription id -> (kind, handle)
+        self._until: dict[int, float] = {}  # subscription id -> until
+        self._until_heap: list[tuple[float, int]] = []  # (until, id), lazily deleted
+        self._ended: dict[int, str] = {}  # kinds of the subscriptions the last step ended
 
     # ------------------------------------------------------------------ subscriptions
-    def subscribe(self, sub: Subscription) -> list[Match]:
-        """Register ``sub``; returns its initial top-k over the current window."""
+    def subscribe(self, sub: queries.AnySubscription) -> list:
+        """Register ``sub`` (any kind); returns its initial result over the current window."""
+        if not isinstance(sub, Subscription):
+            sid = self._subscribe_kind(sub)
+            return self.result(sid)
         sid, x, y, k, alpha, ids, weights = validate.check_subscription(sub, self.vocabulary, self.bounds)
+        try:
+            until = queries.check_until(sub.until, self._clock)
+        except InputError as err:
+            raise err.located(record_id=sid) from None
         if self.has_subscription(sid):
             raise InputError("E007", id=sid, record_id=sid)
         batch = SubscriptionBatch(np.array([sid]), np.array([x]), np.array([y]), np.array([k]), np.array([alpha]),
                                   TermMatrix(np.array([0, len(ids)]), ids, weights))
         self._subscribe_batch(batch)
+        self._set_until(sid, until)
         return self.topk(sid)
 
+    def subscribe_many(self, subs) -> None:
+        """Register subscriptions of the range, knn and terms kinds without reading their
+        initial results (bulk loading; each record is validated as by :meth:`subscribe`)."""
+        for sub in subs:
+            if isinstance(sub, Subscription):
+                self.subscribe(sub)
+            else:
+                self._subscribe_kind(sub)
+        if self._queries is not None:
+            self._queries.prepare()
+
+    def _subscribe_kind(self, sub) -> int:
+        spec = queries.compile_subscription(sub, self.vocabulary, self.bounds, self._clock)
+        sid = int(spec.id)  # type: ignore[arg-type]
+        if self.has_subscription(sid):
+            raise InputError("E007", id=sid, record_id=sid)
+        kinds = self._query_kinds(spec.kind)
+        self._kinds[sid] = (spec.kind, kinds.subscribe(spec))
+        self._set_until(sid, spec.until)
+        return sid
+
+    def _query_kinds(self, kind: str) -> QueryKinds:
+        if self._queries is None:
+            raise InputError("E050", kinds="range, knn, terms")
+        return self._queries
+
+    def _set_until(self, sid: int, until: float | None) -> None:
+        if until is not None:
+            self._until[sid] = until
+            heapq.heappush(self._until_heap, (until, sid))
+
+    def _next_until(self) -> float | None:
+        while self._until_heap and self._until.get(self._until_heap[0][1]) != self._until_heap[0][0]:
+            heapq.heappop(self._until_heap)
+        return self._until_heap[0][0] if self._until_heap else None
+
+    def _end_until(self, t: float) -> ChangeLog:
+        """End every subscription with until < t; its current results leave (rows at 0)."""
+        rows: list[tuple[int, int, bool]] = []
+        while True:
+            nxt = self._next_until()
+            if nxt is None or not nxt < t:
+                break
+            _, sid = heapq.heappop(self._until_heap)
+            rows.extend((sid, e, False) for e in sorted(self._entries(sid)))
+            self._ended[sid] = self._kinds[sid][0] if sid in self._kinds else "topk"
+            self.unsubscribe(sid)
+        if not rows:
+            return ChangeLog.empty()
+        sub, msg, ent = zip(*rows)
+        return ChangeLog(np.zeros(len(rows), np.int64), np.array(sub, np.int64), np.array(msg, np.int64),
+                         np.array(ent, bool))
+
+    def _entries(self, sid: int) -> list[int]:
+        """A subscription's current result as change-log entries (message ids; term ids for terms)."""
+        if sid in self._kinds:
+            kind, handle = self._kinds[sid]
+            return self._query_kinds(kind).result_entries(kind, handle)
+        return [int(i) for i in self._topk(sid)[0]]
+
     def subscribe_batch(self, batch: SubscriptionBatch) -> None:
-        """Register many subscriptions (term ids of this engine's vocabulary)."""
+        """Register many topk subscriptions (term ids of this engine's vocabulary);
+        ``batch.meta["until"]`` (NaN: none) gives their ends."""
         validate.check_subscription_batch(batch, self.bounds)
-        known = self._known_subscriptions(batch.ids)
+        until = batch.meta.get("until")
+        if until is not None:
+            for i in np.flatnonzero(~np.isnan(until)):
+                try:
+                    queries.check_until(float(until[i]), self._clock)
+                except InputError as err:
+                    raise err.located(record_id=int(batch.ids[i])) from None
+        known = self._known_subscriptions(batch.ids) | np.isin(batch.ids, np.fromiter(self._kinds, np.int64))
         if known.any():
             sid = int(batch.ids[np.argmax(known)])
             raise InputError("E007", id=sid, record_id=sid)
         self._reserve_terms(batch.terms)
         self._subscribe_batch(batch)
+        if until is not None:
+            for i in np.flatnonzero(~np.isnan(until)):
+                self._set_until(int(batch.ids[i]), float(until[i]))
 
     def unsubscribe(self, sub_id: int) -> None:
         sid = validate.check_id(sub_id)
         if not self.has_subscription(sid):
             raise InputError("E008", id=sid, record_id=sid)
+        self._until.pop(sid, None)
+        if sid in self._kinds:
+            kind, handle = self._kinds.pop(sid)
+            self._query_kinds(kind).unsubscribe(kind, handle)
+            return
         self._unsubscribe(sid)
 
     def has_subscription(self, sub_id: int) -> bool:
-        return bool(self._known_subscriptions(np.array([sub_id], dtype=np.int64))[0])
+        return sub_id in self._kinds or bool(self._known_subscriptions(np.array([sub_id], dtype=np.int64))[0])
+
+    def kind_of(self, sub_id: int) -> str:
+        """``"topk"``, ``"range"``, ``"knn"`` or ``"terms"``."""
+        sid = validate.check_id(sub_id)
+        if sid in self._kinds:
+            return self._kinds[sid][0]
+        if not self.has_subscription(sid):
+            raise InputError("E020", id=sid, record_id=sid)
+        return "topk"
 
     # ------------------------------------------------------------------ messages
     def publish(self, msg: Message) -> list[ResultChange]:
@@ -140,7 +247,18 @@ class EngineBase(abc.ABC):
         )
         batch = MessageBatch(np.array([mid]), np.array([x]), np.array([y]), np.array([t]),
                              TermMatrix(np.array([0, len(ids)]), ids, weights))
-        return self.publish_batch(batch).changes()
+        return self.named_changes(self.publish_batch(batch))
+
+    def named_changes(self, log: ChangeLog) -> list[ResultChange]:
+        """``log.changes()`` with the entries of ``terms`` subscriptions as term names (call it
+        right after the step that returned ``log``)."""
+        out = []
+        for c in log.changes():
+            if self._kinds.get(c.sub_id, ("",))[0] == "terms" or self._ended.get(c.sub_id) == "terms":
+                term = self.vocabulary.term
+                c = ResultChange(c.sub_id, tuple(term(i) for i in c.entered), tuple(term(i) for i in c.left))  # type: ignore[misc]
+            out.append(c)
+        return out
 
     def publish_batch(self, batch: MessageBatch) -> ChangeLog:
         """Publish many messages in order; returns the changes, ``at`` = row in ``batch``."""
@@ -156,14 +274,46 @@ class EngineBase(abc.ABC):
         if len(batch) == 0:
             return ChangeLog.empty()
         self._reserve_terms(batch.terms)
+        self._ended.clear()
+        logs, offsets = [], []
+        start = 0
+        while start < len(batch):
+            # the rows before the first message past the next until, then the ends it causes
+            nxt = self._next_until()
+            stop = len(batch) if nxt is None else max(start, int(np.searchsorted(batch.t, nxt, side="right")))
+            if stop > start:
+                logs.append(self._publish_kinds(batch.slice(start, stop)))
+                offsets.append(start)
+                self._arrivals += stop - start
+                self._clock = float(batch.t[stop - 1])
+                start = stop
+            if start < len(batch):
+                logs.append(self._end_until(float(batch.t[start])))
+                offsets.append(start)
+        return self._merged(logs, offsets)
+
+    @staticmethod
+    def _merged(logs: list[ChangeLog], offsets: list[int]) -> ChangeLog:
+        kept = [(log, off) for log, off in zip(logs, offsets) if len(log)]
+        if not kept:
+            return ChangeLog.empty()
+        if len(kept) == 1:
+            log, off = kept[0]
+            return log if off == 0 else ChangeLog(log.at + off, log.sub, log.msg, log.entered)
+        logs, offsets = [k[0] for k in kept], [k[1] for k in kept]
+        log = ChangeLog.concat(logs, offsets)
+        order = np.argsort(log.at, kind="stable")
+        return ChangeLog(log.at[order], log.sub[order], log.msg[order], log.entered[order])
+
+    def _publish_kinds(self, batch: MessageBatch) -> ChangeLog:
         log = self._publish_batch(batch)
-        self._arrivals += len(batch)
-        self._clock = float(batch.t[-1])
-        return log
+        if self._queries is None:
+            return log
+        return self._merged([log, self._queries.publish(batch)], [0, 0])
 
     def advance(self, t: float) -> list[ResultChange]:
         """Time windows: move the clock to ``t`` and expire messages with timestamp <= t - T."""
-        return self.advance_log(t).changes()
+        return self.named_changes(self.advance_log(t))
 
     def advance_log(self, t: float) -> ChangeLog:
         """:meth:`advance` with the changes as a columnar :class:`ChangeLog` (``at`` = 0)."""
@@ -172,16 +322,45 @@ class EngineBase(abc.ABC):
             raise InputError("E023", what="advance()", expected="used with a time window (window_seconds)", value=t)
         if ft < self._clock:
             raise InputError("E009", t=ft, prev=self._clock)
+        self._ended.clear()
+        ended = self._end_until(ft)
         self._clock = ft
-        return self._advance(ft)
+        logs = [ended, self._advance(ft)] + ([self._queries.advance(ft)] if self._queries is not None else [])
+        return self._merged(logs, [0] * len(logs))
 
     # ------------------------------------------------------------------ results
     def topk(self, sub_id: int) -> list[Match]:
         sid = validate.check_id(sub_id)
         if not self.has_subscription(sid):
             raise InputError("E020", id=sid, record_id=sid)
+        if sid in self._kinds:
+            raise InputError("E048", where="topk()", kind=self._kinds[sid][0], supported="topk (use result())")
         ids, scores = self._topk(sid)
         return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    def result(self, sub_id: int) -> list:
+        """The current result of a subscription of any kind: ``Match`` (topk), message ids
+        (range, newest first), ``Neighbor`` (knn) or ``TermCount`` (terms)."""
+        sid = validate.check_id(sub_id)
+        if sid in self._kinds:
+            kind, handle = self._kinds[sid]
+            return self._query_kinds(kind).result(kind, handle)
+        return self.topk(sid)
+
+    def results_by_kind(self) -> Iterator[tuple[int, str, list]]:
+        """Every subscription's result, by ascending id: (id, kind, result)."""
+        ids = np.union1d(self.subscription_ids(), np.fromiter(self._kinds, np.int64, len(self._kinds)))
+        for sid in ids:
+            sid = int(sid)
+            yield sid, self._kinds[sid][0] if sid in self._kinds else "topk", self.result(sid)
+
+    def query(self, kind: str, **fields: Any) -> list:
+        """A snapshot query over the current window (``docs/queries.md``): ``range`` (rect,
+        text/terms, match), ``knn`` (x, y, k, text/terms, match), ``terms`` (rect, k) or
+        ``topk`` (x, y, k, alpha, text/terms); each with an optional ``last`` (seconds: only
+        messages with ``t > now - last``).  Answers are shaped as :meth:`result`."""
+        spec = queries.compile_query(kind, fields, self.vocabulary, self.bounds, self._clock, snapshot=True)
+        return self._query_kinds(kind).snapshot(spec, self._clock)
 
     def topn(self, sub_id: int, n: int) -> list[Match]:
         """The ``n`` best window messages of a subscription in ranking order, whatever its k
@@ -214,7 +393,8 @@ class EngineBase(abc.ABC):
                 np.concatenate([p[1] for p in parts]).astype(np.float64, copy=False))
 
     def results(self) -> Iterator[tuple[int, list[Match]]]:
-        """Every subscription's top-k, by ascending subscription id."""
+        """Every topk subscription's top-k, by ascending subscription id (every kind:
+        :meth:`results_by_kind`)."""
         for sid in np.sort(self.subscription_ids()):
             ids, scores = self._topk(int(sid))
             yield int(sid), [Match(int(i), float(s)) for i, s in zip(ids, scores)]

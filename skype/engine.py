@@ -101,6 +101,13 @@ class Engine(EngineBase):
         True (default): the window keeps, per message, the subscriptions that buffered it.
         False: no such list; an expiring message is disseminated again against the current
         thresholds to find them (less memory, one more dissemination per expiry).
+    snapshots
+        True (default): keep the query window (its own message index) that serves the range,
+        knn and terms kinds and every snapshot query (``docs/queries.md``).  False: topk
+        subscriptions only, without that window's cost; the other kinds are refused (E050).
+    query_grid, knn_buffer
+        cells per side of the grid index of range and terms subscriptions (default 64), and
+        the kNN buffer's capacity in multiples of k (default 2).
     """
 
     def __init__(
@@ -126,6 +133,9 @@ class Engine(EngineBase):
         theta_refresh: float = 0.02,
         cell_walk: str = "auto",
         reverse_map: bool = True,
+        snapshots: bool = True,
+        query_grid: int = 64,
+        knn_buffer: int = 2,
     ) -> None:
         kwargs = {} if bounds is None else {"bounds": bounds}
         super().__init__(window=window, window_seconds=window_seconds, vocabulary=vocabulary, **kwargs)
@@ -219,6 +229,16 @@ class Engine(EngineBase):
             buffer, buffer_params, self.params["message_leaf_capacity"], lambda: make_index(BULK_LEAF_FACTOR),
             bool(reverse_map),
         )
+        self.params["query_grid"] = _positive("query_grid", query_grid, int, 1, strict=False)
+        self.params["knn_buffer"] = _positive("knn_buffer", knn_buffer, int, 1, strict=False)
+        if self.params["query_grid"] > 4096:
+            raise InputError("E023", what="query_grid", expected="at most 4096", value=query_grid)
+        if snapshots:
+            from skype.querykinds import CoreQueryKinds
+
+            self._queries = CoreQueryKinds(b, self.vocabulary, self.window, self.window_seconds,
+                                           grid=self.params["query_grid"], knn_factor=self.params["knn_buffer"],
+                                           leaf_capacity=self.params["message_leaf_capacity"])
 
     # ------------------------------------------------------------------ EngineBase
     def _reserve_terms(self, terms: TermMatrix) -> None:
@@ -280,6 +300,9 @@ class Engine(EngineBase):
     def stats(self) -> dict:
         s = self._core.stats()
         s["engine"] = f"core ({self.index_kind}, {self.buffer_kind})"
+        s["query_subscriptions"] = len(self._kinds)
+        if self._queries is not None:
+            s["queries"] = self._queries.stats()
         s["index_bytes_per_subscription"] = (
             (s["memory_bytes"]["subscription_index"] + s["memory_bytes"]["subscription_table"]) / s["subscriptions"]
             if s["subscriptions"] else 0.0

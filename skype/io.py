@@ -2,11 +2,15 @@
 
 * messages: ``{"id": int, "x": float, "y": float, "t": float, "text": str}`` or ``"terms":
   {"term": weight}`` in place of ``text``; ``t`` optional (default: arrival index), non-decreasing.
-* subscriptions: ``{"id": int, "x": float, "y": float, "k": int, "alpha": float, "text" | "terms"}``.
-* events: a subscription with ``"op": "sub"``, ``{"op": "unsub", "id": int}``, or a message with
-  ``"op": "msg"``, interleaved in stream order.
+* subscriptions: ``{"id": int, "x": float, "y": float, "k": int, "alpha": float, "text" | "terms"}``,
+  or with ``"kind"`` one of the other kinds (``docs/queries.md``); any kind may carry ``until``.
+* events: a subscription with ``"op": "sub"``, ``{"op": "unsub", "id": int}``, a message with
+  ``"op": "msg"``, or a snapshot query ``{"op": "query", "qid", "kind", ...}``, in stream order.
 * results: one line per subscription, ``{"id": sub_id, "topk": [{"id": msg_id, "score": float}]}``
-  in ranking order, also for an empty top-k.
+  in ranking order, also for an empty top-k; ``range``: ``{"id", "matches": [msg ids]}``,
+  ``knn``: ``{"id", "topk": [{"id", "distance"}]}``, ``terms``: ``{"id", "terms": [{"term", "count"}]}``.
+* answers: ``{"qid", "after": messages so far, "kind", "answer": [...]}`` (elements shaped as in
+  results; ``topk``: ``{"id", "score"}``).
 
 JSON Lines (``.jsonl``; blank lines are skipped) or Parquet (``.parquet``) with the same columns
 (``terms`` as a map<string, double>, ``topk`` as a list of structs).  Readers yield ``(line,
@@ -23,6 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from skype.errors import InputError
 from skype.model import Match, Message, MessageBatch, Subscription, SubscriptionBatch
+from skype.queries import check_kind, subscription_from_fields
 from skype.text import Vocabulary
 from skype.validate import record_fields
 
@@ -109,9 +114,22 @@ def message_from_obj(obj: Any) -> Message:
     return Message(id=obj["id"], x=obj["x"], y=obj["y"], t=obj.get("t"), **_text_or_terms(obj))
 
 
-def subscription_from_obj(obj: Any) -> Subscription:
-    record_fields(obj, ("id", "x", "y", "k", "alpha"), "subscription")
-    return Subscription(id=obj["id"], x=obj["x"], y=obj["y"], k=obj["k"], alpha=obj["alpha"], **_text_or_terms(obj))
+def subscription_from_obj(obj: Any) -> Any:
+    """A subscription of the record's ``kind`` (default ``"topk"``)."""
+    record_fields(obj, ("id",), "subscription")
+    kind = obj.get("kind", "topk")
+    if kind == "topk":
+        record_fields(obj, ("id", "x", "y", "k", "alpha"), "subscription")
+        return Subscription(id=obj["id"], x=obj["x"], y=obj["y"], k=obj["k"], alpha=obj["alpha"],
+                            until=obj.get("until"), **_text_or_terms(obj))
+    return subscription_from_fields(kind, obj)
+
+
+def query_from_obj(obj: Any) -> dict[str, Any]:
+    """A snapshot query record: ``{"qid", "kind", ...fields}`` (fields checked when answered)."""
+    record_fields(obj, ("qid", "kind"), "query")
+    check_kind(obj["kind"])
+    return {k: v for k, v in obj.items() if k != "op"}
 
 
 def _read(path: str | Path, convert) -> Iterator[tuple[int, Any]]:
@@ -141,6 +159,8 @@ def event_from_obj(obj: Any) -> tuple[str, Any]:
     if op == "unsub":
         record_fields(obj, ("id",), "event")
         return op, obj["id"]
+    if op == "query":
+        return op, query_from_obj(obj)
     raise InputError("E018", op=op)
 
 
@@ -179,6 +199,26 @@ def result_objects(results: Iterable[tuple[int, list[Match]]]) -> Iterator[dict]
         yield {"id": int(sid), "topk": [{"id": int(m.id), "score": float(m.score)} for m in matches]}
 
 
+def answer_entries(kind: str, answer: list) -> list:
+    """A result or snapshot answer as JSON values (the results file's element shapes)."""
+    if kind == "range":
+        return [int(i) for i in answer]
+    if kind == "knn":
+        return [{"id": int(n.id), "distance": float(n.distance)} for n in answer]
+    if kind == "terms":
+        return [{"term": e.term, "count": int(e.count)} for e in answer]
+    return [{"id": int(m.id), "score": float(m.score)} for m in answer]
+
+
+RESULT_FIELD = {"topk": "topk", "range": "matches", "knn": "topk", "terms": "terms"}
+
+
+def kind_result_objects(results: Iterable[tuple[int, str, list]]) -> Iterator[dict]:
+    """Results of every kind (``Engine.results_by_kind``) with the per-kind fields."""
+    for sid, kind, answer in results:
+        yield {"id": int(sid), RESULT_FIELD[kind]: answer_entries(kind, answer)}
+
+
 def write_objects(path: str | Path, objects: Iterable[Mapping[str, Any]]) -> int:
     """Write JSON objects as JSONL or Parquet (by suffix); returns the number written."""
     path = Path(path)
@@ -204,7 +244,8 @@ def write_objects(path: str | Path, objects: Iterable[Mapping[str, Any]]) -> int
 
 _PARQUET_TYPES = {
     "id": "int64", "x": "float64", "y": "float64", "t": "float64", "k": "int64", "alpha": "float64",
-    "text": "string", "op": "string",
+    "text": "string", "op": "string", "kind": "string", "match": "string", "until": "float64", "last": "float64",
+    "qid": "int64",
 }
 
 
@@ -220,6 +261,10 @@ def _parquet_schema(rows: list[dict]):
             fields.append(pa.field(name, pa.map_(pa.string(), pa.float64())))
         elif name == "topk":
             fields.append(pa.field(name, pa.list_(pa.struct([("id", pa.int64()), ("score", pa.float64())]))))
+        elif name == "rect":
+            fields.append(pa.field(name, pa.list_(pa.float64())))
+        elif name == "matches":
+            fields.append(pa.field(name, pa.list_(pa.int64())))
         else:
             fields.append(pa.field(name, pa.type_for_alias(_PARQUET_TYPES.get(name, "string"))))
     return pa.schema(fields)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import ClassVar, Iterator, Mapping
 
 import numpy as np
 
@@ -71,10 +71,12 @@ DEFAULT_BOUNDS = Bounds()
 
 @dataclass(frozen=True)
 class Subscription:
-    """A continuous top-k spatial-keyword query.
+    """A continuous top-k spatial-keyword query (kind ``"topk"``).  ``until``: a timestamp after
+    which the subscription ends by itself (its results leave); None for no end.  The other kinds
+    are in :mod:`skype.queries`.
 
     >>> Subscription(id=1, x=2.35, y=48.86, k=5, alpha=0.3, text="coffee croissant")
-    Subscription(id=1, x=2.35, y=48.86, k=5, alpha=0.3, text='coffee croissant', terms=None)
+    Subscription(id=1, x=2.35, y=48.86, k=5, alpha=0.3, text='coffee croissant', terms=None, until=None)
     """
 
     id: int
@@ -84,6 +86,8 @@ class Subscription:
     alpha: float = 0.5
     text: str | None = None
     terms: Mapping[str, float] | None = None
+    until: float | None = None
+    kind: ClassVar[str] = "topk"
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,9 @@ class ReferenceEngine(EngineBase):
         self._win_postings: dict[int, dict[int, _Msg]] = defaultdict(dict)  # term -> {seq: msg}
         self._holders: dict[int, set[int]] = defaultdict(set)  # seq -> sub ids whose top-k hold it
         self._counters = {"arrivals": 0, "expirations": 0, "reevaluations": 0, "arrival_s": 0.0, "expiry_s": 0.0}
+        from skype.reference_queries import ReferenceQueryKinds  # the other kinds, brute force too
+
+        self._queries = ReferenceQueryKinds(self.vocabulary, self.window, self.window_seconds, self._max_dist)
 
     # ------------------------------------------------------------------ scoring
     def _score(self, s: _Sub, m: _Msg):
@@ -264,6 +267,7 @@ class ReferenceEngine(EngineBase):
         return {
             "engine": "reference",
             "subscriptions": len(self._subs),
+            "query_subscriptions": len(self._kinds),
             "window_size": len(self._window),
             "arrivals": c["arrivals"],
             "expirations": c["expirations"],

@@ -20,8 +20,9 @@ import numpy as np
 from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary, tokenize
-from skype import io, validate
+from skype import io, queries, validate
 from skype.data.drift import DRIFT_KINDS, make_drift
+from skype.model import Subscription
 from skype.data.workloads import DATASETS, SUB_KEYWORDS, make_subscriptions, make_workload
 
 DEFAULT_NUM_SUBS = 20_000
@@ -94,6 +95,24 @@ class Inputs:
     description: str
     rejected: Counter = field(default_factory=Counter)
     texts: list[str] | None = None
+    others: list = field(default_factory=list)  # range/knn/terms subscriptions registered first
+    # steps may also be ("ksub", a range/knn/terms subscription) and ("query", a snapshot record)
+
+    def peer_kinds(self) -> list[str]:
+        """What beside plain topk the inputs use: kinds, "snapshot queries", "until"."""
+        used = {s.kind for s in self.others} | {p.kind for op, p in self.steps if op == "ksub"}
+        if any(op == "query" for op, _ in self.steps):
+            used.add("snapshot queries")
+        batches = [self.subscriptions] + [p for op, p in self.steps if op == "sub"]
+        if any("until" in b.meta for b in batches):
+            used.add("topk with until")
+        return sorted(used)
+
+    def refuse_peer_kinds(self, where: str) -> None:
+        """Raise E048 naming the first kind ``where`` cannot serve (it serves plain topk only)."""
+        used = self.peer_kinds()
+        if used:
+            raise InputError("E048", where=where, kind=used[0], supported="topk subscriptions without until")
 
     @property
     def num_messages(self) -> int:
@@ -161,15 +180,37 @@ class _Builder:
         self.arrivals = 0
 
     def subscription(self, line: int, sub) -> tuple | None:
+        """("topk", row with until) or (kind, the subscription object), or None if rejected."""
         def check():
             try:
-                row = validate.check_subscription(sub, self.vocab, self.bounds)
-                if row[0] in self.sub_ids:
-                    raise InputError("E007", id=row[0], record_id=row[0])
+                if isinstance(sub, Subscription):
+                    row = validate.check_subscription(sub, self.vocab, self.bounds)
+                    try:
+                        until = queries.check_until(sub.until, self.last_t)
+                    except InputError as err:
+                        raise err.located(record_id=row[0]) from None
+                    sid, out = row[0], ("topk", row + (until,))
+                else:
+                    spec = queries.compile_subscription(sub, self.vocab, self.bounds, self.last_t)
+                    sid, out = spec.id, (spec.kind, sub)
+                if sid in self.sub_ids:
+                    raise InputError("E007", id=sid, record_id=sid)
             except InputError as err:
                 raise err.located(source=self.source, line=line) from None
-            self.sub_ids.add(row[0])
-            return row
+            self.sub_ids.add(sid)
+            return out
+
+        return self.collector.accept(check)
+
+    def query(self, line: int, rec: dict) -> dict | None:
+        def check():
+            try:
+                fields = {k: v for k, v in rec.items() if k not in ("qid", "kind")}
+                validate.check_id(rec["qid"])
+                queries.compile_query(rec["kind"], fields, self.vocab, self.bounds, self.last_t, snapshot=True)
+            except InputError as err:
+                raise err.located(source=self.source, line=line, record_id=rec.get("qid")) from None
+            return rec
 
         return self.collector.accept(check)
 
@@ -211,8 +252,14 @@ def _terms(rows: list[tuple], first: int) -> TermMatrix:
 
 
 def subscriptions_batch(rows: list[tuple]) -> SubscriptionBatch:
+    """Rows (id, x, y, k, alpha, ids, weights[, until]); ``meta["until"]`` (NaN: none) when any
+    row has an until."""
     ids, x, y, k, alpha = _columns(rows, (np.int64, np.float64, np.float64, np.int64, np.float64))
-    return SubscriptionBatch(ids, x, y, k, alpha, _terms(rows, 5))
+    batch = SubscriptionBatch(ids, x, y, k, alpha, _terms(rows, 5))
+    until = [r[7] if len(r) > 7 else None for r in rows]
+    if any(u is not None for u in until):
+        batch.meta["until"] = np.array([np.nan if u is None else u for u in until], dtype=np.float64)
+    return batch
 
 
 def messages_batch(rows: list[tuple]) -> MessageBatch:
@@ -246,12 +293,13 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
         messages = _records(args.messages, io.message_from_obj, collector) if args.messages else []
         vocab = _vocabulary_from([m for _, m in messages])
     sub_rows: list[tuple] = []
+    others: list = []
     if args.subscriptions:
         builder = _Builder(vocab, bounds, collector, args.subscriptions)
         for line, sub in _records(args.subscriptions, io.subscription_from_obj, collector):
-            row = builder.subscription(line, sub)
-            if row is not None:
-                sub_rows.append(row)
+            got = builder.subscription(line, sub)
+            if got is not None:
+                (sub_rows if got[0] == "topk" else others).append(got[1])
         known = builder.sub_ids
     else:
         known = set()
@@ -270,9 +318,13 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
                 steps.append(("msgs", messages_batch(pending)))
                 pending = []
             if op == "sub":
-                row = builder.subscription(line, rec)
-                if row is not None:
-                    steps.append(("sub", subscriptions_batch([row])))
+                got = builder.subscription(line, rec)
+                if got is not None:
+                    steps.append(("sub", subscriptions_batch([got[1]])) if got[0] == "topk" else ("ksub", got[1]))
+            elif op == "query":
+                q = builder.query(line, rec)
+                if q is not None:
+                    steps.append(("query", q))
             else:
                 sid = builder.unsubscription(line, rec)
                 if sid is not None:
@@ -291,8 +343,8 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
             rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(2)[1])
             subs = make_subscriptions(batch, vocab, args.num_subs, rng, sub_terms=args.sub_terms, k=args.k,
                                       sub_keywords=args.sub_keywords)
-            return Inputs(vocab, subs, steps, bounds, desc, collector.rejected)
-    return Inputs(vocab, subscriptions_batch(sub_rows), steps, bounds, desc, collector.rejected)
+            return Inputs(vocab, subs, steps, bounds, desc, collector.rejected, others=others)
+    return Inputs(vocab, subscriptions_batch(sub_rows), steps, bounds, desc, collector.rejected, others=others)
 
 
 def write_drift_files(args, workload) -> int:

@@ -178,6 +178,7 @@ def cmd_partition_sim(args: argparse.Namespace) -> int:
                          value=(args.batch_size, args.sample_size))
     t0 = time.perf_counter()
     inputs = load_inputs(args)
+    inputs.refuse_peer_kinds("partition-sim")
     subs = concat_subscriptions([inputs.subscriptions] + [b for op, b in inputs.steps if op == "sub"])
     messages = inputs.messages()
     n_sample = min(args.sample_size, len(messages))

@@ -30,6 +30,7 @@ import numpy as np
 from skype import io
 from skype.api import EngineBase
 from skype.cli.inputs import Inputs, add_workload_args, load_inputs, window_of
+from skype.cli.peer import add_peer_generate_args, peer_generate
 from skype.cli.report import peak_rss_bytes, print_table, progress_bar
 
 ENGINES = ("core", "reference")
@@ -68,7 +69,10 @@ def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
         return ReferenceEngine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, **window)
     from skype.engine import Engine
 
-    return Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, **engine_options(args), **window)
+    # the query window only when the inputs use the other kinds or snapshot queries
+    snapshots = bool(set(inputs.peer_kinds()) - {"topk with until"})
+    return Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, snapshots=snapshots, **engine_options(args),
+                  **window)
 
 
 def split_fill(steps: list, window: dict[str, Any]) -> tuple[list, list]:
@@ -102,13 +106,16 @@ def split_fill(steps: list, window: dict[str, Any]) -> tuple[list, list]:
 
 def _counts(engine: EngineBase) -> dict[str, float]:
     s = engine.stats()
+    q = s.get("queries") or {}  # the core's query kinds: their own window, timed apart
     return {"arrivals": s["arrivals"], "expirations": s["expirations"],
-            "arrival_us": s["amp_us"] * s["arrivals"], "expiry_us": s["emp_us"] * s["expirations"],
+            "arrival_us": s["amp_us"] * s["arrivals"] + q.get("amp_us", 0.0) * q.get("arrivals", 0),
+            "expiry_us": s["emp_us"] * s["expirations"] + q.get("emp_us", 0.0) * q.get("expirations", 0),
             "reevaluations": s["reevaluations"]}
 
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
-               changes_out: str | None = None, fill_window: dict[str, Any] | None = None) -> dict[str, Any]:
+               changes_out: str | None = None, fill_window: dict[str, Any] | None = None,
+               answers_out: str | None = None) -> dict[str, Any]:
     """Register the subscriptions, stream every step through ``engine``; returns run metrics.
     With ``fill_window`` (the window, as :func:`window_of` returns it), the window is filled
     first and only the messages after it are measured (see the module docstring)."""
@@ -125,31 +132,48 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         fill_n = sum(len(p) for p in fill)
     t0 = time.perf_counter()
     engine.subscribe_batch(inputs.subscriptions)
+    engine.subscribe_many(inputs.others)
     t_subscribe = time.perf_counter() - t0
     before = _counts(engine)
     measured = sum(len(b) for op, b in steps if op == "msgs")
     changes = 0
     sink = open(changes_out, "w", encoding="utf-8") if changes_out else None
+    answers = open(answers_out, "w", encoding="utf-8") if answers_out else None
     bar = progress_bar(total=measured, desc="messages", enabled=progress)
+    published = fill_n
+    query_s, n_queries = 0.0, 0
     t0 = time.perf_counter()
     try:
         for op, payload in steps:
             if op == "sub":
                 engine.subscribe_batch(payload)
+            elif op == "ksub":
+                engine.subscribe_many([payload])
             elif op == "unsub":
                 engine.unsubscribe(payload)
+            elif op == "query":
+                fields = {k: v for k, v in payload.items() if k not in ("qid", "kind")}
+                tq = time.perf_counter()
+                answer = engine.query(payload["kind"], **fields)
+                query_s += time.perf_counter() - tq
+                n_queries += 1
+                if answers is not None:
+                    answers.write(json.dumps({"qid": payload["qid"], "after": published, "kind": payload["kind"],
+                                              "answer": io.answer_entries(payload["kind"], answer)}) + "\n")
             else:
                 for chunk in payload.batches(batch_size):
                     log = engine.publish_batch(chunk)
                     changes += len(log)
+                    published += len(chunk)
                     if sink is not None:
-                        for c in log.changes():
+                        for c in engine.named_changes(log):
                             sink.write(json.dumps({"sub": c.sub_id, "entered": list(c.entered), "left": list(c.left)}) + "\n")
                     bar.update(len(chunk))
     finally:
         bar.close()
-        if sink is not None:
-            sink.close()
+        for fh in (sink, answers):
+            if fh is not None:
+                fh.close()
     wall = time.perf_counter() - t0
     stats = engine.stats()
     after = _counts(engine)
@@ -173,21 +197,31 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "reevaluations": after["reevaluations"] - before["reevaluations"],
         "avg_buffer_size": stats["avg_buffer_size"],
         "result_changes": changes,
+        "snapshot_queries": n_queries,
+        "snapshot_query_us": 1e6 * query_s / n_queries if n_queries else 0.0,
+        "subscriptions_by_kind": _kind_counts(engine),
         "rejected_records": sum(rejected.values()),
         "rejected_by_code": rejected,
         "engine_stats": stats,
     }
 
 
+def _kind_counts(engine: EngineBase) -> dict[str, int]:
+    counts = {"topk": len(engine.subscription_ids())}
+    for kind, _ in engine._kinds.values():
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     inputs = load_inputs(args)
     engine = make_engine(args, inputs)
     metrics = run_stream(engine, inputs, batch_size=args.batch_size, progress=args.progress, changes_out=args.changes_out,
-                         fill_window=window_of(args) if args.fill_window else None)
+                         fill_window=window_of(args) if args.fill_window else None, answers_out=args.answers_out)
     metrics["engine"] = args.engine if args.engine == "reference" else f"core ({args.index}, {args.buffer})"
     metrics.update(window_of(args))
     if args.results_out:
-        io.write_objects(args.results_out, io.result_objects(engine.results()))
+        io.write_objects(args.results_out, io.kind_result_objects(engine.results_by_kind()))
     if args.metrics_out:
         Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.metrics_out).write_text(json.dumps(metrics, indent=2, default=float) + "\n")
@@ -219,9 +253,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return write_drift_files(args, w)
     n_msg = io.write_objects(args.messages_out, io.message_objects(w.messages, w.vocabulary,
                                                                     w.texts if args.text else None))
-    n_sub = io.write_objects(args.subscriptions_out, io.subscription_objects(w.subscriptions, w.vocabulary))
+    sub_records, peer_rows = peer_generate(args, w)
+    n_sub = io.write_objects(args.subscriptions_out, sub_records)
     print_table("generate", [("dataset", args.dataset), ("messages", f"{n_msg} -> {args.messages_out}"),
-                             ("subscriptions", f"{n_sub} -> {args.subscriptions_out}")], file=sys.stdout)
+                             ("subscriptions", f"{n_sub} -> {args.subscriptions_out}")] + peer_rows, file=sys.stdout)
     return 0
 
 
@@ -237,6 +272,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
     o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")
     o.add_argument("--changes-out", metavar="FILE", help="every result change as JSONL")
+    o.add_argument("--answers-out", metavar="FILE",
+                   help="the answers of the snapshot queries ({\"op\": \"query\"} events) as JSONL")
     o.add_argument("--batch-size", type=int, default=1000, help="messages per engine call (default: %(default)s)")
     o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
@@ -248,5 +285,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--messages-out", required=True, metavar="FILE")
     g.add_argument("--subscriptions-out", required=True, metavar="FILE")
     g.add_argument("--text", action="store_true", help="write message text (geonames) instead of exact terms")
-    g.add_argument("--events-out", metavar="FILE", help="with --drift: the drifted stream as sub/unsub/msg events")
+    add_peer_generate_args(g)
     g.set_defaults(func=cmd_generate)

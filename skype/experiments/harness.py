@@ -100,8 +100,9 @@ def make_engine(spec: RunSpec, w: Workload) -> EngineBase:
         return ReferenceEngine(vocabulary=w.vocabulary, bounds=w.bounds, **window)
     from skype.engine import Engine
 
+    params = {"snapshots": False, **dict(spec.params)}  # topk experiments: no query window
     return Engine(vocabulary=w.vocabulary, bounds=w.bounds, index=spec.index, buffer=spec.buffer,
-                  **dict(spec.params), **window)
+                  **params, **window)
 
 
 @dataclass

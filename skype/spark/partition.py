@@ -95,7 +95,8 @@ class PartitionConfig:
             return ReferenceEngine(bounds=self.bounds, **window)
         from skype.engine import Engine
 
-        return Engine(bounds=self.bounds, **window, **options)
+        # topk only (the driver refuses the other kinds): no query window
+        return Engine(bounds=self.bounds, **window, **{"snapshots": False, **options})
 
     def advances(self) -> bool:
         """Whether the engine's clock is moved to each batch's high-water mark (time windows)."""

@@ -1,0 +1,130 @@
+"""The query kinds beside topk (issue 12): continuous range, snapshot range/knn, mixed kinds.
+
+Sizes (``--size``): ``small`` (default) is a quick look; ``medium`` is the issue's target
+configuration (100k range subscriptions, 1%-area rectangles, 1-3 terms, ``any``, a 100k window;
+snapshots over a 1M window; 100k mixed subscriptions); ``paper`` is ``medium`` with a longer
+measurement.  Workloads are tweets-like, seeded; rectangles are centred on sampled messages
+(``skype.data.peer_workloads``).  Every subscription registers after the window is full
+(``subscribe_many``), then steady-state chunks are timed; ``extra_info`` holds msg/s, AMP/EMP and,
+for snapshots, p50/p99 in microseconds.
+
+    pytest bench/test_queries.py --size medium -k range_continuous    # the 50k msg/s and 100x targets
+    pytest bench/test_queries.py --size medium -k snapshot            # p50/p99 over a 1M window
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from skype import Engine, ReferenceEngine
+from skype.data import make_workload
+from skype.data.peer_workloads import peer_queries, peer_subscriptions
+
+QSIZES = {
+    "small": dict(subs=20_000, window=20_000, measured=4_000, reference_measured=300, snapshot_window=100_000,
+                  mixed_subs=20_000, mixed_measured=100),
+    "medium": dict(subs=100_000, window=100_000, measured=10_000, reference_measured=100,
+                   snapshot_window=1_000_000, mixed_subs=100_000, mixed_measured=100),
+    "paper": dict(subs=100_000, window=100_000, measured=50_000, reference_measured=200,
+                  snapshot_window=1_000_000, mixed_subs=100_000, mixed_measured=1_000),
+}
+CHUNK = 250
+SNAPSHOTS = 1_000
+
+
+def _steady(benchmark, engine, messages, chunk=CHUNK) -> dict:
+    chunks = list(messages.batches(chunk))
+    it = iter(chunks)
+    s0 = engine.stats().get("queries", {})
+    benchmark.pedantic(lambda: engine.publish_batch(next(it)), rounds=len(chunks), iterations=1)
+    wall = benchmark.stats.stats.total
+    s1 = engine.stats().get("queries", {})
+    info = {"messages": len(messages), "msgs_per_s": round(len(messages) / wall, 1)}
+    if s1:
+        for key, count in (("amp_us", "arrivals"), ("emp_us", "expirations")):
+            n = s1[count] - s0[count]
+            total = s1[key] * s1[count] - s0[key] * s0[count]
+            info[f"query_{key}"] = round(total / n, 3) if n else 0.0
+    benchmark.extra_info.update(info)
+    return info
+
+
+@pytest.fixture(scope="module")
+def range_setup(size):
+    p = QSIZES[size]
+    w = make_workload("tweets", num_subs=1, num_messages=p["window"] + p["measured"], seed=11)
+    _, subs = peer_subscriptions(w.messages.slice(0, p["window"]), w.vocabulary, p["subs"], np.random.default_rng(12),
+                                 kinds={"range": 1.0}, area=0.01, sub_terms=(1, 3), match="any", bounds=w.bounds)
+    return p, w, subs
+
+
+@pytest.mark.parametrize("engine", ["core", "reference"])
+def test_range_continuous(benchmark, range_setup, engine):
+    p, w, subs = range_setup
+    cls = Engine if engine == "core" else ReferenceEngine
+    e = cls(window=p["window"], vocabulary=w.vocabulary.copy(), bounds=w.bounds)
+    for chunk in w.messages.slice(0, p["window"]).batches(10_000):
+        e.publish_batch(chunk)
+    e.subscribe_many(subs)
+    measured = p["measured"] if engine == "core" else p["reference_measured"]
+    info = _steady(benchmark, e, w.messages.slice(p["window"], p["window"] + measured),
+                   chunk=CHUNK if engine == "core" else 25)
+    benchmark.extra_info["config"] = f"{p['subs']} range subscriptions (1% area, 1-3 terms, any), window {p['window']}"
+    assert info["messages"] == measured
+
+
+@pytest.fixture(scope="module")
+def snapshot_setup(size):
+    p = QSIZES[size]
+    w = make_workload("tweets", num_subs=1, num_messages=p["snapshot_window"], seed=13)
+    e = Engine(window=p["snapshot_window"], vocabulary=w.vocabulary, bounds=w.bounds)
+    for chunk in w.messages.batches(20_000):
+        e.publish_batch(chunk)
+    return p, w, e
+
+
+@pytest.mark.parametrize("kind", ["range", "knn", "topk", "terms"])
+def test_snapshot(benchmark, snapshot_setup, kind):
+    p, w, e = snapshot_setup
+    queries = peer_queries(w.messages, w.vocabulary, SNAPSHOTS, np.random.default_rng(14), kinds={kind: 1.0},
+                           area=0.01, k=20, bounds=w.bounds)
+    fields = [{k: v for k, v in q.items() if k not in ("op", "qid", "kind")} for q in queries]
+    it = iter(fields)
+    times: list[float] = []
+
+    def one():
+        f = next(it)
+        t0 = time.perf_counter()
+        e.query(kind, **f)
+        times.append(time.perf_counter() - t0)
+
+    benchmark.pedantic(one, rounds=len(fields), iterations=1)
+    us = np.array(times) * 1e6
+    benchmark.extra_info.update(window=p["snapshot_window"], queries=len(us), p50_us=round(float(np.percentile(us, 50)), 1),
+                                p99_us=round(float(np.percentile(us, 99)), 1), mean_us=round(float(us.mean()), 1))
+    assert len(us) == SNAPSHOTS
+
+
+def test_mixed_kinds(benchmark, size):
+    p = QSIZES[size]
+    w = make_workload("tweets", num_subs=1, num_messages=p["window"] + p["mixed_measured"], seed=15)
+    topk, others = peer_subscriptions(w.messages.slice(0, p["window"]), w.vocabulary, p["mixed_subs"],
+                                      np.random.default_rng(16), kinds=dict(topk=1, range=1, knn=1, terms=1),
+                                      area=0.01, k=20, bounds=w.bounds)
+    e = Engine(window=p["window"], vocabulary=w.vocabulary, bounds=w.bounds)
+    for chunk in w.messages.slice(0, p["window"]).batches(10_000):
+        e.publish_batch(chunk)
+    e.subscribe_batch(topk)
+    e.subscribe_many(others)
+    before = e.stats()
+    info = _steady(benchmark, e, w.messages.slice(p["window"], p["window"] + p["mixed_measured"]), chunk=25)
+    after = e.stats()
+    n = after["arrivals"] - before["arrivals"]
+    topk_amp = (after["amp_us"] * after["arrivals"] - before["amp_us"] * before["arrivals"]) / n
+    benchmark.extra_info.update(topk_amp_us=round(topk_amp, 2),
+                                amp_us=round(topk_amp + info.get("query_amp_us", 0.0), 2),
+                                config=f"{p['mixed_subs']} subscriptions, 25% each kind, window {p['window']}")
+    assert info["messages"] == p["mixed_measured"]

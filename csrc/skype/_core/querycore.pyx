@@ -1,0 +1,594 @@
+# cython: language_level=3
+"""The continuous query kinds beside topk, over the query window (``querywindow.pyx``).
+
+One step = one arriving message (or a clock advance): expirations first, then the arrival,
+then the netted events of the step.
+
+* ``range``: the :class:`RectSubIndex` probe of a message gives exactly the subscriptions it
+  matches.  It enters their results on arrival; at expiry the *same probe* (the message's
+  terms and location have not changed) gives exactly the subscriptions it leaves.  A result is
+  recomputed from the window when asked for (``range_result``), so nothing is stored per
+  (subscription, message).
+* ``knn``: a bounded buffer per subscription of capacity ``cap = knn_factor * k``, sorted by
+  (distance, newest first).  Invariant: the buffer is the exact prefix of the ranked matching
+  window messages, and it holds all of them when ``complete``; not complete implies at least k
+  entries.  An arrival is inserted when it ranks before the buffer's last entry (or the buffer
+  is complete), the buffer truncated to ``cap``.  An expiring entry is removed; a buffer that
+  drops below k and is not complete is re-evaluated from the message index (a best-first kNN
+  search for ``cap`` messages).  Candidates are found through per-term lists of the cover
+  terms (term 0 for no predicate), checked exactly.
+* ``terms``: each subscription keeps, for the window messages in its rectangle (found by a
+  second :class:`RectSubIndex`), the count of every term, and an ordered set of (count desc,
+  label): labels are 32-bit integers in the order of the term names (the facade assigns them
+  with gaps and relabels every term, rebuilding the sets, when a gap runs out), so the set's
+  first k entries are the top-k, ties by name included.
+* Events of knn and terms subscriptions are netted per step: their top-k before the step's
+  first change to them is compared with the top-k after the step.
+"""
+import numpy as np
+from cython.operator cimport dereference as deref, preincrement as inc
+from libcpp.vector cimport vector
+from libcpp.pair cimport pair
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
+from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
+from skype._core.querywindow cimport QueryWindow, ALL_TERM
+from skype._core.rangeindex cimport RectSubIndex, RectSubC
+from skype._core.predicate cimport eval_program, point_distance, OP_AND
+from skype._core.types cimport SubTermC
+from skype._core.scoring cimport round_up
+
+
+cdef inline double now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1e9 + ts.tv_nsec
+
+
+cdef inline pair[uint64_t, term_t] rank_key(uint32_t count, uint32_t label, term_t t) noexcept nogil:
+    """Ascending keys rank count descending, then name ascending (labels follow name order)."""
+    return pair[uint64_t, term_t](((<uint64_t>(0xFFFFFFFFu - count)) << 32) | label, t)
+
+
+cdef inline bint near_less(double d1, seq_t s1, double d2, seq_t s2) noexcept nogil:
+    """(d1, s1) ranks before (d2, s2): nearer, then newer."""
+    return d1 < d2 or (d1 == d2 and s1 > s2)
+
+
+def _arr(vector[int64_t]& v):
+    out = np.empty(v.size(), dtype=np.int64)
+    cdef int64_t[::1] o = out
+    cdef size_t i
+    for i in range(v.size()):
+        o[i] = v[i]
+    return out
+
+
+cdef class QueryCore:
+    def __cinit__(self, double minx, double miny, double maxx, double maxy, double max_dist,
+                  uint64_t count_window, double time_window, uint32_t grid=64, uint32_t knn_factor=2,
+                  uint32_t leaf_capacity=64):
+        self.qw = QueryWindow(minx, miny, maxx, maxy, max_dist, count_window, time_window, leaf_capacity)
+        self.ranges = RectSubIndex(minx, miny, maxx, maxy, grid)
+        self.regions = RectSubIndex(minx, miny, maxx, maxy, grid)
+        self.knn_factor = knn_factor
+        self.step = 1                    # touch stamps start at 0: no slot is touched yet
+        self.knn_probes = 0
+
+    # ------------------------------------------------------------------ names
+    def add_names(self, list names):
+        self.qw.add_names(names)
+
+    def name_count(self):
+        return self.qw.name_count()
+
+    # ------------------------------------------------------------------ subscriptions
+    def subscribe_range(self, int64_t ext_id, tuple rect, const int64_t[::1] prog, const int64_t[::1] cover):
+        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        cdef Py_ssize_t i
+        cdef bint implied = True                 # no AND: every cover term satisfies the predicate
+        for i in range(prog.shape[0]):
+            if prog[i] == OP_AND:
+                implied = False
+        return self.ranges.c_add(ext_id, &r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
+                                 &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], implied)
+
+    def prepare(self):
+        """Sort the subscription indexes' lists now (after a bulk registration)."""
+        self.ranges.sort_all()
+        self.regions.sort_all()
+
+    def unsubscribe_range(self, uint32_t slot):
+        self.ranges.c_remove(slot)
+
+    def subscribe_knn(self, int64_t ext_id, double x, double y, uint32_t k, const int64_t[::1] prog,
+                      const int64_t[::1] cover):
+        cdef uint32_t slot, i
+        cdef term_t t
+        if self.knn_free.size():
+            slot = self.knn_free.back()
+            self.knn_free.pop_back()
+        else:
+            slot = <uint32_t>self.knn.size()
+            self.knn.resize(slot + 1)
+            self.knn_prog.resize(slot + 1)
+            self.knn_plen.resize(slot + 1)
+            self.knn_buf.resize(slot + 1)
+            self.knn_stamp.resize(slot + 1, 0)
+            self.knn_touch_step.resize(slot + 1, 0)
+            self.knn_before.resize(slot + 1)
+            self.knn_before_ids.resize(slot + 1)
+        self.knn[slot] = KnnSubC(x, y, ext_id, k, k * self.knn_factor, 0, 1)
+        self.knn_prog[slot].clear()
+        for i in range(prog.shape[0]):
+            self.knn_prog[slot].push_back(prog[i])
+        self.knn_plen[slot] = prog.shape[0]
+        for i in range(cover.shape[0]):
+            self.knn_prog[slot].push_back(cover[i])
+        for i in range(max(<uint32_t>cover.shape[0], 1)):
+            t = <term_t>cover[i] if cover.shape[0] else ALL_TERM
+            if t >= self.knn_lists.size():
+                self.knn_lists.resize(t + 1)
+            self.knn_lists[t].push_back(slot)
+        self._knn_refill(slot)
+        return slot
+
+    def unsubscribe_knn(self, uint32_t slot):
+        cdef size_t i, j
+        cdef uint32_t ncover = self.knn_prog[slot].size() - self.knn_plen[slot]
+        cdef term_t t
+        for i in range(max(ncover, 1)):
+            t = <term_t>self.knn_prog[slot][self.knn_plen[slot] + i] if ncover else ALL_TERM
+            for j in range(self.knn_lists[t].size()):
+                if self.knn_lists[t][j] == slot:
+                    self.knn_lists[t][j] = self.knn_lists[t].back()
+                    self.knn_lists[t].pop_back()
+                    break
+        self.knn[slot].alive = 0
+        self.knn_buf[slot].clear()
+        self.knn_free.push_back(slot)
+
+    def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
+        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
+        cdef size_t i
+        cdef term_t t
+        if slot >= self.region.size():
+            self.region.resize(slot + 1)
+            self.region_counts.resize(slot + 1)
+            self.region_rank.resize(slot + 1)
+            self.region_top.resize(slot + 1)
+            self.region_touch_step.resize(slot + 1, 0)
+            self.region_before.resize(slot + 1)
+        self.region[slot] = RegionSubC(ext_id, k, 1)
+        self.region_counts[slot].clear()
+        self.region_rank[slot].clear()
+        self.seqs.clear()
+        self.qw.c_region_counts(&r, 0.0, 0.0, &self.counts, &self.touched_terms)
+        for i in range(self.touched_terms.size()):
+            t = self.touched_terms[i]
+            self._region_add(slot, t, <int>self.counts[t])
+            self.counts[t] = 0
+        self.touched_terms.clear()
+        self.region_top[slot].clear()
+        self._region_rank(slot, &self.region_top[slot])
+        return slot
+
+    def unsubscribe_terms(self, uint32_t slot):
+        self.regions.c_remove(slot)
+        self.region[slot].alive = 0
+        self.region_counts[slot].clear()
+        self.region_rank[slot].clear()
+        self.region_top[slot].clear()
+
+    # ------------------------------------------------------------------ knn and terms state
+    cdef void _knn_refill(self, uint32_t slot) noexcept nogil:
+        cdef KnnSubC* s = &self.knn[slot]
+        cdef vector[int64_t]* p = &self.knn_prog[slot]
+        cdef uint32_t plen = self.knn_plen[slot]
+        cdef int ncover = <int>(p.size() - plen)
+        cdef size_t i
+        cdef NearEntryC e
+        self.seqs.clear()
+        self.dists.clear()
+        self.qw.c_knn(s.x, s.y, s.cap, p.data(), plen, p.data() + plen, ncover, 0.0, 0.0, &self.seqs, &self.dists)
+        self.knn_buf[slot].clear()
+        for i in range(self.seqs.size()):
+            e.dist = self.dists[i]
+            e.seq = self.seqs[i]
+            self.knn_buf[slot].push_back(e)
+        s.complete = self.seqs.size() < s.cap
+        self.reevaluations += 1
+
+    cdef void _knn_touch(self, uint32_t slot) noexcept nogil:
+        cdef size_t i
+        cdef vector[NearEntryC]* b
+        if self.knn_touch_step[slot] == self.step:
+            return
+        self.knn_touch_step[slot] = self.step
+        self.knn_touched.push_back(slot)
+        b = &self.knn_buf[slot]
+        self.knn_before[slot].clear()
+        self.knn_before_ids[slot].clear()
+        for i in range(min(<size_t>self.knn[slot].k, b.size())):
+            self.knn_before[slot].push_back(<int64_t>b[0][i].seq)
+            self.knn_before_ids[slot].push_back(win_get(self.qw.window, b[0][i].seq).ext_id)
+
+    cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil:
+        cdef uint32_t old = 0, new
+        it = self.region_counts[slot].find(t)
+        if it != self.region_counts[slot].end():
+            old = deref(it).second
+            self.region_rank[slot].erase(rank_key(old, self.labels[t], t))
+        new = <uint32_t>(<int>old + delta)
+        if new:
+            self.region_counts[slot][t] = new
+            self.region_rank[slot].insert(rank_key(new, self.labels[t], t))
+        elif old:
+            self.region_counts[slot].erase(t)
+
+    cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil:
+        """Top-k terms: the first k entries of the ordered set."""
+        cdef uint32_t k = self.region[slot].k
+        it = self.region_rank[slot].begin()
+        while it != self.region_rank[slot].end() and out.size() < k:
+            out.push_back(deref(it).second)
+            inc(it)
+
+    def set_labels(self, const uint32_t[::1] labels, bint relabel):
+        """Labels of the term ids 0.. (vocabulary ids; the core's are shifted by one).  With
+        ``relabel`` existing labels changed: every terms subscription's set is rebuilt."""
+        cdef Py_ssize_t i
+        cdef size_t slot
+        self.labels.resize(labels.shape[0] + 1, 0)
+        for i in range(labels.shape[0]):
+            self.labels[i + 1] = labels[i]
+        if not relabel:
+            return
+        for slot in range(self.region.size()):
+            if not self.region[slot].alive:
+                continue
+            self.region_rank[slot].clear()
+            it = self.region_counts[slot].begin()
+            while it != self.region_counts[slot].end():
+                self.region_rank[slot].insert(rank_key(deref(it).second, self.labels[deref(it).first],
+                                                       deref(it).first))
+                inc(it)
+
+    cdef void _region_touch(self, uint32_t slot) noexcept nogil:
+        if self.region_touch_step[slot] == self.step:
+            return
+        self.region_touch_step[slot] = self.step
+        self.region_touched.push_back(slot)
+        self.region_before[slot] = self.region_top[slot]
+
+    # ------------------------------------------------------------------ the stream
+    cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil:
+        self.out_at.push_back(at)
+        self.out_sub.push_back(sub)
+        self.out_entry.push_back(entry)
+        self.out_entered.push_back(entered)
+
+    cdef void _expire_oldest(self, int64_t at) noexcept nogil:
+        cdef MsgC* m = win_oldest(self.qw.window)
+        cdef const MsgTermC* mt = win_terms(self.qw.window, m)
+        cdef size_t i, j, n
+        cdef uint32_t slot, ti
+        cdef term_t t
+        cdef vector[NearEntryC]* b
+        cdef vector[uint32_t] refill
+        cdef double start = now_ns()
+        self.hits.clear()
+        self.ranges.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
+        for i in range(self.hits.size()):
+            self._emit(at, self.ranges.hot[self.hits[i]].ext_id, m.ext_id, False)
+        self.hits.clear()
+        self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
+        for i in range(self.hits.size()):
+            slot = self.hits[i]
+            self._region_touch(slot)
+            for ti in range(1, m.nterms):
+                self._region_add(slot, mt[ti].term, -1)
+        self.knn_probes += 1
+        for ti in range(m.nterms):
+            t = mt[ti].term
+            if t >= self.knn_lists.size():
+                continue
+            for j in range(self.knn_lists[t].size()):
+                slot = self.knn_lists[t][j]
+                if self.knn_stamp[slot] == self.knn_probes:
+                    continue
+                self.knn_stamp[slot] = self.knn_probes
+                b = &self.knn_buf[slot]
+                n = b.size()
+                for i in range(n):
+                    if b[0][i].seq == m.seq:
+                        self._knn_touch(slot)
+                        b.erase(b.begin() + i)
+                        if not self.knn[slot].complete and b.size() < self.knn[slot].k:
+                            refill.push_back(slot)
+                        break
+        for i in range(self.hits.size()):
+            self.region_top[self.hits[i]].clear()
+            self._region_rank(self.hits[i], &self.region_top[self.hits[i]])
+        self.qw.c_pop_oldest()                 # refills after the message has left the window
+        for i in range(refill.size()):
+            self._knn_refill(refill[i])
+        self.expirations += 1
+        self.expiry_ns += now_ns() - start
+
+    cdef void _arrive(self, int64_t at, int64_t ext_id, double x, double y, double t,
+                      const uint32_t* terms, const double* w, int n) noexcept nogil:
+        cdef double start = now_ns()
+        cdef seq_t seq = self.qw.c_append(ext_id, x, y, t, terms, w, n)
+        cdef MsgC* m = win_get(self.qw.window, seq)
+        cdef const MsgTermC* mt = win_terms(self.qw.window, m)
+        cdef size_t i, j, pos
+        cdef uint32_t slot, ti
+        cdef term_t term
+        cdef double d
+        cdef KnnSubC* s
+        cdef vector[NearEntryC]* b
+        cdef NearEntryC e
+        self.hits.clear()
+        self.ranges.c_probe(x, y, mt, m.nterms, &self.hits)
+        for i in range(self.hits.size()):
+            self._emit(at, self.ranges.hot[self.hits[i]].ext_id, ext_id, True)
+        self.hits.clear()
+        self.regions.c_probe(x, y, mt, m.nterms, &self.hits)
+        for i in range(self.hits.size()):
+            slot = self.hits[i]
+            self._region_touch(slot)
+            for ti in range(1, m.nterms):
+                self._region_add(slot, mt[ti].term, 1)
+            self.region_top[slot].clear()
+            self._region_rank(slot, &self.region_top[slot])
+        self.knn_probes += 1
+        for ti in range(m.nterms):
+            term = mt[ti].term
+            if term >= self.knn_lists.size():
+                continue
+            for j in range(self.knn_lists[term].size()):
+                slot = self.knn_lists[term][j]
+                if self.knn_stamp[slot] == self.knn_probes:
+                    continue
+                self.knn_stamp[slot] = self.knn_probes
+                s = &self.knn[slot]
+                if not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, m.nterms, &self.qw.stack):
+                    continue
+                b = &self.knn_buf[slot]
+                d = point_distance(s.x, s.y, x, y)
+                if not s.complete and (b.size() == 0 or not near_less(d, seq, b.back().dist, b.back().seq)):
+                    continue
+                self._knn_touch(slot)
+                pos = b.size()
+                while pos > 0 and near_less(d, seq, b[0][pos - 1].dist, b[0][pos - 1].seq):
+                    pos -= 1
+                e.dist = d
+                e.seq = seq
+                b.insert(b.begin() + pos, e)
+                if b.size() > s.cap:
+                    b.pop_back()
+                    s.complete = False
+        self.arrivals += 1
+        self.arrival_ns += now_ns() - start
+
+    cdef void _flush(self, int64_t at) noexcept nogil:
+        cdef size_t i, j, a, n
+        cdef uint32_t slot
+        cdef bint found
+        cdef vector[NearEntryC]* b
+        cdef vector[term_t]* top
+        for i in range(self.knn_touched.size()):
+            slot = self.knn_touched[i]
+            b = &self.knn_buf[slot]
+            n = min(<size_t>self.knn[slot].k, b.size())
+            for a in range(n):                    # entered: in the top-k now, not before
+                found = False
+                for j in range(self.knn_before[slot].size()):
+                    if <seq_t>self.knn_before[slot][j] == b[0][a].seq:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.knn[slot].ext_id, win_get(self.qw.window, b[0][a].seq).ext_id, True)
+            for j in range(self.knn_before[slot].size()):   # left: before, not now
+                found = False
+                for a in range(n):
+                    if <seq_t>self.knn_before[slot][j] == b[0][a].seq:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.knn[slot].ext_id, self.knn_before_ids[slot][j], False)
+        for i in range(self.region_touched.size()):
+            slot = self.region_touched[i]
+            top = &self.region_top[slot]
+            for a in range(top.size()):
+                found = False
+                for j in range(self.region_before[slot].size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.region[slot].ext_id, <int64_t>top[0][a] - 1, True)
+            for j in range(self.region_before[slot].size()):
+                found = False
+                for a in range(top.size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.region[slot].ext_id, <int64_t>self.region_before[slot][j] - 1, False)
+        self.knn_touched.clear()
+        self.region_touched.clear()
+        self.step += 1
+
+    def _take_output(self):
+        n = self.out_at.size()
+        at = np.empty(n, dtype=np.int64)
+        sub = np.empty(n, dtype=np.int64)
+        entry = np.empty(n, dtype=np.int64)
+        entered = np.empty(n, dtype=bool)
+        cdef int64_t[::1] a = at, s = sub, m = entry
+        cdef uint8_t[::1] e = entered.view(np.uint8)
+        cdef size_t i
+        for i in range(n):
+            a[i] = self.out_at[i]
+            s[i] = self.out_sub[i]
+            m[i] = self.out_entry[i]
+            e[i] = self.out_entered[i]
+        self.out_at.clear()
+        self.out_sub.clear()
+        self.out_entry.clear()
+        self.out_entered.clear()
+        return at, sub, entry, entered
+
+    def publish_batch(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y,
+                      const double[::1] t, const int64_t[::1] indptr, const uint32_t[::1] terms,
+                      const double[::1] weights):
+        """Messages in order (vocabulary term ids, ascending per row); returns the change log
+        columns (at, subscription id, message id or term id, entered)."""
+        cdef Py_ssize_t i, n = ids.shape[0]
+        cdef const uint32_t* base = &terms[0] if terms.shape[0] else NULL
+        cdef const double* wbase = &weights[0] if weights.shape[0] else NULL
+        with nogil:
+            for i in range(n):
+                while self.qw.c_must_expire(t[i], True):
+                    self._expire_oldest(i)
+                self._arrive(i, ids[i], x[i], y[i], t[i], base + indptr[i], wbase + indptr[i],
+                             <int>(indptr[i + 1] - indptr[i]))
+                self._flush(i)
+        return self._take_output()
+
+    def advance(self, double t):
+        with nogil:
+            while self.qw.c_must_expire(t, False):
+                self._expire_oldest(0)
+            self._flush(0)
+        return self._take_output()
+
+    # ------------------------------------------------------------------ results
+    def range_result(self, uint32_t slot):
+        """Message ids of a range subscription's current result, newest first."""
+        cdef RectSubC* s = &self.ranges.subs[slot]
+        cdef vector[int64_t]* p = &self.ranges.progs[slot]
+        cdef int ncover = <int>s.cover_len if p[0][s.cover_pos] != ALL_TERM or s.prog_len else 0
+        return self._range(&s.rect, p.data(), s.prog_len, p.data() + s.cover_pos, ncover, 0.0, 0.0)
+
+    def knn_result(self, uint32_t slot):
+        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
+        cdef size_t i, n = min(<size_t>self.knn[slot].k, b.size())
+        ids = np.empty(n, dtype=np.int64)
+        dist = np.empty(n, dtype=np.float64)
+        for i in range(n):
+            ids[i] = win_get(self.qw.window, b[0][i].seq).ext_id
+            dist[i] = b[0][i].dist
+        return ids, dist
+
+    def terms_result(self, uint32_t slot):
+        """(vocabulary term ids, counts) of a terms subscription's top-k."""
+        cdef vector[term_t]* top = &self.region_top[slot]
+        cdef size_t i
+        ids = np.empty(top.size(), dtype=np.int64)
+        counts = np.empty(top.size(), dtype=np.int64)
+        for i in range(top.size()):
+            ids[i] = <int64_t>top[0][i] - 1
+            counts[i] = self.region_counts[slot][top[0][i]]
+        return ids, counts
+
+    # ------------------------------------------------------------------ snapshots
+    cdef object _range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,
+                       double now, double last):
+        cdef vector[seq_t] seqs
+        cdef size_t i
+        with nogil:
+            self.qw.c_range(r, prog, plen, cover, ncover, now, last, &seqs)
+        out = np.empty(seqs.size(), dtype=np.uint64)
+        for i in range(seqs.size()):
+            out[i] = seqs[i]
+        out = -np.sort(-out.astype(np.int64))       # newest first
+        ids = np.empty(len(out), dtype=np.int64)
+        for i in range(len(out)):
+            ids[i] = win_get(self.qw.window, <seq_t>out[i]).ext_id
+        return ids
+
+    def snapshot_range(self, tuple rect, const int64_t[::1] prog, const int64_t[::1] cover, double now,
+                       double last):
+        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        return self._range(&r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
+                           &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last)
+
+    def snapshot_knn(self, double x, double y, size_t k, const int64_t[::1] prog, const int64_t[::1] cover,
+                     double now, double last):
+        cdef vector[seq_t] seqs
+        cdef vector[double] dists
+        cdef size_t i
+        with nogil:
+            self.qw.c_knn(x, y, k, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
+                          &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last, &seqs, &dists)
+        ids = np.empty(seqs.size(), dtype=np.int64)
+        dist = np.empty(seqs.size(), dtype=np.float64)
+        for i in range(seqs.size()):
+            ids[i] = win_get(self.qw.window, seqs[i]).ext_id
+            dist[i] = dists[i]
+        return ids, dist
+
+    def snapshot_terms(self, tuple rect, size_t k, double now, double last):
+        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        cdef vector[term_t] top
+        cdef size_t i
+        with nogil:
+            self.qw.c_region_counts(&r, now, last, &self.counts, &self.touched_terms)
+        counts_of = {}
+        for i in range(self.touched_terms.size()):
+            counts_of[self.touched_terms[i]] = self.counts[self.touched_terms[i]]
+        with nogil:
+            self.qw.c_top_terms(&self.counts, &self.touched_terms, k, &top)
+        ids = np.array([<int64_t>top[i] - 1 for i in range(top.size())], dtype=np.int64)
+        counts = np.array([counts_of[top[i]] for i in range(top.size())], dtype=np.int64)
+        return ids, counts
+
+    def snapshot_topk(self, double x, double y, size_t k, double alpha, const int64_t[::1] term_ids,
+                      const double[::1] weights, double now, double last):
+        """Skype's ranking over the window for an ad hoc query, from the message index."""
+        cdef vector[SubTermC] q
+        cdef Py_ssize_t i, n = term_ids.shape[0]
+        cdef double suffix = 0.0
+        cdef seq_t seq
+        cdef double score
+        cdef vector[seq_t] seqs
+        cdef vector[double] scores
+        q.resize(n)
+        for i in range(n - 1, -1, -1):
+            suffix += weights[i]
+            q[i].term = <term_t>(term_ids[i] + 1)
+            q[i].w = weights[i]
+            q[i].wtsum = round_up(suffix)
+        with nogil:
+            if n and k:
+                self.qw.index.query_start(alpha, x, y, q.data(), <int>n)
+                while seqs.size() < k and self.qw.index.query_next(&seq, &score):
+                    if self.qw.c_fresh(win_get(self.qw.window, seq), now, last):
+                        seqs.push_back(seq)
+                        scores.push_back(score)
+        ids = np.empty(seqs.size(), dtype=np.int64)
+        out = np.empty(seqs.size(), dtype=np.float64)
+        for i in range(<Py_ssize_t>seqs.size()):
+            ids[i] = win_get(self.qw.window, seqs[i]).ext_id
+            out[i] = scores[i]
+        return ids, out
+
+    # ------------------------------------------------------------------ introspection
+    def window_size(self):
+        return self.qw.window.count
+
+    def stats(self):
+        return {
+            "arrivals": self.arrivals, "expirations": self.expirations,
+            "amp_us": self.arrival_ns / 1e3 / self.arrivals if self.arrivals else 0.0,
+            "emp_us": self.expiry_ns / 1e3 / self.expirations if self.expirations else 0.0,
+            "knn_reevaluations": self.reevaluations,
+            "range_postings": self.ranges.postings, "range_candidates": self.ranges.candidates,
+            "terms_candidates": self.regions.candidates,
+            "range_index_bytes": self.ranges.memory_bytes(),
+        }

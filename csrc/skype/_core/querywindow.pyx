@@ -1,0 +1,270 @@
+# cython: language_level=3
+"""The window of the query kinds (range, knn, terms) and the snapshot queries over it.
+
+It keeps a :class:`WindowStore` and a :class:`MessageIndex` of its own (the top-k core's are
+private to it), with every term id shifted by one: term 0, ``ALL_TERM``, is held by every
+message, so its tree is a spatial quadtree of the whole window.  Node counts, rectangles and
+leaf entries are the message index's own.
+
+Snapshot walks (all exact; nothing is approximated):
+
+* ``c_range``: walk the trees of the predicate's *cover* (terms one of which every match
+  holds; ``ALL_TERM`` for no predicate), descending only into nodes that meet the rectangle.
+  A message reached through cover term j is *designated* to j only if it holds none of the
+  earlier cover terms, so it is reported once; then the predicate and ``last`` are checked.
+* ``c_knn``: best-first search over the same trees: a min-heap of nodes keyed by MINDIST and
+  messages keyed by their distance.  On equal keys a node pops before a message and a newer
+  message before an older one.  MINDIST is computed with the same rounded operations as a
+  distance and is monotone, so no node holds a message nearer than its key: messages pop in
+  exact (distance, newest first) order.
+* ``c_region_counts``: the messages of the ``ALL_TERM`` tree inside the rectangle, counted per
+  term; ``c_top_terms`` ranks them by count descending, then term name ascending (UTF-8 byte
+  order, which is code point order).
+* ``last``: a message counts when ``now - t < last`` holds exactly (TwoSum, as the time window).
+"""
+from libcpp.vector cimport vector
+from libcpp.string cimport string
+from libcpp.algorithm cimport sort as std_sort
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, UINT64_MAX
+from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
+from skype._core.window cimport WindowStore, MsgC, win_get, win_terms, win_oldest
+from skype._core.msgindex cimport MessageIndex, MEntryC
+from skype._core.scoring cimport mindist, outside_time_window
+from skype._core.predicate cimport eval_program, holds_term, point_distance
+
+
+cdef inline bint rects_meet(const RectC* a, const RectC* b) noexcept nogil:
+    return a.minx <= b.maxx and b.minx <= a.maxx and a.miny <= b.maxy and b.miny <= a.maxy
+
+
+cdef inline bint near_before(const NearC* a, const NearC* b) noexcept nogil:
+    """True when a must pop before b."""
+    return a.key < b.key or (a.key == b.key and a.tie > b.tie)
+
+
+cdef struct RankC:                # a term of a top-terms ranking
+    uint32_t count
+    term_t term
+
+cdef vector[string]* RANK_NAMES = NULL   # the names the comparator reads (set around each sort)
+
+
+cdef bint rank_before(const RankC& a, const RankC& b) noexcept nogil:
+    if a.count != b.count:
+        return a.count > b.count
+    return RANK_NAMES[0][a.term] < RANK_NAMES[0][b.term]
+
+
+cdef class QueryWindow:
+    def __cinit__(self, double minx, double miny, double maxx, double maxy, double max_dist,
+                  uint64_t count_window, double time_window, uint32_t leaf_capacity=64):
+        self.window = WindowStore()
+        self.index = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, leaf_capacity)
+        self.count_window = count_window
+        self.time_window = time_window
+        self.max_dist = max_dist
+        self.names.push_back(b"")
+
+    # ------------------------------------------------------------------ names and stream
+    def add_names(self, list names):
+        """Append the names of term ids len(names) - 1 ... (vocabulary order, UTF-8 bytes)."""
+        cdef bytes b
+        for b in names:
+            self.names.push_back(b)
+
+    def name_count(self):
+        return self.names.size() - 1
+
+    cdef seq_t c_append(self, int64_t ext_id, double x, double y, double t,
+                        const uint32_t* terms, const double* w, int n) noexcept nogil:
+        cdef int j
+        cdef seq_t seq
+        self.scratch.resize(n + 1)
+        self.scratch[0].term = ALL_TERM
+        self.scratch[0].pad = 0
+        self.scratch[0].w = 1.0
+        for j in range(n):
+            self.scratch[j + 1].term = terms[j] + 1
+            self.scratch[j + 1].pad = 0
+            self.scratch[j + 1].w = w[j]
+        seq = self.window.append(ext_id, x, y, t, self.scratch.data(), n + 1)
+        self.index.insert(seq)
+        return seq
+
+    cdef bint c_must_expire(self, double t, bint arriving) noexcept nogil:
+        """Whether the oldest message leaves before a message at t arrives (or the clock moves to t)."""
+        if self.window.count == 0:
+            return False
+        if self.count_window:
+            return arriving and self.window.count >= self.count_window
+        return outside_time_window(win_oldest(self.window).t, t, self.time_window)
+
+    cdef void c_pop_oldest(self) noexcept nogil:
+        self.index.remove(win_oldest(self.window).seq)
+        self.window.pop_oldest()
+
+    cdef bint c_fresh(self, const MsgC* m, double now, double last) noexcept nogil:
+        """``now - t < last`` exactly (last <= 0: no limit)."""
+        if last <= 0.0:
+            return True
+        return not outside_time_window(m.t, now, last)
+
+    cdef bint c_accept(self, const MsgC* m, uint32_t via, const int64_t* prog, int plen,
+                       const int64_t* cover, int ncover) noexcept nogil:
+        """m reached through cover term ``via``: designated to it, and satisfies the predicate."""
+        cdef const MsgTermC* mt = win_terms(self.window, m)
+        cdef uint32_t i
+        for i in range(via):
+            if holds_term(mt, m.nterms, <term_t>cover[i]):
+                return False
+        return eval_program(prog, plen, mt, m.nterms, &self.stack)
+
+    # ------------------------------------------------------------------ snapshot walks
+    cdef void c_range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,
+                      double now, double last, vector[seq_t]* out) noexcept nogil:
+        cdef int c, ntrees = ncover if ncover else 1
+        cdef term_t t
+        cdef int32_t n, q
+        cdef size_t e
+        cdef MsgC* m
+        cdef vector[MEntryC]* leaf
+        for c in range(ntrees):
+            t = <term_t>cover[c] if ncover else ALL_TERM
+            if t >= self.index.root.size() or self.index.root[t] < 0:
+                continue
+            self.walk.clear()
+            self.walk.push_back(self.index.root[t])
+            while self.walk.size():
+                n = self.walk.back()
+                self.walk.pop_back()
+                if self.index.nodes[n].count == 0 or not rects_meet(&self.index.nodes[n].rect, r):
+                    continue
+                if self.index.nodes[n].child >= 0:
+                    for q in range(4):
+                        self.walk.push_back(self.index.nodes[n].child + q)
+                    continue
+                leaf = &self.index.entries[n]
+                for e in range(leaf.size()):
+                    m = win_get(self.window, leaf[0][e].seq)
+                    if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy and self.c_fresh(m, now, last) \
+                            and (ncover == 0 or self.c_accept(m, c, prog, plen, cover, ncover)):
+                        out.push_back(m.seq)
+
+    cdef void _near_push(self, double key, uint64_t tie, int32_t node, uint32_t cover) noexcept nogil:
+        cdef size_t i, parent
+        cdef NearC item
+        item.key = key
+        item.tie = tie
+        item.node = node
+        item.cover = cover
+        self.heap.push_back(item)
+        i = self.heap.size() - 1
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not near_before(&self.heap[i], &self.heap[parent]):
+                break
+            self.heap[i], self.heap[parent] = self.heap[parent], self.heap[i]
+            i = parent
+
+    cdef NearC _near_pop(self) noexcept nogil:
+        cdef NearC top = self.heap[0]
+        cdef size_t i = 0, child, n
+        self.heap[0] = self.heap.back()
+        self.heap.pop_back()
+        n = self.heap.size()
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and near_before(&self.heap[child + 1], &self.heap[child]):
+                child += 1
+            if not near_before(&self.heap[child], &self.heap[i]):
+                break
+            self.heap[i], self.heap[child] = self.heap[child], self.heap[i]
+            i = child
+        return top
+
+    cdef void c_knn(self, double x, double y, size_t k, const int64_t* prog, int plen,
+                    const int64_t* cover, int ncover, double now, double last,
+                    vector[seq_t]* out, vector[double]* dist) noexcept nogil:
+        cdef int c, ntrees = ncover if ncover else 1
+        cdef term_t t
+        cdef int32_t n, q, child
+        cdef size_t e
+        cdef MsgC* m
+        cdef NearC item
+        cdef vector[MEntryC]* leaf
+        self.heap.clear()
+        if k == 0:
+            return
+        for c in range(ntrees):
+            t = <term_t>cover[c] if ncover else ALL_TERM
+            if t < self.index.root.size() and self.index.root[t] >= 0:
+                n = self.index.root[t]
+                self._near_push(mindist(&self.index.nodes[n].rect, x, y), UINT64_MAX, n, c)
+        while self.heap.size() and out.size() < k:
+            item = self._near_pop()
+            if item.node < 0:
+                out.push_back(item.tie)
+                dist.push_back(item.key)
+                continue
+            n = item.node
+            if self.index.nodes[n].count == 0:
+                continue
+            if self.index.nodes[n].child >= 0:
+                for q in range(4):
+                    child = self.index.nodes[n].child + q
+                    if self.index.nodes[child].count:
+                        self._near_push(mindist(&self.index.nodes[child].rect, x, y), UINT64_MAX, child,
+                                        item.cover)
+                continue
+            leaf = &self.index.entries[n]
+            for e in range(leaf.size()):
+                m = win_get(self.window, leaf[0][e].seq)
+                if self.c_fresh(m, now, last) and \
+                        (ncover == 0 or self.c_accept(m, item.cover, prog, plen, cover, ncover)):
+                    self._near_push(point_distance(x, y, m.x, m.y), m.seq, -1, item.cover)
+
+    cdef void c_region_counts(self, const RectC* r, double now, double last,
+                              vector[uint32_t]* counts, vector[term_t]* touched) noexcept nogil:
+        cdef vector[seq_t] seqs
+        cdef size_t i
+        cdef uint32_t j
+        cdef MsgC* m
+        cdef const MsgTermC* mt
+        cdef term_t t
+        self.c_range(r, NULL, 0, NULL, 0, now, last, &seqs)
+        for i in range(seqs.size()):
+            m = win_get(self.window, seqs[i])
+            mt = win_terms(self.window, m)
+            for j in range(1, m.nterms):
+                t = mt[j].term
+                if t >= counts.size():
+                    counts.resize(t + 1, 0)
+                if counts[0][t] == 0:
+                    touched.push_back(t)
+                counts[0][t] += 1
+
+    cdef void c_top_terms(self, vector[uint32_t]* counts, vector[term_t]* touched, size_t k,
+                          vector[term_t]* out) noexcept nogil:
+        """The k best of the touched terms (count descending, then name ascending); resets the
+        counts of every touched term to 0."""
+        global RANK_NAMES
+        cdef vector[RankC] ranked
+        cdef RankC rc
+        cdef size_t i
+        for i in range(touched.size()):
+            rc.term = touched[0][i]
+            rc.count = counts[0][rc.term]
+            counts[0][rc.term] = 0
+            if rc.count:
+                ranked.push_back(rc)
+        touched.clear()
+        RANK_NAMES = &self.names
+        std_sort(ranked.begin(), ranked.end(), rank_before)
+        for i in range(min(k, ranked.size())):
+            out.push_back(ranked[i].term)
+
+    # ------------------------------------------------------------------ Python entry points
+    def size(self):
+        return self.window.count

@@ -1,0 +1,200 @@
+"""The query kinds beside topk behind one interface, and its implementation on the Cython core.
+
+:class:`QueryKinds` is what :class:`~skype.api.EngineBase` dispatches ``range``, ``knn`` and
+``terms`` subscriptions and every snapshot query to; the top-k core never sees them.  Two
+implementations: :class:`CoreQueryKinds` here (``skype._core.querycore``: a query window with
+its message index, a grid index of rectangle subscriptions, kNN buffers, region term counts)
+and :class:`skype.reference_queries.ReferenceQueryKinds` (brute force).
+
+Change logs of ``terms`` subscriptions carry vocabulary term ids in the ``msg`` column.
+Predicates arrive compiled (:class:`~skype.queries.QuerySpec`); the core shifts term ids by one
+(its term 0 is held by every message), which :func:`_shift` does once here.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import math
+
+import numpy as np
+
+from skype.api import ChangeLog
+from skype.model import Bounds, Match, MessageBatch
+from skype.queries import Neighbor, QuerySpec, TermCount
+from skype.text import Vocabulary
+
+
+class QueryKinds(abc.ABC):
+    """Continuous range/knn/terms subscriptions and snapshot queries over one window."""
+
+    @abc.abstractmethod
+    def subscribe(self, spec: QuerySpec) -> object:
+        """Register; returns a handle for the other calls."""
+
+    @abc.abstractmethod
+    def unsubscribe(self, kind: str, handle: object) -> None: ...
+
+    def prepare(self) -> None:
+        """Called after a bulk registration (``subscribe_many``): settle the indexes."""
+
+    @abc.abstractmethod
+    def publish(self, batch: MessageBatch) -> ChangeLog: ...
+
+    @abc.abstractmethod
+    def advance(self, t: float) -> ChangeLog: ...
+
+    @abc.abstractmethod
+    def result(self, kind: str, handle: object) -> list: ...
+
+    @abc.abstractmethod
+    def result_entries(self, kind: str, handle: object) -> list[int]:
+        """The result as change-log entries: message ids, or term ids for ``terms``."""
+
+    @abc.abstractmethod
+    def snapshot(self, spec: QuerySpec, now: float) -> list: ...
+
+    @abc.abstractmethod
+    def stats(self) -> dict: ...
+
+
+class NameLabels:
+    """32-bit labels in the order of the term names (code point order, which is UTF-8 byte
+    order), for ids 0, 1, ...: a new name takes the middle of the gap between its neighbours;
+    when a gap is used up (or many names come at once) every name is relabelled evenly.
+
+    >>> labels = NameLabels()
+    >>> labels.add(["pear", "apple"]), labels.add(["fig"])
+    (False, False)
+    >>> sorted(range(3), key=labels.by_id.__getitem__)
+    [1, 2, 0]
+    """
+
+    SPACE = 2**32
+
+    def __init__(self) -> None:
+        self.by_id: list[int] = []
+        self._names_by_id: list[str] = []
+        self._sorted_names: list[str] = []
+        self._sorted_labels: list[int] = []
+
+    def add(self, names: list[str]) -> bool:
+        """Label the next ids; True when existing labels changed."""
+        self._names_by_id.extend(names)
+        if len(names) > 64 + len(self._sorted_names) // 16:
+            self._relabel()
+            return True
+        for name in names:
+            pos = bisect.bisect_left(self._sorted_names, name)
+            lo = self._sorted_labels[pos - 1] if pos else 0
+            hi = self._sorted_labels[pos] if pos < len(self._sorted_names) else self.SPACE
+            if hi - lo < 2:
+                self._relabel()
+                return True
+            self.by_id.append((lo + hi) // 2)
+            self._sorted_names.insert(pos, name)
+            self._sorted_labels.insert(pos, (lo + hi) // 2)
+        return False
+
+    def _relabel(self) -> None:
+        names = self._names_by_id
+        order = sorted(range(len(names)), key=names.__getitem__)
+        step = self.SPACE // (len(names) + 1)
+        self.by_id = [0] * len(names)
+        for rank, i in enumerate(order):
+            self.by_id[i] = step * (rank + 1)
+        self._sorted_names = [names[i] for i in order]
+        self._sorted_labels = [step * (rank + 1) for rank in range(len(names))]
+
+
+def _shift(codes: np.ndarray) -> np.ndarray:
+    """Term ids (>= 0) + 1; operators (< 0) unchanged."""
+    return np.ascontiguousarray(np.where(codes >= 0, codes + 1, codes), dtype=np.int64)
+
+
+def _last(spec: QuerySpec) -> float:
+    return spec.last if spec.last is not None else 0.0
+
+
+class CoreQueryKinds(QueryKinds):
+    """:class:`QueryKinds` on ``skype._core.querycore.QueryCore``."""
+
+    def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,
+                 *, grid: int = 64, knn_factor: int = 2, leaf_capacity: int = 64) -> None:
+        from skype._core.querycore import QueryCore
+
+        self.vocabulary = vocabulary
+        self._labels = NameLabels()
+        self._core = QueryCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
+                               window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity)
+
+    def _sync_names(self) -> None:
+        have = self._core.name_count()
+        if have < len(self.vocabulary):
+            new = [self.vocabulary.term(i) for i in range(have, len(self.vocabulary))]
+            self._core.add_names([name.encode("utf-8") for name in new])
+            relabel = self._labels.add(new)
+            self._core.set_labels(np.asarray(self._labels.by_id, dtype=np.uint32), relabel)
+
+    def subscribe(self, spec: QuerySpec) -> object:
+        self._sync_names()
+        if spec.kind == "range":
+            return self._core.subscribe_range(spec.id, spec.rect, _shift(spec.program), _shift(spec.cover))
+        if spec.kind == "knn":
+            return self._core.subscribe_knn(spec.id, spec.x, spec.y, spec.k, _shift(spec.program), _shift(spec.cover))
+        return self._core.subscribe_terms(spec.id, spec.rect, spec.k)
+
+    def unsubscribe(self, kind: str, handle: object) -> None:
+        getattr(self._core, f"unsubscribe_{kind}")(handle)
+
+    def prepare(self) -> None:
+        self._core.prepare()
+
+    def publish(self, batch: MessageBatch) -> ChangeLog:
+        self._sync_names()
+        t = batch.terms
+        return ChangeLog(*self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr,
+                                                   t.ids.astype(np.uint32), t.weights))
+
+    def advance(self, t: float) -> ChangeLog:
+        return ChangeLog(*self._core.advance(t))
+
+    def result(self, kind: str, handle: object) -> list:
+        if kind == "range":
+            return [int(i) for i in self._core.range_result(handle)]
+        if kind == "knn":
+            ids, dist = self._core.knn_result(handle)
+            return [Neighbor(int(i), float(d)) for i, d in zip(ids, dist)]
+        ids, counts = self._core.terms_result(handle)
+        return [TermCount(self.vocabulary.term(int(i)), int(c)) for i, c in zip(ids, counts)]
+
+    def result_entries(self, kind: str, handle: object) -> list[int]:
+        if kind == "range":
+            return [int(i) for i in self._core.range_result(handle)]
+        if kind == "knn":
+            return [int(i) for i in self._core.knn_result(handle)[0]]
+        return [int(i) for i in self._core.terms_result(handle)[0]]
+
+    def snapshot(self, spec: QuerySpec, now: float) -> list:
+        self._sync_names()
+        now = now if math.isfinite(now) else 0.0
+        last = _last(spec)
+        if spec.kind == "range":
+            ids = self._core.snapshot_range(spec.rect, _shift(spec.program), _shift(spec.cover), now, last)
+            return [int(i) for i in ids]
+        if spec.kind == "knn":
+            ids, dist = self._core.snapshot_knn(spec.x, spec.y, spec.k, _shift(spec.program), _shift(spec.cover),
+                                                now, last)
+            return [Neighbor(int(i), float(d)) for i, d in zip(ids, dist)]
+        if spec.kind == "terms":
+            ids, counts = self._core.snapshot_terms(spec.rect, spec.k, now, last)
+            return [TermCount(self.vocabulary.term(int(i)), int(c)) for i, c in zip(ids, counts)]
+        ids, scores = self._core.snapshot_topk(spec.x, spec.y, spec.k, spec.alpha,
+                                               np.ascontiguousarray(spec.term_ids, np.int64),
+                                               np.ascontiguousarray(spec.weights, np.float64), now, last)
+        return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    def stats(self) -> dict:
+        s = self._core.stats()
+        s["query_window_size"] = self._core.window_size()
+        return s

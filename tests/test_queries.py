@@ -1,0 +1,190 @@
+"""The query kinds beside topk: validation, the expression language, exact answers on
+adversarial cases, core against reference on a seeded workload, and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from skype import Bounds, Engine, InputError, Message, ReferenceEngine, Subscription
+from skype.data import make_workload
+from skype.data.peer_workloads import peer_queries, peer_subscriptions
+from skype.queries import (KnnSubscription, Neighbor, RangeSubscription, TermCount, TermsSubscription,
+                           parse_expression)
+from skype.run import main
+
+BOUNDS = Bounds(0.0, 0.0, 10.0, 10.0)
+ENGINES = {"core": Engine, "reference": ReferenceEngine}
+
+
+def _engine(kind="core", **kw):
+    kw.setdefault("window", 10)
+    return ENGINES[kind](bounds=BOUNDS, **kw)
+
+
+# ----------------------------------------------------------------------------------- validation
+
+BAD_SUBSCRIPTIONS = [
+    (RangeSubscription(1, (0, 0, 1, 1), terms=["a"], match="a AND"), "E041"),
+    (RangeSubscription(2, (0, 0, 1, 1), match="(coffee OR tea"), "E041"),
+    (RangeSubscription(3, (0, 0, 1, 1), match="coffee tea"), "E041"),
+    (RangeSubscription(4, (0, 0, 1, 1), match="coffee AND the"), "E041"),
+    (RangeSubscription(5, (0, 0, 1, 1), match="OR coffee"), "E041"),
+    (RangeSubscription(6, (2, 0, 1, 1), terms=["a"]), "E042"),
+    (RangeSubscription(7, (0, 3, 1, 1)), "E042"),
+    (RangeSubscription(8, (0, 0, float("nan"), 1)), "E042"),
+    (RangeSubscription(9, (0, 0, 1)), "E042"),
+    (RangeSubscription(10, (0, 0, 1, 1), terms=["tea"], match="coffee OR bagel"), "E045"),
+    (RangeSubscription(11, (0, 0, 1, 1), match=3), "E044"),
+    (KnnSubscription(12, 1, 1, k=0, terms=["a"]), "E003"),
+    (KnnSubscription(13, 1, 1, k=2, terms=["a"], until=float("inf")), "E049"),
+    (KnnSubscription(14, 11, 1, k=2), "E002"),
+    (TermsSubscription(15, (0, 0, 1, 1), k=-1), "E003"),
+    (Subscription(16, 1, 1, 2, 0.5, text="coffee", until=-5.0), "E043"),
+    (RangeSubscription(17, (0, 0, 1, 1), terms=["a"], until=-1.0), "E043"),
+]
+
+
+@pytest.mark.parametrize("sub,code", BAD_SUBSCRIPTIONS, ids=[f"{c}-{s.id}" for s, c in BAD_SUBSCRIPTIONS])
+def test_queries_bad_subscription_names_record_and_code(sub, code):
+    engine = _engine()
+    engine.publish(Message(1, 1, 1, t=0.0, text="coffee"))
+    with pytest.raises(InputError) as err:
+        engine.subscribe(sub)
+    assert err.value.code == code
+    assert f"record id {sub.id}" in str(err.value)
+    assert not engine.has_subscription(sub.id)
+
+
+@pytest.mark.parametrize("kind,fields,code", [
+    ("nearest", dict(x=1, y=1), "E040"),
+    ("range", dict(rect=(0, 0, 1, 1), last=0), "E047"),
+    ("range", dict(rect=(0, 0, 1, 1), until=4), "E046"),
+    ("terms", dict(rect=(0, 0, 1, 1), text="a"), "E046"),
+    ("knn", dict(x=1), "E011"),
+    ("topk", dict(x=1, y=1, k=2, alpha=0.5), "E013"),
+])
+def test_queries_bad_snapshot(kind, fields, code):
+    with pytest.raises(InputError) as err:
+        _engine().query(kind, **fields)
+    assert err.value.code == code
+
+
+def test_queries_expression_binds_and_tighter_than_or():
+    assert parse_expression("tea OR Milk AND sugar")[0] == ["tea", "milk", "sugar", "AND", "OR"]
+    assert parse_expression("(tea OR milk) AND sugar")[0] == ["tea", "milk", "OR", "sugar", "AND"]
+    engine = _engine()
+    engine.subscribe(RangeSubscription(1, (0, 0, 10, 10), match="coffee OR bagel AND croissant"))
+    engine.subscribe(RangeSubscription(2, (0, 0, 10, 10), match="(coffee OR bagel) AND croissant",
+                                       text="croissant bagel coffee"))
+    engine.publish(Message(1, 1, 1, text="coffee"))
+    engine.publish(Message(2, 1, 1, text="bagel"))
+    engine.publish(Message(3, 1, 1, text="Bagel croissants croissant"))
+    assert engine.result(1) == [3, 1]
+    assert engine.result(2) == [3]
+
+
+def test_queries_duplicate_id_across_kinds_and_unknown_kind_in_file(tmp_path, capsys):
+    engine = _engine()
+    engine.subscribe(Subscription(1, 1, 1, 2, 0.5, text="coffee"))
+    with pytest.raises(InputError) as err:
+        engine.subscribe(TermsSubscription(1, (0, 0, 1, 1)))
+    assert err.value.code == "E007"
+    subs = tmp_path / "s.jsonl"
+    msgs = tmp_path / "m.jsonl"
+    msgs.write_text(json.dumps({"id": 1, "x": 1, "y": 1, "text": "coffee"}) + "\n")
+    subs.write_text(json.dumps({"id": 1, "kind": "range", "rect": [0, 0, 1, 1]}) + "\n"
+                    + json.dumps({"id": 2, "kind": "circle", "x": 1, "y": 1}) + "\n")
+    assert main(["simulate", "--messages", str(msgs), "--subscriptions", str(subs), "--bounds", "0,0,10,10"]) == 2
+    err_text = capsys.readouterr().err
+    assert "s.jsonl" in err_text and "line 2" in err_text and "E040" in err_text
+
+
+# ----------------------------------------------------------------------------------- exact answers
+
+
+@pytest.mark.parametrize("kind", ["core", "reference"])
+def test_queries_ties_edges_and_until(kind):
+    engine = _engine(kind, window=4)
+    assert engine.subscribe(RangeSubscription(1, (1, 1, 2, 2), terms=["a"], until=3.0)) == []
+    engine.subscribe(KnnSubscription(2, 0, 0, k=2, terms=["a", "b"], match="all"))
+    engine.subscribe(TermsSubscription(3, (0, 0, 10, 10), k=2))
+    engine.publish(Message(10, 1, 1, t=0.0, terms={"a": 1.0, "b": 1.0}))   # a corner of the rectangle
+    engine.publish(Message(11, 2, 0, t=1.0, terms={"a": 1.0, "b": 1.0}))   # same distance as 10, newer
+    engine.publish(Message(12, 3, 3, t=2.0, terms={"a": 1.0, "ü": 1.0}))
+    assert engine.result(1) == [10]
+    assert engine.result(2) == [Neighbor(10, 2 ** 0.5), Neighbor(11, 2.0)]
+    assert engine.result(3) == [TermCount("a", 3), TermCount("b", 2)]
+    changes = engine.publish(Message(13, 2, 2, t=3.5, terms={"b": 1.0, "ü": 2.0}))  # ends subscription 1
+    assert any(c.sub_id == 1 and c.left == (10,) for c in changes)
+    assert not engine.has_subscription(1)
+    assert engine.result(3) == [TermCount("a", 3), TermCount("b", 3)]
+    assert engine.query("terms", rect=(0, 0, 10, 10), k=3, last=1.6) == [TermCount("ü", 2), TermCount("a", 1),
+                                                                         TermCount("b", 1)]
+    assert engine.query("range", rect=(0, 0, 2, 2)) == [13, 11, 10]
+    assert engine.query("knn", x=2, y=2, k=2, last=2.0) == [Neighbor(13, 0.0), Neighbor(12, 2 ** 0.5)]
+    engine.publish(Message(14, 9, 9, t=4.0, terms={"c": 1.0}))             # 10 expires: the kNN refills
+    assert engine.result(2) == [Neighbor(11, 2.0)]
+
+
+@pytest.mark.parametrize("window", [dict(window=300), dict(window_seconds=250.0)])
+def test_queries_core_equals_reference_on_a_mixed_workload(window):
+    w = make_workload("tweets", num_subs=1, num_messages=400, seed=4)
+    rng = np.random.default_rng(5)
+    topk, others = peer_subscriptions(w.messages, w.vocabulary, 80, rng, kinds=dict(topk=1, range=1, knn=1, terms=1),
+                                      area=0.02, k=5, bounds=w.bounds)
+    queries = peer_queries(w.messages, w.vocabulary, 40, rng, kinds=dict(topk=1, range=1, knn=1, terms=1), k=5,
+                           last=200.0, bounds=w.bounds)
+    engines = [cls(vocabulary=w.vocabulary.copy(), bounds=w.bounds, **window) for cls in (Engine, ReferenceEngine)]
+    logs: list[list] = [[], []]
+    for i, e in enumerate(engines):
+        e.subscribe_batch(topk)
+        for s in others[: len(others) // 2]:
+            e.subscribe(s)
+        for part, chunk in enumerate(w.messages.batches(50)):
+            log = e.publish_batch(chunk)
+            logs[i].append(sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist())))
+            if part == 2:
+                for s in others[len(others) // 2:]:
+                    e.subscribe(s)
+            q = queries[part]
+            logs[i].append(e.query(q["kind"], **{k: v for k, v in q.items() if k not in ("op", "qid", "kind")}))
+    assert logs[0] == logs[1]
+    assert list(engines[0].results_by_kind()) == list(engines[1].results_by_kind())
+
+
+# ----------------------------------------------------------------------------------- command line
+
+
+def test_queries_cli_generate_then_simulate_core_equals_reference(tmp_path):
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("m", "s", "e")}
+    assert main(["generate", "--dataset", "tweets", "--num-subs", "80", "--num-messages", "1000", "--seed", "2",
+                 "--sub-kinds", "topk,range=2,knn,terms", "--k", "5", "--queries", "30", "--query-last", "400",
+                 "--messages-out", str(files["m"]), "--subscriptions-out", str(files["s"]),
+                 "--events-out", str(files["e"])]) == 0
+    kinds = {json.loads(line).get("kind", "topk") for line in files["s"].read_text().splitlines()}
+    assert kinds == {"topk", "range", "knn", "terms"}
+    out = {}
+    for engine in ("core", "reference"):
+        paths = [tmp_path / f"{engine}-{n}.jsonl" for n in ("r", "a", "c")]
+        assert main(["simulate", "--engine", engine, "--events", str(files["e"]), "--subscriptions", str(files["s"]),
+                     "--window", "400", "--results-out", str(paths[0]), "--answers-out", str(paths[1]),
+                     "--changes-out", str(paths[2])]) == 0
+        out[engine] = [p.read_text() for p in paths]
+    assert out["core"] == out["reference"]
+    answers = [json.loads(line) for line in out["core"][1].splitlines()]
+    assert len(answers) == 30 and {a["kind"] for a in answers} == {"topk", "range", "knn", "terms"}
+    results = [json.loads(line) for line in out["core"][0].splitlines()]
+    assert {next(k for k in r if k != "id") for r in results} == {"topk", "matches", "terms"}
+
+
+def test_queries_distributed_refuses_other_kinds_naming_kind_and_method(tmp_path, capsys):
+    subs, msgs = tmp_path / "s.jsonl", tmp_path / "m.jsonl"
+    msgs.write_text(json.dumps({"id": 1, "x": 1, "y": 1, "text": "coffee"}) + "\n")
+    subs.write_text(json.dumps({"id": 1, "kind": "knn", "x": 1, "y": 1, "k": 2, "text": "coffee"}) + "\n")
+    assert main(["distributed", "--messages", str(msgs), "--subscriptions", str(subs), "--method", "prefix",
+                 "--checkpoint", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "E048" in err and "'knn'" in err and "prefix" in err
