@@ -80,7 +80,7 @@ def test_range_continuous(benchmark, range_setup, engine):
 def snapshot_setup(size):
     p = QSIZES[size]
     w = make_workload("tweets", num_subs=1, num_messages=p["snapshot_window"], seed=13)
-    e = Engine(window=p["snapshot_window"], vocabulary=w.vocabulary, bounds=w.bounds)
+    e = Engine(window=p["snapshot_window"], vocabulary=w.vocabulary, bounds=w.bounds, snapshots=True)
     for chunk in w.messages.batches(20_000):
         e.publish_batch(chunk)
     return p, w, e
@@ -114,7 +114,7 @@ def test_mixed_kinds(benchmark, size):
     topk, others = peer_subscriptions(w.messages.slice(0, p["window"]), w.vocabulary, p["mixed_subs"],
                                       np.random.default_rng(16), kinds=dict(topk=1, range=1, knn=1, terms=1),
                                       area=0.01, k=20, bounds=w.bounds)
-    e = Engine(window=p["window"], vocabulary=w.vocabulary, bounds=w.bounds)
+    e = Engine(window=p["window"], vocabulary=w.vocabulary, bounds=w.bounds, snapshots=True)
     for chunk in w.messages.slice(0, p["window"]).batches(10_000):
         e.publish_batch(chunk)
     e.subscribe_batch(topk)

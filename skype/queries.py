@@ -23,7 +23,7 @@ vocabulary and the predicate compiled to a postfix program (term id >= 0 tests t
 holds the term; :data:`OP_AND`, :data:`OP_OR` combine the two values below them).
 
 >>> from skype import Engine, Message
->>> engine = Engine(window=10, bounds=(0, 0, 10, 10))
+>>> engine = Engine(window=10, bounds=(0, 0, 10, 10), snapshots=True)
 >>> engine.subscribe(RangeSubscription(id=1, rect=(0, 0, 5, 5), match="coffee AND (bagel OR croissant)"))
 []
 >>> engine.publish(Message(id=7, x=1, y=1, text="coffee and a croissant"))

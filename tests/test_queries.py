@@ -3,6 +3,7 @@ adversarial cases, core against reference on a seeded workload, and the command 
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ from skype.queries import (KnnSubscription, Neighbor, RangeSubscription, TermCou
 from skype.run import main
 
 BOUNDS = Bounds(0.0, 0.0, 10.0, 10.0)
-ENGINES = {"core": Engine, "reference": ReferenceEngine}
+ENGINES = {"core": functools.partial(Engine, snapshots=True), "reference": ReferenceEngine}
 
 
 def _engine(kind="core", **kw):
@@ -137,7 +138,7 @@ def test_queries_core_equals_reference_on_a_mixed_workload(window):
                                       area=0.02, k=5, bounds=w.bounds)
     queries = peer_queries(w.messages, w.vocabulary, 40, rng, kinds=dict(topk=1, range=1, knn=1, terms=1), k=5,
                            last=200.0, bounds=w.bounds)
-    engines = [cls(vocabulary=w.vocabulary.copy(), bounds=w.bounds, **window) for cls in (Engine, ReferenceEngine)]
+    engines = [cls(vocabulary=w.vocabulary.copy(), bounds=w.bounds, **window) for cls in ENGINES.values()]
     logs: list[list] = [[], []]
     for i, e in enumerate(engines):
         e.subscribe_batch(topk)

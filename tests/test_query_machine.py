@@ -10,6 +10,8 @@ returned are exactly the difference of the results before and after it.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import settings, strategies as st
@@ -162,8 +164,8 @@ def make_machine(factory, *, window=None, window_seconds=None):
 
 
 CASES = {
-    "core-count3": (Engine, dict(window=3)),
-    "core-time2": (Engine, dict(window_seconds=2.0)),
+    "core-count3": (functools.partial(Engine, snapshots=True), dict(window=3)),
+    "core-time2": (functools.partial(Engine, snapshots=True), dict(window_seconds=2.0)),
     "reference-time2": (ReferenceEngine, dict(window_seconds=2.0)),
 }
 
