@@ -269,6 +269,10 @@ def test_dist_lazy_reallocation_adds_exactly_the_new_partitions(tweets_case, met
     assert_meet(after, backfilled, c.scores, low, 8, method + " with backfill")
     # a threshold rising again moves nothing (lazy)
     assert dist.update_thresholds(c.subs.ids, high).counts().sum() == 0
+    # no thresholds (None) means no pruning: the same as every threshold falling to 0
+    zero = pickle.loads(pickle.dumps(dist)).update_thresholds(c.subs.ids, np.zeros(len(c.subs)))
+    assert np.array_equal(dense(dist.update_thresholds(c.subs.ids, None), 8), dense(zero, 8))
+    assert zero.counts().sum() > 0
 
 
 def test_dist_update_thresholds_edge_cases(tweets_case):

@@ -157,14 +157,15 @@ class CompositeDistribution(Distribution):
     def update_thresholds(self, sub_ids: np.ndarray, thresholds: np.ndarray) -> Routing:
         ids = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
         theta = check_thresholds(thresholds, len(ids))
+        if theta is None:                      # no pruning: every threshold at 0
+            theta = np.zeros(len(ids))
         check_unique_ids(ids)
         pieces = []
         all_rows = np.arange(len(ids), dtype=np.int64)
         for j, inner in enumerate(self.inners):  # grown prefixes inside outer partitions already held
-            pieces.append((j, all_rows, inner.update_thresholds(ids, thresholds)))
-        rows, outer = self.outer.update_thresholds(ids, thresholds).pairs()
-        if len(rows):  # new outer partitions: route there afresh (only thresholds grow prefixes)
-            assert theta is not None
+            pieces.append((j, all_rows, inner.update_thresholds(ids, theta)))
+        rows, outer = self.outer.update_thresholds(ids, theta).pairs()
+        if len(rows):  # new outer partitions: route there afresh
             slots = self.table.slots_of(ids[rows])
             for j, sel in _group(rows[slots >= 0], outer[slots >= 0]):
                 rec = self.table.records.take(self.table.slots_of(ids[sel]))

@@ -236,7 +236,9 @@ class RangeDistribution(Distribution):
     def update_thresholds(self, sub_ids: np.ndarray, thresholds: np.ndarray) -> Routing:
         ids = np.asarray(sub_ids, dtype=np.int64).reshape(-1)
         theta = check_thresholds(thresholds, len(ids))
-        if theta is None or self.table is None or not self.use_prefix or len(ids) == 0:
+        if theta is None:                      # no pruning: every threshold at 0
+            theta = np.zeros(len(ids))
+        if self.table is None or not self.use_prefix or len(ids) == 0:
             return Routing.empty(len(ids))
         check_unique_ids(ids)
         slots = self.table.slots_of(ids)
