@@ -65,6 +65,15 @@ class ChangeLog:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
 
     @classmethod
+    def from_rows(cls, rows: list[tuple[int, int, int, bool]]) -> ChangeLog:
+        """From ``(at, sub, msg, entered)`` rows, in order (the brute-force engines build these)."""
+        if not rows:
+            return cls.empty()
+        at, sub, msg, ent = zip(*rows)
+        return cls(np.array(at, np.int64), np.array(sub, np.int64), np.array(msg, np.int64),
+                   np.array(ent, bool))
+
+    @classmethod
     def concat(cls, logs: list[ChangeLog], offsets: list[int] | None = None) -> ChangeLog:
         if not logs:
             return cls.empty()

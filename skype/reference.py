@@ -211,13 +211,6 @@ class ReferenceEngine(EngineBase):
             rows.extend((at, sid, mid, True) for mid in sorted(new - old))
             rows.extend((at, sid, mid, False) for mid in sorted(old - new))
 
-    @staticmethod
-    def _log(rows: list) -> ChangeLog:
-        if not rows:
-            return ChangeLog.empty()
-        at, sub, msg, ent = zip(*rows)
-        return ChangeLog(np.array(at, np.int64), np.array(sub, np.int64), np.array(msg, np.int64), np.array(ent, bool))
-
     def _publish_batch(self, batch: MessageBatch) -> ChangeLog:
         rows: list = []
         for i in range(len(batch)):
@@ -229,14 +222,14 @@ class ReferenceEngine(EngineBase):
             self._expire_until(m.t, before)
             self._insert(m, before)
             self._diff(i, before, rows)
-        return self._log(rows)
+        return ChangeLog.from_rows(rows)
 
     def _advance(self, t: float) -> ChangeLog:
         before: dict[int, set[int]] = {}
         self._expire_until(t, before)
         rows: list = []
         self._diff(0, before, rows)
-        return self._log(rows)
+        return ChangeLog.from_rows(rows)
 
     def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]:
         s = self._subs[sub_id]

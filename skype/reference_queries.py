@@ -163,14 +163,6 @@ class ReferenceQueryKinds(QueryKinds):
             rows.extend((at, sid, e, True) for e in sorted(new - old))
             rows.extend((at, sid, e, False) for e in sorted(old - new))
 
-    @staticmethod
-    def _log(rows: list) -> ChangeLog:
-        if not rows:
-            return ChangeLog.empty()
-        at, sub, msg, ent = zip(*rows)
-        return ChangeLog(np.array(at, np.int64), np.array(sub, np.int64), np.array(msg, np.int64),
-                         np.array(ent, bool))
-
     def publish(self, batch: MessageBatch) -> ChangeLog:
         rows: list = []
         for i in range(len(batch)):
@@ -182,14 +174,14 @@ class ReferenceQueryKinds(QueryKinds):
             self._expire(m.t, True, i, before, rows)
             self._arrive(m, i, before, rows)
             self._net(i, before, rows)
-        return self._log(rows)
+        return ChangeLog.from_rows(rows)
 
     def advance(self, t: float) -> ChangeLog:
         rows: list = []
         before: dict = {}
         self._expire(t, False, 0, before, rows)
         self._net(0, before, rows)
-        return self._log(rows)
+        return ChangeLog.from_rows(rows)
 
     # ------------------------------------------------------------------ results
     def result(self, kind: str, handle: object) -> list:
