@@ -37,6 +37,7 @@ from skype._core.subindex import SubTable
 
 INDEXES = ("blocks", "igpt", "ipt", "ciq")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
+MESSAGE_INDEXES = ("lists", "quadtree")
 RULES = ("cell", "group", "early", "entry", "prefix", "spatial", "exact_spatial", "unseen")
 BLOCK_RULES = ("band", "block", "entry")  # the block index's rules (alpha-band, block header, posting)
 BARRIERS = ("stationary", "window", "factor")
@@ -97,6 +98,14 @@ class Engine(EngineBase):
     ciq
         CIQ parameters: ``budget`` (cover cells per subscription, default 16) and
         ``max_depth`` of its quadtree (default 12).
+    message_index
+        the window's index for re-evaluations: ``lists`` (one list per term in arrival order,
+        so an expiry pops list heads) or ``quadtree`` (one quadtree per term, pruning by space
+        as well, so a re-evaluation reads about half as many entries, but costlier to keep).
+        Default: ``quadtree`` for the ``exact`` buffer, which re-evaluates whenever a top-k
+        member expires, and ``lists`` for the others, which rarely do (``docs/engine.md``).
+    message_leaf_capacity
+        ``quadtree``: messages per leaf before it splits (default 64).
     reverse_map
         True (default): the window keeps, per message, the subscriptions that buffered it.
         False: no such list; an expiring message is disseminated again against the current
@@ -130,6 +139,7 @@ class Engine(EngineBase):
         skyband_ratio: float = 0.8,
         cost: Mapping[str, object] | None = None,
         ciq: Mapping[str, object] | None = None,
+        message_index: str | None = None,
         message_leaf_capacity: int = 64,
         theta_refresh: float = 0.02,
         cell_walk: str = "auto",
@@ -144,6 +154,10 @@ class Engine(EngineBase):
             raise invalid_choice("index", index, INDEXES)
         if buffer not in BUFFERS:
             raise invalid_choice("buffer", buffer, BUFFERS)
+        if message_index is None:
+            message_index = "quadtree" if buffer == "exact" else "lists"
+        if message_index not in MESSAGE_INDEXES:
+            raise invalid_choice("message_index", message_index, MESSAGE_INDEXES)
         self.index_kind, self.buffer_kind = index, buffer
         known_rules = BLOCK_RULES if index == "blocks" else RULES
         rules = {rule: True for rule in known_rules}
@@ -179,6 +193,7 @@ class Engine(EngineBase):
             "skyband_ratio": _positive("skyband_ratio", skyband_ratio),
             "message_leaf_capacity": _positive("message_leaf_capacity", message_leaf_capacity, int, 2, strict=False),
             "theta_refresh": _positive("theta_refresh", theta_refresh, strict=False),
+            "message_index": message_index,
         }
         if not 4 <= self.params["block_size"] <= 1024:
             raise InputError("E023", what="block_size", expected="in [4, 1024]", value=block_size)
@@ -228,7 +243,7 @@ class Engine(EngineBase):
         self._core = CoreEngine(
             b.as_tuple(), b.max_dist, self.window or 0, self.window_seconds or 0.0, self._index, self._table,
             buffer, buffer_params, self.params["message_leaf_capacity"], lambda: make_index(BULK_LEAF_FACTOR),
-            bool(reverse_map),
+            bool(reverse_map), message_index,
         )
         self.params["query_grid"] = _positive("query_grid", query_grid, int, 1, strict=False)
         self.params["knn_buffer"] = _positive("knn_buffer", knn_buffer, int, 1, strict=False)

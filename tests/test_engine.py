@@ -194,6 +194,34 @@ def test_topn_looks_deeper_than_k_exactly(n):
         assert eng.topn(int(sid), n)[: len(eng.topk(int(sid)))] == eng.topk(int(sid))[:n]
 
 
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("buffer", ["exact", "kmax"])
+def test_quadtree_message_index_equals_reference(window, buffer):
+    """The quadtree layout of the message index re-evaluates to the same answers as the lists."""
+    eng = run_core("crowded", window, buffer=buffer, leaf_capacity=8, message_index="quadtree",
+                   message_leaf_capacity=4)
+    assert eng.stats()["message_index"]["layout"] == "quadtree"
+
+
+@pytest.mark.parametrize("message_index", ["lists", "quadtree"])
+def test_long_term_lists_rank_exactly(message_index):
+    """Three terms and a 5,000-message window: lists span many chunks and groups, lose their
+    heads to expiry, and are compacted; every re-evaluation and topn still ranks exactly."""
+    vocab, subs, msgs = dense_workload(seed=5, num_subs=24, num_messages=7000, vocab_size=3, max_k=40)
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=5000)
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=5000, buffer="exact", message_index=message_index)
+    for e in (ref, eng):
+        e.subscribe_batch(subs)
+    for start in range(0, len(msgs), 1000):
+        chunk = msgs.slice(start, start + 1000)
+        assert rows(eng.publish_batch(chunk)) == rows(ref.publish_batch(chunk))
+    assert results(eng) == results(ref)
+    for sid in subs.ids[:6]:
+        assert eng.topn(int(sid), 300) == ref.topn(int(sid), 300)
+    stats = eng.stats()["message_index"]
+    assert stats["layout"] == message_index and stats["query_work"] > 0
+
+
 def test_topk_arrays_and_advance_log_match_the_record_api():
     (vocab, subs, msgs), _, _ = reference_run("grid", "time")
     engines = [ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window_seconds=40.0),

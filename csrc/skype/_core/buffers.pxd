@@ -3,7 +3,7 @@ from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
 from skype._core.window cimport WindowStore
-from skype._core.msgindex cimport MessageIndex
+from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex
 
 
@@ -60,7 +60,7 @@ cdef class Buffers:
     cdef int kind
     cdef SubTable table
     cdef SubscriptionIndex index
-    cdef MessageIndex msgs
+    cdef WindowRanking msgs
     cdef WindowStore window
     cdef vector[SubBufC] buf                 # per sid
     # parameters

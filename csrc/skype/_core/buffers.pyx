@@ -37,7 +37,7 @@ from libc.math cimport pow, log, isfinite, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
 from skype._core.window cimport WindowStore, win_next_seq, win_get
-from skype._core.msgindex cimport MessageIndex
+from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
 KINDS = {"exact": BUF_EXACT, "cskyband": BUF_CSKYBAND, "skyband": BUF_SKYBAND, "kmax": BUF_KMAX}
@@ -94,7 +94,7 @@ cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
 
 
 cdef class Buffers:
-    def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, MessageIndex msgs,
+    def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, WindowRanking msgs,
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,

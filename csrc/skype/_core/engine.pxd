@@ -3,14 +3,14 @@ from libcpp.vector cimport vector
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, MsgTermC
 from skype._core.window cimport WindowStore
-from skype._core.msgindex cimport MessageIndex
+from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex
 from skype._core.buffers cimport Buffers
 
 
 cdef class CoreEngine:
     cdef WindowStore window
-    cdef MessageIndex msgs
+    cdef WindowRanking msgs             # the message index: term lists or quadtrees
     cdef SubTable table
     cdef SubscriptionIndex index
     cdef Buffers buffers

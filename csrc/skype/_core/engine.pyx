@@ -22,6 +22,7 @@ from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
 from skype._core.scoring cimport outside_time_window
 from skype._core.window cimport WindowStore, MsgC, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
+from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
 from skype._core.bulk cimport bulk_capacity, bulk_replay
@@ -51,10 +52,14 @@ cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
 cdef class CoreEngine:
     def __cinit__(self, tuple bounds, double max_dist, uint64_t count_window, double time_window,
                   SubscriptionIndex index, SubTable table, str buffer, dict buffer_params,
-                  int message_leaf_capacity=64, object index_factory=None, bint reverse_map=True):
+                  int message_leaf_capacity=64, object index_factory=None, bint reverse_map=True,
+                  str message_index="lists"):
         minx, miny, maxx, maxy = bounds
         self.window = WindowStore()
-        self.msgs = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, message_leaf_capacity)
+        if message_index == "lists":
+            self.msgs = TermLists(self.window, max_dist)
+        else:
+            self.msgs = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, message_leaf_capacity)
         self.table = table
         self.index = index
         self.count_window = count_window
