@@ -426,6 +426,7 @@ cdef class CoreEngine:
                                   "offers": self.bulk_offers, "dissemination": dict(self.bulk_counters)},
             "dissemination": self.index.counters(),
             "message_index": self.msgs.stats(),
+            "buffer_arena": self.buffers.arena.stats(),
             "memory_bytes": {
                 "subscription_table": self.table.memory_bytes(),
                 "subscription_index": self.index.memory_bytes(),
