@@ -106,6 +106,10 @@ class Engine(EngineBase):
         member expires, and ``lists`` for the others, which rarely do (``docs/engine.md``).
     message_leaf_capacity
         ``quadtree``: messages per leaf before it splits (default 64).
+    micro_batch
+        messages whose subscriptions are found together (default 1: one at a time, at most
+        4096); the block index then reads each posting list once for all the batch's messages
+        holding its term.  Results and change logs are the same for every size.
     reverse_map
         True (default): the window keeps, per message, the subscriptions that buffered it.
         False: no such list; an expiring message is disseminated again against the current
@@ -140,6 +144,7 @@ class Engine(EngineBase):
         cost: Mapping[str, object] | None = None,
         ciq: Mapping[str, object] | None = None,
         message_index: str | None = None,
+        micro_batch: int = 1,
         message_leaf_capacity: int = 64,
         theta_refresh: float = 0.02,
         cell_walk: str = "auto",
@@ -194,6 +199,7 @@ class Engine(EngineBase):
             "message_leaf_capacity": _positive("message_leaf_capacity", message_leaf_capacity, int, 2, strict=False),
             "theta_refresh": _positive("theta_refresh", theta_refresh, strict=False),
             "message_index": message_index,
+            "micro_batch": _positive("micro_batch", micro_batch, int, 1, strict=False),
         }
         if not 4 <= self.params["block_size"] <= 1024:
             raise InputError("E023", what="block_size", expected="in [4, 1024]", value=block_size)
@@ -201,6 +207,8 @@ class Engine(EngineBase):
             raise InputError("E023", what="bands", expected="at most 64", value=bands)
         if self.params["groups"] > 63:
             raise InputError("E023", what="groups", expected="at most 63", value=groups)
+        if self.params["micro_batch"] > 4096:
+            raise InputError("E023", what="micro_batch", expected="at most 4096", value=micro_batch)
         if not 0.0 < self.params["skyband_ratio"] <= 1.0:
             raise InputError("E023", what="skyband_ratio", expected="in (0, 1]", value=skyband_ratio)
         b = self.bounds
@@ -245,6 +253,7 @@ class Engine(EngineBase):
             buffer, buffer_params, self.params["message_leaf_capacity"], lambda: make_index(BULK_LEAF_FACTOR),
             bool(reverse_map), message_index,
         )
+        self._core.set_micro_batch(self.params["micro_batch"])
         self.params["query_grid"] = _positive("query_grid", query_grid, int, 1, strict=False)
         self.params["knn_buffer"] = _positive("knn_buffer", knn_buffer, int, 1, strict=False)
         if self.params["query_grid"] > 4096:

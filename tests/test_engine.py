@@ -222,6 +222,30 @@ def test_long_term_lists_rank_exactly(message_index):
     assert stats["layout"] == message_index and stats["query_work"] > 0
 
 
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("buffer", BUFFERS)
+@pytest.mark.parametrize("micro_batch", [3, 64])
+def test_micro_batches_equal_reference(window, buffer, micro_batch):
+    """Candidates found for a whole micro-batch against the thresholds before it: thresholds
+    that rise or fall inside the batch (every buffer kind; exact falls at every expiry of a
+    top-k member) still give the reference's change log message by message."""
+    eng = run_core("hot-term", window, buffer=buffer, micro_batch=micro_batch, leaf_capacity=8)
+    stats = eng.stats()
+    assert stats["micro_batch"] == micro_batch
+    if buffer == "exact":
+        assert stats["batch_rescored"] > 0
+
+
+@pytest.mark.parametrize("index", ["igpt", "ciq"])
+def test_micro_batches_on_every_index(index):
+    run_core("grid", "count", index=index, buffer="cskyband", micro_batch=5, leaf_capacity=8)
+
+
+def test_micro_batches_without_the_reverse_map():
+    """Expiry re-disseminates the expiring message in the middle of a micro-batch."""
+    run_core("continuous", "time", buffer="kmax", kmax=4, micro_batch=16, reverse_map=False)
+
+
 def test_topk_arrays_and_advance_log_match_the_record_api():
     (vocab, subs, msgs), _, _ = reference_run("grid", "time")
     engines = [ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window_seconds=40.0),

@@ -41,6 +41,7 @@ def random_engine_params(rng):
               "barrier": str(rng.choice(["stationary", "window", "factor"]))},
         ciq={"budget": int(rng.choice([1, 4, 30])), "max_depth": int(rng.choice([2, 8]))},
         message_index=str(rng.choice(["lists", "quadtree"])),
+        micro_batch=int(rng.choice([1, 1, 4, 33])),
         message_leaf_capacity=int(rng.choice([2, 8, 64])),
         theta_refresh=float(rng.choice([0.0, 0.02, 0.5])),
     )

@@ -95,6 +95,11 @@ cdef class Buffers:
     cdef size_t last_scan                    # messages the last scan pulled
     cdef bint track_holders                  # register holders in the window's reverse map
     cdef int32_t bulk_factor                 # skyband kinds: bulk runs hold bulk_factor * k (+ ties)
+    # micro-batching (engine.pyx): subscriptions whose theta fell during the current batch
+    cdef bint batching
+    cdef uint32_t batch_stamp
+    cdef vector[uint32_t] fell_stamp         # per sid: the batch_stamp of its last fall
+    cdef vector[sid_t] fell
 
     cdef void ensure(self, sid_t sid) noexcept nogil
     cdef BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil

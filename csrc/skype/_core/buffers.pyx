@@ -193,6 +193,13 @@ cdef class Buffers:
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
         if self.table.hot[sid].theta == theta:
             return
+        if self.batching and theta < self.table.hot[sid].theta:
+            # the batch's candidates were found against the higher theta (engine.pyx)
+            if self.fell_stamp.size() <= sid:
+                self.fell_stamp.resize(self.table.hot.size(), 0)
+            if self.fell_stamp[sid] != self.batch_stamp:
+                self.fell_stamp[sid] = self.batch_stamp
+                self.fell.push_back(sid)
         self.table.hot[sid].theta = theta
         if notify:
             self.index.theta_changed(sid)
