@@ -95,6 +95,10 @@ def source_events(spark, plan: Plan):
     from skype.spark import sources
 
     s = plan.settings
+    if s.vocabulary:  # executors read and tokenize the raw streams (skype.spark.ingest)
+        from skype.spark.ingest import raw_events
+
+        return raw_events(spark, plan)
     if s.source == "kafka":
         dead = str(plan.dead_letters_dir)  # order checks: skype.spark.ordering
         messages = sources.kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size,
