@@ -144,7 +144,17 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
                          value=args.messages_dir or args.commands_dir)
     run_dir = Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
-    if args.vocabulary:
+    own = spark is None
+    if args.vocabulary and args.source == "kafka":
+        # the distribution from a sample of the topics: the session is needed to plan
+        from skype.spark.ingest import plan_kafka_run
+
+        settings = settings_from_args(args, args.bounds)
+        if own:
+            spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
+        plan = plan_kafka_run(spark, run_dir, settings, vocabulary=args.vocabulary)
+        description = f"topics {args.messages_topic}, {args.commands_topic} (executor ingestion)"
+    elif args.vocabulary:
         # executors read and tokenize the raw streams: the driver loads samples only
         from skype.spark.ingest import plan_ingest_run
 
@@ -162,8 +172,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         plan = runtime.plan_run(run_dir, settings, inputs)
         description = inputs.description
     t_plan = time.perf_counter() - t0
-    own = spark is None
-    if own:
+    if spark is None:
         spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
     several = len(plan.pipelines) > 1
     runs = []
@@ -218,9 +227,6 @@ def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, ob
 
 def check_ingest_args(args: argparse.Namespace) -> None:
     """``--vocabulary``: raw files (``--messages`` with ``--subscriptions``) or raw directories."""
-    if args.source != "files":
-        raise InputError("E023", what="--vocabulary", expected="used with --source files (Kafka values are "
-                                                               "vectorised stream records)", value=args.source)
     if args.events:
         raise InputError("E023", what="--events", expected="left out with --vocabulary (give --messages and "
                                                            "--subscriptions, or the stream directories)",

@@ -57,8 +57,14 @@ def vocabulary_copy(run_dir: Path, path: str) -> Path:
 
 
 def ship_vocabulary(spark, path: Path) -> None:
-    """Send the vocabulary file to every executor once (``SparkFiles``)."""
-    spark.sparkContext.addFile(str(path))
+    """Send the vocabulary file to every executor once (``SparkFiles``).  Its name holds its
+    content hash: a name the session already shipped (another run of the same file) is the same
+    content, so Spark's refusal to register it again from another path is harmless."""
+    try:
+        spark.sparkContext.addFile(str(path))
+    except Exception as err:  # py4j wraps the JVM's IllegalArgumentException
+        if "already registered" not in str(err):
+            raise
 
 
 # --------------------------------------------------------------------------- the data source
@@ -206,28 +212,63 @@ def sample_inputs(messages_dir: str, commands_dir: str, vocab, bounds, sample_si
     """The distribution's build input from the stream itself: its first ``sample_size`` messages
     and its first ``sample_size`` subscribe commands (placement is a pure function of a record and
     the tables built here, so a sample routes every later record exactly; ``docs/spark.md``)."""
+    messages = first_records(messages_dir, "messages", sample_size, vocab, bounds)[0]
+    commands = first_records(commands_dir, "commands", sample_size, vocab, bounds, 0)[0]
+    return inputs_from_events(messages, commands, vocab, bounds, description)
+
+
+def inputs_from_events(message_batches, command_batches, vocab, bounds, description: str):
+    """Stream-event batches of a sample -> the distribution's build input (messages, subscribes),
+    restricted to the vocabulary's known terms (:func:`known_terms_only`)."""
     import numpy as np
 
     from skype.cli.inputs import Inputs
     from skype.model import MessageBatch
-    from skype.partitioning.registry import empty_subscriptions
-    from skype.spark.codec import OP_SUB, Commands
+    from skype.partitioning.registry import concat_subscriptions, empty_subscriptions
+    from skype.spark.codec import OP_SUB
     from skype.spark.routing import events_from_arrow
 
-    messages, subs = [], []
-    for batch in first_records(messages_dir, "messages", sample_size, vocab, bounds)[0]:
-        messages.append(events_from_arrow(batch)[0])
-    for batch in first_records(commands_dir, "commands", sample_size, vocab, bounds, 0)[0]:
-        commands: Commands = events_from_arrow(batch)[2]
+    messages = [events_from_arrow(b)[0] for b in message_batches]
+    subs = []
+    for batch in command_batches:
+        commands = events_from_arrow(batch)[2]
         subs.append(commands.subs.take(np.flatnonzero(commands.op == OP_SUB)))
-    from skype.partitioning.registry import concat_subscriptions
-
     sample_subs = known_terms_only(concat_subscriptions(subs), vocab.num_known) if subs else empty_subscriptions()
     sample_msgs = known_terms_only(MessageBatch.concat(messages), vocab.num_known) if messages else None
     if sample_msgs is None or len(sample_msgs) == 0:
-        raise InputError("E085", detail=f"no valid message among the first {sample_size} of {messages_dir} to "
-                                        "build the distribution from")
+        raise InputError("E085", detail=f"no valid message in the sample of {description} to build the "
+                                        "distribution from")
     return Inputs(vocab, sample_subs, [("msgs", sample_msgs)], bounds, description)
+
+
+def plan_kafka_run(spark, run_dir: Path, settings, *, vocabulary: str):
+    """Plan a Kafka run from a sample of the topics themselves: the first ``--sample-size``
+    records of each (a batch read), converted on the executors as the stream will be.  Not run
+    against a broker in the tests (there is none); its conversion is :func:`inputs_from_events`."""
+    from skype.spark.plan import plan_run
+    from skype.spark.sources import kafka_sample
+    from skype.spark.vocabulary import FrozenVocabulary
+
+    run_dir = Path(run_dir)
+    saved = run_dir / "ingest.json"
+    if (run_dir / "run.json").exists() and saved.exists():
+        for name, value in json.loads(saved.read_text()).items():
+            setattr(settings, name, value)
+        return plan_run(run_dir, settings)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings.vocabulary = str(vocabulary_copy(run_dir, vocabulary).resolve())
+    ship_vocabulary(spark, Path(settings.vocabulary))
+    vocab = FrozenVocabulary.load(settings.vocabulary)
+    bounds = tuple(settings.bounds)
+    sample = [kafka_sample(spark, settings.kafka_bootstrap, topic, kind, settings.sample_size, settings.vocabulary,
+                           bounds).to_batches()
+              for topic, kind in ((settings.messages_topic, "messages"), (settings.commands_topic, "commands"))]
+    from skype.model import Bounds
+
+    inputs = inputs_from_events(sample[0], sample[1], vocab, Bounds(*bounds), f"topic {settings.messages_topic}")
+    plan = plan_run(run_dir, settings, inputs)
+    saved.write_text(json.dumps({k: getattr(settings, k) for k in INGEST_SETTINGS}, indent=2))
+    return plan
 
 
 def raw_events(spark, plan):
