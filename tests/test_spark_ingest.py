@@ -35,6 +35,7 @@ def raw_files(tmp_path_factory):
 
 
 def test_spark_executor_ingestion_equals_the_centralized_engine(spark, raw_files, tmp_path, monkeypatch):
+    from skype.cli import distributed as distributed_mod
     from skype.cli import inputs as inputs_mod
     from skype.cli.distributed import run_distributed
     from skype.spark.vocabulary import FrozenVocabulary
@@ -49,6 +50,7 @@ def test_spark_executor_ingestion_equals_the_centralized_engine(spark, raw_files
         raise AssertionError("the driver loaded the workload")
 
     monkeypatch.setattr(inputs_mod, "load_inputs", no_loading)
+    monkeypatch.setattr(distributed_mod, "load_inputs", no_loading)
     run_dir = tmp_path / "run"
     args = build_parser().parse_args(["distributed", *files, "--batch-size", "200", "--ingest-split", "120",
                                       "--method", "prefix,location", "--partitions", "2",

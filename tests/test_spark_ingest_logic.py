@@ -175,3 +175,30 @@ def test_sample_terms_outside_the_vocabulary_do_not_size_the_tables():
     kept = known_terms_only(batch, 10)
     assert kept.ids.tolist() == [1, 3] and kept.terms.ids.tolist() == [1, 2]
     assert np.allclose(kept.terms.weights, [1.0, 1.0])
+
+
+def test_raw_reader_splits_batches_into_tasks_that_seek_to_their_records(tmp_path):
+    """Micro-batches of 25 records split into tasks of at most 10, over two JSONL files with blank
+    lines: every record is read exactly once, at its position, each task seeking near it."""
+    from skype.spark.ingest import RawFilesReader, read_raw_piece
+
+    (tmp_path / "m").mkdir()
+    for name, ids in (("part-0.jsonl", range(0, 53)), ("part-1.jsonl", range(53, 103))):
+        lines = []
+        for i in ids:
+            lines.append(json.dumps({"id": i, "x": 0.0, "y": 0.0, "t": float(i), "text": "paris coffee"}) + "\n")
+            lines += ["\n"] if i % 7 == 0 else []
+        (tmp_path / "m" / name).write_text("".join(lines))
+    vocab = _vocab(tmp_path)
+    reader = RawFilesReader(str(tmp_path / "m"), "messages", 25, vocabulary="", claims=None,
+                            bounds=DEFAULT_BOUNDS.as_tuple(), dead_letters=None, split=10, default_at=None)
+    got, start, tasks = [], {"records": 0}, 0
+    while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+        for part in reader.partitions(start, end):
+            assert part.value.take <= 10 and part.value.skip - part.value.seek_record < 10
+            batch, dead = read_raw_piece(part.value, "messages", vocab, DEFAULT_BOUNDS, None)
+            assert not dead and batch.column("seq").to_pylist() == batch.column("id").to_pylist()
+            got += batch.column("id").to_pylist()
+            tasks += 1
+        start = end
+    assert got == list(range(103)) and tasks > 103 // 10

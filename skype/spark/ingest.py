@@ -76,6 +76,22 @@ class RawPiece:
     skip: int
     take: int
     first_position: int
+    seek: int = 0  # byte offset of record ``seek_record`` (JSONL): the scan starts there
+    seek_record: int = 0
+
+
+def jsonl_marks(path: str, every: int) -> list[int]:
+    """Byte offsets of records 0, every, 2 * every, ... of a JSONL file (blank lines hold no
+    record), so that a task reading from record r scans at most ``every`` lines to reach it."""
+    marks, record, offset = [], 0, 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                if record % every == 0:
+                    marks.append(offset)
+                record += 1
+            offset += len(line)
+    return marks
 
 
 def read_raw_piece(piece: RawPiece, kind: str, vocab, bounds, default_at: int | None):
@@ -83,8 +99,10 @@ def read_raw_piece(piece: RawPiece, kind: str, vocab, bounds, default_at: int | 
     fmt = _file_format(piece.path)
     if fmt == "jsonl":
         with open(piece.path, "rb") as fh:
+            fh.seek(piece.seek)
             nonblank = (line for line in fh if line.strip())
-            lines = list(itertools.islice(nonblank, piece.skip, piece.skip + piece.take))
+            skip = piece.skip - piece.seek_record
+            lines = list(itertools.islice(nonblank, skip, skip + piece.take))
         records = parse_lines(lines, piece.first_position)
     elif fmt == "parquet":
         import pyarrow.parquet as pq
@@ -99,21 +117,36 @@ def read_raw_piece(piece: RawPiece, kind: str, vocab, bounds, default_at: int | 
 
 class RawFilesReader(StreamFilesReader):
     """Offsets as :class:`StreamFilesReader`; each batch split into pieces of ``split`` records,
-    tokenized by the tasks that read them."""
+    tokenized by the tasks that read them.  For JSONL files the reader keeps one byte offset per
+    ``split`` records (:func:`jsonl_marks`; a few integers per file), so a task seeks near its
+    first record instead of scanning the file from the start."""
 
     def __init__(self, path: str, kind: str, max_records: int | None, *, vocabulary: str, claims: str | None,
                  bounds: tuple, dead_letters: str | None, split: int, default_at: int | None) -> None:
         super().__init__(path, kind, max_records)
         self.vocabulary, self.claims, self.bounds = vocabulary, claims, tuple(bounds)
         self.dead_letters, self.split, self.default_at = dead_letters, max(1, int(split)), default_at
+        self.marks: dict[str, list[int]] = {}
+
+    def _refresh(self) -> int:
+        total = super()._refresh()
+        for name, _ in self.files:
+            if name not in self.marks and _file_format(name) == "jsonl":
+                self.marks[name] = jsonl_marks(os.path.join(self.path, name), self.split)
+        return total
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         pieces = []
         for part in super().partitions(start, end):
             p = part.value
+            marks = self.marks.get(os.path.basename(p.path))
             for lo in range(0, p.take, self.split):
                 take = min(self.split, p.take - lo)
-                pieces.append(InputPartition(RawPiece(p.path, p.skip + lo, take, p.first_position + lo)))
+                skip = p.skip + lo
+                mark = min(skip // self.split, len(marks) - 1) if marks else 0
+                seek = marks[mark] if marks else 0
+                pieces.append(InputPartition(RawPiece(p.path, skip, take, p.first_position + lo, seek,
+                                                      mark * self.split if marks else 0)))
         return pieces
 
     def read(self, partition: InputPartition):
