@@ -98,7 +98,7 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
                      help="format of the stream files the job writes (default: %(default)s)")
     src.add_argument("--messages-dir", metavar="DIR", help="read messages from this stream-file directory")
     src.add_argument("--commands-dir", metavar="DIR", help="read subscription commands from this directory")
-    src.add_argument("--ingest-split", type=int, default=2_000, metavar="N",
+    src.add_argument("--ingest-split", type=int, default=10_000, metavar="N",
                      help="with --vocabulary: raw records per reading task (default: %(default)s)")
     src.add_argument("--kafka-bootstrap", metavar="HOST:PORT")
     src.add_argument("--messages-topic")

@@ -39,7 +39,7 @@ from skype.spark.routing import EVENT_SCHEMA_DDL, write_dead_letters
 from skype.spark.sources import KINDS, StreamFilesReader, _file_format, count_records
 
 SOURCE_NAME = "skype_raw"
-DEFAULT_SPLIT = 2_000
+DEFAULT_SPLIT = 10_000
 INGEST_SETTINGS = ("vocabulary", "messages_dir", "commands_dir", "ingest_split")  # DIR/ingest.json, for restarts
 
 

@@ -74,7 +74,7 @@ class RunSettings:
     stop_after_batches: int | None = None
     timeout_s: float | None = None
     vocabulary: str | None = None  # executors ingest raw streams with this shipped file (skype.spark.ingest)
-    ingest_split: int = 2_000  # raw records per reading task
+    ingest_split: int = 10_000  # raw records per reading task
 
     def __post_init__(self) -> None:
         from skype.partitioning import METHODS
