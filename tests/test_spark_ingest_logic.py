@@ -202,3 +202,22 @@ def test_raw_reader_splits_batches_into_tasks_that_seek_to_their_records(tmp_pat
             tasks += 1
         start = end
     assert got == list(range(103)) and tasks > 103 // 10
+
+
+def test_distributed_refuses_ingestion_inputs_it_cannot_order(tmp_path, capsys):
+    """Checked before any Spark session starts: an events file (no message count before each
+    command), messages without subscriptions, files mixed with directories."""
+    from skype.run import main
+
+    vocab = _vocab(tmp_path)
+    path = str(tmp_path / "vocab.json")
+    vocab.save(path)
+    (tmp_path / "m.jsonl").write_text(json.dumps({"id": 1, "x": 0.0, "y": 0.0, "text": "paris"}) + "\n")
+    (tmp_path / "d").mkdir()
+    base = ["distributed", "--vocabulary", path, "--checkpoint", str(tmp_path / "run")]
+    for extra in (["--events", str(tmp_path / "m.jsonl")], ["--messages", str(tmp_path / "m.jsonl")],
+                  ["--messages", str(tmp_path / "m.jsonl"), "--subscriptions", str(tmp_path / "m.jsonl"),
+                   "--messages-dir", str(tmp_path / "d"), "--commands-dir", str(tmp_path / "d")]):
+        assert main(base + extra) == 2
+        assert "[E023]" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
