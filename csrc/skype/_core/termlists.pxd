@@ -5,9 +5,11 @@ from skype._core.types cimport seq_t, SubTermC
 from skype._core.ranking cimport WindowRanking
 
 
-cdef packed struct LEntryC:      # a window message in a term's list (8 bytes)
+cdef struct LEntryC:             # a window message in a term's list (16 bytes)
     uint32_t seq_lo              # low 32 bits of its seq (the window spans < 2^32 messages)
     float w                      # its weight for the term, rounded up
+    float x                      # its location, rounded to the nearest float
+    float y
 
 
 cdef struct ChunkC:              # bounds of a run of consecutive positions (20 bytes)
@@ -41,3 +43,4 @@ cdef class TermLists(WindowRanking):
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil
     cdef double _bound(self, const ChunkC* c, uint32_t qi, float w) noexcept nogil
+    cdef double _entry_bound(self, const LEntryC* e, uint32_t qi) noexcept nogil

@@ -2,7 +2,8 @@
 """Message index: one list per term, in arrival order, for best-first retrieval.
 
 Structure.  For every term t, the window messages that contain t sit in a list in arrival order:
-entry (seq, w) at a growing position, w the message's weight for t rounded up to float.  Every
+entry (seq, w, x, y) at a growing position, w the message's weight for t rounded up to float and
+(x, y) its location rounded to the nearest float.  Every
 run of CHUNK = 64 consecutive positions has a header (the messages' bounding box rounded outward,
 and the largest w), and every run of GROUP = 4096 positions has one too.  A window expires its
 oldest message first, and the oldest message holding t heads t's list, so an expiry advances each
@@ -13,18 +14,22 @@ list is reset.
 
 Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups of
 entries are a term's groups, then chunks (bound from the header's box and largest w), then single
-entries (bound from the chunk's box and the entry's w); an entry reached through its designated
-term is scored exactly.  Unlike the quadtree, the lists do not prune by space below a chunk, so a
-query reads more entries; in exchange, insertion and expiry cost a few writes.
+entries (bound from the entry's own w and location: a float within half a unit in the last place
+of the true coordinate, so the distance is at least the float distance less (|x| + |y|) * 2^-23);
+an entry reached through its designated term is scored exactly.  Unlike the quadtree, the lists
+do not group entries by space, so a query reads more of them; in exchange, insertion and expiry
+cost a few writes.
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
+from libc.math cimport sqrt, fabs
 from skype._core.scoring cimport mindist, combine, round_up, round_down
 from skype._core.ranking cimport HeapItemC, WindowRanking
 
 cdef double BOUND_SLACK = 1e-12
+cdef double FLOAT_ROUNDING = 1.0 / (1 << 23)    # > |v - float(v)| / |float(v)|, twice over
 cdef size_t KEEP_CAPACITY = 1024        # an emptied list keeps at most this many entries' storage
 
 cdef enum:                              # heap item tags (HeapItemC.node)
@@ -101,6 +106,8 @@ cdef class TermLists(WindowRanking):
         cdef LEntryC e
         cdef ChunkC h
         e.seq_lo = <uint32_t>seq
+        e.x = <float>m.x
+        e.y = <float>m.y
         for j in range(m.nterms):
             t = terms[j].term
             if t >= self.lists.size():
@@ -144,6 +151,13 @@ cdef class TermLists(WindowRanking):
         cdef RectC r = RectC(c.minx, c.miny, c.maxx, c.maxy)
         return combine(self.q_alpha, 1.0 - mindist(&r, self.q_x, self.q_y) / self.max_dist,
                        self._text_bound(qi, w)) + BOUND_SLACK
+
+    cdef double _entry_bound(self, const LEntryC* e, uint32_t qi) noexcept nogil:
+        cdef double dx = e.x - self.q_x, dy = e.y - self.q_y
+        cdef double d = sqrt(dx * dx + dy * dy) - (fabs(e.x) + fabs(e.y)) * FLOAT_ROUNDING - 1e-30
+        if d < 0.0:
+            d = 0.0
+        return combine(self.q_alpha, 1.0 - d / self.max_dist, self._text_bound(qi, e.w)) + BOUND_SLACK
 
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil:
         cdef int i
@@ -191,7 +205,6 @@ cdef class TermLists(WindowRanking):
                     self._push(self._bound(h, item.qterm, h.maxw), UINT64_MAX, ITEM_CHUNK,
                                <uint32_t>(c - chunk_base), item.qterm)
             elif item.node == ITEM_CHUNK:
-                h = &lst.chunks[item.cursor]
                 first = (item.cursor + lst.off // CHUNK) * CHUNK
                 last = first + CHUNK
                 if first < lst.head:
@@ -199,7 +212,7 @@ cdef class TermLists(WindowRanking):
                 if last > lst.end:
                     last = lst.end
                 for p in range(first, last):
-                    self._push(self._bound(h, item.qterm, lst.entries[p - lst.off].w), UINT64_MAX, ITEM_ENTRY,
+                    self._push(self._entry_bound(&lst.entries[p - lst.off], item.qterm), UINT64_MAX, ITEM_ENTRY,
                                <uint32_t>(p - lst.off), item.qterm)
             else:
                 e = lst.entries[item.cursor]
