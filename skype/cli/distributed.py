@@ -138,9 +138,13 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     run_dir = Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
     inputs = load_inputs(args)
-    # the Spark job routes topk subscriptions only (issue 12: the other kinds are not distributed yet)
-    inputs.refuse_peer_kinds(f"distributed (method {','.join(args.method)})")
+    # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
+    from skype.spark import kinds
+
+    kinds.refuse(inputs, args.method)
+    kind_of = kinds.kind_map(inputs)
     settings = settings_from_args(args, inputs.bounds)
+    settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})
     plan = runtime.plan_run(run_dir, settings, inputs)
     t_plan = time.perf_counter() - t0
     own = spark is None
@@ -157,7 +161,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
             if args.results_out:
                 results = runtime.final_results(plan, pipe)
                 metrics["subscriptions"] = io.write_objects(per_method(args.results_out, pipe.method, several),
-                                                            io.result_objects(results))
+                                                            kinds.result_objects(results, kind_of, inputs.vocabulary))
                 metrics["results_from"] = "stages" if runtime.stage_result_files(plan, pipe) else "events"
             runs.append(metrics)
     finally:

@@ -46,7 +46,8 @@ def _record_schema(kind: str):
     if kind == "messages":
         return pa.schema([("id", pa.int64()), ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), *terms])
     return pa.schema([("op", pa.string()), ("at", pa.int64()), ("id", pa.int64()), ("x", pa.float64()),
-                      ("y", pa.float64()), ("k", pa.int64()), ("alpha", pa.float64()), *terms])
+                      ("y", pa.float64()), ("k", pa.int64()), ("alpha", pa.float64()), *terms,
+                      ("spec", pa.string())])  # spec: a range/knn/terms query (skype.spark.kinds)
 
 
 def read_stream_file(path: str, kind: str):
@@ -96,7 +97,7 @@ def to_events(table, kind: str, first_position: int):
     if kind == "messages":
         kind_col = pa.array(np.full(n, KIND_MESSAGE, np.int8))
         cols = {"kind": kind_col, "seq": position, "at": pa.nulls(n, pa.int64()), "k": pa.nulls(n, pa.int64()),
-                "alpha": pa.nulls(n, pa.float64())}
+                "alpha": pa.nulls(n, pa.float64()), "spec": pa.nulls(n, pa.string())}
     else:
         op = table.column("op").combine_chunks()
         bad = pc.invert(pc.is_in(op, value_set=pa.array(["sub", "unsub"]))).fill_null(True)
@@ -243,17 +244,19 @@ def kafka_to_events(raw, kind: str):
     df = raw.select(rec.alias("r"), F.col("offset").alias("position"))
     if kind == "messages":
         kind_col, at, k, alpha, t = (F.lit(KIND_MESSAGE), F.lit(None), F.lit(None), F.lit(None), F.col("r.t"))
+        spec = F.lit(None)
     else:  # records with another op are dropped
         kind_col = (F.when(F.col("r.op") == "sub", F.lit(KIND_SUBSCRIBE))
                     .when(F.col("r.op") == "unsub", F.lit(KIND_UNSUBSCRIBE)))
         df = df.where(F.col("r.op").isin("sub", "unsub"))
         at, k, alpha, t = F.col("r.at"), F.col("r.k"), F.col("r.alpha"), F.lit(None)
+        spec = F.col("r.spec")
     return df.select(
         kind_col.cast("byte").alias("kind"), F.col("position").cast("long").alias("seq"), at.cast("long").alias("at"),
         F.col("r.id").cast("long").alias("id"), F.col("r.x").cast("double").alias("x"),
         F.col("r.y").cast("double").alias("y"), t.cast("double").alias("t"), k.cast("long").alias("k"),
         alpha.cast("double").alias("alpha"), F.col("r.term_ids").cast("array<long>").alias("term_ids"),
-        F.col("r.weights").cast("array<double>").alias("weights"),
+        F.col("r.weights").cast("array<double>").alias("weights"), spec.cast("string").alias("spec"),
     )
 
 
