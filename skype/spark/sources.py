@@ -107,7 +107,8 @@ def to_events(table, kind: str, first_position: int):
         kind_col = pc.if_else(pc.equal(op, "sub"), pa.scalar(KIND_SUBSCRIBE, pa.int8()),
                               pa.scalar(KIND_UNSUBSCRIBE, pa.int8()))
         cols = {"kind": kind_col, "seq": position, "at": table.column("at"), "k": table.column("k"),
-                "alpha": table.column("alpha"), "t": pa.nulls(n, pa.float64())}
+                "alpha": table.column("alpha"), "t": pa.nulls(n, pa.float64()),
+                "spec": table.column("spec") if "spec" in table.column_names else pa.nulls(n, pa.string())}
     arrays = []
     for field in schema:
         col = cols[field.name] if field.name in cols else table.column(field.name)
