@@ -184,7 +184,7 @@ def test_spark_kinds_every_kind_exact_on_broadcast_methods(method, events, tmp_p
     assert 1003 not in final and 1004 not in final and 0 not in final  # until ended them
 
 
-@pytest.mark.parametrize("method", ["keyword", "spatial-first"])
+@pytest.mark.parametrize("method", ["keyword", "prefix", "spatial-first", "keyword-first"])
 def test_spark_kinds_range_and_knn_with_terms_exact_on_term_methods(method, keyed_events, tmp_path):
     final, kind_of = _run(tmp_path, method, keyed_events)
     assert sum(len(final[s]["matches"]) for s in final if kind_of.get(s) == "range") > 10
@@ -195,3 +195,21 @@ def test_spark_kinds_refused_where_a_method_cannot_serve_them(method, events):
     with pytest.raises(InputError) as err:
         _inputs(events, method)
     assert err.value.code == "E048" and method in str(err.value) and "terms" in str(err.value)
+
+
+def test_spark_kinds_job_on_spark_equals_simulate(spark, keyed_events, tmp_path):
+    """The real job (the shared local session, two micro-batches): keyword merges replicated range
+    and knn lists; the results file equals ``simulate --results-out`` record for record."""
+    from skype.cli.distributed import run_distributed
+    from skype.run import main
+
+    run_dir = tmp_path / "run"
+    args = build_parser().parse_args(["distributed", "--events", str(keyed_events), *WINDOW, "--batch-size", "600",
+                                      "--method", "keyword", "--partitions", "2", "--checkpoint",
+                                      str(run_dir), "--results-out", str(run_dir / "r.jsonl")])
+    assert run_distributed(args, spark) == 0
+    assert main(["simulate", "--events", str(keyed_events), *WINDOW, "--results-out", str(tmp_path / "c.jsonl")]) == 0
+    want = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert sum(len(r.get("matches", ())) for r in want) > 10
+    got = [json.loads(line) for line in (run_dir / "r.jsonl").read_text().splitlines()]
+    assert got == want

@@ -48,7 +48,7 @@ cdef class QueryCore:
     # terms subscriptions, by slot of `regions`
     cdef vector[RegionSubC] region
     cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
-    cdef uint64_t region_refills
+    cdef uint64_t region_refills, region_walks
     cdef vector[uint32_t] labels           # by term: order-preserving label of its name
     cdef vector[vector[term_t]] region_top     # the current top-k terms
     # one step's netting: touched knn / terms slots and their results before the step

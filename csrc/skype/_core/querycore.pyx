@@ -28,7 +28,9 @@ then the netted events of the step.
   its first k entries are the top-k whenever the k-th key is below the bound (or the bound is
   UINT64_MAX).  An arrival in the rectangle adds 1 to its terms in the buffer; a term outside it
   gets its exact count from the trees and enters when it ranks before the last entry (the entry
-  pushed out lowers the bound to its key), or else lowers the bound to its own key.  An expiry
+  pushed out lowers the bound to its key), or else lowers the bound to its own key; when even its
+  count over the whole window (its tree's root count) ranks after the last entry, that count's
+  key bounds it without a walk.  An expiry
   subtracts 1 from its terms in the buffer (outside terms only fall: the bound stays true).  When
   the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
   (the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
@@ -247,6 +249,15 @@ cdef class QueryCore:
             return
         if delta < 0:                                 # outside terms only fall: the bound holds
             return
+        if n >= s.cap and t < self.qw.index.root.size() and self.qw.index.root[t] >= 0:
+            # the term's window count bounds its count here: when even that ranks after the last
+            # entry, the term stays out and its key is bounded without a walk (rare terms)
+            e = rank_key(self.qw.index.nodes[self.qw.index.root[t]].count, self.labels[t], t)
+            if e.first >= b.back().first:
+                if e.first < s.bound:
+                    s.bound = e.first
+                return
+        self.region_walks += 1
         e = rank_key(self.qw.c_count_in(t, &s.rect), self.labels[t], t)
         if n >= s.cap and e.first >= b.back().first:
             if e.first < s.bound:
@@ -311,7 +322,7 @@ cdef class QueryCore:
             return
         self.region_touch_step[slot] = self.step
         self.region_touched.push_back(slot)
-        self.region_before[slot] = self.region_top[slot]
+        self.region_before[slot].swap(self.region_top[slot])   # region_top is rebuilt after the step's change
 
     # ------------------------------------------------------------------ the stream
     cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil:
@@ -453,6 +464,8 @@ cdef class QueryCore:
         for i in range(self.region_touched.size()):
             slot = self.region_touched[i]
             top = &self.region_top[slot]
+            if top[0] == self.region_before[slot]:   # the common case: counts moved, not the top-k
+                continue
             for a in range(top.size()):
                 found = False
                 for j in range(self.region_before[slot].size()):
@@ -640,5 +653,6 @@ cdef class QueryCore:
             "knn_reevaluations": self.reevaluations,
             "range_postings": self.ranges.postings, "range_candidates": self.ranges.candidates,
             "terms_candidates": self.regions.candidates, "terms_refills": self.region_refills,
+            "terms_walks": self.region_walks,
             "range_index_bytes": self.ranges.memory_bytes(),
         }
