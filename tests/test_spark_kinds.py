@@ -196,20 +196,3 @@ def test_spark_kinds_refused_where_a_method_cannot_serve_them(method, events):
         _inputs(events, method)
     assert err.value.code == "E048" and method in str(err.value) and "terms" in str(err.value)
 
-
-def test_spark_kinds_job_on_spark_equals_simulate(spark, keyed_events, tmp_path):
-    """The real job (the shared local session, two micro-batches): keyword merges replicated range
-    and knn lists; the results file equals ``simulate --results-out`` record for record."""
-    from skype.cli.distributed import run_distributed
-    from skype.run import main
-
-    run_dir = tmp_path / "run"
-    args = build_parser().parse_args(["distributed", "--events", str(keyed_events), *WINDOW, "--batch-size", "600",
-                                      "--method", "keyword", "--partitions", "2", "--checkpoint",
-                                      str(run_dir), "--results-out", str(run_dir / "r.jsonl")])
-    assert run_distributed(args, spark) == 0
-    assert main(["simulate", "--events", str(keyed_events), *WINDOW, "--results-out", str(tmp_path / "c.jsonl")]) == 0
-    want = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
-    assert sum(len(r.get("matches", ())) for r in want) > 10
-    got = [json.loads(line) for line in (run_dir / "r.jsonl").read_text().splitlines()]
-    assert got == want

@@ -155,11 +155,11 @@ def lower_inputs(inputs) -> Lowered:
 
     def lower(sub) -> SubscriptionBatch:
         spec = queries.compile_subscription(sub, inputs.vocabulary, inputs.bounds, -math.inf)
+        assert spec.id is not None
         row = _lowered_row(spec, inputs.bounds)
         specs[id(row)] = spec_json(spec)
-        kinds[int(spec.id)] = spec.kind  # type: ignore[arg-type]
-        if spec.until is not None:
-            live(int(spec.id), spec.until)
+        kinds[spec.id] = spec.kind
+        live(spec.id, spec.until)
         return row
 
     def live(sid: int, until: float | None) -> None:
@@ -180,11 +180,11 @@ def lower_inputs(inputs) -> Lowered:
         if op == "msgs":
             steps.extend(_split_at_untils(payload, pending, generation))
         elif op == "sub":
-            steps.append(("sub", topk(payload)))  # type: ignore[arg-type]
+            steps.append(("sub", topk(payload)))
         elif op == "ksub":
             steps.append(("sub", lower(payload)))
         elif op == "unsub":
-            generation[int(payload)] = generation.get(int(payload), 0) + 1  # type: ignore[call-overload]
+            generation[int(payload)] = generation.get(int(payload), 0) + 1
             steps.append((op, payload))
         else:
             steps.append((op, payload))
@@ -264,6 +264,28 @@ def kind_entries(engine, kind: str, sub_id: int, window_seq, name_rank) -> tuple
     vocab = engine.vocabulary
     ids = np.array([vocab.get(e.term) for e in result], np.int64)
     return ids, np.array([e.count for e in result], np.float64), -name_rank(ids)
+
+
+def result_arrays(engine, specs: list, sub_ids: np.ndarray, window_seq, name_rank):
+    """Hosted subscriptions' current results as CSR ``(indptr, ids, scores, seqs)``: topk lists
+    from the core in one call when every spec is None, else one by one (kinds as merge entries)."""
+    if all(spec is None for spec in specs):
+        indptr, ids, scores = engine.topk_arrays(sub_ids)
+        return indptr, ids, scores, window_seq(ids)
+    lists = []
+    for sid, spec in zip(sub_ids.tolist(), specs):
+        if spec is None:
+            _, ids, scores = engine.topk_arrays(np.array([sid], np.int64))
+            lists.append((ids, scores, window_seq(ids)))
+        else:
+            lists.append(kind_entries(engine, engine.kind_of(sid), sid, window_seq, name_rank))
+    indptr = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum([len(e[0]) for e in lists], out=indptr[1:])
+    if not indptr[-1]:
+        return indptr, np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    return (indptr, np.concatenate([e[0] for e in lists]).astype(np.int64),
+            np.concatenate([e[1] for e in lists]).astype(np.float64),
+            np.concatenate([e[2] for e in lists]).astype(np.int64))
 
 
 class NameRanks:

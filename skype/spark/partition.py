@@ -61,7 +61,7 @@ from skype.spark import activation as act
 from skype.spark import codec
 from skype.spark.activation import Activation, ActivationConfig
 from skype.spark.codec import OP_SUB, Commands
-from skype.spark.kinds import UNBOUNDED_K, NameRanks, kind_entries, read_vocabulary, spec_from_json
+from skype.spark.kinds import UNBOUNDED_K, NameRanks, read_vocabulary, result_arrays, spec_from_json
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
 from skype.spark.window import WindowShare, WindowSpec
 
@@ -454,27 +454,9 @@ class PartitionCore:
                 for i, s in enumerate(sub_ids)}
 
     def _arrays(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Current local results as CSR ``(indptr, ids, scores, seqs)``: topk lists from the core in
-        one call, the other kinds as merge entries (:func:`skype.spark.kinds.kind_entries`)."""
-        specs = [self.hosted.spec(int(s)) for s in sub_ids.tolist()]
-        if all(spec is None for spec in specs):
-            indptr, ids, scores = self.engine.topk_arrays(sub_ids)
-            return indptr, ids, scores, self.window.seq_of(ids)
-        lists = []
-        for sid, spec in zip(sub_ids.tolist(), specs):
-            if spec is None:
-                ids, scores = self.engine._topk(sid)
-                lists.append((ids, scores, self.window.seq_of(ids)))
-            else:
-                kind = self.engine.kind_of(sid)
-                lists.append(kind_entries(self.engine, kind, sid, self.window.seq_of, self._name_rank))
-        indptr = np.zeros(len(lists) + 1, np.int64)
-        np.cumsum([len(e[0]) for e in lists], out=indptr[1:])
-        if not lists or not indptr[-1]:
-            return indptr, np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
-        return (indptr, np.concatenate([e[0] for e in lists]).astype(np.int64),
-                np.concatenate([e[1] for e in lists]).astype(np.float64),
-                np.concatenate([e[2] for e in lists]).astype(np.int64))
+        """Current local results as CSR ``(indptr, ids, scores, seqs)`` (every kind)."""
+        return result_arrays(self.engine, [self.hosted.spec(int(s)) for s in sub_ids.tolist()], sub_ids,
+                             self.window.seq_of, self._name_rank)
 
     def _report_rows(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
                      before_meta: dict) -> ReportRows:
