@@ -134,3 +134,22 @@ def test_mixed_kinds(benchmark, size):
                                 terms_refills=after["queries"]["terms_refills"] - before["queries"]["terms_refills"],
                                 config=f"{p['mixed_subs']} subscriptions, 25% each kind, window {p['window']}")
     assert info["messages"] == p["mixed_measured"]
+
+
+@pytest.mark.parametrize("kind", ["range", "knn", "terms"])
+def test_one_kind_of_the_mixed_workload(benchmark, size, kind):
+    """A quarter of the mixed workload's subscriptions, all of one kind, drawn the same way over
+    the same stream and window: where the mixed run's time goes."""
+    p = QSIZES[size]
+    w = make_workload("tweets", num_subs=1, num_messages=p["window"] + p["mixed_measured"], seed=15)
+    _, others = peer_subscriptions(w.messages.slice(0, p["window"]), w.vocabulary, p["mixed_subs"] // 4,
+                                   np.random.default_rng(16), kinds={kind: 1.0}, area=0.01, k=20, bounds=w.bounds)
+    e = Engine(window=p["window"], vocabulary=w.vocabulary, bounds=w.bounds, snapshots=True)
+    for chunk in w.messages.slice(0, p["window"]).batches(10_000):
+        e.publish_batch(chunk)
+    t0 = time.perf_counter()
+    e.subscribe_many(others)
+    register_s = time.perf_counter() - t0
+    info = _steady(benchmark, e, w.messages.slice(p["window"], p["window"] + p["mixed_measured"]), chunk=25)
+    benchmark.extra_info.update(register_s=round(register_s, 1), config=f"{len(others)} {kind} subscriptions")
+    assert info["messages"] == p["mixed_measured"]
