@@ -416,11 +416,11 @@ cdef class QueryCore:
                     continue
                 self.knn_stamp[slot] = self.knn_probes
                 s = &self.knn[slot]
-                if not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, m.nterms, &self.qw.stack):
-                    continue
                 b = &self.knn_buf[slot]
-                d = point_distance(s.x, s.y, x, y)
+                d = point_distance(s.x, s.y, x, y)     # the cheap test first: most are too far
                 if not s.complete and (b.size() == 0 or not near_less(d, seq, b.back().dist, b.back().seq)):
+                    continue
+                if not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, m.nterms, &self.qw.stack):
                     continue
                 self._knn_touch(slot)
                 pos = b.size()
