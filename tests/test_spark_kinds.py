@@ -140,16 +140,31 @@ def _delivered(records: dict) -> dict:
     return out
 
 
-def _run(tmp_path: Path, method: str, events: Path):
+def _run(tmp_path: Path, method: str, events: Path, faults: bool = False):
+    """Run the job batch by batch against the centralized engine; with ``faults``, every host
+    object is dropped before batch 1 and one partition's commit of batch 2 is lost after its host
+    applied it: both rebuild from durable state (hosted specs included)."""
     from skype.spark import kinds
+    from skype.spark.hosts import InProcessHosts
     from skype.spark.reports import results_lines
 
     inputs, settings = _inputs(events, method)
     kind_of = kinds.kind_map(inputs)
     want = _centralized(inputs, BATCH)
     pipe = LocalPipeline(tmp_path / method, settings, inputs)
+    retried: list[int] = []
+
+    def lose_commit(key, rows):
+        if faults and pipe.batch == 2 and not retried:
+            saved = pipe.snapshot_state(key)
+            pipe.partitions.test(key, rows)
+            pipe.restore_state(key, saved)
+            retried.append(key)
+
     for b in range(len(want)):
-        pipe.step()
+        if faults and b == 1:
+            InProcessHosts.clear()
+        pipe.step(before_partition=lose_commit)
         assert set(pipe.results[0]) == set(want[b]), f"{method} batch {b}: subscriptions differ"
         expect = _delivered(want[b])
         got = {s: v for s, v in pipe.results[0].items() if s in expect}
@@ -182,6 +197,12 @@ def test_spark_kinds_every_kind_exact_on_broadcast_methods(method, events, tmp_p
         assert sum(len(next(iter(v for k, v in final[s].items() if k != "id")))
                    for s in final if kind_of.get(s) == kind) > 10, kind
     assert 1003 not in final and 1004 not in final and 0 not in final  # until ended them
+
+
+@pytest.mark.parametrize("method,events_kind", [("location", "events"), ("keyword", "keyed_events")])
+def test_spark_kinds_rebuild_from_durable_state_after_lost_cache_and_commit(method, events_kind, request, tmp_path):
+    final, _ = _run(tmp_path, method, request.getfixturevalue(events_kind), faults=True)
+    assert final
 
 
 @pytest.mark.parametrize("method", ["keyword", "prefix", "spatial-first", "keyword-first"])
