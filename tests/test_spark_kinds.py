@@ -217,3 +217,15 @@ def test_spark_kinds_refused_where_a_method_cannot_serve_them(method, events):
         _inputs(events, method)
     assert err.value.code == "E048" and method in str(err.value) and "terms" in str(err.value)
 
+
+
+def test_spark_kinds_terms_refused_on_a_run_that_may_not_reach_the_end(events, keyed_events):
+    """Results folded from events would hold a terms entry's count from when it entered."""
+    from skype.spark import kinds
+
+    args = build_parser().parse_args(["distributed", "--events", str(events), *WINDOW])
+    with pytest.raises(InputError) as err:
+        kinds.refuse(load_inputs(args), ["hashing"], open_end=True)
+    assert err.value.code == "E048" and "'terms'" in str(err.value) and "--stop-after-batches" in str(err.value)
+    args = build_parser().parse_args(["distributed", "--events", str(keyed_events), *WINDOW])
+    kinds.refuse(load_inputs(args), ["hashing"], open_end=True)  # range, knn and topk: served

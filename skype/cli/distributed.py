@@ -141,7 +141,8 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
     from skype.spark import kinds
 
-    kinds.refuse(inputs, args.method)
+    kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
+                                                    or args.stop_after_batches or args.timeout))
     kind_of = kinds.kind_map(inputs)
     settings = settings_from_args(args, inputs.bounds)
     settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})

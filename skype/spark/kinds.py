@@ -113,12 +113,20 @@ def kinds_used(inputs) -> dict[str, bool]:
     return used
 
 
-def refuse(inputs, methods: Iterable[str]) -> None:
-    """Raise E048 naming the first (kind, method) the job cannot serve exactly."""
+def refuse(inputs, methods: Iterable[str], open_end: bool = False) -> None:
+    """Raise E048 naming the first (kind, method) the job cannot serve exactly.  ``open_end``: the
+    run may stop before the stream's end (an open stream, ``--stop-after-batches``, ``--timeout``),
+    so its final results would be folded from events, which carry a ``terms`` entry's count when
+    it entered, not its later changes: ``terms`` is refused then."""
+    methods = list(methods)
     if any(op == "query" for op, _ in inputs.steps):
         raise InputError("E048", where=f"distributed (method {','.join(methods)})", kind="snapshot queries",
                          supported="continuous subscriptions of every kind (answer snapshots with simulate)")
     used = kinds_used(inputs)
+    if open_end and "terms" in used:
+        raise InputError("E048", where="distributed on a stream it may not finish (open stream, "
+                         "--stop-after-batches or --timeout)", kind="terms",
+                         supported="topk, range, knn (terms: a staged stream run to its end)")
     for method in methods:
         if method in BROADCAST_METHODS:
             continue

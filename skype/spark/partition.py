@@ -32,6 +32,10 @@ The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (ne
 messages, netted over the batch's change logs) for single-replica subscriptions, a ``STATE`` (the
 local list) for replicated ones and for every subscription a command touched.
 
+**Query kinds** (:mod:`skype.spark.kinds`): a subscribe with a ``spec`` (range, knn, terms) is
+hosted alike, in an engine with the query window; its result is reported as top-k entries whose
+merge is the kind's (the union of matches, the merged kNN list), and it never sleeps.
+
 **Prefix replicas** (``config.activation``, :mod:`skype.spark.activation`): a replica whose
 loose prefix, at a threshold proven by its own engine, leaves this partition *sleeps* (its record
 stays, the engine drops it) and wakes when that proof may expire; a hosted subscription is

@@ -2,7 +2,8 @@
 
 Input: rows of the unified *stream event* schema (:data:`EVENT_FIELDS`): messages (``kind`` 0,
 ``seq`` = global position) and subscription commands (``kind`` 1 subscribe / 2 unsubscribe,
-``seq`` = command ordinal ``cseq``, ``at`` = position in the message stream or -1).  Output: at most
+``seq`` = command ordinal ``cseq``, ``at`` = position in the message stream or -1; ``spec``: the
+compiled query of a range/knn/terms subscribe, :mod:`skype.spark.kinds`).  Output: at most
 one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, commands)``:
 
 * ``messages``: the batch's messages routed to the partition, packed (:mod:`skype.spark.codec`);
