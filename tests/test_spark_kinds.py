@@ -80,12 +80,12 @@ def _record(sub) -> dict:
     return d
 
 
-def _inputs(path: Path, method: str, partitions: int = 4):
+def _inputs(path: Path, method: str, partitions: int = 4, window: list[str] = WINDOW):
     from skype.cli.distributed import settings_from_args
     from skype.spark import kinds
 
     args = build_parser().parse_args(["distributed", "--events", str(path), "--method", method, "--partitions",
-                                      str(partitions), "--batch-size", str(BATCH), *WINDOW])
+                                      str(partitions), "--batch-size", str(BATCH), *window])
     inputs = load_inputs(args)
     kinds.refuse(inputs, [method])
     settings = settings_from_args(args, inputs.bounds)
@@ -93,12 +93,12 @@ def _inputs(path: Path, method: str, partitions: int = 4):
     return inputs, settings
 
 
-def _centralized(inputs, batch: int):
+def _centralized(inputs, batch: int, window: dict):
     """The centralized engine's results of every kind after each batch (as the job cuts them),
     as results-file records by id."""
     from skype import Engine
 
-    engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, snapshots=True, window=400)
+    engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, snapshots=True, **window)
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_many(inputs.others)
     total = inputs.num_messages
@@ -140,7 +140,7 @@ def _delivered(records: dict) -> dict:
     return out
 
 
-def _run(tmp_path: Path, method: str, events: Path, faults: bool = False):
+def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_window: bool = False):
     """Run the job batch by batch against the centralized engine; with ``faults``, every host
     object is dropped before batch 1 and one partition's commit of batch 2 is lost after its host
     applied it: both rebuild from durable state (hosted specs included)."""
@@ -148,9 +148,13 @@ def _run(tmp_path: Path, method: str, events: Path, faults: bool = False):
     from skype.spark.hosts import InProcessHosts
     from skype.spark.reports import results_lines
 
-    inputs, settings = _inputs(events, method)
+    window = WINDOW
+    if time_window:  # about 400 messages' worth of the stream's time
+        t = load_inputs(build_parser().parse_args(["distributed", "--events", str(events)])).messages().t
+        window = ["--window-seconds", str(float(t[400] - t[0]))]
+    inputs, settings = _inputs(events, method, window=window)
     kind_of = kinds.kind_map(inputs)
-    want = _centralized(inputs, BATCH)
+    want = _centralized(inputs, BATCH, settings.window.centralized())
     pipe = LocalPipeline(tmp_path / method, settings, inputs)
     retried: list[int] = []
 
@@ -190,9 +194,9 @@ def keyed_events(tmp_path_factory):
     return _workload(tmp_path_factory.mktemp("spark-kinds-keyed") / "events.jsonl", bare=False)
 
 
-@pytest.mark.parametrize("method", ["hashing", "location"])
-def test_spark_kinds_every_kind_exact_on_broadcast_methods(method, events, tmp_path):
-    final, kind_of = _run(tmp_path, method, events)
+@pytest.mark.parametrize("method,time_window", [("hashing", False), ("location", False), ("hashing", True)])
+def test_spark_kinds_every_kind_exact_on_broadcast_methods(method, time_window, events, tmp_path):
+    final, kind_of = _run(tmp_path, method, events, time_window=time_window)
     for kind in ("range", "knn", "terms"):  # the check is not vacuous
         assert sum(len(next(iter(v for k, v in final[s].items() if k != "id")))
                    for s in final if kind_of.get(s) == kind) > 10, kind
@@ -205,9 +209,10 @@ def test_spark_kinds_rebuild_from_durable_state_after_lost_cache_and_commit(meth
     assert final
 
 
-@pytest.mark.parametrize("method", ["keyword", "prefix", "spatial-first", "keyword-first"])
-def test_spark_kinds_range_and_knn_with_terms_exact_on_term_methods(method, keyed_events, tmp_path):
-    final, kind_of = _run(tmp_path, method, keyed_events)
+@pytest.mark.parametrize("method,time_window", [("keyword", False), ("prefix", False), ("spatial-first", False),
+                                                ("keyword-first", False), ("keyword", True)])
+def test_spark_kinds_range_and_knn_with_terms_exact_on_term_methods(method, time_window, keyed_events, tmp_path):
+    final, kind_of = _run(tmp_path, method, keyed_events, time_window=time_window)
     assert sum(len(final[s]["matches"]) for s in final if kind_of.get(s) == "range") > 10
 
 
