@@ -37,6 +37,7 @@ from skype._core.subindex import SubTable
 
 INDEXES = ("blocks", "igpt", "ipt", "ciq")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
+MESSAGE_INDEXES = ("lists", "quadtree")
 RULES = ("cell", "group", "early", "entry", "prefix", "spatial", "exact_spatial", "unseen")
 BLOCK_RULES = ("band", "block", "entry")  # the block index's rules (alpha-band, block header, posting)
 BARRIERS = ("stationary", "window", "factor")
@@ -97,6 +98,18 @@ class Engine(EngineBase):
     ciq
         CIQ parameters: ``budget`` (cover cells per subscription, default 16) and
         ``max_depth`` of its quadtree (default 12).
+    message_index
+        the window's index for re-evaluations: ``lists`` (one list per term in arrival order,
+        so an expiry pops list heads) or ``quadtree`` (one quadtree per term, pruning by space
+        as well, so a re-evaluation reads about half as many entries, but costlier to keep).
+        Default: ``quadtree`` for the ``exact`` buffer, which re-evaluates whenever a top-k
+        member expires, and ``lists`` for the others, which rarely do (``docs/engine.md``).
+    message_leaf_capacity
+        ``quadtree``: messages per leaf before it splits (default 64).
+    micro_batch
+        messages whose subscriptions are found together (default 1: one at a time, at most
+        4096); the block index then reads each posting list once for all the batch's messages
+        holding its term.  Results and change logs are the same for every size.
     reverse_map
         True (default): the window keeps, per message, the subscriptions that buffered it.
         False: no such list; an expiring message is disseminated again against the current
@@ -130,6 +143,8 @@ class Engine(EngineBase):
         skyband_ratio: float = 0.8,
         cost: Mapping[str, object] | None = None,
         ciq: Mapping[str, object] | None = None,
+        message_index: str | None = None,
+        micro_batch: int = 1,
         message_leaf_capacity: int = 64,
         theta_refresh: float = 0.02,
         cell_walk: str = "auto",
@@ -144,6 +159,10 @@ class Engine(EngineBase):
             raise invalid_choice("index", index, INDEXES)
         if buffer not in BUFFERS:
             raise invalid_choice("buffer", buffer, BUFFERS)
+        if message_index is None:
+            message_index = "quadtree" if buffer == "exact" else "lists"
+        if message_index not in MESSAGE_INDEXES:
+            raise invalid_choice("message_index", message_index, MESSAGE_INDEXES)
         self.index_kind, self.buffer_kind = index, buffer
         known_rules = BLOCK_RULES if index == "blocks" else RULES
         rules = {rule: True for rule in known_rules}
@@ -179,6 +198,8 @@ class Engine(EngineBase):
             "skyband_ratio": _positive("skyband_ratio", skyband_ratio),
             "message_leaf_capacity": _positive("message_leaf_capacity", message_leaf_capacity, int, 2, strict=False),
             "theta_refresh": _positive("theta_refresh", theta_refresh, strict=False),
+            "message_index": message_index,
+            "micro_batch": _positive("micro_batch", micro_batch, int, 1, strict=False),
         }
         if not 4 <= self.params["block_size"] <= 1024:
             raise InputError("E023", what="block_size", expected="in [4, 1024]", value=block_size)
@@ -186,6 +207,8 @@ class Engine(EngineBase):
             raise InputError("E023", what="bands", expected="at most 64", value=bands)
         if self.params["groups"] > 63:
             raise InputError("E023", what="groups", expected="at most 63", value=groups)
+        if self.params["micro_batch"] > 4096:
+            raise InputError("E023", what="micro_batch", expected="at most 4096", value=micro_batch)
         if not 0.0 < self.params["skyband_ratio"] <= 1.0:
             raise InputError("E023", what="skyband_ratio", expected="in (0, 1]", value=skyband_ratio)
         b = self.bounds
@@ -228,8 +251,9 @@ class Engine(EngineBase):
         self._core = CoreEngine(
             b.as_tuple(), b.max_dist, self.window or 0, self.window_seconds or 0.0, self._index, self._table,
             buffer, buffer_params, self.params["message_leaf_capacity"], lambda: make_index(BULK_LEAF_FACTOR),
-            bool(reverse_map),
+            bool(reverse_map), message_index,
         )
+        self._core.set_micro_batch(self.params["micro_batch"])
         self.params["query_grid"] = _positive("query_grid", query_grid, int, 1, strict=False)
         self.params["knn_buffer"] = _positive("knn_buffer", knn_buffer, int, 1, strict=False)
         if self.params["query_grid"] > 4096:

@@ -67,6 +67,17 @@ class Errors:
     E060 = "{what} must be {expected}, got {value!r}"
     E061 = "rebalancing move rejected: {detail}"
     E062 = "drift workload {kind!r} cannot be made: {detail}"
+    # E080-E089: ingestion and stream order on Spark (issue 11)
+    E080 = ("unseen terms {first!r} and {second!r} share the hashed term id {term_id} (vocabulary key {key}, "
+            "{slots} slots): rebuild the vocabulary from a sample that holds one of them, or with more slots")
+    E081 = "vocabulary file {path!r} cannot be used: {detail}"
+    E082 = ("the messages topic must have exactly one partition (one total order of messages); got a record of "
+            "partition {partition} at offset {offset}")
+    E083 = ("message offsets are not dense ({detail}): a count window needs every offset of the messages topic to "
+            "be a message (no transactional markers, no compaction); use a time window or a plain topic")
+    E084 = ("command at offset {offset} of topic partition {partition} does not fit the command key "
+            "(partition < 2^23, offset < 2^40)")
+    E085 = "executor ingestion: {detail}"
 
 
 class InputError(SkypeError, ValueError):

@@ -6,6 +6,7 @@ Subcommands:
   experiments     reproduce the paper's centralized experiments (figures + Markdown report)
   partition-sim   route a workload through a distribution method (no engine, no Spark)
   distributed     run DSkype on Apache Spark (needs the ``spark`` extra)
+  vocabulary      build a stream's term vocabulary from a sample (for ``distributed --vocabulary``)
 
 ``python -m skype.run <subcommand> --help`` documents each one.
 """
@@ -17,7 +18,8 @@ import sys
 
 from skype.errors import SkypeError
 
-SUBCOMMANDS = ("skype.cli.simulate", "skype.cli.experiments", "skype.cli.partition_sim", "skype.cli.distributed")
+SUBCOMMANDS = ("skype.cli.simulate", "skype.cli.experiments", "skype.cli.partition_sim", "skype.cli.distributed",
+               "skype.cli.vocabulary")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,10 +16,10 @@ from skype.model import Bounds, Message, MessageBatch, Subscription, Subscriptio
 from skype.text import MAX_TERMS, Vocabulary
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-# The largest k accepted (E029): deeper than any top-k a subscriber reads, and small enough that
+# The largest k accepted (E029): deeper than any top-k a subscriber reads, small enough that
 # every quantity the core scales by k (k * nmax_factor, k * refresh_factor) stays far inside 64
-# bits.  Terms per record are limited by skype.text.MAX_TERMS (E030).
-MAX_K = 100_000
+# bits, and that a buffer entry's dominance counter (< k) fits in 16 bits (arena.pxd).  Terms per record are limited by skype.text.MAX_TERMS (E030).
+MAX_K = 65_535
 
 
 def check_id(value: Any) -> int:

@@ -194,6 +194,58 @@ def test_topn_looks_deeper_than_k_exactly(n):
         assert eng.topn(int(sid), n)[: len(eng.topk(int(sid)))] == eng.topk(int(sid))[:n]
 
 
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("buffer", ["exact", "kmax"])
+def test_quadtree_message_index_equals_reference(window, buffer):
+    """The quadtree layout of the message index re-evaluates to the same answers as the lists."""
+    eng = run_core("crowded", window, buffer=buffer, leaf_capacity=8, message_index="quadtree",
+                   message_leaf_capacity=4)
+    assert eng.stats()["message_index"]["layout"] == "quadtree"
+
+
+@pytest.mark.parametrize("message_index", ["lists", "quadtree"])
+def test_long_term_lists_rank_exactly(message_index):
+    """Three terms and a 5,000-message window: lists span many chunks and groups, lose their
+    heads to expiry, and are compacted; every re-evaluation and topn still ranks exactly."""
+    vocab, subs, msgs = dense_workload(seed=5, num_subs=24, num_messages=7000, vocab_size=3, max_k=40)
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=5000)
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=5000, buffer="exact", message_index=message_index)
+    for e in (ref, eng):
+        e.subscribe_batch(subs)
+    for start in range(0, len(msgs), 1000):
+        chunk = msgs.slice(start, start + 1000)
+        assert rows(eng.publish_batch(chunk)) == rows(ref.publish_batch(chunk))
+    assert results(eng) == results(ref)
+    for sid in subs.ids[:6]:
+        assert eng.topn(int(sid), 300) == ref.topn(int(sid), 300)
+    stats = eng.stats()["message_index"]
+    assert stats["layout"] == message_index and stats["query_work"] > 0
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("buffer", BUFFERS)
+@pytest.mark.parametrize("micro_batch", [3, 64])
+def test_micro_batches_equal_reference(window, buffer, micro_batch):
+    """Candidates found for a whole micro-batch against the thresholds before it: thresholds
+    that rise or fall inside the batch (every buffer kind; exact falls at every expiry of a
+    top-k member) still give the reference's change log message by message."""
+    eng = run_core("hot-term", window, buffer=buffer, micro_batch=micro_batch, leaf_capacity=8)
+    stats = eng.stats()
+    assert stats["micro_batch"] == micro_batch
+    if buffer == "exact":
+        assert stats["batch_rescored"] > 0
+
+
+@pytest.mark.parametrize("index", ["igpt", "ciq"])
+def test_micro_batches_on_every_index(index):
+    run_core("grid", "count", index=index, buffer="cskyband", micro_batch=5, leaf_capacity=8)
+
+
+def test_micro_batches_without_the_reverse_map():
+    """Expiry re-disseminates the expiring message in the middle of a micro-batch."""
+    run_core("continuous", "time", buffer="kmax", kmax=4, micro_batch=16, reverse_map=False)
+
+
 def test_topk_arrays_and_advance_log_match_the_record_api():
     (vocab, subs, msgs), _, _ = reference_run("grid", "time")
     engines = [ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window_seconds=40.0),

@@ -40,6 +40,8 @@ def random_engine_params(rng):
         cost={"query_cost": float(rng.choice([0.5, 10.0, 500.0])), "refresh_factor": float(rng.choice([1.1, 3.0])),
               "barrier": str(rng.choice(["stationary", "window", "factor"]))},
         ciq={"budget": int(rng.choice([1, 4, 30])), "max_depth": int(rng.choice([2, 8]))},
+        message_index=str(rng.choice(["lists", "quadtree"])),
+        micro_batch=int(rng.choice([1, 1, 4, 33])),
         message_leaf_capacity=int(rng.choice([2, 8, 64])),
         theta_refresh=float(rng.choice([0.0, 0.02, 0.5])),
     )

@@ -7,6 +7,11 @@ messages: routing, one stateful engine per partition on the executors, an exact 
 replicated subscriptions, result-change events to ``DIR/events``.  The final top-k goes to
 ``--results-out`` (the same JSONL as ``simulate --results-out``), metrics to ``--metrics-out``.
 
+With ``--vocabulary FILE`` (``python -m skype.run vocabulary``) the driver does not load the
+workload: executors read the raw ``--messages``/``--subscriptions`` files (or ``--messages-dir``/
+``--commands-dir``) in parallel and tokenize them with the shipped vocabulary; the distribution is
+built from a sample of the stream.
+
 Run it again with the same ``--checkpoint`` to resume a stopped run (``--stop-after-batches N``
 stops one on purpose).  Needs the ``spark`` extra (pyspark, Java 17); pyspark is imported only
 when the command runs.  On a cluster use ``spark-submit skype/spark/app.py`` with the same
@@ -93,6 +98,8 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
                      help="format of the stream files the job writes (default: %(default)s)")
     src.add_argument("--messages-dir", metavar="DIR", help="read messages from this stream-file directory")
     src.add_argument("--commands-dir", metavar="DIR", help="read subscription commands from this directory")
+    src.add_argument("--ingest-split", type=int, default=10_000, metavar="N",
+                     help="with --vocabulary: raw records per reading task (default: %(default)s)")
     src.add_argument("--kafka-bootstrap", metavar="HOST:PORT")
     src.add_argument("--messages-topic")
     src.add_argument("--commands-topic")
@@ -137,19 +144,43 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
                          value=args.messages_dir or args.commands_dir)
     run_dir = Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
-    inputs = load_inputs(args)
-    # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
     from skype.spark import kinds
 
-    kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
-                                                    or args.stop_after_batches or args.timeout))
-    kind_of = kinds.kind_map(inputs)
-    settings = settings_from_args(args, inputs.bounds)
-    settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})
-    plan = runtime.plan_run(run_dir, settings, inputs)
-    t_plan = time.perf_counter() - t0
+    # executor ingestion reads topk records (kinds come through staged inputs or a spec column)
+    kind_of: dict[int, str] = {}
+    vocabulary = None
     own = spark is None
-    if own:
+    if args.vocabulary and args.source == "kafka":
+        # the distribution from a sample of the topics: the session is needed to plan
+        from skype.spark.ingest import plan_kafka_run
+
+        settings = settings_from_args(args, args.bounds)
+        if own:
+            spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
+        plan = plan_kafka_run(spark, run_dir, settings, vocabulary=args.vocabulary)
+        description = f"topics {args.messages_topic}, {args.commands_topic} (executor ingestion)"
+    elif args.vocabulary:
+        # executors read and tokenize the raw streams: the driver loads samples only
+        from skype.spark.ingest import plan_ingest_run
+
+        check_ingest_args(args)
+        settings = settings_from_args(args, args.bounds)
+        settings.ingest_split = args.ingest_split
+        plan = plan_ingest_run(run_dir, settings, vocabulary=args.vocabulary, messages_file=args.messages,
+                               subscriptions_file=args.subscriptions)
+        description = f"{args.messages or args.messages_dir} (executor ingestion)"
+    else:
+        inputs = load_inputs(args)
+        # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
+        kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
+                                                        or args.stop_after_batches or args.timeout))
+        kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary
+        settings = settings_from_args(args, inputs.bounds)
+        settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})
+        plan = runtime.plan_run(run_dir, settings, inputs)
+        description = inputs.description
+    t_plan = time.perf_counter() - t0
+    if spark is None:
         spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
     several = len(plan.pipelines) > 1
     runs = []
@@ -157,12 +188,12 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         outcome = runtime.run_query(spark, plan)
         for pipe in plan.pipelines:
             metrics = runtime.run_metrics(plan, outcome, pipe)
-            metrics.update(input=inputs.description, plan_s=t_plan, run_dir=str(run_dir),
+            metrics.update(input=description, plan_s=t_plan, run_dir=str(run_dir),
                            master=spark.conf.get("spark.master", ""))
             if args.results_out:
                 results = runtime.final_results(plan, pipe)
                 metrics["subscriptions"] = io.write_objects(per_method(args.results_out, pipe.method, several),
-                                                            kinds.result_objects(results, kind_of, inputs.vocabulary))
+                                                            kinds.result_objects(results, kind_of, vocabulary))
                 metrics["results_from"] = "stages" if runtime.stage_result_files(plan, pipe) else "events"
             runs.append(metrics)
     finally:
@@ -200,6 +231,21 @@ def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, ob
     if metrics.get("stopped_early"):
         rows.append(("stopped", "early: run again with the same --checkpoint to resume"))
     return rows
+
+
+def check_ingest_args(args: argparse.Namespace) -> None:
+    """``--vocabulary``: raw files (``--messages`` with ``--subscriptions``) or raw directories."""
+    if args.events:
+        raise InputError("E023", what="--events", expected="left out with --vocabulary (give --messages and "
+                                                           "--subscriptions, or the stream directories)",
+                         value=args.events)
+    files, dirs = bool(args.messages), bool(args.messages_dir)
+    if files == dirs or (files and not args.subscriptions) or (dirs and args.subscriptions):
+        raise InputError("E023", what="--vocabulary", expected="given with --messages and --subscriptions files, or "
+                                                               "with --messages-dir and --commands-dir",
+                         value=args.vocabulary)
+    if args.ingest_split < 1:
+        raise InputError("E023", what="--ingest-split", expected="an integer >= 1", value=args.ingest_split)
 
 
 def cmd_distributed(args: argparse.Namespace) -> int:

@@ -69,6 +69,9 @@ def add_workload_args(p: argparse.ArgumentParser, *, window: bool = True) -> Non
     f.add_argument("--events", metavar="FILE", help="interleaved sub/unsub/msg events (replaces --messages)")
     f.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="bad records: stop naming the record (default), or skip and count them")
+    f.add_argument("--vocabulary", metavar="FILE",
+                   help="weigh terms with this vocabulary file (python -m skype.run vocabulary) instead of the "
+                        "document frequencies of the whole stream; unseen terms get its hashed ids")
     if window:
         w = p.add_argument_group("window and space")
         ex = w.add_mutually_exclusive_group()
@@ -275,6 +278,9 @@ def drift_start(args: argparse.Namespace) -> int:
 def load_inputs(args: argparse.Namespace) -> Inputs:
     bounds: Bounds = getattr(args, "bounds", DEFAULT_BOUNDS)
     if not (args.messages or args.subscriptions or args.events):
+        if getattr(args, "vocabulary", None):
+            raise InputError("E023", what="--vocabulary", expected="used with workload files (a generated dataset "
+                                                                   "has its own vocabulary)", value=args.vocabulary)
         w = make_workload(args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
                           sub_terms=args.sub_terms, k=args.k, sub_keywords=args.sub_keywords, bounds=bounds)
         desc = f"{args.dataset} (seed {args.seed})"
@@ -292,6 +298,10 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
     else:
         messages = _records(args.messages, io.message_from_obj, collector) if args.messages else []
         vocab = _vocabulary_from([m for _, m in messages])
+    if getattr(args, "vocabulary", None):
+        from skype.spark.vocabulary import FrozenVocabulary  # no pyspark: the file's format and ids
+
+        vocab = FrozenVocabulary.load(args.vocabulary)
     sub_rows: list[tuple] = []
     others: list = []
     if args.subscriptions:

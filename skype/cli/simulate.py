@@ -37,7 +37,7 @@ ENGINES = ("core", "reference")
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    from skype.engine import BUFFERS, INDEXES
+    from skype.engine import BUFFERS, INDEXES, MESSAGE_INDEXES
 
     g = p.add_argument_group("engine")
     g.add_argument("--engine", choices=ENGINES, default="core", help="the Cython core (default) or the brute-force reference")
@@ -49,6 +49,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bands", type=int, default=8, help="alpha-bands per posting list of the block index (default: %(default)s)")
     g.add_argument("--leaf-capacity", type=int, default=1000, help="subscriptions per IGPT quadtree leaf (default: %(default)s)")
     g.add_argument("--groups", type=int, default=10, help="alpha-groups per IGPT posting list (default: %(default)s)")
+    g.add_argument("--message-index", choices=MESSAGE_INDEXES, default=None,
+                   help="the window's index for re-evaluations: per-term lists in arrival order, or per-term "
+                        "quadtrees (default: quadtree for the exact buffer, lists otherwise)")
+    g.add_argument("--micro-batch", type=int, default=1,
+                   help="messages whose subscriptions are found together, each posting list read once for "
+                        "them all (default: %(default)s, one at a time)")
     g.add_argument("--reverse-map", action=argparse.BooleanOptionalAction, default=True,
                    help="keep per message the subscriptions that buffered it (default); --no-reverse-map finds "
                         "them at expiry by disseminating the message again: less memory, more work per expiry")
@@ -58,7 +64,7 @@ def engine_options(args: argparse.Namespace) -> dict:
     """Keyword arguments of skype.Engine from the engine options."""
     return dict(index=args.index, buffer=args.buffer, kmax=args.kmax, skyband_ratio=args.skyband_ratio,
                 block_size=args.block_size, bands=args.bands, leaf_capacity=args.leaf_capacity, groups=args.groups,
-                reverse_map=args.reverse_map)
+                reverse_map=args.reverse_map, message_index=args.message_index, micro_batch=args.micro_batch)
 
 
 def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:

@@ -73,6 +73,8 @@ class RunSettings:
     trigger_seconds: float | None = None  # None: availableNow (process what is there, then stop)
     stop_after_batches: int | None = None
     timeout_s: float | None = None
+    vocabulary: str | None = None  # executors ingest raw streams with this shipped file (skype.spark.ingest)
+    ingest_split: int = 10_000  # raw records per reading task
 
     def __post_init__(self) -> None:
         from skype.partitioning import METHODS
@@ -201,12 +203,13 @@ def build_distribution_for(settings: RunSettings, method: str, inputs):
     return build_distribution(method, settings.partitions, subs, sample, inputs.vocabulary, theta, **params)
 
 
-def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None) -> Plan:
+def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_messages: int | None = None) -> Plan:
     """Prepare a new run directory, or check and reopen an existing one.
 
     A new run stages ``inputs`` (unless stream directories or Kafka are given), builds each
     method's distribution and fixes the grouping keys; a resumed run reuses them and refuses
-    settings that differ from the first run's.
+    settings that differ from the first run's.  ``stream_messages``: the length of a stream the
+    job did not stage (executor ingestion), so that the stages know its last batch.
     """
     from skype.spark.staging import stage_inputs
 
@@ -228,7 +231,6 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None) -> Plan:
     if inputs is None:
         raise InputError("E023", what="a new run", expected="given a workload", value=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
-    stream_messages = None
     if settings.source == "files" and settings.messages_dir is None:
         stream_messages = int(inputs.num_messages)
         stage_inputs(inputs, run_dir / "stream" / "messages", run_dir / "stream" / "commands",

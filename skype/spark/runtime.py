@@ -96,9 +96,15 @@ def source_events(spark, plan: Plan):
     from skype.spark import sources
 
     s = plan.settings
+    if s.vocabulary:  # executors read and tokenize the raw streams (skype.spark.ingest)
+        from skype.spark.ingest import raw_events
+
+        return raw_events(spark, plan)
     if s.source == "kafka":
-        messages = sources.kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size)
-        commands = sources.kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands")
+        dead = str(plan.dead_letters_dir)  # order checks: skype.spark.ordering
+        messages = sources.kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size,
+                                        dense=s.window.kind == "count", dead_letters=dead)
+        commands = sources.kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", dead_letters=dead)
     else:
         messages = sources.file_events(spark, plan.messages_dir, "messages", s.batch_size)
         commands = sources.file_events(spark, plan.commands_dir, "commands")

@@ -225,45 +225,43 @@ def file_events(spark, path: str, kind: str, max_records: int | None = None):
 
 
 def kafka_events(spark, bootstrap: str, topic: str, kind: str, max_records: int | None = None,
-                 starting_offsets: str = "earliest"):
-    """A streaming DataFrame of stream events from a Kafka topic (values: stream records as JSON)."""
+                 starting_offsets: str = "earliest", *, dense: bool = False, dead_letters: str | None = None,
+                 vocabulary: str | None = None, bounds: tuple | None = None):
+    """A streaming DataFrame of stream events from a Kafka topic (values: stream records as JSON).
+
+    Messages: ``seq`` = offset, one partition, dense offsets when ``dense`` (count windows);
+    commands: ``cseq`` keyed by (topic partition, offset).  See :mod:`skype.spark.ordering`."""
     if kind not in KINDS:
         raise InputError("E022", what="stream kind", value=kind, choices=", ".join(KINDS))
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
               .option("startingOffsets", starting_offsets))
     if max_records:
         reader = reader.option("maxOffsetsPerTrigger", str(int(max_records)))
-    return kafka_to_events(reader.load(), kind)
+    return kafka_to_events(reader.load(), kind, dense=dense, dead_letters=dead_letters, vocabulary=vocabulary,
+                           bounds=bounds)
 
 
-def kafka_to_events(raw, kind: str):
-    """Kafka rows (``value`` binary, ``offset`` long, ...) -> the stream-event schema."""
-    from pyspark.sql import functions as F
+def kafka_to_events(raw, kind: str, *, dense: bool = False, dead_letters: str | None = None,
+                    vocabulary: str | None = None, bounds: tuple | None = None):
+    """Kafka rows (``value`` binary, ``offset`` long, ``partition`` int if present) -> the
+    stream-event schema, by :func:`skype.spark.ordering.kafka_arrow_to_events` on the executors
+    (order checked: E082, E083; command keys: E084)."""
+    from functools import partial
 
-    ddl = ", ".join(f"{f.name} {_ddl(f.type)}" for f in _record_schema(kind))
-    rec = F.from_json(F.col("value").cast("string"), ddl)
-    df = raw.select(rec.alias("r"), F.col("offset").alias("position"))
-    if kind == "messages":
-        kind_col, at, k, alpha, t = (F.lit(KIND_MESSAGE), F.lit(None), F.lit(None), F.lit(None), F.col("r.t"))
-        spec = F.lit(None)
-    else:  # records with another op are dropped
-        kind_col = (F.when(F.col("r.op") == "sub", F.lit(KIND_SUBSCRIBE))
-                    .when(F.col("r.op") == "unsub", F.lit(KIND_UNSUBSCRIBE)))
-        df = df.where(F.col("r.op").isin("sub", "unsub"))
-        at, k, alpha, t = F.col("r.at"), F.col("r.k"), F.col("r.alpha"), F.lit(None)
-        spec = F.col("r.spec")
-    return df.select(
-        kind_col.cast("byte").alias("kind"), F.col("position").cast("long").alias("seq"), at.cast("long").alias("at"),
-        F.col("r.id").cast("long").alias("id"), F.col("r.x").cast("double").alias("x"),
-        F.col("r.y").cast("double").alias("y"), t.cast("double").alias("t"), k.cast("long").alias("k"),
-        alpha.cast("double").alias("alpha"), F.col("r.term_ids").cast("array<long>").alias("term_ids"),
-        F.col("r.weights").cast("array<double>").alias("weights"), spec.cast("string").alias("spec"),
-    )
+    from skype.spark.ordering import kafka_arrow_to_events
+
+    cols = ["value", "offset"] + (["partition"] if "partition" in raw.columns else [])
+    convert = partial(kafka_arrow_to_events, kind=kind, dense=dense, dead_letters=dead_letters,
+                      vocabulary=vocabulary, bounds=bounds)
+    return raw.select(*cols).mapInArrow(convert, EVENT_SCHEMA_DDL)
 
 
-def _ddl(arrow_type) -> str:
-    import pyarrow as pa
-
-    if pa.types.is_list(arrow_type):
-        return f"array<{_ddl(arrow_type.value_type)}>"
-    return {"int64": "long", "double": "double", "string": "string"}[str(arrow_type)]
+def kafka_sample(spark, bootstrap: str, topic: str, kind: str, limit: int, vocabulary: str | None = None,
+                 bounds: tuple | None = None):
+    """The first ``limit`` records of a topic as one stream-event Arrow table (a batch read from
+    the earliest offsets): the sample the distribution is built from (not run against a broker
+    in the tests; ``docs/spark.md``)."""
+    raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+           .option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
+           .orderBy("partition", "offset").limit(int(limit)))
+    return kafka_to_events(raw, kind, vocabulary=vocabulary, bounds=bounds).toArrow()

@@ -27,6 +27,12 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef vector[double] m_maxwt    # m_maxwt[j] = max weight of the message's terms j..n-1
     cdef vector[sid_t] pending     # first meetings that passed every bound, to verify
     cdef vector[uint8_t] keep      # per block: postings the column test could not rule out
+    # per-batch scratch (disseminate_batch)
+    cdef vector[double] b_maxwt    # every message's m_maxwt, message i's from offs[i] + i
+    cdef vector[uint64_t] b_keys   # (term, message, position) triples, in term order
+    cdef vector[uint32_t] b_msg    # the message of each pending first meeting
+    cdef vector[size_t] b_end      # per message: the end of its run in b_sorted
+    cdef vector[sid_t] b_sorted    # pending first meetings, message by message
 
     cdef int _band_of(self, double alpha) noexcept nogil
     cdef BandC* _band(self, term_t t, int g) noexcept nogil
@@ -45,4 +51,7 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef double _text_after(self, const BlockEntryC* e, const MsgTermC* m, int j, int n, double mx) noexcept nogil
     cdef void _column_test(self, BandC* band, size_t start, size_t end, double wm, double mx,
                            double x, double y) noexcept nogil
-    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil
+    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y,
+                         double mx) noexcept nogil
+    cdef void _verify_all(self, const sid_t* sids, size_t n, const MsgTermC* m, int nm, double x,
+                          double y) noexcept nogil

@@ -482,8 +482,11 @@ cdef class BlockIndex(SubscriptionIndex):
             r = a + (one - a) * tt - ct[i] + margin
             keep[i - start] = (r >= zero) & (a * a * d2 <= r * r * fm2)
 
-    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y) noexcept nogil:
-        cdef double wm = m[j].w, mx = self.m_maxwt[j + 1]
+    cdef void _scan_band(self, BandC* band, const MsgTermC* m, int j, int nm, double x, double y,
+                         double mx) noexcept nogil:
+        """Term j of the message against one band of its list: first meetings that pass every
+        bound go to ``pending`` (mx: the largest weight of the message's terms after j)."""
+        cdef double wm = m[j].w
         cdef double dx, dy, tt, d2, theta, alpha
         cdef double slack = self.slack, max_dist2 = self.max_dist2
         cdef size_t b, i, end, nb = band.heads.size(), n = band.entries.size()
@@ -557,10 +560,8 @@ cdef class BlockIndex(SubscriptionIndex):
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int j, g
         cdef term_t t
-        cdef size_t i, np_
         cdef double best = 0.0
         cdef TermListC* tl
-        cdef const SubHotC* hot = self.table.hot.data()
         self.out.clear()
         self.pending.clear()
         self.ctr.messages += 1
@@ -577,14 +578,86 @@ cdef class BlockIndex(SubscriptionIndex):
             tl = &self.lists[t]
             for g in range(<int>tl.bands.size()):
                 if tl.bands[g].entries.size():
-                    self._scan_band(&tl.bands[g], m, j, n, x, y)
-        np_ = self.pending.size()
-        for i in range(np_):
-            if i + VERIFY_AHEAD < np_:
-                prefetch(&hot[self.pending[i + VERIFY_AHEAD]])
-            if i + VERIFY_AHEAD // 2 < np_:
-                prefetch(&self.table.terms[hot[self.pending[i + VERIFY_AHEAD // 2]].term_off])
-            self._verify(self.pending[i], x, y, m, n)
+                    self._scan_band(&tl.bands[g], m, j, n, x, y, self.m_maxwt[j + 1])
+        self._verify_all(self.pending.data(), self.pending.size(), m, n, x, y)
+
+    cdef void _verify_all(self, const sid_t* sids, size_t n, const MsgTermC* m, int nm, double x,
+                          double y) noexcept nogil:
+        cdef const SubHotC* hot = self.table.hot.data()
+        cdef size_t i
+        for i in range(n):
+            if i + VERIFY_AHEAD < n:
+                prefetch(&hot[sids[i + VERIFY_AHEAD]])
+            if i + VERIFY_AHEAD // 2 < n:
+                prefetch(&self.table.terms[hot[sids[i + VERIFY_AHEAD // 2]].term_off])
+            self._verify(sids[i], x, y, m, nm)
+
+    cdef void disseminate_batch(self, const MsgTermC* terms, const size_t* offs, const double* xs,
+                                const double* ys, size_t n) noexcept nogil:
+        """Micro-batching: each posting list is read for every message of the batch holding its
+        term in a row (term-major order, while the list is in cache), then each message's first
+        meetings are verified.  A scan depends only on its message and term, so every message
+        gets the candidates its own disseminate() would (n < 65,536, terms per message too)."""
+        cdef size_t i, q, p, start
+        cdef int j, g, nm
+        cdef term_t t
+        cdef double best
+        cdef uint64_t key
+        cdef const MsgTermC* m
+        cdef TermListC* tl
+        self.batch_out.clear()
+        self.batch_off.clear()
+        self.batch_off.push_back(0)
+        self.ctr.messages += n
+        self.b_maxwt.resize(offs[n] + n)
+        self.b_keys.clear()
+        for i in range(n):
+            m = &terms[offs[i]]
+            nm = <int>(offs[i + 1] - offs[i])
+            best = 0.0
+            self.b_maxwt[offs[i] + i + nm] = 0.0
+            for j in range(nm - 1, -1, -1):
+                if m[j].w > best:
+                    best = m[j].w
+                self.b_maxwt[offs[i] + i + j] = best
+            for j in range(nm):
+                self.b_keys.push_back((<uint64_t>m[j].term << 32) | (<uint64_t>i << 16) | <uint64_t>j)
+        std_sort(self.b_keys.begin(), self.b_keys.end())
+        self.pending.clear()
+        self.b_msg.clear()
+        for q in range(self.b_keys.size()):
+            key = self.b_keys[q]
+            t = <term_t>(key >> 32)
+            if t >= self.lists.size():
+                continue
+            i = <size_t>((key >> 16) & 0xFFFF)
+            j = <int>(key & 0xFFFF)
+            m = &terms[offs[i]]
+            nm = <int>(offs[i + 1] - offs[i])
+            tl = &self.lists[t]
+            for g in range(<int>tl.bands.size()):
+                if tl.bands[g].entries.size():
+                    self._scan_band(&tl.bands[g], m, j, nm, xs[i], ys[i], self.b_maxwt[offs[i] + i + j + 1])
+            self.b_msg.resize(self.pending.size(), <uint32_t>i)
+        # the first meetings, message by message (a counting sort), then each message's checks
+        self.b_end.assign(n + 1, 0)
+        for p in range(self.pending.size()):
+            self.b_end[self.b_msg[p] + 1] += 1
+        for i in range(n):
+            self.b_end[i + 1] += self.b_end[i]
+        self.b_sorted.resize(self.pending.size())
+        for p in range(self.pending.size()):
+            i = self.b_msg[p]
+            self.b_sorted[self.b_end[i]] = self.pending[p]
+            self.b_end[i] += 1
+        start = 0
+        for i in range(n):
+            self.out.clear()
+            self._verify_all(&self.b_sorted[start] if self.b_end[i] > start else NULL, self.b_end[i] - start,
+                             &terms[offs[i]], <int>(offs[i + 1] - offs[i]), xs[i], ys[i])
+            start = self.b_end[i]
+            self.batch_out.insert(self.batch_out.end(), self.out.begin(), self.out.end())
+            self.batch_off.push_back(self.batch_out.size())
 
     # ------------------------------------------------------------------ introspection
     cdef size_t memory(self) noexcept nogil:

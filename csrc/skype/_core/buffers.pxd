@@ -2,15 +2,10 @@
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
+from skype._core.arena cimport BufEntryC, SlotC, EntryArena, slot_entries, NO_SLOT
 from skype._core.window cimport WindowStore
-from skype._core.msgindex cimport MessageIndex
+from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex
-
-
-cdef struct BufEntryC:           # one buffered message, 16 bytes
-    double score
-    uint32_t seq_lo              # low 32 bits of the message's seq (window span < 2^31)
-    uint32_t dc                  # dominance counter: newer buffered messages scoring >= this one
 
 
 cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1) sid's top-k
@@ -29,8 +24,9 @@ cdef struct PulledC:             # a message pulled from the message index in ra
     double score
 
 
-cdef struct SubBufC:              # one subscription's result buffer
-    vector[BufEntryC] entries     # sorted by (score desc, seq desc): the top-k is the first k
+cdef struct SubBufC:              # one subscription's result buffer (44 bytes)
+    SlotC slot                    # its entries in the arena, sorted by (score desc, seq desc):
+    uint32_t size                 # the top-k is the first k of the size held
     int32_t k
     float cq                      # running mean of its re-evaluation work (cost model's C_q)
     uint32_t refresh_at           # a complete buffer is re-evaluated beyond this many entries
@@ -60,9 +56,10 @@ cdef class Buffers:
     cdef int kind
     cdef SubTable table
     cdef SubscriptionIndex index
-    cdef MessageIndex msgs
+    cdef WindowRanking msgs
     cdef WindowStore window
     cdef vector[SubBufC] buf                 # per sid
+    cdef EntryArena arena                    # every buffer's entries
     # parameters
     cdef double skyband_ratio
     cdef int32_t kmax
@@ -86,7 +83,6 @@ cdef class Buffers:
     cdef bint plan_constrained                # the last cost scan wanted fewer than k messages
     cdef vector[PulledC] pulled
     cdef vector[BufEntryC] rebuilt
-    cdef vector[BufEntryC] shrink
     cdef vector[uint32_t] old_seqs, new_seqs, old_all
     cdef vector[seq_t] heap
     # bulk registration (bulk.pyx): _pull reads a prepared ranking-order run instead of the
@@ -99,8 +95,17 @@ cdef class Buffers:
     cdef size_t last_scan                    # messages the last scan pulled
     cdef bint track_holders                  # register holders in the window's reverse map
     cdef int32_t bulk_factor                 # skyband kinds: bulk runs hold bulk_factor * k (+ ties)
+    # micro-batching (engine.pyx): subscriptions whose theta fell during the current batch
+    cdef bint batching
+    cdef uint32_t batch_stamp
+    cdef vector[uint32_t] fell_stamp         # per sid: the batch_stamp of its last fall
+    cdef vector[sid_t] fell
 
     cdef void ensure(self, sid_t sid) noexcept nogil
+    cdef BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil
+    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil
+    cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil
+    cdef void _release(self, SubBufC* sb) noexcept nogil
     cdef void init_sub(self, sid_t sid) noexcept nogil
     cdef void _init_state(self, sid_t sid) noexcept nogil
     cdef void drop_sub(self, sid_t sid) noexcept nogil
@@ -126,9 +131,9 @@ cdef class Buffers:
 cdef inline void prefetch_buffer(Buffers b, sid_t sid) noexcept nogil:
     """Fetch a buffer's entries ahead of an admission (its binary search and dominance pass read
     up to all of them): at most 16 lines.  The SubBufC record must be fetched earlier."""
-    cdef const vector[BufEntryC]* B = &b.buf[sid].entries
-    cdef const char* p = <const char*>B.data()
-    cdef size_t nbytes = B.size() * sizeof(BufEntryC), o = 0
+    cdef const SubBufC* sb = &b.buf[sid]
+    cdef const char* p = <const char*>slot_entries(b.arena, sb.slot)
+    cdef size_t nbytes = sb.size * sizeof(BufEntryC), o = 0
     if nbytes > 1024:
         nbytes = 1024
     while o < nbytes:

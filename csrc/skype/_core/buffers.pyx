@@ -1,7 +1,9 @@
 # cython: language_level=3
 """Result buffers: the per-subscription state that yields the exact top-k (spec §4).
 
-Every buffer is an array sorted by (score desc, seq desc), so the top-k is its first k entries.
+Every buffer is an array sorted by (score desc, seq desc), so the top-k is its first k entries;
+the arrays live in one arena of fixed-capacity slots (arena.pyx), and a buffer moves to a larger
+slot when it outgrows its own, or to a right-sized one when a re-evaluation rebuilds it.
 Invariants per kind, with theta_s the threshold the subscription index prunes against:
 
 * ``exact``: the buffer is the exact top-k of the window, or (``complete``) every match when
@@ -34,10 +36,11 @@ complete buffers: theta = 0).
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport pow, log, isfinite, INFINITY
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memmove
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
 from skype._core.window cimport WindowStore, win_next_seq, win_get
-from skype._core.msgindex cimport MessageIndex
+from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
 KINDS = {"exact": BUF_EXACT, "cskyband": BUF_CSKYBAND, "skyband": BUF_SKYBAND, "kmax": BUF_KMAX}
@@ -48,12 +51,12 @@ cdef inline bint seq_newer(uint32_t a, uint32_t b) noexcept nogil:
     return <int32_t>(a - b) > 0
 
 
-cdef inline size_t insert_pos(vector[BufEntryC]* B, double score) noexcept nogil:
+cdef inline size_t insert_pos(const BufEntryC* B, size_t n, double score) noexcept nogil:
     """Where a new (newest) message with this score goes: before every entry scoring <= it."""
-    cdef size_t lo = 0, hi = B.size(), mid
+    cdef size_t lo = 0, hi = n, mid
     while lo < hi:
         mid = (lo + hi) >> 1
-        if B[0][mid].score > score:
+        if B[mid].score > score:
             lo = mid + 1
         else:
             hi = mid
@@ -94,7 +97,7 @@ cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
 
 
 cdef class Buffers:
-    def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, MessageIndex msgs,
+    def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, WindowRanking msgs,
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
@@ -131,11 +134,47 @@ cdef class Buffers:
         self.track_holders = track_holders
         self.n_bulk_inits = 0
         self.n_bulk_fallbacks = 0
+        self.arena = EntryArena()
 
     # ------------------------------------------------------------------ helpers
     cdef void ensure(self, sid_t sid) noexcept nogil:
         if self.buf.size() <= sid:
             self.buf.resize(sid + 1)
+
+    cdef inline BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil:
+        return slot_entries(self.arena, sb.slot)
+
+    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil:
+        """The buffer's entries, in a slot that holds at least n (moved to the smallest class
+        that does, when its own is too small: classes are a quarter apart, so moves are rare)."""
+        cdef BufEntryC* old = self._entries(sb)
+        cdef SlotC slot
+        cdef BufEntryC* moved
+        if sb.slot.cls != NO_SLOT and self.arena.cap[sb.slot.cls] >= n:
+            return old
+        slot = self.arena.take(self.arena.class_for(n))
+        moved = slot_entries(self.arena, slot)
+        if sb.size:
+            memcpy(moved, old, sb.size * sizeof(BufEntryC))
+        self.arena.give(sb.slot)
+        sb.slot = slot
+        return moved
+
+    cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil:
+        """Replace the entries by src[0:n], in the smallest class that holds one more."""
+        cdef uint16_t cls = self.arena.class_for(n + 1)
+        if sb.slot.cls != cls:
+            self.arena.give(sb.slot)
+            sb.slot = self.arena.take(cls)
+        if n:
+            memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
+        sb.size = <uint32_t>n
+
+    cdef void _release(self, SubBufC* sb) noexcept nogil:
+        self.arena.give(sb.slot)
+        sb.slot.cls = NO_SLOT
+        sb.slot.index = 0
+        sb.size = 0
 
     cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
         cdef seq_t newest = win_next_seq(self.window) - 1
@@ -154,6 +193,13 @@ cdef class Buffers:
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
         if self.table.hot[sid].theta == theta:
             return
+        if self.batching and theta < self.table.hot[sid].theta:
+            # the batch's candidates were found against the higher theta (engine.pyx)
+            if self.fell_stamp.size() <= sid:
+                self.fell_stamp.resize(self.table.hot.size(), 0)
+            if self.fell_stamp[sid] != self.batch_stamp:
+                self.fell_stamp[sid] = self.batch_stamp
+                self.fell.push_back(sid)
         self.table.hot[sid].theta = theta
         if notify:
             self.index.theta_changed(sid)
@@ -169,20 +215,20 @@ cdef class Buffers:
     cdef void _update_theta(self, sid_t sid) noexcept nogil:
         """exact and kmax: theta follows the buffer (skyband kinds change it at re-evaluation)."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef vector[BufEntryC]* B = &sb.entries
+        cdef const BufEntryC* B = self._entries(sb)
         if self.kind == BUF_EXACT:
-            if <int32_t>B.size() >= sb.k:
+            if <int32_t>sb.size >= sb.k:
                 sb.complete = 0
-                self._set_theta(sid, B[0][sb.k - 1].score, True)
+                self._set_theta(sid, B[sb.k - 1].score, True)
             elif sb.complete:
                 self._set_theta(sid, 0.0, True)
         elif self.kind == BUF_KMAX:
-            if <int32_t>B.size() >= self._cap(sb.k):
+            if <int32_t>sb.size >= self._cap(sb.k):
                 sb.complete = 0
             if sb.complete:
                 self._set_theta(sid, 0.0, True)
-            elif B.size():
-                self._set_theta(sid, B.back().score, True)
+            elif sb.size:
+                self._set_theta(sid, B[sb.size - 1].score, True)
 
     # ------------------------------------------------------------------ cost model (spec §4.3)
     cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil:
@@ -316,7 +362,7 @@ cdef class Buffers:
 
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil:
         cdef SubBufC* sb
-        cdef vector[BufEntryC]* B
+        cdef const BufEntryC* B
         cdef int32_t k
         cdef double theta = 0.0
         cdef bint complete
@@ -327,13 +373,13 @@ cdef class Buffers:
         cdef size_t n_above
         cdef vector[seq_t]* h = &self.heap
         sb = &self.buf[sid]
-        B = &sb.entries
+        B = self._entries(sb)
         k = sb.k
         # old state, for events and for the reverse map
         self.old_all.clear()
-        for i in range(B.size()):
-            self.old_all.push_back(B[0][i].seq_lo)
-        self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (B.size() if <int32_t>B.size() < k else k))
+        for i in range(sb.size):
+            self.old_all.push_back(B[i].seq_lo)
+        self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (sb.size if <int32_t>sb.size < k else k))
         complete = self._pull(sid, &theta)
         self.last_scan = self.pulled.size()
         # rebuild: exact/kmax keep the pulled run; skyband kinds keep its k-skyband >= theta
@@ -360,7 +406,7 @@ cdef class Buffers:
                     continue
             e.score = self.pulled[i].score
             e.seq_lo = <uint32_t>self.pulled[i].seq
-            e.dc = dc
+            e.dc = <uint16_t>dc
             self.rebuilt.push_back(e)
         # the plan the admission-rate check compares against: pulled messages above theta / |W|
         n_above = self.pulled.size()
@@ -379,21 +425,18 @@ cdef class Buffers:
             elif self.window.count < self.window_n:
                 sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n
                                           else self.window_n)
-        # an exact-size copy (swapping in the scratch vector would hand this buffer the largest
-        # capacity any re-evaluation ever needed)
-        self.shrink.reserve(self.rebuilt.size() + self.rebuilt.size() // 4 + 1)
-        self.shrink.assign(self.rebuilt.begin(), self.rebuilt.end())
-        B.swap(self.shrink)
-        self.shrink = vector[BufEntryC]()
+        # a right-sized slot (the scratch vector has the largest size any re-evaluation needed)
+        self._store(sb, self.rebuilt.data(), self.rebuilt.size())
+        B = self._entries(sb)
         sb.complete = complete
         # a complete buffer that grows refresh_factor times past this size is re-evaluated
-        sb.refresh_at = <uint32_t>min(self.refresh_factor * (B.size() if <int32_t>B.size() > k else k), 4294967295.0)
+        sb.refresh_at = <uint32_t>min(self.refresh_factor * (sb.size if <int32_t>sb.size > k else k), 4294967295.0)
         # reverse map: register the messages that are new to this buffer
         std_sort(self.old_all.begin(), self.old_all.end())
         if self.track_holders:
-            for i in range(B.size()):
-                if not self._contains(&self.old_all, B[0][i].seq_lo):
-                    self.window.add_holder(self._full_seq(B[0][i].seq_lo), sid)
+            for i in range(sb.size):
+                if not self._contains(&self.old_all, B[i].seq_lo):
+                    self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
         if emit:
             self._diff_events(sid, k)
         # work accounting for the cost model's C_q (a bulk run that sufficed made no query:
@@ -417,11 +460,12 @@ cdef class Buffers:
         return lo < sorted_vals.size() and sorted_vals[0][lo] == v
 
     cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil:
-        cdef vector[BufEntryC]* B = &self.buf[sid].entries
-        cdef size_t i, n_new = B.size() if <int32_t>B.size() < k else k
+        cdef const SubBufC* sb = &self.buf[sid]
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef size_t i, n_new = sb.size if <int32_t>sb.size < k else k
         self.new_seqs.clear()
         for i in range(n_new):
-            self.new_seqs.push_back(B[0][i].seq_lo)
+            self.new_seqs.push_back(B[i].seq_lo)
         std_sort(self.old_seqs.begin(), self.old_seqs.end())
         std_sort(self.new_seqs.begin(), self.new_seqs.end())
         for i in range(self.new_seqs.size()):
@@ -457,7 +501,7 @@ cdef class Buffers:
         cdef SubBufC* sb
         self.ensure(sid)
         sb = &self.buf[sid]
-        sb.entries.clear()
+        sb.size = 0
         sb.k = self.table.hot[sid].k
         sb.complete = 1
         sb.cq = 0
@@ -468,16 +512,15 @@ cdef class Buffers:
         sb.retune_at = 0
 
     cdef void drop_sub(self, sid_t sid) noexcept nogil:
-        cdef vector[BufEntryC] empty
-        self.buf[sid].entries.swap(empty)
+        self._release(&self.buf[sid])
         self.buf[sid].complete = 1
 
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil:
         """An arriving message scored ``score >= theta_s`` against ``sid``."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef vector[BufEntryC]* B = &sb.entries
+        cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k, cap
-        cdef size_t pos = insert_pos(B, score), i, w, n
+        cdef size_t n = sb.size, pos = insert_pos(B, n, score), i, w
         cdef BufEntryC e
         e.score = score
         e.seq_lo = <uint32_t>seq
@@ -487,32 +530,38 @@ cdef class Buffers:
             cap = self._cap(k)
             if <int32_t>pos >= cap:
                 return
-            B.insert(B.begin() + pos, e)
+            B = self._room(sb, n + 1)
+            memmove(B + pos + 1, B + pos, (n - pos) * sizeof(BufEntryC))
+            B[pos] = e
+            n += 1
+            sb.size = <uint32_t>n
             if self.track_holders:
                 self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
                 self._event(sid, 1, e.seq_lo)
-                if <int32_t>B.size() > k:
-                    self._event(sid, -1, B[0][k].seq_lo)
-            if <int32_t>B.size() > cap:
-                B.pop_back()
+                if <int32_t>n > k:
+                    self._event(sid, -1, B[k].seq_lo)
+            if <int32_t>n > cap:
+                sb.size -= 1
                 sb.complete = 0
             self._update_theta(sid)
             return
         # skyband kinds: the new message dominates every (older) entry scoring <= it
-        n = B.size()
         if <int32_t>pos < k:
             self._event(sid, 1, e.seq_lo)
             if <int32_t>n >= k:
-                self._event(sid, -1, B[0][k - 1].seq_lo)   # pushed from rank k to k + 1
+                self._event(sid, -1, B[k - 1].seq_lo)   # pushed from rank k to k + 1
         w = pos
         for i in range(pos, n):
-            B[0][i].dc += 1
-            if <int32_t>B[0][i].dc < k:
-                B[0][w] = B[0][i]
+            B[i].dc += 1
+            if <int32_t>B[i].dc < k:
+                B[w] = B[i]
                 w += 1
-        B.resize(w)
-        B.insert(B.begin() + pos, e)
+        sb.size = <uint32_t>w
+        B = self._room(sb, w + 1)
+        memmove(B + pos + 1, B + pos, (w - pos) * sizeof(BufEntryC))
+        B[pos] = e
+        sb.size = <uint32_t>(w + 1)
         if self.track_holders:
             self.window.add_holder(seq, sid)
         sb.admits += 1
@@ -520,7 +569,7 @@ cdef class Buffers:
         # one admitting over twice the planned rate (thresholds chosen while the window was
         # filling, or a shifted stream).  Any theta <= kScore is valid, so this is a cost
         # decision only.
-        if ((sb.complete and B.size() > sb.refresh_at) or
+        if ((sb.complete and sb.size > sb.refresh_at) or
                 (sb.retune_at and self.window.count >= sb.retune_at) or
                 sb.admits > 3.0 * sb.p_theta * <uint32_t>(<uint32_t>seq - sb.born) + 2 * k):
             self._reevaluate(sid, True, True)
@@ -529,20 +578,22 @@ cdef class Buffers:
     cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil:
         """The window's oldest message ``seq`` expires; ``sid`` is one of its holders."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef vector[BufEntryC]* B = &sb.entries
+        cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k
         cdef uint32_t lo = <uint32_t>seq
-        cdef size_t p = 0
-        while p < B.size() and B[0][p].seq_lo != lo:
+        cdef size_t p = 0, n = sb.size
+        while p < n and B[p].seq_lo != lo:
             p += 1
-        if p == B.size():
+        if p == n:
             return                                 # stale reverse-map entry
         if <int32_t>p < k:
             self._event(sid, -1, lo)
-        B.erase(B.begin() + p)
-        if <int32_t>p < k and <int32_t>B.size() >= k:
-            self._event(sid, 1, B[0][k - 1].seq_lo)
-        if <int32_t>B.size() < k and not sb.complete:
+        n -= 1
+        memmove(B + p, B + p + 1, (n - p) * sizeof(BufEntryC))
+        sb.size = <uint32_t>n
+        if <int32_t>p < k and <int32_t>n >= k:
+            self._event(sid, 1, B[k - 1].seq_lo)
+        if <int32_t>n < k and not sb.complete:
             self._reevaluate(sid, True, True)      # Alg. 2
             self.n_reevaluations += 1
         else:
@@ -550,24 +601,26 @@ cdef class Buffers:
 
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
         """Append the top-k of ``sid`` (ids and scores, ranking order)."""
-        cdef vector[BufEntryC]* B = &self.buf[sid].entries
-        cdef int32_t k = self.buf[sid].k
-        cdef size_t n = B.size() if <int32_t>B.size() < k else k, i
+        cdef const SubBufC* sb = &self.buf[sid]
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef int32_t k = sb.k
+        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
         for i in range(n):
-            ids.push_back(self._ext(B[0][i].seq_lo))
-            scores.push_back(B[0][i].score)
+            ids.push_back(self._ext(B[i].seq_lo))
+            scores.push_back(B[i].score)
 
     # ------------------------------------------------------------------ Python access
     def topk(self, sid_t sid):
         import numpy as np
-        cdef vector[BufEntryC]* B = &self.buf[sid].entries
-        cdef int32_t k = self.buf[sid].k
-        cdef size_t n = B.size() if <int32_t>B.size() < k else k, i
+        cdef const SubBufC* sb = &self.buf[sid]
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef int32_t k = sb.k
+        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
         ids = np.empty(n, dtype=np.int64)
         scores = np.empty(n, dtype=np.float64)
         for i in range(n):
-            ids[i] = self._ext(B[0][i].seq_lo)
-            scores[i] = B[0][i].score
+            ids[i] = self._ext(B[i].seq_lo)
+            scores[i] = B[i].score
         return ids, scores
 
     def set_window_estimates(self, double window_n, double p_arrival, double p_expiry):
@@ -580,14 +633,14 @@ cdef class Buffers:
         import numpy as np
         cdef size_t sid
         live = [sid for sid in range(self.buf.size()) if sid < self.table.hot.size() and self.table.hot[sid].alive]
-        return (np.array([self.buf[sid].entries.size() for sid in live], dtype=np.int64),
+        return (np.array([self.buf[sid].size for sid in live], dtype=np.int64),
                 np.array([self.buf[sid].complete for sid in live], dtype=bool))
 
     def stats(self):
         cdef size_t total = 0, live = 0, sid
         for sid in range(self.buf.size()):
             if sid < self.table.hot.size() and self.table.hot[sid].alive:
-                total += self.buf[sid].entries.size()
+                total += self.buf[sid].size
                 live += 1
         return {
             "reevaluations": self.n_reevaluations, "threshold_refreshes": self.n_refreshes,
@@ -598,7 +651,4 @@ cdef class Buffers:
         }
 
     def memory_bytes(self):
-        cdef size_t total = self.buf.capacity() * sizeof(SubBufC), sid
-        for sid in range(self.buf.size()):
-            total += self.buf[sid].entries.capacity() * sizeof(BufEntryC)
-        return total
+        return self.buf.capacity() * sizeof(SubBufC) + self.arena.memory_bytes()

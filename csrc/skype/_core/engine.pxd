@@ -1,16 +1,16 @@
 # The core engine: window store + message index + subscription index + result buffers.
 from libcpp.vector cimport vector
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, MsgTermC
 from skype._core.window cimport WindowStore
-from skype._core.msgindex cimport MessageIndex
-from skype._core.subindex cimport SubTable, SubscriptionIndex
+from skype._core.ranking cimport WindowRanking
+from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC
 from skype._core.buffers cimport Buffers
 
 
 cdef class CoreEngine:
     cdef WindowStore window
-    cdef MessageIndex msgs
+    cdef WindowRanking msgs             # the message index: term lists or quadtrees
     cdef SubTable table
     cdef SubscriptionIndex index
     cdef Buffers buffers
@@ -34,6 +34,11 @@ cdef class CoreEngine:
     cdef uint64_t bulk_passes, bulk_subscriptions, bulk_offers
     cdef double bulk_ns, bulk_build_ns
     cdef dict bulk_counters             # the temporary indexes' dissemination counters
+    cdef size_t micro_batch             # messages disseminated together (<= 1: one at a time)
+    cdef vector[MsgTermC] batch_terms   # the batch's messages' terms, message i's from batch_offs[i]
+    cdef vector[size_t] batch_offs
+    cdef vector[double] batch_x, batch_y
+    cdef uint64_t batch_rescored        # exact scores of subscriptions whose theta fell in a batch
 
     cdef void _expire_oldest(self) noexcept nogil
     cdef void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil
@@ -42,5 +47,11 @@ cdef class CoreEngine:
                       const unsigned int* terms, const double* w, int n) noexcept nogil
     cdef void _arrive_terms(self, int64_t ext_id, double x, double y, double t,
                             const MsgTermC* terms, int n) noexcept nogil
+    cdef seq_t _enter(self, int64_t ext_id, double x, double y, double t,
+                      const MsgTermC* terms, int n) noexcept nogil
+    cdef void _admit_all(self, seq_t seq, const CandC* cands, size_t n, bint batched) noexcept nogil
+    cdef void _publish_micro(self, Py_ssize_t first, Py_ssize_t end, const int64_t* ids, const double* x,
+                             const double* y, const double* t, const int64_t* indptr, const uint32_t* terms,
+                             const double* weights) noexcept nogil
     cdef void _flush(self, int64_t at) noexcept nogil
     cdef void _subscribe_bulk(self, vector[sid_t]& sids)

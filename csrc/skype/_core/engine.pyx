@@ -10,6 +10,13 @@ publish(m):
      finds every subscription with ST(s, m) >= theta_s; each admits m into its buffer.
   3. the top-k events of the message are netted per (subscription, message) and appended to the
      output (at = the message's position in the batch).
+Micro-batching (``micro_batch`` > 1) runs step 2's dissemination for several messages at once,
+against the thresholds before the batch (the index may read each posting list once for all of
+them), then steps 1-3 message by message.  A candidate is admitted only if it still reaches its
+subscription's current theta; a subscription whose theta fell during the batch (an expiry or a
+re-evaluation) may have missed candidates, so its own batch candidates are ignored and every
+later message of the batch is scored against it directly.  Admissions are exactly those of
+message-by-message processing.
 The batch API takes numpy arrays (terms in CSR form) and loops in C without the GIL.
 """
 import numpy as np
@@ -19,10 +26,11 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
-from skype._core.scoring cimport outside_time_window
+from skype._core.scoring cimport outside_time_window, score_pair
 from skype._core.window cimport WindowStore, MsgC, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
 from skype._core.msgindex cimport MessageIndex
-from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC, CountersC
+from skype._core.termlists cimport TermLists
+from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
 from skype._core.bulk cimport bulk_capacity, bulk_replay
 
@@ -51,10 +59,14 @@ cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
 cdef class CoreEngine:
     def __cinit__(self, tuple bounds, double max_dist, uint64_t count_window, double time_window,
                   SubscriptionIndex index, SubTable table, str buffer, dict buffer_params,
-                  int message_leaf_capacity=64, object index_factory=None, bint reverse_map=True):
+                  int message_leaf_capacity=64, object index_factory=None, bint reverse_map=True,
+                  str message_index="lists"):
         minx, miny, maxx, maxy = bounds
         self.window = WindowStore()
-        self.msgs = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, message_leaf_capacity)
+        if message_index == "lists":
+            self.msgs = TermLists(self.window, max_dist)
+        else:
+            self.msgs = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, message_leaf_capacity)
         self.table = table
         self.index = index
         self.count_window = count_window
@@ -87,6 +99,8 @@ cdef class CoreEngine:
         self.bulk_build_ns = 0
         self.bulk_offers = 0
         self.bulk_counters = {}
+        self.micro_batch = 1
+        self.batch_rescored = 0
 
     # ------------------------------------------------------------------ the stream
     cdef void _expire_oldest(self) noexcept nogil:
@@ -152,9 +166,16 @@ cdef class CoreEngine:
     cdef void _arrive_terms(self, int64_t ext_id, double x, double y, double t,
                             const MsgTermC* terms, int n) noexcept nogil:
         cdef double start = now_ns()
+        cdef seq_t seq = self._enter(ext_id, x, y, t, terms, n)
+        self.index.disseminate(terms, n, x, y)
+        self._admit_all(seq, self.index.out.data(), self.index.out.size(), False)
+        self.arrivals += 1
+        self.arrival_ns += now_ns() - start
+
+    cdef seq_t _enter(self, int64_t ext_id, double x, double y, double t,
+                      const MsgTermC* terms, int n) noexcept nogil:
+        """The message enters the window store and the message index."""
         cdef seq_t seq
-        cdef size_t i, nout
-        cdef CandC c
         if not self.count_window:
             # Time window: the cost model's N and the proportions of arrivals and expirations
             # over recent events (spec §4.4).  The estimate starts when expirations start (a
@@ -168,21 +189,89 @@ cdef class CoreEngine:
             self.buffers.p_expiry = 1.0 - self.buffers.p_arrival
         seq = self.window.append(ext_id, x, y, t, terms, n)
         self.msgs.insert(seq)
-        self.index.disseminate(terms, n, x, y)
+        return seq
+
+    cdef void _admit_all(self, seq_t seq, const CandC* cands, size_t n, bint batched) noexcept nogil:
+        """Admit the message into every candidate's buffer.  batched: the candidates were found
+        against the thresholds before the micro-batch (see the module docstring)."""
+        cdef size_t i, nfell = self.buffers.fell.size() if batched else 0
+        cdef sid_t sid
+        cdef double score
+        cdef const MsgC* m
+        cdef const SubHotC* h
         # admissions are cache misses at scale: the buffer records ADMIT_FAR ahead, then their
         # entries ADMIT_NEAR ahead (reading a record's data pointer needs the record)
-        nout = self.index.out.size()
-        for i in range(nout if nout < ADMIT_FAR else ADMIT_FAR):
-            prefetch(&self.buffers.buf[self.index.out[i].sid])
-        for i in range(nout):
-            if i + ADMIT_FAR < nout:
-                prefetch(&self.buffers.buf[self.index.out[i + ADMIT_FAR].sid])
-            if i + ADMIT_NEAR < nout:
-                prefetch_buffer(self.buffers, self.index.out[i + ADMIT_NEAR].sid)
-            c = self.index.out[i]
-            self.buffers.admit(c.sid, seq, c.score)
-        self.arrivals += 1
+        for i in range(n if n < ADMIT_FAR else ADMIT_FAR):
+            prefetch(&self.buffers.buf[cands[i].sid])
+        for i in range(n):
+            if i + ADMIT_FAR < n:
+                prefetch(&self.buffers.buf[cands[i + ADMIT_FAR].sid])
+            if i + ADMIT_NEAR < n:
+                prefetch_buffer(self.buffers, cands[i + ADMIT_NEAR].sid)
+            sid = cands[i].sid
+            if batched:
+                if nfell and sid < self.buffers.fell_stamp.size() and \
+                        self.buffers.fell_stamp[sid] == self.buffers.batch_stamp:
+                    continue                        # scored directly below
+                if cands[i].score < self.table.hot[sid].theta:
+                    continue                        # its theta rose earlier in the batch
+            self.buffers.admit(sid, seq, cands[i].score)
+        if nfell:
+            m = win_get(self.window, seq)
+            for i in range(nfell):
+                sid = self.buffers.fell[i]
+                h = &self.table.hot[sid]
+                score = score_pair(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms, m.x, m.y,
+                                   win_terms(self.window, m), <int>m.nterms, self.max_dist)
+                self.batch_rescored += 1
+                if score >= h.theta:
+                    self.buffers.admit(sid, seq, score)
+
+    cdef void _publish_micro(self, Py_ssize_t first, Py_ssize_t end, const int64_t* ids, const double* x,
+                             const double* y, const double* t, const int64_t* indptr, const uint32_t* terms,
+                             const double* weights) noexcept nogil:
+        """Messages [first, end) as one micro-batch (see the module docstring)."""
+        cdef double start = now_ns()
+        cdef Py_ssize_t i
+        cdef int64_t j
+        cdef MsgTermC mt
+        cdef seq_t seq
+        cdef size_t b
+        self.batch_terms.clear()
+        self.batch_offs.clear()
+        self.batch_offs.push_back(0)
+        self.batch_x.clear()
+        self.batch_y.clear()
+        mt.pad = 0
+        for i in range(first, end):
+            for j in range(indptr[i], indptr[i + 1]):
+                mt.term = terms[j]
+                mt.w = weights[j]
+                self.batch_terms.push_back(mt)
+            self.batch_offs.push_back(self.batch_terms.size())
+            self.batch_x.push_back(x[i])
+            self.batch_y.push_back(y[i])
+        self.index.disseminate_batch(self.batch_terms.data(), self.batch_offs.data(), self.batch_x.data(),
+                                     self.batch_y.data(), <size_t>(end - first))
         self.arrival_ns += now_ns() - start
+        self.buffers.batch_stamp += 1
+        if self.buffers.batch_stamp == 0:           # wrapped: forget every old stamp
+            self.buffers.fell_stamp.assign(self.buffers.fell_stamp.size(), 0)
+            self.buffers.batch_stamp = 1
+        self.buffers.fell.clear()
+        self.buffers.batching = True
+        for i in range(first, end):
+            self._expire_for(t[i], True)
+            start = now_ns()
+            b = <size_t>(i - first)
+            seq = self._enter(ids[i], x[i], y[i], t[i], &self.batch_terms[self.batch_offs[b]],
+                              <int>(self.batch_offs[b + 1] - self.batch_offs[b]))
+            self._admit_all(seq, self.index.batch_out.data() + self.index.batch_off[b],
+                            self.index.batch_off[b + 1] - self.index.batch_off[b], True)
+            self.arrivals += 1
+            self.arrival_ns += now_ns() - start
+            self._flush(i)
+        self.buffers.batching = False
 
     cdef void _flush(self, int64_t at) noexcept nogil:
         """Net the events of one message per (subscription, message) and append them."""
@@ -232,14 +321,28 @@ cdef class CoreEngine:
                       const double[::1] t, const int64_t[::1] indptr, const uint32_t[::1] terms,
                       const double[::1] weights):
         """Publish messages in order; returns (at, sub, msg, entered) arrays of top-k changes."""
-        cdef Py_ssize_t i, n = ids.shape[0]
+        cdef Py_ssize_t i, n = ids.shape[0], end
+        cdef Py_ssize_t mb = <Py_ssize_t>self.micro_batch
         with nogil:
-            for i in range(n):
-                self._expire_for(t[i], True)
-                self._arrive(ids[i], x[i], y[i], t[i], &terms[indptr[i]], &weights[indptr[i]],
-                             <int>(indptr[i + 1] - indptr[i]))
-                self._flush(i)
+            if mb <= 1:
+                for i in range(n):
+                    self._expire_for(t[i], True)
+                    self._arrive(ids[i], x[i], y[i], t[i], &terms[indptr[i]], &weights[indptr[i]],
+                                 <int>(indptr[i + 1] - indptr[i]))
+                    self._flush(i)
+            else:
+                i = 0
+                while i < n:
+                    end = i + mb if i + mb < n else n
+                    self._publish_micro(i, end, &ids[0], &x[0], &y[0], &t[0], &indptr[0],
+                                        &terms[0] if terms.shape[0] else NULL,
+                                        &weights[0] if weights.shape[0] else NULL)
+                    i = end
         return self._take_output()
+
+    def set_micro_batch(self, size_t messages):
+        """Disseminate this many messages at once (1: one at a time)."""
+        self.micro_batch = messages
 
     def advance(self, double t):
         """Time windows: expire every message with timestamp <= t - T."""
@@ -412,6 +515,8 @@ cdef class CoreEngine:
             "expirations": self.expirations,
             "reverse_map": bool(self.reverse_map),
             "expiry_candidates": self.expiry_candidates,
+            "micro_batch": self.micro_batch,
+            "batch_rescored": self.batch_rescored,
             "amp_us": self.arrival_ns / self.arrivals / 1e3 if self.arrivals else 0.0,
             "emp_us": self.expiry_ns / self.expirations / 1e3 if self.expirations else 0.0,
             **b,
@@ -421,6 +526,7 @@ cdef class CoreEngine:
                                   "offers": self.bulk_offers, "dissemination": dict(self.bulk_counters)},
             "dissemination": self.index.counters(),
             "message_index": self.msgs.stats(),
+            "buffer_arena": self.buffers.arena.stats(),
             "memory_bytes": {
                 "subscription_table": self.table.memory_bytes(),
                 "subscription_index": self.index.memory_bytes(),

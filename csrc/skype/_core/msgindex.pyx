@@ -7,43 +7,27 @@ the message's weight for t rounded up to float.  Every node keeps ``maxw``, the 
 over its subtree (maintained on insert and on delete), and ``count``.  Underfull subtrees are
 collapsed back into a leaf.
 
-Retrieval.  ``query_start``/``query_next`` enumerate, for one subscription s, every window
-message sharing a term with s in exact ranking order: score descending, then newer first.  A
-max-heap holds tree nodes, leaf cursors and scored messages.  A message m is *designated* to the
-term t of s with the largest contribution w(t,s)*w(t,m) (ties: the earlier term); it is scored
-and pushed only when reached through t's tree, so it is reported once.  For a node of t's tree
-with max weight W, every message designated to t satisfies
-
-    TSim <= min(1, l * w(t,s) * W, w(t,s) * W + |s without t|)
-
-(l = |s.terms|: each of the <= l shared terms contributes at most the designated one; and
-Cauchy-Schwarz on the other terms), and SSim <= 1 - MINDIST(s, node)/MaxDist.  Node and cursor
-keys are that bound plus 1e-12 of slack for rounding; on equal keys nodes pop before messages.
-Hence when a message pops, every message not yet reported scores lower, or equal and older:
-the order is exact, and once the heap's top key is below theta no message scoring >= theta
-remains.  Scores are computed with the same operations as ``scoring.score_pair``.
+Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups are tree
+nodes (bound from the node's rectangle and ``maxw``) and leaf cursors (bound from the leaf's
+rectangle and the next entry's w, since a leaf is sorted by w).  The quadtree prunes by space as
+well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt
-from libc.stdint cimport int32_t, uint32_t, uint64_t, UINT64_MAX
+from libc.stdint cimport int32_t, uint32_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
-from skype._core.scoring cimport mindist, combine, spatial_sim, quadrant, child_rect, round_up
+from skype._core.scoring cimport mindist, combine, quadrant, child_rect, round_up
+from skype._core.ranking cimport HeapItemC, WindowRanking
 
 cdef double BOUND_SLACK = 1e-12
-
-
-cdef inline bint heap_before(const HeapItemC* a, const HeapItemC* b) noexcept nogil:
-    """True when a must pop before b."""
-    return a.key > b.key or (a.key == b.key and a.tie > b.tie)
 
 
 cdef bint entry_heavier(const MEntryC& a, const MEntryC& b) noexcept nogil:
     return a.w > b.w
 
 
-cdef class MessageIndex:
+cdef class MessageIndex(WindowRanking):
     def __cinit__(self, WindowStore window, double minx, double miny, double maxx, double maxy,
                   double max_dist, uint32_t leaf_capacity=64, uint32_t max_depth=20):
         self.window = window
@@ -210,75 +194,16 @@ cdef class MessageIndex:
                 self.root[t] = -1
 
     # ------------------------------------------------------------------ best-first retrieval
-    cdef inline double _bound(self, int32_t n, uint32_t qi, float w) noexcept nogil:
-        cdef double a = self.q_terms[qi].w
-        cdef double tub = self.q_n * a * w
-        cdef double cs = a * w + self.q_rest[qi]
-        if cs < tub:
-            tub = cs
-        if tub > 1.0:
-            tub = 1.0
+    cdef double _bound(self, int32_t n, uint32_t qi, float w) noexcept nogil:
         return combine(self.q_alpha, 1.0 - mindist(&self.nodes[n].rect, self.q_x, self.q_y) / self.max_dist,
-                       tub) + BOUND_SLACK
-
-    cdef void _push(self, double key, uint64_t tie, int32_t node, uint32_t cursor, uint32_t qterm) noexcept nogil:
-        cdef HeapItemC item
-        cdef size_t i, parent
-        item.key = key
-        item.tie = tie
-        item.node = node
-        item.cursor = cursor
-        item.qterm = qterm
-        self.heap.push_back(item)
-        i = self.heap.size() - 1
-        while i > 0:
-            parent = (i - 1) >> 1
-            if not heap_before(&item, &self.heap[parent]):
-                break
-            self.heap[i] = self.heap[parent]
-            i = parent
-        self.heap[i] = item
-
-    cdef HeapItemC _pop(self) noexcept nogil:
-        cdef HeapItemC top = self.heap[0]
-        cdef HeapItemC last = self.heap.back()
-        cdef size_t i = 0, c, n
-        self.heap.pop_back()
-        n = self.heap.size()
-        if n:
-            while True:
-                c = 2 * i + 1
-                if c >= n:
-                    break
-                if c + 1 < n and heap_before(&self.heap[c + 1], &self.heap[c]):
-                    c += 1
-                if not heap_before(&self.heap[c], &last):
-                    break
-                self.heap[i] = self.heap[c]
-                i = c
-            self.heap[i] = last
-        return top
+                       self._text_bound(qi, w)) + BOUND_SLACK
 
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil:
-        cdef int i, j
-        cdef double rest
+        cdef int i
         cdef term_t t
         cdef int32_t r
-        self.q_alpha = alpha
-        self.q_x = x
-        self.q_y = y
-        self.q_terms = terms
-        self.q_n = n
-        self.q_rest.resize(n)
-        self.heap.clear()
-        self.q_work = 0
-        self.total_queries += 1
+        self._begin(alpha, x, y, terms, n)
         for i in range(n):
-            rest = 0.0
-            for j in range(n):
-                if j != i:
-                    rest += terms[j].w * terms[j].w
-            self.q_rest[i] = sqrt(rest)
             t = terms[i].term
             if t < self.root.size() and self.root[t] >= 0:
                 r = self.root[t]
@@ -287,12 +212,8 @@ cdef class MessageIndex:
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil:
         cdef HeapItemC item
         cdef int32_t n, c
-        cdef int q, i, j, best
-        cdef MsgC* m
-        cdef const MsgTermC* mt
-        cdef double acc, contrib, best_contrib
+        cdef int q
         cdef vector[MEntryC]* leaf
-        cdef MEntryC e
         while self.heap.size():
             item = self._pop()
             self.q_work += 1
@@ -311,35 +232,10 @@ cdef class MessageIndex:
             leaf = &self.entries[n]
             if item.cursor >= leaf.size():
                 continue
-            e = leaf[0][item.cursor]
             if item.cursor + 1 < leaf.size():
                 self._push(self._bound(n, item.qterm, leaf[0][item.cursor + 1].w), UINT64_MAX, n,
                            item.cursor + 1, item.qterm)
-            # score the message exactly (same operations as score_pair) and find its designated term
-            m = win_get(self.window, e.seq)
-            mt = win_terms(self.window, m)
-            i = 0
-            j = 0
-            acc = 0.0
-            best = -1
-            best_contrib = -1.0
-            while i < self.q_n and j < <int>m.nterms:
-                if self.q_terms[i].term == mt[j].term:
-                    contrib = self.q_terms[i].w * mt[j].w
-                    acc += contrib
-                    if contrib > best_contrib:
-                        best_contrib = contrib
-                        best = i
-                    i += 1
-                    j += 1
-                elif self.q_terms[i].term < mt[j].term:
-                    i += 1
-                else:
-                    j += 1
-            if best != <int>item.qterm:
-                continue
-            self._push(combine(self.q_alpha, spatial_sim(self.q_x, self.q_y, m.x, m.y, self.max_dist), acc),
-                       e.seq, -1, 0, 0)
+            self._offer(leaf[0][item.cursor].seq, item.qterm)
         return False
 
     # ------------------------------------------------------------------ Python access
@@ -351,5 +247,5 @@ cdef class MessageIndex:
         return total
 
     def stats(self):
-        return {"entries": self.entry_count, "nodes": self.nodes.size(), "queries": self.total_queries,
-                "query_work": self.total_work}
+        return {"layout": "quadtree", "entries": self.entry_count, "nodes": self.nodes.size(),
+                "queries": self.total_queries, "query_work": self.total_work}

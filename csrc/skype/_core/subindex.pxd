@@ -70,6 +70,8 @@ cdef class SubscriptionIndex:
     cdef double max_dist
     cdef CountersC ctr
     cdef vector[CandC] out             # candidates of the last disseminate() call
+    cdef vector[CandC] batch_out       # disseminate_batch(): every message's candidates,
+    cdef vector[size_t] batch_off      # message i's at [batch_off[i], batch_off[i + 1])
 
     cdef void add(self, sid_t sid) noexcept nogil
     cdef void add_many(self, const sid_t* sids, size_t n) noexcept nogil
@@ -78,4 +80,6 @@ cdef class SubscriptionIndex:
     cdef double replay_raise_at(self, double theta_idx) noexcept nogil
     cdef void _verify(self, sid_t sid, double x, double y, const MsgTermC* m, int n) noexcept nogil
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
+    cdef void disseminate_batch(self, const MsgTermC* terms, const size_t* offs, const double* xs,
+                                const double* ys, size_t n) noexcept nogil
     cdef size_t memory(self) noexcept nogil

@@ -138,6 +138,20 @@ cdef class SubscriptionIndex:
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         pass
 
+    cdef void disseminate_batch(self, const MsgTermC* terms, const size_t* offs, const double* xs,
+                                const double* ys, size_t n) noexcept nogil:
+        """disseminate() of n messages against the same thresholds, keeping every message's
+        candidates (message i has terms[offs[i]:offs[i + 1]]).  An index may instead read its
+        lists term by term across the messages; the candidates are the same."""
+        cdef size_t i
+        self.batch_out.clear()
+        self.batch_off.clear()
+        self.batch_off.push_back(0)
+        for i in range(n):
+            self.disseminate(&terms[offs[i]], <int>(offs[i + 1] - offs[i]), xs[i], ys[i])
+            self.batch_out.insert(self.batch_out.end(), self.out.begin(), self.out.end())
+            self.batch_off.push_back(self.batch_out.size())
+
     cdef void _verify(self, sid_t sid, double x, double y, const MsgTermC* m, int n) noexcept nogil:
         """Verification (spec §3.8): the exact score of a candidate from the two full term
         lists; the candidate is reported when it reaches theta_s.  Every index ends here."""

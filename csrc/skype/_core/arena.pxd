@@ -1,0 +1,44 @@
+# Entry arena: every result buffer's entries in fixed-capacity slots of a few size classes.
+from libcpp.vector cimport vector
+from libc.stdint cimport uint16_t, uint32_t, uint64_t
+
+
+cdef packed struct BufEntryC:    # one buffered message (14 bytes)
+    double score
+    uint32_t seq_lo              # low 32 bits of the message's seq (window span < 2^31)
+    uint16_t dc                  # dominance counter: newer buffered messages scoring >= it (< k)
+
+
+cdef struct SlotC:               # where one buffer's entries live (8 bytes)
+    uint32_t index               # slot number within its class
+    uint16_t cls                 # size class; NO_SLOT: no slot (zero-initialised records)
+    uint16_t pad
+
+
+cdef enum:
+    NO_SLOT = 0                  # class 0 is never handed out
+    PAGE_BYTES = 1 << 18         # a page holds a power-of-two number of slots of about this size
+
+
+cdef class EntryArena:
+    cdef vector[uint32_t] cap                  # per class: entries per slot
+    cdef vector[uint32_t] page_shift           # per class: log2(slots per page)
+    cdef vector[vector[BufEntryC*]] pages      # per class: its pages (never moved or freed early)
+    cdef vector[vector[uint32_t]] free_slots   # per class: slots given back
+    cdef vector[uint32_t] handed               # per class: slots ever handed out (high water)
+    cdef uint64_t live_slots
+    cdef uint64_t live_bytes                   # bytes of the slots handed out and not given back
+    cdef uint64_t page_bytes
+
+    cdef uint16_t class_for(self, size_t n) noexcept nogil
+    cdef SlotC take(self, uint16_t cls) noexcept nogil
+    cdef void give(self, SlotC slot) noexcept nogil
+
+
+cdef inline BufEntryC* slot_entries(EntryArena a, SlotC slot) noexcept nogil:
+    """The first entry of a slot (NULL for NO_SLOT)."""
+    cdef uint32_t shift
+    if slot.cls == NO_SLOT:
+        return NULL
+    shift = a.page_shift[slot.cls]
+    return a.pages[slot.cls][slot.index >> shift] + <size_t>(slot.index & ((1u << shift) - 1)) * a.cap[slot.cls]

@@ -1,0 +1,220 @@
+# cython: language_level=3
+"""Message index: one list per term, in arrival order, for best-first retrieval.
+
+Structure.  For every term t, the window messages that contain t sit in a list in arrival order:
+entry (seq, w) at a growing position, w the message's weight for t rounded up to float.  Every
+run of CHUNK = 64 consecutive positions has a header (the messages' bounding box rounded outward,
+and the largest w), and every run of GROUP = 4096 positions has one too.  A window expires its
+oldest message first, and the oldest message holding t heads t's list, so an expiry advances each
+of its terms' heads by one: O(1) per term, no search, no rebalancing.  Headers are only ever
+widened, so a header whose run lost messages to expiry still bounds the live ones.  Storage is
+dropped a chunk at a time once the dead prefix is half the list (amortised O(1)), and an empty
+list is reset.
+
+Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups of
+entries are a term's groups, then chunks (bound from the header's box and largest w), then single
+entries (bound from the chunk's box and the entry's w); an entry reached through its designated
+term is scored exactly.  Unlike the quadtree, the lists do not prune by space below a chunk, so a
+query reads more entries; in exchange, insertion and expiry cost a few writes.
+"""
+from libcpp.vector cimport vector
+from libc.stdint cimport uint32_t, uint64_t, UINT64_MAX
+from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
+from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
+from skype._core.scoring cimport mindist, combine, round_up, round_down
+from skype._core.ranking cimport HeapItemC, WindowRanking
+
+cdef double BOUND_SLACK = 1e-12
+cdef size_t KEEP_CAPACITY = 1024        # an emptied list keeps at most this many entries' storage
+
+cdef enum:                              # heap item tags (HeapItemC.node)
+    ITEM_GROUP = 1
+    ITEM_CHUNK = 2
+    ITEM_ENTRY = 3
+
+
+cdef inline void header_start(ChunkC* h, const MsgC* m, float w) noexcept nogil:
+    h.minx = round_down(m.x)
+    h.maxx = round_up(m.x)
+    h.miny = round_down(m.y)
+    h.maxy = round_up(m.y)
+    h.maxw = w
+
+
+cdef inline void header_widen(ChunkC* h, const MsgC* m, float w) noexcept nogil:
+    cdef float lo, hi
+    lo = round_down(m.x)
+    hi = round_up(m.x)
+    if lo < h.minx:
+        h.minx = lo
+    if hi > h.maxx:
+        h.maxx = hi
+    lo = round_down(m.y)
+    hi = round_up(m.y)
+    if lo < h.miny:
+        h.miny = lo
+    if hi > h.maxy:
+        h.maxy = hi
+    if w > h.maxw:
+        h.maxw = w
+
+
+cdef inline void list_reset(TermListC* lst) noexcept nogil:
+    cdef vector[LEntryC] none
+    if lst.entries.capacity() > KEEP_CAPACITY:
+        lst.entries.swap(none)
+    lst.entries.clear()
+    lst.chunks.clear()
+    lst.groups.clear()
+    lst.off = 0
+    lst.head = 0
+    lst.end = 0
+
+
+cdef inline void list_compact(TermListC* lst) noexcept nogil:
+    """Drop the whole chunks before head from storage."""
+    cdef uint64_t new_off = lst.head - lst.head % CHUNK
+    cdef uint64_t drop = new_off - lst.off
+    cdef uint64_t drop_groups = new_off // GROUP - lst.off // GROUP
+    lst.entries.erase(lst.entries.begin(), lst.entries.begin() + drop)
+    lst.chunks.erase(lst.chunks.begin(), lst.chunks.begin() + drop // CHUNK)
+    lst.groups.erase(lst.groups.begin(), lst.groups.begin() + drop_groups)
+    lst.off = new_off
+
+
+cdef class TermLists(WindowRanking):
+    def __cinit__(self, WindowStore window, double max_dist):
+        self.window = window
+        self.max_dist = max_dist
+        self.entry_count = 0
+        self.live_lists = 0
+        self.total_queries = 0
+        self.total_work = 0
+
+    # ------------------------------------------------------------------ updates
+    cdef void insert(self, seq_t seq) noexcept nogil:
+        cdef MsgC* m = win_get(self.window, seq)
+        cdef const MsgTermC* terms = win_terms(self.window, m)
+        cdef uint32_t j
+        cdef term_t t
+        cdef TermListC* lst
+        cdef LEntryC e
+        cdef ChunkC h
+        e.seq_lo = <uint32_t>seq
+        for j in range(m.nterms):
+            t = terms[j].term
+            if t >= self.lists.size():
+                self.lists.resize(t + 1)
+            lst = &self.lists[t]
+            if lst.head == lst.end:
+                self.live_lists += 1
+            e.w = round_up(terms[j].w)
+            lst.entries.push_back(e)
+            if lst.end % CHUNK == 0:
+                header_start(&h, m, e.w)
+                lst.chunks.push_back(h)
+            else:
+                header_widen(&lst.chunks[lst.chunks.size() - 1], m, e.w)
+            if lst.end % GROUP == 0:
+                header_start(&h, m, e.w)
+                lst.groups.push_back(h)
+            else:
+                header_widen(&lst.groups[lst.groups.size() - 1], m, e.w)
+            lst.end += 1
+            self.entry_count += 1
+
+    cdef void remove(self, seq_t seq) noexcept nogil:
+        """Remove the window's oldest message (still in the window store): it heads its lists."""
+        cdef MsgC* m = win_get(self.window, seq)
+        cdef const MsgTermC* terms = win_terms(self.window, m)
+        cdef uint32_t j
+        cdef TermListC* lst
+        for j in range(m.nterms):
+            lst = &self.lists[terms[j].term]
+            lst.head += 1
+            self.entry_count -= 1
+            if lst.head == lst.end:
+                list_reset(lst)
+                self.live_lists -= 1
+            elif lst.head - lst.off >= CHUNK and 2 * (lst.head - lst.off) >= lst.end - lst.off:
+                list_compact(lst)
+
+    # ------------------------------------------------------------------ best-first retrieval
+    cdef double _bound(self, const ChunkC* c, uint32_t qi, float w) noexcept nogil:
+        cdef RectC r = RectC(c.minx, c.miny, c.maxx, c.maxy)
+        return combine(self.q_alpha, 1.0 - mindist(&r, self.q_x, self.q_y) / self.max_dist,
+                       self._text_bound(qi, w)) + BOUND_SLACK
+
+    cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil:
+        cdef int i
+        cdef term_t t
+        cdef TermListC* lst
+        cdef uint64_t g, first, last
+        self._begin(alpha, x, y, terms, n)
+        for i in range(n):
+            t = terms[i].term
+            if t >= self.lists.size() or self.lists[t].head == self.lists[t].end:
+                continue
+            lst = &self.lists[t]
+            first = lst.head // GROUP
+            last = (lst.end - 1) // GROUP
+            for g in range(first, last + 1):
+                self._push(self._bound(&lst.groups[g - lst.off // GROUP], i, lst.groups[g - lst.off // GROUP].maxw),
+                           UINT64_MAX, ITEM_GROUP, <uint32_t>(g - lst.off // GROUP), i)
+
+    cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil:
+        cdef HeapItemC item
+        cdef TermListC* lst
+        cdef uint64_t first, last, c, p, chunk_base
+        cdef const ChunkC* h
+        cdef LEntryC e
+        cdef seq_t oldest = self.window.oldest_seq
+        while self.heap.size():
+            item = self._pop()
+            self.q_work += 1
+            self.total_work += 1
+            if item.node < 0:
+                seq[0] = item.tie
+                score[0] = item.key
+                return True
+            lst = &self.lists[self.q_terms[item.qterm].term]
+            if item.node == ITEM_GROUP:
+                first = (item.cursor + lst.off // GROUP) * (GROUP // CHUNK)
+                last = first + GROUP // CHUNK - 1
+                if first < lst.head // CHUNK:
+                    first = lst.head // CHUNK
+                if last > (lst.end - 1) // CHUNK:
+                    last = (lst.end - 1) // CHUNK
+                chunk_base = lst.off // CHUNK
+                for c in range(first, last + 1):
+                    h = &lst.chunks[c - chunk_base]
+                    self._push(self._bound(h, item.qterm, h.maxw), UINT64_MAX, ITEM_CHUNK,
+                               <uint32_t>(c - chunk_base), item.qterm)
+            elif item.node == ITEM_CHUNK:
+                h = &lst.chunks[item.cursor]
+                first = (item.cursor + lst.off // CHUNK) * CHUNK
+                last = first + CHUNK
+                if first < lst.head:
+                    first = lst.head
+                if last > lst.end:
+                    last = lst.end
+                for p in range(first, last):
+                    self._push(self._bound(h, item.qterm, lst.entries[p - lst.off].w), UINT64_MAX, ITEM_ENTRY,
+                               <uint32_t>(p - lst.off), item.qterm)
+            else:
+                e = lst.entries[item.cursor]
+                self._offer(oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), item.qterm)
+        return False
+
+    # ------------------------------------------------------------------ Python access
+    def memory_bytes(self):
+        cdef size_t total = self.lists.capacity() * sizeof(TermListC)
+        cdef size_t i
+        for i in range(self.lists.size()):
+            total += (self.lists[i].entries.capacity() * sizeof(LEntryC)
+                      + (self.lists[i].chunks.capacity() + self.lists[i].groups.capacity()) * sizeof(ChunkC))
+        return total
+
+    def stats(self):
+        return {"layout": "lists", "entries": self.entry_count, "terms": self.live_lists,
+                "queries": self.total_queries, "query_work": self.total_work}

@@ -1,0 +1,383 @@
+"""Ingestion without the driver: executors read the raw streams and tokenize them.
+
+``distributed --vocabulary FILE`` with raw files (``--messages``/``--subscriptions`` files, or
+``--messages-dir``/``--commands-dir`` of raw JSONL or Parquet files) plans the run from samples
+only and leaves the streams to the executors:
+
+* **Vocabulary, shipped once.**  The file is copied into the run directory under a name holding
+  its content hash and added with ``SparkContext.addFile``; every executor's Python worker loads it
+  once (``SparkFiles``, falling back to the run directory) and keeps it across tasks.
+* **Parallel reads.**  The ``skype_raw`` Python data source has the offsets of ``skype_stream``
+  (:class:`skype.spark.sources.StreamFilesReader`: records consumed, files in name order), but
+  splits each micro-batch into input partitions of at most ``split`` records, each read by its own
+  task, which parses, validates and vectorises its records (:mod:`skype.spark.records`).  Records
+  the engine would reject go to ``DIR/dead-letters/ingest-*.jsonl`` and keep their positions.
+* **Unseen terms** get hashed ids every process agrees on; a run-wide registry
+  (``DIR/unseen-terms``, :class:`skype.spark.vocabulary.TermClaims`) turns a collision into E080.
+* **The distribution from a sample of the stream**: the first ``--sample-size`` messages and
+  subscribe commands, read and vectorised on the driver (:func:`sample_inputs`).
+* **What the driver holds**: the samples, per stream file its name and record count, and the
+  per-batch metrics; nothing that grows with the messages or the subscriptions.  The stream length
+  (for the final top-k from the stages) is counted by streaming the message files once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql.datasource import DataSource, InputPartition
+
+from skype.errors import InputError
+from skype.spark.records import parse_lines, records_to_events
+from skype.spark.routing import EVENT_SCHEMA_DDL, write_dead_letters
+from skype.spark.sources import KINDS, StreamFilesReader, _file_format, count_records
+
+SOURCE_NAME = "skype_raw"
+DEFAULT_SPLIT = 10_000
+INGEST_SETTINGS = ("vocabulary", "messages_dir", "commands_dir", "ingest_split")  # DIR/ingest.json, for restarts
+
+
+def vocabulary_copy(run_dir: Path, path: str) -> Path:
+    """Copy the vocabulary file into the run directory as ``vocabulary-<hash>.json`` (the hash
+    makes the name unique per content: ``addFile`` refuses one name with two contents)."""
+    from skype.spark.vocabulary import FrozenVocabulary
+
+    FrozenVocabulary.load(path)  # checked once, here, with a clear error
+    digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=8).hexdigest()
+    target = run_dir / f"vocabulary-{digest}.json"
+    if not target.exists():
+        shutil.copyfile(path, target)
+    return target
+
+
+def ship_vocabulary(spark, path: Path) -> None:
+    """Send the vocabulary file to every executor once (``SparkFiles``).  Its name holds its
+    content hash: a name the session already shipped (another run of the same file) is the same
+    content, so Spark's refusal to register it again from another path is harmless."""
+    try:
+        spark.sparkContext.addFile(str(path))
+    except Exception as err:  # py4j wraps the JVM's IllegalArgumentException
+        if "already registered" not in str(err):
+            raise
+
+
+# --------------------------------------------------------------------------- the data source
+
+
+@dataclass(frozen=True)
+class RawPiece:
+    path: str
+    skip: int
+    take: int
+    first_position: int
+    seek: int = 0  # byte offset of record ``seek_record`` (JSONL): the scan starts there
+    seek_record: int = 0
+
+
+def jsonl_marks(path: str, every: int) -> list[int]:
+    """Byte offsets of records 0, every, 2 * every, ... of a JSONL file (blank lines hold no
+    record), so that a task reading from record r scans at most ``every`` lines to reach it."""
+    marks, record, offset = [], 0, 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                if record % every == 0:
+                    marks.append(offset)
+                record += 1
+            offset += len(line)
+    return marks
+
+
+def read_raw_piece(piece: RawPiece, kind: str, vocab, bounds, default_at: int | None):
+    """Parse, validate and vectorise records ``[skip, skip + take)`` of one raw file."""
+    fmt = _file_format(piece.path)
+    if fmt == "jsonl":
+        with open(piece.path, "rb") as fh:
+            fh.seek(piece.seek)
+            nonblank = (line for line in fh if line.strip())
+            skip = piece.skip - piece.seek_record
+            lines = list(itertools.islice(nonblank, skip, skip + piece.take))
+        records = parse_lines(lines, piece.first_position)
+    elif fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(piece.path).slice(piece.skip, piece.take).to_pylist()
+        records = ((piece.first_position + i, {k: v for k, v in row.items() if v is not None})
+                   for i, row in enumerate(rows))
+    else:
+        raise InputError("E024", path=piece.path)
+    return records_to_events(records, kind, vocab, bounds, default_at)
+
+
+class RawFilesReader(StreamFilesReader):
+    """Offsets as :class:`StreamFilesReader`; each batch split into pieces of ``split`` records,
+    tokenized by the tasks that read them.  For JSONL files the reader keeps one byte offset per
+    ``split`` records (:func:`jsonl_marks`; a few integers per file), so a task seeks near its
+    first record instead of scanning the file from the start."""
+
+    def __init__(self, path: str, kind: str, max_records: int | None, *, vocabulary: str, claims: str | None,
+                 bounds: tuple, dead_letters: str | None, split: int, default_at: int | None) -> None:
+        super().__init__(path, kind, max_records)
+        self.vocabulary, self.claims, self.bounds = vocabulary, claims, tuple(bounds)
+        self.dead_letters, self.split, self.default_at = dead_letters, max(1, int(split)), default_at
+        self.marks: dict[str, list[int]] = {}
+
+    def _refresh(self) -> int:
+        total = super()._refresh()
+        for name, _ in self.files:
+            if name not in self.marks and _file_format(name) == "jsonl":
+                self.marks[name] = jsonl_marks(os.path.join(self.path, name), self.split)
+        return total
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        pieces = []
+        for part in super().partitions(start, end):
+            p = part.value
+            marks = self.marks.get(os.path.basename(p.path))
+            for lo in range(0, p.take, self.split):
+                take = min(self.split, p.take - lo)
+                skip = p.skip + lo
+                mark = min(skip // self.split, len(marks) - 1) if marks else 0
+                seek = marks[mark] if marks else 0
+                pieces.append(InputPartition(RawPiece(p.path, skip, take, p.first_position + lo, seek,
+                                                      mark * self.split if marks else 0)))
+        return pieces
+
+    def read(self, partition: InputPartition):
+        from skype.model import Bounds
+        from skype.spark.vocabulary import shipped_path, shipped_vocabulary
+
+        vocab = shipped_vocabulary(shipped_path(self.vocabulary), self.claims)
+        batch, dead = read_raw_piece(partition.value, self.kind, vocab, Bounds(*self.bounds), self.default_at)
+        if dead and self.dead_letters:
+            write_dead_letters(self.dead_letters, [dict(d, kind="ingest-" + d["kind"]) for d in dead])
+        yield batch
+
+
+class RawFilesSource(DataSource):
+    """``spark.readStream.format("skype_raw")``, options ``path``, ``kind``, ``vocabulary``,
+    ``bounds`` (``minx,miny,maxx,maxy``), ``claims``, ``deadLetters``, ``split``, ``defaultAt``,
+    ``maxRecordsPerTrigger``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return EVENT_SCHEMA_DDL
+
+    def streamReader(self, schema):
+        o = self.options
+        max_records = o.get("maxRecordsPerTrigger")
+        default_at = o.get("defaultAt")
+        return RawFilesReader(o["path"], o.get("kind", "messages"), int(max_records) if max_records else None,
+                              vocabulary=o["vocabulary"], claims=o.get("claims"),
+                              bounds=tuple(float(v) for v in o["bounds"].split(",")),
+                              dead_letters=o.get("deadLetters"), split=int(o.get("split", DEFAULT_SPLIT)),
+                              default_at=int(default_at) if default_at not in (None, "") else None)
+
+
+def raw_file_events(spark, path: str, kind: str, *, vocabulary: str, bounds: tuple, claims: str | None = None,
+                    dead_letters: str | None = None, max_records: int | None = None, split: int = DEFAULT_SPLIT,
+                    default_at: int | None = None):
+    """A streaming DataFrame of stream events read and tokenized by the executors."""
+    if kind not in KINDS:
+        raise InputError("E022", what="stream kind", value=kind, choices=", ".join(KINDS))
+    spark.dataSource.register(RawFilesSource)
+    reader = (spark.readStream.format(SOURCE_NAME).option("path", os.path.abspath(path)).option("kind", kind)
+              .option("vocabulary", vocabulary).option("bounds", ",".join(repr(float(b)) for b in bounds))
+              .option("split", str(int(split))))
+    for name, value in (("claims", claims), ("deadLetters", dead_letters), ("defaultAt", default_at),
+                        ("maxRecordsPerTrigger", max_records)):
+        if value is not None:
+            reader = reader.option(name, str(value))
+    return reader.load()
+
+
+# --------------------------------------------------------------------------- planning from samples
+
+
+def stream_files(directory: str) -> list[str]:
+    """The stream files of a directory, in name order (as the sources read them)."""
+    names = sorted(n for n in os.listdir(directory) if not n.startswith((".", "_")) and _file_format(n))
+    return [os.path.join(directory, n) for n in names]
+
+
+def link_stream_file(source: str, directory: Path) -> None:
+    """A one-file stream directory for ``--messages FILE``: a symbolic link to the file (the run
+    directory and the file must be visible to every executor)."""
+    fmt = _file_format(source)
+    if fmt is None:
+        raise InputError("E024", path=source)
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / f"part-00000000.{'parquet' if fmt == 'parquet' else 'jsonl'}"
+    if not link.exists():
+        os.symlink(os.path.abspath(source), link)
+
+
+def count_stream(directory: str) -> int:
+    """Records in a stream directory (streamed, constant memory)."""
+    return sum(count_records(p) for p in stream_files(directory))
+
+
+def first_records(directory: str, kind: str, limit: int, vocab, bounds, default_at: int | None = None):
+    """The first ``limit`` records of a raw stream directory as (events batch, dead letters)."""
+    batches, dead, taken, position = [], [], 0, 0
+    for path in stream_files(directory):
+        if taken >= limit:
+            break
+        take = min(count_records(path), limit - taken)
+        batch, bad = read_raw_piece(RawPiece(path, 0, take, position), kind, vocab, bounds, default_at)
+        batches.append(batch)
+        dead += bad
+        taken += take
+        position += take
+    return batches, dead
+
+
+def sample_inputs(messages_dir: str, commands_dir: str, vocab, bounds, sample_size: int, description: str):
+    """The distribution's build input from the stream itself: its first ``sample_size`` messages
+    and its first ``sample_size`` subscribe commands (placement is a pure function of a record and
+    the tables built here, so a sample routes every later record exactly; ``docs/spark.md``)."""
+    messages = first_records(messages_dir, "messages", sample_size, vocab, bounds)[0]
+    commands = first_records(commands_dir, "commands", sample_size, vocab, bounds, 0)[0]
+    return inputs_from_events(messages, commands, vocab, bounds, description)
+
+
+def inputs_from_events(message_batches, command_batches, vocab, bounds, description: str):
+    """Stream-event batches of a sample -> the distribution's build input (messages, subscribes),
+    restricted to the vocabulary's known terms (:func:`known_terms_only`)."""
+    import numpy as np
+
+    from skype.cli.inputs import Inputs
+    from skype.model import MessageBatch
+    from skype.partitioning.registry import concat_subscriptions, empty_subscriptions
+    from skype.spark.codec import OP_SUB
+    from skype.spark.routing import events_from_arrow
+
+    messages = [events_from_arrow(b)[0] for b in message_batches]
+    subs = []
+    for batch in command_batches:
+        commands = events_from_arrow(batch)[2]
+        subs.append(commands.subs.take(np.flatnonzero(commands.op == OP_SUB)))
+    sample_subs = known_terms_only(concat_subscriptions(subs), vocab.num_known) if subs else empty_subscriptions()
+    sample_msgs = known_terms_only(MessageBatch.concat(messages), vocab.num_known) if messages else None
+    if sample_msgs is None or len(sample_msgs) == 0:
+        raise InputError("E085", detail=f"no valid message in the sample of {description} to build the "
+                                        "distribution from")
+    return Inputs(vocab, sample_subs, [("msgs", sample_msgs)], bounds, description)
+
+
+def plan_kafka_run(spark, run_dir: Path, settings, *, vocabulary: str):
+    """Plan a Kafka run from a sample of the topics themselves: the first ``--sample-size``
+    records of each (a batch read), converted on the executors as the stream will be.  Not run
+    against a broker in the tests (there is none); its conversion is :func:`inputs_from_events`."""
+    from skype.spark.plan import plan_run
+    from skype.spark.sources import kafka_sample
+    from skype.spark.vocabulary import FrozenVocabulary
+
+    run_dir = Path(run_dir)
+    saved = run_dir / "ingest.json"
+    if (run_dir / "run.json").exists() and saved.exists():
+        for name, value in json.loads(saved.read_text()).items():
+            setattr(settings, name, value)
+        return plan_run(run_dir, settings)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings.vocabulary = str(vocabulary_copy(run_dir, vocabulary).resolve())
+    ship_vocabulary(spark, Path(settings.vocabulary))
+    vocab = FrozenVocabulary.load(settings.vocabulary)
+    bounds = tuple(settings.bounds)
+    sample = [kafka_sample(spark, settings.kafka_bootstrap, topic, kind, settings.sample_size, settings.vocabulary,
+                           bounds).to_batches()
+              for topic, kind in ((settings.messages_topic, "messages"), (settings.commands_topic, "commands"))]
+    from skype.model import Bounds
+
+    inputs = inputs_from_events(sample[0], sample[1], vocab, Bounds(*bounds), f"topic {settings.messages_topic}")
+    plan = plan_run(run_dir, settings, inputs)
+    saved.write_text(json.dumps({k: getattr(settings, k) for k in INGEST_SETTINGS}, indent=2))
+    return plan
+
+
+def raw_events(spark, plan):
+    """Both streams of a planned run, read (files or Kafka) and tokenized by the executors."""
+    s = plan.settings
+    ship_vocabulary(spark, Path(s.vocabulary))
+    if s.source == "kafka":
+        from skype.spark.sources import kafka_events
+
+        kafka = dict(dead_letters=str(plan.dead_letters_dir), vocabulary=s.vocabulary, bounds=tuple(s.bounds))
+        messages = kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size,
+                                dense=s.window.kind == "count", **kafka)
+        commands = kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", **kafka)
+        return messages.unionByName(commands)
+    common = dict(vocabulary=s.vocabulary, bounds=tuple(s.bounds), claims=str(plan.run_dir / "unseen-terms"),
+                  dead_letters=str(plan.dead_letters_dir), split=s.ingest_split)
+    messages = raw_file_events(spark, plan.messages_dir, "messages", max_records=s.batch_size, **common)
+    commands = raw_file_events(spark, plan.commands_dir, "commands", **common)
+    return messages.unionByName(commands)
+
+
+def plan_ingest_run(run_dir: Path, settings, *, vocabulary: str, messages_file: str | None = None,
+                    subscriptions_file: str | None = None):
+    """Plan a run whose executors ingest the raw streams (module docstring): copy the vocabulary
+    into the run directory, make one-file stream directories for ``--messages``/``--subscriptions``
+    files (links), count the messages, and build the distributions from the streams' samples.
+    ``settings.messages_dir``/``commands_dir`` name the raw directories when no files are given."""
+    from skype.model import Bounds
+    from skype.spark.plan import plan_run
+    from skype.spark.vocabulary import FrozenVocabulary, TermClaims
+
+    run_dir = Path(run_dir)
+    saved = run_dir / "ingest.json"
+    if (run_dir / "run.json").exists() and saved.exists():  # resumed: the first run's vocabulary and streams
+        for name, value in json.loads(saved.read_text()).items():
+            setattr(settings, name, value)
+        return plan_run(run_dir, settings)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings.vocabulary = str(vocabulary_copy(run_dir, vocabulary).resolve())
+    if messages_file is not None:
+        link_stream_file(messages_file, run_dir / "stream" / "raw-messages")
+        settings.messages_dir = str(run_dir / "stream" / "raw-messages")
+        commands = run_dir / "stream" / "raw-commands"
+        if subscriptions_file is not None:
+            link_stream_file(subscriptions_file, commands)
+        commands.mkdir(parents=True, exist_ok=True)
+        settings.commands_dir = str(commands)
+    vocab = FrozenVocabulary.load(settings.vocabulary)
+    vocab.on_unseen = TermClaims(run_dir / "unseen-terms", vocab).claim
+    bounds = Bounds(*settings.bounds)
+    inputs = sample_inputs(settings.messages_dir, settings.commands_dir, vocab, bounds, settings.sample_size,
+                           description=f"{messages_file or settings.messages_dir} (executor ingestion)")
+    # a fixed stream (files given) has a known end: the stages then send the final top-k
+    length = count_stream(settings.messages_dir) if messages_file is not None else None
+    plan = plan_run(run_dir, settings, inputs, stream_messages=length)
+    saved.write_text(json.dumps({k: getattr(settings, k) for k in INGEST_SETTINGS}, indent=2))
+    return plan
+
+
+def known_terms_only(batch, num_known: int):
+    """The sample's records restricted to the vocabulary's known terms (records left without one
+    dropped).  The distributions size their term tables by the largest id they are built with;
+    unseen terms' hashed ids would make them ``slots`` long.  Later records with unseen terms are
+    routed by the id's value (``(t - V) mod P``), whatever the sample held."""
+    import numpy as np
+
+    from skype.model import TermMatrix
+    from skype.text import normalize_rows
+
+    terms = batch.terms
+    keep = terms.ids < num_known
+    rows = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(terms.indptr))[keep]
+    lens = np.bincount(rows, minlength=len(batch))
+    indptr = np.zeros(len(batch) + 1, np.int64)
+    np.cumsum(lens, out=indptr[1:])
+    batch = batch.take(np.arange(len(batch)))
+    weights = normalize_rows(rows, terms.weights[keep], len(batch)) if len(rows) else terms.weights[keep]
+    batch.terms = TermMatrix(indptr, terms.ids[keep], weights)  # unit length again (cost model only)
+    return batch.take(np.flatnonzero(lens > 0))
