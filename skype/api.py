@@ -165,6 +165,15 @@ class EngineBase(abc.ABC):
         self._set_until(sid, spec.until)
         return sid
 
+    def subscribe_spec(self, spec: queries.QuerySpec) -> None:
+        """Register a range, knn or terms subscription compiled already (term ids of this engine's
+        vocabulary): a distributed runtime validates each record once, where it enters."""
+        sid = validate.check_id(spec.id)
+        if self.has_subscription(sid):
+            raise InputError("E007", id=sid, record_id=sid)
+        self._kinds[sid] = (spec.kind, self._query_kinds(spec.kind).subscribe(spec))
+        self._set_until(sid, spec.until)
+
     def _query_kinds(self, kind: str) -> QueryKinds:
         if self._queries is None:
             raise InputError("E050", kinds="range, knn, terms")

@@ -62,6 +62,7 @@ class Errors:
     E048 = "{where} cannot serve kind {kind!r} exactly; it serves {supported}"
     E049 = "until must be a finite number, got {value!r}"
     E050 = "snapshot queries and the kinds {kinds} need the engine's query window (snapshots=True)"
+    E051 = "the spec of subscription {id} in a command stream is invalid: {detail}"
     # E060-E079: adaptive partitioning, rebalancing and drift (issue 13)
     E060 = "{what} must be {expected}, got {value!r}"
     E061 = "rebalancing move rejected: {detail}"

@@ -151,7 +151,9 @@ def fold_events_by_batch(rows: list[dict], num_batches: int | None = None) -> li
     out = []
     last = max((r["batch"] for r in rows), default=-1) if num_batches is None else num_batches - 1
     for batch in range(last + 1):
-        for r in (r for r in rows if r["batch"] == batch):
+        # a subscription that moved within the batch (removed on one partition, created on
+        # another) is removed before it is created again (as skype.spark.results.folded_results)
+        for r in sorted((r for r in rows if r["batch"] == batch), key=lambda r: 0 if r["removed"] and not r["created"] else 1):
             sid = r["sub"]
             if r["created"] or sid not in state:
                 state[sid] = {}

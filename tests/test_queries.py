@@ -156,6 +156,39 @@ def test_queries_core_equals_reference_on_a_mixed_workload(window):
     assert list(engines[0].results_by_kind()) == list(engines[1].results_by_kind())
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_queries_terms_buffers_equal_reference_under_ties_and_churn(seed):
+    """``terms`` subscriptions keep a buffer of 2k terms and a bound, not every count: small k, a
+    small vocabulary (many tied counts, decided by name) and nested, overlapping rectangles make
+    terms enter and leave buffers, bounds fall and buffers refill; every step's change log and
+    every result must equal the brute-force reference's."""
+    rng = np.random.default_rng(seed)
+    names = ["a", "b", "c", "d", "e", "f", "g", "zz", "ä", "é"]
+    engines = [ENGINES[k](bounds=BOUNDS, window=60) for k in ENGINES]
+    subs = [TermsSubscription(i, (x, y, x + w, y + w), k=int(rng.integers(1, 4)))
+            for i, (x, y, w) in enumerate(zip(rng.uniform(0, 6, 24), rng.uniform(0, 6, 24), rng.uniform(0.5, 5, 24)))]
+    subs.append(TermsSubscription(99, (0, 0, 10, 10), k=3))
+    logs: list[list] = [[], []]
+    for i, e in enumerate(engines):
+        r = np.random.default_rng(seed + 100)
+        for s in subs[:12]:
+            e.subscribe(s)
+        for j in range(400):
+            if j == 150:
+                for s in subs[12:]:
+                    e.subscribe(s)
+            if j == 260:
+                e.unsubscribe(3)
+            terms = {str(n): 1.0 for n in r.choice(names, size=int(r.integers(1, 4)), replace=False,
+                                                   p=np.linspace(3, 1, len(names)) / np.linspace(3, 1, len(names)).sum())}
+            changes = e.publish(Message(j, float(r.uniform(0, 10)), float(r.uniform(0, 10)), t=float(j), terms=terms))
+            logs[i].append(sorted((c.sub_id, sorted(c.entered), sorted(c.left)) for c in changes))
+            if j % 50 == 49:
+                logs[i].append([(sid, e.result(sid)) for sid in sorted(s.id for s in subs) if e.has_subscription(sid)])
+    assert logs[0] == logs[1]
+    assert sum(len(c[1]) + len(c[2]) for step in logs[0][::9] for c in step if len(c) == 3) > 50  # not vacuous
+
+
 # ----------------------------------------------------------------------------------- command line
 
 
@@ -184,8 +217,9 @@ def test_queries_cli_generate_then_simulate_core_equals_reference(tmp_path):
 def test_queries_distributed_refuses_other_kinds_naming_kind_and_method(tmp_path, capsys):
     subs, msgs = tmp_path / "s.jsonl", tmp_path / "m.jsonl"
     msgs.write_text(json.dumps({"id": 1, "x": 1, "y": 1, "text": "coffee"}) + "\n")
-    subs.write_text(json.dumps({"id": 1, "kind": "knn", "x": 1, "y": 1, "k": 2, "text": "coffee"}) + "\n")
+    # prefix serves range and knn with terms (tests/test_spark_kinds.py), not terms
+    subs.write_text(json.dumps({"id": 1, "kind": "terms", "rect": [0, 0, 2, 2], "k": 2}) + "\n")
     assert main(["distributed", "--messages", str(msgs), "--subscriptions", str(subs), "--method", "prefix",
                  "--checkpoint", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "E048" in err and "'knn'" in err and "prefix" in err
+    assert "E048" in err and "'terms'" in err and "prefix" in err

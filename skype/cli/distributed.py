@@ -144,6 +144,11 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
                          value=args.messages_dir or args.commands_dir)
     run_dir = Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
+    from skype.spark import kinds
+
+    # executor ingestion reads topk records (kinds come through staged inputs or a spec column)
+    kind_of: dict[int, str] = {}
+    vocabulary = None
     own = spark is None
     if args.vocabulary and args.source == "kafka":
         # the distribution from a sample of the topics: the session is needed to plan
@@ -166,9 +171,12 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         description = f"{args.messages or args.messages_dir} (executor ingestion)"
     else:
         inputs = load_inputs(args)
-        # the Spark job routes topk subscriptions only (issue 12: the other kinds are not distributed yet)
-        inputs.refuse_peer_kinds(f"distributed (method {','.join(args.method)})")
+        # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
+        kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
+                                                        or args.stop_after_batches or args.timeout))
+        kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary
         settings = settings_from_args(args, inputs.bounds)
+        settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})
         plan = runtime.plan_run(run_dir, settings, inputs)
         description = inputs.description
     t_plan = time.perf_counter() - t0
@@ -185,7 +193,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
             if args.results_out:
                 results = runtime.final_results(plan, pipe)
                 metrics["subscriptions"] = io.write_objects(per_method(args.results_out, pipe.method, several),
-                                                            io.result_objects(results))
+                                                            kinds.result_objects(results, kind_of, vocabulary))
                 metrics["results_from"] = "stages" if runtime.stage_result_files(plan, pipe) else "events"
             runs.append(metrics)
     finally:

@@ -34,7 +34,7 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 
 MAGIC = b"SKC1"
-_ALLOWED = {"int8", "int32", "int64", "uint32", "uint64", "float64", "bool"}
+_ALLOWED = {"int8", "uint8", "int32", "int64", "uint32", "uint64", "float64", "bool"}
 
 OP_SUB = 1
 OP_UNSUB = 2
@@ -121,24 +121,46 @@ def empty_messages() -> MessageBatch:
 
 
 def pack_commands(cseq: np.ndarray, at: np.ndarray, op: np.ndarray, subs: SubscriptionBatch,
-                  nrep: np.ndarray) -> bytes:
+                  nrep: np.ndarray, spec: np.ndarray | None = None) -> bytes:
     """Subscription commands.  ``subs`` holds one row per command (for an unsubscribe only the id
-    is meaningful; its other columns are zeros and its term row is empty)."""
+    is meaningful; its other columns are zeros and its term row is empty); ``spec`` (optional)
+    the compiled query of range/knn/terms subscribes, packed by :func:`spec_columns`."""
     return pack(cseq=np.asarray(cseq, np.int64), at=np.asarray(at, np.int64), op=np.asarray(op, np.int8),
                 ids=subs.ids, x=subs.x, y=subs.y, k=subs.k, alpha=subs.alpha,
                 nrep=np.asarray(nrep, np.int32), indptr=subs.terms.indptr, terms=subs.terms.ids,
-                weights=subs.terms.weights)
+                weights=subs.terms.weights, **spec_columns(spec))
+
+
+def spec_columns(spec: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Per-command strings (None: none) as UTF-8 bytes with row pointers; nothing if all are None."""
+    if spec is None or all(s is None for s in spec):
+        return {}
+    raw = [s.encode("utf-8") if s is not None else b"" for s in spec]
+    ptr = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(r) for r in raw], out=ptr[1:])
+    return {"spec_ptr": ptr, "spec_bytes": np.frombuffer(b"".join(raw), np.uint8).copy(),
+            "spec_set": np.array([s is not None for s in spec], bool)}
+
+
+def unpack_specs(cols: dict[str, np.ndarray]) -> np.ndarray | None:
+    if "spec_ptr" not in cols:
+        return None
+    ptr, raw, present = cols["spec_ptr"], cols["spec_bytes"].tobytes(), cols["spec_set"]
+    return np.array([raw[ptr[i]:ptr[i + 1]].decode("utf-8") if present[i] else None for i in range(len(present))],
+                    object)
 
 
 class Commands:
     """Commands column-wise (see :func:`pack_commands`), ordered by ``cseq``."""
 
-    def __init__(self, cseq, at, op, subs: SubscriptionBatch, nrep) -> None:
+    def __init__(self, cseq, at, op, subs: SubscriptionBatch, nrep, spec=None) -> None:
         self.cseq = np.asarray(cseq, np.int64)
         self.at = np.asarray(at, np.int64)
         self.op = np.asarray(op, np.int8)
         self.subs = subs
         self.nrep = np.asarray(nrep, np.int32)
+        # the compiled query of a range/knn/terms subscribe (skype.spark.kinds), None for topk
+        self.spec = np.array([None] * len(self.cseq), object) if spec is None else np.asarray(spec, object)
 
     def __len__(self) -> int:
         return len(self.cseq)
@@ -151,14 +173,14 @@ class Commands:
     def from_columns(cls, cols: dict[str, np.ndarray]) -> Commands:
         subs = SubscriptionBatch(cols["ids"], cols["x"], cols["y"], cols["k"], cols["alpha"],
                                  TermMatrix(cols["indptr"], cols["terms"], cols["weights"]))
-        return cls(cols["cseq"], cols["at"], cols["op"], subs, cols["nrep"])
+        return cls(cols["cseq"], cols["at"], cols["op"], subs, cols["nrep"], unpack_specs(cols))
 
     @classmethod
     def unpack(cls, blob: bytes) -> Commands:
         return cls.from_columns(unpack(blob))
 
     def pack(self) -> bytes:
-        return pack_commands(self.cseq, self.at, self.op, self.subs, self.nrep)
+        return pack_commands(self.cseq, self.at, self.op, self.subs, self.nrep, self.spec)
 
     def drops(self) -> Commands:
         """A ``DROP`` notice for every command: same ``cseq``, ``at`` and id, no record."""
@@ -169,7 +191,8 @@ class Commands:
 
     def take(self, rows: np.ndarray) -> Commands:
         rows = np.asarray(rows, np.int64)
-        return Commands(self.cseq[rows], self.at[rows], self.op[rows], self.subs.take(rows), self.nrep[rows])
+        return Commands(self.cseq[rows], self.at[rows], self.op[rows], self.subs.take(rows), self.nrep[rows],
+                        self.spec[rows])
 
     @classmethod
     def concat(cls, parts: list[Commands]) -> Commands:
@@ -183,7 +206,8 @@ class Commands:
             np.concatenate([p.subs.alpha for p in parts]), TermMatrix.concat([p.subs.terms for p in parts]),
         )
         out = cls(np.concatenate([p.cseq for p in parts]), np.concatenate([p.at for p in parts]),
-                  np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]))
+                  np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]),
+                  np.concatenate([p.spec for p in parts]))
         order = np.argsort(out.cseq, kind="stable")
         keep = order[np.r_[True, out.cseq[order][1:] != out.cseq[order][:-1]]] if len(order) else order
         return out.take(keep)

@@ -77,7 +77,13 @@ def _vectorised_row(rec: dict, kind: str, position: int) -> tuple:
     if op not in ("sub", "unsub"):
         raise InputError("E018", op=op)
     return (KIND_SUBSCRIBE if op == "sub" else KIND_UNSUBSCRIBE, position, num("at", int), num("id", int),
-            num("x", float), num("y", float), None, num("k", int), num("alpha", float), *terms)
+            num("x", float), num("y", float), None, num("k", int), num("alpha", float), *terms,
+            _spec(rec.get("spec")))
+
+
+def _spec(value):
+    """A command's range/knn/terms query (:mod:`skype.spark.kinds`) as the JSON text it travels as."""
+    return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
 def kafka_rows_to_events(batch, kind: str, *, dense: bool = False, vocab=None, bounds=None):

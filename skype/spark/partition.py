@@ -32,6 +32,10 @@ The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (ne
 messages, netted over the batch's change logs) for single-replica subscriptions, a ``STATE`` (the
 local list) for replicated ones and for every subscription a command touched.
 
+**Query kinds** (:mod:`skype.spark.kinds`): a subscribe with a ``spec`` (range, knn, terms) is
+hosted alike, in an engine with the query window; its result is reported as top-k entries whose
+merge is the kind's (the union of matches, the merged kNN list), and it never sleeps.
+
 **Prefix replicas** (``config.activation``, :mod:`skype.spark.activation`): a replica whose
 loose prefix, at a threshold proven by its own engine, leaves this partition *sleeps* (its record
 stays, the engine drops it) and wakes when that proof may expire; a hosted subscription is
@@ -61,6 +65,7 @@ from skype.spark import activation as act
 from skype.spark import codec
 from skype.spark.activation import Activation, ActivationConfig
 from skype.spark.codec import OP_SUB, Commands
+from skype.spark.kinds import UNBOUNDED_K, NameRanks, read_vocabulary, result_arrays, spec_from_json
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
 from skype.spark.window import WindowShare, WindowSpec
 
@@ -84,6 +89,7 @@ class PartitionConfig:
     activation: ActivationConfig | None = None  # prefix: replicas sleep off their loose prefix
     final_upto: int | None = None  # messages in the whole stream, when known: the final batch
                                    # (high-water mark + 1 reaching it) writes the final top-k
+    vocabulary_file: str | None = None  # term names by id: terms subscriptions order by name
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -95,8 +101,9 @@ class PartitionConfig:
             return ReferenceEngine(bounds=self.bounds, **window)
         from skype.engine import Engine
 
-        # topk only (the driver refuses the other kinds): no query window
-        return Engine(bounds=self.bounds, **window, **{"snapshots": False, **options})
+        # the query window only when the run has range/knn/terms subscriptions (engine_options)
+        vocab = {"vocabulary": read_vocabulary(self.vocabulary_file)} if self.vocabulary_file else {}
+        return Engine(bounds=self.bounds, **window, **vocab, **{"snapshots": False, **options})
 
     def advances(self) -> bool:
         """Whether the engine's clock is moved to each batch's high-water mark (time windows)."""
@@ -129,7 +136,8 @@ def plan_commands(pending: Commands, new: Commands, lo: int, hwm_seq: int) -> tu
 
 @dataclass
 class Hosted:
-    """The subscriptions a partition hosts: id -> (nrep, x, y, k, alpha, term ids, weights)."""
+    """The subscriptions a partition hosts: id -> (nrep, x, y, k, alpha, term ids, weights, spec);
+    ``spec`` is the JSON of a range/knn/terms query (:mod:`skype.spark.kinds`), None for topk."""
 
     rows: dict[int, tuple] = field(default_factory=dict)
     inverse: float = 0.0  # sum of 1/nrep over the rows, kept up to date (a metric, O(1) per batch)
@@ -147,8 +155,11 @@ class Hosted:
         ids, weights = cmds.subs.terms.row(row)
         s = cmds.subs
         self.remove(int(s.ids[row]))
-        self.rows[int(s.ids[row])] = (int(cmds.nrep[row]), float(s.x[row]), float(s.y[row]), int(s.k[row]),
-                                      float(s.alpha[row]), np.array(ids, np.int64), np.array(weights, np.float64))
+        spec = cmds.spec[row]
+        k = UNBOUNDED_K if spec is not None and spec_from_json(int(s.ids[row]), spec).kind == "range" else int(s.k[row])
+        self.rows[int(s.ids[row])] = (int(cmds.nrep[row]), float(s.x[row]), float(s.y[row]), k,
+                                      float(s.alpha[row]), np.array(ids, np.int64), np.array(weights, np.float64),
+                                      spec)
         self.inverse += 1.0 / max(int(cmds.nrep[row]), 1)
 
     def remove(self, sub_id: int) -> bool:
@@ -163,8 +174,21 @@ class Hosted:
     def batch(self, ids: list[int]) -> SubscriptionBatch:
         rows = [self.rows[i] for i in ids]
         terms = TermMatrix.from_rows([(r[5], r[6]) for r in rows])
+        k = [r[3] if r[7] is None else 1 for r in rows]
         return SubscriptionBatch(np.array(ids, np.int64), [r[1] for r in rows], [r[2] for r in rows],
-                                 [r[3] for r in rows], [r[4] for r in rows], terms)
+                                 k, [r[4] for r in rows], terms)
+
+    def spec(self, sub_id: int) -> str | None:
+        return self.rows[sub_id][7]
+
+    def subscribe(self, engine, ids: list[int]) -> None:
+        """Register hosted subscriptions in ``engine``: topk in one batch, kinds one by one."""
+        topk = [i for i in ids if self.rows[i][7] is None]
+        if topk:
+            engine.subscribe_batch(self.batch(topk))
+        for i in ids:
+            if self.rows[i][7] is not None:
+                engine.subscribe_spec(spec_from_json(i, self.rows[i][7]))
 
     def inverse_replication(self) -> float:
         """Sum of 1/nrep over hosted subscriptions: summed over partitions, the number of
@@ -177,7 +201,7 @@ class Hosted:
         subs = self.batch(ids) if ids else codec.empty_subscriptions()
         n = len(ids)
         return Commands(np.full(n, -1, np.int64), np.full(n, APPLIED, np.int64), np.full(n, OP_SUB, np.int8), subs,
-                        [self.rows[i][0] for i in ids])
+                        [self.rows[i][0] for i in ids], [self.rows[i][7] for i in ids])
 
 
 def replay_commands(hosted: Hosted, due: Commands, activation: Activation | None = None) -> None:
@@ -274,6 +298,7 @@ class PartitionCore:
         self.hwm_seq = -1
         self.hwm_t = -math.inf
         self.activation = Activation(config.activation, config.partition) if config.activation else None
+        self._name_rank = NameRanks(self.engine.vocabulary)
 
     def active(self, sub_id: int) -> bool:
         """Hosted and in the engine (not a dormant prefix replica)."""
@@ -311,7 +336,7 @@ class PartitionCore:
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
         if running:
-            core.engine.subscribe_batch(core.hosted.batch(running))
+            core.hosted.subscribe(core.engine, running)
         batch, seq = codec.concat_messages([codec.unpack_messages(s) for s in segments])
         if len(batch):
             spec = config.window
@@ -416,10 +441,11 @@ class PartitionCore:
         if not run:
             return
         rows = np.array(list(run.values()), np.int64)
-        self.engine.subscribe_batch(due.subs.take(rows))
         for j in rows.tolist():
             self.hosted.add_from(due, j)
-            if self.activation is not None and int(due.nrep[j]) > 1:
+        self.hosted.subscribe(self.engine, [int(due.subs.ids[j]) for j in rows.tolist()])
+        for j in rows.tolist():
+            if self.activation is not None and int(due.nrep[j]) > 1 and due.spec[j] is None:
                 self.activation.fresh.add(int(due.subs.ids[j]))
         run.clear()
 
@@ -427,10 +453,14 @@ class PartitionCore:
         """Current local top-k (ids, scores, seqs) of hosted subscriptions."""
         if not sub_ids:
             return {}
-        indptr, ids, scores = self.engine.topk_arrays(np.array(sub_ids, np.int64))
-        seqs = self.window.seq_of(ids)
+        indptr, ids, scores, seqs = self._arrays(np.array(sub_ids, np.int64))
         return {s: (ids[indptr[i]:indptr[i + 1]], scores[indptr[i]:indptr[i + 1]], seqs[indptr[i]:indptr[i + 1]])
                 for i, s in enumerate(sub_ids)}
+
+    def _arrays(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Current local results as CSR ``(indptr, ids, scores, seqs)`` (every kind)."""
+        return result_arrays(self.engine, [self.hosted.spec(int(s)) for s in sub_ids.tolist()], sub_ids,
+                             self.window.seq_of, self._name_rank)
 
     def _report_rows(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
                      before_meta: dict) -> ReportRows:
@@ -465,10 +495,11 @@ class PartitionCore:
         candidates = (set(changed.tolist()) | activation.fresh) - set(cmd_subs.tolist())
         activation.fresh -= candidates
         slept: list[tuple[int, int]] = []
-        running = np.array(sorted(sid for sid in candidates if self.active(sid)), np.int64)
+        running = np.array(sorted(sid for sid in candidates  # kinds never sleep
+                                  if self.active(sid) and self.hosted.spec(sid) is None), np.int64)
         indptr, _, top_scores = self.engine.topk_arrays(running) if len(running) else (np.zeros(1, np.int64), [], [])
         for i, sid in enumerate(running.tolist()):
-            nrep, _, _, k, alpha, term_ids, weights = self.hosted.rows[sid]
+            nrep, _, _, k, alpha, term_ids, weights, _ = self.hosted.rows[sid]
             pos, reach = act.reach_here(cfg.activation, cfg.partition, alpha, term_ids, weights)
             if pos <= 0:  # the home replica (or no term here) never sleeps
                 continue
@@ -486,7 +517,7 @@ class PartitionCore:
             builder.add(sid, STATE, (True, nrep), (False, nrep), k)
         woken = [sid for sid in activation.due(h) if sid in self.hosted]
         if woken:
-            self.engine.subscribe_batch(self.hosted.batch(woken))
+            self.hosted.subscribe(self.engine, woken)
             lists = self._lists(woken)
             for sid in woken:
                 nrep, k = self.hosted.rows[sid][0], self.hosted.rows[sid][3]
@@ -517,8 +548,7 @@ class PartitionCore:
         starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
         touched = sub[starts]
         pair_row = np.repeat(np.arange(len(touched)), np.diff(np.r_[starts, len(sub)]))
-        indptr, ids, scores = self.engine.topk_arrays(touched)
-        seqs = self.window.seq_of(ids)
+        indptr, ids, scores, seqs = self._arrays(touched)
         entry_row = np.repeat(np.arange(len(touched)), np.diff(indptr))
         rows_info = [self.hosted.rows[int(s)] for s in touched.tolist()]
         nrep = np.fromiter((r[0] for r in rows_info), np.int32, len(rows_info))
@@ -559,14 +589,15 @@ def _stack_commands(parts: list[Commands]) -> Commands:
         np.concatenate([p.subs.alpha for p in parts]), TermMatrix.concat([p.subs.terms for p in parts]),
     )
     return Commands(np.concatenate([p.cseq for p in parts]), np.concatenate([p.at for p in parts]),
-                    np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]))
+                    np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]),
+                    np.concatenate([p.spec for p in parts]))
 
 
 def _command_columns(cmds: Commands) -> dict[str, np.ndarray]:
     s = cmds.subs
     return {"cseq": cmds.cseq, "at": cmds.at, "op": cmds.op, "ids": s.ids, "x": s.x, "y": s.y, "k": s.k,
             "alpha": s.alpha, "nrep": cmds.nrep, "indptr": s.terms.indptr, "terms": s.terms.ids,
-            "weights": s.terms.weights}
+            "weights": s.terms.weights, **codec.spec_columns(cmds.spec)}
 
 
 def command_log_entry(cmds: Commands, lo: int, hwm_seq: int) -> bytes:

@@ -117,6 +117,7 @@ def events_batch(rows: list[tuple]):
 
     schema = event_arrow_schema()
     cols = list(zip(*rows)) if rows else [()] * len(schema)
+    cols += [(None,) * len(rows)] * (len(schema) - len(cols))  # trailing fields rows leave out (spec)
     arrays = []
     for i, field in enumerate(schema):
         if field.name in ("term_ids", "weights"):

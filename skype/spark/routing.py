@@ -2,7 +2,8 @@
 
 Input: rows of the unified *stream event* schema (:data:`EVENT_FIELDS`): messages (``kind`` 0,
 ``seq`` = global position) and subscription commands (``kind`` 1 subscribe / 2 unsubscribe,
-``seq`` = command ordinal ``cseq``, ``at`` = position in the message stream or -1).  Output: at most
+``seq`` = command ordinal ``cseq``, ``at`` = position in the message stream or -1; ``spec``: the
+compiled query of a range/knn/terms subscribe, :mod:`skype.spark.kinds`).  Output: at most
 one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, commands)``:
 
 * ``messages``: the batch's messages routed to the partition, packed (:mod:`skype.spark.codec`);
@@ -42,9 +43,9 @@ KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
 KIND_UNSUBSCRIBE = 2
 
-EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights")
+EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
-                    "term_ids array<long>, weights array<double>")
+                    "term_ids array<long>, weights array<double>, spec string")
 ROUTED_SCHEMA_DDL = "key long, hwm_seq long, hwm_t double, messages binary, commands binary"
 
 
@@ -53,7 +54,8 @@ def event_arrow_schema():
 
     return pa.schema([("kind", pa.int8()), ("seq", pa.int64()), ("at", pa.int64()), ("id", pa.int64()),
                       ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), ("k", pa.int64()),
-                      ("alpha", pa.float64()), ("term_ids", pa.list_(pa.int64())), ("weights", pa.list_(pa.float64()))])
+                      ("alpha", pa.float64()), ("term_ids", pa.list_(pa.int64())), ("weights", pa.list_(pa.float64())),
+                      ("spec", pa.string())])
 
 
 @dataclass
@@ -103,7 +105,7 @@ class Router:
         order = np.argsort(parts, kind="stable")
         rows, parts = rows[order], parts[order]
         cuts = np.searchsorted(parts, np.arange(P + 1))
-        cmds = Commands(commands.cseq, commands.at, commands.op, commands.subs, nrep)
+        cmds = Commands(commands.cseq, commands.at, commands.op, commands.subs, nrep, commands.spec)
         return [cmds.take(rows[cuts[p]:cuts[p + 1]]) if cuts[p + 1] > cuts[p] else Commands.empty()
                 for p in range(P)]
 
@@ -179,7 +181,9 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
     subs = SubscriptionBatch(cols["id"][cmd], cols["x"][cmd], cols["y"][cmd], cols["k"][cmd], cols["alpha"][cmd],
                              terms.take(cmd))
     op = np.where(kind[cmd] == KIND_SUBSCRIBE, OP_SUB, OP_UNSUB).astype(np.int8)
-    commands = Commands.concat([Commands(cols["seq"][cmd], cols["at"][cmd], op, subs, np.zeros(len(cmd), np.int32))])
+    specs = batch.column("spec").to_pylist() if "spec" in batch.schema.names and len(cmd) else None
+    commands = Commands.concat([Commands(cols["seq"][cmd], cols["at"][cmd], op, subs, np.zeros(len(cmd), np.int32),
+                                         np.array(specs, object)[cmd] if specs is not None else None)])
     return messages, seq, commands
 
 
@@ -277,7 +281,8 @@ def screen(messages: MessageBatch, seq: np.ndarray, commands: Commands, bounds) 
     if len(commands):
         has_record = np.diff(commands.subs.terms.indptr) > 0
         sub = commands.op == OP_SUB
-        checked = np.flatnonzero(sub | has_record)
+        # kind records (a spec) were validated when compiled (skype.spark.kinds); their rows need no terms
+        checked = np.flatnonzero((sub | has_record) & np.equal(commands.spec, None))
         try:
             occurrence = _occurrence(commands.subs.ids[checked])
             for r in range(int(occurrence.max(initial=-1)) + 1):  # rounds of distinct ids
@@ -314,7 +319,7 @@ def _strip_records(commands: Commands, rows: np.ndarray) -> Commands:
     for j in range(len(commands)):
         one = commands.take(np.array([j]))
         if is_stripped[j]:
-            one = Commands(one.cseq, one.at, one.op, _id_only(int(one.subs.ids[0])), one.nrep)
+            one = Commands(one.cseq, one.at, one.op, _id_only(int(one.subs.ids[0])), one.nrep, one.spec)
         parts.append(one)
     return Commands.concat(parts)
 

@@ -19,6 +19,7 @@ from functools import partial
 
 from skype.spark import hosts as hosts_mod
 from skype.spark.activation import ActivationConfig
+from skype.spark.kinds import VOCABULARY_FILE
 from skype.spark.partition import PartitionConfig
 from skype.spark.plan import (  # noqa: F401 - the plan, re-exported
     CHECKED_SETTINGS, ENGINE_CACHES, EVENT_FORMATS, SINKS, SOURCES, Pipeline, Plan, RunOutcome, RunSettings,
@@ -114,6 +115,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     """Grouping key -> the partition it holds, for every pipeline."""
     s = plan.settings
     configs = {}
+    vocab = plan.run_dir / "stream" / VOCABULARY_FILE  # written by staging when terms subscriptions come
     for pipe in plan.pipelines:
         native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
         activation = activation_config(s, pipe.distribution)
@@ -122,7 +124,8 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
                                            tuple(sorted(s.engine_options.items())), count_native=native,
                                            pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
                                            inline_merge=pipe.inline_merge, activation=activation,
-                                           final_upto=plan.stream_messages)
+                                           final_upto=plan.stream_messages,
+                                           vocabulary_file=str(vocab) if vocab.exists() else None)
     return configs
 
 

@@ -46,7 +46,8 @@ def _record_schema(kind: str):
     if kind == "messages":
         return pa.schema([("id", pa.int64()), ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), *terms])
     return pa.schema([("op", pa.string()), ("at", pa.int64()), ("id", pa.int64()), ("x", pa.float64()),
-                      ("y", pa.float64()), ("k", pa.int64()), ("alpha", pa.float64()), *terms])
+                      ("y", pa.float64()), ("k", pa.int64()), ("alpha", pa.float64()), *terms,
+                      ("spec", pa.string())])  # spec: a range/knn/terms query (skype.spark.kinds)
 
 
 def read_stream_file(path: str, kind: str):
@@ -96,7 +97,7 @@ def to_events(table, kind: str, first_position: int):
     if kind == "messages":
         kind_col = pa.array(np.full(n, KIND_MESSAGE, np.int8))
         cols = {"kind": kind_col, "seq": position, "at": pa.nulls(n, pa.int64()), "k": pa.nulls(n, pa.int64()),
-                "alpha": pa.nulls(n, pa.float64())}
+                "alpha": pa.nulls(n, pa.float64()), "spec": pa.nulls(n, pa.string())}
     else:
         op = table.column("op").combine_chunks()
         bad = pc.invert(pc.is_in(op, value_set=pa.array(["sub", "unsub"]))).fill_null(True)
@@ -106,7 +107,8 @@ def to_events(table, kind: str, first_position: int):
         kind_col = pc.if_else(pc.equal(op, "sub"), pa.scalar(KIND_SUBSCRIBE, pa.int8()),
                               pa.scalar(KIND_UNSUBSCRIBE, pa.int8()))
         cols = {"kind": kind_col, "seq": position, "at": table.column("at"), "k": table.column("k"),
-                "alpha": table.column("alpha"), "t": pa.nulls(n, pa.float64())}
+                "alpha": table.column("alpha"), "t": pa.nulls(n, pa.float64()),
+                "spec": table.column("spec") if "spec" in table.column_names else pa.nulls(n, pa.string())}
     arrays = []
     for field in schema:
         col = cols[field.name] if field.name in cols else table.column(field.name)

@@ -44,15 +44,16 @@ def message_table(batch: MessageBatch):
     })
 
 
-def command_table(op: list[str], at: list[int | None], subs: SubscriptionBatch):
+def command_table(op: list[str], at: list[int | None], subs: SubscriptionBatch, spec: list[str | None] | None = None):
     import pyarrow as pa
 
     t = subs.terms
+    extra = {"spec": pa.array(spec, pa.string())} if spec is not None else {}  # query kinds: skype.spark.kinds
     return pa.table({
         "op": pa.array(op, pa.string()), "at": pa.array(at, pa.int64()), "id": pa.array(subs.ids),
         "x": pa.array(subs.x), "y": pa.array(subs.y), "k": pa.array(subs.k), "alpha": pa.array(subs.alpha),
         "term_ids": pa.ListArray.from_arrays(pa.array(t.indptr.astype(np.int32)), pa.array(t.ids)),
-        "weights": pa.ListArray.from_arrays(pa.array(t.indptr.astype(np.int32)), pa.array(t.weights)),
+        "weights": pa.ListArray.from_arrays(pa.array(t.indptr.astype(np.int32)), pa.array(t.weights)), **extra,
     })
 
 
@@ -94,6 +95,12 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
 
     if file_records < 1:
         raise InputError("E023", what="file_records", expected="an integer >= 1", value=file_records)
+    from skype.spark.kinds import VOCABULARY_FILE, lower_inputs, spec_column, write_vocabulary  # range/knn/terms and until (its module docstring)
+
+    lowered = lower_inputs(inputs)
+    inputs = lowered.inputs
+    if "terms" in lowered.kinds.values():
+        write_vocabulary(Path(commands_dir).parent / VOCABULARY_FILE, inputs.vocabulary)
     messages_dir, commands_dir = Path(messages_dir), Path(commands_dir)
     op: list[str] = ["sub"] * len(inputs.subscriptions)
     at: list[int | None] = [0] * len(inputs.subscriptions)
@@ -136,7 +143,7 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
     subs = _concat([p for p in parts if len(p)]) if any(len(p) for p in parts) else empty_subscriptions()
     if len(op):
         # several files, so that several tasks route the commands of one micro-batch in parallel
-        table = command_table(op, at, subs)
+        table = command_table(op, at, subs, spec_column(lowered, parts) if lowered.specs else None)
         for index, start in enumerate(range(0, len(op), file_records)):
             write_table(table.slice(start, file_records), commands_dir / file_name(index, fmt), fmt)
     commands_dir.mkdir(parents=True, exist_ok=True)

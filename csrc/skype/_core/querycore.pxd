@@ -1,8 +1,6 @@
 # The continuous query kinds beside topk (range, knn, terms) and the snapshot queries.
 from libcpp.vector cimport vector
-from libcpp.set cimport set as cset
 from libcpp.pair cimport pair
-from libcpp.unordered_map cimport unordered_map
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, seq_t, RectC
 from skype._core.querywindow cimport QueryWindow
@@ -25,8 +23,11 @@ cdef struct KnnSubC:
 
 
 cdef struct RegionSubC:            # a terms subscription (its rectangle is in `regions`)
+    RectC rect
     int64_t ext_id
     uint32_t k
+    uint32_t cap                   # its buffer's capacity (>= k)
+    uint64_t bound                 # no term outside the buffer ranks before this key
     uint8_t alive
 
 
@@ -46,8 +47,8 @@ cdef class QueryCore:
     cdef uint64_t knn_probes
     # terms subscriptions, by slot of `regions`
     cdef vector[RegionSubC] region
-    cdef vector[unordered_map[term_t, uint32_t]] region_counts
-    cdef vector[cset[pair[uint64_t, term_t]]] region_rank  # ((UINT32_MAX - count) << 32 | label, term)
+    cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
+    cdef uint64_t region_refills, region_walks
     cdef vector[uint32_t] labels           # by term: order-preserving label of its name
     cdef vector[vector[term_t]] region_top     # the current top-k terms
     # one step's netting: touched knn / terms slots and their results before the step
@@ -74,6 +75,7 @@ cdef class QueryCore:
     cdef void _region_touch(self, uint32_t slot) noexcept nogil
     cdef void _knn_refill(self, uint32_t slot) noexcept nogil
     cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil
+    cdef void _region_refill(self, uint32_t slot) noexcept nogil
     cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil
     cdef void _flush(self, int64_t at) noexcept nogil
     cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil

@@ -17,18 +17,30 @@ then the netted events of the step.
   drops below k and is not complete is re-evaluated from the message index (a best-first kNN
   search for ``cap`` messages).  Candidates are found through per-term lists of the cover
   terms (term 0 for no predicate), checked exactly.
-* ``terms``: each subscription keeps, for the window messages in its rectangle (found by a
-  second :class:`RectSubIndex`), the count of every term, and an ordered set of (count desc,
-  label): labels are 32-bit integers in the order of the term names (the facade assigns them
-  with gaps and relabels every term, rebuilding the sets, when a gap runs out), so the set's
-  first k entries are the top-k, ties by name included.
+* ``terms``: counts are not kept per subscription.  The count of a term in a rectangle is read
+  from the query window's per-term trees (subtree counts of the nodes inside the rectangle, the
+  cut leaves scanned: :meth:`QueryWindow.c_count_in`), shared by every subscription.  A
+  subscription keeps a *buffer* of at most ``cap = knn_factor * k`` terms with their exact counts,
+  sorted by the key (count desc, label): labels are 32-bit integers in the order of the term
+  names (the facade assigns them with gaps and relabels every term when a gap runs out), and a
+  ``bound``: no term outside the buffer has a smaller key (UINT64_MAX: every term of the
+  rectangle is in the buffer).  Invariant: the buffer's counts are exact and the bound holds, so
+  its first k entries are the top-k whenever the k-th key is below the bound (or the bound is
+  UINT64_MAX).  An arrival in the rectangle adds 1 to its terms in the buffer; a term outside it
+  gets its exact count from the trees and enters when it ranks before the last entry (the entry
+  pushed out lowers the bound to its key), or else lowers the bound to its own key; when even its
+  count over the whole window (its tree's root count) ranks after the last entry, that count's
+  key bounds it without a walk.  An expiry
+  subtracts 1 from its terms in the buffer (outside terms only fall: the bound stays true).  When
+  the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
+  (the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
 * Events of knn and terms subscriptions are netted per step: their top-k before the step's
   first change to them is compared with the top-k after the step.
 """
 import numpy as np
-from cython.operator cimport dereference as deref, preincrement as inc
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
+from libcpp.algorithm cimport partial_sort
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
@@ -49,6 +61,10 @@ cdef inline double now_ns() noexcept nogil:
 cdef inline pair[uint64_t, term_t] rank_key(uint32_t count, uint32_t label, term_t t) noexcept nogil:
     """Ascending keys rank count descending, then name ascending (labels follow name order)."""
     return pair[uint64_t, term_t](((<uint64_t>(0xFFFFFFFFu - count)) << 32) | label, t)
+
+
+cdef inline uint32_t key_count(uint64_t key) noexcept nogil:
+    return 0xFFFFFFFFu - <uint32_t>(key >> 32)
 
 
 cdef inline bint near_less(double d1, seq_t s1, double d2, seq_t s2) noexcept nogil:
@@ -152,25 +168,14 @@ cdef class QueryCore:
     def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
         cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
-        cdef size_t i
-        cdef term_t t
         if slot >= self.region.size():
             self.region.resize(slot + 1)
-            self.region_counts.resize(slot + 1)
-            self.region_rank.resize(slot + 1)
+            self.region_buf.resize(slot + 1)
             self.region_top.resize(slot + 1)
             self.region_touch_step.resize(slot + 1, 0)
             self.region_before.resize(slot + 1)
-        self.region[slot] = RegionSubC(ext_id, k, 1)
-        self.region_counts[slot].clear()
-        self.region_rank[slot].clear()
-        self.seqs.clear()
-        self.qw.c_region_counts(&r, 0.0, 0.0, &self.counts, &self.touched_terms)
-        for i in range(self.touched_terms.size()):
-            t = self.touched_terms[i]
-            self._region_add(slot, t, <int>self.counts[t])
-            self.counts[t] = 0
-        self.touched_terms.clear()
+        self.region[slot] = RegionSubC(r, ext_id, k, k * max(self.knn_factor, 2), 0xFFFFFFFFFFFFFFFFu, 1)
+        self._region_refill(slot)
         self.region_top[slot].clear()
         self._region_rank(slot, &self.region_top[slot])
         return slot
@@ -178,8 +183,8 @@ cdef class QueryCore:
     def unsubscribe_terms(self, uint32_t slot):
         self.regions.c_remove(slot)
         self.region[slot].alive = 0
-        self.region_counts[slot].clear()
-        self.region_rank[slot].clear()
+        self.region_buf[slot].clear()
+        self.region_buf[slot].shrink_to_fit()
         self.region_top[slot].clear()
 
     # ------------------------------------------------------------------ knn and terms state
@@ -216,25 +221,87 @@ cdef class QueryCore:
             self.knn_before_ids[slot].push_back(win_get(self.qw.window, b[0][i].seq).ext_id)
 
     cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil:
-        cdef uint32_t old = 0, new
-        it = self.region_counts[slot].find(t)
-        if it != self.region_counts[slot].end():
-            old = deref(it).second
-            self.region_rank[slot].erase(rank_key(old, self.labels[t], t))
-        new = <uint32_t>(<int>old + delta)
-        if new:
-            self.region_counts[slot][t] = new
-            self.region_rank[slot].insert(rank_key(new, self.labels[t], t))
-        elif old:
-            self.region_counts[slot].erase(t)
+        """Term t's count in the slot's rectangle moved by delta (+1: the arriving message is in
+        the window already; -1: the expiring one may still be): the buffer and bound updated."""
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef RegionSubC* s = &self.region[slot]
+        cdef size_t i, n = b.size(), pos = n
+        cdef uint32_t c
+        cdef pair[uint64_t, term_t] e
+        for i in range(n):
+            if b[0][i].second == t:
+                pos = i
+                break
+        if pos < n:                                   # in the buffer: exact count, move it
+            c = key_count(b[0][pos].first)
+            if delta < 0 and c <= 1:
+                b.erase(b.begin() + pos)
+                return
+            e = rank_key(c + 1 if delta > 0 else c - 1, self.labels[t], t)
+            b[0][pos] = e
+            while pos > 0 and b[0][pos - 1].first > e.first:
+                b[0][pos] = b[0][pos - 1]
+                pos -= 1
+            while pos + 1 < n and b[0][pos + 1].first < e.first:
+                b[0][pos] = b[0][pos + 1]
+                pos += 1
+            b[0][pos] = e
+            return
+        if delta < 0:                                 # outside terms only fall: the bound holds
+            return
+        if n >= s.cap and t < self.qw.index.root.size() and self.qw.index.root[t] >= 0:
+            # the term's window count bounds its count here: when even that ranks after the last
+            # entry, the term stays out and its key is bounded without a walk (rare terms)
+            e = rank_key(self.qw.index.nodes[self.qw.index.root[t]].count, self.labels[t], t)
+            if e.first >= b.back().first:
+                if e.first < s.bound:
+                    s.bound = e.first
+                return
+        self.region_walks += 1
+        e = rank_key(self.qw.c_count_in(t, &s.rect), self.labels[t], t)
+        if n >= s.cap and e.first >= b.back().first:
+            if e.first < s.bound:
+                s.bound = e.first
+            return
+        pos = n
+        while pos > 0 and b[0][pos - 1].first > e.first:
+            pos -= 1
+        b.insert(b.begin() + pos, e)
+        if b.size() > s.cap:
+            if b.back().first < s.bound:
+                s.bound = b.back().first
+            b.pop_back()
+
+    cdef void _region_refill(self, uint32_t slot) noexcept nogil:
+        """The buffer and bound from a count of the rectangle's window messages."""
+        cdef RegionSubC* s = &self.region[slot]
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef vector[pair[uint64_t, term_t]] keys
+        cdef size_t i, n
+        cdef term_t t
+        self.qw.c_region_counts(&s.rect, 0.0, 0.0, &self.counts, &self.touched_terms)
+        for i in range(self.touched_terms.size()):
+            t = self.touched_terms[i]
+            keys.push_back(rank_key(self.counts[t], self.labels[t], t))
+            self.counts[t] = 0
+        self.touched_terms.clear()
+        n = min(keys.size(), <size_t>s.cap + 1)
+        partial_sort(keys.begin(), keys.begin() + n, keys.end())
+        b.clear()
+        for i in range(min(n, <size_t>s.cap)):
+            b.push_back(keys[i])
+        s.bound = keys[s.cap].first if keys.size() > s.cap else 0xFFFFFFFFFFFFFFFFu
+        self.region_refills += 1
 
     cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil:
-        """Top-k terms: the first k entries of the ordered set."""
-        cdef uint32_t k = self.region[slot].k
-        it = self.region_rank[slot].begin()
-        while it != self.region_rank[slot].end() and out.size() < k:
-            out.push_back(deref(it).second)
-            inc(it)
+        """Top-k terms: the buffer's first k entries, once proven (else refilled first)."""
+        cdef RegionSubC* s = &self.region[slot]
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef size_t i
+        if s.bound != 0xFFFFFFFFFFFFFFFFu and (b.size() < s.k or b[0][s.k - 1].first >= s.bound):
+            self._region_refill(slot)
+        for i in range(min(<size_t>s.k, b.size())):
+            out.push_back(b[0][i].second)
 
     def set_labels(self, const uint32_t[::1] labels, bint relabel):
         """Labels of the term ids 0.. (vocabulary ids; the core's are shifted by one).  With
@@ -246,22 +313,16 @@ cdef class QueryCore:
             self.labels[i + 1] = labels[i]
         if not relabel:
             return
-        for slot in range(self.region.size()):
-            if not self.region[slot].alive:
-                continue
-            self.region_rank[slot].clear()
-            it = self.region_counts[slot].begin()
-            while it != self.region_counts[slot].end():
-                self.region_rank[slot].insert(rank_key(deref(it).second, self.labels[deref(it).first],
-                                                       deref(it).first))
-                inc(it)
+        for slot in range(self.region.size()):      # keys changed: buffers and bounds anew
+            if self.region[slot].alive:
+                self._region_refill(slot)
 
     cdef void _region_touch(self, uint32_t slot) noexcept nogil:
         if self.region_touch_step[slot] == self.step:
             return
         self.region_touch_step[slot] = self.step
         self.region_touched.push_back(slot)
-        self.region_before[slot] = self.region_top[slot]
+        self.region_before[slot].swap(self.region_top[slot])   # region_top is rebuilt after the step's change
 
     # ------------------------------------------------------------------ the stream
     cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil:
@@ -309,10 +370,10 @@ cdef class QueryCore:
                         if not self.knn[slot].complete and b.size() < self.knn[slot].k:
                             refill.push_back(slot)
                         break
+        self.qw.c_pop_oldest()                 # refills after the message has left the window
         for i in range(self.hits.size()):
             self.region_top[self.hits[i]].clear()
             self._region_rank(self.hits[i], &self.region_top[self.hits[i]])
-        self.qw.c_pop_oldest()                 # refills after the message has left the window
         for i in range(refill.size()):
             self._knn_refill(refill[i])
         self.expirations += 1
@@ -355,11 +416,11 @@ cdef class QueryCore:
                     continue
                 self.knn_stamp[slot] = self.knn_probes
                 s = &self.knn[slot]
-                if not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, m.nterms, &self.qw.stack):
-                    continue
                 b = &self.knn_buf[slot]
-                d = point_distance(s.x, s.y, x, y)
+                d = point_distance(s.x, s.y, x, y)     # the cheap test first: most are too far
                 if not s.complete and (b.size() == 0 or not near_less(d, seq, b.back().dist, b.back().seq)):
+                    continue
+                if not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, m.nterms, &self.qw.stack):
                     continue
                 self._knn_touch(slot)
                 pos = b.size()
@@ -403,6 +464,8 @@ cdef class QueryCore:
         for i in range(self.region_touched.size()):
             slot = self.region_touched[i]
             top = &self.region_top[slot]
+            if top[0] == self.region_before[slot]:   # the common case: counts moved, not the top-k
+                continue
             for a in range(top.size()):
                 found = False
                 for j in range(self.region_before[slot].size()):
@@ -493,7 +556,7 @@ cdef class QueryCore:
         counts = np.empty(top.size(), dtype=np.int64)
         for i in range(top.size()):
             ids[i] = <int64_t>top[0][i] - 1
-            counts[i] = self.region_counts[slot][top[0][i]]
+            counts[i] = key_count(self.region_buf[slot][i].first)
         return ids, counts
 
     # ------------------------------------------------------------------ snapshots
@@ -589,6 +652,7 @@ cdef class QueryCore:
             "emp_us": self.expiry_ns / 1e3 / self.expirations if self.expirations else 0.0,
             "knn_reevaluations": self.reevaluations,
             "range_postings": self.ranges.postings, "range_candidates": self.ranges.candidates,
-            "terms_candidates": self.regions.candidates,
+            "terms_candidates": self.regions.candidates, "terms_refills": self.region_refills,
+            "terms_walks": self.region_walks,
             "range_index_bytes": self.ranges.memory_bytes(),
         }

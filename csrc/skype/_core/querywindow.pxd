@@ -46,5 +46,6 @@ cdef class QueryWindow:
     cdef NearC _near_pop(self) noexcept nogil
     cdef void c_region_counts(self, const RectC* r, double now, double last,
                               vector[uint32_t]* counts, vector[term_t]* touched) noexcept nogil
+    cdef uint32_t c_count_in(self, term_t t, const RectC* r) noexcept nogil
     cdef void c_top_terms(self, vector[uint32_t]* counts, vector[term_t]* touched, size_t k,
                           vector[term_t]* out) noexcept nogil

@@ -245,6 +245,39 @@ cdef class QueryWindow:
                     touched.push_back(t)
                 counts[0][t] += 1
 
+    cdef uint32_t c_count_in(self, term_t t, const RectC* r) noexcept nogil:
+        """Window messages holding term ``t`` inside ``r`` (edges included): subtree counts of
+        the nodes inside ``r``, a scan of the leaves it cuts."""
+        cdef uint32_t total = 0
+        cdef int32_t n, q
+        cdef size_t e
+        cdef MsgC* m
+        cdef RectC* nr
+        cdef vector[MEntryC]* leaf
+        if t >= self.index.root.size() or self.index.root[t] < 0:
+            return 0
+        self.walk.clear()
+        self.walk.push_back(self.index.root[t])
+        while self.walk.size():
+            n = self.walk.back()
+            self.walk.pop_back()
+            nr = &self.index.nodes[n].rect
+            if self.index.nodes[n].count == 0 or not rects_meet(nr, r):
+                continue
+            if r.minx <= nr.minx and nr.maxx <= r.maxx and r.miny <= nr.miny and nr.maxy <= r.maxy:
+                total += self.index.nodes[n].count
+                continue
+            if self.index.nodes[n].child >= 0:
+                for q in range(4):
+                    self.walk.push_back(self.index.nodes[n].child + q)
+                continue
+            leaf = &self.index.entries[n]
+            for e in range(leaf.size()):
+                m = win_get(self.window, leaf[0][e].seq)
+                if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy:
+                    total += 1
+        return total
+
     cdef void c_top_terms(self, vector[uint32_t]* counts, vector[term_t]* touched, size_t k,
                           vector[term_t]* out) noexcept nogil:
         """The k best of the touched terms (count descending, then name ascending); resets the
