@@ -89,6 +89,16 @@ def test_bulk_registration_mid_stream_equals_reference(buffer, window):
     assert eng.stats()["bulk_registration"]["subscriptions"] == 160
 
 
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_micro_batched_replays_equal_reference(buffer, window):
+    """The block index replays the window 7 messages at a time, each batch against the
+    thresholds before it, into full and partial heaps (factor 1: some skyband runs fall back)."""
+    eng, got = core(3, window, 60, budget=600, factor=1, buffer=buffer, micro_batch=7)
+    assert got == reference(3, window, 60)
+    assert eng.stats()["bulk_registration"]["passes"] > 1
+
+
 @pytest.mark.parametrize("buffer", ["skyband", "cskyband"])
 def test_short_runs_fall_back_to_the_message_index_exactly(buffer):
     # hot-term workload: long runs of equal scores, so runs of k + 16 are often too short

@@ -7,4 +7,4 @@ from skype._core.buffers cimport Buffers
 
 cdef uint32_t bulk_capacity(Buffers b, int32_t k) noexcept nogil
 cdef uint64_t bulk_replay(Buffers b, SubscriptionIndex tmp, SubTable table, WindowStore window,
-                          const sid_t* sids, size_t n, uint64_t seed, double* build_ns) noexcept nogil
+                          const sid_t* sids, size_t n, uint64_t seed, size_t batch, double* build_ns) noexcept nogil

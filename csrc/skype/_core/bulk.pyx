@@ -36,13 +36,16 @@ tweets (k = 20): cSkyband never fell back at 20k, 40k and 100k subscriptions; Sk
 back for 70% of them, so the engine keeps Skyband on the per-subscription path unless told
 otherwise.
 The engine splits a batch so that the heaps of one pass hold at most ``budget`` entries
-(12 bytes each), one replay per part.
+(12 bytes each), one replay per part.  With ``batch`` > 1 the replay disseminates that many
+messages at a time (``disseminate_batch``: micro-batching), each against the thresholds before
+its batch: lower than or equal to the current ones, so the index reports a superset, and the
+heaps keep the same best C_s.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport sid_t, seq_t, prefetch
+from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC
 from skype._core.buffers cimport Buffers, RankedC, BUF_EXACT, BUF_KMAX, BUF_SKYBAND
@@ -129,25 +132,71 @@ cdef uint32_t bulk_capacity(Buffers b, int32_t k) noexcept nogil:
     return <uint32_t>(c + BULK_TIES)
 
 
+cdef void offer_all(vector[HeapRefC]* ref, RankedC* heaps, SubTable table, SubscriptionIndex tmp,
+                    const CandC* out, size_t nout, uint32_t lo) noexcept nogil:
+    """Offer one replayed message (low seq bits lo) to the heaps of its candidates."""
+    cdef size_t j
+    cdef HeapRefC* hr
+    cdef RankedC* h
+    cdef CandC c
+    # the heaps are cache misses at scale: their records PREFETCH_FAR ahead, their roots
+    # PREFETCH_NEAR ahead
+    for j in range(nout if nout < PREFETCH_FAR else PREFETCH_FAR):
+        prefetch(&ref[0][out[j].sid])
+    for j in range(nout if nout < PREFETCH_NEAR else PREFETCH_NEAR):
+        prefetch_heap(heaps, &ref[0][out[j].sid])
+    for j in range(nout):
+        if j + PREFETCH_FAR < nout:
+            prefetch(&ref[0][out[j + PREFETCH_FAR].sid])
+        if j + PREFETCH_NEAR < nout:
+            prefetch_heap(heaps, &ref[0][out[j + PREFETCH_NEAR].sid])
+        c = out[j]
+        hr = &ref[0][c.sid]
+        h = &heaps[hr.base]
+        if hr.size < hr.cap:
+            h[hr.size].score = c.score
+            h[hr.size].seq_lo = lo
+            sift_up(h, hr.size)
+            hr.size += 1
+            if hr.size < hr.cap:
+                continue
+        elif worse(h, c.score, lo):
+            h[0].score = c.score
+            h[0].seq_lo = lo
+            sift_down(h, hr.size, 0)
+        else:
+            continue
+        # full: theta = the worst kept score, a lower bound of the final C-th best.  The
+        # exact check reads hot.theta at once; the index hears of a raise as often as it
+        # asks (``replay_raise_at``: a raise may re-sort posting entries)
+        if h[0].score > table.hot[c.sid].theta:
+            table.hot[c.sid].theta = h[0].score
+            if h[0].score > tmp.replay_raise_at(table.theta_idx[c.sid]):
+                tmp.theta_changed(c.sid)
+
+
 cdef uint64_t bulk_replay(Buffers b, SubscriptionIndex tmp, SubTable table, WindowStore window,
-                          const sid_t* sids, size_t n, uint64_t seed, double* build_ns) noexcept nogil:
+                          const sid_t* sids, size_t n, uint64_t seed, size_t batch, double* build_ns) noexcept nogil:
     """Initialise the buffers of sids[0:n] (in the table, in no index) from one replay of the
-    window through ``tmp`` (empty, of the engine's index kind).  Returns the (s, m) pairs the
-    replay offered to the heaps; adds the time of step 3 to build_ns."""
+    window through ``tmp`` (empty, of the engine's index kind), ``batch`` messages at a time.
+    Returns the (s, m) pairs the replay offered to the heaps; adds the time of step 3 to
+    build_ns."""
     cdef vector[HeapRefC] ref              # per sid (slot of the table): its heap
     cdef vector[RankedC] heaps
     cdef vector[uint32_t] order
-    cdef size_t i, j, nout, count = window.count
+    cdef size_t i, j, q, nb, count = window.count
     cdef uint64_t total = 0, x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull
     cdef sid_t sid
     cdef HeapRefC* hr
     cdef seq_t oldest = window.oldest_seq, seq
     cdef MsgC* m
+    cdef const MsgTermC* mt
     cdef RankedC* h
-    cdef const CandC* out
-    cdef uint32_t lo, r
-    cdef CandC c
+    cdef uint32_t r
     cdef uint64_t offers = 0
+    cdef vector[MsgTermC] bterms           # micro-batches: the batch's messages' terms
+    cdef vector[size_t] boffs
+    cdef vector[double] bx, by
     cdef double t0
     ref.resize(table.hot.size())
     for i in range(n):
@@ -174,48 +223,35 @@ cdef uint64_t bulk_replay(Buffers b, SubscriptionIndex tmp, SubTable table, Wind
         r = order[i]
         order[i] = order[j]
         order[j] = r
-    for i in range(count):
-        seq = oldest + order[i]
-        m = win_get(window, seq)
-        lo = <uint32_t>seq
-        tmp.disseminate(win_terms(window, m), <int>m.nterms, m.x, m.y)
-        out = tmp.out.data()
-        nout = tmp.out.size()
-        offers += nout
-        # the heaps are cache misses at scale: their records PREFETCH_FAR ahead, their roots
-        # PREFETCH_NEAR ahead
-        for j in range(nout if nout < PREFETCH_FAR else PREFETCH_FAR):
-            prefetch(&ref[out[j].sid])
-        for j in range(nout if nout < PREFETCH_NEAR else PREFETCH_NEAR):
-            prefetch_heap(&heaps[0], &ref[out[j].sid])
-        for j in range(nout):
-            if j + PREFETCH_FAR < nout:
-                prefetch(&ref[out[j + PREFETCH_FAR].sid])
-            if j + PREFETCH_NEAR < nout:
-                prefetch_heap(&heaps[0], &ref[out[j + PREFETCH_NEAR].sid])
-            c = out[j]
-            hr = &ref[c.sid]
-            h = &heaps[hr.base]
-            if hr.size < hr.cap:
-                h[hr.size].score = c.score
-                h[hr.size].seq_lo = lo
-                sift_up(h, hr.size)
-                hr.size += 1
-                if hr.size < hr.cap:
-                    continue
-            elif worse(h, c.score, lo):
-                h[0].score = c.score
-                h[0].seq_lo = lo
-                sift_down(h, hr.size, 0)
-            else:
-                continue
-            # full: theta = the worst kept score, a lower bound of the final C-th best.  The
-            # exact check reads hot.theta at once; the index hears of a raise as often as it
-            # asks (``replay_raise_at``: a raise may re-sort posting entries)
-            if h[0].score > table.hot[c.sid].theta:
-                table.hot[c.sid].theta = h[0].score
-                if h[0].score > tmp.replay_raise_at(table.theta_idx[c.sid]):
-                    tmp.theta_changed(c.sid)
+    i = 0
+    while i < count:
+        if batch <= 1:
+            seq = oldest + order[i]
+            m = win_get(window, seq)
+            tmp.disseminate(win_terms(window, m), <int>m.nterms, m.x, m.y)
+            offers += tmp.out.size()
+            offer_all(&ref, heaps.data(), table, tmp, tmp.out.data(), tmp.out.size(), <uint32_t>seq)
+            i += 1
+            continue
+        nb = batch if batch < count - i else count - i
+        bterms.clear()
+        boffs.clear()
+        boffs.push_back(0)
+        bx.clear()
+        by.clear()
+        for q in range(nb):
+            m = win_get(window, oldest + order[i + q])
+            mt = win_terms(window, m)
+            bterms.insert(bterms.end(), mt, mt + m.nterms)
+            boffs.push_back(bterms.size())
+            bx.push_back(m.x)
+            by.push_back(m.y)
+        tmp.disseminate_batch(bterms.data(), boffs.data(), bx.data(), by.data(), nb)
+        for q in range(nb):
+            offers += tmp.batch_off[q + 1] - tmp.batch_off[q]
+            offer_all(&ref, heaps.data(), table, tmp, tmp.batch_out.data() + tmp.batch_off[q],
+                      tmp.batch_off[q + 1] - tmp.batch_off[q], <uint32_t>(oldest + order[i + q]))
+        i += nb
     # the buffers, from the runs in ranking order
     t0 = now_ns()
     for i in range(n):

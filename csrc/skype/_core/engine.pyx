@@ -415,7 +415,8 @@ cdef class CoreEngine:
             tmp = self.index_factory()
             with nogil:
                 self.bulk_offers += bulk_replay(self.buffers, tmp, self.table, self.window, &rest[start],
-                                                i - start, self.arrivals + self.bulk_passes, &self.bulk_build_ns)
+                                                i - start, self.arrivals + self.bulk_passes, self.micro_batch,
+                                                &self.bulk_build_ns)
             for key, v in tmp.counters().items():
                 self.bulk_counters[key] = self.bulk_counters.get(key, 0) + v
             tmp = None
