@@ -199,9 +199,13 @@ class Vocabulary:
         rows = np.repeat(np.arange(len(docs), dtype=np.int64), lens)
         return self.weigh_term_ids(rows, flat, len(docs))
 
+    def id_space(self) -> int:
+        """Every term id of this vocabulary is below this."""
+        return max(len(self), 1)
+
     def weigh_term_ids(self, rows: np.ndarray, term_ids: np.ndarray, num_rows: int) -> TermMatrix:
         """tf-idf CSR from (row, term id) occurrences (duplicates count as tf)."""
-        size = max(len(self), 1)
+        size = self.id_space()
         key = np.asarray(rows, np.int64) * size + np.asarray(term_ids, np.int64)
         uniq, tf = np.unique(key, return_counts=True)
         urows, uids = np.divmod(uniq, size)

@@ -37,8 +37,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from skype.errors import InputError
-from skype.model import TermMatrix
-from skype.text import Vocabulary, normalize_rows, _indptr
+from skype.text import Vocabulary
 
 FORMAT = "skype-vocabulary"
 VERSION = 1
@@ -124,13 +123,8 @@ class FrozenVocabulary(Vocabulary):
         out[inside] = known[ids[inside]]
         return out
 
-    def weigh_term_ids(self, rows: np.ndarray, term_ids: np.ndarray, num_rows: int) -> TermMatrix:
-        size = self.id_limit
-        key = np.asarray(rows, np.int64) * size + np.asarray(term_ids, np.int64)
-        uniq, tf = np.unique(key, return_counts=True)
-        urows, uids = np.divmod(uniq, size)
-        weights = tf * self.idf(uids)
-        return TermMatrix(_indptr(urows, num_rows), uids, normalize_rows(urows, weights, num_rows))
+    def id_space(self) -> int:
+        return self.id_limit
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict:
