@@ -78,6 +78,7 @@ class Errors:
     E084 = ("command at offset {offset} of topic partition {partition} does not fit the command key "
             "(partition < 2^23, offset < 2^40)")
     E085 = "executor ingestion: {detail}"
+    E086 = "unknown command op {op!r}: expected 'sub', 'unsub' or 'results'"
 
 
 class InputError(SkypeError, ValueError):

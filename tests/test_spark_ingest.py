@@ -70,3 +70,50 @@ def test_spark_executor_ingestion_equals_the_centralized_engine(spark, raw_files
     claimed = {p.read_text() for p in (run_dir / "unseen-terms").rglob("*") if p.is_file()}
     sub_terms = {t for s in io.iter_objects(d / "subs.jsonl") for t in s[1]["terms"]}
     assert claimed and all(t not in vocab for t in claimed) and claimed & sub_terms
+
+
+def test_an_open_stream_gets_its_results_from_the_stages_on_a_results_request(spark, raw_files, tmp_path):
+    """Stream directories have no known end, so the stages answer only a producer's results
+    request: one mid-stream (its answer equals the centralized engine after 200 messages, and a
+    later batch makes it stale) and one after the last message (the final results, from the
+    stages, not folded from events by the driver)."""
+    from skype.cli.distributed import run_distributed
+
+    d = raw_files
+    lines = (d / "msgs.jsonl").read_text().splitlines(keepends=True)
+    messages, commands = tmp_path / "in" / "messages", tmp_path / "in" / "commands"
+    messages.mkdir(parents=True)
+    commands.mkdir(parents=True)
+    (messages / "part-0.jsonl").write_text("".join(lines[:200]))
+    (messages / "part-1.jsonl").write_text("".join(lines[200:]))
+    subs = [json.dumps(dict(json.loads(line), op="sub", at=0)) + "\n"
+            for line in (d / "subs.jsonl").read_text().splitlines() if line.strip()]
+    requests = [json.dumps({"op": "results", "at": 200}) + "\n", json.dumps({"op": "results", "at": 400}) + "\n"]
+    (commands / "part-0.jsonl").write_text("".join(subs + requests))
+
+    vocab = ["--vocabulary", str(d / "vocab.json"), "--window", "300"]
+    want = {}
+    for n in (200, 400):
+        (tmp_path / f"first-{n}.jsonl").write_text("".join(lines[:n]))
+        assert main(["simulate", "--messages", str(tmp_path / f"first-{n}.jsonl"), "--subscriptions",
+                     str(d / "subs.jsonl"), *vocab, "--results-out", str(tmp_path / f"central-{n}.jsonl")]) == 0
+        want[n] = results_of(tmp_path / f"central-{n}.jsonl")
+    assert want[200] != want[400]
+
+    run_dir = tmp_path / "run"
+    args = build_parser().parse_args(["distributed", "--messages-dir", str(messages), "--commands-dir", str(commands),
+                                      *vocab, "--batch-size", "200", "--method", "prefix,location",
+                                      "--partitions", "2", "--checkpoint", str(run_dir),
+                                      "--results-out", str(tmp_path / "r.jsonl"),
+                                      "--metrics-out", str(tmp_path / "m.json")])
+    assert run_distributed(args, spark) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())["runs"]
+    for method, m in zip(("prefix", "location"), metrics):
+        assert m["results_from"] == "stages" and m["messages"] == 400
+        assert results_of(tmp_path / f"r.{method}.jsonl") == want[400], method
+        first = sorted((run_dir / "results" / method).glob("batch-00000000-part-*.jsonl"))
+        assert first, f"{method}: the mid-stream request was not answered"
+        got: dict = {}
+        for part in first:
+            got.update(results_of(part))
+        assert got == want[200], f"{method}: {first_difference(got, want[200])}"

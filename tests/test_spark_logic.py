@@ -370,3 +370,48 @@ def test_spark_shipped_routers_are_cached_per_shipment(tweets_small):
     b = ShippedRouters(FakeBroadcast(pickle.dumps([build_distribution("hashing", 3, subs)])), [[7, 8, 9]])
     assert a.routers()[0].keys == [5, 6] and b.routers()[0].keys == [7, 8, 9]
     assert a.routers()[0].keys == [5, 6] and a.routers()[0].num_partitions == 2
+
+
+def test_spark_results_request_flags_its_batch_and_touches_no_subscription(tweets_small):
+    """A results request (``{"op": "results", "at"}``) is routed to every partition, waits for its
+    position like any command, flags the batch in which it falls due, and neither removes nor
+    replaces a subscription, not even one whose id is 0 (the request's own id field)."""
+    from skype.model import MessageBatch
+    from skype.partitioning import build_distribution
+    from skype.spark.codec import OP_RESULTS
+    from skype.spark.partition import Hosted, PartitionConfig, PartitionCore, PartitionInput, replay_commands
+    from skype.spark.routing import Router
+    from skype.spark.window import WindowSpec
+
+    w = tweets_small
+    subs = w.subscriptions.slice(0, 3)
+    subs = type(subs)(np.array([0, 1, 2]), subs.x, subs.y, subs.k, subs.alpha, subs.terms)
+    request = Commands([3], [150], [OP_RESULTS], _no_record(), [0])
+    dist = build_distribution("hashing", 3, w.subscriptions, w.messages.slice(0, 200), w.vocabulary, None)
+    parts = Router(dist, [0, 1, 2]).route(w.messages.slice(0, 0), np.zeros(0, np.int64), request)
+    assert sorted(parts) == [0, 1, 2]
+
+    core = PartitionCore(PartitionConfig(partition=0, num_buckets=1, window=WindowSpec("count", 100.0),
+                                         bounds=(w.bounds.minx, w.bounds.miny, w.bounds.maxx, w.bounds.maxy)))
+    commands = Commands.concat([Commands([0, 1, 2], [0, 0, 0], [OP_SUB] * 3, subs, [1] * 3), request])
+    msgs = w.messages.slice(0, 200)
+
+    def batch(lo, hi, cmds):
+        part = msgs.slice(lo, hi)
+        return PartitionInput(MessageBatch(part.ids, part.x, part.y, part.t, part.terms),
+                              np.arange(lo, hi, dtype=np.int64), cmds, hi - 1, float(part.t[-1]))
+
+    first = core.apply(batch(0, 100, commands))
+    assert not first.metrics["results_requested"] and len(core.pending) == 1  # due at 150
+    second = core.apply(batch(100, 200, Commands.empty()))
+    assert second.metrics["results_requested"] and len(core.pending) == 0
+    assert sorted(core.hosted.rows) == [0, 1, 2]
+    hosted = Hosted()
+    replay_commands(hosted, commands)
+    assert sorted(hosted.rows) == [0, 1, 2]
+
+
+def _no_record():
+    from skype.spark.staging import _id_only
+
+    return _id_only(0)

@@ -31,7 +31,7 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.spark.records import (
-    KIND_MESSAGE, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE, dead_letter, events_batch, records_to_events,
+    KIND_MESSAGE, KIND_RESULTS, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE, dead_letter, events_batch, records_to_events,
 )
 
 PARTITION_BITS = 23
@@ -74,9 +74,10 @@ def _vectorised_row(rec: dict, kind: str, position: int) -> tuple:
         return (KIND_MESSAGE, position, None, num("id", int), num("x", float), num("y", float), num("t", float),
                 None, None, *terms)
     op = rec.get("op")
-    if op not in ("sub", "unsub"):
-        raise InputError("E018", op=op)
-    return (KIND_SUBSCRIBE if op == "sub" else KIND_UNSUBSCRIBE, position, num("at", int), num("id", int),
+    if op not in ("sub", "unsub", "results"):
+        raise InputError("E086", op=op)
+    kind_of = {"sub": KIND_SUBSCRIBE, "unsub": KIND_UNSUBSCRIBE, "results": KIND_RESULTS}
+    return (kind_of[op], position, num("at", int), num("id", int),
             num("x", float), num("y", float), None, num("k", int), num("alpha", float), *terms,
             _spec(rec.get("spec")))
 

@@ -30,7 +30,8 @@ id is preceded by one, so all replicas of an id agree; see :mod:`skype.spark.rou
 **Results.**  After the batch, each replica's top-k is exact over the partition's window share.
 The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (net entered / left
 messages, netted over the batch's change logs) for single-replica subscriptions, a ``STATE`` (the
-local list) for replicated ones and for every subscription a command touched.
+local list) for replicated ones and for every subscription a command touched.  A results request
+(``OP_RESULTS``, due like any command) only flags the batch: the stage then sends every top-k.
 
 **Query kinds** (:mod:`skype.spark.kinds`): a subscribe with a ``spec`` (range, knn, terms) is
 hosted alike, in an engine with the query window; its result is reported as top-k entries whose
@@ -64,7 +65,7 @@ from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import activation as act
 from skype.spark import codec
 from skype.spark.activation import Activation, ActivationConfig
-from skype.spark.codec import OP_SUB, Commands
+from skype.spark.codec import OP_RESULTS, OP_SUB, Commands
 from skype.spark.kinds import UNBOUNDED_K, NameRanks, read_vocabulary, result_arrays, spec_from_json
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
 from skype.spark.window import WindowShare, WindowSpec
@@ -207,6 +208,8 @@ class Hosted:
 def replay_commands(hosted: Hosted, due: Commands, activation: Activation | None = None) -> None:
     """Apply due commands to a :class:`Hosted` set only (rebuild from the durable log)."""
     for j in range(len(due)):
+        if due.op[j] == OP_RESULTS:  # a results request changes nothing hosted
+            continue
         sid = int(due.subs.ids[j])
         hosted.remove(sid)
         if activation is not None:
@@ -373,6 +376,10 @@ class PartitionCore:
         hwm_seq = max(self.hwm_seq, int(inp.hwm_seq))
         hwm_t = max(self.hwm_t, float(inp.hwm_t))
         due, positions, self.pending = plan_commands(self.pending, inp.commands, lo, hwm_seq)
+        requests = due.op == OP_RESULTS
+        if requests.any():  # answered after the batch (skype.spark.processors); they touch no subscription
+            keep = np.flatnonzero(~requests)
+            due, positions = due.take(keep), positions[keep]
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
         before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)
@@ -427,7 +434,8 @@ class PartitionCore:
                      "active": len(self.hosted) - dormant, "dormant": dormant, "sleeps": sleeps, "wakes": wakes,
                      "hosted_inverse_replication": self.hosted.inverse_replication(),
                      "window_share": len(self.window), "engine_s": t_engine,
-                     "report_s": time.perf_counter() - t0 - t_engine, "report_rows": rows},
+                     "report_s": time.perf_counter() - t0 - t_engine, "report_rows": rows,
+                     "results_requested": bool(requests.any())},
         )
 
     def _publish(self, batch: MessageBatch, seq: np.ndarray, times: np.ndarray, lo: int, hi: int) -> ChangeLog:

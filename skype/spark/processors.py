@@ -25,7 +25,9 @@ bucket).  Rows out: ``pipeline, kind, payload`` (kind ``events``, ``metrics`` or
 **Final results from the state.**  When the stream's length is known (``final_upto``: the job
 staged it), the batch whose high-water mark reaches its end is the last: each partition then
 sends the top-k of its single-replica subscriptions and each merge bucket, after folding that
-batch's reports, the merged top-k of its replicated ones.  Every live subscription is answered
+batch's reports, the merged top-k of its replicated ones.  An open stream (a directory, Kafka)
+gets the same answers in the batch where a producer's results request (``{"op": "results",
+"at"}`` in the commands) falls due.  Every live subscription is answered
 exactly once, and the sink's tasks write the answers as the results file's lines.  ``pipeline``
 numbers the run's methods: a run may evaluate several methods side by side over one stream, each
 with its own keys, state and events.
@@ -226,9 +228,10 @@ class PartitionProcessor(_HostedProcessor):
             for bucket, blob in sorted(output.reports.items()):
                 yield Row(key=config.bucket_keys[bucket], pipeline=pipeline, kind="reports", payload=blob)
         home_bucket = config.bucket_keys[config.partition % len(config.bucket_keys)]
-        if config.final_upto is not None and new_hwm_seq + 1 >= config.final_upto:
-            # the stream's last batch: the final top-k comes from here (single-replica
-            # subscriptions) and from every merge bucket of the pipeline (replicated ones)
+        stream_ends = config.final_upto is not None and new_hwm_seq + 1 >= config.final_upto
+        if stream_ends or output.metrics["results_requested"]:
+            # the stream's last batch, or a producer's results request: the top-k comes from here
+            # (single-replica subscriptions) and from every merge bucket of the pipeline (replicated ones)
             reply = self._hosts.call(self.stage, key, ("results", self.stage, key, new))
             if reply[0] != "ok":
                 raise HostError(f"no engine for the final results of key {key}")

@@ -4,7 +4,8 @@ A *raw* record is a record of the public file formats (``README``: JSON objects 
 a ``terms`` object): a message ``{"id", "x", "y", "t"?, "text" | "terms"}``, or a command
 ``{"op": "sub" | "unsub", "at"?, "id", "x", "y", "k", "alpha", "text" | "terms"}`` (``op``
 defaults to ``sub``; an unsubscribe may carry the record it removes, which then decides where it
-goes).  :func:`records_to_events` validates and vectorises them with the shipped vocabulary
+goes), or a results request ``{"op": "results", "at"?}`` (the stages answer with every
+subscription's top-k once the stream reaches ``at``: how an open stream gets its final results).  :func:`records_to_events` validates and vectorises them with the shipped vocabulary
 (:mod:`skype.spark.vocabulary`) through the very functions the centralized engine's loader uses
 (``skype.validate.check_message`` / ``check_subscription``), so ids and weights are identical.
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from skype.errors import InputError
 
-KIND_MESSAGE, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE = 0, 1, 2  # as skype.spark.routing
+KIND_MESSAGE, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE, KIND_RESULTS = 0, 1, 2, 3  # as skype.spark.routing
 
 
 def parse_lines(lines: Iterable[bytes], first_position: int) -> Iterator[tuple[int, Any]]:
@@ -84,7 +85,9 @@ def _command_row(obj: Any, vocab, bounds, default_at: int | None) -> tuple:
             _, x, y, k, alpha, ids, weights = _command_row(dict(obj, op="sub"), vocab, bounds, at)[2:]
             return KIND_UNSUBSCRIBE, at, sid, x, y, k, alpha, ids, weights
         return KIND_UNSUBSCRIBE, at, sid, 0.0, 0.0, 0, 0.0, np.zeros(0, np.int64), np.zeros(0)
-    raise InputError("E018", op=op)
+    if op == "results":
+        return KIND_RESULTS, at, 0, 0.0, 0.0, 0, 0.0, np.zeros(0, np.int64), np.zeros(0)
+    raise InputError("E086", op=op)
 
 
 def records_to_events(records: Iterable[tuple[int, Any]], kind: str, vocab, bounds,

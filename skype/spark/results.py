@@ -5,8 +5,10 @@
 merge bucket sends the final top-k of the subscriptions it answers for, and the sink's tasks write
 them as ``results/<method>/batch-<id>-part-<p>.jsonl``, each part sorted by id.  The driver only
 merges the sorted parts of the latest such batch into one file (a k-way merge: its memory is one
-line per part, not one top-k per subscription).  When no stage wrote them (an open stream whose
-end is unknown, a run stopped early), the driver folds the event files instead: each batch's rows
+line per part, not one top-k per subscription).  An open stream gets them the same way when a
+producer ends its commands with a results request (``{"op": "results"}``).  When no stage wrote
+them, or a batch after the answer changed a result (an open stream without a final request, a
+run stopped early), the driver folds the event files instead: each batch's rows
 in batch order; inside a batch, a subscription that moved (removed on one partition, created on
 another: two files) is removed before it is created again.
 """
@@ -67,11 +69,14 @@ def read_event_rows(path: Path, fmt: str) -> list[dict]:
 
 def stage_result_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
     """The parts of the final results written by the stateful stages, of the latest batch that
-    wrote them (none: the stages did not see the stream end)."""
+    wrote them; none when the stages did not see the stream end, or when a later batch changed a
+    result (a results request answered mid-stream: its answer is not the final one)."""
     parts = sorted(plan.results_dir_of(pipeline).glob("batch-*-part-*.jsonl"))
     if not parts:
         return []
     last = parts[-1].name.split("-part-")[0]
+    if any(path.name.split("-part-")[0] > last for path in event_files(plan, pipeline)):
+        return []
     return [p for p in parts if p.name.split("-part-")[0] == last]
 
 

@@ -12,7 +12,7 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   goes to that record's placement (placement is a pure function of the record and the
   distribution's build-time tables, so it is *derived*, never looked up); an unsubscribe that
   carries only its id goes to every partition (P copies, the fallback for producers that do not
-  know the record).  A re-subscription of a live id must be preceded by an unsubscribe carrying the
+  know the record), and so does a results request.  A re-subscription of a live id must be preceded by an unsubscribe carrying the
   old record (staging writes one, :mod:`skype.spark.staging`).  The cost of a batch of commands is
   therefore the sum of their placements, never commands x P;
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
@@ -37,11 +37,12 @@ from skype.partitioning.base import Distribution
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec
-from skype.spark.codec import OP_SUB, OP_UNSUB, Commands
+from skype.spark.codec import OP_RESULTS, OP_SUB, OP_UNSUB, Commands
 
 KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
 KIND_UNSUBSCRIBE = 2
+KIND_RESULTS = 3  # a results request (no record): to every partition
 
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
@@ -180,7 +181,8 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
         messages, seq = messages.take(order), seq[order]
     subs = SubscriptionBatch(cols["id"][cmd], cols["x"][cmd], cols["y"][cmd], cols["k"][cmd], cols["alpha"][cmd],
                              terms.take(cmd))
-    op = np.where(kind[cmd] == KIND_SUBSCRIBE, OP_SUB, OP_UNSUB).astype(np.int8)
+    op = np.select([kind[cmd] == KIND_SUBSCRIBE, kind[cmd] == KIND_RESULTS], [OP_SUB, OP_RESULTS], OP_UNSUB)
+    op = op.astype(np.int8)
     specs = batch.column("spec").to_pylist() if "spec" in batch.schema.names and len(cmd) else None
     commands = Commands.concat([Commands(cols["seq"][cmd], cols["at"][cmd], op, subs, np.zeros(len(cmd), np.int32),
                                          np.array(specs, object)[cmd] if specs is not None else None)])
