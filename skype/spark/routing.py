@@ -38,6 +38,7 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec
 from skype.spark.codec import OP_SUB, OP_UNSUB, Commands
+from skype.spark.handover import routes_everywhere
 
 KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
@@ -76,12 +77,17 @@ class Router:
         self.dist = dist
         self.num_partitions = dist.num_partitions
         self.keys = list(keys)
+        # adaptive methods: every message and command to every partition, which decides what it
+        # owns under the versioned tables (skype.spark.handover)
+        self.everywhere = routes_everywhere(dist)
 
     def route(self, messages: MessageBatch, seq: np.ndarray, commands: Commands) -> dict[int, RoutedPart]:
         """Partition -> what it receives; every partition gets a part when there are messages."""
         P = self.num_partitions
         msg_rows: list[np.ndarray] = [np.zeros(0, np.int64)] * P
-        if len(messages):
+        if len(messages) and self.everywhere:
+            msg_rows = [np.arange(len(messages), dtype=np.int64)] * P
+        elif len(messages):
             by_part = self.dist.route_messages(messages).by_partition(P)
             msg_rows = [by_part.row(p).astype(np.int64) for p in range(P)]
         cmd_parts = self._route_commands(commands)
@@ -101,6 +107,9 @@ class Router:
         P = self.num_partitions
         if len(commands) == 0:
             return [Commands.empty()] * P
+        if self.everywhere:
+            return [Commands(commands.cseq, commands.at, commands.op, commands.subs, np.ones(len(commands), np.int32),
+                             commands.spec)] * P
         rows, parts, nrep = self.placements(commands)
         order = np.argsort(parts, kind="stable")
         rows, parts = rows[order], parts[order]
