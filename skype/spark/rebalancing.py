@@ -145,8 +145,10 @@ class Rebalancer:
         state = dict(self.state)
         ups = [m["upto"] for m in stages if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline]
         record: dict = {"batch": batch, "version": None}
-        if ups:
-            upto = max(ups)
+        upto = max(ups) if ups else None
+        if upto is not None and upto >= self.inputs.num_messages:  # the stream's end: nothing left to balance
+            state["cursor"] = self._advance(state["dist"], state["cursor"], upto)
+        elif upto is not None:
             dist = state["dist"]
             state["cursor"] = self._advance(dist, state["cursor"], upto)
             dist.fold_statistics(FADING[self.policy])
