@@ -1,11 +1,12 @@
 """Live rebalancing (issue 13, deliverable 5): adaptive methods on the streaming job, their
 subscriptions handed over between partitions at batch boundaries, exact after every batch.
 
-JVM-free: the job's own code (``spark_fixtures.LocalPipeline``) through forced moves with
-subscribes, unsubscribes and a re-subscribe mid-stream, a lost cache and a lost commit in the
-middle of a hand-over.  On Spark (one shared session): drift runs whose policies really move
-units, exact after every batch; a restart between the decision of a move and its hand-over;
-``--rebalance never`` equal to the static tables."""
+JVM-free (the job's own code, ``spark_fixtures.LocalPipeline``): forced moves with subscribes,
+unsubscribes and a re-subscribe mid-stream, a lost cache and a lost commit in the middle of a
+hand-over; each policy decided batch by batch by the driver's rebalancer (``never`` keeps the
+build's tables); a driver restart between a decision and its hand-over.  On Spark (the shared
+session, one drift run stopped and resumed): Tornado's policy really moves units, exact after
+every batch, through a restart between the decision of a move and its hand-over."""
 
 from __future__ import annotations
 
@@ -128,13 +129,24 @@ def _check_exact(spark, run_dir, method, metrics, reference):
         assert g == w, f"{method} batch {b}: {first_difference(g, w)}"
 
 
-def test_spark_live_rebalancing_moves_and_stays_exact(spark, tmp_path, drift_reference):
-    """agrid with Tornado's policy on a moving hot spot, on Spark: the policy moved units, the
-    partitions handed subscriptions over in the batch after each decision, and the events folded
-    after every batch and the final results equal the centralized engine's."""
+def test_spark_live_rebalancing_moves_and_stays_exact_through_a_restart(spark, tmp_path, drift_reference):
+    """agrid with Tornado's policy on a moving hot spot, on Spark, stopped right after the batch
+    whose decision wrote a new table version (its hand-over not yet applied) and resumed from the
+    run directory: the policy moved units, the partitions handed subscriptions over in the batch
+    after each decision, and the events folded after every batch and the final results equal the
+    centralized engine's.  (The restart costs no measurable time: the resumed query runs the
+    batches the first one did not.)"""
     run_dir = tmp_path / "run"
+    first = _distributed(spark, run_dir, "--method", "agrid", "--rebalance", "tornado", "--partitions", 3,
+                         "--stop-after-batches", 1)
+    assert first["stopped_early"]
+    decisions = [json.loads(p.read_text()) for p in sorted((run_dir / "rebalance" / "agrid").glob("decision-*.json"))]
+    assert decisions[-1]["version"] is not None  # the last batch before the stop decided a move ...
+    assert decisions[-1]["batch"] == first["batches"] - 1  # ... applied only after the restart
     report = _distributed(spark, run_dir, "--method", "agrid", "--rebalance", "tornado", "--partitions", 3)
+    assert report["resumed"] and not report["stopped_early"]
     assert report["moves"] >= 1 and report["subscriptions_moved"] > 0 and report["state_bytes_moved"] > 0
+    assert any(m["decided_after_batch"] == decisions[-1]["batch"] for m in report["rebalance_moves"])
     for move in report["rebalance_moves"]:
         assert move["applied_in_batch"] == move["decided_after_batch"] + 1
         assert move["subscriptions_handed_over"] > 0 and move["latency_spike"] is not None
@@ -208,3 +220,21 @@ def test_spark_pipeline_with_policy_exact_after_every_batch(method, policy, tmp_
         assert versions == ["version-000000.pkl"] and handed == 0
     else:
         assert len(versions) > 1 and handed > 0
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--method", "location", "--rebalance", "tornado"], "'location' has none"),
+    (["--method", "agrid", "--vocabulary", "v.json", "--messages", "m.jsonl", "--subscriptions", "s.jsonl"],
+     "needs a staged stream"),
+])
+def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp_path):
+    """A policy on a static method, and an adaptive method without a staged stream, fail with
+    E063 before any session starts."""
+    from skype.cli.distributed import run_distributed
+    from skype.errors import InputError
+
+    args = build_parser().parse_args(["distributed", "--num-subs", "20", "--num-messages", "20",
+                                      "--checkpoint", str(tmp_path / "run"), *extra])
+    with pytest.raises(InputError, match="E063") as err:
+        run_distributed(args, spark=object())
+    assert message in str(err.value)

@@ -15,6 +15,9 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   know the record).  A re-subscription of a live id must be preceded by an unsubscribe carrying the
   old record (staging writes one, :mod:`skype.spark.staging`).  The cost of a batch of commands is
   therefore the sum of their placements, never commands x P;
+* the adaptive methods (agrid, kdt, qt, aqwa) route in the ``everywhere`` mode: every message and
+  every command to every partition, which hosts what the versioned ownership tables give it
+  (:mod:`skype.spark.handover`: live rebalancing moves subscriptions without re-routing them);
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
