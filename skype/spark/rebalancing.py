@@ -14,6 +14,8 @@ After each micro-batch b (in the ``foreachBatch`` sink, before batch b+1 starts)
    ``state-<b>.pkl`` (the copy and its stream cursor), both atomically; and a record of the
    decision ``decision-<b>.json``.
 
+With ``never`` the driver keeps nothing: it records an empty decision per batch.
+
 **Restart.**  A batch that re-runs finds ``state-<b>.pkl`` (its decision was taken: the same
 version file stands) or takes the state of batch b-1 and decides again from the same statistics
 (the policies are deterministic; an existing version file of that batch is kept as it is).  The
@@ -130,6 +132,8 @@ class Rebalancer:
     # ------------------------------------------------------------------ one batch
     def after_batch(self, batch: int, stages: list[dict]) -> dict:
         """Decide after ``batch`` (its partitions' metrics rows give the high-water mark)."""
+        if self.policy == "never":  # the build's tables stay: no statistics to keep
+            return self._record({"batch": batch, "version": None})
         if self._state_path(batch).exists() and (self.state is None or self.state["batch"] != batch - 1):
             self.state = self._load(batch)  # a re-run batch: its decision stands
             return self._decision(batch) or {}
@@ -165,10 +169,15 @@ class Rebalancer:
                               subscriptions_moved=int(moved), bytes_moved=int(nbytes))
         state["batch"] = batch
         self._save(state)
-        tmp = self.directory / f".decision-{batch:08d}.json.tmp"
-        tmp.write_text(json.dumps(record, default=float))
-        os.replace(tmp, self.directory / f"decision-{batch:08d}.json")
         self.state = state
+        return self._record(record)
+
+    def _record(self, record: dict) -> dict:
+        """Write the decision of a batch atomically (a re-run batch replaces it)."""
+        name = f"decision-{record['batch']:08d}.json"
+        tmp = self.directory / f".{name}.tmp"
+        tmp.write_text(json.dumps(record, default=float))
+        os.replace(tmp, self.directory / name)
         return record
 
     def _decision(self, batch: int) -> dict | None:
