@@ -220,6 +220,7 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
     meta_path = run_dir / "run.json"
     if meta_path.exists():
         saved = json.loads(meta_path.read_text())
+        saved["settings"].setdefault("rebalance", "never")  # run directories from before live rebalancing
         if saved["settings"] != settings.checked():
             diff = {k: (saved["settings"].get(k), v) for k, v in settings.checked().items()
                     if saved["settings"].get(k) != v}
