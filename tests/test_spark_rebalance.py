@@ -5,8 +5,9 @@ JVM-free (the job's own code, ``spark_fixtures.LocalPipeline``): forced moves wi
 unsubscribes and a re-subscribe mid-stream, a lost cache and a lost commit in the middle of a
 hand-over; each policy decided batch by batch by the driver's rebalancer (``never`` keeps the
 build's tables); a driver restart between a decision and its hand-over.  On Spark (the shared
-session, one drift run stopped and resumed): Tornado's policy really moves units, exact after
-every batch, through a restart between the decision of a move and its hand-over."""
+session, one drift run stopped and resumed): Tornado's policy on agrid and PS2Stream's on kdt
+really move units, exact after every batch, through a restart between the decision of a move and
+its hand-over."""
 
 from __future__ import annotations
 
@@ -133,27 +134,32 @@ def _check_exact(run_dir, method, metrics, reference):
 
 
 def test_spark_live_rebalancing_moves_and_stays_exact_through_a_restart(spark, tmp_path, drift_reference):
-    """agrid with Tornado's policy on a moving hot spot, on Spark, stopped right after the batch
-    whose decision wrote a new table version (its hand-over not yet applied) and resumed from the
-    run directory: the policy moved units, the partitions handed subscriptions over in the batch
-    after each decision, and the events folded after every batch and the final results equal the
-    centralized engine's.  (The restart costs no measurable time: the resumed query runs the
-    batches the first one did not.)"""
+    """On Spark, agrid with Tornado's policy and kdt with PS2Stream's side by side (``--rebalance
+    paper``) on a moving hot spot, stopped right after the batch whose decisions wrote new table
+    versions (their hand-overs not yet applied) and resumed from the run directory: both policies
+    moved units, the partitions handed subscriptions over in the batch after each decision, and
+    each method's events folded after every batch and its final results equal the centralized
+    engine's.  (The restart costs no measurable time: the resumed query runs the batches the
+    first one did not.)"""
     run_dir = tmp_path / "run"
-    first = _distributed(spark, run_dir, "--method", "agrid", "--rebalance", "tornado", "--partitions", 3,
-                         "--stop-after-batches", 1)
-    assert first["stopped_early"]
-    decisions = [json.loads(p.read_text()) for p in sorted((run_dir / "rebalance" / "agrid").glob("decision-*.json"))]
-    assert decisions[-1]["version"] is not None  # the last batch before the stop decided a move ...
-    assert decisions[-1]["batch"] == first["batches"] - 1  # ... applied only after the restart
-    report = _distributed(spark, run_dir, "--method", "agrid", "--rebalance", "tornado", "--partitions", 3)
-    assert report["resumed"] and not report["stopped_early"]
-    assert report["moves"] >= 1 and report["subscriptions_moved"] > 0 and report["state_bytes_moved"] > 0
-    assert any(m["decided_after_batch"] == decisions[-1]["batch"] for m in report["rebalance_moves"])
-    for move in report["rebalance_moves"]:
-        assert move["applied_in_batch"] == move["decided_after_batch"] + 1
-        assert move["subscriptions_handed_over"] > 0 and move["latency_spike"] is not None
-    _check_exact(run_dir, "agrid", report, drift_reference)
+    args = ("--method", "agrid,kdt", "--rebalance", "paper", "--partitions", 3)
+    first = _distributed(spark, run_dir, *args, "--stop-after-batches", 1)
+    assert all(run["stopped_early"] for run in first["runs"])
+    stopped_after = first["runs"][0]["batches"] - 1
+    for method in ("agrid", "kdt"):
+        decisions = sorted((run_dir / "rebalance" / method).glob("decision-*.json"))
+        last = json.loads(decisions[-1].read_text())
+        assert last["batch"] == stopped_after and last["version"] is not None  # decided, applied after the restart
+    report = _distributed(spark, run_dir, *args)
+    for run in report["runs"]:
+        assert run["resumed"] and not run["stopped_early"]
+        assert run["rebalance_policy"] == {"agrid": "tornado", "kdt": "ps2stream"}[run["method"]]
+        assert run["moves"] >= 1 and run["subscriptions_moved"] > 0 and run["state_bytes_moved"] > 0
+        assert any(m["decided_after_batch"] == stopped_after for m in run["rebalance_moves"])
+        for move in run["rebalance_moves"]:
+            assert move["applied_in_batch"] == move["decided_after_batch"] + 1
+            assert move["subscriptions_handed_over"] > 0 and move["latency_spike"] is not None
+        _check_exact(run_dir, run["method"], report, drift_reference)
 
 
 def test_spark_pipeline_driver_restart_between_decision_and_handover(tmp_path, drift_reference):

@@ -33,6 +33,8 @@ from skype.partitioning import ADAPTIVE_METHODS, STATIC_METHODS
 from skype.partitioning.rebalance import POLICIES
 from skype.errors import InputError
 
+REBALANCE_CHOICES = (*POLICIES, "paper")
+
 
 def _conf_pair(text: str) -> tuple[str, str]:
     if "=" not in text:
@@ -67,9 +69,11 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
                    help=f"distribution method: one of {', '.join(STATIC_METHODS)} or an adaptive one "
                         f"({', '.join(ADAPTIVE_METHODS)}: live rebalancing, staged streams only); a comma list or "
                         "'all' (the static ones) runs several side by side over the same stream (default: prefix)")
-    d.add_argument("--rebalance", choices=POLICIES, default="never", metavar="POLICY",
+    d.add_argument("--rebalance", choices=REBALANCE_CHOICES, default="never", metavar="POLICY",
                    help=f"rebalancing policy of the adaptive methods, applied live at batch boundaries: one of "
-                        f"{', '.join(POLICIES)} (default: %(default)s; docs/spark.md, 'Live rebalancing')")
+                        f"{', '.join(REBALANCE_CHOICES)} (paper: each method's own, tornado for agrid, ps2stream "
+                        "for kdt, sstd for qt, aqwa for aqwa; default: %(default)s; docs/spark.md, 'Live "
+                        "rebalancing')")
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")

@@ -39,13 +39,18 @@ from pathlib import Path
 import numpy as np
 
 from skype.errors import InputError
-from skype.partitioning.rebalance import FADING, apply_plan, check_policy, decide
+from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
 from skype.spark.handover import TableVersion, UnitLocator, routes_everywhere, version_path, write_version
 
 
 def rebalance_dir(run_dir: Path, method: str) -> Path:
     return Path(run_dir) / "rebalance" / method
+
+
+def policy_of(policy: str, method: str) -> str:
+    """The policy a pipeline runs: ``paper`` is each adaptive method's own (``PAPER_POLICY``)."""
+    return PAPER_POLICY[method] if policy == "paper" else policy
 
 
 def check_rebalance(policy: str, methods, staged: bool) -> None:
@@ -60,7 +65,7 @@ def check_rebalance(policy: str, methods, staged: bool) -> None:
             raise InputError("E063", detail=f"--rebalance {policy} moves the units of an adaptive method "
                                             f"(agrid, kdt, qt, aqwa); {static[0]!r} has none")
         for m in methods:
-            check_policy(policy, m)
+            check_policy(policy_of(policy, m), m)
     if adaptive and not staged:
         raise InputError("E063", detail=f"method {adaptive[0]!r} needs a staged stream (no --vocabulary, "
                                         "--messages-dir or Kafka): the driver replays it for the policy's statistics")
@@ -191,7 +196,7 @@ def attach(plan, policy: str, inputs) -> dict[int, Rebalancer]:
     for pipe in plan.pipelines:
         if routes_everywhere(pipe.distribution):
             out[pipe.index] = Rebalancer(rebalance_dir(plan.run_dir, pipe.method), pipe.distribution,
-                                         policy if policy != "never" else "never", inputs, pipe.index)
+                                         policy_of(policy, pipe.method), inputs, pipe.index)
     return out
 
 
@@ -228,6 +233,6 @@ def rebalancing_report(plan, outcome, pipeline) -> dict:
                       "latency_spike": (spike / median) if spike is not None and median > 0 else None,
                       "imbalance_before": d["plan"]["imbalance_before"],
                       "imbalance_predicted": d["plan"]["imbalance_predicted"]})
-    return {"rebalance_policy": plan.settings.rebalance, "moves": len(moves),
+    return {"rebalance_policy": policy_of(plan.settings.rebalance, pipeline.method), "moves": len(moves),
             "subscriptions_moved": int(sum(m["subscriptions_handed_over"] for m in moves)),
             "state_bytes_moved": int(sum(m["state_bytes_moved"] for m in moves)), "rebalance_moves": moves}
