@@ -231,6 +231,30 @@ def test_spark_pipeline_with_policy_exact_after_every_batch(method, policy, tmp_
         assert len(versions) > 1 and handed > 0
 
 
+@pytest.mark.parametrize("method,policy", [("qt", "sstd"), ("aqwa", "aqwa")])
+def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, policy, tmp_path):
+    """SSTD's PM/FM/FG on qt and AQWA's split + merge on aqwa (a new tree in each version),
+    decided by the driver's rebalancer after every batch of SSTD's injected objects and queries
+    (subscriptions arriving mid-stream): units move and the job stays exact after every batch."""
+    from skype.cli.distributed import settings_from_args
+    from skype.spark.rebalancing import attach
+
+    args = build_parser().parse_args(["distributed", "--num-subs", "600", "--num-messages", "2000", "--drift", "inject",
+                                      "--drift-start", "0", "--window", "500", "--sample-size", "500", "--method",
+                                      method, "--partitions", "4", "--batch-size", "250", "--rebalance", policy])
+    inputs = load_inputs(args)
+    settings = settings_from_args(args, inputs.bounds)
+    want = centralized_by_batch(inputs, settings.window.centralized(), 250)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    rebalancer = attach(pipe.plan, policy, inputs)[0]
+    for b in range(len(want)):
+        got = pipe.step()
+        assert got == want[b], f"{method}/{policy} batch {b}: {first_difference(got, want[b])}"
+        rebalancer.after_batch(b, pipe.metrics[-1])
+    assert rebalancer.state["versions"] > 1
+    assert sum(m.get("handover_in", 0) for ms in pipe.metrics for m in ms if m["stage"] == "partition") > 0
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--method", "location", "--rebalance", "tornado"], "'location' has none"),
     (["--method", "agrid", "--vocabulary", "v.json", "--messages", "m.jsonl", "--subscriptions", "s.jsonl"],
