@@ -36,11 +36,11 @@ def workload(tmp_path_factory):
     return events_workload(tmp_path_factory.mktemp("spark-rebalance") / "events.jsonl")
 
 
-def _settings(method, inputs, partitions=3, rebalance="never"):
+def _settings(method, inputs, window_args, partitions=3):
     from skype.cli.distributed import settings_from_args
 
     args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
-                                      "--batch-size", str(BATCH), "--window", "500", "--rebalance", rebalance])
+                                      "--batch-size", str(BATCH), *window_args])
     return settings_from_args(args, inputs.bounds)
 
 
@@ -56,17 +56,22 @@ def _rotate(directory, version: int, effective: int, shift: int) -> None:
     write_version(directory, TableVersion(version, effective, -1, locator))
 
 
-@pytest.mark.parametrize("method", ["agrid", "kdt"])
-def test_spark_handover_exact_through_forced_moves_cache_loss_and_lost_commit(method, workload, tmp_path):
+@pytest.mark.parametrize("method,window_kind", [("agrid", "count"), ("kdt", "count"), ("agrid", "time")])
+def test_spark_handover_exact_through_forced_moves_cache_loss_and_lost_commit(method, window_kind, workload, tmp_path):
     """Every unit changes owner twice mid-stream, between batches that subscribe, unsubscribe and
     re-subscribe; the cache is lost right after the second version is written and a partition's
     commit is lost in the batch that applies it.  The delivered top-k equals the centralized
-    engine's after every batch, and the partitions report what they handed over."""
+    engine's after every batch (count and time windows), and the partitions report what they
+    handed over."""
     from skype.spark.hosts import InProcessHosts
     from skype.spark.rebalancing import attach, rebalance_dir
 
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), "--window", "500"]))
-    settings = _settings(method, inputs)
+    window_args = ["--window", "500"]
+    if window_kind == "time":
+        t = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload)])).messages().t
+        window_args = ["--window-seconds", str(float(t[300] - t[0]))]
+    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), *window_args]))
+    settings = _settings(method, inputs, window_args)
     want = centralized_by_batch(inputs, settings.window.centralized(), BATCH)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     attach(pipe.plan, "never", inputs)
