@@ -264,15 +264,21 @@ def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, p
     (["--method", "location", "--rebalance", "tornado"], "'location' has none"),
     (["--method", "agrid", "--vocabulary", "v.json", "--messages", "m.jsonl", "--subscriptions", "s.jsonl"],
      "needs a staged stream"),
+    (["kinds", "--method", "kdt", "--rebalance", "ps2stream"], "top-k subscriptions only"),
 ])
 def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp_path):
-    """A policy on a static method, and an adaptive method without a staged stream, fail with
-    E063 before any session starts."""
+    """A policy on a static method, an adaptive method without a staged stream, and an adaptive
+    method on a workload with range/knn/terms subscriptions fail with E063 before any session
+    starts."""
     from skype.cli.distributed import run_distributed
     from skype.errors import InputError
 
-    args = build_parser().parse_args(["distributed", "--num-subs", "20", "--num-messages", "20",
-                                      "--checkpoint", str(tmp_path / "run"), *extra])
+    events = tmp_path / "kinds.jsonl"
+    events.write_text(json.dumps({"op": "sub", "id": 1, "kind": "range", "rect": [0, 0, 10, 10], "terms": ["a"]}) + "\n"
+                      + json.dumps({"op": "msg", "id": 1, "x": 1.0, "y": 1.0, "t": 0.0, "terms": {"a": 1.0}}) + "\n")
+    workload = ["--events", str(events)] if "kinds" in extra else ["--num-subs", "20", "--num-messages", "20"]
+    extra = [e for e in extra if e != "kinds"]
+    args = build_parser().parse_args(["distributed", *workload, "--checkpoint", str(tmp_path / "run"), *extra])
     with pytest.raises(InputError, match="E063") as err:
         run_distributed(args, spark=object())
     assert message in str(err.value)

@@ -71,6 +71,18 @@ def check_rebalance(policy: str, methods, staged: bool) -> None:
                                         "--messages-dir or Kafka): the driver replays it for the policy's statistics")
 
 
+def refuse_kinds(inputs, methods) -> None:
+    """The adaptive methods run top-k subscriptions only (range, knn and terms are untested on
+    them): E063 before anything is staged."""
+    from skype.partitioning import ADAPTIVE_METHODS
+
+    adaptive = [m for m in methods if m in ADAPTIVE_METHODS]
+    kinds = len(inputs.others) or any(op in ("ksub", "query") for op, _ in inputs.steps)
+    if adaptive and kinds:
+        raise InputError("E063", detail=f"method {adaptive[0]!r} runs top-k subscriptions only; the workload has "
+                                        "range, knn or terms subscriptions (or snapshot queries)")
+
+
 class Rebalancer:
     """The driver's half of live rebalancing for one pipeline (module docstring)."""
 
