@@ -29,8 +29,11 @@ from pathlib import Path
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
 from skype.cli.report import machine_info, print_table
 from skype.cli.simulate import add_engine_args, engine_options
-from skype.partitioning import STATIC_METHODS as METHODS
+from skype.partitioning import ADAPTIVE_METHODS, STATIC_METHODS
+from skype.partitioning.rebalance import POLICIES
 from skype.errors import InputError
+
+REBALANCE_CHOICES = (*POLICIES, "paper")
 
 
 def _conf_pair(text: str) -> tuple[str, str]:
@@ -41,14 +44,13 @@ def _conf_pair(text: str) -> tuple[str, str]:
 
 
 def _methods(text: str) -> tuple[str, ...]:
-    """The Spark runtime runs the static methods; the adaptive ones (agrid, kdt, qt, aqwa) need
-    live rebalancing, which it does not have yet (issue 13, deliverable 5)."""
-    names = METHODS if text == "all" else tuple(m.strip() for m in text.split(",") if m.strip())
-    bad = [m for m in names if m not in METHODS]
+    """A method, a comma list, or ``all`` (the six static methods).  The adaptive ones (agrid, kdt,
+    qt, aqwa) run with live rebalancing (``--rebalance``) on staged streams."""
+    names = STATIC_METHODS if text == "all" else tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in names if m not in STATIC_METHODS + ADAPTIVE_METHODS]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown method {bad[0] if bad else text!r}; choose from "
-                                         f"{', '.join(METHODS)} or 'all' (the adaptive methods run in partition-sim "
-                                         "only)")
+                                         f"{', '.join(STATIC_METHODS + ADAPTIVE_METHODS)} or 'all' (the static ones)")
     return names
 
 
@@ -64,8 +66,14 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     """Options of ``distributed`` beyond the workload and engine (shared with the Spark app)."""
     d = p.add_argument_group("distribution")
     d.add_argument("--method", type=_methods, default=("prefix",), metavar="M[,M...]|all",
-                   help=f"distribution method: one of {', '.join(METHODS)}; a comma list or 'all' runs several "
-                        "side by side over the same stream (default: prefix)")
+                   help=f"distribution method: one of {', '.join(STATIC_METHODS)} or an adaptive one "
+                        f"({', '.join(ADAPTIVE_METHODS)}: live rebalancing, staged streams only); a comma list or "
+                        "'all' (the static ones) runs several side by side over the same stream (default: prefix)")
+    d.add_argument("--rebalance", choices=REBALANCE_CHOICES, default="never", metavar="POLICY",
+                   help=f"rebalancing policy of the adaptive methods, applied live at batch boundaries: one of "
+                        f"{', '.join(REBALANCE_CHOICES)} (paper: each method's own, tornado for agrid, ps2stream "
+                        "for kdt, sstd for qt, aqwa for aqwa; default: %(default)s; docs/spark.md, 'Live "
+                        "rebalancing')")
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
@@ -129,7 +137,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         stream_format=args.stream_format, events_format=args.events_format, sink=args.sink, source=args.source,
         messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap,
         messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
-        stop_after_batches=args.stop_after_batches, timeout_s=args.timeout,
+        stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
     )
 
 
@@ -144,8 +152,10 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
                          value=args.messages_dir or args.commands_dir)
     run_dir = Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
-    from skype.spark import kinds
+    from skype.spark import kinds, rebalancing
 
+    rebalancing.check_rebalance(args.rebalance, args.method, staged=not (args.vocabulary or args.messages_dir
+                                                                         or args.source != "files"))
     # executor ingestion reads topk records (kinds come through staged inputs or a spec column)
     kind_of: dict[int, str] = {}
     vocabulary = None
@@ -171,6 +181,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         description = f"{args.messages or args.messages_dir} (executor ingestion)"
     else:
         inputs = load_inputs(args)
+        rebalancing.refuse_kinds(inputs, args.method)
         # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
         kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
                                                         or args.stop_after_batches or args.timeout))
@@ -178,6 +189,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         settings = settings_from_args(args, inputs.bounds)
         settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})
         plan = runtime.plan_run(run_dir, settings, inputs)
+        plan.rebalancers = rebalancing.attach(plan, args.rebalance, inputs)
         description = inputs.description
     t_plan = time.perf_counter() - t0
     if spark is None:
@@ -190,6 +202,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
             metrics = runtime.run_metrics(plan, outcome, pipe)
             metrics.update(input=description, plan_s=t_plan, run_dir=str(run_dir),
                            master=spark.conf.get("spark.master", ""))
+            metrics.update(rebalancing.rebalancing_report(plan, outcome, pipe))
             if args.results_out:
                 results = runtime.final_results(plan, pipe)
                 metrics["subscriptions"] = io.write_objects(per_method(args.results_out, pipe.method, several),
@@ -228,6 +241,10 @@ def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, ob
         ("driver peak RSS (MB)", f"{metrics['driver_peak_rss_bytes'] / 2**20:,.0f}"),
         ("dead letters", metrics["dead_letters"]),
     ]
+    if "moves" in metrics:
+        rows.append(("rebalancing", f"{metrics['rebalance_policy']}: {metrics['moves']} moves, "
+                                    f"{metrics['subscriptions_moved']} subscriptions, "
+                                    f"{metrics['state_bytes_moved']:,} state bytes"))
     if metrics.get("stopped_early"):
         rows.append(("stopped", "early: run again with the same --checkpoint to resume"))
     return rows

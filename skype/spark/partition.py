@@ -66,6 +66,7 @@ from skype.spark import activation as act
 from skype.spark import codec
 from skype.spark.activation import Activation, ActivationConfig
 from skype.spark.codec import OP_RESULTS, OP_SUB, Commands
+from skype.spark.handover import Handover
 from skype.spark.kinds import UNBOUNDED_K, NameRanks, read_vocabulary, result_arrays, spec_from_json
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
 from skype.spark.window import WindowShare, WindowSpec
@@ -91,6 +92,7 @@ class PartitionConfig:
     final_upto: int | None = None  # messages in the whole stream, when known: the final batch
                                    # (high-water mark + 1 reaching it) writes the final top-k
     vocabulary_file: str | None = None  # term names by id: terms subscriptions order by name
+    rebalance_dir: str | None = None  # adaptive methods: the versioned ownership tables (skype.spark.handover)
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -302,6 +304,7 @@ class PartitionCore:
         self.hwm_t = -math.inf
         self.activation = Activation(config.activation, config.partition) if config.activation else None
         self._name_rank = NameRanks(self.engine.vocabulary)
+        self.handover = Handover(config.rebalance_dir, config.partition) if config.rebalance_dir else None
 
     def active(self, sub_id: int) -> bool:
         """Hosted and in the engine (not a dormant prefix replica)."""
@@ -336,6 +339,8 @@ class PartitionCore:
         # batches without commands log nothing, but their messages made pending commands due
         due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
         replay_commands(core.hosted, due, core.activation)
+        if core.handover is not None:  # the log is the pipeline's ledger: host what the tables give here
+            core.hosted = core.handover.adopt(core.hosted, int(hwm_seq))
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
         if running:
@@ -364,7 +369,8 @@ class PartitionCore:
 
     def snapshot(self) -> bytes:
         """Hosted subscriptions and pending commands as one log entry (it replaces the log)."""
-        cmds = _stack_commands([self.hosted.as_commands(), self.pending])
+        hosted = self.handover.ledger if self.handover is not None else self.hosted
+        cmds = _stack_commands([hosted.as_commands(), self.pending])
         dormant = self.activation.columns() if self.activation is not None else {}
         return codec.pack(snapshot=np.ones(1, bool), **_command_columns(cmds), **dormant)
 
@@ -380,6 +386,8 @@ class PartitionCore:
         if requests.any():  # answered after the batch (skype.spark.processors); they touch no subscription
             keep = np.flatnonzero(~requests)
             due, positions = due.take(keep), positions[keep]
+        if self.handover is not None:  # the rows this partition owns, and the hand-overs of new table versions
+            due, positions = self.handover.resolve(due, positions, hwm_seq)
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
         before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)
@@ -435,7 +443,8 @@ class PartitionCore:
                      "hosted_inverse_replication": self.hosted.inverse_replication(),
                      "window_share": len(self.window), "engine_s": t_engine,
                      "report_s": time.perf_counter() - t0 - t_engine, "report_rows": rows,
-                     "results_requested": bool(requests.any())},
+                     "results_requested": bool(requests.any()),
+                     **(self.handover.metrics if self.handover is not None else {})},
         )
 
     def _publish(self, batch: MessageBatch, seq: np.ndarray, times: np.ndarray, lo: int, hi: int) -> ChangeLog:

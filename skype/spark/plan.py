@@ -11,6 +11,7 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
     DIR/results/<method>/batch-<id>-part-<p>.jsonl    the final top-k, sent by the stateful stages
     DIR/dead-letters/         records the engine rejected, with their error codes
     DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
+    DIR/rebalance/<method>/   adaptive methods: table versions, the driver's decisions and state
 
 A new run stages its workload, builds each method's distribution and fixes the grouping keys; a
 resumed run reloads them and refuses other settings.  This module knows nothing of Spark's query:
@@ -32,7 +33,7 @@ from skype.spark.keys import grouping_keys
 from skype.spark.window import WindowSpec
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
-                    "engine_options", "n1")
+                    "engine_options", "n1", "rebalance")
 ENGINE_CACHES = ("process", "worker")
 SINKS = ("files", "console")
 EVENT_FORMATS = ("json", "parquet")
@@ -75,6 +76,7 @@ class RunSettings:
     timeout_s: float | None = None
     vocabulary: str | None = None  # executors ingest raw streams with this shipped file (skype.spark.ingest)
     ingest_split: int = 10_000  # raw records per reading task
+    rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.spark.rebalancing)
 
     def __post_init__(self) -> None:
         from skype.partitioning import METHODS
@@ -145,6 +147,7 @@ class Plan:
     routing_bytes: int = 0  # the pickled mapInArrow closure (what every routing task is sent)
     routing_table_bytes: int = 0  # the broadcast routing tables (sent once per executor)
     stream_messages: int | None = None  # messages in the staged stream (None: an open stream)
+    rebalancers: dict = field(default_factory=dict)  # pipeline -> its driver-side Rebalancer
 
     def events_dir_of(self, pipeline: Pipeline) -> Path:
         return self.run_dir / "events" / pipeline.method
@@ -217,6 +220,7 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
     meta_path = run_dir / "run.json"
     if meta_path.exists():
         saved = json.loads(meta_path.read_text())
+        saved["settings"].setdefault("rebalance", "never")  # run directories from before live rebalancing
         if saved["settings"] != settings.checked():
             diff = {k: (saved["settings"].get(k), v) for k, v in settings.checked().items()
                     if saved["settings"].get(k) != v}

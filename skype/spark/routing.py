@@ -12,9 +12,13 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   goes to that record's placement (placement is a pure function of the record and the
   distribution's build-time tables, so it is *derived*, never looked up); an unsubscribe that
   carries only its id goes to every partition (P copies, the fallback for producers that do not
-  know the record), and so does a results request.  A re-subscription of a live id must be preceded by an unsubscribe carrying the
-  old record (staging writes one, :mod:`skype.spark.staging`).  The cost of a batch of commands is
-  therefore the sum of their placements, never commands x P;
+  know the record), and so does a results request.  A re-subscription of a live id must be
+  preceded by an unsubscribe carrying the old record (staging writes one,
+  :mod:`skype.spark.staging`).  The cost of a batch of commands is therefore the sum of their
+  placements, never commands x P;
+* the adaptive methods (agrid, kdt, qt, aqwa) route in the ``everywhere`` mode: every message and
+  every command to every partition, which hosts what the versioned ownership tables give it
+  (:mod:`skype.spark.handover`: live rebalancing moves subscriptions without re-routing them);
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
@@ -38,6 +42,7 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.spark import codec
 from skype.spark.codec import OP_RESULTS, OP_SUB, OP_UNSUB, Commands
+from skype.spark.handover import routes_everywhere
 
 KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
@@ -77,12 +82,17 @@ class Router:
         self.dist = dist
         self.num_partitions = dist.num_partitions
         self.keys = list(keys)
+        # adaptive methods: every message and command to every partition, which decides what it
+        # owns under the versioned tables (skype.spark.handover)
+        self.everywhere = routes_everywhere(dist)
 
     def route(self, messages: MessageBatch, seq: np.ndarray, commands: Commands) -> dict[int, RoutedPart]:
         """Partition -> what it receives; every partition gets a part when there are messages."""
         P = self.num_partitions
         msg_rows: list[np.ndarray] = [np.zeros(0, np.int64)] * P
-        if len(messages):
+        if len(messages) and self.everywhere:
+            msg_rows = [np.arange(len(messages), dtype=np.int64)] * P
+        elif len(messages):
             by_part = self.dist.route_messages(messages).by_partition(P)
             msg_rows = [by_part.row(p).astype(np.int64) for p in range(P)]
         cmd_parts = self._route_commands(commands)
@@ -102,6 +112,9 @@ class Router:
         P = self.num_partitions
         if len(commands) == 0:
             return [Commands.empty()] * P
+        if self.everywhere:
+            return [Commands(commands.cseq, commands.at, commands.op, commands.subs, np.ones(len(commands), np.int32),
+                             commands.spec)] * P
         rows, parts, nrep = self.placements(commands)
         order = np.argsort(parts, kind="stable")
         rows, parts = rows[order], parts[order]

@@ -125,8 +125,17 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
                                            pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
                                            inline_merge=pipe.inline_merge, activation=activation,
                                            final_upto=plan.stream_messages,
-                                           vocabulary_file=str(vocab) if vocab.exists() else None)
+                                           vocabulary_file=str(vocab) if vocab.exists() else None,
+                                           rebalance_dir=rebalance_dir_of(plan, pipe))
     return configs
+
+
+def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
+    """The versioned ownership tables of an adaptive pipeline (:mod:`skype.spark.handover`)."""
+    from skype.spark.handover import routes_everywhere
+    from skype.spark.rebalancing import rebalance_dir
+
+    return str(rebalance_dir(plan.run_dir, pipe.method)) if routes_everywhere(pipe.distribution) else None
 
 
 def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:

@@ -44,6 +44,7 @@ class EventSink:
         self.format = plan.settings.events_format
         self.console = plan.settings.sink == "console"
         self.batches: list[int] = []
+        self.rebalancers = plan.rebalancers  # skype.spark.rebalancing, one per adaptive pipeline
 
     def __call__(self, df, batch_id: int) -> None:
         t0 = time.perf_counter()
@@ -67,6 +68,10 @@ class EventSink:
         metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
         record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
                   "pipeline_s": t_pipeline, "events": events}
+        # adaptive pipelines: the next table version, written before the next batch starts
+        rebalance = {pipe: rb.after_batch(int(batch_id), metrics) for pipe, rb in self.rebalancers.items()}
+        if rebalance:
+            record["rebalance"] = rebalance
         write_atomic(self.metrics_dir / f"batch-{batch_id:08d}.json", json.dumps(record))
         self.batches.append(int(batch_id))
 

@@ -1,0 +1,250 @@
+"""Live rebalancing on the driver: statistics, the policy's decision, the next table version.
+
+After each micro-batch b (in the ``foreachBatch`` sink, before batch b+1 starts) the driver's
+:class:`Rebalancer` of an adaptive pipeline:
+
+1. advances its own copy of the distribution (the build, with the subscriptions live at each
+   position registered) through the stream up to b's high-water mark ``h_b``: the commands
+   positioned at ``h_b + 1`` or before, and the batch's messages, routed with keyword summaries
+   exactly as ``partition-sim`` routes them, so the copy keeps the statistics its paper keeps;
+2. folds them (``FADING[policy]``), asks the policy for a plan (:func:`skype.partitioning.rebalance.decide`)
+   and applies it to the copy;
+3. if units moved, writes table version v+1 (the copy's locator) effective from ``h_b + 1``
+   (:mod:`skype.spark.handover` applies it on the partitions), then its own state
+   ``state-<b>.pkl`` (the copy and its stream cursor), both atomically; and a record of the
+   decision ``decision-<b>.json``.
+
+With ``never`` the driver keeps nothing: it records an empty decision per batch.
+
+**Restart.**  A batch that re-runs finds ``state-<b>.pkl`` (its decision was taken: the same
+version file stands) or takes the state of batch b-1 and decides again from the same statistics
+(the policies are deterministic; an existing version file of that batch is kept as it is).  The
+stream comes from the staged workload, which the driver loads on every start; live rebalancing
+therefore needs a staged run (``E063`` otherwise).  Only the last two states are kept.
+
+:func:`rebalancing_report` gathers, per move, the units and subscriptions the policy moved, the
+subscriptions the partitions handed over and the state bytes the new owners took over, and the
+latency of the batch that applied it against the run's median batch (the spike).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+
+from skype.errors import InputError
+from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
+from skype.partitioning.units import UnitDistribution
+from skype.spark.handover import TableVersion, UnitLocator, routes_everywhere, version_path, write_version
+
+
+def rebalance_dir(run_dir: Path, method: str) -> Path:
+    return Path(run_dir) / "rebalance" / method
+
+
+def policy_of(policy: str, method: str) -> str:
+    """The policy a pipeline runs: ``paper`` is each adaptive method's own (``PAPER_POLICY``)."""
+    return PAPER_POLICY[method] if policy == "paper" else policy
+
+
+def check_rebalance(policy: str, methods, staged: bool) -> None:
+    """A policy other than ``never`` needs adaptive methods it serves; adaptive methods need a
+    staged stream (the driver replays it for the statistics)."""
+    from skype.partitioning import ADAPTIVE_METHODS
+
+    adaptive = [m for m in methods if m in ADAPTIVE_METHODS]
+    if policy != "never":
+        static = [m for m in methods if m not in ADAPTIVE_METHODS]
+        if static:
+            raise InputError("E063", detail=f"--rebalance {policy} moves the units of an adaptive method "
+                                            f"(agrid, kdt, qt, aqwa); {static[0]!r} has none")
+        for m in methods:
+            check_policy(policy_of(policy, m), m)
+    if adaptive and not staged:
+        raise InputError("E063", detail=f"method {adaptive[0]!r} needs a staged stream (no --vocabulary, "
+                                        "--messages-dir or Kafka): the driver replays it for the policy's statistics")
+
+
+def refuse_kinds(inputs, methods) -> None:
+    """The adaptive methods run top-k subscriptions only (range, knn and terms are untested on
+    them): E063 before anything is staged."""
+    from skype.partitioning import ADAPTIVE_METHODS
+
+    adaptive = [m for m in methods if m in ADAPTIVE_METHODS]
+    kinds = len(inputs.others) or any(op in ("ksub", "query") for op, _ in inputs.steps)
+    if adaptive and kinds:
+        raise InputError("E063", detail=f"method {adaptive[0]!r} runs top-k subscriptions only; the workload has "
+                                        "range, knn or terms subscriptions (or snapshot queries)")
+
+
+class Rebalancer:
+    """The driver's half of live rebalancing for one pipeline (module docstring)."""
+
+    def __init__(self, directory: Path, dist: UnitDistribution, policy: str, inputs, pipeline: int) -> None:
+        self.directory = Path(directory)
+        self.policy = policy
+        self.inputs = inputs
+        self.pipeline = pipeline
+        self.base = dist
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not version_path(self.directory, 0).exists():
+            write_version(self.directory, TableVersion(0, 0, -1, UnitLocator.of(dist)))
+        self.state: dict | None = None  # {"batch", "dist", "cursor", "versions"}
+
+    # ------------------------------------------------------------------ the driver's copy
+    def _fresh(self) -> dict:
+        dist = copy.deepcopy(self.base)
+        ids = [self.inputs.subscriptions.ids] + [b.ids for op, b in self.inputs.steps if op == "sub"]
+        dist.remove_subscriptions(np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64))
+        dist.reset_statistics()
+        if len(self.inputs.subscriptions):
+            dist.route_subscriptions(self.inputs.subscriptions, None)
+        return {"batch": -1, "dist": dist, "cursor": (0, 0, 0), "versions": 1}
+
+    def _advance(self, dist: UnitDistribution, cursor: tuple[int, int, int], end: int) -> tuple[int, int, int]:
+        """Replay the stream's steps up to ``end`` messages (and the commands right after them)."""
+        steps = self.inputs.steps
+        i, offset, published = cursor
+        while i < len(steps):
+            op, payload = steps[i]
+            if op == "msgs":
+                take = min(len(payload) - offset, end - published)
+                if take > 0:
+                    dist.route_messages(payload.slice(offset, offset + take))
+                    offset, published = offset + take, published + take
+                if offset < len(payload):
+                    break
+                i, offset = i + 1, 0
+            else:
+                if op == "sub":
+                    dist.route_subscriptions(payload, None)
+                else:
+                    dist.remove_subscriptions(np.atleast_1d(np.asarray(payload, np.int64)))
+                i += 1
+        return i, offset, published
+
+    def _state_path(self, batch: int) -> Path:
+        return self.directory / f"state-{batch:08d}.pkl"
+
+    def _load(self, batch: int) -> dict:
+        with open(self._state_path(batch), "rb") as fh:
+            return pickle.load(fh)
+
+    def _save(self, state: dict) -> None:
+        path = self._state_path(state["batch"])
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+        old = self._state_path(state["batch"] - 2)
+        if old.exists():
+            old.unlink()
+
+    # ------------------------------------------------------------------ one batch
+    def after_batch(self, batch: int, stages: list[dict]) -> dict:
+        """Decide after ``batch`` (its partitions' metrics rows give the high-water mark)."""
+        if self.policy == "never":  # the build's tables stay: no statistics to keep
+            return self._record({"batch": batch, "version": None})
+        if self._state_path(batch).exists() and (self.state is None or self.state["batch"] != batch - 1):
+            self.state = self._load(batch)  # a re-run batch: its decision stands
+            return self._decision(batch) or {}
+        if self.state is None or self.state["batch"] != batch - 1:
+            if batch == 0 or not any(self.directory.glob("state-*.pkl")):
+                self.state = self._fresh()
+                if batch > 0:  # no decision was ever recorded: replay the stream up to here
+                    self.state["batch"] = batch - 1
+            elif self._state_path(batch - 1).exists():
+                self.state = self._load(batch - 1)
+            else:
+                raise InputError("E065", batch=batch - 1, path=str(self.directory))
+        state = dict(self.state)
+        ups = [m["upto"] for m in stages if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline]
+        record: dict = {"batch": batch, "version": None}
+        upto = max(ups) if ups else None
+        if upto is not None and upto >= self.inputs.num_messages:  # the stream's end: nothing left to balance
+            state["cursor"] = self._advance(state["dist"], state["cursor"], upto)
+        elif upto is not None:
+            dist = state["dist"]
+            state["cursor"] = self._advance(dist, state["cursor"], upto)
+            dist.fold_statistics(FADING[self.policy])
+            t0 = time.perf_counter()
+            plan = decide(self.policy, dist)
+            moved, nbytes = apply_plan(dist, plan)
+            record.update(upto=upto, decide_s=time.perf_counter() - t0, plan=plan.summary())
+            if moved:
+                v = state["versions"]
+                if not version_path(self.directory, v).exists():
+                    write_version(self.directory, TableVersion(v, upto, batch, UnitLocator.of(dist)))
+                state["versions"] = v + 1
+                record.update(version=v, effective=upto, units_moved=int(len(plan.units)),
+                              subscriptions_moved=int(moved), bytes_moved=int(nbytes))
+        state["batch"] = batch
+        self._save(state)
+        self.state = state
+        return self._record(record)
+
+    def _record(self, record: dict) -> dict:
+        """Write the decision of a batch atomically (a re-run batch replaces it)."""
+        name = f"decision-{record['batch']:08d}.json"
+        tmp = self.directory / f".{name}.tmp"
+        tmp.write_text(json.dumps(record, default=float))
+        os.replace(tmp, self.directory / name)
+        return record
+
+    def _decision(self, batch: int) -> dict | None:
+        path = self.directory / f"decision-{batch:08d}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+def attach(plan, policy: str, inputs) -> dict[int, Rebalancer]:
+    """One rebalancer per adaptive pipeline of a staged run (version 0 written before the query)."""
+    out = {}
+    for pipe in plan.pipelines:
+        if routes_everywhere(pipe.distribution):
+            out[pipe.index] = Rebalancer(rebalance_dir(plan.run_dir, pipe.method), pipe.distribution,
+                                         policy_of(policy, pipe.method), inputs, pipe.index)
+    return out
+
+
+def rebalancing_report(plan, outcome, pipeline) -> dict:
+    """Per move: the batch that decided it, the one that applied it, units and subscriptions the
+    policy moved (its model: replicas), subscriptions the partitions handed over, state bytes the
+    new owners took over, and that batch's latency against the median batch."""
+    directory = rebalance_dir(plan.run_dir, pipeline.method)
+    if not directory.exists():
+        return {}
+    latency = {int(p["batchId"]): float(p["durationMs"].get("triggerExecution", 0.0)) for p in outcome.progress}
+    median = float(np.median(list(latency.values()))) if latency else 0.0
+    handed: dict[int, dict] = {}
+    for path in sorted(plan.metrics_dir.glob("batch-*.json")):
+        record = json.loads(path.read_text())
+        parts = [m for m in record["stages"] if m.get("stage") == "partition" and m["pipeline"] == pipeline.index]
+        if any(m.get("handover_versions") for m in parts):
+            handed[int(record["batch"])] = {key: sum(int(m.get(key, 0)) for m in parts)
+                                            for key in ("handover_in", "handover_out", "handover_bytes")}
+    moves = []
+    for path in sorted(directory.glob("decision-*.json")):
+        d = json.loads(path.read_text())
+        if d.get("version") is None:
+            continue
+        applied = next((b for b in sorted(handed) if b > d["batch"]), None)
+        h = handed.get(applied, {}) if applied is not None else {}
+        spike = latency.get(applied) if applied is not None else None
+        moves.append({"version": d["version"], "decided_after_batch": d["batch"], "effective": d["effective"],
+                      "applied_in_batch": applied, "units_moved": d["units_moved"],
+                      "policy_subscriptions_moved": d["subscriptions_moved"], "policy_bytes_moved": d["bytes_moved"],
+                      "subscriptions_handed_over": h.get("handover_in", 0),
+                      "state_bytes_moved": h.get("handover_bytes", 0),
+                      "batch_latency_ms": spike, "median_batch_latency_ms": median,
+                      "latency_spike": (spike / median) if spike is not None and median > 0 else None,
+                      "imbalance_before": d["plan"]["imbalance_before"],
+                      "imbalance_predicted": d["plan"]["imbalance_predicted"]})
+    return {"rebalance_policy": policy_of(plan.settings.rebalance, pipeline.method), "moves": len(moves),
+            "subscriptions_moved": int(sum(m["subscriptions_handed_over"] for m in moves)),
+            "state_bytes_moved": int(sum(m["state_bytes_moved"] for m in moves)), "rebalance_moves": moves}

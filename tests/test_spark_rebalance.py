@@ -1,0 +1,284 @@
+"""Live rebalancing (issue 13, deliverable 5): adaptive methods on the streaming job, their
+subscriptions handed over between partitions at batch boundaries, exact after every batch.
+
+JVM-free (the job's own code, ``spark_fixtures.LocalPipeline``): forced moves with subscribes,
+unsubscribes and a re-subscribe mid-stream, a lost cache and a lost commit in the middle of a
+hand-over; each policy decided batch by batch by the driver's rebalancer (``never`` keeps the
+build's tables); a driver restart between a decision and its hand-over.  On Spark (the shared
+session, one drift run stopped and resumed): Tornado's policy on agrid and PS2Stream's on kdt
+really move units, exact after every batch, through a restart between the decision of a move and
+its hand-over."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyspark")
+
+from spark_fixtures import LocalPipeline, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, results_of  # noqa: E402,E501
+
+from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.run import build_parser, main  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+BATCH = 400
+DRIFT = ["--num-subs", "300", "--num-messages", "1200", "--drift", "hotspot", "--drift-start", "0",
+         "--window", "400"]
+DRIFT_BATCH = 400
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    return events_workload(tmp_path_factory.mktemp("spark-rebalance") / "events.jsonl")
+
+
+def _settings(method, inputs, window_args, partitions=3):
+    from skype.cli.distributed import settings_from_args
+
+    args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
+                                      "--batch-size", str(BATCH), *window_args])
+    return settings_from_args(args, inputs.bounds)
+
+
+def _rotate(directory, version: int, effective: int, shift: int) -> None:
+    """A forced table version: every unit to the partition ``shift`` further on."""
+    import dataclasses
+
+    from skype.spark.handover import TableVersion, VersionLog, write_version
+
+    base = VersionLog(str(directory)).refresh()[0].locator
+    P = int(base.owner.max()) + 1
+    locator = dataclasses.replace(base, owner=((base.owner + shift) % P).astype(np.int32))
+    write_version(directory, TableVersion(version, effective, -1, locator))
+
+
+@pytest.mark.parametrize("method,window_kind", [("agrid", "count"), ("kdt", "count"), ("agrid", "time")])
+def test_spark_handover_exact_through_forced_moves_cache_loss_and_lost_commit(method, window_kind, workload, tmp_path):
+    """Every unit changes owner twice mid-stream, between batches that subscribe, unsubscribe and
+    re-subscribe; the cache is lost right after the second version is written and a partition's
+    commit is lost in the batch that applies it.  The delivered top-k equals the centralized
+    engine's after every batch (count and time windows), and the partitions report what they
+    handed over."""
+    from skype.spark.hosts import InProcessHosts
+    from skype.spark.rebalancing import attach, rebalance_dir
+
+    window_args = ["--window", "500"]
+    if window_kind == "time":
+        t = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload)])).messages().t
+        window_args = ["--window-seconds", str(float(t[300] - t[0]))]
+    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), *window_args]))
+    settings = _settings(method, inputs, window_args)
+    want = centralized_by_batch(inputs, settings.window.centralized(), BATCH)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    attach(pipe.plan, "never", inputs)
+    directory = rebalance_dir(pipe.plan.run_dir, method)
+    retried: list[int] = []
+
+    def lose_commit(key, rows):
+        if pipe.batch == 3 and not retried:
+            saved = pipe.snapshot_state(key)
+            pipe.partitions.test(key, rows)  # the host applies the batch and its hand-over ...
+            pipe.restore_state(key, saved)  # ... but the state store never commits it
+            retried.append(key)
+
+    for b in range(len(want)):
+        if b == 1:
+            _rotate(directory, 1, pipe.position, 1)
+        if b == 3:
+            _rotate(directory, 2, pipe.position, 2)
+            InProcessHosts.clear()
+        got = pipe.step(before_partition=lose_commit)
+        assert got == want[b], f"{method} batch {b}: {first_difference(got, want[b])}"
+    assert sum(len(v) for v in want[-1].values()) > 100
+    assert pipe.final_results() == want[-1]
+    parts = [m for ms in pipe.metrics for m in ms if m["stage"] == "partition"]
+    handed = {b: sum(m["handover_in"] for m in pipe.metrics[b] if m["stage"] == "partition") for b in (1, 3)}
+    assert handed[1] > 50 and handed[3] > 50
+    assert sum(m["handover_in"] for m in parts) == sum(m["handover_out"] for m in parts)
+    assert max(m["hosted"] for m in parts) < len(want[-1])  # one owner each, not every partition
+
+
+def _distributed(spark, run_dir, *extra):
+    from skype.cli.distributed import run_distributed
+
+    args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--batch-size", str(DRIFT_BATCH),
+                                      "--checkpoint", str(run_dir), "--results-out", str(run_dir / "results.jsonl"),
+                                      "--metrics-out", str(run_dir / "metrics.json"), *map(str, extra)])
+    assert run_distributed(args, spark) == 0
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def _events(run_dir, method):
+    """The event files, read without a Spark job."""
+    import pyarrow.parquet as pq
+
+    return [row for p in sorted((run_dir / "events" / method).glob("batch-*.parquet"))
+            for row in pq.read_table(p).to_pylist()]
+
+
+@pytest.fixture(scope="module")
+def drift_reference(tmp_path_factory):
+    """The centralized engine on the drift workload: after every batch, and its final results."""
+    path = tmp_path_factory.mktemp("drift-central") / "central.jsonl"
+    assert main(["simulate", *DRIFT, "--results-out", str(path)]) == 0
+    inputs = load_inputs(build_parser().parse_args(["simulate", *DRIFT]))
+    return centralized_by_batch(inputs, {"window": 400}, DRIFT_BATCH), results_of(path)
+
+
+def _check_exact(run_dir, method, metrics, reference):
+    want, want_final = reference
+    got_final = results_of(run_dir / (f"results.{method}.jsonl" if "runs" in metrics else "results.jsonl"))
+    assert got_final == want_final, f"{method}: {first_difference(got_final, want_final)}"
+    got = fold_events_by_batch(_events(run_dir, method), len(want))
+    for b, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"{method} batch {b}: {first_difference(g, w)}"
+
+
+def test_spark_live_rebalancing_moves_and_stays_exact_through_a_restart(spark, tmp_path, drift_reference):
+    """On Spark, agrid with Tornado's policy and kdt with PS2Stream's side by side (``--rebalance
+    paper``) on a moving hot spot, stopped right after the batch whose decisions wrote new table
+    versions (their hand-overs not yet applied) and resumed from the run directory: both policies
+    moved units, the partitions handed subscriptions over in the batch after each decision, and
+    each method's events folded after every batch and its final results equal the centralized
+    engine's.  (The restart costs no measurable time: the resumed query runs the batches the
+    first one did not.)"""
+    run_dir = tmp_path / "run"
+    args = ("--method", "agrid,kdt", "--rebalance", "paper", "--partitions", 3)
+    first = _distributed(spark, run_dir, *args, "--stop-after-batches", 1)
+    assert all(run["stopped_early"] for run in first["runs"])
+    stopped_after = first["runs"][0]["batches"] - 1
+    for method in ("agrid", "kdt"):
+        decisions = sorted((run_dir / "rebalance" / method).glob("decision-*.json"))
+        last = json.loads(decisions[-1].read_text())
+        assert last["batch"] == stopped_after and last["version"] is not None  # decided, applied after the restart
+    report = _distributed(spark, run_dir, *args)
+    for run in report["runs"]:
+        assert run["resumed"] and not run["stopped_early"]
+        assert run["rebalance_policy"] == {"agrid": "tornado", "kdt": "ps2stream"}[run["method"]]
+        assert run["moves"] >= 1 and run["subscriptions_moved"] > 0 and run["state_bytes_moved"] > 0
+        assert any(m["decided_after_batch"] == stopped_after for m in run["rebalance_moves"])
+        for move in run["rebalance_moves"]:
+            assert move["applied_in_batch"] == move["decided_after_batch"] + 1
+            assert move["subscriptions_handed_over"] > 0 and move["latency_spike"] is not None
+        _check_exact(run_dir, run["method"], report, drift_reference)
+
+
+def test_spark_pipeline_driver_restart_between_decision_and_handover(tmp_path, drift_reference):
+    """The driver stops right after the batch whose decision wrote a new table version: a new
+    driver (a rebalancer with nothing in memory) re-runs that batch's sink and keeps its decision,
+    every engine is lost, and the batch that applies the hand-over loses a partition's commit once.
+    Exact after every batch, and the hand-over happened after the restart."""
+    from skype.cli.distributed import settings_from_args
+    from skype.spark.hosts import InProcessHosts
+    from skype.spark.rebalancing import attach, rebalance_dir
+
+    args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", "agrid",
+                                      "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", "tornado"])
+    inputs = load_inputs(args)
+    pipe = LocalPipeline(tmp_path / "run", settings_from_args(args, inputs.bounds), inputs)
+    first_driver = attach(pipe.plan, "tornado", inputs)[0]
+    want, want_final = drift_reference
+    assert pipe.step() == want[0]
+    decided = first_driver.after_batch(0, pipe.metrics[-1])
+    assert decided["version"] == 1 and decided["effective"] == DRIFT_BATCH
+    InProcessHosts.clear()  # the restart: new engine hosts, a new driver
+    rebalancer = attach(pipe.plan, "tornado", inputs)[0]
+    assert rebalancer.after_batch(0, pipe.metrics[-1]) == decided  # Spark re-runs the uncommitted sink
+    retried: list[int] = []
+
+    def lose_commit(key, rows):
+        if not retried:
+            saved = pipe.snapshot_state(key)
+            pipe.partitions.test(key, rows)
+            pipe.restore_state(key, saved)
+            retried.append(key)
+
+    for b in range(1, len(want)):
+        got = pipe.step(before_partition=lose_commit)
+        assert got == want[b], f"batch {b}: {first_difference(got, want[b])}"
+        rebalancer.after_batch(b, pipe.metrics[-1])
+    assert pipe.final_results() == want_final
+    assert sum(m["handover_in"] for m in pipe.metrics[1] if m["stage"] == "partition") > 0
+    versions = sorted(p.name for p in rebalance_dir(pipe.plan.run_dir, "agrid").glob("version-*.pkl"))
+    assert versions[:2] == ["version-000000.pkl", "version-000001.pkl"]
+
+
+@pytest.mark.parametrize("method,policy", [("agrid", "tornado"), ("kdt", "ps2stream"), ("qt", "ps2stream"), ("agrid", "never")])
+def test_spark_pipeline_with_policy_exact_after_every_batch(method, policy, tmp_path, drift_reference):
+    """The job's own code (no JVM) with the driver's rebalancer deciding after every batch, as
+    the sink does: PS2Stream's policy on kdt and qt, exact after
+    every batch; ``never`` keeps the build's tables (version 0 only) and hands nothing over."""
+    from skype.spark.rebalancing import attach, rebalance_dir
+
+    args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", method,
+                                      "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", policy])
+    inputs = load_inputs(args)
+    from skype.cli.distributed import settings_from_args
+
+    settings = settings_from_args(args, inputs.bounds)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    rebalancer = attach(pipe.plan, policy, inputs)[0]
+    want, want_final = drift_reference
+    for b in range(len(want)):
+        got = pipe.step()
+        assert got == want[b], f"{method}/{policy} batch {b}: {first_difference(got, want[b])}"
+        rebalancer.after_batch(b, pipe.metrics[-1])
+    assert pipe.final_results() == want_final
+    handed = sum(m.get("handover_in", 0) for ms in pipe.metrics for m in ms if m["stage"] == "partition")
+    versions = sorted(p.name for p in rebalance_dir(pipe.plan.run_dir, method).glob("version-*.pkl"))
+    if policy == "never":
+        assert versions == ["version-000000.pkl"] and handed == 0
+    else:
+        assert len(versions) > 1 and handed > 0
+
+
+@pytest.mark.parametrize("method,policy", [("qt", "sstd"), ("aqwa", "aqwa")])
+def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, policy, tmp_path):
+    """SSTD's PM/FM/FG on qt and AQWA's split + merge on aqwa (a new tree in each version),
+    decided by the driver's rebalancer after every batch of SSTD's injected objects and queries
+    (subscriptions arriving mid-stream): units move and the job stays exact after every batch."""
+    from skype.cli.distributed import settings_from_args
+    from skype.spark.rebalancing import attach
+
+    args = build_parser().parse_args(["distributed", "--num-subs", "600", "--num-messages", "2000", "--drift", "inject",
+                                      "--drift-start", "0", "--window", "500", "--sample-size", "500", "--method",
+                                      method, "--partitions", "4", "--batch-size", "250", "--rebalance", policy])
+    inputs = load_inputs(args)
+    settings = settings_from_args(args, inputs.bounds)
+    want = centralized_by_batch(inputs, settings.window.centralized(), 250)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    rebalancer = attach(pipe.plan, policy, inputs)[0]
+    for b in range(len(want)):
+        got = pipe.step()
+        assert got == want[b], f"{method}/{policy} batch {b}: {first_difference(got, want[b])}"
+        rebalancer.after_batch(b, pipe.metrics[-1])
+    assert rebalancer.state["versions"] > 1
+    assert sum(m.get("handover_in", 0) for ms in pipe.metrics for m in ms if m["stage"] == "partition") > 0
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--method", "location", "--rebalance", "tornado"], "'location' has none"),
+    (["--method", "agrid", "--vocabulary", "v.json", "--messages", "m.jsonl", "--subscriptions", "s.jsonl"],
+     "needs a staged stream"),
+    (["kinds", "--method", "kdt", "--rebalance", "ps2stream"], "top-k subscriptions only"),
+])
+def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp_path):
+    """A policy on a static method, an adaptive method without a staged stream, and an adaptive
+    method on a workload with range/knn/terms subscriptions fail with E063 before any session
+    starts."""
+    from skype.cli.distributed import run_distributed
+    from skype.errors import InputError
+
+    events = tmp_path / "kinds.jsonl"
+    events.write_text(json.dumps({"op": "sub", "id": 1, "kind": "range", "rect": [0, 0, 10, 10], "terms": ["a"]}) + "\n"
+                      + json.dumps({"op": "msg", "id": 1, "x": 1.0, "y": 1.0, "t": 0.0, "terms": {"a": 1.0}}) + "\n")
+    workload = ["--events", str(events)] if "kinds" in extra else ["--num-subs", "20", "--num-messages", "20"]
+    extra = [e for e in extra if e != "kinds"]
+    args = build_parser().parse_args(["distributed", *workload, "--checkpoint", str(tmp_path / "run"), *extra])
+    with pytest.raises(InputError, match="E063") as err:
+        run_distributed(args, spark=object())
+    assert message in str(err.value)
