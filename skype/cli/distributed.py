@@ -141,6 +141,13 @@ def settings_from_args(args: argparse.Namespace, bounds):
     )
 
 
+def run_directory(args) -> Path:
+    """The run directory as an absolute path: executors resolve a relative one against their own
+    working directory (a standalone Worker's is its application folder), and would write the
+    events and results there instead of into the directory the driver reads."""
+    return Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+
+
 def run_distributed(args: argparse.Namespace, spark=None) -> int:
     """Plan, run, report.  ``spark``: an existing session (the Spark app, tests); else one is made
     from ``--master``."""
@@ -150,7 +157,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     if (args.messages_dir is None) != (args.commands_dir is None):
         raise InputError("E023", what="--messages-dir and --commands-dir", expected="given together",
                          value=args.messages_dir or args.commands_dir)
-    run_dir = Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = run_directory(args)
     t0 = time.perf_counter()
     from skype.spark import kinds, rebalancing
 
