@@ -82,6 +82,8 @@ class Errors:
             "(partition < 2^23, offset < 2^40)")
     E085 = "executor ingestion: {detail}"
     E086 = "unknown command op {op!r}: expected 'sub', 'unsub' or 'results'"
+    E087 = ("the run directory {run_dir} holds none of the {events} result events the executors reported: "
+            "it must be on a file system every node sees")
 
 
 class InputError(SkypeError, ValueError):

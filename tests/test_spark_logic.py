@@ -275,6 +275,26 @@ def test_spark_fold_events_gives_final_results():
     assert ranked(state[3]) == [Match(2, 0.3)]
 
 
+def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(workload, tmp_path):
+    """Executors that reported result events whose files are not in the run directory (it is not
+    shared by every node) stop the run with E087 instead of an empty results file."""
+    from skype.errors import InputError
+    from skype.spark.plan import plan_run
+    from skype.spark.runtime import check_results_visible, suffix
+
+    _, inputs = _inputs(workload, ["--window", "300"])
+    plan = plan_run(tmp_path / "run", _settings("location", ["--window", "300"], inputs), inputs)
+    pipe = plan.pipelines[0]
+    check_results_visible(plan, pipe, 0)  # nothing reported, nothing to find
+    with pytest.raises(InputError) as err:
+        check_results_visible(plan, pipe, 12)
+    assert err.value.code == "E087" and str(plan.run_dir) in str(err.value)
+    events = plan.events_dir_of(pipe)
+    events.mkdir(parents=True, exist_ok=True)
+    (events / f"batch-00000000-part-00000.{suffix(plan.settings.events_format)}").write_text("")
+    check_results_visible(plan, pipe, 12)
+
+
 @pytest.mark.parametrize("name", ["skype.spark.codec", "skype.spark.keys", "skype.spark.merge", "skype.spark.reports",
                                   "skype.spark.partition", "skype.spark.routing", "skype.spark.durable",
                                   "skype.spark.staging", "skype.spark.hosts"])

@@ -211,6 +211,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
                            master=spark.conf.get("spark.master", ""))
             metrics.update(rebalancing.rebalancing_report(plan, outcome, pipe))
             if args.results_out:
+                runtime.check_results_visible(plan, pipe, metrics.get("result_events", 0))
                 results = runtime.final_results(plan, pipe)
                 metrics["subscriptions"] = io.write_objects(per_method(args.results_out, pipe.method, several),
                                                             kinds.result_objects(results, kind_of, vocabulary))

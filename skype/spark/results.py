@@ -88,6 +88,16 @@ def _result_lines(path: Path) -> Iterator[tuple[int, list[Match]]]:
                 yield int(obj["id"]), [Match(int(e["id"]), float(e["score"])) for e in obj["topk"]]
 
 
+def check_results_visible(plan: Plan, pipeline: Pipeline, result_events: int) -> None:
+    """E087 when the executors reported result events but the run directory holds neither their
+    event files nor stage results: they wrote somewhere the driver cannot see (a directory that is
+    not shared by every node), and folding nothing would write an empty results file."""
+    if result_events and not stage_result_files(plan, pipeline) and not event_files(plan, pipeline):
+        from skype.errors import InputError
+
+        raise InputError("E087", run_dir=plan.run_dir, events=result_events)
+
+
 def final_results(plan: Plan, pipeline: Pipeline) -> Iterator[tuple[int, list[Match]]]:
     """Every subscription's final top-k, by ascending id (the centralized CLI's results): the
     stateful stages' answers merged (see module docstring), else the events folded."""

@@ -26,8 +26,8 @@ from skype.spark.plan import (  # noqa: F401 - the plan, re-exported
     build_distribution_for, plan_run, single_replica,
 )
 from skype.spark.results import (  # noqa: F401 - the run's outcome, re-exported
-    count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events, folded_results, ranked,
-    run_metrics, stage_result_files,
+    check_results_visible, count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events,
+    folded_results, ranked, run_metrics, stage_result_files,
 )
 from skype.spark.sink import EventSink, events_table, print_events, suffix  # noqa: F401 - re-exported
 
