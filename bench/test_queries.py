@@ -66,7 +66,8 @@ def range_setup(size):
 def test_range_continuous(benchmark, range_setup, engine):
     p, w, subs = range_setup
     cls = Engine if engine == "core" else ReferenceEngine
-    e = cls(window=p["window"], vocabulary=w.vocabulary.copy(), bounds=w.bounds)
+    kw = {"snapshots": True} if engine == "core" else {}
+    e = cls(window=p["window"], vocabulary=w.vocabulary.copy(), bounds=w.bounds, **kw)
     for chunk in w.messages.slice(0, p["window"]).batches(10_000):
         e.publish_batch(chunk)
     e.subscribe_many(subs)
@@ -75,6 +76,40 @@ def test_range_continuous(benchmark, range_setup, engine):
                    chunk=CHUNK if engine == "core" else 25)
     benchmark.extra_info["config"] = f"{p['subs']} range subscriptions (1% area, 1-3 terms, any), window {p['window']}"
     assert info["messages"] == measured
+
+
+def _interleaved(engines: dict, messages, chunk=CHUNK) -> dict:
+    """CPU time per message of engines fed the same chunks, taking turns first (the machine is
+    shared: one process, alternating chunks, ``time.process_time``)."""
+    spent = dict.fromkeys(engines, 0.0)
+    names = list(engines)
+    for i, c in enumerate(messages.batches(chunk)):
+        for name in names if i % 2 == 0 else names[::-1]:
+            t0 = time.process_time()
+            engines[name].publish_batch(c)
+            spent[name] += time.process_time() - t0
+    return {f"{name}_us_per_msg": round(spent[name] / len(messages) * 1e6, 2) for name in names} | \
+        {f"{name}_msgs_per_s": round(len(messages) / spent[name], 1) for name in names}
+
+
+def test_range_continuous_term_trees_interleaved(benchmark, range_setup):
+    """The query window with every per-term tree kept (as before they became lazy: a snapshot
+    query with terms turns them on) against the spatial tree only, interleaved."""
+    p, w, subs = range_setup
+    engines = {}
+    for name in ("all_trees", "lazy_trees"):
+        e = Engine(window=p["window"], vocabulary=w.vocabulary.copy(), bounds=w.bounds, snapshots=True)
+        for chunk in w.messages.slice(0, p["window"]).batches(10_000):
+            e.publish_batch(chunk)
+        e.subscribe_many(subs)
+        if name == "all_trees":
+            e.query("range", rect=w.bounds.as_tuple(), terms=[w.vocabulary.term(0)], last=1e-9)
+        engines[name] = e
+    info = benchmark.pedantic(lambda: _interleaved(engines, w.messages.slice(p["window"], p["window"] + p["measured"])),
+                              rounds=1, iterations=1)
+    benchmark.extra_info.update(info)
+    assert engines["all_trees"].stats()["queries"]["term_trees"] and \
+        not engines["lazy_trees"].stats()["queries"]["term_trees"]
 
 
 @pytest.fixture(scope="module")

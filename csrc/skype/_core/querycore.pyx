@@ -135,6 +135,7 @@ cdef class QueryCore:
             self.knn_touch_step.resize(slot + 1, 0)
             self.knn_before.resize(slot + 1)
             self.knn_before_ids.resize(slot + 1)
+        self.qw.c_need_term_trees()         # refills search them
         self.knn[slot] = KnnSubC(x, y, ext_id, k, k * self.knn_factor, 0, 1)
         self.knn_prog[slot].clear()
         for i in range(prog.shape[0]):
@@ -168,6 +169,7 @@ cdef class QueryCore:
     def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
         cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
+        self.qw.c_need_term_trees()         # term counts in rectangles are read from them
         if slot >= self.region.size():
             self.region.resize(slot + 1)
             self.region_buf.resize(slot + 1)
@@ -578,6 +580,8 @@ cdef class QueryCore:
     def snapshot_range(self, tuple rect, const int64_t[::1] prog, const int64_t[::1] cover, double now,
                        double last):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        if cover.shape[0]:
+            self.qw.c_need_term_trees()
         return self._range(&r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
                            &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last)
 
@@ -629,6 +633,7 @@ cdef class QueryCore:
             q[i].wtsum = round_up(suffix)
         with nogil:
             if n and k:
+                self.qw.c_need_term_trees()
                 self.qw.index.query_start(alpha, x, y, q.data(), <int>n)
                 while seqs.size() < k and self.qw.index.query_next(&seq, &score):
                     if self.qw.c_fresh(win_get(self.qw.window, seq), now, last):
@@ -655,4 +660,5 @@ cdef class QueryCore:
             "terms_candidates": self.regions.candidates, "terms_refills": self.region_refills,
             "terms_walks": self.region_walks,
             "range_index_bytes": self.ranges.memory_bytes(),
+            "term_trees": bool(self.qw.term_trees),
         }

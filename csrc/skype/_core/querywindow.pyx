@@ -21,6 +21,14 @@ Snapshot walks (all exact; nothing is approximated):
   term; ``c_top_terms`` ranks them by count descending, then term name ascending (UTF-8 byte
   order, which is code point order).
 * ``last``: a message counts when ``now - t < last`` holds exactly (TwoSum, as the time window).
+
+Per-term trees are kept only once something reads them (``c_need_term_trees``: kNN and
+``terms`` subscriptions, snapshot ``range``, ``knn`` and ``topk`` queries); until then only the
+``ALL_TERM`` tree is kept, and a message's other terms are inserted when the trees are first
+needed (from the window store, oldest first).  ``c_range`` without them walks the ``ALL_TERM``
+tree and tests the cover and the predicate per message: the same answer.  Invariant: with
+``term_trees`` set, every window message is in the tree of each of its terms; without it, in the
+``ALL_TERM`` tree only.
 """
 from libcpp.vector cimport vector
 from libcpp.string cimport string
@@ -63,6 +71,7 @@ cdef class QueryWindow:
         self.count_window = count_window
         self.time_window = time_window
         self.max_dist = max_dist
+        self.term_trees = False
         self.names.push_back(b"")
 
     # ------------------------------------------------------------------ names and stream
@@ -88,8 +97,17 @@ cdef class QueryWindow:
             self.scratch[j + 1].pad = 0
             self.scratch[j + 1].w = w[j]
         seq = self.window.append(ext_id, x, y, t, self.scratch.data(), n + 1)
-        self.index.insert(seq)
+        self.index.insert_terms(seq, 0, n + 1 if self.term_trees else 1)
         return seq
+
+    cdef void c_need_term_trees(self) noexcept nogil:
+        """Keep the per-term trees from now on (built from the window store the first time)."""
+        cdef seq_t seq
+        if self.term_trees:
+            return
+        for seq in range(self.window.oldest_seq, self.window.oldest_seq + self.window.count):
+            self.index.insert_terms(seq, 1, 0xFFFFFFFFu)
+        self.term_trees = True
 
     cdef bint c_must_expire(self, double t, bint arriving) noexcept nogil:
         """Whether the oldest message leaves before a message at t arrives (or the clock moves to t)."""
@@ -100,7 +118,7 @@ cdef class QueryWindow:
         return outside_time_window(win_oldest(self.window).t, t, self.time_window)
 
     cdef void c_pop_oldest(self) noexcept nogil:
-        self.index.remove(win_oldest(self.window).seq)
+        self.index.remove_terms(win_oldest(self.window).seq, 0, 0xFFFFFFFFu if self.term_trees else 1)
         self.window.pop_oldest()
 
     cdef bint c_fresh(self, const MsgC* m, double now, double last) noexcept nogil:
@@ -119,6 +137,16 @@ cdef class QueryWindow:
                 return False
         return eval_program(prog, plen, mt, m.nterms, &self.stack)
 
+    cdef bint c_accept_any(self, const MsgC* m, const int64_t* prog, int plen, const int64_t* cover,
+                           int ncover) noexcept nogil:
+        """m holds one of the cover terms and satisfies the predicate."""
+        cdef const MsgTermC* mt = win_terms(self.window, m)
+        cdef int i
+        for i in range(ncover):
+            if holds_term(mt, m.nterms, <term_t>cover[i]):
+                return eval_program(prog, plen, mt, m.nterms, &self.stack)
+        return False
+
     # ------------------------------------------------------------------ snapshot walks
     cdef void c_range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,
                       double now, double last, vector[seq_t]* out) noexcept nogil:
@@ -128,8 +156,11 @@ cdef class QueryWindow:
         cdef size_t e
         cdef MsgC* m
         cdef vector[MEntryC]* leaf
+        cdef bint spatial = ncover > 0 and not self.term_trees   # the ALL_TERM tree, cover tested
+        if spatial:
+            ntrees = 1
         for c in range(ntrees):
-            t = <term_t>cover[c] if ncover else ALL_TERM
+            t = <term_t>cover[c] if ncover and not spatial else ALL_TERM
             if t >= self.index.root.size() or self.index.root[t] < 0:
                 continue
             self.walk.clear()
@@ -147,7 +178,8 @@ cdef class QueryWindow:
                 for e in range(leaf.size()):
                     m = win_get(self.window, leaf[0][e].seq)
                     if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy and self.c_fresh(m, now, last) \
-                            and (ncover == 0 or self.c_accept(m, c, prog, plen, cover, ncover)):
+                            and (ncover == 0 or (self.c_accept_any(m, prog, plen, cover, ncover) if spatial
+                                                 else self.c_accept(m, c, prog, plen, cover, ncover))):
                         out.push_back(m.seq)
 
     cdef void _near_push(self, double key, uint64_t tie, int32_t node, uint32_t cover) noexcept nogil:
@@ -197,6 +229,8 @@ cdef class QueryWindow:
         self.heap.clear()
         if k == 0:
             return
+        if ncover:
+            self.c_need_term_trees()
         for c in range(ntrees):
             t = <term_t>cover[c] if ncover else ALL_TERM
             if t < self.index.root.size() and self.index.root[t] >= 0:
@@ -254,6 +288,7 @@ cdef class QueryWindow:
         cdef MsgC* m
         cdef RectC* nr
         cdef vector[MEntryC]* leaf
+        self.c_need_term_trees()
         if t >= self.index.root.size() or self.index.root[t] < 0:
             return 0
         self.walk.clear()
