@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from skype.api import ChangeLog
-from skype.model import Bounds, Match, MessageBatch
+from skype.model import Bounds, Match, MessageBatch, TermMatrix
 from skype.queries import Neighbor, QuerySpec, TermCount
 from skype.text import Vocabulary
 
@@ -193,6 +193,17 @@ class CoreQueryKinds(QueryKinds):
                                                np.ascontiguousarray(spec.term_ids, np.int64),
                                                np.ascontiguousarray(spec.weights, np.float64), now, last)
         return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    def window_has(self, ids: np.ndarray) -> np.ndarray:
+        return self._core.query_window().window_has(ids)
+
+    def window_ids(self) -> np.ndarray:
+        return self._core.query_window().window_ids()
+
+    def window_batch(self) -> MessageBatch:
+        """The window's messages, oldest first (vocabulary term ids, raw weights)."""
+        ids, x, y, t, indptr, terms, weights = self._core.query_window().window_arrays()
+        return MessageBatch(ids, x, y, t, TermMatrix(indptr, terms.astype(np.int64), weights))
 
     def stats(self) -> dict:
         s = self._core.stats()

@@ -230,6 +230,49 @@ def test_queries_term_trees_built_when_first_needed_equal_reference(trigger):
                if isinstance(r, tuple) and len(r) == 3 and r[1] == "range") > 100  # not vacuous
 
 
+@pytest.mark.parametrize("window", [dict(window=40), dict(window_seconds=30.0)])
+def test_queries_topk_core_window_built_at_first_topk_subscription_equals_reference(window):
+    """With the query window and no topk subscription, the top-k core keeps no window; the first
+    topk subscription builds it from the query window's messages.  Its initial result, every
+    later change log and result, the window's ids and duplicate detection equal the
+    reference's, on a count and a time window (with clock advances while the core waits)."""
+    rng = np.random.default_rng(9)
+    names = ["tea", "bun", "cake", "dog", "über"]
+    ranges = [RangeSubscription(i, (x, y, x + 3, y + 3), terms=["tea", "über"]) for i, (x, y) in
+              enumerate(zip(rng.uniform(0, 7, 10), rng.uniform(0, 7, 10)))]
+    topk = [Subscription(50 + i, float(x), float(y), 3, 0.5, terms={"tea": 1.0, "cake": 2.0})
+            for i, (x, y) in enumerate(zip(rng.uniform(0, 10, 5), rng.uniform(0, 10, 5)))]
+    engines = [ENGINES[k](bounds=BOUNDS, **window) for k in ENGINES]
+    logs: list[list] = [[], []]
+    for i, e in enumerate(engines):
+        r = np.random.default_rng(10)
+        e.subscribe_many(ranges)
+        for j in range(120):
+            if j == 70:
+                if i == 0:
+                    assert e.stats()["core_window"] != "kept"
+                    assert e.stats()["window_size"] == len(e.window_ids()) > 0
+                with pytest.raises(InputError, match="E019"):
+                    e.publish(Message(int(e.window_ids()[-1]), 1.0, 1.0, t=float(j), terms={"tea": 1.0}))
+                logs[i].append(list(e.window_ids()))
+                logs[i].append([e.subscribe(s) for s in topk[:3]])
+                if i == 0:
+                    assert e.stats()["core_window"] == "kept"
+            if j == 90:
+                e.subscribe_many(topk[3:])
+            if j % 10 == 5 and "window_seconds" in window:
+                logs[i].append(e.advance(float(j) - 0.5))
+            terms = {str(n): float(r.integers(1, 3)) for n in r.choice(names, size=int(r.integers(1, 4)), replace=False)}
+            changes = e.publish(Message(j, float(r.uniform(0, 10)), float(r.uniform(0, 10)), t=float(j), terms=terms))
+            logs[i].append(sorted((c.sub_id, sorted(c.entered), sorted(c.left)) for c in changes))
+            if j % 20 == 19:
+                logs[i].append(list(e.results_by_kind()))
+                logs[i].append(list(e.window_ids()))
+    assert logs[0] == logs[1]
+    assert sum(len(c[1]) for step in logs[0][-60:] if isinstance(step, list) for c in step
+               if isinstance(c, tuple) and len(c) == 3 and c[0] >= 50) > 10  # topk changes: not vacuous
+
+
 # ----------------------------------------------------------------------------------- command line
 
 

@@ -40,7 +40,8 @@ then the netted events of the step.
 import numpy as np
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
-from libcpp.algorithm cimport partial_sort
+from libcpp.algorithm cimport partial_sort, sort as std_sort
+from libcpp.functional cimport greater
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
@@ -565,16 +566,17 @@ cdef class QueryCore:
     cdef object _range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,
                        double now, double last):
         cdef vector[seq_t] seqs
-        cdef size_t i
+        cdef size_t i, n
+        cdef int64_t[::1] o
         with nogil:
             self.qw.c_range(r, prog, plen, cover, ncover, now, last, &seqs)
-        out = np.empty(seqs.size(), dtype=np.uint64)
-        for i in range(seqs.size()):
-            out[i] = seqs[i]
-        out = -np.sort(-out.astype(np.int64))       # newest first
-        ids = np.empty(len(out), dtype=np.int64)
-        for i in range(len(out)):
-            ids[i] = win_get(self.qw.window, <seq_t>out[i]).ext_id
+            std_sort(seqs.begin(), seqs.end(), greater[seq_t]())      # newest first
+        n = seqs.size()
+        ids = np.empty(n, dtype=np.int64)
+        o = ids
+        with nogil:
+            for i in range(n):
+                o[i] = win_get(self.qw.window, seqs[i]).ext_id
         return ids
 
     def snapshot_range(self, tuple rect, const int64_t[::1] prog, const int64_t[::1] cover, double now,
@@ -595,9 +597,11 @@ cdef class QueryCore:
                           &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last, &seqs, &dists)
         ids = np.empty(seqs.size(), dtype=np.int64)
         dist = np.empty(seqs.size(), dtype=np.float64)
+        cdef int64_t[::1] o = ids
+        cdef double[::1] d = dist
         for i in range(seqs.size()):
-            ids[i] = win_get(self.qw.window, seqs[i]).ext_id
-            dist[i] = dists[i]
+            o[i] = win_get(self.qw.window, seqs[i]).ext_id
+            d[i] = dists[i]
         return ids, dist
 
     def snapshot_terms(self, tuple rect, size_t k, double now, double last):
@@ -649,6 +653,9 @@ cdef class QueryCore:
     # ------------------------------------------------------------------ introspection
     def window_size(self):
         return self.qw.window.count
+
+    def query_window(self):
+        return self.qw
 
     def stats(self):
         return {

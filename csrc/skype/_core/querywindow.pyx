@@ -30,6 +30,7 @@ tree and tests the cover and the predicate per message: the same answer.  Invari
 ``term_trees`` set, every window message is in the tree of each of its terms; without it, in the
 ``ALL_TERM`` tree only.
 """
+import numpy as np
 from libcpp.vector cimport vector
 from libcpp.string cimport string
 from libcpp.algorithm cimport sort as std_sort
@@ -336,3 +337,40 @@ cdef class QueryWindow:
     # ------------------------------------------------------------------ Python entry points
     def size(self):
         return self.window.count
+
+    def window_has(self, const int64_t[::1] ids):
+        return self.window.contains_ids(ids)
+
+    def window_ids(self):
+        return self.window.ext_ids()
+
+    def window_arrays(self):
+        """The window's messages, oldest first, as the columns of a message batch: ids, x, y, t,
+        indptr, term ids (the vocabulary's: shifted back, ALL_TERM dropped) and weights."""
+        cdef uint64_t n = self.window.count, i, total = 0
+        cdef uint32_t j
+        cdef MsgC* m
+        cdef const MsgTermC* mt
+        for i in range(n):
+            total += win_get(self.window, self.window.oldest_seq + i).nterms - 1
+        ids = np.empty(n, dtype=np.int64)
+        xs = np.empty(n, dtype=np.float64)
+        ys = np.empty(n, dtype=np.float64)
+        ts = np.empty(n, dtype=np.float64)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        terms = np.empty(total, dtype=np.uint32)
+        weights = np.empty(total, dtype=np.float64)
+        cdef int64_t[::1] oi = ids, op = indptr
+        cdef double[::1] ox = xs, oy = ys, ot = ts, ow = weights
+        cdef uint32_t[::1] oterm = terms
+        cdef uint64_t pos = 0
+        for i in range(n):
+            m = win_get(self.window, self.window.oldest_seq + i)
+            mt = win_terms(self.window, m)
+            oi[i], ox[i], oy[i], ot[i] = m.ext_id, m.x, m.y, m.t
+            for j in range(1, m.nterms):
+                oterm[pos] = mt[j].term - 1
+                ow[pos] = mt[j].w
+                pos += 1
+            op[i + 1] = pos
+        return ids, xs, ys, ts, indptr, terms, weights
