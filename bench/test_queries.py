@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from skype import Engine, ReferenceEngine
+from skype import Engine, ReferenceEngine, Subscription
 from skype.data import make_workload
 from skype.data.peer_workloads import peer_queries, peer_subscriptions
 
@@ -92,24 +92,29 @@ def _interleaved(engines: dict, messages, chunk=CHUNK) -> dict:
         {f"{name}_msgs_per_s": round(len(messages) / spent[name], 1) for name in names}
 
 
-def test_range_continuous_term_trees_interleaved(benchmark, range_setup):
-    """The query window with every per-term tree kept (as before they became lazy: a snapshot
-    query with terms turns them on) against the spatial tree only, interleaved."""
+def test_range_continuous_interleaved(benchmark, range_setup):
+    """What the range-only workload no longer pays for, interleaved on the same stream:
+    ``eager`` keeps the query window's per-term trees and the top-k core's window (as before both
+    became lazy: a snapshot query with terms builds the trees, a topk subscription and its
+    removal the core's window), ``core_window`` only the core's window, ``lazy`` neither."""
     p, w, subs = range_setup
     engines = {}
-    for name in ("all_trees", "lazy_trees"):
+    for name in ("eager", "core_window", "lazy"):
         e = Engine(window=p["window"], vocabulary=w.vocabulary.copy(), bounds=w.bounds, snapshots=True)
         for chunk in w.messages.slice(0, p["window"]).batches(10_000):
             e.publish_batch(chunk)
         e.subscribe_many(subs)
-        if name == "all_trees":
+        if name == "eager":
             e.query("range", rect=w.bounds.as_tuple(), terms=[w.vocabulary.term(0)], last=1e-9)
+        if name != "lazy":
+            e.subscribe(Subscription(-1, 0.0, 0.0, 1, 0.5, terms={w.vocabulary.term(0): 1.0}))
+            e.unsubscribe(-1)
         engines[name] = e
     info = benchmark.pedantic(lambda: _interleaved(engines, w.messages.slice(p["window"], p["window"] + p["measured"])),
                               rounds=1, iterations=1)
     benchmark.extra_info.update(info)
-    assert engines["all_trees"].stats()["queries"]["term_trees"] and \
-        not engines["lazy_trees"].stats()["queries"]["term_trees"]
+    assert [e.stats()["queries"]["term_trees"] for e in engines.values()] == [True, False, False]
+    assert [e.stats()["core_window"] == "kept" for e in engines.values()] == [True, True, False]
 
 
 @pytest.fixture(scope="module")
