@@ -120,13 +120,15 @@ class CoreQueryKinds(QueryKinds):
     """:class:`QueryKinds` on ``skype._core.querycore.QueryCore``."""
 
     def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,
-                 *, grid: int = 64, knn_factor: int = 2, leaf_capacity: int = 64) -> None:
+                 *, grid: int = 64, knn_factor: int = 2, leaf_capacity: int = 64, term_trees: str = "lazy") -> None:
         from skype._core.querycore import QueryCore
 
         self.vocabulary = vocabulary
         self._labels = NameLabels()
         self._core = QueryCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity)
+        if term_trees == "eager":
+            self._core.need_term_trees()
 
     def _sync_names(self) -> None:
         have = self._core.name_count()

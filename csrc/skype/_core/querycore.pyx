@@ -657,6 +657,9 @@ cdef class QueryCore:
     def query_window(self):
         return self.qw
 
+    def need_term_trees(self):
+        self.qw.c_need_term_trees()
+
     def stats(self):
         return {
             "arrivals": self.arrivals, "expirations": self.expirations,

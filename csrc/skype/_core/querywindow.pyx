@@ -12,6 +12,9 @@ Snapshot walks (all exact; nothing is approximated):
   holds; ``ALL_TERM`` for no predicate), descending only into nodes that meet the rectangle.
   A message reached through cover term j is *designated* to j only if it holds none of the
   earlier cover terms, so it is reported once; then the predicate and ``last`` are checked.
+  A predicate without AND holds for every message of a cover term's tree: those are reported
+  through every tree they are in, without reading the message, and deduplicated at the end (a
+  sort); so are the entries of nodes inside the rectangle, without a location test.
 * ``c_knn``: best-first search over the same trees: a min-heap of nodes keyed by MINDIST and
   messages keyed by their distance.  On equal keys a node pops before a message and a newer
   message before an older one.  MINDIST is computed with the same rounded operations as a
@@ -33,13 +36,13 @@ tree and tests the cover and the predicate per message: the same answer.  Invari
 import numpy as np
 from libcpp.vector cimport vector
 from libcpp.string cimport string
-from libcpp.algorithm cimport sort as std_sort
+from libcpp.algorithm cimport sort as std_sort, unique as std_unique
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms, win_oldest
 from skype._core.msgindex cimport MessageIndex, MEntryC
 from skype._core.scoring cimport mindist, outside_time_window
-from skype._core.predicate cimport eval_program, holds_term, point_distance
+from skype._core.predicate cimport eval_program, holds_term, point_distance, OP_AND
 
 
 cdef inline bint rects_meet(const RectC* a, const RectC* b) noexcept nogil:
@@ -151,13 +154,19 @@ cdef class QueryWindow:
     # ------------------------------------------------------------------ snapshot walks
     cdef void c_range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,
                       double now, double last, vector[seq_t]* out) noexcept nogil:
-        cdef int c, ntrees = ncover if ncover else 1
+        cdef int c, i, ntrees = ncover if ncover else 1
         cdef term_t t
         cdef int32_t n, q
-        cdef size_t e
+        cdef size_t e, start = out.size()
         cdef MsgC* m
+        cdef RectC* nr
         cdef vector[MEntryC]* leaf
+        cdef bint inside
         cdef bint spatial = ncover > 0 and not self.term_trees   # the ALL_TERM tree, cover tested
+        cdef bint implied = ncover > 0 and not spatial           # no AND: a cover term implies a match
+        for i in range(plen):
+            if prog[i] == OP_AND:
+                implied = False
         if spatial:
             ntrees = 1
         for c in range(ntrees):
@@ -167,21 +176,39 @@ cdef class QueryWindow:
             self.walk.clear()
             self.walk.push_back(self.index.root[t])
             while self.walk.size():
-                n = self.walk.back()
+                n = self.walk.back()             # ~n: a node known to lie inside r
                 self.walk.pop_back()
-                if self.index.nodes[n].count == 0 or not rects_meet(&self.index.nodes[n].rect, r):
+                inside = n < 0
+                if inside:
+                    n = ~n
+                if self.index.nodes[n].count == 0:
                     continue
+                if not inside:
+                    nr = &self.index.nodes[n].rect
+                    if not rects_meet(nr, r):
+                        continue
+                    inside = r.minx <= nr.minx and nr.maxx <= r.maxx and r.miny <= nr.miny and nr.maxy <= r.maxy
                 if self.index.nodes[n].child >= 0:
                     for q in range(4):
-                        self.walk.push_back(self.index.nodes[n].child + q)
+                        self.walk.push_back(~(self.index.nodes[n].child + q) if inside
+                                            else self.index.nodes[n].child + q)
                     continue
                 leaf = &self.index.entries[n]
+                if inside and (ncover == 0 or implied) and last <= 0.0:   # no message to read
+                    for e in range(leaf.size()):
+                        out.push_back(leaf[0][e].seq)
+                    continue
                 for e in range(leaf.size()):
                     m = win_get(self.window, leaf[0][e].seq)
-                    if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy and self.c_fresh(m, now, last) \
-                            and (ncover == 0 or (self.c_accept_any(m, prog, plen, cover, ncover) if spatial
-                                                 else self.c_accept(m, c, prog, plen, cover, ncover))):
+                    if (inside or (r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy)) \
+                            and self.c_fresh(m, now, last) \
+                            and (ncover == 0 or implied
+                                 or (self.c_accept_any(m, prog, plen, cover, ncover) if spatial
+                                     else self.c_accept(m, c, prog, plen, cover, ncover))):
                         out.push_back(m.seq)
+        if implied and ncover > 1:               # reached through several cover terms: once each
+            std_sort(out.begin() + start, out.end())
+            out.erase(std_unique(out.begin() + start, out.end()), out.end())
 
     cdef void _near_push(self, double key, uint64_t tie, int32_t node, uint32_t cover) noexcept nogil:
         cdef size_t i, parent
