@@ -23,7 +23,7 @@ Every combination returns exactly the reference engine's results.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -35,12 +35,16 @@ from skype._core.blockindex import BlockIndex
 from skype._core.igpt import IGPTIndex
 from skype._core.subindex import SubTable
 
+if TYPE_CHECKING:
+    from skype.querykinds import CoreQueryKinds
+
 INDEXES = ("blocks", "igpt", "ipt", "ciq")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
 MESSAGE_INDEXES = ("lists", "quadtree")
 RULES = ("cell", "group", "early", "entry", "prefix", "spatial", "exact_spatial", "unseen")
 BLOCK_RULES = ("band", "block", "entry")  # the block index's rules (alpha-band, block header, posting)
 BARRIERS = ("stationary", "window", "factor")
+TERM_TREES = ("lazy", "eager")
 
 CIQ_PARAMS = {"budget": 16, "max_depth": 12}  # cover cells per subscription, quadtree depth
 
@@ -119,6 +123,14 @@ class Engine(EngineBase):
         terms kinds and every snapshot query (``docs/queries.md``).  False (default): topk
         subscriptions only, without that window's cost (about 15% of the time per message at
         100k subscriptions, and a second message index); the other kinds are refused (E050).
+        With it, the top-k core keeps no window of its own until the first topk subscription,
+        which builds it from the query window's messages; and the query window keeps its
+        per-term trees only once something reads them (``docs/queries.md``).
+    term_trees
+        ``"lazy"`` (default): the query window's per-term trees are built from the window by the
+        first kNN or terms subscription or snapshot query that reads them (range-only traffic
+        never does; the build costs about 11 s over a 1M window); ``"eager"``: kept from the
+        start (inputs with snapshot queries: no such pause at the first one).
     query_grid, knn_buffer
         cells per side of the grid index of range and terms subscriptions (default 64), and
         the kNN buffer's capacity in multiples of k (default 2).
@@ -150,6 +162,7 @@ class Engine(EngineBase):
         cell_walk: str = "auto",
         reverse_map: bool = True,
         snapshots: bool = False,
+        term_trees: str = "lazy",
         query_grid: int = 64,
         knn_buffer: int = 2,
     ) -> None:
@@ -258,12 +271,18 @@ class Engine(EngineBase):
         self.params["knn_buffer"] = _positive("knn_buffer", knn_buffer, int, 1, strict=False)
         if self.params["query_grid"] > 4096:
             raise InputError("E023", what="query_grid", expected="at most 4096", value=query_grid)
+        # the top-k core's window is kept from the first topk subscription on; before it, the
+        # query window holds the same messages and the core's is built from it (_wake_core)
+        self._core_live = not snapshots
+        self._kind_queries: CoreQueryKinds | None = None
+        if term_trees not in TERM_TREES:
+            raise invalid_choice("term_trees", term_trees, TERM_TREES)
         if snapshots:
             from skype.querykinds import CoreQueryKinds
 
-            self._queries = CoreQueryKinds(b, self.vocabulary, self.window, self.window_seconds,
+            self._queries = self._kind_queries = CoreQueryKinds(b, self.vocabulary, self.window, self.window_seconds,
                                            grid=self.params["query_grid"], knn_factor=self.params["knn_buffer"],
-                                           leaf_capacity=self.params["message_leaf_capacity"])
+                                           leaf_capacity=self.params["message_leaf_capacity"], term_trees=term_trees)
 
     # ------------------------------------------------------------------ EngineBase
     def _reserve_terms(self, terms: TermMatrix) -> None:
@@ -274,9 +293,27 @@ class Engine(EngineBase):
         return self._core.has_subscriptions(np.ascontiguousarray(ids, dtype=np.int64))
 
     def _window_has(self, ids: np.ndarray) -> np.ndarray:
-        return self._core.window_has(np.ascontiguousarray(ids, dtype=np.int64))
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if self._kind_queries is not None and not self._core_live:
+            return self._kind_queries.window_has(ids)
+        return self._core.window_has(ids)
+
+    def _wake_core(self) -> None:
+        """Before the first topk subscription of an engine with the query window: the top-k
+        core's window (and its message index) from the query window's messages, oldest first.
+        Both windows slide by the same rule, so they hold the same messages; replayed into an
+        engine without subscriptions, none of them expires and no change is reported."""
+        if self._core_live or self._kind_queries is None:
+            return
+        batch = self._kind_queries.window_batch()
+        if len(batch):
+            t = batch.terms
+            self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr, t.ids.astype(np.uint32),
+                                     t.weights)
+        self._core_live = True
 
     def _subscribe_batch(self, batch: SubscriptionBatch) -> None:
+        self._wake_core()
         if len(batch) > self._table.capacity():
             raise InputError("E023", what="number of subscriptions", expected=f"at most {self._table.capacity()} more",
                              value=len(batch))
@@ -292,12 +329,16 @@ class Engine(EngineBase):
         self._core.unsubscribe(sub_id)
 
     def _publish_batch(self, batch: MessageBatch) -> ChangeLog:
+        if not self._core_live:  # no topk subscription yet: the query window holds the messages
+            return ChangeLog.empty()
         t = batch.terms
         at, sub, msg, entered = self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr,
                                                          t.ids.astype(np.uint32), t.weights)
         return ChangeLog(at, sub, msg, entered)
 
     def _advance(self, t: float) -> ChangeLog:
+        if not self._core_live:
+            return ChangeLog.empty()
         return ChangeLog(*self._core.advance(t))
 
     def _topk(self, sub_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -320,6 +361,8 @@ class Engine(EngineBase):
         return self._core.subscription_ids()
 
     def window_ids(self) -> np.ndarray:
+        if self._kind_queries is not None and not self._core_live:
+            return self._kind_queries.window_ids()
         return self._core.window_ids()
 
     def stats(self) -> dict:
@@ -328,6 +371,10 @@ class Engine(EngineBase):
         s["query_subscriptions"] = len(self._kinds)
         if self._queries is not None:
             s["queries"] = self._queries.stats()
+        s["core_window"] = "kept" if self._core_live else "not yet (no topk subscription)"
+        if not self._core_live:  # the messages went through the query window only
+            q = s["queries"]
+            s.update(arrivals=q["arrivals"], expirations=q["expirations"], window_size=q["query_window_size"])
         s["index_bytes_per_subscription"] = (
             (s["memory_bytes"]["subscription_index"] + s["memory_bytes"]["subscription_table"]) / s["subscriptions"]
             if s["subscriptions"] else 0.0

@@ -2,9 +2,10 @@
 
 :class:`QueryKinds` is what :class:`~skype.api.EngineBase` dispatches ``range``, ``knn`` and
 ``terms`` subscriptions and every snapshot query to; the top-k core never sees them.  Two
-implementations: :class:`CoreQueryKinds` here (``skype._core.querycore``: a query window with
-its message index, a grid index of rectangle subscriptions, kNN buffers, region term counts)
-and :class:`skype.reference_queries.ReferenceQueryKinds` (brute force).
+implementations: :class:`CoreQueryKinds` here (``skype._core.querycore`` and
+``skype._core.querysnapshots``: a query window with its message index, a grid index of
+rectangle subscriptions, kNN buffers, region term counts, snapshot walks) and
+:class:`skype.reference_queries.ReferenceQueryKinds` (brute force).
 
 Change logs of ``terms`` subscriptions carry vocabulary term ids in the ``msg`` column.
 Predicates arrive compiled (:class:`~skype.queries.QuerySpec`); the core shifts term ids by one
@@ -20,7 +21,7 @@ import math
 import numpy as np
 
 from skype.api import ChangeLog
-from skype.model import Bounds, Match, MessageBatch
+from skype.model import Bounds, Match, MessageBatch, TermMatrix
 from skype.queries import Neighbor, QuerySpec, TermCount
 from skype.text import Vocabulary
 
@@ -117,16 +118,18 @@ def _last(spec: QuerySpec) -> float:
 
 
 class CoreQueryKinds(QueryKinds):
-    """:class:`QueryKinds` on ``skype._core.querycore.QueryCore``."""
+    """:class:`QueryKinds` on ``skype._core.querysnapshots.SnapshotCore`` (a ``QueryCore``)."""
 
     def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,
-                 *, grid: int = 64, knn_factor: int = 2, leaf_capacity: int = 64) -> None:
-        from skype._core.querycore import QueryCore
+                 *, grid: int = 64, knn_factor: int = 2, leaf_capacity: int = 64, term_trees: str = "lazy") -> None:
+        from skype._core.querysnapshots import SnapshotCore
 
         self.vocabulary = vocabulary
         self._labels = NameLabels()
-        self._core = QueryCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
+        self._core = SnapshotCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity)
+        if term_trees == "eager":
+            self._core.need_term_trees()
 
     def _sync_names(self) -> None:
         have = self._core.name_count()
@@ -193,6 +196,17 @@ class CoreQueryKinds(QueryKinds):
                                                np.ascontiguousarray(spec.term_ids, np.int64),
                                                np.ascontiguousarray(spec.weights, np.float64), now, last)
         return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    def window_has(self, ids: np.ndarray) -> np.ndarray:
+        return self._core.query_window().window_has(ids)
+
+    def window_ids(self) -> np.ndarray:
+        return self._core.query_window().window_ids()
+
+    def window_batch(self) -> MessageBatch:
+        """The window's messages, oldest first (vocabulary term ids, raw weights)."""
+        ids, x, y, t, indptr, terms, weights = self._core.query_window().window_arrays()
+        return MessageBatch(ids, x, y, t, TermMatrix(indptr, terms.astype(np.int64), weights))
 
     def stats(self) -> dict:
         s = self._core.stats()

@@ -189,6 +189,90 @@ def test_queries_terms_buffers_equal_reference_under_ties_and_churn(seed):
     assert sum(len(c[1]) + len(c[2]) for step in logs[0][::9] for c in step if len(c) == 3) > 50  # not vacuous
 
 
+@pytest.mark.parametrize("trigger", ["knn", "terms", "snapshot-range", "snapshot-topk"])
+def test_queries_term_trees_built_when_first_needed_equal_reference(trigger):
+    """Range-only traffic keeps the query window's spatial tree only (range results are then read
+    through it, cover and predicate tested per message); the first kNN or terms subscription or
+    snapshot that reads per-term trees builds them from the window.  Every change log, result
+    and answer equals the reference's before, at and after that point."""
+    rng = np.random.default_rng(7)
+    names = ["tea", "bun", "cake", "dog", "über"]
+    subs = [RangeSubscription(i, (x, y, x + w, y + w), **p) for i, (x, y, w, p) in enumerate(zip(
+        rng.uniform(0, 7, 30), rng.uniform(0, 7, 30), rng.uniform(0.5, 4, 30),
+        [dict(terms=["tea", "bun"]), dict(terms=["cake", "über"], match="all"),
+         dict(match="tea AND (bun OR dog)"), {}] * 8))]
+    late = {"knn": KnnSubscription(100, 5, 5, k=3, terms=["tea", "cake"]), "terms": TermsSubscription(100, (2, 2, 8, 8), k=2)}
+    engines = [ENGINES[k](bounds=BOUNDS, window=50) for k in ENGINES]
+    logs: list[list] = [[], []]
+    for i, e in enumerate(engines):
+        r = np.random.default_rng(8)
+        e.subscribe_many(subs)
+        for j in range(160):
+            if j == 80:
+                if i == 0:
+                    assert e.stats()["queries"]["term_trees"] is False
+                if trigger in late:
+                    logs[i].append(e.subscribe(late[trigger]))
+                elif trigger == "snapshot-range":
+                    logs[i].append(e.query("range", rect=(1, 1, 9, 9), terms=["bun", "über"]))
+                else:
+                    logs[i].append(e.query("topk", x=3, y=3, k=4, alpha=0.5, terms={"tea": 1.0, "dog": 2.0}))
+                if i == 0:
+                    assert e.stats()["queries"]["term_trees"] is True
+            terms = {str(n): 1.0 for n in r.choice(names, size=int(r.integers(1, 4)), replace=False)}
+            changes = e.publish(Message(j, float(r.uniform(0, 10)), float(r.uniform(0, 10)), t=float(j), terms=terms))
+            logs[i].append(sorted((c.sub_id, sorted(c.entered), sorted(c.left)) for c in changes))
+            if j % 20 == 19:
+                logs[i].append(list(e.results_by_kind()))
+                logs[i].append(e.query("range", rect=(0, 0, 6, 6)))
+    assert logs[0] == logs[1]
+    assert sum(len(r[2]) for step in logs[0] if isinstance(step, list) for r in step
+               if isinstance(r, tuple) and len(r) == 3 and r[1] == "range") > 100  # not vacuous
+
+
+@pytest.mark.parametrize("window", [dict(window=40), dict(window_seconds=30.0)])
+def test_queries_topk_core_window_built_at_first_topk_subscription_equals_reference(window):
+    """With the query window and no topk subscription, the top-k core keeps no window; the first
+    topk subscription builds it from the query window's messages.  Its initial result, every
+    later change log and result, the window's ids and duplicate detection equal the
+    reference's, on a count and a time window (with clock advances while the core waits)."""
+    rng = np.random.default_rng(9)
+    names = ["tea", "bun", "cake", "dog", "über"]
+    ranges = [RangeSubscription(i, (x, y, x + 3, y + 3), terms=["tea", "über"]) for i, (x, y) in
+              enumerate(zip(rng.uniform(0, 7, 10), rng.uniform(0, 7, 10)))]
+    topk = [Subscription(50 + i, float(x), float(y), 3, 0.5, terms={"tea": 1.0, "cake": 2.0})
+            for i, (x, y) in enumerate(zip(rng.uniform(0, 10, 5), rng.uniform(0, 10, 5)))]
+    engines = [ENGINES[k](bounds=BOUNDS, **window) for k in ENGINES]
+    logs: list[list] = [[], []]
+    for i, e in enumerate(engines):
+        r = np.random.default_rng(10)
+        e.subscribe_many(ranges)
+        for j in range(120):
+            if j == 70:
+                if i == 0:
+                    assert e.stats()["core_window"] != "kept"
+                    assert e.stats()["window_size"] == len(e.window_ids()) > 0
+                with pytest.raises(InputError, match="E019"):
+                    e.publish(Message(int(e.window_ids()[-1]), 1.0, 1.0, t=float(j), terms={"tea": 1.0}))
+                logs[i].append(list(e.window_ids()))
+                logs[i].append([e.subscribe(s) for s in topk[:3]])
+                if i == 0:
+                    assert e.stats()["core_window"] == "kept"
+            if j == 90:
+                e.subscribe_many(topk[3:])
+            if j % 10 == 5 and "window_seconds" in window:
+                logs[i].append(e.advance(float(j) - 0.5))
+            terms = {str(n): float(r.integers(1, 3)) for n in r.choice(names, size=int(r.integers(1, 4)), replace=False)}
+            changes = e.publish(Message(j, float(r.uniform(0, 10)), float(r.uniform(0, 10)), t=float(j), terms=terms))
+            logs[i].append(sorted((c.sub_id, sorted(c.entered), sorted(c.left)) for c in changes))
+            if j % 20 == 19:
+                logs[i].append(list(e.results_by_kind()))
+                logs[i].append(list(e.window_ids()))
+    assert logs[0] == logs[1]
+    assert sum(len(c[1]) for step in logs[0][-60:] if isinstance(step, list) for c in step
+               if isinstance(c, tuple) and len(c) == 3 and c[0] >= 50) > 10  # topk changes: not vacuous
+
+
 # ----------------------------------------------------------------------------------- command line
 
 

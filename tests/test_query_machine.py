@@ -165,7 +165,7 @@ def make_machine(factory, *, window=None, window_seconds=None):
 
 CASES = {
     "core-count3": (functools.partial(Engine, snapshots=True), dict(window=3)),
-    "core-time2": (functools.partial(Engine, snapshots=True), dict(window_seconds=2.0)),
+    "core-time2": (functools.partial(Engine, snapshots=True, term_trees="eager"), dict(window_seconds=2.0)),
     "reference-time2": (ReferenceEngine, dict(window_seconds=2.0)),
 }
 

@@ -76,9 +76,12 @@ def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
     from skype.engine import Engine
 
     # the query window only when the inputs use the other kinds or snapshot queries
-    snapshots = bool(set(inputs.peer_kinds()) - {"topk with until"})
-    return Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, snapshots=snapshots, **engine_options(args),
-                  **window)
+    used = set(inputs.peer_kinds())
+    snapshots = bool(used - {"topk with until"})
+    # per-term trees from the start when something will read them (no build at the first query)
+    term_trees = "eager" if used & {"knn", "terms", "snapshot queries"} else "lazy"
+    return Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, snapshots=snapshots, term_trees=term_trees,
+                  **engine_options(args), **window)
 
 
 def split_fill(steps: list, window: dict[str, Any]) -> tuple[list, list]:

@@ -31,6 +31,8 @@ cdef class MessageIndex(WindowRanking):
 
     cdef void insert(self, seq_t seq) noexcept nogil
     cdef void remove(self, seq_t seq) noexcept nogil
+    cdef void insert_terms(self, seq_t seq, uint32_t first, uint32_t stop) noexcept nogil
+    cdef void remove_terms(self, seq_t seq, uint32_t first, uint32_t stop) noexcept nogil
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil
     cdef int32_t _new_root(self) noexcept nogil

@@ -117,6 +117,15 @@ cdef class MessageIndex(WindowRanking):
 
     # ------------------------------------------------------------------ updates
     cdef void insert(self, seq_t seq) noexcept nogil:
+        self.insert_terms(seq, 0, 0xFFFFFFFFu)
+
+    cdef void remove(self, seq_t seq) noexcept nogil:
+        """Remove a message (still in the window store) from every tree it is in."""
+        self.remove_terms(seq, 0, 0xFFFFFFFFu)
+
+    cdef void insert_terms(self, seq_t seq, uint32_t first, uint32_t stop) noexcept nogil:
+        """Insert a message into the trees of its terms first .. stop - 1 (positions in its
+        term list; stop is clipped to its term count)."""
         cdef MsgC* m = win_get(self.window, seq)
         cdef const MsgTermC* terms = win_terms(self.window, m)
         cdef uint32_t j
@@ -124,7 +133,7 @@ cdef class MessageIndex(WindowRanking):
         cdef int32_t n
         cdef MEntryC e
         cdef size_t pos
-        for j in range(m.nterms):
+        for j in range(first, min(stop, m.nterms)):
             t = terms[j].term
             if t >= self.root.size():
                 self.root.resize(t + 1, -1)
@@ -149,8 +158,9 @@ cdef class MessageIndex(WindowRanking):
             if self.entries[n].size() > self.leaf_capacity and self.nodes[n].depth < self.max_depth:
                 self._split(n)
 
-    cdef void remove(self, seq_t seq) noexcept nogil:
-        """Remove a message (still in the window store) from every tree it is in."""
+    cdef void remove_terms(self, seq_t seq, uint32_t first, uint32_t stop) noexcept nogil:
+        """Remove a message (still in the window store) from the trees of its terms first ..
+        stop - 1, as :meth:`insert_terms` put it there."""
         cdef MsgC* m = win_get(self.window, seq)
         cdef const MsgTermC* terms = win_terms(self.window, m)
         cdef uint32_t j
@@ -159,7 +169,7 @@ cdef class MessageIndex(WindowRanking):
         cdef size_t i
         cdef float mx
         cdef int q
-        for j in range(m.nterms):
+        for j in range(first, min(stop, m.nterms)):
             t = terms[j].term
             n = self.root[t]
             while True:

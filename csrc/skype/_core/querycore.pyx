@@ -36,11 +36,14 @@ then the netted events of the step.
   (the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
 * Events of knn and terms subscriptions are netted per step: their top-k before the step's
   first change to them is compared with the top-k after the step.
+
+The snapshot queries are a subclass's (``querysnapshots.pyx``).
 """
 import numpy as np
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
-from libcpp.algorithm cimport partial_sort
+from libcpp.algorithm cimport partial_sort, sort as std_sort
+from libcpp.functional cimport greater
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
@@ -48,8 +51,6 @@ from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
 from skype._core.querywindow cimport QueryWindow, ALL_TERM
 from skype._core.rangeindex cimport RectSubIndex, RectSubC
 from skype._core.predicate cimport eval_program, point_distance, OP_AND
-from skype._core.types cimport SubTermC
-from skype._core.scoring cimport round_up
 
 
 cdef inline double now_ns() noexcept nogil:
@@ -135,6 +136,7 @@ cdef class QueryCore:
             self.knn_touch_step.resize(slot + 1, 0)
             self.knn_before.resize(slot + 1)
             self.knn_before_ids.resize(slot + 1)
+        self.qw.c_need_term_trees()         # refills search them
         self.knn[slot] = KnnSubC(x, y, ext_id, k, k * self.knn_factor, 0, 1)
         self.knn_prog[slot].clear()
         for i in range(prog.shape[0]):
@@ -168,6 +170,7 @@ cdef class QueryCore:
     def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
         cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
+        self.qw.c_need_term_trees()         # term counts in rectangles are read from them
         if slot >= self.region.size():
             self.region.resize(slot + 1)
             self.region_buf.resize(slot + 1)
@@ -559,91 +562,32 @@ cdef class QueryCore:
             counts[i] = key_count(self.region_buf[slot][i].first)
         return ids, counts
 
-    # ------------------------------------------------------------------ snapshots
+    # ------------------------------------------------------------------ a range answer (snapshots too)
     cdef object _range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,
                        double now, double last):
         cdef vector[seq_t] seqs
-        cdef size_t i
+        cdef size_t i, n
+        cdef int64_t[::1] o
         with nogil:
             self.qw.c_range(r, prog, plen, cover, ncover, now, last, &seqs)
-        out = np.empty(seqs.size(), dtype=np.uint64)
-        for i in range(seqs.size()):
-            out[i] = seqs[i]
-        out = -np.sort(-out.astype(np.int64))       # newest first
-        ids = np.empty(len(out), dtype=np.int64)
-        for i in range(len(out)):
-            ids[i] = win_get(self.qw.window, <seq_t>out[i]).ext_id
+            std_sort(seqs.begin(), seqs.end(), greater[seq_t]())      # newest first
+        n = seqs.size()
+        ids = np.empty(n, dtype=np.int64)
+        o = ids
+        with nogil:
+            for i in range(n):
+                o[i] = win_get(self.qw.window, seqs[i]).ext_id
         return ids
-
-    def snapshot_range(self, tuple rect, const int64_t[::1] prog, const int64_t[::1] cover, double now,
-                       double last):
-        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
-        return self._range(&r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
-                           &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last)
-
-    def snapshot_knn(self, double x, double y, size_t k, const int64_t[::1] prog, const int64_t[::1] cover,
-                     double now, double last):
-        cdef vector[seq_t] seqs
-        cdef vector[double] dists
-        cdef size_t i
-        with nogil:
-            self.qw.c_knn(x, y, k, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
-                          &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last, &seqs, &dists)
-        ids = np.empty(seqs.size(), dtype=np.int64)
-        dist = np.empty(seqs.size(), dtype=np.float64)
-        for i in range(seqs.size()):
-            ids[i] = win_get(self.qw.window, seqs[i]).ext_id
-            dist[i] = dists[i]
-        return ids, dist
-
-    def snapshot_terms(self, tuple rect, size_t k, double now, double last):
-        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
-        cdef vector[term_t] top
-        cdef size_t i
-        with nogil:
-            self.qw.c_region_counts(&r, now, last, &self.counts, &self.touched_terms)
-        counts_of = {}
-        for i in range(self.touched_terms.size()):
-            counts_of[self.touched_terms[i]] = self.counts[self.touched_terms[i]]
-        with nogil:
-            self.qw.c_top_terms(&self.counts, &self.touched_terms, k, &top)
-        ids = np.array([<int64_t>top[i] - 1 for i in range(top.size())], dtype=np.int64)
-        counts = np.array([counts_of[top[i]] for i in range(top.size())], dtype=np.int64)
-        return ids, counts
-
-    def snapshot_topk(self, double x, double y, size_t k, double alpha, const int64_t[::1] term_ids,
-                      const double[::1] weights, double now, double last):
-        """Skype's ranking over the window for an ad hoc query, from the message index."""
-        cdef vector[SubTermC] q
-        cdef Py_ssize_t i, n = term_ids.shape[0]
-        cdef double suffix = 0.0
-        cdef seq_t seq
-        cdef double score
-        cdef vector[seq_t] seqs
-        cdef vector[double] scores
-        q.resize(n)
-        for i in range(n - 1, -1, -1):
-            suffix += weights[i]
-            q[i].term = <term_t>(term_ids[i] + 1)
-            q[i].w = weights[i]
-            q[i].wtsum = round_up(suffix)
-        with nogil:
-            if n and k:
-                self.qw.index.query_start(alpha, x, y, q.data(), <int>n)
-                while seqs.size() < k and self.qw.index.query_next(&seq, &score):
-                    if self.qw.c_fresh(win_get(self.qw.window, seq), now, last):
-                        seqs.push_back(seq)
-                        scores.push_back(score)
-        ids = np.empty(seqs.size(), dtype=np.int64)
-        out = np.empty(seqs.size(), dtype=np.float64)
-        for i in range(<Py_ssize_t>seqs.size()):
-            ids[i] = win_get(self.qw.window, seqs[i]).ext_id
-            out[i] = scores[i]
-        return ids, out
 
     # ------------------------------------------------------------------ introspection
     def window_size(self):
         return self.qw.window.count
+
+    def query_window(self):
+        return self.qw
+
+    def need_term_trees(self):
+        self.qw.c_need_term_trees()
 
     def stats(self):
         return {
@@ -655,4 +599,5 @@ cdef class QueryCore:
             "terms_candidates": self.regions.candidates, "terms_refills": self.region_refills,
             "terms_walks": self.region_walks,
             "range_index_bytes": self.ranges.memory_bytes(),
+            "term_trees": bool(self.qw.term_trees),
         }

@@ -29,9 +29,13 @@ cdef class QueryWindow:
     cdef vector[uint8_t] stack     # predicate evaluation
     cdef vector[int32_t] walk      # tree walk
     cdef vector[NearC] heap        # kNN queue
+    cdef bint term_trees           # the per-term trees are kept (else the ALL_TERM tree only)
 
     cdef seq_t c_append(self, int64_t ext_id, double x, double y, double t,
                         const uint32_t* terms, const double* w, int n) noexcept nogil
+    cdef void c_need_term_trees(self) noexcept nogil
+    cdef bint c_accept_any(self, const MsgC* m, const int64_t* prog, int plen, const int64_t* cover,
+                           int ncover) noexcept nogil
     cdef bint c_must_expire(self, double t, bint arriving) noexcept nogil
     cdef void c_pop_oldest(self) noexcept nogil
     cdef bint c_fresh(self, const MsgC* m, double now, double last) noexcept nogil

@@ -12,6 +12,9 @@ Snapshot walks (all exact; nothing is approximated):
   holds; ``ALL_TERM`` for no predicate), descending only into nodes that meet the rectangle.
   A message reached through cover term j is *designated* to j only if it holds none of the
   earlier cover terms, so it is reported once; then the predicate and ``last`` are checked.
+  A predicate without AND holds for every message of a cover term's tree: those are reported
+  through every tree they are in, without reading the message, and deduplicated at the end (a
+  sort); so are the entries of nodes inside the rectangle, without a location test.
 * ``c_knn``: best-first search over the same trees: a min-heap of nodes keyed by MINDIST and
   messages keyed by their distance.  On equal keys a node pops before a message and a newer
   message before an older one.  MINDIST is computed with the same rounded operations as a
@@ -21,16 +24,25 @@ Snapshot walks (all exact; nothing is approximated):
   term; ``c_top_terms`` ranks them by count descending, then term name ascending (UTF-8 byte
   order, which is code point order).
 * ``last``: a message counts when ``now - t < last`` holds exactly (TwoSum, as the time window).
+
+Per-term trees are kept only once something reads them (``c_need_term_trees``: kNN and
+``terms`` subscriptions, snapshot ``range``, ``knn`` and ``topk`` queries); until then only the
+``ALL_TERM`` tree is kept, and a message's other terms are inserted when the trees are first
+needed (from the window store, oldest first).  ``c_range`` without them walks the ``ALL_TERM``
+tree and tests the cover and the predicate per message: the same answer.  Invariant: with
+``term_trees`` set, every window message is in the tree of each of its terms; without it, in the
+``ALL_TERM`` tree only.
 """
+import numpy as np
 from libcpp.vector cimport vector
 from libcpp.string cimport string
-from libcpp.algorithm cimport sort as std_sort
+from libcpp.algorithm cimport sort as std_sort, unique as std_unique
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms, win_oldest
 from skype._core.msgindex cimport MessageIndex, MEntryC
 from skype._core.scoring cimport mindist, outside_time_window
-from skype._core.predicate cimport eval_program, holds_term, point_distance
+from skype._core.predicate cimport eval_program, holds_term, point_distance, OP_AND
 
 
 cdef inline bint rects_meet(const RectC* a, const RectC* b) noexcept nogil:
@@ -63,6 +75,7 @@ cdef class QueryWindow:
         self.count_window = count_window
         self.time_window = time_window
         self.max_dist = max_dist
+        self.term_trees = False
         self.names.push_back(b"")
 
     # ------------------------------------------------------------------ names and stream
@@ -88,8 +101,17 @@ cdef class QueryWindow:
             self.scratch[j + 1].pad = 0
             self.scratch[j + 1].w = w[j]
         seq = self.window.append(ext_id, x, y, t, self.scratch.data(), n + 1)
-        self.index.insert(seq)
+        self.index.insert_terms(seq, 0, n + 1 if self.term_trees else 1)
         return seq
+
+    cdef void c_need_term_trees(self) noexcept nogil:
+        """Keep the per-term trees from now on (built from the window store the first time)."""
+        cdef seq_t seq
+        if self.term_trees:
+            return
+        for seq in range(self.window.oldest_seq, self.window.oldest_seq + self.window.count):
+            self.index.insert_terms(seq, 1, 0xFFFFFFFFu)
+        self.term_trees = True
 
     cdef bint c_must_expire(self, double t, bint arriving) noexcept nogil:
         """Whether the oldest message leaves before a message at t arrives (or the clock moves to t)."""
@@ -100,7 +122,7 @@ cdef class QueryWindow:
         return outside_time_window(win_oldest(self.window).t, t, self.time_window)
 
     cdef void c_pop_oldest(self) noexcept nogil:
-        self.index.remove(win_oldest(self.window).seq)
+        self.index.remove_terms(win_oldest(self.window).seq, 0, 0xFFFFFFFFu if self.term_trees else 1)
         self.window.pop_oldest()
 
     cdef bint c_fresh(self, const MsgC* m, double now, double last) noexcept nogil:
@@ -119,36 +141,74 @@ cdef class QueryWindow:
                 return False
         return eval_program(prog, plen, mt, m.nterms, &self.stack)
 
+    cdef bint c_accept_any(self, const MsgC* m, const int64_t* prog, int plen, const int64_t* cover,
+                           int ncover) noexcept nogil:
+        """m holds one of the cover terms and satisfies the predicate."""
+        cdef const MsgTermC* mt = win_terms(self.window, m)
+        cdef int i
+        for i in range(ncover):
+            if holds_term(mt, m.nterms, <term_t>cover[i]):
+                return eval_program(prog, plen, mt, m.nterms, &self.stack)
+        return False
+
     # ------------------------------------------------------------------ snapshot walks
     cdef void c_range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,
                       double now, double last, vector[seq_t]* out) noexcept nogil:
-        cdef int c, ntrees = ncover if ncover else 1
+        cdef int c, i, ntrees = ncover if ncover else 1
         cdef term_t t
         cdef int32_t n, q
-        cdef size_t e
+        cdef size_t e, start = out.size()
         cdef MsgC* m
+        cdef RectC* nr
         cdef vector[MEntryC]* leaf
+        cdef bint inside
+        cdef bint spatial = ncover > 0 and not self.term_trees   # the ALL_TERM tree, cover tested
+        cdef bint implied = ncover > 0 and not spatial           # no AND: a cover term implies a match
+        for i in range(plen):
+            if prog[i] == OP_AND:
+                implied = False
+        if spatial:
+            ntrees = 1
         for c in range(ntrees):
-            t = <term_t>cover[c] if ncover else ALL_TERM
+            t = <term_t>cover[c] if ncover and not spatial else ALL_TERM
             if t >= self.index.root.size() or self.index.root[t] < 0:
                 continue
             self.walk.clear()
             self.walk.push_back(self.index.root[t])
             while self.walk.size():
-                n = self.walk.back()
+                n = self.walk.back()             # ~n: a node known to lie inside r
                 self.walk.pop_back()
-                if self.index.nodes[n].count == 0 or not rects_meet(&self.index.nodes[n].rect, r):
+                inside = n < 0
+                if inside:
+                    n = ~n
+                if self.index.nodes[n].count == 0:
                     continue
+                if not inside:
+                    nr = &self.index.nodes[n].rect
+                    if not rects_meet(nr, r):
+                        continue
+                    inside = r.minx <= nr.minx and nr.maxx <= r.maxx and r.miny <= nr.miny and nr.maxy <= r.maxy
                 if self.index.nodes[n].child >= 0:
                     for q in range(4):
-                        self.walk.push_back(self.index.nodes[n].child + q)
+                        self.walk.push_back(~(self.index.nodes[n].child + q) if inside
+                                            else self.index.nodes[n].child + q)
                     continue
                 leaf = &self.index.entries[n]
+                if inside and (ncover == 0 or implied) and last <= 0.0:   # no message to read
+                    for e in range(leaf.size()):
+                        out.push_back(leaf[0][e].seq)
+                    continue
                 for e in range(leaf.size()):
                     m = win_get(self.window, leaf[0][e].seq)
-                    if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy and self.c_fresh(m, now, last) \
-                            and (ncover == 0 or self.c_accept(m, c, prog, plen, cover, ncover)):
+                    if (inside or (r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy)) \
+                            and self.c_fresh(m, now, last) \
+                            and (ncover == 0 or implied
+                                 or (self.c_accept_any(m, prog, plen, cover, ncover) if spatial
+                                     else self.c_accept(m, c, prog, plen, cover, ncover))):
                         out.push_back(m.seq)
+        if implied and ncover > 1:               # reached through several cover terms: once each
+            std_sort(out.begin() + start, out.end())
+            out.erase(std_unique(out.begin() + start, out.end()), out.end())
 
     cdef void _near_push(self, double key, uint64_t tie, int32_t node, uint32_t cover) noexcept nogil:
         cdef size_t i, parent
@@ -197,6 +257,8 @@ cdef class QueryWindow:
         self.heap.clear()
         if k == 0:
             return
+        if ncover:
+            self.c_need_term_trees()
         for c in range(ntrees):
             t = <term_t>cover[c] if ncover else ALL_TERM
             if t < self.index.root.size() and self.index.root[t] >= 0:
@@ -254,6 +316,7 @@ cdef class QueryWindow:
         cdef MsgC* m
         cdef RectC* nr
         cdef vector[MEntryC]* leaf
+        self.c_need_term_trees()
         if t >= self.index.root.size() or self.index.root[t] < 0:
             return 0
         self.walk.clear()
@@ -301,3 +364,40 @@ cdef class QueryWindow:
     # ------------------------------------------------------------------ Python entry points
     def size(self):
         return self.window.count
+
+    def window_has(self, const int64_t[::1] ids):
+        return self.window.contains_ids(ids)
+
+    def window_ids(self):
+        return self.window.ext_ids()
+
+    def window_arrays(self):
+        """The window's messages, oldest first, as the columns of a message batch: ids, x, y, t,
+        indptr, term ids (the vocabulary's: shifted back, ALL_TERM dropped) and weights."""
+        cdef uint64_t n = self.window.count, i, total = 0
+        cdef uint32_t j
+        cdef MsgC* m
+        cdef const MsgTermC* mt
+        for i in range(n):
+            total += win_get(self.window, self.window.oldest_seq + i).nterms - 1
+        ids = np.empty(n, dtype=np.int64)
+        xs = np.empty(n, dtype=np.float64)
+        ys = np.empty(n, dtype=np.float64)
+        ts = np.empty(n, dtype=np.float64)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        terms = np.empty(total, dtype=np.uint32)
+        weights = np.empty(total, dtype=np.float64)
+        cdef int64_t[::1] oi = ids, op = indptr
+        cdef double[::1] ox = xs, oy = ys, ot = ts, ow = weights
+        cdef uint32_t[::1] oterm = terms
+        cdef uint64_t pos = 0
+        for i in range(n):
+            m = win_get(self.window, self.window.oldest_seq + i)
+            mt = win_terms(self.window, m)
+            oi[i], ox[i], oy[i], ot[i] = m.ext_id, m.x, m.y, m.t
+            for j in range(1, m.nterms):
+                oterm[pos] = mt[j].term - 1
+                ow[pos] = mt[j].w
+                pos += 1
+            op[i + 1] = pos
+        return ids, xs, ys, ts, indptr, terms, weights

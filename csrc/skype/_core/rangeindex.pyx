@@ -209,4 +209,7 @@ cdef class RectSubIndex:
         return self.subs.size() - self.free_slots.size()
 
     def memory_bytes(self):
-        return self.postings * sizeof(PostC) + self.subs.size() * (sizeof(RectSubC) + 64)
+        cdef size_t t, dirs = 0
+        for t in range(self.dirs.size()):
+            dirs += self.dirs[t].capacity() * 4
+        return self.postings * sizeof(PostC) + self.subs.size() * (sizeof(RectSubC) + 64) + dirs
