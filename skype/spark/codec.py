@@ -196,8 +196,8 @@ class Commands:
                         self.spec[rows])
 
     @classmethod
-    def concat(cls, parts: list[Commands]) -> Commands:
-        """Concatenate and order by ``cseq`` (duplicates of one ``cseq`` are kept once)."""
+    def stack(cls, parts: list[Commands]) -> Commands:
+        """Concatenate as they are (no reordering, no deduplication)."""
         parts = [p for p in parts if len(p)]
         if not parts:
             return cls.empty()
@@ -206,9 +206,14 @@ class Commands:
             np.concatenate([p.subs.y for p in parts]), np.concatenate([p.subs.k for p in parts]),
             np.concatenate([p.subs.alpha for p in parts]), TermMatrix.concat([p.subs.terms for p in parts]),
         )
-        out = cls(np.concatenate([p.cseq for p in parts]), np.concatenate([p.at for p in parts]),
-                  np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]),
-                  np.concatenate([p.spec for p in parts]))
+        return cls(np.concatenate([p.cseq for p in parts]), np.concatenate([p.at for p in parts]),
+                   np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]),
+                   np.concatenate([p.spec for p in parts]))
+
+    @classmethod
+    def concat(cls, parts: list[Commands]) -> Commands:
+        """Concatenate and order by ``cseq`` (duplicates of one ``cseq`` are kept once)."""
+        out = cls.stack(parts)
         order = np.argsort(out.cseq, kind="stable")
         keep = order[np.r_[True, out.cseq[order][1:] != out.cseq[order][:-1]]] if len(order) else order
         return out.take(keep)

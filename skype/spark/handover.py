@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from skype.errors import InputError
-from skype.model import SubscriptionBatch, TermMatrix
+from skype.model import SubscriptionBatch
 from skype.partitioning.units import Grid, UnitDistribution, subscription_bytes
 from skype.spark.codec import OP_SUB, OP_UNSUB, Commands
 
@@ -151,20 +151,6 @@ class VersionLog:
         return v
 
 
-def _stack(parts: list[Commands]) -> Commands:
-    """Concatenate commands as they are (no reordering, no deduplication)."""
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return Commands.empty()
-    subs = SubscriptionBatch(
-        np.concatenate([p.subs.ids for p in parts]), np.concatenate([p.subs.x for p in parts]),
-        np.concatenate([p.subs.y for p in parts]), np.concatenate([p.subs.k for p in parts]),
-        np.concatenate([p.subs.alpha for p in parts]), TermMatrix.concat([p.subs.terms for p in parts]))
-    return Commands(np.concatenate([p.cseq for p in parts]), np.concatenate([p.at for p in parts]),
-                    np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]),
-                    np.concatenate([p.spec for p in parts]))
-
-
 class Handover:
     """A partition's ledger and its ownership under the versioned tables (module docstring)."""
 
@@ -209,7 +195,7 @@ class Handover:
                 out = self._switch(v)
                 parts.append(out)
                 pos_parts.append(np.full(len(out), tables[v].effective, np.int64))
-        rows_out = _stack(parts)
+        rows_out = Commands.stack(parts)
         return rows_out, (np.concatenate(pos_parts) if pos_parts else np.zeros(0, np.int64))
 
     def _commands(self, cmds: Commands) -> tuple[Commands, np.ndarray]:

@@ -370,7 +370,7 @@ class PartitionCore:
     def snapshot(self) -> bytes:
         """Hosted subscriptions and pending commands as one log entry (it replaces the log)."""
         hosted = self.handover.ledger if self.handover is not None else self.hosted
-        cmds = _stack_commands([hosted.as_commands(), self.pending])
+        cmds = Commands.stack([hosted.as_commands(), self.pending])
         dormant = self.activation.columns() if self.activation is not None else {}
         return codec.pack(snapshot=np.ones(1, bool), **_command_columns(cmds), **dormant)
 
@@ -596,18 +596,6 @@ class PartitionCore:
                "after_hosted": np.ones(len(touched), bool), "after_nrep": nrep, "k": k}
         return ReportRows(row, a_ptr, (ids[keep_entry], scores[keep_entry], seqs[keep_entry]), b_ptr,
                           (msg[left], np.zeros(n_left), np.zeros(n_left, np.int64)))
-
-
-def _stack_commands(parts: list[Commands]) -> Commands:
-    """Concatenate commands as they are (no reordering, no deduplication)."""
-    subs = SubscriptionBatch(
-        np.concatenate([p.subs.ids for p in parts]), np.concatenate([p.subs.x for p in parts]),
-        np.concatenate([p.subs.y for p in parts]), np.concatenate([p.subs.k for p in parts]),
-        np.concatenate([p.subs.alpha for p in parts]), TermMatrix.concat([p.subs.terms for p in parts]),
-    )
-    return Commands(np.concatenate([p.cseq for p in parts]), np.concatenate([p.at for p in parts]),
-                    np.concatenate([p.op for p in parts]), subs, np.concatenate([p.nrep for p in parts]),
-                    np.concatenate([p.spec for p in parts]))
 
 
 def _command_columns(cmds: Commands) -> dict[str, np.ndarray]:
