@@ -399,7 +399,8 @@ def test_spark_results_request_flags_its_batch_and_touches_no_subscription(tweet
     from skype.model import MessageBatch
     from skype.partitioning import build_distribution
     from skype.spark.codec import OP_RESULTS
-    from skype.spark.partition import Hosted, PartitionConfig, PartitionCore, PartitionInput, replay_commands
+    from skype.spark.hosted import Hosted, replay_commands
+    from skype.spark.partition import PartitionConfig, PartitionCore, PartitionInput
     from skype.spark.routing import Router
     from skype.spark.window import WindowSpec
 

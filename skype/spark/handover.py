@@ -48,6 +48,7 @@ from skype.errors import InputError
 from skype.model import SubscriptionBatch
 from skype.partitioning.units import Grid, UnitDistribution, subscription_bytes
 from skype.spark.codec import OP_SUB, OP_UNSUB, Commands
+from skype.spark.hosted import Hosted
 
 _KEY = np.int64(1) << np.int64(32)  # region * 2^32 + term: the units' sorted key space
 VERSION_PREFIX = "version-"
@@ -155,8 +156,6 @@ class Handover:
     """A partition's ledger and its ownership under the versioned tables (module docstring)."""
 
     def __init__(self, directory: str, partition: int) -> None:
-        from skype.spark.partition import Hosted
-
         self.partition = partition
         self.versions = VersionLog(directory)
         self.ledger = Hosted()  # every live record of the pipeline
@@ -252,8 +251,6 @@ class Handover:
     def adopt(self, ledger, hwm_seq: int):
         """After a rebuild replayed the command log into ``ledger`` (every record): the version
         in force at ``hwm_seq`` and the hosted set it implies (the invariant)."""
-        from skype.spark.partition import Hosted
-
         self.ledger = ledger
         self.applied = self.versions.in_force(hwm_seq)
         ids = sorted(ledger.rows)

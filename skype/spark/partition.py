@@ -1,8 +1,9 @@
 """One subscription partition of DSkype: its engine, its hosted subscriptions, its window share.
 
 This module holds no Spark code: :class:`PartitionCore` is what lives in an engine host (see
-:mod:`skype.spark.hosts`), and :func:`replay_commands` / :class:`PartitionCore.rebuild` turn the
-durable state the stateful operator keeps (see :mod:`skype.spark.processors`) back into a core.
+:mod:`skype.spark.hosts`), and :func:`skype.spark.hosted.replay_commands` /
+:class:`PartitionCore.rebuild` turn the durable state the stateful operator keeps (see
+:mod:`skype.spark.processors`) back into a core.
 
 **Order and windows.**  Every message carries its global sequence number ``seq`` (its position in
 the input) and its timestamp ``t``.  Inside a partition everything runs in ``seq`` order, and
@@ -46,7 +47,7 @@ stays, the engine drops it) and wakes when that proof may expire; a hosted subsc
 fresh engine that subscribes the hosted subscriptions and publishes the window messages in ``seq``
 order has exactly the same top-k lists (top-k is defined by the window alone), whatever state
 its internal buffers had.  Durable state is therefore the hosted subscriptions (a snapshot plus a
-log of the commands received since, replayed by :func:`replay_commands`, and of the prefix
+log of the commands received since, replayed by :func:`skype.spark.hosted.replay_commands`, and of the prefix
 replicas' sleeps and wakes) and the window segments.
 """
 
@@ -54,25 +55,23 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from skype.api import ChangeLog
 from skype.partitioning.routing import splitmix64
 from skype.errors import InputError
-from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
+from skype.model import MessageBatch
 from skype.spark import activation as act
 from skype.spark import codec
 from skype.spark.activation import Activation, ActivationConfig
 from skype.spark.codec import OP_RESULTS, OP_SUB, Commands
 from skype.spark.handover import Handover
-from skype.spark.kinds import UNBOUNDED_K, NameRanks, read_vocabulary, result_arrays, spec_from_json
+from skype.spark.hosted import APPLIED, Hosted, replay_commands
+from skype.spark.kinds import NameRanks, read_vocabulary, result_arrays
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
 from skype.spark.window import WindowShare, WindowSpec
-
-APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
-
 
 @dataclass(frozen=True)
 class PartitionConfig:
@@ -136,88 +135,6 @@ def plan_commands(pending: Commands, new: Commands, lo: int, hwm_seq: int) -> tu
     order = rows[np.lexsort((cmds.cseq[rows], pos[rows]))]
     return cmds.take(order), pos[order], cmds.take(np.flatnonzero(~due))
 
-
-@dataclass
-class Hosted:
-    """The subscriptions a partition hosts: id -> (nrep, x, y, k, alpha, term ids, weights, spec);
-    ``spec`` is the JSON of a range/knn/terms query (:mod:`skype.spark.kinds`), None for topk."""
-
-    rows: dict[int, tuple] = field(default_factory=dict)
-    inverse: float = 0.0  # sum of 1/nrep over the rows, kept up to date (a metric, O(1) per batch)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __contains__(self, sub_id: int) -> bool:
-        return sub_id in self.rows
-
-    def nrep(self, sub_id: int) -> int:
-        return self.rows[sub_id][0]
-
-    def add_from(self, cmds: Commands, row: int) -> None:
-        ids, weights = cmds.subs.terms.row(row)
-        s = cmds.subs
-        self.remove(int(s.ids[row]))
-        spec = cmds.spec[row]
-        k = UNBOUNDED_K if spec is not None and spec_from_json(int(s.ids[row]), spec).kind == "range" else int(s.k[row])
-        self.rows[int(s.ids[row])] = (int(cmds.nrep[row]), float(s.x[row]), float(s.y[row]), k,
-                                      float(s.alpha[row]), np.array(ids, np.int64), np.array(weights, np.float64),
-                                      spec)
-        self.inverse += 1.0 / max(int(cmds.nrep[row]), 1)
-
-    def remove(self, sub_id: int) -> bool:
-        old = self.rows.pop(sub_id, None)
-        if old is None:
-            return False
-        self.inverse -= 1.0 / max(old[0], 1)
-        if not self.rows:
-            self.inverse = 0.0
-        return True
-
-    def batch(self, ids: list[int]) -> SubscriptionBatch:
-        rows = [self.rows[i] for i in ids]
-        terms = TermMatrix.from_rows([(r[5], r[6]) for r in rows])
-        k = [r[3] if r[7] is None else 1 for r in rows]
-        return SubscriptionBatch(np.array(ids, np.int64), [r[1] for r in rows], [r[2] for r in rows],
-                                 k, [r[4] for r in rows], terms)
-
-    def spec(self, sub_id: int) -> str | None:
-        return self.rows[sub_id][7]
-
-    def subscribe(self, engine, ids: list[int]) -> None:
-        """Register hosted subscriptions in ``engine``: topk in one batch, kinds one by one."""
-        topk = [i for i in ids if self.rows[i][7] is None]
-        if topk:
-            engine.subscribe_batch(self.batch(topk))
-        for i in ids:
-            if self.rows[i][7] is not None:
-                engine.subscribe_spec(spec_from_json(i, self.rows[i][7]))
-
-    def inverse_replication(self) -> float:
-        """Sum of 1/nrep over hosted subscriptions: summed over partitions, the number of
-        distinct subscriptions."""
-        return float(self.inverse)
-
-    def as_commands(self) -> Commands:
-        """The hosted subscriptions as already-applied subscribe rows (for snapshots)."""
-        ids = sorted(self.rows)
-        subs = self.batch(ids) if ids else codec.empty_subscriptions()
-        n = len(ids)
-        return Commands(np.full(n, -1, np.int64), np.full(n, APPLIED, np.int64), np.full(n, OP_SUB, np.int8), subs,
-                        [self.rows[i][0] for i in ids], [self.rows[i][7] for i in ids])
-
-
-def replay_commands(hosted: Hosted, due: Commands, activation: Activation | None = None) -> None:
-    """Apply due commands to a :class:`Hosted` set only (rebuild from the durable log)."""
-    for j in range(len(due)):
-        if due.op[j] == OP_RESULTS:  # a results request changes nothing hosted
-            continue
-        sid = int(due.subs.ids[j])
-        hosted.remove(sid)
-        if activation is not None:
-            activation.forget(sid)
-        if due.op[j] == OP_SUB:
-            hosted.add_from(due, j)
 
 
 # --------------------------------------------------------------------------- the core
