@@ -27,8 +27,8 @@ staged it), the batch whose high-water mark reaches its end is the last: each pa
 sends the top-k of its single-replica subscriptions and each merge bucket, after folding that
 batch's reports, the merged top-k of its replicated ones.  An open stream (a directory, Kafka)
 gets the same answers in the batch where a producer's results request (``{"op": "results",
-"at"}`` in the commands) falls due.  Every live subscription is answered
-exactly once, and the sink's tasks write the answers as the results file's lines.  ``pipeline``
+"at"}`` in the commands) falls due.  Every live subscription is answered exactly once, and the
+sink's tasks write the answers as the results file's lines.  ``pipeline``
 numbers the run's methods: a run may evaluate several methods side by side over one stream, each
 with its own keys, state and events.
 """

@@ -5,7 +5,8 @@ a ``terms`` object): a message ``{"id", "x", "y", "t"?, "text" | "terms"}``, or 
 ``{"op": "sub" | "unsub", "at"?, "id", "x", "y", "k", "alpha", "text" | "terms"}`` (``op``
 defaults to ``sub``; an unsubscribe may carry the record it removes, which then decides where it
 goes), or a results request ``{"op": "results", "at"?}`` (the stages answer with every
-subscription's top-k once the stream reaches ``at``: how an open stream gets its final results).  :func:`records_to_events` validates and vectorises them with the shipped vocabulary
+subscription's top-k once the stream reaches ``at``: how an open stream gets its final results).
+:func:`records_to_events` validates and vectorises them with the shipped vocabulary
 (:mod:`skype.spark.vocabulary`) through the very functions the centralized engine's loader uses
 (``skype.validate.check_message`` / ``check_subscription``), so ids and weights are identical.
 
