@@ -65,25 +65,16 @@ def centralized_by_batch(inputs, window: dict, batch_size: int) -> list[dict[int
     engine.subscribe_batch(inputs.subscriptions)
     total = inputs.num_messages
     ends = list(range(batch_size, total, batch_size)) + [total]
-    steps, i, offset, published = inputs.steps, 0, 0, 0
-    out = []
+    cursor, out = (0, 0, 0), []
     for end in ends:
-        while i < len(steps):
-            op, payload = steps[i]
+        steps, cursor = inputs.steps_upto(cursor, end)
+        for op, payload in steps:
             if op == "msgs":
-                take = min(len(payload) - offset, end - published)
-                if take > 0:
-                    engine.publish_batch(payload.slice(offset, offset + take))
-                    offset, published = offset + take, published + take
-                if offset < len(payload):
-                    break  # the batch ends inside this step
-                i, offset = i + 1, 0
+                engine.publish_batch(payload)
+            elif op == "sub":
+                engine.subscribe_batch(payload)
             else:
-                if op == "sub":
-                    engine.subscribe_batch(payload)
-                else:
-                    engine.unsubscribe(payload)
-                i += 1
+                engine.unsubscribe(payload)
         out.append({sid: [(m.id, m.score) for m in matches] for sid, matches in engine.results()})
     return out
 
@@ -115,32 +106,24 @@ def oracle_by_batch(inputs, window: dict, batch: int):
     subscribe(inputs.subscriptions)
     total = inputs.num_messages
     ends = list(range(batch, total, batch)) + [total]
-    steps, i, offset, published = inputs.steps, 0, 0, 0
+    cursor = (0, 0, 0)
     for end in ends:
-        while i < len(steps):
-            op, payload = steps[i]
+        steps, cursor = inputs.steps_upto(cursor, end)
+        for op, payload in steps:
             if op == "msgs":
-                take = min(len(payload) - offset, end - published)
-                for j in range(offset, offset + max(take, 0)):
+                for j in range(len(payload)):
                     ids, weights = payload.terms.row(j)
                     oracle.publish(int(payload.ids[j]), float(payload.x[j]), float(payload.y[j]),
                                    float(payload.t[j]), np.asarray(ids), np.asarray(weights))
-                if take > 0:
-                    offset, published = offset + take, published + take
-                if offset < len(payload):
-                    break
-                i, offset = i + 1, 0
+            elif op == "sub":
+                for sid in payload.ids.tolist():
+                    if sid in live:
+                        oracle.unsubscribe(sid)
+                subscribe(payload)
             else:
-                if op == "sub":
-                    for sid in payload.ids.tolist():
-                        if sid in live:
-                            oracle.unsubscribe(sid)
-                    subscribe(payload)
-                else:
-                    for sid in np.atleast_1d(payload).tolist():
-                        oracle.unsubscribe(int(sid))
-                        live.pop(int(sid), None)
-                i += 1
+                for sid in np.atleast_1d(payload).tolist():
+                    oracle.unsubscribe(int(sid))
+                    live.pop(int(sid), None)
         yield oracle, dict(live)
 
 

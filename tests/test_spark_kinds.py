@@ -103,26 +103,18 @@ def _centralized(inputs, batch: int, window: dict):
     engine.subscribe_many(inputs.others)
     total = inputs.num_messages
     ends = list(range(batch, total, batch)) + [total]
-    steps, i, offset, published, out = inputs.steps, 0, 0, 0, []
+    cursor, out = (0, 0, 0), []
     for end in ends:
-        while i < len(steps):
-            op, payload = steps[i]
+        steps, cursor = inputs.steps_upto(cursor, end)
+        for op, payload in steps:
             if op == "msgs":
-                take = min(len(payload) - offset, end - published)
-                if take > 0:
-                    engine.publish_batch(payload.slice(offset, offset + take))
-                    offset, published = offset + take, published + take
-                if offset < len(payload):
-                    break
-                i, offset = i + 1, 0
+                engine.publish_batch(payload)
+            elif op == "sub":
+                engine.subscribe_batch(payload)
+            elif op == "ksub":
+                engine.subscribe_many([payload])
             else:
-                if op == "sub":
-                    engine.subscribe_batch(payload)
-                elif op == "ksub":
-                    engine.subscribe_many([payload])
-                else:
-                    engine.unsubscribe(payload)
-                i += 1
+                engine.unsubscribe(payload)
         results = list(engine.results_by_kind())
         records = {r["id"]: r for r in io.kind_result_objects(results)}
         out.append({sid: (kind, records[sid]) for sid, kind, _ in results})

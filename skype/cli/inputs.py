@@ -124,6 +124,28 @@ class Inputs:
     def messages(self) -> MessageBatch:
         return MessageBatch.concat([b for op, b in self.steps if op == "msgs"])
 
+    def steps_upto(self, cursor: tuple[int, int, int], end: int) -> tuple[list[tuple[str, Any]], tuple[int, int, int]]:
+        """The steps of a micro-batch that ends after ``end`` messages, from ``cursor`` (step index,
+        offset in that step, messages before it; ``(0, 0, 0)`` at the start): message steps cut
+        where the batch ends, and every command positioned at ``end`` or earlier.  Returns them
+        and the cursor to resume from."""
+        i, offset, published = cursor
+        out: list[tuple[str, Any]] = []
+        while i < len(self.steps):
+            op, payload = self.steps[i]
+            if op != "msgs":
+                out.append((op, payload))
+                i += 1
+                continue
+            take = min(len(payload) - offset, end - published)
+            if take > 0:
+                out.append((op, payload.slice(offset, offset + take)))
+                offset, published = offset + take, published + take
+            if offset < len(payload):
+                break  # the batch ends inside this step
+            i, offset = i + 1, 0
+        return out, (i, offset, published)
+
 
 class _Collector:
     """Validates records one by one, failing fast or skipping and counting."""

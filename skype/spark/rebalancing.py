@@ -109,25 +109,15 @@ class Rebalancer:
 
     def _advance(self, dist: UnitDistribution, cursor: tuple[int, int, int], end: int) -> tuple[int, int, int]:
         """Replay the stream's steps up to ``end`` messages (and the commands right after them)."""
-        steps = self.inputs.steps
-        i, offset, published = cursor
-        while i < len(steps):
-            op, payload = steps[i]
+        steps, cursor = self.inputs.steps_upto(cursor, end)
+        for op, payload in steps:
             if op == "msgs":
-                take = min(len(payload) - offset, end - published)
-                if take > 0:
-                    dist.route_messages(payload.slice(offset, offset + take))
-                    offset, published = offset + take, published + take
-                if offset < len(payload):
-                    break
-                i, offset = i + 1, 0
+                dist.route_messages(payload)
+            elif op == "sub":
+                dist.route_subscriptions(payload, None)
             else:
-                if op == "sub":
-                    dist.route_subscriptions(payload, None)
-                else:
-                    dist.remove_subscriptions(np.atleast_1d(np.asarray(payload, np.int64)))
-                i += 1
-        return i, offset, published
+                dist.remove_subscriptions(np.atleast_1d(np.asarray(payload, np.int64)))
+        return cursor
 
     def _state_path(self, batch: int) -> Path:
         return self.directory / f"state-{batch:08d}.pkl"
