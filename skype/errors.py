@@ -84,6 +84,9 @@ class Errors:
     E086 = "unknown command op {op!r}: expected 'sub', 'unsub' or 'results'"
     E087 = ("the run directory {run_dir} holds none of the {events} result events the executors reported: "
             "it must be on a file system every node sees")
+    E088 = ("--results-out with --sink kafka: the stateful stages sent no final results for {method!r} (an open "
+            "stream needs a results request, {{\"op\": \"results\"}}, or a run that reaches its end); the "
+            "events went to topic {topic!r}, the driver has none to fold")
 
 
 class InputError(SkypeError, ValueError):

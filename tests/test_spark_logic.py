@@ -436,3 +436,78 @@ def _no_record():
     from skype.spark.staging import _id_only
 
     return _id_only(0)
+
+
+def _sink_input(events_blobs, results_blob):
+    import pyarrow as pa
+
+    kinds = ["events"] * len(events_blobs) + ["metrics", "results"]
+    payloads = list(events_blobs) + [b'{"stage": "partition"}', results_blob]
+    return [pa.RecordBatch.from_arrays([pa.array([0] * len(kinds), pa.int32()), pa.array(kinds, pa.string()),
+                                        pa.array(payloads, pa.binary())], names=["pipeline", "kind", "payload"])]
+
+
+def test_spark_kafka_sink_records_carry_the_file_sink_events(tmp_path):
+    """The Kafka sink's records are the file sink's events, one record per event keyed by method
+    and subscription; metrics pass through, each task counts what it wrote, and the final results
+    go to the same files in both modes."""
+    import json as json_mod
+
+    import pyarrow as pa
+
+    from skype.spark.reports import EventBuilder, pack_results
+    from skype.spark.sink import EVENT, kafka_records_arrow, write_events_arrow
+
+    first, second = EventBuilder(40), EventBuilder(40)
+    first.add(7, (np.array([3, 9]), np.array([0.75, 0.5]), np.array([3, 9])), np.array([1]), created=True)
+    first.add(2, (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)), np.array([4, 5]))
+    second.add(11, (np.array([12]), np.array([1 / 3]), np.array([12])), np.zeros(0, np.int64), removed=True)
+    blobs = [first.rows().pack(40), second.rows().pack(40)]
+    results = pack_results([2, 7], [(np.array([9]), np.array([0.5]), np.array([9])),
+                                     (np.array([3]), np.array([0.75]), np.array([3]))])
+    files = {0: str(tmp_path / "files" / "events")}
+    out = list(write_events_arrow(files, 5, "jsonl", {0: str(tmp_path / "files" / "results")},
+                                  _sink_input(blobs, results)))
+    file_rows = pa.Table.from_batches(out).to_pylist()
+    want = [json_mod.loads(line) for line in next((tmp_path / "files" / "events").glob("*.jsonl")).read_text().splitlines()]
+    out = list(kafka_records_arrow({0: "keyword"}, 5, {0: str(tmp_path / "kafka" / "results")},
+                                   _sink_input(blobs, results)))
+    rows = pa.Table.from_batches(out).to_pylist()
+    records = [r for r in rows if r["kind"] == EVENT]
+    got = [json_mod.loads(r["value"]) for r in records]
+    assert [r["key"] for r in records] == [b"keyword:7", b"keyword:2", b"keyword:11"]
+    assert all(g.pop("method") == "keyword" for g in got)
+    assert got == want and len(got) == 3 and got[2]["removed"] and got[0]["batch"] == 5
+    assert got[2]["entered"][0]["score"] == 1 / 3  # JSON keeps every bit of a score
+    passed = [(r["kind"], r["payload"]) for r in rows if r["kind"] != EVENT]
+    assert passed[0] == ("metrics", b'{"stage": "partition"}')
+    assert [json_mod.loads(p)["rows"] for k, p in passed if k == "written"] == [3]
+    assert [(r["kind"], json_mod.loads(r["payload"])["rows"]) for r in file_rows if r["kind"] == "written"] == [("written", 3)]
+    (got_results,) = (tmp_path / "kafka" / "results").glob("*.jsonl")
+    (want_results,) = (tmp_path / "files" / "results").glob("*.jsonl")
+    assert got_results.read_text() == want_results.read_text() and got_results.name == want_results.name
+
+
+def test_spark_kafka_sink_needs_its_topic_and_the_stages_results(workload, tmp_path):
+    """``--sink kafka`` needs a bootstrap server and a topic (E023); ``--results-out`` with it needs
+    the stateful stages' final results, since the driver has no event files to fold (E088)."""
+    from skype.errors import InputError
+    from skype.spark.plan import plan_run
+    from skype.spark.runtime import check_results_visible
+
+    _, inputs = _inputs(workload, ["--window", "300"])
+    with pytest.raises(InputError) as err:
+        _settings("location", ["--window", "300"], inputs, sink="kafka").__post_init__()
+    assert err.value.code == "E023" and "--events-topic" in str(err.value)
+    settings = _settings("location", ["--window", "300"], inputs, sink="kafka", kafka_bootstrap="broker:9092",
+                         events_topic="skype-events")
+    settings.__post_init__()
+    plan = plan_run(tmp_path / "run", settings, inputs)
+    pipe = plan.pipelines[0]
+    with pytest.raises(InputError) as err:
+        check_results_visible(plan, pipe, 0)
+    assert err.value.code == "E088" and "skype-events" in str(err.value)
+    results = plan.results_dir_of(pipe)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "batch-00000003-part-00000.jsonl").write_text("")
+    check_results_visible(plan, pipe, 12)

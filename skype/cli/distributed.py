@@ -114,8 +114,10 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     o = p.add_argument_group("output")
     o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
     o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")
-    o.add_argument("--sink", choices=("files", "console"), default="files",
-                   help="result-change events to DIR/events (default) or the console")
+    o.add_argument("--sink", choices=("files", "console", "kafka"), default="files",
+                   help="result-change events to DIR/events (default), the console, or the Kafka topic "
+                        "--events-topic at --kafka-bootstrap (sent by the executors; at-least-once)")
+    o.add_argument("--events-topic", metavar="TOPIC", help="with --sink kafka: the topic of the events")
     o.add_argument("--events-format", choices=("json", "parquet"), default="parquet",
                    help="format of DIR/events (default: %(default)s)")
 
@@ -135,7 +137,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         n1=args.n1, sample_size=args.sample_size, thresholds=args.thresholds, engine_cache=args.engine_cache,
         host_idle_timeout=args.host_idle,
         stream_format=args.stream_format, events_format=args.events_format, sink=args.sink, source=args.source,
-        messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap,
+        messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap, events_topic=args.events_topic,
         messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
         stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
     )

@@ -35,7 +35,7 @@ from skype.spark.window import WindowSpec
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
                     "engine_options", "n1", "rebalance")
 ENGINE_CACHES = ("process", "worker")
-SINKS = ("files", "console")
+SINKS = ("files", "console", "kafka")
 EVENT_FORMATS = ("json", "parquet")
 SOURCES = ("files", "kafka")
 
@@ -71,6 +71,7 @@ class RunSettings:
     kafka_bootstrap: str | None = None
     messages_topic: str | None = None
     commands_topic: str | None = None
+    events_topic: str | None = None  # --sink kafka: the topic the executors write the events to
     trigger_seconds: float | None = None  # None: availableNow (process what is there, then stop)
     stop_after_batches: int | None = None
     timeout_s: float | None = None
@@ -103,6 +104,9 @@ class RunSettings:
         if self.source == "kafka" and not (self.kafka_bootstrap and self.messages_topic and self.commands_topic):
             raise InputError("E023", what="--source kafka", expected="given with --kafka-bootstrap, --messages-topic "
                                                                      "and --commands-topic", value=self.kafka_bootstrap)
+        if self.sink == "kafka" and not (self.kafka_bootstrap and self.events_topic):
+            raise InputError("E023", what="--sink kafka", expected="given with --kafka-bootstrap and --events-topic",
+                             value=self.events_topic)
         self.window = WindowSpec(self.window_kind, float(self.window_size))
 
     def checked(self) -> dict:

@@ -91,7 +91,12 @@ def _result_lines(path: Path) -> Iterator[tuple[int, list[Match]]]:
 def check_results_visible(plan: Plan, pipeline: Pipeline, result_events: int) -> None:
     """E087 when the executors reported result events but the run directory holds neither their
     event files nor stage results: they wrote somewhere the driver cannot see (a directory that is
-    not shared by every node), and folding nothing would write an empty results file."""
+    not shared by every node), and folding nothing would write an empty results file.  With
+    ``--sink kafka`` the driver has no events to fold: E088 unless the stages sent the results."""
+    if plan.settings.sink == "kafka" and not stage_result_files(plan, pipeline):
+        from skype.errors import InputError
+
+        raise InputError("E088", method=pipeline.method, topic=plan.settings.events_topic)
     if result_events and not stage_result_files(plan, pipeline) and not event_files(plan, pipeline):
         from skype.errors import InputError
 

@@ -1,11 +1,23 @@
 """The ``foreachBatch`` sink of the DSkype job: events written by the executors, metrics by the driver.
 
-Each task of the batch's last stage writes the event blobs it holds as one file per method,
-``events/<method>/batch-<id>-part-<spark partition>.<fmt>``, replaced atomically (temporary
-name, then rename).  Invariant: a batch Spark re-runs after a failure or a restart has the same
-partitions (the shuffle partitions are frozen by the checkpoint), so it rewrites exactly its own
-files and nothing is delivered twice.  The driver collects only the metrics rows and one row count
-per written file, and replaces ``metrics/batch-<id>.json``.
+**Files** (``--sink files``).  Each task of the batch's last stage writes the event blobs it holds
+as one file per method, ``events/<method>/batch-<id>-part-<spark partition>.<fmt>``, replaced
+atomically (temporary name, then rename).  Invariant: a batch Spark re-runs after a failure or a
+restart has the same partitions (the shuffle partitions are frozen by the checkpoint), so it
+rewrites exactly its own files and nothing is delivered twice.
+
+**Kafka** (``--sink kafka``).  The tasks turn their event blobs into Kafka records, one per event:
+key ``<method>:<subscription id>`` (so one subscription's events stay in order on one topic
+partition), value the event as a JSON object (the fields of the event files plus ``method``).
+Spark's Kafka writer sends them from the executors.  Kafka has no atomic replace: a batch Spark
+re-runs sends its records again, identical (same ``batch``, same content), so delivery is
+at-least-once and a consumer that keeps the last ``batch`` it applied per key drops the repeats.
+The batch's output is persisted between the write and the collect of the metrics rows, so the
+stateful stages run once per batch.
+
+In both modes the final results of the stream's last batch go to ``results/<method>/`` files (the
+driver merges them), and the driver collects only the metrics rows and one row count per task and
+method, and replaces ``metrics/batch-<id>.json``.
 """
 
 from __future__ import annotations
@@ -43,6 +55,9 @@ class EventSink:
         self.metrics_dir = plan.metrics_dir
         self.format = plan.settings.events_format
         self.console = plan.settings.sink == "console"
+        self.kafka = ((plan.settings.kafka_bootstrap, plan.settings.events_topic) if plan.settings.sink == "kafka"
+                      else None)
+        self.methods = {pipe.index: pipe.method for pipe in plan.pipelines}
         self.batches: list[int] = []
         self.rebalancers = plan.rebalancers  # skype.spark.rebalancing, one per adaptive pipeline
 
@@ -57,14 +72,23 @@ class EventSink:
                                      int(batch_id))
                 events[pipeline] = table.num_rows
                 print_events(table, int(batch_id), directory.name)
+        elif self.kafka is not None:
+            convert = partial(kafka_records_arrow, self.methods, int(batch_id), self.results_dirs)
+            out = df.mapInArrow(convert, KAFKA_ROWS_DDL).persist()
+            try:
+                write_kafka(out.filter(out.kind == EVENT).select("key", "value"), *self.kafka)
+                rows = out.filter(out.kind != EVENT).select("pipeline", "kind", "payload").collect()
+            finally:
+                out.unpersist()
+            t_pipeline = time.perf_counter() - t0
         else:
             dirs = {pipeline: str(directory) for pipeline, directory in self.events_dirs.items()}
             write = partial(write_events_arrow, dirs, int(batch_id), suffix(self.format), self.results_dirs)
             rows = df.mapInArrow(write, "pipeline int, kind string, payload binary").collect()
             t_pipeline = time.perf_counter() - t0
-            for r in rows:
-                if r.kind == "written":
-                    events[r.pipeline] += int(json.loads(bytes(r.payload))["rows"])
+        for r in rows:
+            if r.kind == "written":
+                events[r.pipeline] += int(json.loads(bytes(r.payload))["rows"])
         metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
         record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
                   "pipeline_s": t_pipeline, "events": events}
@@ -83,13 +107,74 @@ def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, results_di
     pass metrics rows through; one ``written`` row per events file."""
     import pyarrow as pa
 
-    from pyspark import TaskContext
+    blobs, final, passed = _sorted_rows(batches)
+    part = _task_partition()
+    out_pipeline, out_kind, out_payload = passed
+    for pipeline, parts in sorted(blobs.items()):
+        table = events_table(parts, batch_id)
+        write_table(table, Path(dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.{fmt}", fmt,
+                    drop_nulls=False)
+        out_pipeline.append(pipeline)
+        out_kind.append("written")
+        out_payload.append(json.dumps({"rows": table.num_rows, "part": part}).encode())
+    _write_final(final, results_dirs, batch_id, part)
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary())],
+        names=["pipeline", "kind", "payload"])
 
-    from skype.spark.reports import results_lines
 
+EVENT = "event"
+KAFKA_ROWS_DDL = "pipeline int, kind string, payload binary, key binary, value binary"
+
+
+def kafka_records_arrow(methods: dict[int, str], batch_id: int, results_dirs: dict[int, str], batches):
+    """On an executor: this task's event blobs as Kafka records (``kind`` = ``event``, ``key``,
+    ``value``; see the module docstring), the final-results blobs written as files, metrics rows
+    passed through, and one ``written`` row per pipeline with its count of records."""
+    import pyarrow as pa
+
+    blobs, final, passed = _sorted_rows(batches)
+    part = _task_partition()
+    out_pipeline, out_kind, out_payload = passed
+    keys: list[bytes | None] = [None] * len(out_kind)
+    values: list[bytes | None] = [None] * len(out_kind)
+    for pipeline, parts in sorted(blobs.items()):
+        key_of, value_of = kafka_records(events_table(parts, batch_id), methods[pipeline])
+        out_pipeline += [pipeline] * len(key_of) + [pipeline]
+        out_kind += [EVENT] * len(key_of) + ["written"]
+        out_payload += [None] * len(key_of) + [json.dumps({"rows": len(key_of), "part": part}).encode()]
+        keys += key_of + [None]
+        values += value_of + [None]
+    _write_final(final, results_dirs, batch_id, part)
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary()),
+         pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
+        names=["pipeline", "kind", "payload", "key", "value"])
+
+
+def kafka_records(table, method: str) -> tuple[list[bytes], list[bytes]]:
+    """Keys and values of the Kafka records of an events table (module docstring)."""
+    keys, values = [], []
+    for row in table.to_pylist():
+        keys.append(f"{method}:{row['sub']}".encode())
+        values.append(json.dumps({"method": method, **row}, separators=(",", ":")).encode())
+    return keys, values
+
+
+def write_kafka(records, bootstrap: str, topic: str) -> None:
+    """Send a frame of ``key``/``value`` records to ``topic`` with Spark's Kafka writer (from the
+    executors; it needs Spark's Kafka connector on the classpath, as ``--source kafka`` does)."""
+    records.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+
+
+def _sorted_rows(batches) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]], tuple[list, list, list]]:
+    """A task's output rows: event blobs and final-results blobs per pipeline, and the other rows
+    (metrics) as ``(pipelines, kinds, payloads)`` to pass through."""
     blobs: dict[int, list[bytes]] = {}
     final: dict[int, list[bytes]] = {}
-    out_pipeline, out_kind, out_payload = [], [], []
+    out_pipeline: list = []
+    out_kind: list = []
+    out_payload: list = []
     for batch in batches:
         cols = batch.to_pydict()
         for pipeline, kind, payload in zip(cols["pipeline"], cols["kind"], cols["payload"]):
@@ -101,21 +186,23 @@ def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, results_di
                 out_pipeline.append(pipeline)
                 out_kind.append(kind)
                 out_payload.append(payload)
+    return blobs, final, (out_pipeline, out_kind, out_payload)
+
+
+def _task_partition() -> int:
+    from pyspark import TaskContext
+
     ctx = TaskContext.get()
-    part = int(ctx.partitionId()) if ctx is not None else 0
-    for pipeline, parts in sorted(blobs.items()):
-        table = events_table(parts, batch_id)
-        write_table(table, Path(dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.{fmt}", fmt,
-                    drop_nulls=False)
-        out_pipeline.append(pipeline)
-        out_kind.append("written")
-        out_payload.append(json.dumps({"rows": table.num_rows, "part": part}).encode())
+    return int(ctx.partitionId()) if ctx is not None else 0
+
+
+def _write_final(final: dict[int, list[bytes]], results_dirs: dict[int, str], batch_id: int, part: int) -> None:
+    """The final-results blobs of the stream's last batch, as ``results/<method>/`` parts."""
+    from skype.spark.reports import results_lines
+
     for pipeline, parts in sorted(final.items()):
         write_atomic(Path(results_dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.jsonl",
                      "".join(line + "\n" for line in results_lines(parts)))
-    yield pa.RecordBatch.from_arrays(
-        [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary())],
-        names=["pipeline", "kind", "payload"])
 
 
 def suffix(fmt: str) -> str:
