@@ -108,15 +108,27 @@ class Rebalancer:
         return {"batch": -1, "dist": dist, "cursor": (0, 0, 0), "versions": 1}
 
     def _advance(self, dist: UnitDistribution, cursor: tuple[int, int, int], end: int) -> tuple[int, int, int]:
-        """Replay the stream's steps up to ``end`` messages (and the commands right after them)."""
+        """Replay the stream's steps up to ``end`` messages (and the commands right after them).
+
+        A run of consecutive unsubscribes is removed in one call: nothing is routed between
+        them, so the statistics are those of removing them one by one (a drift stream brings its
+        departures as hundreds of single-id steps; one call each cost 2 ms at 100k subscriptions,
+        seconds per batch)."""
         steps, cursor = self.inputs.steps_upto(cursor, end)
+        leaving: list[np.ndarray] = []
         for op, payload in steps:
+            if op == "unsub":
+                leaving.append(np.atleast_1d(np.asarray(payload, np.int64)))
+                continue
+            if leaving:
+                dist.remove_subscriptions(np.concatenate(leaving))
+                leaving = []
             if op == "msgs":
                 dist.route_messages(payload)
-            elif op == "sub":
-                dist.route_subscriptions(payload, None)
             else:
-                dist.remove_subscriptions(np.atleast_1d(np.asarray(payload, np.int64)))
+                dist.route_subscriptions(payload, None)
+        if leaving:
+            dist.remove_subscriptions(np.concatenate(leaving))
         return cursor
 
     def _state_path(self, batch: int) -> Path:
