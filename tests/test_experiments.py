@@ -8,7 +8,8 @@ import pytest
 
 from skype.errors import InputError, SkypeError
 from skype.experiments.harness import RunSpec, measure, summarize_trace
-from skype.experiments.suite import EXPERIMENTS, QUICK_SCALE, Scale, plan_dissemination, spearman, spec_key
+from skype.experiments.design import QUICK_SCALE, Scale, spearman, spec_key
+from skype.experiments.suite import EXPERIMENTS, plan_dissemination
 from skype.run import main
 
 EXPECTED_FIGURES = {"fig10_kmax_skyband.png", "fig12_groups.png", "fig12_ipt_igpt.png", "fig13_igpt_ciq.png",

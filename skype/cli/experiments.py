@@ -46,7 +46,7 @@ def scale_of(args: argparse.Namespace):
     from dataclasses import replace
 
     from skype.data.workloads import DATASETS
-    from skype.experiments.suite import DEFAULT_SCALE, MEASURED_FRACTION, QUICK_SCALE
+    from skype.experiments.design import DEFAULT_SCALE, MEASURED_FRACTION, QUICK_SCALE
 
     base = QUICK_SCALE if args.quick else DEFAULT_SCALE
     for value, what in ((args.size, "--size"), (args.window, "--window"), (args.measured, "--measured"),

@@ -2,6 +2,8 @@
 measurement harness shared with ``bench/``.
 
 * :mod:`~skype.experiments.harness`: one measured run (:class:`RunSpec`, ``prepare``, ``measure``);
+* :mod:`~skype.experiments.design`: what an experiment is made of (sizes, runs, outcomes, report
+  sections);
 * :mod:`~skype.experiments.suite`: the experiments, one per paper figure or table;
 * :mod:`~skype.experiments.runner`: measures a suite, saves ``results.json``, re-plots from it;
 * :mod:`~skype.experiments.report` and :mod:`~skype.experiments.plots`: the Markdown report and

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from skype.experiments.suite import Section, fmt
+from skype.experiments.design import Section, fmt
 
 GLOSSARY = [
     ("AMP", "mean engine time per arriving message (dissemination and buffer insertions), the engine's own clock"),

@@ -20,7 +20,8 @@ from typing import Any, Sequence
 from skype.errors import SkypeError
 from skype.experiments.harness import RunSpec, measure
 from skype.experiments.report import write_report
-from skype.experiments.suite import EXPERIMENTS, Outcome, Run, Scale, Section, spec_from_dict
+from skype.experiments.design import Outcome, Run, Scale, Section, spec_from_dict
+from skype.experiments.suite import EXPERIMENTS
 
 RESULTS_FILE = "results.json"
 REPORT_FILE = "report.md"
@@ -132,7 +133,7 @@ def _control_repeat(doc: dict, unique: dict, order: list[str], scale: Scale, pro
     """Measure Skype's default run once more at the end: how far two measurements of one
     configuration lie apart on this machine at this time (the noise of the timings)."""
     from skype.cli.report import progress_bar
-    from skype.experiments.suite import spec_key, system_spec
+    from skype.experiments.design import spec_key, system_spec
 
     key = spec_key(system_spec(scale, scale.sweep_dataset))
     if key not in unique:
