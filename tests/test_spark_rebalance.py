@@ -282,3 +282,78 @@ def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp
     with pytest.raises(InputError, match="E063") as err:
         run_distributed(args, spark=object())
     assert message in str(err.value)
+
+
+def test_measured_loads_replace_the_model_in_the_policies_plans():
+    """``with_partition_loads``: the planned loads become the measured ones (the model's shape kept
+    inside each partition); a partition measured hot though the model calls it balanced is the one
+    the policies unload; bad loads are refused (E060)."""
+    from skype.data import make_workload
+    from skype.errors import InputError
+    from skype.partitioning import build_distribution
+    from skype.partitioning.rebalance import decide, snapshot
+    from skype.partitioning.rebalance.base import LoadModel
+    from skype.partitioning.rebalance.measured import with_partition_loads
+
+    w = make_workload("tweets", num_subs=600, num_messages=1200, seed=3)
+    dist = build_distribution("agrid", 4, w.subscriptions, w.messages, w.vocabulary, grid=(16, 8))
+    dist.route_messages(w.messages)
+    dist.fold_statistics(0.0)
+    snap = snapshot(dist)
+    model = LoadModel(snap)
+    hot = int(np.argmin(model.loads))  # the model's lightest partition, measured as the heaviest
+    loads = np.ones(4)
+    loads[hot] = 5.0
+    measured = LoadModel(with_partition_loads(snap, loads))
+    assert np.allclose(measured.loads, loads) and measured.imbalance() == pytest.approx(2.5)
+    assert np.array_equal(snapshot(dist)["partition_messages"], snap["partition_messages"])  # a copy
+    for policy in ("tornado", "ps2stream"):
+        plan = decide(policy, dist, partition_loads=loads)
+        assert not plan.empty and hot in set(plan.sources.tolist()), (policy, plan.operations)
+        assert plan.imbalance_after < plan.imbalance_before == pytest.approx(2.5)
+    assert decide("tornado", dist, partition_loads=np.ones(4)).empty  # measured balanced: no move
+    for bad in ([1.0, 2.0], [1.0, -1.0, 1.0, 1.0], [np.nan, 1.0, 1.0, 1.0]):
+        with pytest.raises(InputError) as err:
+            with_partition_loads(snap, bad)
+        assert err.value.code == "E060"
+
+
+def test_spark_pipeline_measured_loads_exact_and_a_restart_keeps_the_decision(tmp_path, drift_reference):
+    """``--rebalance-load measured``: Tornado plans with the partitions' engine seconds (here made
+    skewed: partition 0 measured five times the others), moves, and stays exact after every batch;
+    a driver that re-runs a decided batch's sink with other timings takes the recorded loads and
+    the same decision."""
+    import copy
+
+    from skype.cli.distributed import settings_from_args
+    from skype.spark.rebalancing import attach
+
+    args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", "agrid",
+                                      "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", "tornado",
+                                      "--rebalance-load", "measured"])
+    inputs = load_inputs(args)
+    settings = settings_from_args(args, inputs.bounds)
+    assert settings.rebalance_load == "measured"
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    rebalancer = attach(pipe.plan, "tornado", inputs, settings.rebalance_load)[0]
+
+    def skewed(stages, hot):
+        out = copy.deepcopy(stages)
+        for m in out:
+            if m["stage"] == "partition":
+                m["engine_s"], m["report_s"] = (5.0 if m["partition"] == hot else 1.0), 0.0
+        return out
+
+    want, want_final = drift_reference
+    decisions = []
+    for b in range(len(want)):
+        got = pipe.step()
+        assert got == want[b], f"batch {b}: {first_difference(got, want[b])}"
+        decisions.append(rebalancer.after_batch(b, skewed(pipe.metrics[-1], hot=0)))
+    assert pipe.final_results() == want_final
+    assert decisions[0]["measured_loads"] == [5.0, 1.0, 1.0] and decisions[0]["version"] == 1
+    assert sum(m.get("handover_in", 0) for ms in pipe.metrics for m in ms if m["stage"] == "partition") > 0
+    again = attach(pipe.plan, "tornado", inputs, "measured")[0]  # a new driver, other timings
+    (again.directory / f"state-{0:08d}.pkl").unlink(missing_ok=True)
+    redo = again.after_batch(0, skewed(pipe.metrics[0], hot=2))
+    assert redo["measured_loads"] == decisions[0]["measured_loads"] and redo["plan"] == decisions[0]["plan"]

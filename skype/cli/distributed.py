@@ -74,6 +74,9 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
                         f"{', '.join(REBALANCE_CHOICES)} (paper: each method's own, tornado for agrid, ps2stream "
                         "for kdt, sstd for qt, aqwa for aqwa; default: %(default)s; docs/spark.md, 'Live "
                         "rebalancing')")
+    d.add_argument("--rebalance-load", choices=("model", "measured"), default="model",
+                   help="what the policy balances: its paper's load model (replicas x messages routed; default) "
+                        "or each partition's measured engine and report seconds of the last batch")
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
@@ -140,6 +143,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap, events_topic=args.events_topic,
         messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
         stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
+        rebalance_load=args.rebalance_load,
     )
 
 
@@ -198,7 +202,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         settings = settings_from_args(args, inputs.bounds)
         settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})
         plan = runtime.plan_run(run_dir, settings, inputs)
-        plan.rebalancers = rebalancing.attach(plan, args.rebalance, inputs)
+        plan.rebalancers = rebalancing.attach(plan, args.rebalance, inputs, settings.rebalance_load)
         description = inputs.description
     t_plan = time.perf_counter() - t0
     if spark is None:

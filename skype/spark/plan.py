@@ -33,7 +33,7 @@ from skype.spark.keys import grouping_keys
 from skype.spark.window import WindowSpec
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
-                    "engine_options", "n1", "rebalance")
+                    "engine_options", "n1", "rebalance", "rebalance_load")
 ENGINE_CACHES = ("process", "worker")
 SINKS = ("files", "console", "kafka")
 EVENT_FORMATS = ("json", "parquet")
@@ -78,6 +78,7 @@ class RunSettings:
     vocabulary: str | None = None  # executors ingest raw streams with this shipped file (skype.spark.ingest)
     ingest_split: int = 10_000  # raw records per reading task
     rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.spark.rebalancing)
+    rebalance_load: str = "model"  # what the policy balances: its paper's model, or measured engine work
 
     def __post_init__(self) -> None:
         from skype.partitioning import METHODS
@@ -225,6 +226,7 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
     if meta_path.exists():
         saved = json.loads(meta_path.read_text())
         saved["settings"].setdefault("rebalance", "never")  # run directories from before live rebalancing
+        saved["settings"].setdefault("rebalance_load", "model")
         if saved["settings"] != settings.checked():
             diff = {k: (saved["settings"].get(k), v) for k, v in settings.checked().items()
                     if saved["settings"].get(k) != v}

@@ -8,7 +8,11 @@ After each micro-batch b (in the ``foreachBatch`` sink, before batch b+1 starts)
    positioned at ``h_b + 1`` or before, and the batch's messages, routed with keyword summaries
    exactly as ``partition-sim`` routes them, so the copy keeps the statistics its paper keeps;
 2. folds them (``FADING[policy]``), asks the policy for a plan (:func:`skype.partitioning.rebalance.decide`)
-   and applies it to the copy;
+   and applies it to the copy.  With ``--rebalance-load measured`` the policy plans with each
+   partition's measured engine and report seconds of the batch instead of its paper's model
+   (:mod:`skype.partitioning.rebalance.measured`); those loads are written to
+   ``loads-<b>.json`` before the decision, so a batch that re-runs decides from them again, not
+   from its own timings;
 3. if units moved, writes table version v+1 (the copy's locator) effective from ``h_b + 1``
    (:mod:`skype.spark.handover` applies it on the partitions), then its own state
    ``state-<b>.pkl`` (the copy and its stream cursor), both atomically; and a record of the
@@ -83,12 +87,29 @@ def refuse_kinds(inputs, methods) -> None:
                                         "range, knn or terms subscriptions (or snapshot queries)")
 
 
+LOADS = ("model", "measured")
+
+
+def measured_loads(stages: list[dict], pipeline: int, num_partitions: int) -> np.ndarray:
+    """Each partition's work in a batch: its engine and report seconds (the part that follows the
+    subscriptions it owns), from the partitions' metrics rows."""
+    loads = np.zeros(num_partitions)
+    for m in stages:
+        if m.get("stage") == "partition" and m.get("pipeline") == pipeline:
+            loads[int(m["partition"])] += float(m.get("engine_s", 0.0)) + float(m.get("report_s", 0.0))
+    return loads
+
+
 class Rebalancer:
     """The driver's half of live rebalancing for one pipeline (module docstring)."""
 
-    def __init__(self, directory: Path, dist: UnitDistribution, policy: str, inputs, pipeline: int) -> None:
+    def __init__(self, directory: Path, dist: UnitDistribution, policy: str, inputs, pipeline: int,
+                 load: str = "model") -> None:
+        if load not in LOADS:
+            raise InputError("E022", what="rebalancing load", value=load, choices=", ".join(LOADS))
         self.directory = Path(directory)
         self.policy = policy
+        self.load = load
         self.inputs = inputs
         self.pipeline = pipeline
         self.base = dist
@@ -175,10 +196,13 @@ class Rebalancer:
             dist = state["dist"]
             state["cursor"] = self._advance(dist, state["cursor"], upto)
             dist.fold_statistics(FADING[self.policy])
+            loads = self._loads(batch, stages, dist.num_partitions) if self.load == "measured" else None
             t0 = time.perf_counter()
-            plan = decide(self.policy, dist)
+            plan = decide(self.policy, dist, partition_loads=loads)
             moved, nbytes = apply_plan(dist, plan)
             record.update(upto=upto, decide_s=time.perf_counter() - t0, plan=plan.summary())
+            if loads is not None:
+                record["measured_loads"] = loads.tolist()
             if moved:
                 v = state["versions"]
                 if not version_path(self.directory, v).exists():
@@ -190,6 +214,19 @@ class Rebalancer:
         self._save(state)
         self.state = state
         return self._record(record)
+
+    def _loads(self, batch: int, stages: list[dict], num_partitions: int) -> np.ndarray:
+        """The measured loads batch ``batch``'s decision uses, written before the decision: a batch
+        that re-runs (a restart between the decision and its table version) decides from the same
+        loads, not from its own timings, so it takes the same decision."""
+        path = self.directory / f"loads-{batch:08d}.json"
+        if path.exists():
+            return np.asarray(json.loads(path.read_text()), np.float64)
+        loads = measured_loads(stages, self.pipeline, num_partitions)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(loads.tolist()))
+        os.replace(tmp, path)
+        return loads
 
     def _record(self, record: dict) -> dict:
         """Write the decision of a batch atomically (a re-run batch replaces it)."""
@@ -204,13 +241,14 @@ class Rebalancer:
         return json.loads(path.read_text()) if path.exists() else None
 
 
-def attach(plan, policy: str, inputs) -> dict[int, Rebalancer]:
-    """One rebalancer per adaptive pipeline of a staged run (version 0 written before the query)."""
+def attach(plan, policy: str, inputs, load: str = "model") -> dict[int, Rebalancer]:
+    """One rebalancer per adaptive pipeline of a staged run (version 0 written before the query);
+    ``load``: plan with the policy's model of the load, or with the partitions' measured work."""
     out = {}
     for pipe in plan.pipelines:
         if routes_everywhere(pipe.distribution):
             out[pipe.index] = Rebalancer(rebalance_dir(plan.run_dir, pipe.method), pipe.distribution,
-                                         policy_of(policy, pipe.method), inputs, pipe.index)
+                                         policy_of(policy, pipe.method), inputs, pipe.index, load)
     return out
 
 

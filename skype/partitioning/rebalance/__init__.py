@@ -36,6 +36,7 @@ import numpy as np
 from skype.errors import InputError, invalid_choice
 from skype.partitioning.rebalance import aqwa, ps2stream, sstd, tornado
 from skype.partitioning.rebalance.base import Plan, empty_plan, imbalance
+from skype.partitioning.rebalance.measured import with_partition_loads
 from skype.partitioning.units import UnitDistribution
 
 D = TypeVar("D", bound=UnitDistribution)
@@ -67,8 +68,10 @@ def snapshot(dist: UnitDistribution) -> dict:
     return snap
 
 
-def decide(policy: str, dist, **params) -> Plan:
-    """The policy's plan for the distribution's current statistics (nothing is changed)."""
+def decide(policy: str, dist, partition_loads=None, **params) -> Plan:
+    """The policy's plan for the distribution's current statistics (nothing is changed).
+    ``partition_loads``: measured loads per partition to plan with instead of the model's
+    (:mod:`skype.partitioning.rebalance.measured`)."""
     if policy == "never":
         return empty_plan("never")
     if not isinstance(dist, UnitDistribution):
@@ -76,6 +79,8 @@ def decide(policy: str, dist, **params) -> Plan:
                          expected="an adaptive method (agrid, kdt, qt, aqwa)", value=getattr(dist, "name", dist))
     check_policy(policy, dist.name)
     snap = snapshot(dist)
+    if partition_loads is not None:
+        snap = with_partition_loads(snap, partition_loads)
     module = {"tornado": tornado, "ps2stream": ps2stream, "sstd": sstd, "aqwa": aqwa}[policy]
     return module.decide(snap, **params)
 
