@@ -295,3 +295,16 @@ class LocalPipeline:
             t.updateValueState("meta", key, saved["meta"])
         t.updateMapState("log", key, saved["log"])
         t.updateMapState("segments", key, saved["segments"])
+
+
+def rotate_owners(directory, version: int, effective: int, shift: int) -> None:
+    """A forced table version of a live-rebalancing run (``directory``: its rebalance folder):
+    every unit to the partition ``shift`` further on, effective from message ``effective``."""
+    import dataclasses
+
+    from skype.spark.handover import TableVersion, VersionLog, write_version
+
+    base = VersionLog(str(directory)).refresh()[0].locator
+    P = int(base.owner.max()) + 1
+    locator = dataclasses.replace(base, owner=((base.owner + shift) % P).astype(np.int32))
+    write_version(directory, TableVersion(version, effective, -1, locator))

@@ -24,7 +24,7 @@ from skype.data import make_workload
 from skype.data.peer_workloads import peer_subscriptions
 from skype.errors import InputError
 from skype.run import build_parser
-from spark_fixtures import LocalPipeline, first_difference
+from spark_fixtures import LocalPipeline, first_difference, rotate_owners
 
 pytestmark = pytest.mark.spark
 
@@ -132,10 +132,13 @@ def _delivered(records: dict) -> dict:
     return out
 
 
-def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_window: bool = False):
+def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_window: bool = False,
+         moves: tuple[int, ...] = ()):
     """Run the job batch by batch against the centralized engine; with ``faults``, every host
     object is dropped before batch 1 and one partition's commit of batch 2 is lost after its host
-    applied it: both rebuild from durable state (hosted specs included)."""
+    applied it: both rebuild from durable state (hosted specs included).  ``moves`` (adaptive
+    methods): before each of these batches every unit changes owner (a forced table version), so
+    the batch hands every subscription of every kind over."""
     from skype.spark import kinds
     from skype.spark.hosts import InProcessHosts
     from skype.spark.reports import results_lines
@@ -148,6 +151,10 @@ def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_w
     kind_of = kinds.kind_map(inputs)
     want = _centralized(inputs, BATCH, settings.window.centralized())
     pipe = LocalPipeline(tmp_path / method, settings, inputs)
+    if moves:
+        from skype.spark.rebalancing import attach, rebalance_dir
+
+        attach(pipe.plan, "never", inputs)  # version 0: the build's tables
     retried: list[int] = []
 
     def lose_commit(key, rows):
@@ -160,12 +167,16 @@ def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_w
     for b in range(len(want)):
         if faults and b == 1:
             InProcessHosts.clear()
+        if b in moves:
+            rotate_owners(rebalance_dir(pipe.plan.run_dir, method), moves.index(b) + 1, pipe.position, moves.index(b) + 1)
         pipe.step(before_partition=lose_commit)
         assert set(pipe.results[0]) == set(want[b]), f"{method} batch {b}: subscriptions differ"
         expect = _delivered(want[b])
         got = {s: v for s, v in pipe.results[0].items() if s in expect}
         assert got == expect, f"{method} batch {b}: {first_difference(got, expect)}"
     assert pipe.done()
+    for b in moves:  # the forced versions really handed subscriptions over
+        assert sum(m.get("handover_in", 0) for m in pipe.metrics[b] if m["stage"] == "partition") > 0, b
     lines = [json.loads(line) for line in results_lines(pipe.final[0])]
     from skype.model import Match
 
@@ -193,6 +204,15 @@ def test_spark_kinds_every_kind_exact_on_broadcast_methods(method, time_window, 
         assert sum(len(next(iter(v for k, v in final[s].items() if k != "id")))
                    for s in final if kind_of.get(s) == kind) > 10, kind
     assert 1003 not in final and 1004 not in final and 0 not in final  # until ended them
+
+
+@pytest.mark.parametrize("method", ["agrid", "kdt"])
+def test_spark_kinds_every_kind_exact_on_adaptive_methods_through_hand_overs(method, events, tmp_path):
+    """The adaptive methods route everywhere and host each subscription once, so they serve every
+    kind; every unit changes owner twice mid-stream, and each hand-over re-registers range, knn
+    and terms subscriptions on their new owners: exact after every batch and at the end."""
+    final, kind_of = _run(tmp_path, method, events, moves=(1, 3))
+    assert {kind_of.get(s) for s in final} >= {"range", "knn", "terms"}
 
 
 @pytest.mark.parametrize("method,events_kind", [("location", "events"), ("keyword", "keyed_events")])

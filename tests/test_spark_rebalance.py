@@ -18,7 +18,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark_fixtures import LocalPipeline, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, results_of  # noqa: E402,E501
+from spark_fixtures import (  # noqa: E402
+    LocalPipeline, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, results_of, rotate_owners,
+)
 
 from skype.cli.inputs import load_inputs  # noqa: E402
 from skype.run import build_parser, main  # noqa: E402
@@ -42,18 +44,6 @@ def _settings(method, inputs, window_args, partitions=3):
     args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
                                       "--batch-size", str(BATCH), *window_args])
     return settings_from_args(args, inputs.bounds)
-
-
-def _rotate(directory, version: int, effective: int, shift: int) -> None:
-    """A forced table version: every unit to the partition ``shift`` further on."""
-    import dataclasses
-
-    from skype.spark.handover import TableVersion, VersionLog, write_version
-
-    base = VersionLog(str(directory)).refresh()[0].locator
-    P = int(base.owner.max()) + 1
-    locator = dataclasses.replace(base, owner=((base.owner + shift) % P).astype(np.int32))
-    write_version(directory, TableVersion(version, effective, -1, locator))
 
 
 @pytest.mark.parametrize("method,window_kind", [("agrid", "count"), ("kdt", "count"), ("agrid", "time")])
@@ -87,9 +77,9 @@ def test_spark_handover_exact_through_forced_moves_cache_loss_and_lost_commit(me
 
     for b in range(len(want)):
         if b == 1:
-            _rotate(directory, 1, pipe.position, 1)
+            rotate_owners(directory, 1, pipe.position, 1)
         if b == 3:
-            _rotate(directory, 2, pipe.position, 2)
+            rotate_owners(directory, 2, pipe.position, 2)
             InProcessHosts.clear()
         got = pipe.step(before_partition=lose_commit)
         assert got == want[b], f"{method} batch {b}: {first_difference(got, want[b])}"
@@ -264,21 +254,15 @@ def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, p
     (["--method", "location", "--rebalance", "tornado"], "'location' has none"),
     (["--method", "agrid", "--vocabulary", "v.json", "--messages", "m.jsonl", "--subscriptions", "s.jsonl"],
      "needs a staged stream"),
-    (["kinds", "--method", "kdt", "--rebalance", "ps2stream"], "top-k subscriptions only"),
 ])
 def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp_path):
-    """A policy on a static method, an adaptive method without a staged stream, and an adaptive
-    method on a workload with range/knn/terms subscriptions fail with E063 before any session
-    starts."""
+    """A policy on a static method and an adaptive method without a staged stream fail with E063
+    before any session starts."""
     from skype.cli.distributed import run_distributed
     from skype.errors import InputError
 
-    events = tmp_path / "kinds.jsonl"
-    events.write_text(json.dumps({"op": "sub", "id": 1, "kind": "range", "rect": [0, 0, 10, 10], "terms": ["a"]}) + "\n"
-                      + json.dumps({"op": "msg", "id": 1, "x": 1.0, "y": 1.0, "t": 0.0, "terms": {"a": 1.0}}) + "\n")
-    workload = ["--events", str(events)] if "kinds" in extra else ["--num-subs", "20", "--num-messages", "20"]
-    extra = [e for e in extra if e != "kinds"]
-    args = build_parser().parse_args(["distributed", *workload, "--checkpoint", str(tmp_path / "run"), *extra])
+    args = build_parser().parse_args(["distributed", "--num-subs", "20", "--num-messages", "20", "--checkpoint",
+                                      str(tmp_path / "run"), *extra])
     with pytest.raises(InputError, match="E063") as err:
         run_distributed(args, spark=object())
     assert message in str(err.value)

@@ -194,7 +194,6 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         description = f"{args.messages or args.messages_dir} (executor ingestion)"
     else:
         inputs = load_inputs(args)
-        rebalancing.refuse_kinds(inputs, args.method)
         # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
         kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
                                                         or args.stop_after_batches or args.timeout))

@@ -24,7 +24,10 @@ merged result is exact when every (query, message) pair that can be in its resul
 partition (then the message is in that replica's local result: a replica sees a subset of the
 window, so a message ranks there at least as high as globally; the union of the local lists
 therefore holds the global list).  ``hashing`` and ``location`` send every message to every
-partition and each subscription to one: every pair meets, every kind is exact.  ``keyword``,
+partition and each subscription to one: every pair meets, every kind is exact.  So do the
+adaptive methods (``agrid``, ``kdt``, ``qt``, ``aqwa``), whose pipelines route everywhere and host
+each subscription on its owner only; a hand-over re-registers a kind subscription on its new
+owner over the whole window, as it does a topk one (:mod:`skype.spark.handover`).  ``keyword``,
 ``prefix``, ``spatial-first`` and ``keyword-first`` (routed in exact mode: every term of a
 subscription places it, every term of a message routes it, the location levels broadcast
 messages) make a subscription and a message meet when they share a term.  A ``range`` or ``knn``
@@ -51,7 +54,9 @@ from skype.queries import QuerySpec
 from skype.text import Vocabulary
 
 KINDS = ("range", "knn", "terms")
-BROADCAST_METHODS = ("hashing", "location")
+# every message to every partition, each subscription hosted once (the adaptive methods on Spark
+# route everywhere and host a subscription where the table version in force puts it)
+BROADCAST_METHODS = ("hashing", "location", "agrid", "kdt", "qt", "aqwa")
 TERM_METHODS = ("keyword", "prefix", "spatial-first", "keyword-first")
 # method -> what it serves exactly beside topk (until: every method, every kind)
 SERVED = {**{m: "range, knn, terms" for m in BROADCAST_METHODS},

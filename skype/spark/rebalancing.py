@@ -75,18 +75,6 @@ def check_rebalance(policy: str, methods, staged: bool) -> None:
                                         "--messages-dir or Kafka): the driver replays it for the policy's statistics")
 
 
-def refuse_kinds(inputs, methods) -> None:
-    """The adaptive methods run top-k subscriptions only (range, knn and terms are untested on
-    them): E063 before anything is staged."""
-    from skype.partitioning import ADAPTIVE_METHODS
-
-    adaptive = [m for m in methods if m in ADAPTIVE_METHODS]
-    kinds = len(inputs.others) or any(op in ("ksub", "query") for op, _ in inputs.steps)
-    if adaptive and kinds:
-        raise InputError("E063", detail=f"method {adaptive[0]!r} runs top-k subscriptions only; the workload has "
-                                        "range, knn or terms subscriptions (or snapshot queries)")
-
-
 LOADS = ("model", "measured")
 
 
@@ -134,7 +122,8 @@ class Rebalancer:
         A run of consecutive unsubscribes is removed in one call: nothing is routed between
         them, so the statistics are those of removing them one by one (a drift stream brings its
         departures as hundreds of single-id steps; one call each cost 2 ms at 100k subscriptions,
-        seconds per batch)."""
+        seconds per batch).  Kind subscriptions (``ksub``) are not in the copy: the policies' load
+        model counts topk subscriptions."""
         steps, cursor = self.inputs.steps_upto(cursor, end)
         leaving: list[np.ndarray] = []
         for op, payload in steps:
@@ -146,8 +135,10 @@ class Rebalancer:
                 leaving = []
             if op == "msgs":
                 dist.route_messages(payload)
-            else:
+            elif op == "sub":
                 dist.route_subscriptions(payload, None)
+            # "ksub" (range, knn, terms): outside the policies' load model, which counts topk
+            # subscriptions; a kind subscription still moves with its home unit (handover)
         if leaving:
             dist.remove_subscriptions(np.concatenate(leaving))
         return cursor
