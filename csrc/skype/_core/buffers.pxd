@@ -6,6 +6,7 @@ from skype._core.arena cimport BufEntryC, SlotC, EntryArena, slot_entries, NO_SL
 from skype._core.window cimport WindowStore
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex
+from skype._core.costmodel cimport CostModelC, BARRIER_STATIONARY, BARRIER_WINDOW, BARRIER_FACTOR, threshold_cost
 
 
 cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1) sid's top-k
@@ -46,12 +47,6 @@ cdef enum BufferKind:
     BUF_KMAX = 3
 
 
-cdef enum BarrierKind:
-    BARRIER_STATIONARY = 0       # reflect at n0 = N * P_theta (spec §4.3 recommendation)
-    BARRIER_WINDOW = 1           # reflect at N
-    BARRIER_FACTOR = 2           # reflect at factor * n0
-
-
 cdef class Buffers:
     cdef int kind
     cdef SubTable table
@@ -63,17 +58,14 @@ cdef class Buffers:
     # parameters
     cdef double skyband_ratio
     cdef int32_t kmax
-    cdef double c_ins, c_del, query_cost
-    cdef int barrier
-    cdef double barrier_factor
+    cdef double query_cost
     cdef int32_t stop_after                  # delta: consecutive cost increases that stop the scan
     cdef int32_t nmax_factor                 # scan at most nmax_factor * k messages
     cdef double refresh_factor               # re-evaluate a complete buffer past refresh_factor * k
-    # window estimates for the cost model (count windows: N fixed, 1/2 and 1/2)
+    # cSkyband's cost model (costmodel.pxd): its costs, barrier and window estimates (count
+    # windows: N fixed, arrivals and expiries 1/2 each)
+    cdef CostModelC model
     cdef bint count_window                   # False: a time window (N and the rates are estimated)
-    cdef double window_n
-    cdef double p_arrival
-    cdef double p_expiry
     # events of the current operation
     cdef vector[EventC] events
     # counters
@@ -118,8 +110,6 @@ cdef class Buffers:
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
     cdef int32_t _cap(self, int32_t k) noexcept nogil
     cdef void _update_theta(self, sid_t sid) noexcept nogil
-    cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil
-    cdef double _cost(self, double n, int32_t k, double cq_cost) noexcept nogil
     cdef bint _next(self, seq_t* seq, double* score) noexcept nogil
     cdef void init_sub_from(self, sid_t sid, const RankedC* run, size_t n, bint truncated) noexcept nogil
     cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil

@@ -16,7 +16,7 @@ Invariants per kind, with theta_s the threshold the subscription index prunes ag
   B = SB_k(W) ∩ {m : ST(s, m) >= theta} with dominance counters (Def. 10: newer and scoring
   >= dominates).  Thm 6.1: while |B| >= k the top-k is B's first k entries; when expiry leaves
   |B| < k the subscription is re-evaluated (Alg. 2).  Skyband sets theta = ratio * kScore at the
-  re-evaluation; cSkyband chooses theta by the cost model of §4.3 while pulling messages in
+  re-evaluation; cSkyband chooses theta by the cost model of §4.3 (costmodel.pxd) while pulling messages in
   ranking order from the message index (one traversal chooses theta and rebuilds B).
 * ``complete`` (theta = 0): the buffer holds every match (skyband kinds: the k-skyband of every
   match), so no expiry can require a re-evaluation.  A complete skyband buffer that grows past
@@ -35,7 +35,7 @@ complete buffers: theta = 0).
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport pow, log, isfinite, INFINITY
+from libc.math cimport INFINITY
 from libc.string cimport memcpy, memmove
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t
@@ -109,16 +109,16 @@ cdef class Buffers:
         self.index = index
         self.msgs = msgs
         self.window = window
-        self.window_n = window_n
-        self.p_arrival = 0.5
-        self.p_expiry = 0.5
+        self.model.window_n = window_n
+        self.model.p_arrival = 0.5
+        self.model.p_expiry = 0.5
         self.skyband_ratio = skyband_ratio
         self.kmax = kmax
-        self.c_ins = c_ins
-        self.c_del = c_del
+        self.model.c_ins = c_ins
+        self.model.c_del = c_del
         self.query_cost = query_cost
-        self.barrier = BARRIERS[barrier]
-        self.barrier_factor = barrier_factor
+        self.model.barrier = BARRIERS[barrier]
+        self.model.barrier_factor = barrier_factor
         self.stop_after = stop_after
         self.nmax_factor = nmax_factor
         self.refresh_factor = refresh_factor
@@ -230,47 +230,6 @@ cdef class Buffers:
             elif sb.size:
                 self._set_theta(sid, B[sb.size - 1].score, True)
 
-    # ------------------------------------------------------------------ cost model (spec §4.3)
-    cdef double _expected_steps(self, double n, int32_t k, double P) noexcept nogil:
-        """E[T']: updates until |B'| < k, a lazy random walk from n absorbed at k - 1 and
-        reflected at the barrier b (Eq. 12; asymmetric form of §4.4 for time windows)."""
-        cdef double d = n - k + 1, b, A, p, q, rho, e
-        if self.barrier == BARRIER_WINDOW:
-            b = self.window_n if self.window_n > n else n
-        elif self.barrier == BARRIER_FACTOR:
-            b = self.barrier_factor * n
-        else:
-            b = n
-        A = b - k + 1
-        p = self.p_arrival * P
-        q = self.p_expiry * P
-        if q <= 0:
-            return INFINITY
-        if p == q or (p > q and p - q < 1e-12 * q) or (q > p and q - p < 1e-12 * q):
-            return d * (2.0 * A + 1.0 - d) / (2.0 * q)
-        rho = p / q
-        e = (d - pow(rho, A - d + 1.0) * (1.0 - pow(rho, d)) / (1.0 - rho)) / (q - p)
-        if not isfinite(e) or e <= 0:
-            return INFINITY
-        return e
-
-    cdef double _cost(self, double n, int32_t k, double cq_cost) noexcept nogil:
-        """C(theta_n) of Eq. 13 for theta = the n-th best score of the current window:
-        skyband maintenance plus re-evaluation cost per update.  P_theta = n / |W| is estimated
-        on the current window; the walk and the buffer size are those of the steady state, with
-        n0 = N * P_theta messages above theta once the window holds N (while a count window is
-        still filling, n0 > n).  cq_cost < 0 means "no re-evaluation ever" (theta = 0)."""
-        cdef double W = <double>self.window.count if self.window.count > 0 else 1.0
-        cdef double P = n / W if n < W else 1.0
-        cdef double N = self.window_n if self.window_n > W else W
-        cdef double n0 = N * P
-        # E|B| = k (1 + H_n0 - H_k), H_x - H_k ~ ln(x / k) + 1/(2x) - 1/(2k)
-        cdef double eb = k * (1.0 + (log(n0 / k) + 0.5 / n0 - 0.5 / k if n0 > k else 0.0))
-        cdef double maintenance = P * (self.p_arrival * self.c_ins * eb + self.p_expiry * self.c_del)
-        if cq_cost < 0:
-            return maintenance
-        return maintenance + cq_cost / self._expected_steps(n0, k, P)
-
     # ------------------------------------------------------------------ re-evaluation
     cdef bint _next(self, seq_t* seq, double* score) noexcept nogil:
         """The next message in ranking order: from the message index, or from a bulk run (the
@@ -336,14 +295,15 @@ cdef class Buffers:
                     # every match pulled: keep them all (theta = 0, never re-evaluated) unless a
                     # threshold scores better in the cost model
                     n = self.pulled.size()
-                    if <int32_t>n < k or self._cost(<double>n, k, -1.0) <= best_c:
+                    if (<int32_t>n < k
+                            or threshold_cost(&self.model, <double>self.window.count, <double>n, k, -1.0) <= best_c):
                         return True
                     break
                 self.pulled.push_back(PulledC(seq, score))
                 n = self.pulled.size()
                 if <int32_t>n < k:
                     continue
-                c = self._cost(<double>n, k, cq_cost)
+                c = threshold_cost(&self.model, <double>self.window.count, <double>n, k, cq_cost)
                 if c < best_c:
                     best_c = c
                     best_n = n
@@ -422,9 +382,9 @@ cdef class Buffers:
         if not complete and (self.kind == BUF_SKYBAND or self.plan_constrained):
             if not self.count_window:
                 sb.retune_at = <uint32_t>(2 * self.window.count)      # a time window that doubles
-            elif self.window.count < self.window_n:
-                sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.window_n
-                                          else self.window_n)
+            elif self.window.count < self.model.window_n:
+                sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.model.window_n
+                                          else self.model.window_n)
         # a right-sized slot (the scratch vector has the largest size any re-evaluation needed)
         self._store(sb, self.rebuilt.data(), self.rebuilt.size())
         B = self._entries(sb)
@@ -624,9 +584,9 @@ cdef class Buffers:
         return ids, scores
 
     def set_window_estimates(self, double window_n, double p_arrival, double p_expiry):
-        self.window_n = window_n
-        self.p_arrival = p_arrival
-        self.p_expiry = p_expiry
+        self.model.window_n = window_n
+        self.model.p_arrival = p_arrival
+        self.model.p_expiry = p_expiry
 
     def sizes(self):
         """(buffer size, complete flag) of every live subscription, by slot."""

@@ -183,10 +183,10 @@ cdef class CoreEngine:
             if self.expirations:
                 self.recent_arrivals = self.recent_arrivals * DECAY + 1.0
                 self.recent_expirations *= DECAY
-            self.buffers.window_n = <double>(self.window.count + 1)
-            self.buffers.p_arrival = (self.recent_arrivals + RATE_PRIOR) / (
+            self.buffers.model.window_n = <double>(self.window.count + 1)
+            self.buffers.model.p_arrival = (self.recent_arrivals + RATE_PRIOR) / (
                 self.recent_arrivals + self.recent_expirations + 2 * RATE_PRIOR)
-            self.buffers.p_expiry = 1.0 - self.buffers.p_arrival
+            self.buffers.model.p_expiry = 1.0 - self.buffers.model.p_arrival
         seq = self.window.append(ext_id, x, y, t, terms, n)
         self.msgs.insert(seq)
         return seq
