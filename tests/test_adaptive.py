@@ -21,7 +21,8 @@ from skype.data.drift import DRIFT_KINDS, with_term, drift_steps, make_drift
 from skype.model import MessageBatch
 from skype.partitioning import ADAPTIVE_METHODS, build_distribution, estimate_thresholds
 from skype.partitioning.measure import load_imbalance, partition_loads
-from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide
+from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide, snapshot
+from skype.partitioning.rebalance.base import LoadModel
 from skype.partitioning.registry import concat_subscriptions
 from skype.partitioning.timeline import run_timeline
 from test_partitioning import _batch_msgs, _batch_subs, assert_meet, dense, score_matrix
@@ -128,6 +129,39 @@ def test_adaptive_moving_every_unit_keeps_meeting(skew, method):
     assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, method)
     clone = pickle.loads(pickle.dumps(dist))
     assert np.array_equal(clone.route_messages(skew.stream).partitions, r_msgs.partitions)
+
+
+# --------------------------------------------------------------------------- forecast
+
+
+def test_forecast_plans_on_the_trend_and_counts_moves_on_the_present(skew):
+    dist = skew.build("agrid")
+    dist.remove_subscriptions(skew.burst.ids)
+    dist.route_messages(skew.stream)
+    dist.fold_statistics(0.0)
+    dist.route_subscriptions(skew.burst, np.zeros(len(skew.burst)))  # an interval of arrivals
+    dist.route_messages(skew.stream)
+    dist.fold_statistics(0.0)
+    snap = snapshot(dist)
+    assert snap["unit_trend"].sum() == len(skew.burst) and (snap["unit_trend"] >= 0).all()
+    model = LoadModel(snap, horizon=1.0)
+    assert np.array_equal(model.subs, dist.unit_subs + snap["unit_trend"])
+    assert np.array_equal(LoadModel(snap).subs, dist.unit_subs)
+    plan = decide("ps2stream", dist, horizon=1.0, max_fraction=1.0)
+    assert plan.subscriptions == int(dist.unit_subs[plan.units].sum())
+    dist.fold_statistics(0.0)
+    assert snapshot(dist)["unit_trend"].sum() == 0, "no arrival in the last interval: no trend"
+
+
+def test_policy_params_from_the_command_line():
+    from skype.cli.partition_timeline import policy_param_arg, policy_params_for
+
+    given = [policy_param_arg("horizon=1"), policy_param_arg("max_ops=4"), policy_param_arg("nope=true")]
+    assert policy_params_for("ps2stream", given) == {"horizon": 1.0}
+    assert policy_params_for("tornado", given) == {"horizon": 1.0, "max_ops": 4}
+    assert policy_params_for("never", given) == {}
+    with pytest.raises(Exception):
+        policy_param_arg("horizon")
 
 
 # --------------------------------------------------------------------------- adversarial layouts

@@ -33,7 +33,9 @@ located there.  The load estimate of a unit is its share of its partition's meas
 ``|S_u| * |M_owner(u)|``, so a partition's unit costs sum to exactly its measured load
 ``|S_p| * |M_p|`` (:mod:`skype.partitioning.measure`).  The message counts have two layers, ``new``
 (since the last fold) and ``old``; :meth:`fold_statistics` decays and folds them (AQWA's time
-fading, §3.6; ``decay=0`` keeps only the last interval).
+fading, §3.6; ``decay=0`` keeps only the last interval).  Each fold also records the **trend** of
+every unit, its replicas now minus at the previous fold (arrivals less departures over the last
+interval), which a policy may extrapolate one interval ahead.
 """
 
 from __future__ import annotations
@@ -377,6 +379,12 @@ class UnitDistribution(Distribution):
         self.term_msgs_old = self.term_msgs_old * decay + self.term_msgs_new
         self.term_msgs_new = np.zeros_like(self.term_msgs_new)
         self.msgs_old, self.msgs_new = self.msgs_old * decay + self.msgs_new, 0.0
+        base = getattr(self, "subs_at_fold", None)
+        if base is not None and len(base) == len(self.unit_subs):
+            self.unit_trend = self.unit_subs - base
+        else:
+            self.unit_trend = np.zeros_like(self.unit_subs)
+        self.subs_at_fold = self.unit_subs.copy()
 
     def reset_statistics(self) -> None:
         """Forget the message counts (the replica counts stay: they are the placement)."""
@@ -385,6 +393,8 @@ class UnitDistribution(Distribution):
             setattr(self, name, np.zeros_like(getattr(self, name)))
         self.messages_seen = 0
         self.msgs_old = self.msgs_new = 0.0
+        self.subs_at_fold = self.unit_subs.copy()
+        self.unit_trend = np.zeros_like(self.unit_subs)
 
     def partition_messages(self) -> np.ndarray:
         return self.part_msgs_old + self.part_msgs_new
@@ -418,6 +428,7 @@ class UnitDistribution(Distribution):
                 "unit_bytes": self.unit_bytes.copy(), "unit_region": self.unit_region.copy(),
                 "cell_region": self.cell_region.copy(), "cell_msgs": self.cell_msgs_old + self.cell_msgs_new,
                 "partition_messages": self.partition_messages(), "unit_mass": self.unit_message_mass(),
+                "unit_trend": getattr(self, "unit_trend", np.zeros_like(self.unit_subs)).copy(),
                 "num_partitions": self.num_partitions, "grid": (self.grid.nx, self.grid.ny)}
 
     # ------------------------------------------------------------------ moves

@@ -11,6 +11,14 @@ the caller applies the plan (:func:`skype.partitioning.rebalance.apply_plan`).
 few messages to q; the next interval measures it).  Every policy balances the same measured
 load, ``max_p L_p / mean_p L_p``.
 
+**Forecast (``horizon``).**  The units' replica counts move while a plan waits to take effect:
+moves decided at the end of interval i serve interval i + 1, when a drifting stream has added
+subscriptions to some units and removed them from others.  With ``horizon = h > 0`` the model
+plans with ``max(0, S_u + h * trend_u)``, the replicas extrapolated h intervals along the last
+interval's trend (the snapshot's ``unit_trend``: arrivals less departures per unit).  Subscriptions
+and bytes moved are still counted on the replicas present now.  ``horizon = 0`` plans on the
+present counts (the papers' reading: decide on what was measured).
+
 **Migration cost.**  Each plan counts the subscription replicas and the bytes it moves (record,
 terms and top-k state) and states the cost in its paper's own unit (``cost_estimate``).
 """
@@ -63,11 +71,16 @@ class LoadModel:
     a unit holding a hot term brings that term's messages along); the source keeps its ``M``
     (an overestimate: the next interval measures it)."""
 
-    def __init__(self, snapshot: dict) -> None:
+    def __init__(self, snapshot: dict, horizon: float = 0.0) -> None:
         self.snapshot = snapshot
         self.owner = snapshot["owner"].astype(np.int64).copy()
         self.original = snapshot["owner"].astype(np.int64).copy()
-        self.subs = snapshot["unit_subs"].astype(np.float64)
+        self.present = snapshot["unit_subs"].astype(np.float64)  # replicas now (what a move ships)
+        trend = snapshot.get("unit_trend")
+        if horizon > 0 and trend is not None and len(trend) == len(self.present):
+            self.subs = np.maximum(self.present + horizon * np.asarray(trend, np.float64), 0.0)
+        else:
+            self.subs = self.present.copy()  # the replicas planned with (module docstring: forecast)
         self.bytes = snapshot["unit_bytes"].astype(np.int64)
         self.num_partitions = int(snapshot["num_partitions"])
         msgs = np.asarray(snapshot["partition_messages"], np.float64)
@@ -105,12 +118,12 @@ class LoadModel:
     def moved_fraction(self) -> float:
         """Replicas moved so far over all replicas."""
         changed = self.owner != self.original
-        return float(self.subs[changed].sum() / max(self.subs.sum(), 1.0))
+        return float(self.present[changed].sum() / max(self.present.sum(), 1.0))
 
     def plan(self, policy: str, before: float, cost_estimate: float, structure: tuple | None = None) -> Plan:
         changed = np.flatnonzero(self.owner != self.original)
         return Plan(policy, changed, self.original[changed], self.owner[changed],
-                    subscriptions=int(self.subs[changed].sum()), bytes=int(self.bytes[changed].sum()),
+                    subscriptions=int(self.present[changed].sum()), bytes=int(self.bytes[changed].sum()),
                     cost_estimate=float(cost_estimate), imbalance_before=before, imbalance_after=self.imbalance(),
                     operations=list(self.operations), structure=structure)
 

@@ -50,8 +50,9 @@ def greedy_migration(loads: np.ndarray, sizes: np.ndarray, tau: float, limit: fl
     return best if best is not None else taken
 
 
-def decide(snapshot: dict, *, sigma: float = 1.05, rounds: int | None = None, max_fraction: float = 0.05) -> Plan:
-    model = LoadModel(snapshot)
+def decide(snapshot: dict, *, sigma: float = 1.05, rounds: int | None = None, max_fraction: float = 0.05,
+           horizon: float = 0.0) -> Plan:
+    model = LoadModel(snapshot, horizon)
     before = model.imbalance()
     if before <= sigma:
         return empty_plan("ps2stream", before)

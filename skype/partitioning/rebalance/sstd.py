@@ -57,14 +57,14 @@ def _reassign(model: LoadModel, units: np.ndarray, partitions: np.ndarray) -> No
         model.move(units[dest == p], int(p))
 
 
-def decide(snapshot: dict, *, lam: float = 1.05, max_fraction: float = 0.1) -> Plan:
-    base = LoadModel(snapshot)
+def decide(snapshot: dict, *, lam: float = 1.05, max_fraction: float = 0.1, horizon: float = 0.0) -> Plan:
+    base = LoadModel(snapshot, horizon)
     before = base.imbalance()
     if before <= lam:
         return empty_plan("sstd", before)
     best: Plan | None = None
     for step in ("PM", "FM", "FG"):
-        model = LoadModel(snapshot)
+        model = LoadModel(snapshot, horizon)
         if step == "PM":
             pair = np.array([int(np.argmax(model.loads)), int(np.argmin(model.loads))])
             units = np.flatnonzero(np.isin(model.owner, pair) & (model.subs > 0))

@@ -60,8 +60,9 @@ def _strips(x: Rect, b: Rect) -> list[Rect]:
     return out
 
 
-def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16) -> Plan:
-    model = LoadModel(snapshot)
+def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16,
+           horizon: float = 0.0) -> Plan:
+    model = LoadModel(snapshot, horizon)
     before = model.imbalance()
     if before <= trigger:
         return empty_plan("tornado", before)
