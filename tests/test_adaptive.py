@@ -23,6 +23,7 @@ from skype.partitioning import ADAPTIVE_METHODS, build_distribution, estimate_th
 from skype.partitioning.measure import load_imbalance, partition_loads
 from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide, snapshot
 from skype.partitioning.rebalance.base import LoadModel
+from skype.partitioning.restructure import CUTTABLE, cut_options, cut_unit
 from skype.partitioning.registry import concat_subscriptions
 from skype.partitioning.timeline import run_timeline
 from test_partitioning import _batch_msgs, _batch_subs, assert_meet, dense, score_matrix
@@ -131,7 +132,85 @@ def test_adaptive_moving_every_unit_keeps_meeting(skew, method):
     assert np.array_equal(clone.route_messages(skew.stream).partitions, r_msgs.partitions)
 
 
-# --------------------------------------------------------------------------- forecast
+# --------------------------------------------------------------------------- runtime cuts of a hot unit
+
+
+def placement_keys(dist) -> np.ndarray:
+    """(slot, unit, term) of every placement, as sorted keys (an order-free comparison)."""
+    return np.sort((dist.pl_slot * np.int64(dist.num_units) + dist.pl_unit) * np.int64(1 << 32) + dist.pl_term + 1)
+
+
+def fresh_placements(dist) -> np.ndarray:
+    """The placements the current tables give the registered subscriptions from scratch."""
+    slots = np.flatnonzero(dist.table.alive)
+    rows, units, terms = dist._placements(dist.table.records.take(slots), dist.table.assigned[slots])
+    return np.sort((slots[rows] * np.int64(dist.num_units) + units) * np.int64(1 << 32) + terms + 1)
+
+
+def check_cut(dist, unit: int, option: tuple, stream) -> int:
+    """Cut, then check: routing and summaries unchanged, placements those of the rule, the
+    predicted piece sizes exact, every count consistent."""
+    kind, at, a, b, bytes_a, bytes_b = option
+    holders, routed = dist.holders.copy(), dist.route_messages(stream)
+    parts_before = dist._partitions_of_slots(np.flatnonzero(dist.table.alive), int(dist.table.alive.sum()))
+    version = dist.version
+    new = cut_unit(dist, unit, kind, at)
+    assert dist.version == version + 1
+    assert np.array_equal(dist.holders, holders), "a cut changes no summary"
+    assert np.array_equal(dist.route_messages(stream).partitions, routed.partitions)
+    parts_after = dist._partitions_of_slots(np.flatnonzero(dist.table.alive), int(dist.table.alive.sum()))
+    assert np.array_equal(dense(parts_after, dist.num_partitions), dense(parts_before, dist.num_partitions))
+    assert np.array_equal(placement_keys(dist), fresh_placements(dist)), "placements follow the rule"
+    assert (dist.unit_subs[unit], dist.unit_subs[new]) == (a, b)
+    assert (dist.unit_bytes[unit], dist.unit_bytes[new]) == (bytes_a, bytes_b)
+    distinct = np.unique(dist.pl_slot * np.int64(dist.num_units) + dist.pl_unit) % dist.num_units
+    assert np.array_equal(np.bincount(distinct, minlength=dist.num_units), dist.unit_subs)
+    assert len(dist.owner) == dist.num_units == len(dist.unit_region) and dist.owner[new] == dist.owner[unit]
+    return new
+
+
+@pytest.mark.parametrize("method", CUTTABLE)
+def test_cut_units_then_move_the_pieces_keeps_meeting(skew, method):
+    """Random and adversarial cuts (the heaviest unit, a piece cut again, text and space), each
+    checked against the placement rule, then random moves of every unit: the brute-force oracle."""
+    dist = skew.build(method)
+    dist.route_subscriptions(skew.all_subs, skew.all_theta)
+    rng = np.random.default_rng(5)
+    kinds: set[str] = set()
+    for step in range(8):
+        snap = snapshot(dist)
+        unit = int(np.argmax(dist.unit_subs)) if step % 2 == 0 else int(rng.integers(0, dist.num_units))
+        options = cut_options(snap, unit)
+        if not options:
+            continue
+        option = options[int(rng.integers(0, len(options)))]
+        kinds.add(option[0])
+        check_cut(dist, unit, option, skew.stream)
+    assert (kinds == {"text", "space"}) if method == "kdt" else ("text" in kinds)
+    dist.move_units(np.arange(dist.num_units), rng.integers(0, dist.num_partitions, dist.num_units))
+    _, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
+    assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, method + " after cuts")
+    from skype.spark.handover import UnitLocator  # the Spark runtime's view of the same tables
+
+    home = UnitLocator.of(dist).home_partitions(skew.all_subs)
+    assert dense(r_subs, dist.num_partitions)[np.arange(len(home)), home].all(), "home replica is a replica"
+
+
+def test_cuts_are_checked(skew):
+    with pytest.raises(InputError) as err:
+        cut_unit(skew.build("agrid"), 0, "text", 5)
+    assert err.value.code == "E066"
+    dist = skew.build("kdt")
+    unit = int(np.argmax(dist.unit_subs))
+    for kind, at in (("text", 0), ("space", (0, 10_000)), ("diagonal", 1)):
+        with pytest.raises(InputError) as err:
+            cut_unit(dist, unit, kind, at)
+        assert err.value.code == "E066"
+    text = next(o for o in cut_options(snapshot(dist), unit) if o[0] == "text")
+    cut_unit(dist, unit, "text", text[1])
+    with pytest.raises(InputError) as err:  # a region split by text is not cut by space
+        cut_unit(dist, unit, "space", (0, 1))
+    assert err.value.code == "E066"
 
 
 def test_forecast_plans_on_the_trend_and_counts_moves_on_the_present(skew):
@@ -160,6 +239,7 @@ def test_policy_params_from_the_command_line():
     assert policy_params_for("ps2stream", given) == {"horizon": 1.0}
     assert policy_params_for("tornado", given) == {"horizon": 1.0, "max_ops": 4}
     assert policy_params_for("never", given) == {}
+    assert policy_params_for("sstd", [policy_param_arg("cut=false")]) == {"cut": False}
     with pytest.raises(Exception):
         policy_param_arg("horizon")
 

@@ -19,6 +19,12 @@ interval's trend (the snapshot's ``unit_trend``: arrivals less departures per un
 and bytes moved are still counted on the replicas present now.  ``horizon = 0`` plans on the
 present counts (the papers' reading: decide on what was measured).
 
+**Cuts.**  For the tree methods (``kdt``, ``qt``) the snapshot also carries the placements, and a
+policy may cut a hot unit in two (:mod:`skype.partitioning.restructure`) before moving one piece:
+:meth:`LoadModel.cut` adds the piece to the model, and the plan lists the cuts (``structure =
+("cuts", ((unit, kind, at), ...))``, each unit id as numbered when that cut is made) followed by
+the moves, numbered after all cuts.
+
 **Migration cost.**  Each plan counts the subscription replicas and the bytes it moves (record,
 terms and top-k state) and states the cost in its paper's own unit (``cost_estimate``).
 """
@@ -46,7 +52,7 @@ class Plan:
     imbalance_before: float = 1.0
     imbalance_after: float = 1.0
     operations: list[str] = field(default_factory=list)
-    structure: tuple | None = None
+    structure: tuple | None = None  # AQWA's ((leaf, axis, line, node), ...) or ("cuts", ((unit, kind, at), ...))
 
     @property
     def empty(self) -> bool:
@@ -91,6 +97,50 @@ class LoadModel:
         self.mass = np.asarray(mass, np.float64) if mass is not None and seen else np.zeros(len(self.subs))
         self.replicas = np.bincount(self.owner, weights=self.subs, minlength=self.num_partitions)
         self.operations: list[str] = []
+        region = snapshot.get("unit_region")
+        self.region = np.asarray(region, np.int64).copy() if region is not None else np.arange(len(self.owner))
+        self.cuttable = bool(snapshot.get("cuttable", False))
+        self.num_snapshot_units = len(self.owner)  # units the snapshot's placements describe
+        self.real = np.arange(len(self.owner))  # each model unit's id once the cuts so far are made
+        self.cut_units: set[int] = set()
+        self.cuts: list[tuple[int, str, object]] = []
+
+    def cut(self, unit: int, option: tuple) -> int:
+        """Cut ``unit`` as ``option`` (from :func:`skype.partitioning.restructure.cut_options`):
+        the unit keeps piece A, a new model unit (returned) piece B, both in the unit's partition."""
+        kind, at, a, b, bytes_a, bytes_b = option
+        now, planned = max(self.present[unit], 1.0), self.subs[unit]
+        new = len(self.owner)
+        self.owner = np.r_[self.owner, self.owner[unit]]
+        self.original = np.r_[self.original, self.owner[unit]]
+        self.present = np.r_[self.present, b]
+        self.present[unit] = a
+        self.subs = np.r_[self.subs, planned * b / now]
+        self.subs[unit] = planned * a / now
+        self.bytes = np.r_[self.bytes, int(bytes_b)]
+        self.bytes[unit] = int(bytes_a)
+        self.mass = np.r_[self.mass, self.mass[unit]]  # each piece's terms are a subset: still a bound
+        self.region = np.r_[self.region, self.region[unit] if kind == "text" else int(self.region.max()) + 1]
+        self.replicas[self.owner[unit]] += self.subs[unit] + self.subs[new] - planned
+        r = int(self.real[unit])
+        if kind == "text":  # the new group follows the unit: later ids shift by one
+            self.real[self.real > r] += 1
+            self.real = np.r_[self.real, r + 1]
+        else:  # a new region: its unit comes last
+            self.real = np.r_[self.real, int(self.real.max(initial=-1)) + 1]
+        self.cuts.append((r, kind, at))
+        self.cut_units.update((unit, new))
+        self.operations.append(f"cut {kind} unit {r} at {at}: {a:.0f} + {b:.0f} replicas")
+        return new
+
+    def cut_options(self, unit: int) -> list[tuple]:
+        """The cuts of a unit of the snapshot (none for a piece cut in this plan, or for methods
+        whose units are cells)."""
+        if not self.cuttable or unit >= self.num_snapshot_units or unit in self.cut_units:
+            return []
+        from skype.partitioning.restructure import cut_options
+
+        return cut_options(self.snapshot, unit)
 
     @property
     def loads(self) -> np.ndarray:
@@ -122,7 +172,9 @@ class LoadModel:
 
     def plan(self, policy: str, before: float, cost_estimate: float, structure: tuple | None = None) -> Plan:
         changed = np.flatnonzero(self.owner != self.original)
-        return Plan(policy, changed, self.original[changed], self.owner[changed],
+        if self.cuts:
+            structure = ("cuts", tuple(self.cuts))
+        return Plan(policy, self.real[changed], self.original[changed], self.owner[changed],
                     subscriptions=int(self.present[changed].sum()), bytes=int(self.bytes[changed].sum()),
                     cost_estimate=float(cost_estimate), imbalance_before=before, imbalance_after=self.imbalance(),
                     operations=list(self.operations), structure=structure)
