@@ -232,6 +232,30 @@ def test_forecast_plans_on_the_trend_and_counts_moves_on_the_present(skew):
     assert snapshot(dist)["unit_trend"].sum() == 0, "no arrival in the last interval: no trend"
 
 
+@pytest.mark.parametrize("method", ["agrid", "kdt"])
+def test_measured_rates_are_exact_on_the_sample(skew, method):
+    """The rates model of measured=True against the distribution itself: after random moves (and a
+    cut), each partition covers exactly the sample messages the moved distribution routes to it."""
+    dist = skew.build(method)
+    dist.route_messages(skew.stream)  # 700 messages: the whole stream is the sample
+    snap = snapshot(dist)
+    model = LoadModel(snap, measured=True)
+    assert model.union is not None and model.union.sample == len(skew.stream)
+    routed = dist.route_messages(skew.stream).partition_sizes(dist.num_partitions)
+    assert np.array_equal((model.union.C > 0).sum(axis=1), routed)
+    rng = np.random.default_rng(8)
+    units = rng.choice(np.flatnonzero(dist.unit_subs > 0), 12, replace=False)
+    dest = rng.integers(0, dist.num_partitions, len(units))
+    for u, q in zip(units, dest):
+        model.move(np.array([u]), int(q))
+    plan = model.plan("test", 1.0, 0.0)
+    apply_plan(dist, plan)
+    routed = dist.route_messages(skew.stream).partition_sizes(dist.num_partitions)
+    assert np.array_equal((model.union.C > 0).sum(axis=1), routed)
+    assert np.allclose(model.rate[routed > 0] * model.union.base[routed > 0],
+                       model.union.measured[routed > 0] * routed[routed > 0])
+
+
 def test_policy_params_from_the_command_line():
     from skype.cli.partition_timeline import policy_param_arg, policy_params_for
 

@@ -30,8 +30,8 @@ from skype.partitioning.rects import best_cut, prefix_grid, rect_cells, rect_sum
 
 
 def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16,
-           horizon: float = 0.0) -> Plan:
-    model = LoadModel(snapshot, horizon)
+           horizon: float = 0.0, measured: bool = False) -> Plan:
+    model = LoadModel(snapshot, horizon, measured)
     before = model.imbalance()
     tree: KDTree = copy.deepcopy(snapshot["tree"])
     if before <= trigger:

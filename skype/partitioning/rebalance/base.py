@@ -25,6 +25,10 @@ policy may cut a hot unit in two (:mod:`skype.partitioning.restructure`) before 
 ("cuts", ((unit, kind, at), ...))``, each unit id as numbered when that cut is made) followed by
 the moves, numbered after all cuts.
 
+**Measured rates (``measured``).**  With ``measured=True`` the rates are not fixed: each move
+re-measures the source's and the destination's message rates on a sample of the last interval's
+messages (:mod:`skype.partitioning.rebalance.rates`), instead of the upper bound above.
+
 **Migration cost.**  Each plan counts the subscription replicas and the bytes it moves (record,
 terms and top-k state) and states the cost in its paper's own unit (``cost_estimate``).
 """
@@ -34,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from skype.partitioning.rebalance.rates import UnionRates
 
 
 @dataclass
@@ -77,7 +83,7 @@ class LoadModel:
     a unit holding a hot term brings that term's messages along); the source keeps its ``M``
     (an overestimate: the next interval measures it)."""
 
-    def __init__(self, snapshot: dict, horizon: float = 0.0) -> None:
+    def __init__(self, snapshot: dict, horizon: float = 0.0, measured: bool = False) -> None:
         self.snapshot = snapshot
         self.owner = snapshot["owner"].astype(np.int64).copy()
         self.original = snapshot["owner"].astype(np.int64).copy()
@@ -97,6 +103,10 @@ class LoadModel:
         self.mass = np.asarray(mass, np.float64) if mass is not None and seen else np.zeros(len(self.subs))
         self.replicas = np.bincount(self.owner, weights=self.subs, minlength=self.num_partitions)
         self.operations: list[str] = []
+        self.union: UnionRates | None = None  # measured rates (module docstring), when asked and possible
+        recent = snapshot.get("recent_messages")
+        if measured and seen and recent is not None and len(recent[0]) and "unit_terms" in snapshot:
+            self.union = UnionRates(snapshot, self.owner, self.rate)
         region = snapshot.get("unit_region")
         self.region = np.asarray(region, np.int64).copy() if region is not None else np.arange(len(self.owner))
         self.cuttable = bool(snapshot.get("cuttable", False))
@@ -122,6 +132,8 @@ class LoadModel:
         self.mass = np.r_[self.mass, self.mass[unit]]  # each piece's terms are a subset: still a bound
         self.region = np.r_[self.region, self.region[unit] if kind == "text" else int(self.region.max()) + 1]
         self.replicas[self.owner[unit]] += self.subs[unit] + self.subs[new] - planned
+        if self.union is not None:
+            self.union.add_piece(unit, int(self.owner[unit]))
         r = int(self.real[unit])
         if kind == "text":  # the new group follows the unit: later ids shift by one
             self.real[self.real > r] += 1
@@ -149,7 +161,10 @@ class LoadModel:
     def cost(self, units: np.ndarray, partition: int) -> float:
         """The load ``units`` would add to ``partition``."""
         units = np.asarray(units, np.int64)
-        rate = max(self.rate[partition], float(self.mass[units].max(initial=0.0)))
+        if self.union is not None:
+            rate = self.union.rate_with(partition, units)
+        else:
+            rate = max(self.rate[partition], float(self.mass[units].max(initial=0.0)))
         return float((self.replicas[partition] + self.subs[units].sum()) * rate - self.loads[partition])
 
     def move(self, units: np.ndarray, dest: int) -> None:
@@ -159,7 +174,12 @@ class LoadModel:
         src = self.owner[units]
         self.replicas -= np.bincount(src, weights=self.subs[units], minlength=self.num_partitions)
         self.replicas[dest] += self.subs[units].sum()
-        self.rate[dest] = max(self.rate[dest], float(self.mass[units].max(initial=0.0)))
+        if self.union is not None:
+            self.union.move(units, src, dest)
+            for p in np.unique(np.r_[src, dest]):
+                self.rate[p] = self.union.rate(int(p))
+        else:
+            self.rate[dest] = max(self.rate[dest], float(self.mass[units].max(initial=0.0)))
         self.owner[units] = dest
 
     def imbalance(self) -> float:

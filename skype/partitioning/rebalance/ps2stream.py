@@ -66,7 +66,10 @@ def phase1_cut(model: LoadModel, w_o: int, w_l: int) -> bool:
     if model.subs[u] * model.rate[w_o] < gap / 2:
         return False  # GR can move whole units
     now, planned = max(model.present[u], 1.0), model.subs[u]
-    rate_l = max(model.rate[w_l], float(model.mass[u]))
+    if model.union is not None:
+        rate_l = model.union.rate_with(w_l, np.array([u]))
+    else:
+        rate_l = max(model.rate[w_l], float(model.mass[u]))
     best = None
     for option in model.cut_options(u):
         a, b = planned * option[2] / now, planned * option[3] / now
@@ -83,8 +86,8 @@ def phase1_cut(model: LoadModel, w_o: int, w_l: int) -> bool:
 
 
 def decide(snapshot: dict, *, sigma: float = 1.05, rounds: int | None = None, max_fraction: float = 0.05,
-           horizon: float = 0.0, cut: bool = True) -> Plan:
-    model = LoadModel(snapshot, horizon)
+           horizon: float = 0.0, measured: bool = False, cut: bool = True) -> Plan:
+    model = LoadModel(snapshot, horizon, measured)
     before = model.imbalance()
     if before <= sigma:
         return empty_plan("ps2stream", before)

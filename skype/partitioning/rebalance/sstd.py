@@ -80,14 +80,14 @@ def _fg_cut(model: LoadModel, max_cuts: int) -> None:
 
 
 def decide(snapshot: dict, *, lam: float = 1.05, max_fraction: float = 0.1, horizon: float = 0.0,
-           cut: bool = True, max_cuts: int = 4) -> Plan:
-    base = LoadModel(snapshot, horizon)
+           measured: bool = False, cut: bool = True, max_cuts: int = 4) -> Plan:
+    base = LoadModel(snapshot, horizon, measured)
     before = base.imbalance()
     if before <= lam:
         return empty_plan("sstd", before)
     best: Plan | None = None
     for step in ("PM", "FM", "FG"):
-        model = LoadModel(snapshot, horizon)
+        model = LoadModel(snapshot, horizon, measured)
         if step == "PM":
             pair = np.array([int(np.argmax(model.loads)), int(np.argmin(model.loads))])
             units = np.flatnonzero(np.isin(model.owner, pair) & (model.subs > 0))
@@ -98,7 +98,7 @@ def decide(snapshot: dict, *, lam: float = 1.05, max_fraction: float = 0.1, hori
                 _fg_cut(model, max_cuts)
                 _reassign(model, np.flatnonzero(model.subs > 0), np.arange(model.num_partitions))
                 if model.moved_fraction() > max_fraction:  # FM moves too much: PM after the cuts
-                    model = LoadModel(snapshot, horizon)
+                    model = LoadModel(snapshot, horizon, measured)
                     _fg_cut(model, max_cuts)
                     pair = np.array([int(np.argmax(model.loads)), int(np.argmin(model.loads))])
                     _reassign(model, np.flatnonzero(np.isin(model.owner, pair) & (model.subs > 0)), pair)

@@ -61,8 +61,8 @@ def _strips(x: Rect, b: Rect) -> list[Rect]:
 
 
 def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16,
-           horizon: float = 0.0) -> Plan:
-    model = LoadModel(snapshot, horizon)
+           horizon: float = 0.0, measured: bool = False) -> Plan:
+    model = LoadModel(snapshot, horizon, measured)
     before = model.imbalance()
     if before <= trigger:
         return empty_plan("tornado", before)
