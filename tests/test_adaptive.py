@@ -21,7 +21,7 @@ from skype.data.drift import DRIFT_KINDS, with_term, drift_steps, make_drift
 from skype.model import MessageBatch
 from skype.partitioning import ADAPTIVE_METHODS, build_distribution, estimate_thresholds
 from skype.partitioning.measure import load_imbalance, partition_loads
-from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide, snapshot
+from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide, snapshot, tornado
 from skype.partitioning.rebalance.base import LoadModel
 from skype.partitioning.restructure import CUTTABLE, cut_options, cut_unit
 from skype.partitioning.registry import concat_subscriptions
@@ -254,6 +254,37 @@ def test_measured_rates_are_exact_on_the_sample(skew, method):
     assert np.array_equal((model.union.C > 0).sum(axis=1), routed)
     assert np.allclose(model.rate[routed > 0] * model.union.base[routed > 0],
                        model.union.measured[routed > 0] * routed[routed > 0])
+
+
+def test_tornado_bands_follow_any_shape():
+    """Corner shifts: the bands of an L-shaped X toward each neighbour are X's cells only, nested,
+    the first one touching the neighbour; a neighbour at X's corner only is found too."""
+    owner = np.array([[0, 0, 1, 1, 1, 1],
+                      [0, 2, 2, 2, 1, 1],
+                      [3, 2, 2, 2, 2, 4],
+                      [3, 3, 3, 5, 5, 4]])
+    ny, nx = owner.shape
+    bands = tornado._bands(owner.ravel(), nx, ny, 2, (1, 1, 5, 3))
+    assert set(bands) == {0, 1, 3, 4, 5}
+    x_cells = set(np.flatnonzero(owner.ravel() == 2).tolist())
+    for b, layers in bands.items():
+        assert all(set(layer.tolist()) <= x_cells for layer in layers)
+        assert all(set(a.tolist()) < set(c.tolist()) for a, c in zip(layers, layers[1:])), "bands nest"
+        first = layers[0]
+        near = tornado._grow(owner == b).ravel()[first]
+        assert near.all(), f"the first band touches partition {b}"
+
+
+def test_tornado_corner_shifts_move_load_and_keep_meeting(skew):
+    dist = skew.build("agrid")
+    dist.route_messages(skew.stream)
+    plain = decide("tornado", dist, corner=False)
+    plan = decide("tornado", dist)
+    assert plan.imbalance_after <= plain.imbalance_after and plan.imbalance_after < plan.imbalance_before
+    assert any("corner shift" in op for op in plan.operations)
+    assert apply_plan(dist, plan) == (plan.subscriptions, plan.bytes)
+    _, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
+    assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, "agrid after corner shifts")
 
 
 def test_policy_params_from_the_command_line():
