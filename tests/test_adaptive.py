@@ -275,11 +275,12 @@ def test_tornado_bands_follow_any_shape():
         assert near.all(), f"the first band touches partition {b}"
 
 
-def test_tornado_corner_shifts_move_load_and_keep_meeting(skew):
+@pytest.mark.parametrize("rates", [False, True], ids=["fixed-rates", "measured-rates"])
+def test_tornado_corner_shifts_move_load_and_keep_meeting(skew, rates):
     dist = skew.build("agrid")
     dist.route_messages(skew.stream)
-    plain = decide("tornado", dist, corner=False)
-    plan = decide("tornado", dist)
+    plain = decide("tornado", dist, corner=False, measured=rates)
+    plan = decide("tornado", dist, measured=rates)
     assert plan.imbalance_after <= plain.imbalance_after and plan.imbalance_after < plan.imbalance_before
     assert any("corner shift" in op for op in plan.operations)
     assert apply_plan(dist, plan) == (plan.subscriptions, plan.bytes)

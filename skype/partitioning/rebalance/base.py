@@ -182,6 +182,16 @@ class LoadModel:
             self.rate[dest] = max(self.rate[dest], float(self.mass[units].max(initial=0.0)))
         self.owner[units] = dest
 
+    def save(self) -> tuple:
+        """The state moves change (owners, replicas, rates, cover counts), to try a move."""
+        return (self.owner.copy(), self.replicas.copy(), self.rate.copy(),
+                None if self.union is None else self.union.C.copy())
+
+    def restore(self, state: tuple) -> None:
+        self.owner, self.replicas, self.rate = state[0], state[1], state[2]
+        if self.union is not None:
+            self.union.C = state[3]
+
     def imbalance(self) -> float:
         return imbalance(self.loads)
 

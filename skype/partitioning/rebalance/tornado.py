@@ -15,7 +15,10 @@ rectangle (its replicas times the message rate of the partition holding it, see
   ``d = cost(A) - (cost(A) + cost(B)) / 2`` and lets the evaluators find it).
   ``C_r = cost(X) - max(cost(X'), cost(B'))``, ``C_t = beta * queryCount(strip)``.
 * The operation with the largest ``C_r`` with ``C_r > C_t`` is taken; then the next, up to
-  ``max_ops``, while the imbalance is above ``trigger``.
+  ``max_ops``, while the imbalance is above ``trigger``.  With measured rates (``measured=True``,
+  see :mod:`skype.partitioning.rebalance.rates`) the best few candidates of each operation and
+  destination are costed again by trying them on the load model, whose rates then follow the
+  summaries.
 
 * **corner shift** (``corner=True``): X gives any neighbour B (a partition owning a cell next to
   one of X's, up to 8 for rectangles, whole side shared or not) the band of X's cells within
@@ -104,6 +107,38 @@ def _strips(x: Rect, b: Rect) -> list[Rect]:
     return out
 
 
+def _apply(model: LoadModel, moves: list, nx: int) -> None:
+    for where, src, dest in moves:  # a rectangle or cell ids: only the cells src owns there
+        cells = rect_cells(where, nx) if isinstance(where, tuple) else where
+        model.move(cells[model.owner[cells] == src], dest)
+
+
+def _choose(model: LoadModel, cands: list, nx: int, x: int, per_kind: int = 3) -> tuple | None:
+    """The candidate with the largest C_r > C_t.  With measured rates (``model.union``), the
+    ``per_kind`` candidates of largest estimated C_r of each operation and destination are
+    re-costed by trying them on the model: ``C_r = cost(X) - max`` of the new loads of the
+    partitions involved, the rates re-measured."""
+    if model.union is None:
+        fit = [c for c in cands if c[0] > c[1]]
+        return max(fit, key=lambda c: c[0]) if fit else None
+    best = None
+    kept: dict[str, int] = {}
+    trials = []
+    for cand in sorted(cands, key=lambda c: -c[0]):
+        if kept.get(cand[3], 0) < per_kind:
+            kept[cand[3]] = kept.get(cand[3], 0) + 1
+            trials.append(cand)
+    for c_r, c_t, moves, label in trials:
+        state = model.save()
+        _apply(model, moves, nx)
+        involved = [x] + [p for _, src, dest in moves for p in (src, dest)]
+        exact = float(state[1][x] * state[2][x] - model.loads[involved].max())
+        model.restore(state)
+        if exact > c_t and (best is None or exact > best[0]):
+            best = (exact, c_t, moves, label)
+    return best
+
+
 def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16,
            horizon: float = 0.0, measured: bool = False, corner: bool = True) -> Plan:
     model = LoadModel(snapshot, horizon, measured)
@@ -123,12 +158,10 @@ def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: 
         counts = np.bincount(model.owner, minlength=model.num_partitions)
         exact = [counts[p] == _area(rects[p]) for p in range(model.num_partitions)]  # p is a rectangle
         Sx = S if exact[x] else prefix_grid(np.where(model.owner == x, model.subs, 0.0), nx, ny)
-        best: tuple[float, float, list, str] | None = None  # (C_r, C_t, moves, label)
+        cands: list[tuple[float, float, list, str]] = []  # (C_r, C_t, moves, label)
 
         def consider(c_r: float, c_t: float, moves: list, label: str) -> None:
-            nonlocal best
-            if c_r > c_t and (best is None or c_r > best[0]):
-                best = (c_r, c_t, moves, label)
+            cands.append((c_r, c_t, moves, label))
 
         cut = best_cut(Sx, rects[x]) if _area(rects[x]) > 1 else None
         if cut is not None:
@@ -167,12 +200,11 @@ def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: 
                     ns = rect_sum(S, strip)
                     c_r = loads[x] - max(loads[x] - ns * rate[x], loads[b] + ns * rate[b])
                     consider(c_r, beta * per_replica * ns, [(strip, x, b)], f"shift {x}->{b}")
+        best = _choose(model, cands, nx, x)
         if best is None:
             break
         c_r, c_t, moves, label = best
-        for where, src, dest in moves:  # a rectangle or cell ids: only the cells src owns there
-            cells = rect_cells(where, nx) if isinstance(where, tuple) else where
-            model.move(cells[model.owner[cells] == src], dest)
+        _apply(model, moves, nx)
         model.operations.append(f"{label} (C_r {c_r:.3g} > C_t {c_t:.3g})")
         cost_total += c_t
     plan = model.plan("tornado", before, cost_total)
