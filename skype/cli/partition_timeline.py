@@ -9,6 +9,8 @@ made (units, subscriptions and bytes moved).  ``--metrics-out`` writes every run
 Policies pair with methods as their papers do (``paper``: agrid-tornado, kdt-ps2stream,
 qt-sstd, aqwa-aqwa); ``ps2stream`` and ``sstd`` also run on any adaptive method; every method,
 static ones included, runs with ``never``.  Pairs that do not fit are skipped and listed.
+``--policy-param KEY=VALUE`` passes a keyword parameter to every policy whose ``decide`` takes it
+(numbers, or true/false for flags); the others ignore it.
 """
 
 from __future__ import annotations
@@ -177,6 +179,9 @@ def cmd_partition_timeline(args: argparse.Namespace, methods: list[str], warmup_
     if args.plot_out:
         title = (f"{inputs.description}: {len(subs):,} subscriptions (+{workload['arrivals']:,} arriving), "
                  f"P = {num_partitions}, intervals of {args.interval:,} messages")
+        given = getattr(args, "policy_param", None)
+        if given:
+            title += "\npolicies with " + ", ".join(f"{k}={v:g}" for k, v in given)
         written.append(write_timeline_plot(args.plot_out, runs, title))
     print_table("partition-sim over time", [(k, v) for k, v in workload.items()] +
                 [("skipped pairs", ", ".join(skipped) or "none"), ("wall time (s)", f"{payload['wall_s']:.1f}")],
