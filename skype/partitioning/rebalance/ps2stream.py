@@ -119,10 +119,10 @@ def decide(snapshot: dict, *, sigma: float = 1.05, rounds: int | None = None, ma
         pick = greedy_migration(unit_loads, model.bytes[units].astype(np.float64), gap / 2, gap)
         if pick:
             peak = max(model.loads[w_o], model.loads[w_l])
-            owner, replicas, rate = model.owner.copy(), model.replicas.copy(), model.rate.copy()
+            state = model.save()
             model.move(units[pick], w_l)
             if max(model.loads[w_o], model.loads[w_l]) >= peak:  # the estimate says no gain: undo, stop
-                model.owner, model.replicas, model.rate = owner, replicas, rate
+                model.restore(state)
                 break
             model.operations.append(f"gr {len(pick)} units: {w_o}->{w_l}")
             moved = True
