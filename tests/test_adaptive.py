@@ -21,7 +21,9 @@ from skype.data.drift import DRIFT_KINDS, with_term, drift_steps, make_drift
 from skype.model import MessageBatch
 from skype.partitioning import ADAPTIVE_METHODS, build_distribution, estimate_thresholds
 from skype.partitioning.measure import load_imbalance, partition_loads
-from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide
+from skype.partitioning.rebalance import COMPATIBLE, POLICIES, apply_plan, decide, snapshot, tornado
+from skype.partitioning.rebalance.base import LoadModel
+from skype.partitioning.restructure import CUTTABLE, cut_options, cut_unit
 from skype.partitioning.registry import concat_subscriptions
 from skype.partitioning.timeline import run_timeline
 from test_partitioning import _batch_msgs, _batch_subs, assert_meet, dense, score_matrix
@@ -128,6 +130,174 @@ def test_adaptive_moving_every_unit_keeps_meeting(skew, method):
     assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, method)
     clone = pickle.loads(pickle.dumps(dist))
     assert np.array_equal(clone.route_messages(skew.stream).partitions, r_msgs.partitions)
+
+
+# --------------------------------------------------------------------------- runtime cuts of a hot unit
+
+
+def placement_keys(dist) -> np.ndarray:
+    """(slot, unit, term) of every placement, as sorted keys (an order-free comparison)."""
+    return np.sort((dist.pl_slot * np.int64(dist.num_units) + dist.pl_unit) * np.int64(1 << 32) + dist.pl_term + 1)
+
+
+def fresh_placements(dist) -> np.ndarray:
+    """The placements the current tables give the registered subscriptions from scratch."""
+    slots = np.flatnonzero(dist.table.alive)
+    rows, units, terms = dist._placements(dist.table.records.take(slots), dist.table.assigned[slots])
+    return np.sort((slots[rows] * np.int64(dist.num_units) + units) * np.int64(1 << 32) + terms + 1)
+
+
+def check_cut(dist, unit: int, option: tuple, stream) -> int:
+    """Cut, then check: routing and summaries unchanged, placements those of the rule, the
+    predicted piece sizes exact, every count consistent."""
+    kind, at, a, b, bytes_a, bytes_b = option
+    holders, routed = dist.holders.copy(), dist.route_messages(stream)
+    parts_before = dist._partitions_of_slots(np.flatnonzero(dist.table.alive), int(dist.table.alive.sum()))
+    version = dist.version
+    new = cut_unit(dist, unit, kind, at)
+    assert dist.version == version + 1
+    assert np.array_equal(dist.holders, holders), "a cut changes no summary"
+    assert np.array_equal(dist.route_messages(stream).partitions, routed.partitions)
+    parts_after = dist._partitions_of_slots(np.flatnonzero(dist.table.alive), int(dist.table.alive.sum()))
+    assert np.array_equal(dense(parts_after, dist.num_partitions), dense(parts_before, dist.num_partitions))
+    assert np.array_equal(placement_keys(dist), fresh_placements(dist)), "placements follow the rule"
+    assert (dist.unit_subs[unit], dist.unit_subs[new]) == (a, b)
+    assert (dist.unit_bytes[unit], dist.unit_bytes[new]) == (bytes_a, bytes_b)
+    distinct = np.unique(dist.pl_slot * np.int64(dist.num_units) + dist.pl_unit) % dist.num_units
+    assert np.array_equal(np.bincount(distinct, minlength=dist.num_units), dist.unit_subs)
+    assert len(dist.owner) == dist.num_units == len(dist.unit_region) and dist.owner[new] == dist.owner[unit]
+    return new
+
+
+@pytest.mark.parametrize("method", CUTTABLE)
+def test_cut_units_then_move_the_pieces_keeps_meeting(skew, method):
+    """Random and adversarial cuts (the heaviest unit, a piece cut again, text and space), each
+    checked against the placement rule, then random moves of every unit: the brute-force oracle."""
+    dist = skew.build(method)
+    dist.route_subscriptions(skew.all_subs, skew.all_theta)
+    rng = np.random.default_rng(5)
+    kinds: set[str] = set()
+    for step in range(8):
+        snap = snapshot(dist)
+        unit = int(np.argmax(dist.unit_subs)) if step % 2 == 0 else int(rng.integers(0, dist.num_units))
+        options = cut_options(snap, unit)
+        if not options:
+            continue
+        option = options[int(rng.integers(0, len(options)))]
+        kinds.add(option[0])
+        check_cut(dist, unit, option, skew.stream)
+    assert (kinds == {"text", "space"}) if method == "kdt" else ("text" in kinds)
+    dist.move_units(np.arange(dist.num_units), rng.integers(0, dist.num_partitions, dist.num_units))
+    _, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
+    assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, method + " after cuts")
+    from skype.spark.handover import UnitLocator  # the Spark runtime's view of the same tables
+
+    home = UnitLocator.of(dist).home_partitions(skew.all_subs)
+    assert dense(r_subs, dist.num_partitions)[np.arange(len(home)), home].all(), "home replica is a replica"
+
+
+def test_cuts_are_checked(skew):
+    with pytest.raises(InputError) as err:
+        cut_unit(skew.build("agrid"), 0, "text", 5)
+    assert err.value.code == "E066"
+    dist = skew.build("kdt")
+    unit = int(np.argmax(dist.unit_subs))
+    for kind, at in (("text", 0), ("space", (0, 10_000)), ("diagonal", 1)):
+        with pytest.raises(InputError) as err:
+            cut_unit(dist, unit, kind, at)
+        assert err.value.code == "E066"
+    text = next(o for o in cut_options(snapshot(dist), unit) if o[0] == "text")
+    cut_unit(dist, unit, "text", text[1])
+    with pytest.raises(InputError) as err:  # a region split by text is not cut by space
+        cut_unit(dist, unit, "space", (0, 1))
+    assert err.value.code == "E066"
+
+
+def test_forecast_plans_on_the_trend_and_counts_moves_on_the_present(skew):
+    dist = skew.build("agrid")
+    dist.remove_subscriptions(skew.burst.ids)
+    dist.route_messages(skew.stream)
+    dist.fold_statistics(0.0)
+    dist.route_subscriptions(skew.burst, np.zeros(len(skew.burst)))  # an interval of arrivals
+    dist.route_messages(skew.stream)
+    dist.fold_statistics(0.0)
+    snap = snapshot(dist)
+    assert snap["unit_trend"].sum() == len(skew.burst) and (snap["unit_trend"] >= 0).all()
+    model = LoadModel(snap, horizon=1.0)
+    assert np.array_equal(model.subs, dist.unit_subs + snap["unit_trend"])
+    assert np.array_equal(LoadModel(snap).subs, dist.unit_subs)
+    plan = decide("ps2stream", dist, horizon=1.0, max_fraction=1.0)
+    assert plan.subscriptions == int(dist.unit_subs[plan.units].sum())
+    dist.fold_statistics(0.0)
+    assert snapshot(dist)["unit_trend"].sum() == 0, "no arrival in the last interval: no trend"
+
+
+@pytest.mark.parametrize("method", ["agrid", "kdt"])
+def test_measured_rates_are_exact_on_the_sample(skew, method):
+    """The rates model of measured=True against the distribution itself: after random moves (and a
+    cut), each partition covers exactly the sample messages the moved distribution routes to it."""
+    dist = skew.build(method)
+    dist.route_messages(skew.stream)  # 700 messages: the whole stream is the sample
+    snap = snapshot(dist)
+    model = LoadModel(snap, measured=True)
+    assert model.union is not None and model.union.sample == len(skew.stream)
+    routed = dist.route_messages(skew.stream).partition_sizes(dist.num_partitions)
+    assert np.array_equal((model.union.C > 0).sum(axis=1), routed)
+    rng = np.random.default_rng(8)
+    units = rng.choice(np.flatnonzero(dist.unit_subs > 0), 12, replace=False)
+    dest = rng.integers(0, dist.num_partitions, len(units))
+    for u, q in zip(units, dest):
+        model.move(np.array([u]), int(q))
+    plan = model.plan("test", 1.0, 0.0)
+    apply_plan(dist, plan)
+    routed = dist.route_messages(skew.stream).partition_sizes(dist.num_partitions)
+    assert np.array_equal((model.union.C > 0).sum(axis=1), routed)
+    assert np.allclose(model.rate[routed > 0] * model.union.base[routed > 0],
+                       model.union.measured[routed > 0] * routed[routed > 0])
+
+
+def test_tornado_bands_follow_any_shape():
+    """Corner shifts: the bands of an L-shaped X toward each neighbour are X's cells only, nested,
+    the first one touching the neighbour; a neighbour at X's corner only is found too."""
+    owner = np.array([[0, 0, 1, 1, 1, 1],
+                      [0, 2, 2, 2, 1, 1],
+                      [3, 2, 2, 2, 2, 4],
+                      [3, 3, 3, 5, 5, 4]])
+    ny, nx = owner.shape
+    bands = tornado._bands(owner.ravel(), nx, ny, 2, (1, 1, 5, 3))
+    assert set(bands) == {0, 1, 3, 4, 5}
+    x_cells = set(np.flatnonzero(owner.ravel() == 2).tolist())
+    for b, layers in bands.items():
+        assert all(set(layer.tolist()) <= x_cells for layer in layers)
+        assert all(set(a.tolist()) < set(c.tolist()) for a, c in zip(layers, layers[1:])), "bands nest"
+        first = layers[0]
+        near = tornado._grow(owner == b).ravel()[first]
+        assert near.all(), f"the first band touches partition {b}"
+
+
+@pytest.mark.parametrize("rates", [False, True], ids=["fixed-rates", "measured-rates"])
+def test_tornado_corner_shifts_move_load_and_keep_meeting(skew, rates):
+    dist = skew.build("agrid")
+    dist.route_messages(skew.stream)
+    plain = decide("tornado", dist, corner=False, measured=rates)
+    plan = decide("tornado", dist, measured=rates)
+    assert plan.imbalance_after <= plain.imbalance_after and plan.imbalance_after < plan.imbalance_before
+    assert any("corner shift" in op for op in plan.operations)
+    assert apply_plan(dist, plan) == (plan.subscriptions, plan.bytes)
+    _, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
+    assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, "agrid after corner shifts")
+
+
+def test_policy_params_from_the_command_line():
+    from skype.cli.partition_timeline import policy_param_arg, policy_params_for
+
+    given = [policy_param_arg("horizon=1"), policy_param_arg("max_ops=4"), policy_param_arg("nope=true")]
+    assert policy_params_for("ps2stream", given) == {"horizon": 1.0}
+    assert policy_params_for("tornado", given) == {"horizon": 1.0, "max_ops": 4}
+    assert policy_params_for("never", given) == {}
+    assert policy_params_for("sstd", [policy_param_arg("cut=false")]) == {"cut": False}
+    with pytest.raises(Exception):
+        policy_param_arg("horizon")
 
 
 # --------------------------------------------------------------------------- adversarial layouts

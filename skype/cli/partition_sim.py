@@ -37,7 +37,7 @@ from typing import Any
 
 
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
-from skype.cli.partition_timeline import POLICY_CHOICES, policies_arg
+from skype.cli.partition_timeline import POLICY_CHOICES, policies_arg, policy_param_arg
 from skype.cli.report import print_table, progress_bar
 from skype.partitioning import METHOD_PARAMS, METHODS, THRESHOLD_ENGINES, build_distribution, estimate_thresholds
 from skype.partitioning.measure import measure_routing
@@ -266,6 +266,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--rebalance", type=policies_arg, default=None, metavar="POLICY[,POLICY...]",
                    help=f"run over time with rebalancing: {', '.join(POLICY_CHOICES)} (paper: each adaptive "
                         "method's own policy); with --method all: location, prefix and the adaptive methods")
+    r.add_argument("--policy-param", type=policy_param_arg, action="append", default=None, metavar="KEY=VALUE",
+                   help="a keyword parameter of the policies that take it, repeatable: e.g. horizon=1 (plan on the "
+                        "replicas forecast one interval ahead), cut=false (no runtime cuts of a hot leaf)")
     r.add_argument("--interval", type=int, default=5000,
                    help="messages per interval of the over-time report (default: %(default)s)")
     o = p.add_argument_group("output")

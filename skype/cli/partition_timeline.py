@@ -9,6 +9,8 @@ made (units, subscriptions and bytes moved).  ``--metrics-out`` writes every run
 Policies pair with methods as their papers do (``paper``: agrid-tornado, kdt-ps2stream,
 qt-sstd, aqwa-aqwa); ``ps2stream`` and ``sstd`` also run on any adaptive method; every method,
 static ones included, runs with ``never``.  Pairs that do not fit are skipped and listed.
+``--policy-param KEY=VALUE`` passes a keyword parameter to every policy whose ``decide`` takes it
+(numbers, or true/false for flags); the others ignore it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,39 @@ def policies_arg(text: str) -> list[str]:
         if v not in POLICY_CHOICES:
             raise argparse.ArgumentTypeError(f"unknown policy {v!r}; choose from {', '.join(POLICY_CHOICES)}")
     return values
+
+
+def policy_param_arg(text: str) -> tuple[str, float]:
+    """``KEY=VALUE`` for the policies' keyword parameters (numbers; true/false for flags)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    low = value.strip().lower()
+    if low in ("true", "false"):
+        return key.strip(), float(low == "true")
+    try:
+        return key.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the value of {key!r} must be a number or true/false, got {value!r}") from None
+
+
+def policy_params_for(policy: str, given: list[tuple[str, float]] | None) -> dict:
+    """The ``--policy-param`` values the policy's ``decide`` accepts (the others are for other
+    policies of the same run); booleans where the policy's default is one."""
+    import inspect
+
+    from skype.partitioning import rebalance
+
+    if policy == "never" or not given:
+        return {}
+    module = getattr(rebalance, policy)
+    params = inspect.signature(module.decide).parameters
+    out: dict = {}
+    for key, value in given:
+        if key in params:
+            default = params[key].default
+            out[key] = bool(value) if isinstance(default, bool) else (int(value) if isinstance(default, int) else value)
+    return out
 
 
 def run_pairs(methods: list[str], policies: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
@@ -120,7 +155,8 @@ def cmd_partition_timeline(args: argparse.Namespace, methods: list[str], warmup_
                 "stream_messages": sum(len(b) for op, b in steps if op == "msgs"),
                 "arrivals": sum(len(b) for op, b in steps if op == "sub"),
                 "departures": sum(1 for op, _ in steps if op == "unsub"), "warmup_window": warmup,
-                "threshold_engine": engine, "num_partitions": num_partitions, "interval_messages": args.interval}
+                "threshold_engine": engine, "num_partitions": num_partitions, "interval_messages": args.interval,
+                "policy_params": dict(getattr(args, "policy_param", None) or [])}
     runs: list[dict[str, Any]] = []
     for method, policy in pairs:
         kwargs = {"bounds": inputs.bounds} if "bounds" in METHOD_PARAMS[method] else {}
@@ -128,7 +164,10 @@ def cmd_partition_timeline(args: argparse.Namespace, methods: list[str], warmup_
         dist = build_distribution(method, num_partitions, subs, sample, inputs.vocabulary, thresholds, **kwargs)
         build_s = time.perf_counter() - tb
         tr = time.perf_counter()
-        report = run_timeline(dist, policy, subs, thresholds, steps, interval=args.interval, batch_size=args.batch_size)
+        params = policy_params_for(policy, getattr(args, "policy_param", None))
+        report = run_timeline(dist, policy, subs, thresholds, steps, interval=args.interval, batch_size=args.batch_size,
+                              policy_params=params)
+        report["policy_params"] = params
         report["build_s"], report["run_s"] = build_s, time.perf_counter() - tr
         runs.append(report)
     payload = {"workload": workload, "skipped": skipped, "wall_s": time.perf_counter() - t0, "runs": runs}
@@ -140,6 +179,9 @@ def cmd_partition_timeline(args: argparse.Namespace, methods: list[str], warmup_
     if args.plot_out:
         title = (f"{inputs.description}: {len(subs):,} subscriptions (+{workload['arrivals']:,} arriving), "
                  f"P = {num_partitions}, intervals of {args.interval:,} messages")
+        given = getattr(args, "policy_param", None)
+        if given:
+            title += "\npolicies with " + ", ".join(f"{k}={v:g}" for k, v in given)
         written.append(write_timeline_plot(args.plot_out, runs, title))
     print_table("partition-sim over time", [(k, v) for k, v in workload.items()] +
                 [("skipped pairs", ", ".join(skipped) or "none"), ("wall time (s)", f"{payload['wall_s']:.1f}")],

@@ -33,7 +33,11 @@ located there.  The load estimate of a unit is its share of its partition's meas
 ``|S_u| * |M_owner(u)|``, so a partition's unit costs sum to exactly its measured load
 ``|S_p| * |M_p|`` (:mod:`skype.partitioning.measure`).  The message counts have two layers, ``new``
 (since the last fold) and ``old``; :meth:`fold_statistics` decays and folds them (AQWA's time
-fading, §3.6; ``decay=0`` keeps only the last interval).
+fading, §3.6; ``decay=0`` keeps only the last interval).  Each fold also records the **trend** of
+every unit, its replicas now minus at the previous fold (arrivals less departures over the last
+interval), which a policy may extrapolate one interval ahead, and keeps the term lists of the
+messages of the last interval (``RECENT_SAMPLE`` of them, evenly spaced), from which a policy may
+measure how many messages a partition's summary would meet after a move.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ REPLICATE, SINGLE = 0, 1  # text modes of a region's groups
 RECORD_BYTES = 48  # id, x, y, k, alpha, bookkeeping of a moved subscription
 TERM_BYTES = 12  # term id + weight
 RESULT_BYTES = 16  # one top-k entry (message id + score)
+RECENT_SAMPLE = 1000  # messages of the last interval kept for the policies' rate estimates
 _KEY = np.int64(1) << np.int64(32)  # region * _KEY + term: one sorted key space for all cuts
 
 
@@ -115,6 +120,19 @@ def candidate_costs(subs: SubscriptionBatch, sample: MessageBatch | None, length
     return out
 
 
+def recent_sample(batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``RECENT_SAMPLE`` evenly spaced messages of routed batches, as (lengths, term ids)."""
+    lengths = np.concatenate([b[0] for b in batches])
+    ids = np.concatenate([b[1] for b in batches])
+    if len(lengths) <= RECENT_SAMPLE:
+        return lengths.astype(np.int64), ids.astype(np.int64)
+    pick = np.linspace(0, len(lengths) - 1, RECENT_SAMPLE).astype(np.int64)
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    rows = np.repeat(np.arange(len(pick)), lengths[pick])
+    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(lengths[pick]) - lengths[pick], lengths[pick])
+    return lengths[pick].astype(np.int64), ids[starts[pick][rows] + offsets].astype(np.int64)
+
+
 class UnitDistribution(Distribution):
     """Subscriptions placed by units, messages routed by keyword summaries (module docstring).
 
@@ -161,6 +179,8 @@ class UnitDistribution(Distribution):
         self.cell_msgs_new = np.zeros(grid.num_cells)  # messages located in each cell
         self.cell_msgs_old = np.zeros(grid.num_cells)
         self.messages_seen = 0
+        self.recent_new: list[tuple[np.ndarray, np.ndarray]] = []  # (lengths, term ids) of routed batches
+        self.recent_old = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     # ------------------------------------------------------------------ structure
     @property
@@ -358,6 +378,9 @@ class UnitDistribution(Distribution):
     # ------------------------------------------------------------------ statistics
     def _observe(self, batch: MessageBatch, partitions: np.ndarray) -> None:
         self.messages_seen += len(batch)
+        if not hasattr(self, "recent_new"):  # a distribution pickled before the sample existed
+            self.recent_new, self.recent_old = [], (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.recent_new.append((batch.terms.lengths(), batch.terms.ids.copy()))
         self.msgs_new += len(batch)
         self.cell_msgs_new += np.bincount(self.grid.cell_of(batch.x, batch.y), minlength=self.grid.num_cells)
         self.part_msgs_new += np.bincount(partitions, minlength=self.num_partitions)
@@ -377,6 +400,15 @@ class UnitDistribution(Distribution):
         self.term_msgs_old = self.term_msgs_old * decay + self.term_msgs_new
         self.term_msgs_new = np.zeros_like(self.term_msgs_new)
         self.msgs_old, self.msgs_new = self.msgs_old * decay + self.msgs_new, 0.0
+        base = getattr(self, "subs_at_fold", None)
+        if base is not None and len(base) == len(self.unit_subs):
+            self.unit_trend = self.unit_subs - base
+        else:
+            self.unit_trend = np.zeros_like(self.unit_subs)
+        self.subs_at_fold = self.unit_subs.copy()
+        if getattr(self, "recent_new", None):
+            self.recent_old = recent_sample(self.recent_new)
+            self.recent_new = []
 
     def reset_statistics(self) -> None:
         """Forget the message counts (the replica counts stay: they are the placement)."""
@@ -385,6 +417,9 @@ class UnitDistribution(Distribution):
             setattr(self, name, np.zeros_like(getattr(self, name)))
         self.messages_seen = 0
         self.msgs_old = self.msgs_new = 0.0
+        self.subs_at_fold = self.unit_subs.copy()
+        self.unit_trend = np.zeros_like(self.unit_subs)
+        self.recent_new, self.recent_old = [], (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def partition_messages(self) -> np.ndarray:
         return self.part_msgs_old + self.part_msgs_new
@@ -418,7 +453,23 @@ class UnitDistribution(Distribution):
                 "unit_bytes": self.unit_bytes.copy(), "unit_region": self.unit_region.copy(),
                 "cell_region": self.cell_region.copy(), "cell_msgs": self.cell_msgs_old + self.cell_msgs_new,
                 "partition_messages": self.partition_messages(), "unit_mass": self.unit_message_mass(),
-                "num_partitions": self.num_partitions, "grid": (self.grid.nx, self.grid.ny)}
+                "unit_trend": getattr(self, "unit_trend", np.zeros_like(self.unit_subs)).copy(),
+                "num_partitions": self.num_partitions, "grid": (self.grid.nx, self.grid.ny),
+                "recent_messages": self.recent_messages(), "unit_terms": self.unit_terms(),
+                "vocab_width": len(self.holders)}
+
+    def recent_messages(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lengths, term ids) of up to ``RECENT_SAMPLE`` messages of the last interval (or of the
+        current one, before the first fold)."""
+        recent = getattr(self, "recent_new", None)
+        if recent:
+            return recent_sample(recent)
+        return getattr(self, "recent_old", (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+
+    def unit_terms(self) -> np.ndarray:
+        """The distinct (unit, term) of the summaries' entries, as ``unit * V + term``."""
+        placed = self.pl_term >= 0
+        return np.unique(self.pl_unit[placed] * np.int64(len(self.holders)) + self.pl_term[placed])
 
     # ------------------------------------------------------------------ moves
     def move_units(self, units: np.ndarray, destinations: np.ndarray) -> tuple[int, int]:

@@ -37,6 +37,7 @@ from skype.errors import InputError, invalid_choice
 from skype.partitioning.rebalance import aqwa, ps2stream, sstd, tornado
 from skype.partitioning.rebalance.base import Plan, empty_plan, imbalance
 from skype.partitioning.rebalance.measured import with_partition_loads
+from skype.partitioning.restructure import CUTTABLE, cut_snapshot, cut_unit
 from skype.partitioning.units import UnitDistribution
 
 D = TypeVar("D", bound=UnitDistribution)
@@ -65,6 +66,8 @@ def snapshot(dist: UnitDistribution) -> dict:
     tree = getattr(dist, "tree", None)
     if tree is not None:
         snap["tree"] = tree
+    if dist.name in CUTTABLE:
+        snap.update(cut_snapshot(dist), cuttable=True)
     return snap
 
 
@@ -89,6 +92,10 @@ def apply_plan(dist: UnitDistribution, plan: Plan) -> tuple[int, int]:
     """Carry out a plan; returns the (replicas, bytes) moved."""
     if plan.empty:
         return 0, 0
+    if plan.structure is not None and plan.structure[0] == "cuts":
+        for unit, kind, at in plan.structure[1]:  # the cuts first, then the moves (numbered after them)
+            cut_unit(dist, unit, kind, at)
+        return dist.move_units(plan.units, plan.destinations)
     if plan.structure is not None:
         return dist.split_and_merge(list(plan.structure))  # type: ignore[attr-defined]
     return dist.move_units(plan.units, plan.destinations)

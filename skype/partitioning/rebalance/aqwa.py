@@ -29,8 +29,9 @@ from skype.partitioning.rebalance.base import LoadModel, Plan, empty_plan
 from skype.partitioning.rects import best_cut, prefix_grid, rect_cells, rect_sum, split_rect
 
 
-def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16) -> Plan:
-    model = LoadModel(snapshot)
+def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16,
+           horizon: float = 0.0, measured: bool = False) -> Plan:
+    model = LoadModel(snapshot, horizon, measured)
     before = model.imbalance()
     tree: KDTree = copy.deepcopy(snapshot["tree"])
     if before <= trigger:
