@@ -132,6 +132,33 @@ def test_adaptive_moving_every_unit_keeps_meeting(skew, method):
     assert np.array_equal(clone.route_messages(skew.stream).partitions, r_msgs.partitions)
 
 
+@pytest.mark.parametrize("method", ADAPTIVE_METHODS)
+def test_adaptive_build_refined_with_sstd_is_no_worse_on_its_sample_and_keeps_meeting(skew, method):
+    """``refine="sstd"``: SSTD's load adjustment runs on the sample after the method's own build;
+    the layout kept measures no more imbalance on the sample than the build's, and every pair
+    that can score at or above its threshold still meets.  A policy that does not fit the method
+    is refused (E060)."""
+    def sample_imbalance(dist):
+        dist.reset_statistics()
+        dist.route_messages(skew.sample)
+        loads = dist.partition_cost()
+        dist.reset_statistics()
+        return float(loads.max() / loads.mean())
+
+    args = (method, 8, skew.all_subs, skew.sample, skew.w.vocabulary, skew.all_theta)
+    plain = build_distribution(*args, grid=GRID)
+    refined = build_distribution(*args, grid=GRID, refine="sstd")
+    assert sample_imbalance(refined) <= sample_imbalance(plain) + 1e-9
+    if method in ("agrid", "kdt", "aqwa"):  # the skew leaves them something to move (qt: its leaves do not)
+        assert sample_imbalance(refined) < sample_imbalance(plain) - 0.05
+    _, r_subs, r_msgs = measured(refined, skew.all_subs, skew.all_theta, skew.stream)
+    assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, refined.num_partitions, f"{method} refined")
+    if method != "agrid":
+        with pytest.raises(InputError) as err:
+            build_distribution(*args, grid=GRID, refine="tornado")
+        assert err.value.code == "E060"
+
+
 # --------------------------------------------------------------------------- runtime cuts of a hot unit
 
 

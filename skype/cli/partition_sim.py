@@ -46,6 +46,8 @@ from skype.partitioning.thresholds import resolve_engine
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch
 
+REFINE_CHOICES = ("sstd", "ps2stream")  # the policies that fit every adaptive method
+
 SWEEP_PARTITIONS = (4, 8, 16, 32, 64, 128)
 DEFAULT_NUM_SUBS = 10_000
 DEFAULT_NUM_MESSAGES = 30_000
@@ -191,7 +193,8 @@ def cmd_partition_sim(args: argparse.Namespace) -> int:
     theta_s = time.perf_counter() - t1
     workload = {"input": inputs.description, "subscriptions": len(subs), "sample_messages": len(sample),
                 "stream_messages": len(stream), "warmup_window": warmup, "threshold_engine": engine}
-    params = {"bounds": inputs.bounds, **({"n1": args.n1} if args.n1 else {})}
+    params = {"bounds": inputs.bounds, **({"n1": args.n1} if args.n1 else {}),
+              **({"refine": args.refine} if args.refine else {})}
     runs: list[dict[str, Any]] = []
     bar = progress_bar(total=len(methods) * len(partitions), desc="runs", enabled=args.progress)
     bar.unit = "run"
@@ -262,6 +265,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine giving theta_s over the warm-up window (--window, default "
                         f"{DEFAULT_WARMUP} messages; default: %(default)s)")
     g.add_argument("--batch-size", type=int, default=1000, help="messages per routing call (default: %(default)s)")
+    g.add_argument("--refine", choices=REFINE_CHOICES, default=None, metavar="POLICY",
+                   help="adaptive methods: after the build, run this rebalancing policy on the sample "
+                        f"(one of {', '.join(REFINE_CHOICES)}) and keep the "
+                        "most balanced layout it reached (default: the papers' builds only)")
     r = p.add_argument_group("over time (skype.partitioning.timeline; see skype/cli/partition_timeline.py)")
     r.add_argument("--rebalance", type=policies_arg, default=None, metavar="POLICY[,POLICY...]",
                    help=f"run over time with rebalancing: {', '.join(POLICY_CHOICES)} (paper: each adaptive "

@@ -70,11 +70,12 @@ METHOD_PARAMS = {
     "prefix": ("summary",),
     "spatial-first": ("n1", "bounds", "summary"),
     "keyword-first": ("n1", "bounds", "summary"),
-    "agrid": ("grid", "bounds", "calibrate"),
-    "kdt": ("grid", "bounds", "delta", "sigma", "leaf_factor", "calibrate"),
-    "qt": ("grid", "bounds", "leaf_factor", "calibrate"),
-    "aqwa": ("grid", "bounds", "calibrate"),
+    "agrid": ("grid", "bounds", "calibrate", "refine"),
+    "kdt": ("grid", "bounds", "delta", "sigma", "leaf_factor", "calibrate", "refine"),
+    "qt": ("grid", "bounds", "leaf_factor", "calibrate", "refine"),
+    "aqwa": ("grid", "bounds", "calibrate", "refine"),
 }
+REFINE_ROUNDS = 6  # rounds of a build-time refinement (``refine``)
 
 
 def build_distribution(method: str, num_partitions: int, subscriptions: SubscriptionBatch,
@@ -86,7 +87,10 @@ def build_distribution(method: str, num_partitions: int, subscriptions: Subscrip
 
     Parameters (``method_params``): ``summary`` (keyword summaries; default on for prefix and the
     hybrids, off for keyword), ``n1`` (outer partitions of a hybrid, a divisor of P), ``bounds``
-    (the data space, for the location regions).
+    (the data space, for the location regions).  Adaptive methods: ``refine`` (a rebalancing
+    policy, e.g. ``"sstd"``; default None) runs that policy on the sample for up to
+    ``REFINE_ROUNDS`` rounds after the method's own build and keeps the layout that measured the
+    lowest imbalance on it (:func:`skype.partitioning.rebalance.calibrate`).
     """
     if method not in METHODS:
         raise invalid_choice("distribution method", method, METHODS)
@@ -102,7 +106,14 @@ def build_distribution(method: str, num_partitions: int, subscriptions: Subscrip
     if method == "keyword":
         return KeywordDistribution.build(num_partitions, subscriptions, sample, vocabulary, **method_params)
     if method in _ADAPTIVE_BUILD:
-        return _ADAPTIVE_BUILD[method](num_partitions, subscriptions, sample, vocabulary, thresholds, **method_params)
+        refine = method_params.pop("refine", None)
+        dist = _ADAPTIVE_BUILD[method](num_partitions, subscriptions, sample, vocabulary, thresholds, **method_params)
+        if refine is None or refine == "never":
+            return dist
+        from skype.partitioning.rebalance import calibrate, check_policy
+
+        check_policy(refine, method)
+        return calibrate(dist, sample, refine, rounds=REFINE_ROUNDS)
     if method == "prefix":
         return PrefixDistribution.build(num_partitions, subscriptions, sample, vocabulary, thresholds,
                                         **method_params)
