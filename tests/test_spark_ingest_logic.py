@@ -134,6 +134,49 @@ def test_kafka_messages_need_one_partition_and_dense_offsets_for_count_windows()
     assert kafka_rows_to_events(gap, "messages", dense=False)[0].column("seq").to_pylist() == [7, 8, 10]
 
 
+def _progress(batch, start, end, rows, topic="msgs"):
+    source = {"description": f"KafkaV2[Subscribe[{topic}]]", "numInputRows": rows,
+              "startOffset": None if start is None else {topic: {"0": start}}, "endOffset": {topic: {"0": end}}}
+    return {"batchId": batch, "sources": [source, {"description": "KafkaV2[Subscribe[cmds]]", "numInputRows": 0,
+                                                   "startOffset": {"cmds": {"0": 0}}, "endOffset": {"cmds": {"0": 9}}}]}
+
+
+def test_kafka_offset_gaps_between_batches_stop_the_run():
+    """The driver's check of each batch's source progress: the records read must fill the offset
+    range the batch covered, which also catches a gap that falls between two micro-batches (the
+    executors' per-batch check cannot see it).  Offsets as parsed JSON or as a JSON string."""
+    from skype.spark.ordering import check_offset_progress
+    from skype.spark.runtime import OffsetCheck
+
+    check_offset_progress(_progress(1, 10, 20, 10), "msgs")
+    check_offset_progress(_progress(0, None, 20, 13), "msgs")  # first batch: no start offset
+    as_strings = _progress(2, 20, 31, 11)
+    as_strings["sources"][0].update(startOffset=json.dumps({"msgs": {"0": 20}}), endOffset='{"msgs": {"0": 31}}')
+    check_offset_progress(as_strings, "msgs")
+    with pytest.raises(InputError) as err:
+        check_offset_progress(_progress(3, 31, 41, 9), "msgs")  # offset 31..40 hold 9 records
+    assert err.value.code == "E083" and "batch 3 read 9 records of topic 'msgs'" in str(err.value)
+
+    class Query:  # what the driver's loop reads of a streaming query
+        def __init__(self, progress):
+            self.recentProgress, self.lastProgress = progress, progress[-1]
+
+    def settings(kind, source="kafka"):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(source=source, messages_topic="msgs", window=SimpleNamespace(kind=kind))
+
+    good = [_progress(0, None, 10, 10), _progress(1, 10, 20, 10)]
+    check = OffsetCheck(settings("count"))
+    assert check.passes(Query(good)) and check.checked == 1
+    assert not check.passes(Query(good + [_progress(2, 20, 30, 9), _progress(3, 30, 40, 10)]))
+    with pytest.raises(InputError, match="E083"):
+        check.raise_error()
+    assert check.checked == 1  # stopped at the batch with the gap
+    assert OffsetCheck(settings("time")).passes(Query([_progress(2, 20, 30, 9)]))  # time windows: gaps allowed
+    assert OffsetCheck(settings("count", "files")).passes(Query([_progress(2, 20, 30, 9)]))
+
+
 def test_kafka_commands_of_two_partitions_are_never_merged():
     from skype.spark.codec import Commands
     from skype.spark.ordering import OFFSET_BITS, kafka_rows_to_events

@@ -8,9 +8,13 @@ other partition raises E082 (naming the partition and offset).  For a count wind
 must also be *dense* (every offset a message: no transaction markers, no compaction), else the
 window would hold fewer than N messages: inside each batch the offsets of consecutive records
 must differ by exactly 1 (E083 names the gap).  What a per-batch check cannot see is a gap
-exactly between two micro-batches (the task does not know the previous batch's last offset);
-a producer of a count-window stream must write a plain (non-transactional, non-compacted) topic.
-Time windows only need the order, so gaps are allowed there.
+exactly between two micro-batches (the task does not know the previous batch's last offset):
+the driver checks those after each batch, from the source's progress (:func:`check_offset_progress`:
+a batch that read the offsets ``[start, end)`` of the messages topic must have read ``end -
+start`` records, E083 otherwise).  That check comes after the batch, so the run stops one batch
+late, with that batch's events written.  A producer of a count-window stream must write a plain
+(non-transactional, non-compacted) topic.  Time windows only need the order, so gaps are allowed
+there.
 
 **Commands: keyed by (topic partition, offset).**  A command's ``cseq`` is
 ``partition << 40 | offset`` (E084 if the partition or the offset does not fit), distinct for
@@ -62,6 +66,35 @@ def message_sequence(partition: np.ndarray, offset: np.ndarray, dense: bool) -> 
             g = int(gaps[0])
             raise InputError("E083", detail=f"offset {int(ordered[g])} is followed by {int(ordered[g + 1])}")
     return offset
+
+
+def check_offset_progress(progress: dict, topic: str) -> None:
+    """E083 when a micro-batch's progress shows fewer records of ``topic`` than its offset range:
+    the offsets the batch covered, from ``startOffset`` to ``endOffset`` (exclusive), must all be
+    records.  The first batch (no ``startOffset``) and other sources are not checked."""
+    for source in progress.get("sources") or []:
+        if f"[{topic}]" not in str(source.get("description", "")):
+            continue
+        start, end = _offsets(source.get("startOffset"), topic), _offsets(source.get("endOffset"), topic)
+        if start is None or end is None:
+            return
+        span = sum(end[p] - start.get(p, end[p]) for p in end)
+        rows = int(source.get("numInputRows", 0))
+        if rows != span:
+            ranges = ", ".join(f"partition {p}: [{start.get(p)}, {end[p]})" for p in sorted(end))
+            raise InputError("E083", detail=f"batch {progress.get('batchId')} read {rows} records of topic "
+                                            f"{topic!r} from offsets {ranges} ({span} offsets)")
+
+
+def _offsets(value, topic: str) -> dict[str, int] | None:
+    """A Kafka source offset (JSON ``{topic: {partition: offset}}``, as a string or parsed) as
+    partition -> offset for ``topic``; None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    parts = value.get(topic) if isinstance(value, dict) else None
+    return {str(p): int(o) for p, o in parts.items()} if parts else None
 
 
 def _vectorised_row(rec: dict, kind: str, position: int) -> tuple:
