@@ -150,6 +150,10 @@ def test_kafka_offset_gaps_between_batches_stop_the_run():
 
     check_offset_progress(_progress(1, 10, 20, 10), "msgs")
     check_offset_progress(_progress(0, None, 20, 13), "msgs")  # first batch: no start offset
+    for missing in ("null", "None"):  # how pyspark's SourceProgress prints an absent offset
+        first = _progress(0, None, 20, 13)
+        first["sources"][0]["startOffset"] = missing
+        check_offset_progress(first, "msgs")
     as_strings = _progress(2, 20, 31, 11)
     as_strings["sources"][0].update(startOffset=json.dumps({"msgs": {"0": 20}}), endOffset='{"msgs": {"0": 31}}')
     check_offset_progress(as_strings, "msgs")

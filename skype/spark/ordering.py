@@ -91,8 +91,11 @@ def _offsets(value, topic: str) -> dict[str, int] | None:
     partition -> offset for ``topic``; None when absent."""
     if value is None:
         return None
-    if isinstance(value, str):
-        value = json.loads(value)
+    if isinstance(value, str):  # pyspark gives the JSON text ("null" or "None" before a first offset)
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
     parts = value.get(topic) if isinstance(value, dict) else None
     return {str(p): int(o) for p, o in parts.items()} if parts else None
 
