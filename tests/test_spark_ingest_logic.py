@@ -177,6 +177,13 @@ def test_kafka_offset_gaps_between_batches_stop_the_run():
     with pytest.raises(InputError, match="E083"):
         check.raise_error()
     assert check.checked == 1  # stopped at the batch with the gap
+    one_by_one = OffsetCheck(settings("count"))
+    one_by_one.checked = 1
+    next_only = Query([_progress(2, 20, 30, 10)])
+    next_only.recentProgress = []  # the next batch is read from lastProgress alone
+    assert one_by_one.passes(next_only) and one_by_one.checked == 2
+    next_only.lastProgress = _progress(3, 30, 40, 8)
+    assert not one_by_one.passes(next_only)
     assert OffsetCheck(settings("time")).passes(Query([_progress(2, 20, 30, 9)]))  # time windows: gaps allowed
     assert OffsetCheck(settings("count", "files")).passes(Query([_progress(2, 20, 30, 9)]))
 

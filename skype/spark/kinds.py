@@ -50,13 +50,14 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.model import Match, MessageBatch, SubscriptionBatch, TermMatrix
+from skype.partitioning import ADAPTIVE_METHODS
 from skype.queries import QuerySpec
 from skype.text import Vocabulary
 
 KINDS = ("range", "knn", "terms")
 # every message to every partition, each subscription hosted once (the adaptive methods on Spark
 # route everywhere and host a subscription where the table version in force puts it)
-BROADCAST_METHODS = ("hashing", "location", "agrid", "kdt", "qt", "aqwa")
+BROADCAST_METHODS = ("hashing", "location", *ADAPTIVE_METHODS)
 TERM_METHODS = ("keyword", "prefix", "spatial-first", "keyword-first")
 # method -> what it serves exactly beside topk (until: every method, every kind)
 SERVED = {**{m: "range, knn, terms" for m in BROADCAST_METHODS},

@@ -46,6 +46,7 @@ from skype.errors import InputError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
 from skype.spark.handover import TableVersion, UnitLocator, routes_everywhere, version_path, write_version
+from skype.spark.results import partition_work
 
 
 def rebalance_dir(run_dir: Path, method: str) -> Path:
@@ -76,16 +77,6 @@ def check_rebalance(policy: str, methods, staged: bool) -> None:
 
 
 LOADS = ("model", "measured")
-
-
-def measured_loads(stages: list[dict], pipeline: int, num_partitions: int) -> np.ndarray:
-    """Each partition's work in a batch: its engine and report seconds (the part that follows the
-    subscriptions it owns), from the partitions' metrics rows."""
-    loads = np.zeros(num_partitions)
-    for m in stages:
-        if m.get("stage") == "partition" and m.get("pipeline") == pipeline:
-            loads[int(m["partition"])] += float(m.get("engine_s", 0.0)) + float(m.get("report_s", 0.0))
-    return loads
 
 
 class Rebalancer:
@@ -213,7 +204,7 @@ class Rebalancer:
         path = self.directory / f"loads-{batch:08d}.json"
         if path.exists():
             return np.asarray(json.loads(path.read_text()), np.float64)
-        loads = measured_loads(stages, self.pipeline, num_partitions)
+        loads = partition_work([m for m in stages if m.get("pipeline") == self.pipeline], num_partitions)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(loads.tolist()))
         os.replace(tmp, path)

@@ -131,6 +131,17 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, np.float64), q)) if values else 0.0
 
 
+def partition_work(stages: list[dict], num_partitions: int) -> np.ndarray:
+    """Each partition's work in the given metrics rows: its engine and report seconds (the part
+    that follows the subscriptions it hosts; the load imbalance of the metrics, and the measured
+    load live rebalancing can plan with)."""
+    work = np.zeros(num_partitions)
+    for m in stages:
+        if m.get("stage") == "partition":
+            work[int(m["partition"])] += float(m["engine_s"]) + float(m["report_s"])
+    return work
+
+
 def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     """A pipeline's metrics over the run (see ``docs/spark.md`` for each definition); batch times
     are shared by the run's pipelines."""
@@ -150,12 +161,11 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     messages = (max(m["upto"] for m in parts) - min(m["first_seq"] for m in parts)) if parts else 0
     busy_s = sum(latency) / 1000.0
     P = plan.settings.partitions
-    work = np.zeros(P)
+    work = partition_work(parts, P)
     received = np.zeros(P)
     hosted = np.zeros(P)
     record_copies = np.zeros(P)
     for m in parts:
-        work[m["partition"]] += m["engine_s"] + m["report_s"]
         received[m["partition"]] += m["messages"]
     last: dict[int, dict] = {}
     for m in parts:

@@ -242,7 +242,10 @@ class OffsetCheck:
         last = query.lastProgress
         if not last or last.get("batchId") is None or int(last["batchId"]) <= self.checked:
             return True
-        new = [p for p in query.recentProgress if p.get("batchId") is not None and int(p["batchId"]) > self.checked]
+        if int(last["batchId"]) == self.checked + 1:
+            new = [last]
+        else:  # batches ended between two polls: read the recent ones (only then: the list is long)
+            new = [p for p in query.recentProgress if p.get("batchId") is not None and int(p["batchId"]) > self.checked]
         for progress in sorted(new, key=lambda p: int(p["batchId"])):
             try:
                 check_offset_progress(progress, self.topic)
