@@ -182,12 +182,13 @@ class LocalPipeline:
         from skype.spark import hosts
         from skype.spark.processors import MergeProcessor, PartitionProcessor
         from skype.spark.routing import Router, routing_copy
-        from skype.spark.runtime import partition_configs, plan_run
+        from skype.spark.runtime import partition_configs, plan_run, summary_dir_of
 
         self.plan = plan_run(run_dir, settings, inputs)
         self.settings = settings
         token = hosts.new_token()
-        self.routers = [Router(routing_copy(pipe.distribution), pipe.partition_keys) for pipe in self.plan.pipelines]
+        self.routers = [Router(routing_copy(pipe.distribution), pipe.partition_keys, summary_dir_of(self.plan, pipe))
+                        for pipe in self.plan.pipelines]
         self.partitions = TwsTester(PartitionProcessor(token, partition_configs(self.plan), engine_cache))
         buckets = {key: (pipe.index, b) for pipe in self.plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
         self.merge = TwsTester(MergeProcessor(token, buckets, engine_cache))

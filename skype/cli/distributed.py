@@ -77,6 +77,10 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--rebalance-load", choices=("model", "measured"), default="model",
                    help="what the policy balances: its paper's load model (replicas x messages routed; default) "
                         "or each partition's measured engine and report seconds of the last batch")
+    d.add_argument("--summaries", choices=("active", "hosted", "off"), default="active",
+                   help="prefix on a count window: keyword summaries, a message goes to a partition only for its "
+                        "terms some replica there holds; 'active': awake replicas (the paper's loose prefixes), "
+                        "'hosted': every hosted record, 'off': every term (default: %(default)s; docs/spark.md)")
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
@@ -143,7 +147,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap, events_topic=args.events_topic,
         messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
         stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
-        rebalance_load=args.rebalance_load,
+        rebalance_load=args.rebalance_load, summaries=args.summaries,
     )
 
 
@@ -244,7 +248,10 @@ def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, ob
         ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f} in batches, "
                                 f"{metrics['wall_throughput_msgs_per_s']:,.0f} wall"),
         ("batch latency p50 / p99 (ms)", f"{metrics['batch_latency_ms_p50']:,.0f} / {metrics['batch_latency_ms_p99']:,.0f}"),
-        ("communication per message", f"{metrics['communication_per_message']:.2f}"),
+        ("communication per message", f"{metrics['communication_per_message']:.2f}"
+                                      + (f" (+ {metrics['backfill_per_message']:.2f} read back, "
+                                         f"{metrics['backfill_rebuilds']} rebuilds)"
+                                         if metrics.get("backfill_per_message") else "")),
         ("replication ratio", f"{metrics['replication_ratio']:.2f}"),
         ("load imbalance (max/mean)", f"{metrics['load_imbalance']:.2f}"),
         ("cache hit rate (steady)", f"{metrics['cache_hit_rate']:.1%} ({metrics['cache_hit_rate_steady']:.1%})"),

@@ -4,8 +4,8 @@ The ``prefix`` method (spec §5.2, Eq. 18, Def. 12, Lemma 7) places a subscripti
 partitions of its *loose prefix*: the leading terms ``s.psi[i]`` with
 ``reach(s, i) = alpha_s + (1 - alpha_s) * wtsum(s, i) >= theta_s - EPS`` (see
 :mod:`skype.partitioning.prefix`).  On Spark the record of s goes to the partitions of *all* its
-terms (the keyword placement, routed by :mod:`skype.spark.routing`, which messages also follow:
-a message goes to the partition of every term it has), and each of those partitions holds a
+terms (the keyword placement, routed by :mod:`skype.spark.routing`; a message goes to the
+partition of every term it has that is live there, :mod:`skype.spark.summaries`), and each of those partitions holds a
 *replica* that is either **active** (in the partition's engine, reported to the merge stage) or
 **dormant** (only its record is kept; no engine work, no report).  The *home* replica, on the
 partition of s's first term, is always active.
@@ -18,8 +18,9 @@ local matches of s (``topn``: exact scores over q's window share) and keeps the 
 with ``seq > h + B - N`` (still in the window when the next batch ends) and score
 ``> reach(s, i_q) + EPS``.  With at least k witnesses the replica sleeps, *until* the k-th newest
 witness's sequence number ``u``; a dormant replica wakes (re-subscribes into the engine, which
-scores it over q's window share) at the end of the first batch whose ``h`` has ``u <= h + B - N``:
-its witnesses may leave the window during the next batch.  That is **lazy reallocation**: a
+scores it over q's window share) after the first batch whose ``h`` has ``u <= h + B - N``, at
+the start of the next one, before any of its messages: its witnesses may leave the window during
+that batch.  That is **lazy reallocation**: a
 replica returns to the loose prefix exactly when the threshold that excluded it may fall.
 
 **Why it is exact.**  While q's replica sleeps, the k witnesses are window messages (q's share is
@@ -28,10 +29,11 @@ least that high (arrivals only raise it).  A message m of s's global top-k score
 kScore; its first term shared with s sits at a position ``i*`` with
 ``reach(s, i*) >= ST(s, m) > reach(s, i_q) + EPS`` (Lemma 7's chain: every weight of m is <= 1,
 SSim <= 1), so ``i* < i_q`` (reach does not increase along s's terms), and the same holds for
-every sleeping replica: m's first shared term lies on a partition whose replica is awake.  m was
-routed there (messages follow all their terms), and ranks there at least as high as globally,
-so it is in that replica's local top-k and in the merged list.  The home replica (``i_q = 0``)
-never sleeps, so every subscription keeps a replica.  The argument holds at any moment of the
+every sleeping replica: m's first shared term lies on a partition whose replica is awake.  m is
+in that partition's window share (routed by all its terms, or, with keyword summaries, by
+``s.psi[i*]``, live there while the replica is awake, or read back when it woke), and ranks there
+at least as high as globally, so it is in that replica's local top-k and in the merged list.
+The home replica (``i_q = 0``) never sleeps, so every subscription keeps a replica.  The argument holds at any moment of the
 next batch and at the end of this one, so the merged list is the global top-k throughout.
 Decisions depend only on local facts; a different schedule (a rebuilt engine, a retried task)
 changes which replicas run, never the merged result.
@@ -121,6 +123,21 @@ class Activation:
             if self.dormant.get(sid) == until:
                 del self.dormant[sid]
                 out.append(sid)
+        return sorted(out)
+
+    def upcoming(self, hwm_seq: int) -> list[int]:
+        """The dormant replicas :meth:`due` would wake at this high-water mark, left in place
+        (a walk of the heap's part at or below the horizon)."""
+        limit, heap = self.horizon(hwm_seq), self._heap
+        out, stack = set(), [0] if heap else []
+        while stack:
+            i = stack.pop()
+            until, sid = heap[i]
+            if until > limit:
+                continue
+            if self.dormant.get(sid) == until:
+                out.add(sid)
+            stack.extend(c for c in (2 * i + 1, 2 * i + 2) if c < len(heap))
         return sorted(out)
 
     def witnesses_until(self, k: int, reach: float, scores: np.ndarray, seqs: np.ndarray,

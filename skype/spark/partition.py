@@ -41,7 +41,12 @@ merge is the kind's (the union of matches, the merged kNN list), and it never sl
 **Prefix replicas** (``config.activation``, :mod:`skype.spark.activation`): a replica whose
 loose prefix, at a threshold proven by its own engine, leaves this partition *sleeps* (its record
 stays, the engine drops it) and wakes when that proof may expire; a hosted subscription is
-*active* when it is in the engine.  Reports speak of active replicas only.
+*active* when it is in the engine.  Reports speak of active replicas only.  With keyword
+summaries (``config.summary_dir``, :mod:`skype.spark.summaries`) the partition counts the
+replicas holding each term of its range, publishes the live terms after each batch, and at the
+start of a batch reads back from the stream the window messages its newly needed terms lack
+(older ones by rebuilding the engine over share + backfill, then restating the replicated lists
+that changed).
 
 **Rebuild.**  The core is a pure function of (hosted subscriptions, window messages, clock): a
 fresh engine that subscribes the hosted subscriptions and publishes the window messages in ``seq``
@@ -71,6 +76,7 @@ from skype.spark.handover import Handover
 from skype.spark.hosted import APPLIED, Hosted, replay_commands
 from skype.spark.kinds import NameRanks, read_vocabulary, result_arrays
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
+from skype.spark.summaries import BackfillSource, Coverage
 from skype.spark.window import WindowShare, WindowSpec
 
 @dataclass(frozen=True)
@@ -92,6 +98,9 @@ class PartitionConfig:
                                    # (high-water mark + 1 reaching it) writes the final top-k
     vocabulary_file: str | None = None  # term names by id: terms subscriptions order by name
     rebalance_dir: str | None = None  # adaptive methods: the versioned ownership tables (skype.spark.handover)
+    summary_dir: str | None = None  # prefix: keyword summaries published here (skype.spark.summaries)
+    summary_mode: str = "active"  # which replicas' terms are live: "active" or "hosted"
+    backfill: BackfillSource | None = None  # where window messages are read back for newly live terms
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -149,6 +158,7 @@ class PartitionInput:
     commands: Commands
     hwm_seq: int  # the batch's high-water sequence number (from the ticks), -1 if none yet
     hwm_t: float
+    stamps: tuple = ()  # the summary versions the router used for these messages (skype.spark.summaries)
 
 
 @dataclass
@@ -157,6 +167,7 @@ class PartitionOutput:
     upto: int
     metrics: dict
     activation_entry: bytes | None = None  # the batch's sleeps and wakes, for the durable log
+    backfill: bytes | None = None  # window messages read back for newly live terms: one more segment
 
 
 def pair_keys(sub: np.ndarray, msg: np.ndarray) -> np.ndarray | None:
@@ -222,6 +233,8 @@ class PartitionCore:
         self.activation = Activation(config.activation, config.partition) if config.activation else None
         self._name_rank = NameRanks(self.engine.vocabulary)
         self.handover = Handover(config.rebalance_dir, config.partition) if config.rebalance_dir else None
+        self.coverage = (Coverage(config)
+                         if config.summary_dir is not None and config.activation is not None else None)
 
     def active(self, sub_id: int) -> bool:
         """Hosted and in the engine (not a dormant prefix replica)."""
@@ -262,19 +275,9 @@ class PartitionCore:
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
         if running:
             core.hosted.subscribe(core.engine, running)
-        batch, seq = codec.concat_messages([codec.unpack_messages(s) for s in segments])
-        if len(batch):
-            spec = config.window
-            times = spec.engine_times(seq, batch.t)
-            clock = spec.clock(core.hwm_seq, core.hwm_t)
-            live = np.flatnonzero(spec.live(times, clock))
-            batch, seq, times = batch.take(live), seq[live], times[live]
-            if len(batch):
-                core.engine.publish_batch(MessageBatch(batch.ids, batch.x, batch.y, times, batch.terms))
-                core.window.append(batch.ids, seq, times)
-        clock = config.window.clock(core.hwm_seq, core.hwm_t)
-        if config.advances() and core.hwm_seq >= 0 and clock > core.engine.clock:
-            core.engine.advance_log(clock)
+        for sid in core.hosted.rows:
+            core._hold(sid, +1, record=True, engine=core.active(sid))
+        core._load_window(*codec.concat_messages([codec.unpack_messages(s) for s in segments]))
         return core
 
     def final_results(self) -> bytes:
@@ -311,6 +314,20 @@ class PartitionCore:
                        for s in cmd_subs}
 
         batch, seq = inp.messages, np.asarray(inp.seq, np.int64)
+        # prefix replicas due to wake (decided by the last batch: nothing arrived since)
+        woken = ([sid for sid in self.activation.due(self.hwm_seq) if sid in self.hosted]
+                 if self.activation is not None else [])
+        backfill, restated, t_backfill, rebuilt = None, set(), 0.0, False
+        if self.coverage is not None:
+            t_b = time.perf_counter()
+            batch, seq, backfill, restated, rebuilt = self.coverage.cover(self, due, woken, batch, seq, inp.stamps,
+                                                                          lo, hwm_seq)
+            t_backfill = time.perf_counter() - t_b
+        if woken:
+            self.hosted.subscribe(self.engine, woken)
+            for sid in woken:
+                self.activation.fresh.add(sid)
+                self._hold(sid, +1, record=False, engine=True)
         times = spec.engine_times(seq, batch.t)
         logs: list[ChangeLog] = []
         published = 0
@@ -327,6 +344,8 @@ class PartitionCore:
                 continue
             self._flush_subscribes(due, run)
             was_active = self.active(sid)
+            if sid in self.hosted:
+                self._hold(sid, -1, record=True, engine=was_active)
             if self.hosted.remove(sid) and was_active:
                 self.engine.unsubscribe(sid)
             if self.activation is not None:
@@ -343,26 +362,81 @@ class PartitionCore:
         self.window.expire(spec, clock)
         t_engine = time.perf_counter() - t0
 
-        report_rows = self._report_rows(logs, cmd_subs, before, before_meta)
-        entry, sleeps, wakes = None, 0, 0
+        woken_here = [s for s in woken if s not in before_meta]  # a command's row reports the others
+        report_rows = self._report_rows(logs, cmd_subs, before, before_meta, woken_here, restated)
+        entry, slept = None, []
         if self.activation is not None:
-            report_rows, slept, woken = self._activation_step(report_rows, cmd_subs)
-            sleeps, wakes = len(slept), len(woken)
+            report_rows, slept = self._sleep_step(report_rows, cmd_subs)
             if slept or woken:
                 entry = act.entry(self.hwm_seq, slept, woken)
+        live_terms = 0
+        if self.coverage is not None:  # the live terms, and those of the replicas waking next
+            waking = [self.hosted.rows[sid][5] for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
+            live_terms = self.coverage.publish(self.hwm_seq, waking)
         reports, rows = self._pack_reports(report_rows)
         dormant = len(self.activation.dormant) if self.activation is not None else 0
         return PartitionOutput(
-            reports=reports, upto=hwm_seq + 1, activation_entry=entry,
-            metrics={"first_seq": lo, "messages": len(batch), "commands": len(inp.commands), "due_commands": len(due),
-                     "pending_commands": len(self.pending), "hosted": len(self.hosted),
-                     "active": len(self.hosted) - dormant, "dormant": dormant, "sleeps": sleeps, "wakes": wakes,
-                     "hosted_inverse_replication": self.hosted.inverse_replication(),
+            reports=reports, upto=hwm_seq + 1, activation_entry=entry, backfill=backfill,
+            metrics={"first_seq": lo, "messages": len(inp.messages), "commands": len(inp.commands),
+                     "due_commands": len(due), "pending_commands": len(self.pending), "hosted": len(self.hosted),
+                     "active": len(self.hosted) - dormant, "dormant": dormant, "sleeps": len(slept),
+                     "wakes": len(woken), "hosted_inverse_replication": self.hosted.inverse_replication(),
                      "window_share": len(self.window), "engine_s": t_engine,
                      "report_s": time.perf_counter() - t0 - t_engine, "report_rows": rows,
-                     "results_requested": bool(requests.any()),
+                     "results_requested": bool(requests.any()), "live_terms": live_terms,
+                     "backfill_messages": len(codec.unpack_messages(backfill)[1]) if backfill else 0,
+                     "backfill_rebuilds": int(rebuilt),
+                     "backfill_s": t_backfill,
                      **(self.handover.metrics if self.handover is not None else {})},
         )
+
+    # ------------------------------------------------------------------ keyword summaries
+    def _hold(self, sid: int, delta: int, *, record: bool, engine: bool) -> None:
+        """A replica starts (+1) or stops (-1) holding its terms here (keyword summaries)."""
+        if self.coverage is not None:
+            self.coverage.hold(self.hosted.rows[sid][5], delta, record=record, engine=engine)
+
+    def rebuild_engine_with(self, src: MessageBatch, src_seq: np.ndarray, extra: np.ndarray,
+                             starting: set[int]) -> set[int]:
+        """A fresh engine over the window share plus the backfilled rows ``extra`` of ``src`` (the
+        core's windows only append: older messages need a rebuild), holding the replicas in the
+        engine now (``starting``: woken or subscribed right after, not yet).  Returns the
+        replicated subscriptions whose local list changed; a single-replica one must not change."""
+        share = np.sort(self.window.seqs())
+        pos = np.searchsorted(src_seq, share).clip(0, max(len(src_seq) - 1, 0))
+        if len(share) and not (len(src_seq) and (src_seq[pos] == share).all()):
+            raise InputError("E026", detail="the message stream no longer holds the partition's window share")
+        rows = np.sort(np.concatenate([pos if len(share) else np.zeros(0, np.int64), extra]))
+        running = [sid for sid in sorted(self.hosted.rows) if self.active(sid) and sid not in starting]
+        before = self._lists(running)
+        self.engine = self.config.make_engine()
+        self.window = WindowShare()
+        if running:
+            self.hosted.subscribe(self.engine, running)
+        self._load_window(src.take(rows), src_seq[rows])
+        after = self._lists(running)
+        changed = set()
+        for sid in running:
+            if not np.array_equal(before[sid][0], after[sid][0]) or not np.array_equal(before[sid][1], after[sid][1]):
+                if self.hosted.nrep(sid) == 1:
+                    raise InputError("E026", detail=f"a backfilled message entered single-replica subscription {sid}")
+                changed.add(sid)
+        return changed
+
+    def _load_window(self, batch: MessageBatch, seq: np.ndarray) -> None:
+        """Publish window messages (``seq`` order) into a fresh engine and share, and set its clock."""
+        spec = self.config.window
+        if len(batch):
+            times = spec.engine_times(seq, batch.t)
+            clock = spec.clock(self.hwm_seq, self.hwm_t)
+            live = np.flatnonzero(spec.live(times, clock))
+            batch, seq, times = batch.take(live), seq[live], times[live]
+            if len(batch):
+                self.engine.publish_batch(MessageBatch(batch.ids, batch.x, batch.y, times, batch.terms))
+                self.window.append(batch.ids, seq, times)
+        clock = spec.clock(self.hwm_seq, self.hwm_t)
+        if self.config.advances() and self.hwm_seq >= 0 and clock > self.engine.clock:
+            self.engine.advance_log(clock)
 
     def _publish(self, batch: MessageBatch, seq: np.ndarray, times: np.ndarray, lo: int, hi: int) -> ChangeLog:
         rows = np.arange(lo, hi, dtype=np.int64)
@@ -377,6 +451,7 @@ class PartitionCore:
         rows = np.array(list(run.values()), np.int64)
         for j in rows.tolist():
             self.hosted.add_from(due, j)
+            self._hold(int(due.subs.ids[j]), +1, record=True, engine=True)
         self.hosted.subscribe(self.engine, [int(due.subs.ids[j]) for j in rows.tolist()])
         for j in rows.tolist():
             if self.activation is not None and int(due.nrep[j]) > 1 and due.spec[j] is None:
@@ -397,8 +472,9 @@ class PartitionCore:
                              self.window.seq_of, self._name_rank)
 
     def _report_rows(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
-                     before_meta: dict) -> ReportRows:
-        """The batch's report rows: command-touched subscriptions, then changed lists."""
+                     before_meta: dict, woken: list[int] = (), restated: set[int] = frozenset()) -> ReportRows:
+        """The batch's report rows: command-touched subscriptions, woken replicas and lists a
+        backfill rebuild changed (their whole list), then changed lists."""
         parts: list[ReportRows] = []
         # subscriptions whose hosting a command touched: before/after state, one by one (few)
         builder = ReportBuilder()
@@ -413,15 +489,22 @@ class PartitionCore:
             b_list = before[s] if hosted_before and nrep_before == 1 else EMPTY_LIST
             builder.add(s, STATE, (hosted_before, nrep_before), (hosted_after, nrep_after), k,
                         after.get(s, EMPTY_LIST), b_list)
+        stated = [s for s in sorted(set(woken) | set(restated)) if s not in before_meta and self.active(s)]
+        lists = self._lists(stated)
+        woken_set = set(woken)
+        for s in stated:  # a woken replica was dormant: it was no list of the merge stage
+            nrep, k = self.hosted.rows[s][0], self.hosted.rows[s][3]
+            builder.add(s, STATE, (s not in woken_set, nrep), (True, nrep), k, lists[s])
         parts.append(builder.rows())
         # subscriptions whose local top-k the batch changed (same instance): vectorised
-        parts.append(self._change_rows(*_net_changes(logs, cmd_subs)))
+        exclude = np.union1d(cmd_subs, np.array(stated, np.int64)) if stated else cmd_subs
+        parts.append(self._change_rows(*_net_changes(logs, exclude)))
         return ReportRows.concat(parts)
 
-    def _activation_step(self, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list, list]:
-        """Sleeps and wakes of prefix replicas at the end of a batch (:mod:`skype.spark.activation`).
-        Returns the report rows (a replica that sleeps reports its departure instead of its
-        list; one that wakes reports its list), the sleeps ``(id, u)`` and the wakes."""
+    def _sleep_step(self, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list]:
+        """Sleeps of prefix replicas at the end of a batch (:mod:`skype.spark.activation`; they
+        wake at the start of a later batch).  Returns the report rows (a replica that sleeps
+        reports its departure instead of its list) and the sleeps ``(id, u)``."""
         activation, cfg = self.activation, self.config
         h = self.hwm_seq
         changed = rows.row["sub"][(rows.row["kind"] == STATE) & rows.row["after_hosted"]
@@ -447,20 +530,13 @@ class PartitionCore:
         for sid, until in slept:
             self.engine.unsubscribe(sid)
             activation.sleep(sid, until)
+            self._hold(sid, -1, record=False, engine=True)
             nrep, k = self.hosted.rows[sid][0], self.hosted.rows[sid][3]
             builder.add(sid, STATE, (True, nrep), (False, nrep), k)
-        woken = [sid for sid in activation.due(h) if sid in self.hosted]
-        if woken:
-            self.hosted.subscribe(self.engine, woken)
-            lists = self._lists(woken)
-            for sid in woken:
-                nrep, k = self.hosted.rows[sid][0], self.hosted.rows[sid][3]
-                builder.add(sid, STATE, (False, nrep), (True, nrep), k, lists[sid])
-                activation.fresh.add(sid)
         if slept:
             keep = ~np.isin(rows.row["sub"], np.array([s for s, _ in slept], np.int64))
             rows = rows.take(np.flatnonzero(keep))
-        return ReportRows.concat([rows, builder.rows()]), slept, woken
+        return ReportRows.concat([rows, builder.rows()]), slept
 
     def _pack_reports(self, rows: ReportRows) -> tuple[dict[int, bytes], int]:
         """Report blobs per merge bucket, and the number of report rows."""

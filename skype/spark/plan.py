@@ -33,11 +33,12 @@ from skype.spark.keys import grouping_keys
 from skype.spark.window import WindowSpec
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
-                    "engine_options", "n1", "rebalance", "rebalance_load")
+                    "engine_options", "n1", "rebalance", "rebalance_load", "summaries")
 ENGINE_CACHES = ("process", "worker")
 SINKS = ("files", "console", "kafka")
 EVENT_FORMATS = ("json", "parquet")
 SOURCES = ("files", "kafka")
+SUMMARIES = ("active", "hosted", "off")  # prefix keyword summaries (skype.spark.summaries)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class RunSettings:
     ingest_split: int = 10_000  # raw records per reading task
     rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.spark.rebalancing)
     rebalance_load: str = "model"  # what the policy balances: its paper's model, or measured engine work
+    summaries: str = "active"  # prefix: whose terms are live in the keyword summaries (or "off")
 
     def __post_init__(self) -> None:
         from skype.partitioning import METHODS
@@ -99,7 +101,7 @@ class RunSettings:
             raise InputError("E023", what="merge-buckets", expected="an integer >= 1", value=self.merge_buckets)
         for name, value, choices in (("engine cache", self.engine_cache, ENGINE_CACHES), ("sink", self.sink, SINKS),
                                      ("events format", self.events_format, EVENT_FORMATS),
-                                     ("source", self.source, SOURCES)):
+                                     ("source", self.source, SOURCES), ("summaries", self.summaries, SUMMARIES)):
             if value not in choices:
                 raise InputError("E022", what=name, value=value, choices=", ".join(choices))
         if self.source == "kafka" and not (self.kafka_bootstrap and self.messages_topic and self.commands_topic):
@@ -227,6 +229,8 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
         saved = json.loads(meta_path.read_text())
         saved["settings"].setdefault("rebalance", "never")  # run directories from before live rebalancing
         saved["settings"].setdefault("rebalance_load", "model")
+        # runs from before keyword summaries routed every term: any mode resumes them exactly
+        saved["settings"].setdefault("summaries", settings.summaries)
         if saved["settings"] != settings.checked():
             diff = {k: (saved["settings"].get(k), v) for k, v in settings.checked().items()
                     if saved["settings"].get(k) != v}

@@ -155,9 +155,11 @@ class PartitionProcessor(_HostedProcessor):
         key = int(key[0])
         config = self.configs[key]
         spec = config.window
-        msg_parts, cmd_parts = [], []
+        msg_parts, cmd_parts, stamps = [], [], set()
         hwm_seq, hwm_t = -1, -math.inf
         for row in rows:
+            if row.summary:  # the keyword-summary version the router used (skype.spark.summaries)
+                stamps.add(row.summary)
             if row.messages:
                 msg_parts.append(codec.unpack_messages(row.messages))
             if row.commands:
@@ -172,7 +174,7 @@ class PartitionProcessor(_HostedProcessor):
         delta = command_log_entry(commands, lo, new_hwm_seq) if len(commands) else None
         want_snapshot = delta is not None and wants_snapshot(meta, len(delta))
         new = (meta.version + 1, _new_tag())
-        inputs = PartitionInput(messages, seq, commands, hwm_seq, hwm_t)
+        inputs = PartitionInput(messages, seq, commands, hwm_seq, hwm_t, tuple(sorted(stamps)))
         t_read = time.perf_counter()
 
         def durable():
@@ -192,12 +194,15 @@ class PartitionProcessor(_HostedProcessor):
                 reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
                 compacted = reply[1] if reply[0] == "ok" else None
             written += self._write_log(meta, None if compacted is not None else entry, compacted)
-        if len(messages):
-            segment = codec.pack_messages(messages, seq)
+        segments = [codec.pack_messages(messages, seq)] if len(messages) else []
+        if output.backfill is not None:  # window messages read back for newly live terms
+            segments.append(output.backfill)
+        for segment in segments:
+            batch, batch_seq = codec.unpack_messages(segment) if segment is output.backfill else (messages, seq)
             sid = meta.take_id()
             self.segment_state.updateValue((sid,), (segment,))
             meta.seg_ids.append(sid)
-            meta.seg_last.append(float(spec.engine_times(seq, messages.t).max()))
+            meta.seg_last.append(float(spec.engine_times(batch_seq, batch.t).max()))
             written += len(segment)
         clock = spec.clock(new_hwm_seq, new_hwm_t)
         keep_ids, keep_last = [], []

@@ -199,6 +199,11 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "batch_latency_ms": latency,
         "batch_durations_ms": [p["durationMs"] for p in progress],
         "communication_per_message": float(received.sum() / messages) if messages else 0.0,
+        # prefix with keyword summaries: window messages partitions read back for newly live terms
+        "backfill_per_message": (sum(int(m.get("backfill_messages", 0)) for m in parts) / messages
+                                 if messages else 0.0),
+        "backfill_rebuilds": sum(int(m.get("backfill_rebuilds", 0)) for m in parts),
+        "backfill_s": sum(float(m.get("backfill_s", 0.0)) for m in parts),
         "replication_ratio": float(hosted.sum() / distinct) if distinct > 0 else 0.0,
         "record_replication_ratio": float(record_copies.sum() / distinct) if distinct > 0 else 0.0,
         "replica_sleeps": sum(int(m.get("sleeps", 0)) for m in parts),

@@ -25,9 +25,11 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
 
 Routing is the distribution layer's (:mod:`skype.partitioning`), with the exact-mode settings of the
 runtime: subscriptions are routed with ``theta = 0`` (their whole term list is their loose prefix)
-and messages by all their terms (keyword summaries off), so a partition's window share holds every
-window message carrying a term of its range and every subscription sharing such a term is
-hosted there.  ``key`` is the Spark grouping key of the partition (:mod:`skype.spark.keys`).
+and messages by all their terms, so a partition's window share holds every window message carrying
+a term of its range and every subscription sharing such a term is hosted there.  Except ``prefix``
+with keyword summaries: a message goes only for the terms live in each partition's newest
+published summary, and the routed row carries which version that was (``summary``;
+:mod:`skype.spark.summaries`, where the partitions read back what a newly live term needs).  ``key`` is the Spark grouping key of the partition (:mod:`skype.spark.keys`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ KIND_RESULTS = 3  # a results request (no record): to every partition
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
                     "term_ids array<long>, weights array<double>, spec string")
-ROUTED_SCHEMA_DDL = "key long, hwm_seq long, hwm_t double, messages binary, commands binary"
+ROUTED_SCHEMA_DDL = "key long, hwm_seq long, hwm_t double, messages binary, commands binary, summary string"
 
 
 def event_arrow_schema():
@@ -73,15 +75,18 @@ class RoutedPart:
     hwm_seq: int
     hwm_t: float
     num_messages: int
+    summary: str = ""  # the keyword-summary version used for the messages (skype.spark.summaries)
 
 
 class Router:
     """Routes messages and commands with a distribution built in exact mode (see module docstring)."""
 
-    def __init__(self, dist: Distribution, keys: list[int]) -> None:
+    def __init__(self, dist: Distribution, keys: list[int], summary_dir: str | None = None) -> None:
         self.dist = dist
         self.num_partitions = dist.num_partitions
         self.keys = list(keys)
+        self.summary_dir = summary_dir
+        self._summaries = None  # the tables, opened on first use (a router is pickled to executors)
         # adaptive methods: every message and command to every partition, which decides what it
         # owns under the versioned tables (skype.spark.handover)
         self.everywhere = routes_everywhere(dist)
@@ -90,8 +95,11 @@ class Router:
         """Partition -> what it receives; every partition gets a part when there are messages."""
         P = self.num_partitions
         msg_rows: list[np.ndarray] = [np.zeros(0, np.int64)] * P
+        stamps = [""] * P
         if len(messages) and self.everywhere:
             msg_rows = [np.arange(len(messages), dtype=np.int64)] * P
+        elif len(messages) and self.summary_dir is not None:
+            msg_rows, stamps = self._route_by_summaries(messages, seq)
         elif len(messages):
             by_part = self.dist.route_messages(messages).by_partition(P)
             msg_rows = [by_part.row(p).astype(np.int64) for p in range(P)]
@@ -105,8 +113,24 @@ class Router:
             if not len(messages) and not len(cmds):
                 continue
             out[p] = RoutedPart(codec.pack_messages(messages.take(rows), seq[rows]) if len(rows) else b"",
-                                cmds.pack() if len(cmds) else b"", hwm_seq, hwm_t, len(rows))
+                                cmds.pack() if len(cmds) else b"", hwm_seq, hwm_t, len(rows), stamps[p])
         return out
+
+    def _route_by_summaries(self, messages: MessageBatch, seq: np.ndarray) -> tuple[list[np.ndarray], list[str]]:
+        """Messages to the partitions of their terms that are live there, by each partition's
+        newest summary at the batch's first position (:mod:`skype.spark.summaries`)."""
+        from skype.partitioning.routing import Routing
+        from skype.spark.summaries import SummaryTables, keep_live_entries
+
+        if self._summaries is None:
+            self._summaries = SummaryTables(self.summary_dir, self.num_partitions)
+        stamps, live, full = self._summaries.at(int(seq.min()))
+        rows = np.repeat(np.arange(len(messages), dtype=np.int64), messages.terms.lengths())
+        terms = np.asarray(messages.terms.ids, np.int64)
+        parts = np.asarray(self.dist.term_partitions(terms), np.int64)
+        keep = keep_live_entries(terms, parts, live, full)
+        by_part = Routing.from_pairs(rows[keep], parts[keep], len(messages)).by_partition(self.num_partitions)
+        return [by_part.row(p).astype(np.int64) for p in range(self.num_partitions)], stamps
 
     def _route_commands(self, commands: Commands) -> list[Commands]:
         P = self.num_partitions
@@ -229,11 +253,12 @@ class ShippedRouters:
     pickled into the ``mapInArrow`` closure: the closure holds only this handle.  Each Python
     worker unpickles them once and keeps them (module cache by broadcast id)."""
 
-    def __init__(self, broadcast, keys: list[list[int]]) -> None:
+    def __init__(self, broadcast, keys: list[list[int]], summary_dirs: list[str | None] | None = None) -> None:
         import secrets
 
         self.broadcast = broadcast
         self.keys = keys
+        self.summary_dirs = summary_dirs or [None] * len(keys)
         # the cache key: a worker is reused across queries, and a broadcast object seen in a
         # worker carries no id of its own (its Python id() can be reused after it is freed)
         self.token = secrets.token_hex(8)
@@ -244,7 +269,7 @@ class ShippedRouters:
             import pickle
 
             dists = pickle.loads(self.broadcast.value)
-            cached = [Router(d, k) for d, k in zip(dists, self.keys)]
+            cached = [Router(d, k, sd) for d, k, sd in zip(dists, self.keys, self.summary_dirs)]
             _shipped.clear()
             _shipped[self.token] = cached
         return cached
@@ -253,12 +278,14 @@ class ShippedRouters:
 _shipped: dict = {}
 
 
-def ship_routers(spark, dists: list, keys: list[list[int]]) -> tuple[ShippedRouters, int]:
-    """Broadcast the compact routing tables; returns the handle and the broadcast's bytes."""
+def ship_routers(spark, dists: list, keys: list[list[int]],
+                 summary_dirs: list[str | None] | None = None) -> tuple[ShippedRouters, int]:
+    """Broadcast the compact routing tables; returns the handle and the broadcast's bytes.
+    ``summary_dirs``: per pipeline, where its partitions publish keyword summaries (or None)."""
     import pickle
 
     blob = pickle.dumps([routing_copy(d) for d in dists], protocol=pickle.HIGHEST_PROTOCOL)
-    return ShippedRouters(spark.sparkContext.broadcast(blob), keys), len(blob)
+    return ShippedRouters(spark.sparkContext.broadcast(blob), keys, summary_dirs), len(blob)
 
 
 # --------------------------------------------------------------------------- poison records
@@ -383,6 +410,6 @@ def _routed_batch(router: Router, parts: dict[int, RoutedPart]):
         yield pa.RecordBatch.from_arrays(
             [pa.array([router.keys[p] for p in ps], pa.int64()), pa.array([parts[p].hwm_seq for p in ps], pa.int64()),
              pa.array([parts[p].hwm_t for p in ps], pa.float64()), pa.array([parts[p].messages for p in ps], pa.binary()),
-             pa.array([parts[p].commands for p in ps], pa.binary())],
-            names=["key", "hwm_seq", "hwm_t", "messages", "commands"],
+             pa.array([parts[p].commands for p in ps], pa.binary()), pa.array([parts[p].summary for p in ps], pa.string())],
+            names=["key", "hwm_seq", "hwm_t", "messages", "commands", "summary"],
         )

@@ -120,6 +120,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     for pipe in plan.pipelines:
         native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
         activation = activation_config(s, pipe.distribution)
+        summaries = summary_dir_of(plan, pipe)
         for p, key in enumerate(pipe.partition_keys):
             configs[key] = PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
                                            tuple(sorted(s.engine_options.items())), count_native=native,
@@ -127,8 +128,29 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
                                            inline_merge=pipe.inline_merge, activation=activation,
                                            final_upto=plan.stream_messages,
                                            vocabulary_file=str(vocab) if vocab.exists() else None,
-                                           rebalance_dir=rebalance_dir_of(plan, pipe))
+                                           rebalance_dir=rebalance_dir_of(plan, pipe),
+                                           summary_dir=summaries, summary_mode=s.summaries,
+                                           backfill=backfill_source(plan) if summaries else None)
     return configs
+
+
+def summary_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
+    """Where a ``prefix`` pipeline's partitions publish their keyword summaries
+    (:mod:`skype.spark.summaries`): with the loose-prefix activation, unless ``--summaries off``."""
+    if plan.settings.summaries == "off" or activation_config(plan.settings, pipe.distribution) is None:
+        return None
+    return str(plan.run_dir / "summaries" / pipe.method)
+
+
+def backfill_source(plan: Plan):
+    """The message stream as partitions read it back for newly live terms."""
+    from skype.spark.summaries import BackfillSource
+
+    s = plan.settings
+    if s.vocabulary:  # raw files, tokenized with the shipped vocabulary (skype.spark.ingest)
+        return BackfillSource(plan.messages_dir, tuple(s.bounds), raw=True, vocabulary=s.vocabulary,
+                              claims=str(plan.run_dir / "unseen-terms"), split=s.ingest_split)
+    return BackfillSource(plan.messages_dir, tuple(s.bounds))
 
 
 def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
@@ -163,7 +185,8 @@ def build_query(spark, plan: Plan, token: str, sink):
     s = plan.settings
     configure(spark, plan)
     shipped, plan.routing_table_bytes = ship_routers(spark, [pipe.distribution for pipe in plan.pipelines],
-                                                     [pipe.partition_keys for pipe in plan.pipelines])
+                                                     [pipe.partition_keys for pipe in plan.pipelines],
+                                                     [summary_dir_of(plan, pipe) for pipe in plan.pipelines])
     route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
     plan.routing_bytes = closure_bytes(route)
     routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)

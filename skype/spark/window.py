@@ -68,6 +68,10 @@ class WindowShare:
     def ids(self) -> np.ndarray:
         return np.concatenate([c[0] for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
 
+    def seqs(self) -> np.ndarray:
+        """Sequence numbers of the share's messages (ascending)."""
+        return np.concatenate([c[1] for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
+
     def append(self, ids: np.ndarray, seq: np.ndarray, times: np.ndarray) -> None:
         if len(ids) == 0:
             return

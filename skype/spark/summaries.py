@@ -1,0 +1,333 @@
+"""Keyword summaries of ``prefix`` partitions on Spark: a message goes only where a term of it is live.
+
+Tornado's per-evaluator summaries, the distribution layer's ``summary`` (spec §5.2): partition q
+receives a message only for the terms of its range that some replica hosted on q holds.  With the
+loose-prefix activation (:mod:`skype.spark.activation`) a replica that sleeps stops holding its
+terms (``mode="active"``, the paper's summary: only the loose prefix is live), so messages whose
+terms only dormant replicas hold go nowhere; ``mode="hosted"`` keeps every hosted record's terms
+live, dormant or not.
+
+**The cycle.**  Structured Streaming has no edge from the stateful stage back to the router.  The
+summary goes through files: at the end of a batch with high-water mark ``h`` the partition writes
+its live terms as *version* ``h + 1`` (``DIR/p<q>-<version>.npy``, only when they changed), and the
+router, for an Arrow batch whose first message is ``lo``, takes each partition's newest version
+``<= lo`` (none yet: every term is live, the keyword routing) and stamps what it used on the routed
+row (``version:digest``, or ``*``).  A re-run batch writes the same version again; a version is
+read only after the batch that wrote it committed, and the digest catches anything else.
+
+**Coverage (the invariant).**  After each batch, partition q's window share holds every window
+message having a term of ``A`` = the terms held at the end of the batch.  A batch reads the routed
+set ``R`` from its rows (the intersection when rows disagree; ``*`` routes everything).  At its
+start the terms it will need are ``A`` plus those of the replicas it wakes and subscribes: the
+new ones lack the window's older messages (``missing_old = new - A``), and terms outside ``R`` lack
+this batch's (``missing_new = (A + new) - R``).  Both come from the stream itself
+(:class:`BackfillSource`: the records at positions ``(h - N, h_batch]``, screened as the router
+screens them): the batch's part joins its messages, the older part needs the engine rebuilt over
+share + backfill (the core's windows only append), after which the partition restates the lists
+of replicated subscriptions that changed (a backfilled message has no term of ``A``, so a
+single-replica subscription, whose terms are all here, cannot score it: checked).  The backfill
+is stored as one more window segment, so a rebuild from durable state sees it.  Needs terms only
+grow this way, and whatever stops holding a term loses nothing it needs.  Exactness holds for any
+``R``: a stale, missing or mismatched table costs a larger backfill, never a message.
+
+Wakes happen at the start of the batch after the one that decided them (the same moment of the
+stream: nothing arrives in between), so their terms are in the version the router reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ALL = "*"  # a routed row's stamp when the router had no table for the partition: every term routed
+_NAME = re.compile(r"^p(\d+)-(\d+)\.npy$")
+KEEP_VERSIONS = 4  # versions kept per partition (the router may read one a batch older)
+MODES = ("active", "hosted")
+
+
+def digest(terms: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(terms, np.int64).tobytes(), digest_size=8).hexdigest()
+
+
+def _file(directory: str, partition: int, version: int) -> str:
+    return os.path.join(directory, f"p{partition:05d}-{version:012d}.npy")
+
+
+def _versions(directory: str) -> dict[int, list[int]]:
+    """Partition -> its published versions, ascending."""
+    out: dict[int, list[int]] = {}
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        m = _NAME.match(name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(int(m.group(2)))
+    for versions in out.values():
+        versions.sort()
+    return out
+
+
+def _load(path: str) -> np.ndarray | None:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (FileNotFoundError, ValueError, OSError):
+        return None
+
+
+def publish(directory: str, partition: int, version: int, terms: np.ndarray) -> str:
+    """Write a partition's live terms as ``version`` (atomically); keep the newest few versions.
+    Returns the digest."""
+    terms = np.ascontiguousarray(terms, np.int64)
+    os.makedirs(directory, exist_ok=True)
+    path = _file(directory, partition, version)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, terms, allow_pickle=False)
+    os.replace(tmp, path)
+    for old in _versions(directory).get(partition, [])[:-KEEP_VERSIONS]:
+        try:
+            os.remove(_file(directory, partition, old))
+        except FileNotFoundError:
+            pass
+    return digest(terms)
+
+
+class SummaryTables:
+    """The router's view: each partition's newest published version at or before a position."""
+
+    def __init__(self, directory: str, num_partitions: int) -> None:
+        self.directory = directory
+        self.num_partitions = num_partitions
+        self._cache: dict[str, tuple[tuple, np.ndarray, str]] = {}  # path -> (stat, terms, digest)
+
+    def at(self, lo: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """For messages from position ``lo`` on: (stamp per partition, the sorted live terms of the
+        partitions that have a table, which partitions route every term)."""
+        versions = _versions(self.directory)
+        stamps, parts, full = [], [], np.ones(self.num_partitions, bool)
+        for q in range(self.num_partitions):
+            usable = [v for v in versions.get(q, []) if v <= lo]
+            loaded = self._read(_file(self.directory, q, usable[-1])) if usable else None
+            if loaded is None:
+                stamps.append(ALL)
+                continue
+            terms, dig = loaded
+            stamps.append(f"{usable[-1]}:{dig}")
+            parts.append(terms)
+            full[q] = False
+        live = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        return stamps, live, full
+
+    def _read(self, path: str) -> tuple[np.ndarray, str] | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        key = (st.st_mtime_ns, st.st_size)
+        hit = self._cache.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1], hit[2]
+        terms = _load(path)
+        if terms is None:
+            return None
+        self._cache[path] = (key, terms, digest(terms))
+        if len(self._cache) > 4 * KEEP_VERSIONS * self.num_partitions:
+            self._cache.pop(next(iter(self._cache)))
+        return terms, self._cache[path][2]
+
+
+def keep_live_entries(terms: np.ndarray, parts: np.ndarray, live: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """Which (message, term) entries route: the term's partition routes everything, or the term
+    is live there."""
+    keep = full[parts]
+    if len(live) and not keep.all():
+        pos = np.searchsorted(live, terms).clip(0, len(live) - 1)
+        keep |= live[pos] == terms
+    return keep
+
+
+def routed_set(directory: str, partition: int, stamps: list[str]) -> np.ndarray | None:
+    """The terms the router sent this partition's messages for: None when every row routed every
+    term, else the intersection of the stamped versions (a version that cannot be read back as
+    stamped counts as empty: the batch then backfills what it needs)."""
+    sets = []
+    for stamp in set(stamps):
+        if stamp == ALL:
+            continue
+        version, _, dig = stamp.partition(":")
+        terms = _load(_file(directory, partition, int(version)))
+        sets.append(terms if terms is not None and digest(terms) == dig else np.zeros(0, np.int64))
+    if not sets:
+        return None
+    out = sets[0]
+    for s in sets[1:]:
+        out = np.intersect1d(out, s)
+    return out
+
+
+@dataclass
+class TermHolders:
+    """How many replicas of this partition hold each term of its range (see module docstring)."""
+
+    mode: str
+    counts: dict[int, int] = field(default_factory=dict)
+    published: str | None = None  # digest of the last version written (None: not known here)
+
+    def hold(self, terms: np.ndarray, delta: int) -> None:
+        counts = self.counts
+        for t in np.asarray(terms, np.int64).tolist():
+            n = counts.get(t, 0) + delta
+            if n > 0:
+                counts[t] = n
+            else:
+                counts.pop(t, None)
+
+    def terms(self) -> np.ndarray:
+        return np.array(sorted(self.counts), np.int64)
+
+    def has(self, terms: np.ndarray) -> np.ndarray:
+        counts = self.counts
+        return np.fromiter((t in counts for t in np.asarray(terms, np.int64).tolist()), bool, len(terms))
+
+
+class Coverage:
+    """A partition's side of the summaries: who holds which term, what a batch must read back,
+    and the version it publishes (see module docstring)."""
+
+    def __init__(self, config) -> None:  # a skype.spark.partition.PartitionConfig
+        self.partition = config.partition
+        self.ranges = config.activation  # term -> partition (ActivationConfig.term_partitions)
+        self.directory = config.summary_dir
+        self.source: BackfillSource = config.backfill
+        self.window = int(config.window.size)
+        self.holders = TermHolders(config.summary_mode)
+
+    def here(self, term_ids: np.ndarray) -> np.ndarray:
+        """The terms of this partition's range."""
+        t = np.asarray(term_ids, np.int64)
+        return t[self.ranges.term_partitions(t) == self.partition]
+
+    def hold(self, term_ids: np.ndarray, delta: int, *, record: bool, engine: bool) -> None:
+        """A replica starts (+1) or stops (-1) holding its terms: in ``hosted`` mode when its record
+        comes or goes (``record``), in ``active`` mode when it enters or leaves the engine."""
+        if record if self.holders.mode == "hosted" else engine:
+            self.holders.hold(self.here(term_ids), delta)
+
+    def cover(self, core, due, woken: list[int], batch, seq: np.ndarray, stamps: tuple, lo: int, hwm_seq: int):
+        """Make ``core``'s window share hold every window message of the terms this batch needs
+        (before its wakes ``woken`` and its due commands ``due`` apply).  Returns (the batch's
+        messages with its backfilled part, their seq, the backfill as a segment blob or None, the
+        replicated subscriptions whose local list a rebuild changed, whether it rebuilt)."""
+        from skype.spark import codec
+        from skype.spark.codec import OP_SUB
+
+        subscribes = [j for j in range(len(due)) if due.op[j] == OP_SUB]
+        pieces = [due.subs.terms.row(j)[0] for j in subscribes]
+        if self.holders.mode == "active":
+            pieces += [core.hosted.rows[sid][5] for sid in woken]
+        fresh = self.here(np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64))
+        held = self.holders.terms()
+        missing_old = np.setdiff1d(fresh, held)
+        routed = routed_set(self.directory, self.partition, list(stamps))
+        if any(st != ALL and st.partition(":")[2] != self.holders.published for st in stamps):
+            self.holders.published = None  # the router read another table than this one wrote: write again
+        missing_new = np.zeros(0, np.int64) if routed is None else np.setdiff1d(np.union1d(held, fresh), routed)
+        unchanged = batch, seq, None, set(), False
+        if (len(missing_old) == 0 or lo == 0) and (len(missing_new) == 0 or hwm_seq < lo):
+            return unchanged
+        src, src_seq = self.source.read(max(0, lo - self.window), hwm_seq + 1)
+        rows = np.repeat(np.arange(len(src), dtype=np.int64), src.terms.lengths())
+        have = np.sort(np.concatenate([core.window.seqs(), seq]))
+        take = backfill_rows(src_seq, rows, np.asarray(src.terms.ids, np.int64), lo, missing_old, missing_new, have)
+        if len(take) == 0:
+            return unchanged
+        old, new = take[src_seq[take] < lo], take[src_seq[take] >= lo]
+        restated: set[int] = set()
+        if len(old):  # the core's windows only append: older messages need the engine rebuilt
+            starting = {int(due.subs.ids[j]) for j in subscribes} | set(woken)
+            restated = core.rebuild_engine_with(src, src_seq, old, starting)
+        if len(new):
+            batch, seq = codec.concat_messages([(batch, seq), (src.take(new), src_seq[new])])
+        return batch, seq, codec.pack_messages(src.take(take), src_seq[take]), restated, bool(len(old))
+
+    def publish(self, hwm_seq: int, waking: list[np.ndarray]) -> int:
+        """Write the live terms (held, and those of the replicas due to wake at the next batch's
+        start, ``waking``) as version ``hwm_seq + 1`` when they changed; returns their number."""
+        live = self.holders.terms()
+        if self.holders.mode == "active" and waking:
+            live = np.union1d(live, self.here(np.concatenate(waking)))
+        dig = digest(live)
+        if dig != self.holders.published:
+            publish(self.directory, self.partition, hwm_seq + 1, live)
+            self.holders.published = dig
+        return len(live)
+
+
+@dataclass(frozen=True)
+class BackfillSource:
+    """Where a partition reads window messages back: the message stream's directory, staged
+    (``skype_stream``) or raw with the shipped vocabulary (``skype_raw``)."""
+
+    path: str
+    bounds: tuple
+    raw: bool = False
+    vocabulary: str | None = None
+    claims: str | None = None
+    split: int = 10_000
+
+    def read(self, lo: int, hi: int):
+        """Messages at positions ``[lo, hi)`` as the router sees them (records the engine rejects
+        left out): ``(MessageBatch, seq)``."""
+        from skype.spark import codec
+        from skype.spark.codec import Commands
+        from skype.spark.routing import events_from_arrow, screen
+
+        if hi <= lo:
+            return codec.empty_messages(), np.zeros(0, np.int64)
+        reader = _readers.get(self)
+        if reader is None:
+            reader = _readers[self] = self._reader()
+        if hi > reader._refresh():
+            from skype.errors import InputError
+
+            raise InputError("E026", detail=f"the message stream has no position {hi - 1} to backfill from")
+        parts = []
+        for piece in reader.partitions({"records": lo}, {"records": hi}):
+            for batch in reader.read(piece):
+                messages, seq, _ = events_from_arrow(batch)
+                messages, seq, _, _ = screen(messages, seq, Commands.empty(), self.bounds)
+                parts.append((messages, seq))
+        return codec.concat_messages(parts)
+
+    def _reader(self):
+        if not self.raw:
+            from skype.spark.sources import StreamFilesReader
+
+            return StreamFilesReader(self.path, "messages", None)
+        from skype.spark.ingest import RawFilesReader
+
+        return RawFilesReader(self.path, "messages", None, vocabulary=str(self.vocabulary), claims=self.claims,
+                              bounds=self.bounds, dead_letters=None, split=self.split, default_at=None)
+
+
+_readers: dict[BackfillSource, object] = {}  # per process: the file list of each stream, counted once
+
+
+def backfill_rows(seq: np.ndarray, entry_rows: np.ndarray, entry_terms: np.ndarray, lo: int,
+                  missing_old: np.ndarray, missing_new: np.ndarray, have_seq: np.ndarray) -> np.ndarray:
+    """Rows of a read-back range to backfill: those before ``lo`` with a term in ``missing_old``,
+    those from ``lo`` on with a term in ``missing_new``, minus the positions already here
+    (``have_seq``, sorted).  ``entry_rows``/``entry_terms``: the range's (row, term) entries."""
+    before = seq[entry_rows] < lo
+    wanted = np.where(before, np.isin(entry_terms, missing_old), np.isin(entry_terms, missing_new))
+    rows = np.unique(entry_rows[wanted])
+    if len(rows) and len(have_seq):
+        pos = np.searchsorted(have_seq, seq[rows]).clip(0, len(have_seq) - 1)
+        rows = rows[have_seq[pos] != seq[rows]]
+    return rows
