@@ -275,6 +275,21 @@ def test_spark_fold_events_gives_final_results():
     assert ranked(state[3]) == [Match(2, 0.3)]
 
 
+def test_spark_a_message_kept_with_another_score_leaves_and_enters():
+    """A subscription replaced by another record within a batch ranks some messages of its old
+    list again, with other scores: the event must carry the new score (found by a random stream
+    that unsubscribes and subscribes one id at the same position)."""
+    from skype.spark.merge import diff_lists
+
+    old = (np.array([10, 11, 12]), np.array([0.9, 0.8, 0.7]), np.array([10, 11, 12]))
+    new = (np.array([11, 10, 13]), np.array([0.95, 0.9, 0.6]), np.array([11, 10, 13]))
+    (ids, scores, _), left = diff_lists(old, new)
+    assert ids.tolist() == [11, 13] and scores.tolist() == [0.95, 0.6]
+    assert sorted(left.tolist()) == [11, 12]  # 10 kept (same score), 11 left and entered again
+    (ids, _, _), left = diff_lists(old, old)
+    assert len(ids) == 0 and len(left) == 0
+
+
 def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(workload, tmp_path):
     """Executors that reported result events whose files are not in the run directory (it is not
     shared by every node) stop the run with E087 instead of an empty results file."""

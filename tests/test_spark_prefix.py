@@ -89,7 +89,8 @@ def test_spark_every_method_matches_the_oracle_and_prefix_replicates_less(tmp_pa
     """All six methods side by side on a generated stream with subscribes, unsubscribes and a
     re-subscription mid-stream: every method equals the centralized engine and the independent
     oracle after every batch, and prefix (its replicas sleeping off their loose prefixes) runs
-    fewer replicas than keyword on the same stream."""
+    fewer replicas than keyword on the same stream and, with its keyword summaries, routes fewer
+    message copies."""
     from spark_fixtures import METHODS
 
     events = events_workload(tmp_path / "events.jsonl", dataset="geonames", num_messages=1600, k=3)
@@ -112,6 +113,9 @@ def test_spark_every_method_matches_the_oracle_and_prefix_replicates_less(tmp_pa
     assert sum(m["sleeps"] for m in parts["prefix"]) > 0 and sum(m["wakes"] for m in parts["prefix"]) > 0
     active = {method: sum(m["active"] for m in parts[method]) for method in ("keyword", "prefix")}
     assert active["prefix"] < active["keyword"], active
+    # keyword summaries: no copy for a term nobody holds (communication)
+    routed = {method: sum(m["messages"] for m in parts[method]) for method in ("keyword", "prefix")}
+    assert routed["prefix"] < routed["keyword"], routed
 
 
 @pytest.mark.parametrize("mode", ["active", "hosted"])
@@ -160,3 +164,67 @@ def test_spark_prefix_summaries_backfill_exactly_through_lost_caches_and_tables(
         assert lost and backfilled > 0 and routed < 178, (routed, backfilled)
     else:  # every hosted record's terms stay live: only the batch routed by the rewritten table reads back
         assert backfill_batches == [10], backfill_batches
+
+
+def random_summary_events(path, seed: int, num_messages: int = 240):
+    """A small random stream where keyword summaries matter: 40 subscriptions of 2-3 terms out of
+    24, most of them rare (each held by one or two subscriptions), k = 2, so replicas sleep on
+    well-scored pairs and wake when those expire; subscribes bring terms nobody held, unsubscribes
+    and re-subscribes change who holds what, all mid-stream."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}" for i in range(24)]
+    weights = 1.0 / np.arange(1, 25) ** 1.1
+    weights /= weights.sum()
+
+    def terms(n):
+        picked = rng.choice(24, size=n, replace=False, p=weights)
+        return {vocab[i]: float(rng.uniform(0.3, 1.0)) for i in picked}
+
+    def sub(sid):
+        return {"op": "sub", "id": sid, "x": float(rng.uniform(0, 10)), "y": float(rng.uniform(0, 10)), "k": 2,
+                "alpha": float(rng.choice([0.1, 0.3, 0.6])), "terms": terms(int(rng.integers(2, 4)))}
+
+    events = [sub(sid) for sid in range(1, 31)]
+    later = [sub(sid) for sid in range(31, 41)]
+    live = set(range(1, 31))
+    for i in range(num_messages):
+        if i % 40 == 17 and later:
+            events.append(later.pop())
+            live.add(events[-1]["id"])
+        if i % 60 == 31:
+            gone = int(rng.choice(sorted(live)))
+            events.append({"op": "unsub", "id": gone})
+            live.discard(gone)
+        if i % 80 == 55:  # a re-subscription with other terms
+            again = int(rng.choice(sorted(live)))
+            events += [{"op": "unsub", "id": again}, sub(again)]
+        events.append({"op": "msg", "id": 10_000 + i, "x": float(rng.uniform(0, 10)), "y": float(rng.uniform(0, 10)),
+                       "t": float(i), "terms": terms(int(rng.integers(1, 4)))})
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_spark_prefix_summaries_match_the_oracle_on_random_streams(tmp_path):
+    """Several random streams (``random_summary_events``), P = 3, active summaries: exact against
+    the centralized engine and the oracle after every batch; over the seeds the read-back, with
+    engine rebuilds, happens, and fewer messages are routed than with summaries off."""
+    routed = {"active": 0, "off": 0}
+    backfilled = rebuilds = 0
+    for seed in range(3):
+        events = random_summary_events(tmp_path / f"events{seed}.jsonl", seed)
+        for mode in ("active", "off"):
+            window, batch = 60, 10
+            inputs, settings = _load(events, "prefix", window, batch, 3)
+            settings.summaries = mode
+            pipe = LocalPipeline(tmp_path / f"run-{seed}-{mode}", settings, inputs)
+            want = centralized_by_batch(inputs, settings.window.centralized(), batch)
+            for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):
+                got = pipe.step()
+                assert got == want[b], f"seed {seed} {mode} batch {b}: {first_difference(got, want[b])}"
+                oracle_check(oracle, got, live, f"seed {seed} {mode} batch {b}")
+                parts = [m for m in pipe.metrics[-1] if m["stage"] == "partition"]
+                routed[mode] += sum(m["messages"] for m in parts)
+                backfilled += sum(m["backfill_messages"] for m in parts)
+                rebuilds += sum(m["backfill_rebuilds"] for m in parts)
+            assert pipe.final_results() == want[-1], f"seed {seed} {mode} final"
+    assert backfilled > 0 and rebuilds > 0 and routed["active"] < routed["off"], (routed, backfilled, rebuilds)

@@ -83,3 +83,29 @@ def test_upcoming_names_the_replicas_due_wakes_without_waking_them():
     for h in (40, 90, 150, 400):
         expected = act.upcoming(h)
         assert expected == act.due(h), h
+
+
+def test_backfill_reads_raw_files_by_position_as_the_ingesting_source_does(tmp_path):
+    """``--vocabulary`` runs read raw files: the read-back tokenizes them as the executors do,
+    across file boundaries, and keeps the stream's positions."""
+    from skype import io
+    from skype.data import make_workload
+    from skype.run import main
+    from skype.spark.summaries import BackfillSource
+
+    w = make_workload("tweets", num_subs=10, num_messages=50, seed=2)
+    raw = tmp_path / "messages"
+    raw.mkdir()
+    objects = list(io.message_objects(w.messages, w.vocabulary))
+    io.write_objects(raw / "a.jsonl", objects[:20])
+    io.write_objects(raw / "b.jsonl", objects[20:])
+    assert main(["vocabulary", "--messages", str(raw / "a.jsonl"), "--out", str(tmp_path / "vocab.json")]) == 0
+    source = BackfillSource(str(raw), tuple(w.bounds.as_tuple()), raw=True, vocabulary=str(tmp_path / "vocab.json"),
+                            claims=str(tmp_path / "claims"), split=7)
+    got, seq = source.read(13, 31)
+    assert seq.tolist() == list(range(13, 31))
+    assert got.ids.tolist() == w.messages.ids[13:31].tolist()
+    assert np.allclose(got.x, w.messages.x[13:31]) and np.allclose(got.t, w.messages.t[13:31])
+    assert got.terms.lengths().tolist() == w.messages.terms.lengths()[13:31].tolist()
+    again, _ = source.read(0, 50)
+    assert np.array_equal(again.take(np.arange(13, 31)).terms.ids, got.terms.ids)  # unseen terms: the same ids

@@ -15,7 +15,8 @@ routing guarantees that for every method.
 
 **Events.**  Per batch and subscription, the exact difference between the merged top-k before and
 after the batch: entered entries (id, score, seq), left ids, and whether the subscription was
-created or removed in the batch (a subscription replaced within one batch is neither).
+created or removed in the batch (a subscription replaced within one batch is neither: a message
+its old and new records both rank, with another score, leaves and enters).
 
 **Durable state.**  The state is a fold of the report rows that change it (``STATE`` rows): the
 durable log holds a snapshot plus those rows batch by batch (:func:`state_delta`), and
@@ -57,9 +58,18 @@ def merge_lists(lists: list[ListT], k: int) -> ListT:
 
 
 def diff_lists(old: ListT, new: ListT) -> tuple[ListT, np.ndarray]:
-    """(entries of ``new`` not in ``old``, ids of ``old`` not in ``new``)."""
-    fresh = ~np.isin(new[0], old[0])
-    gone = ~np.isin(old[0], new[0])
+    """(entries of ``new`` not in ``old``, ids of ``old`` not in ``new``).  An entry is the same
+    only with the same score: a subscription replaced by another record within the batch scores
+    the messages of both lists anew, so a message kept with another score leaves and enters."""
+    order = np.argsort(old[0], kind="stable")
+    old_ids, old_scores = old[0][order], old[1][order]
+    if len(old_ids):
+        pos = np.searchsorted(old_ids, new[0]).clip(0, len(old_ids) - 1)
+        kept = (old_ids[pos] == new[0]) & (old_scores[pos] == new[1])
+    else:
+        kept = np.zeros(len(new[0]), bool)
+    fresh = ~kept
+    gone = ~np.isin(old[0], new[0][kept])
     return (new[0][fresh], new[1][fresh], new[2][fresh]), old[0][gone]
 
 

@@ -400,7 +400,7 @@ class PartitionCore:
                              starting: set[int]) -> set[int]:
         """A fresh engine over the window share plus the backfilled rows ``extra`` of ``src`` (the
         core's windows only append: older messages need a rebuild), holding the replicas in the
-        engine now (``starting``: woken or subscribed right after, not yet).  Returns the
+        engine now (``starting``: woken right after, not yet).  Returns the
         replicated subscriptions whose local list changed; a single-replica one must not change."""
         share = np.sort(self.window.seqs())
         pos = np.searchsorted(src_seq, share).clip(0, max(len(src_seq) - 1, 0))

@@ -250,8 +250,7 @@ class Coverage:
         old, new = take[src_seq[take] < lo], take[src_seq[take] >= lo]
         restated: set[int] = set()
         if len(old):  # the core's windows only append: older messages need the engine rebuilt
-            starting = {int(due.subs.ids[j]) for j in subscribes} | set(woken)
-            restated = core.rebuild_engine_with(src, src_seq, old, starting)
+            restated = core.rebuild_engine_with(src, src_seq, old, set(woken))
         if len(new):
             batch, seq = codec.concat_messages([(batch, seq), (src.take(new), src_seq[new])])
         return batch, seq, codec.pack_messages(src.take(take), src_seq[take]), restated, bool(len(old))
