@@ -35,7 +35,9 @@ def spark():
 def events_workload(path: Path, *, num_subs: int = 160, num_messages: int = 1600, seed: int = 4, k: int = 5,
                     dataset: str = "tweets") -> Path:
     """An events file (public format): subscriptions, messages, unsubscribes and subscribes
-    mid-stream, a re-subscribe of an id with other terms, and commands after the last message."""
+    mid-stream, a re-subscribe of an id with other terms, a live subscription replaced at one
+    position (another alpha and k: the two top-k lists share messages whose scores differ),
+    and commands after the last message."""
     w = make_workload(dataset, num_subs=num_subs, num_messages=num_messages, seed=seed, k=k)
     subs = list(io.subscription_objects(w.subscriptions, w.vocabulary))
     msgs = list(io.message_objects(w.messages, w.vocabulary))
@@ -50,6 +52,9 @@ def events_workload(path: Path, *, num_subs: int = 160, num_messages: int = 1600
         if i == 2 * third + 3:  # re-subscribe two removed ids with another subscription's terms
             for old, donor in ((subs[0], subs[-1]), (subs[4], subs[-2])):
                 events.append(dict(donor, op="sub", id=old["id"]))
+        if i == num_messages * 3 // 4 + 5:  # replace a live subscription at one position: both lists share messages
+            moved = dict(subs[3], op="sub", alpha=subs[3]["alpha"] * 0.9, k=subs[3]["k"] + 2)
+            events += [{"op": "unsub", "id": subs[3]["id"]}, moved]
         events.append(dict(m, op="msg"))
     events.append({"op": "unsub", "id": subs[1]["id"]})
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
