@@ -186,7 +186,7 @@ def test_spark_pipeline_runs_every_method_side_by_side(workload, tmp_path):
     assert {m["pipeline"] for ms in pipe.metrics for m in ms} == set(range(len(METHODS)))
 
 
-@pytest.mark.parametrize("method", ["keyword", "hashing"])
+@pytest.mark.parametrize("method", ["keyword", "hashing", "prefix"])
 def test_spark_pipeline_rebuilds_after_lost_cache_and_uncommitted_batch(method, workload, tmp_path):
     """Cache loss (every host object dropped) and a task whose state-store commit is lost after
     the host applied its batch: both rebuild from durable state, and results stay exact."""
