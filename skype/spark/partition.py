@@ -233,6 +233,7 @@ class PartitionCore:
         self.activation = Activation(config.activation, config.partition) if config.activation else None
         self._name_rank = NameRanks(self.engine.vocabulary)
         self.handover = Handover(config.rebalance_dir, config.partition) if config.rebalance_dir else None
+        self._reach: dict[int, float] = {}  # prefix: each hosted record's reach here (see _reach_of)
         self.coverage = (Coverage(config)
                          if config.summary_dir is not None and config.activation is not None else None)
 
@@ -344,6 +345,7 @@ class PartitionCore:
                 continue
             self._flush_subscribes(due, run)
             was_active = self.active(sid)
+            self._reach.pop(sid, None)
             if sid in self.hosted:
                 self._hold(sid, -1, record=True, engine=was_active)
             if self.hosted.remove(sid) and was_active:
@@ -514,16 +516,19 @@ class PartitionCore:
         slept: list[tuple[int, int]] = []
         running = np.array(sorted(sid for sid in candidates  # kinds never sleep
                                   if self.active(sid) and self.hosted.spec(sid) is None), np.int64)
-        indptr, _, top_scores = self.engine.topk_arrays(running) if len(running) else (np.zeros(1, np.int64), [], [])
-        for i, sid in enumerate(running.tolist()):
-            nrep, _, _, k, alpha, term_ids, weights, _ = self.hosted.rows[sid]
-            pos, reach = act.reach_here(cfg.activation, cfg.partition, alpha, term_ids, weights)
-            if pos <= 0:  # the home replica (or no term here) never sleeps
-                continue
-            if indptr[i + 1] - indptr[i] < k or top_scores[indptr[i + 1] - 1] <= reach + act.EPS:
-                continue  # fewer than k local matches above the reach: no k witnesses (cheap test first)
-            ids, scores = self.engine._topn(sid, cfg.activation.depth_factor * k)
-            until = activation.witnesses_until(k, reach, scores, self.window.seq_of(ids), h)
+        if len(running) == 0:
+            return rows, []
+        indptr, _, top_scores = self.engine.topk_arrays(running)
+        reach = np.array([self._reach_of(sid) for sid in running.tolist()], np.float64)  # -1: never sleeps
+        k = np.array([self.hosted.rows[sid][3] for sid in running.tolist()], np.int64)
+        count = np.diff(indptr)
+        kth = np.asarray(top_scores, np.float64)[np.maximum(indptr[1:] - 1, 0)] if len(top_scores) else np.zeros(len(k))
+        # the cheap test first: k local matches above the reach (the home replica never sleeps)
+        maybe = np.flatnonzero((reach >= 0) & (count >= k) & (kth > reach + act.EPS))
+        for i in maybe.tolist():
+            sid = int(running[i])
+            ids, scores = self.engine._topn(sid, cfg.activation.depth_factor * int(k[i]))
+            until = activation.witnesses_until(int(k[i]), float(reach[i]), scores, self.window.seq_of(ids), h)
             if until is not None:
                 slept.append((sid, until))
         builder = ReportBuilder()
@@ -537,6 +542,16 @@ class PartitionCore:
             keep = ~np.isin(rows.row["sub"], np.array([s for s, _ in slept], np.int64))
             rows = rows.take(np.flatnonzero(keep))
         return ReportRows.concat([rows, builder.rows()]), slept
+
+    def _reach_of(self, sid: int) -> float:
+        """``reach(s, i_q)`` of a hosted record on this partition, -1 when its replica never
+        sleeps (home, or no term here); kept per record (a command replacing it drops the entry)."""
+        cached = self._reach.get(sid)
+        if cached is None:
+            _, _, _, _, alpha, term_ids, weights, _ = self.hosted.rows[sid]
+            pos, reach = act.reach_here(self.config.activation, self.config.partition, alpha, term_ids, weights)
+            cached = self._reach[sid] = reach if pos > 0 else -1.0
+        return cached
 
     def _pack_reports(self, rows: ReportRows) -> tuple[dict[int, bytes], int]:
         """Report blobs per merge bucket, and the number of report rows."""
