@@ -194,11 +194,10 @@ class PartitionProcessor(_HostedProcessor):
                 reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
                 compacted = reply[1] if reply[0] == "ok" else None
             written += self._write_log(meta, None if compacted is not None else entry, compacted)
-        segments = [codec.pack_messages(messages, seq)] if len(messages) else []
+        segments = [(codec.pack_messages(messages, seq), messages, seq)] if len(messages) else []
         if output.backfill is not None:  # window messages read back for newly live terms
-            segments.append(output.backfill)
-        for segment in segments:
-            batch, batch_seq = codec.unpack_messages(segment) if segment is output.backfill else (messages, seq)
+            segments.append((output.backfill, *codec.unpack_messages(output.backfill)))
+        for segment, batch, batch_seq in segments:
             sid = meta.take_id()
             self.segment_state.updateValue((sid,), (segment,))
             meta.seg_ids.append(sid)

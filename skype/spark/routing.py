@@ -29,7 +29,8 @@ and messages by all their terms, so a partition's window share holds every windo
 a term of its range and every subscription sharing such a term is hosted there.  Except ``prefix``
 with keyword summaries: a message goes only for the terms live in each partition's newest
 published summary, and the routed row carries which version that was (``summary``;
-:mod:`skype.spark.summaries`, where the partitions read back what a newly live term needs).  ``key`` is the Spark grouping key of the partition (:mod:`skype.spark.keys`).
+:mod:`skype.spark.summaries`, where the partitions read back what a newly live term needs).
+``key`` is the Spark grouping key of the partition (:mod:`skype.spark.keys`).
 """
 
 from __future__ import annotations

@@ -46,7 +46,6 @@ import numpy as np
 ALL = "*"  # a routed row's stamp when the router had no table for the partition: every term routed
 _NAME = re.compile(r"^p(\d+)-(\d+)\.npy$")
 KEEP_VERSIONS = 4  # versions kept per partition (the router may read one a batch older)
-MODES = ("active", "hosted")
 
 
 def digest(terms: np.ndarray) -> str:
@@ -190,10 +189,6 @@ class TermHolders:
 
     def terms(self) -> np.ndarray:
         return np.array(sorted(self.counts), np.int64)
-
-    def has(self, terms: np.ndarray) -> np.ndarray:
-        counts = self.counts
-        return np.fromiter((t in counts for t in np.asarray(terms, np.int64).tolist()), bool, len(terms))
 
 
 class Coverage:
