@@ -92,7 +92,7 @@ def test_backfill_reads_raw_files_by_position_as_the_ingesting_source_does(tmp_p
     from skype import io
     from skype.data import make_workload
     from skype.run import main
-    from skype.spark.summaries import BackfillSource
+    from skype.spark.backfill import BackfillSource
 
     w = make_workload("tweets", num_subs=10, num_messages=50, seed=2)
     raw = tmp_path / "messages"

@@ -76,7 +76,8 @@ from skype.spark.handover import Handover
 from skype.spark.hosted import APPLIED, Hosted, replay_commands
 from skype.spark.kinds import NameRanks, read_vocabulary, result_arrays
 from skype.spark.reports import DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, pack_results
-from skype.spark.summaries import BackfillSource, Coverage
+from skype.spark.backfill import BackfillSource
+from skype.spark.summaries import Coverage
 from skype.spark.window import WindowShare, WindowSpec
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ def summary_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
 
 def backfill_source(plan: Plan):
     """The message stream as partitions read it back for newly live terms."""
-    from skype.spark.summaries import BackfillSource
+    from skype.spark.backfill import BackfillSource
 
     s = plan.settings
     if s.vocabulary:  # raw files, tokenized with the shipped vocabulary (skype.spark.ingest)

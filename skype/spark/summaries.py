@@ -21,8 +21,8 @@ set ``R`` from its rows (the intersection when rows disagree; ``*`` routes every
 start the terms it will need are ``A`` plus those of the replicas it wakes and subscribes: the
 new ones lack the window's older messages (``missing_old = new - A``), and terms outside ``R`` lack
 this batch's (``missing_new = (A + new) - R``).  Both come from the stream itself
-(:class:`BackfillSource`: the records at positions ``(h - N, h_batch]``, screened as the router
-screens them): the batch's part joins its messages, the older part needs the engine rebuilt over
+(:class:`skype.spark.backfill.BackfillSource`: the records at positions ``(h - N, h_batch]``,
+screened as the router screens them): the batch's part joins its messages, the older part needs the engine rebuilt over
 share + backfill (the core's windows only append), after which the partition restates the lists
 of replicated subscriptions that changed (a backfilled message has no term of ``A``, so a
 single-replica subscription, whose terms are all here, cannot score it: checked).  The backfill
@@ -199,7 +199,7 @@ class Coverage:
         self.partition = config.partition
         self.ranges = config.activation  # term -> partition (ActivationConfig.term_partitions)
         self.directory = config.summary_dir
-        self.source: BackfillSource = config.backfill
+        self.source = config.backfill  # a skype.spark.backfill.BackfillSource
         self.window = int(config.window.size)
         self.holders = TermHolders(config.summary_mode)
 
@@ -263,54 +263,6 @@ class Coverage:
         return len(live)
 
 
-@dataclass(frozen=True)
-class BackfillSource:
-    """Where a partition reads window messages back: the message stream's directory, staged
-    (``skype_stream``) or raw with the shipped vocabulary (``skype_raw``)."""
-
-    path: str
-    bounds: tuple
-    raw: bool = False
-    vocabulary: str | None = None
-    claims: str | None = None
-    split: int = 10_000
-
-    def read(self, lo: int, hi: int):
-        """Messages at positions ``[lo, hi)`` as the router sees them (records the engine rejects
-        left out): ``(MessageBatch, seq)``."""
-        from skype.spark import codec
-        from skype.spark.codec import Commands
-        from skype.spark.routing import events_from_arrow, screen
-
-        if hi <= lo:
-            return codec.empty_messages(), np.zeros(0, np.int64)
-        reader = _readers.get(self)
-        if reader is None:
-            reader = _readers[self] = self._reader()
-        if hi > reader._refresh():
-            from skype.errors import InputError
-
-            raise InputError("E026", detail=f"the message stream has no position {hi - 1} to backfill from")
-        parts = []
-        for piece in reader.partitions({"records": lo}, {"records": hi}):
-            for batch in reader.read(piece):
-                messages, seq, _ = events_from_arrow(batch)
-                messages, seq, _, _ = screen(messages, seq, Commands.empty(), self.bounds)
-                parts.append((messages, seq))
-        return codec.concat_messages(parts)
-
-    def _reader(self):
-        if not self.raw:
-            from skype.spark.sources import StreamFilesReader
-
-            return StreamFilesReader(self.path, "messages", None)
-        from skype.spark.ingest import RawFilesReader
-
-        return RawFilesReader(self.path, "messages", None, vocabulary=str(self.vocabulary), claims=self.claims,
-                              bounds=self.bounds, dead_letters=None, split=self.split, default_at=None)
-
-
-_readers: dict[BackfillSource, object] = {}  # per process: the file list of each stream, counted once
 
 
 def backfill_rows(seq: np.ndarray, entry_rows: np.ndarray, entry_terms: np.ndarray, lo: int,
