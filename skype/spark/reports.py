@@ -15,6 +15,8 @@ or hosting changed, one row:
   to compute the change).
 
 Entry lists are CSR (``a_ptr``/``b_ptr`` + ``*_id``, ``*_score``, ``*_seq``) in ranking order.
+:func:`net_changes` nets a batch's engine change logs per (subscription, message), what the
+``DELTA`` rows are made of.
 
 **Events.**  One row per subscription whose merged top-k changed in the batch (or that was created
 or removed): ``entered`` (id, score, seq), ``left`` (ids), ``created``, ``removed``.  ``upto`` is
@@ -24,10 +26,14 @@ the number of messages the batch's results cover (its high-water sequence number
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from skype.spark import codec
+
+if TYPE_CHECKING:
+    from skype.api import ChangeLog
 
 DELTA = 1
 STATE = 2
@@ -290,3 +296,55 @@ def events_to_arrow(blob: bytes):
 
 EVENT_SCHEMA_DDL = ("upto long, sub long, entered array<struct<id: long, score: double, seq: long>>, "
                     "left array<long>, created boolean, removed boolean")
+
+
+# --------------------------------------------------------------------------- netting a batch
+
+
+def pair_keys(sub: np.ndarray, msg: np.ndarray) -> np.ndarray | None:
+    """One int64 key per (subscription, message) pair when both fit (ids in [0, 2^31) and
+    [0, 2^32)); ``None`` otherwise."""
+    if len(sub) and (sub.min() < 0 or sub.max() >= 1 << 31 or msg.min() < 0 or msg.max() >= 1 << 32):
+        return None
+    return (sub.astype(np.int64) << 32) | msg.astype(np.int64)
+
+
+def net_changes(logs: list[ChangeLog], exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Net the change logs of a batch per (subscription, message): +1 entered, -1 left, 0 both.
+
+    Returns (sub, msg, net) of the pairs with a non-zero net, sorted by (sub, msg), subscriptions
+    in ``exclude`` left out.
+    """
+    logs = [log for log in logs if len(log)]
+    z = np.zeros(0, np.int64)
+    if not logs:
+        return z, z, z
+    sub = np.concatenate([log.sub for log in logs])
+    msg = np.concatenate([log.msg for log in logs])
+    sign = np.where(np.concatenate([log.entered for log in logs]), 1, -1).astype(np.int64)
+    if len(exclude):
+        keep = ~np.isin(sub, exclude)
+        sub, msg, sign = sub[keep], msg[keep], sign[keep]
+    if len(sub) == 0:
+        return z, z, z
+    if sub.min() >= 0 and sub.max() < 1 << 31 and msg.min() >= 0 and msg.max() < 1 << 32:
+        # one sort of (sub, msg, entered) packed in a uint64: no argsort and gathers
+        key = ((sub.astype(np.uint64) << np.uint64(33)) | (msg.astype(np.uint64) << np.uint64(1))
+               | (sign > 0).astype(np.uint64))
+        key.sort()
+        pair = key >> np.uint64(1)
+        first = np.r_[True, pair[1:] != pair[:-1]]
+        group = np.cumsum(first) - 1
+        net = np.bincount(group, weights=np.where(key & np.uint64(1), 1.0, -1.0)).astype(np.int64)
+        nz = net != 0
+        heads = pair[first][nz]
+        return ((heads >> np.uint64(32)).astype(np.int64), (heads & np.uint64(0xFFFFFFFF)).astype(np.int64),
+                net[nz])
+    keys = pair_keys(sub, msg)
+    order = np.argsort(keys) if keys is not None else np.lexsort((msg, sub))
+    sub, msg, sign = sub[order], msg[order], sign[order]
+    first = np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])]
+    group = np.cumsum(first) - 1
+    net = np.bincount(group, weights=sign).astype(np.int64)
+    nz = net != 0
+    return sub[first][nz], msg[first][nz], net[nz]
