@@ -21,6 +21,22 @@ def test_term_holders_count_replicas_per_term():
     assert h.terms().tolist() == []
 
 
+def test_term_holders_flag_only_terms_that_gain_a_first_or_lose_a_last_holder():
+    """The flag that lets a batch skip recomputing the live set: set exactly when the set of held
+    terms changes, whatever the counts do."""
+    h = TermHolders("hosted")
+    h.hold(np.array([5, 7]), +1)
+    assert h.changed
+    h.changed = False
+    h.hold(np.array([7]), +1)
+    h.hold(np.array([7]), -1)
+    h.hold(np.array([3]), -1)  # a term nobody held: nothing to drop
+    assert not h.changed and h.terms().tolist() == [5, 7]
+    assert h.lacking(np.array([3, 5, 9])).tolist() == [3, 9]
+    h.hold(np.array([5]), -1)
+    assert h.changed and h.terms().tolist() == [7]
+
+
 def test_router_reads_the_newest_version_at_or_before_the_batch(tmp_path):
     d = str(tmp_path)
     tables = SummaryTables(d, 3)

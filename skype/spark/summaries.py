@@ -32,6 +32,12 @@ grow this way, and whatever stops holding a term loses nothing it needs.  Exactn
 
 Wakes happen at the start of the batch after the one that decided them (the same moment of the
 stream: nothing arrives in between), so their terms are in the version the router reads.
+
+**Per-batch cost.**  A partition keeps the array it last published.  While the router stamps
+that version and no term has gained or lost its last holder since, a batch's checks look up only
+its own new terms (subscribes, wakes), and nothing is sorted, hashed or re-read: work in proportion
+to the batch, not to the partition's live terms.  Otherwise (a restart, another table read) the
+sets are computed in full.
 """
 
 from __future__ import annotations
@@ -104,6 +110,7 @@ class SummaryTables:
         self.directory = directory
         self.num_partitions = num_partitions
         self._cache: dict[str, tuple[tuple, np.ndarray, str]] = {}  # path -> (stat, terms, digest)
+        self._union: tuple[tuple, np.ndarray] = ((), np.zeros(0, np.int64))  # stamps -> their live terms
 
     def at(self, lo: int) -> tuple[list[str], np.ndarray, np.ndarray]:
         """For messages from position ``lo`` on: (stamp per partition, the sorted live terms of the
@@ -120,8 +127,9 @@ class SummaryTables:
             stamps.append(f"{usable[-1]}:{dig}")
             parts.append(terms)
             full[q] = False
-        live = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
-        return stamps, live, full
+        if tuple(stamps) != self._union[0]:  # the union changes only with a new version
+            self._union = (tuple(stamps), np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64))
+        return stamps, self._union[1], full
 
     def _read(self, path: str) -> tuple[np.ndarray, str] | None:
         try:
@@ -177,15 +185,23 @@ class TermHolders:
     mode: str
     counts: dict[int, int] = field(default_factory=dict)
     published: str | None = None  # digest of the last version written (None: not known here)
+    changed: bool = True  # a term gained its first holder or lost its last since the last publish
 
     def hold(self, terms: np.ndarray, delta: int) -> None:
         counts = self.counts
         for t in np.asarray(terms, np.int64).tolist():
             n = counts.get(t, 0) + delta
             if n > 0:
+                if t not in counts:
+                    self.changed = True
                 counts[t] = n
-            else:
-                counts.pop(t, None)
+            elif counts.pop(t, None) is not None:
+                self.changed = True
+
+    def lacking(self, terms: np.ndarray) -> np.ndarray:
+        """The terms of ``terms`` nobody holds (a lookup per term, not a pass over the held ones)."""
+        counts = self.counts
+        return terms[np.array([t not in counts for t in terms.tolist()], bool)] if len(terms) else terms
 
     def terms(self) -> np.ndarray:
         return np.array(sorted(self.counts), np.int64)
@@ -202,6 +218,8 @@ class Coverage:
         self.source = config.backfill  # a skype.spark.backfill.BackfillSource
         self.window = int(config.window.size)
         self.holders = TermHolders(config.summary_mode)
+        self._live: np.ndarray | None = None  # the terms last published (digest ``holders.published``)
+        self._extra = np.zeros(0, np.int64)  # of which held by no replica: those of replicas due to wake
 
     def here(self, term_ids: np.ndarray) -> np.ndarray:
         """The terms of this partition's range."""
@@ -227,12 +245,17 @@ class Coverage:
         if self.holders.mode == "active":
             pieces += [core.hosted.rows[sid][5] for sid in woken]
         fresh = self.here(np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64))
-        held = self.holders.terms()
-        missing_old = np.setdiff1d(fresh, held)
-        routed = routed_set(self.directory, self.partition, list(stamps))
-        if any(st != ALL and st.partition(":")[2] != self.holders.published for st in stamps):
+        missing_old = self.holders.lacking(fresh)
+        tables = [st for st in stamps if st != ALL]
+        if any(st.partition(":")[2] != self.holders.published for st in tables):
             self.holders.published = None  # the router read another table than this one wrote: write again
-        missing_new = np.zeros(0, np.int64) if routed is None else np.setdiff1d(np.union1d(held, fresh), routed)
+        if tables and self.holders.published is not None and not self.holders.changed:
+            # the router used what this partition published, which holds every held term
+            missing_new = np.setdiff1d(fresh, self._live)
+        else:
+            routed = routed_set(self.directory, self.partition, list(stamps))
+            missing_new = (np.zeros(0, np.int64) if routed is None
+                           else np.setdiff1d(np.union1d(self.holders.terms(), fresh), routed))
         unchanged = batch, seq, None, set(), False
         if (len(missing_old) == 0 or lo == 0) and (len(missing_new) == 0 or hwm_seq < lo):
             return unchanged
@@ -253,16 +276,20 @@ class Coverage:
     def publish(self, hwm_seq: int, waking: list[np.ndarray]) -> int:
         """Write the live terms (held, and those of the replicas due to wake at the next batch's
         start, ``waking``) as version ``hwm_seq + 1`` when they changed; returns their number."""
-        live = self.holders.terms()
-        if self.holders.mode == "active" and waking:
-            live = np.union1d(live, self.here(np.concatenate(waking)))
+        holders = self.holders
+        extra = np.zeros(0, np.int64)
+        if holders.mode == "active" and waking:
+            extra = holders.lacking(self.here(np.unique(np.concatenate(waking))))
+        if (self._live is not None and holders.published is not None and not holders.changed
+                and np.array_equal(extra, self._extra)):
+            return len(self._live)  # the same terms as the version the router has
+        live = np.union1d(holders.terms(), extra)
         dig = digest(live)
-        if dig != self.holders.published:
+        if dig != holders.published:
             publish(self.directory, self.partition, hwm_seq + 1, live)
-            self.holders.published = dig
+            holders.published = dig
+        self._live, self._extra, holders.changed = live, extra, False
         return len(live)
-
-
 
 
 def backfill_rows(seq: np.ndarray, entry_rows: np.ndarray, entry_terms: np.ndarray, lo: int,
