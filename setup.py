@@ -43,12 +43,18 @@ def core_extension(name: str) -> Extension:
 
 EXTENSIONS = [core_extension(name) for name in CORE_MODULES]
 
+# The extensions compile in parallel, one job per core (``build_ext --parallel``); pip's build
+# of ``pip install -e .`` goes through this too.  ``SKYPE_BUILD_JOBS`` overrides the count.
+BUILD_JOBS = int(os.environ.get("SKYPE_BUILD_JOBS", "0")) or (os.cpu_count() or 1)
+
 setup(
+    options={"build_ext": {"parallel": BUILD_JOBS}},
     ext_modules=cythonize(
         EXTENSIONS,
         include_path=["csrc"],
         build_dir="build/cython",
         compiler_directives=DIRECTIVES,
         annotate=os.environ.get("SKYPE_ANNOTATE") == "1",
+        nthreads=BUILD_JOBS,
     ),
 )
