@@ -86,6 +86,12 @@ cdef class Buffers:
     cdef uint64_t n_bulk_inits, n_bulk_fallbacks
     cdef size_t last_scan                    # messages the last scan pulled
     cdef bint track_holders                  # register holders in the window's reverse map
+    cdef bint exact_holders                  # ... and drop them when the message leaves the buffer
+    cdef uint64_t n_admits_topk, n_holders_dropped
+    cdef bint timed                          # time re-evaluations (engine.set_timers)
+    cdef double reeval_ns
+    cdef vector[uint64_t] old_keys           # re-evaluation scratch: (seq_lo << 32 | hold) of the old entries
+    cdef vector[uint8_t] old_kept
     cdef int32_t bulk_factor                 # skyband kinds: bulk runs hold bulk_factor * k (+ ties)
     # micro-batching (engine.pyx): subscriptions whose theta fell during the current batch
     cdef bint batching
@@ -102,7 +108,7 @@ cdef class Buffers:
     cdef void _init_state(self, sid_t sid) noexcept nogil
     cdef void drop_sub(self, sid_t sid) noexcept nogil
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil
-    cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil
+    cdef bint expire(self, sid_t sid, seq_t seq) noexcept nogil
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil
     cdef seq_t _full_seq(self, uint32_t lo) noexcept nogil
     cdef ext_id_t _ext(self, uint32_t lo) noexcept nogil
@@ -114,7 +120,10 @@ cdef class Buffers:
     cdef void init_sub_from(self, sid_t sid, const RankedC* run, size_t n, bint truncated) noexcept nogil
     cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil
+    cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil
+    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil
+    cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil
     cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil
 
 

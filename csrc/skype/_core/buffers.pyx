@@ -26,18 +26,22 @@ Invariants per kind, with theta_s the threshold the subscription index prunes ag
 Re-evaluation pulls from the message index in exact ranking order; the k-skyband of the pulled
 set is built in one pass keeping the k newest seqs seen in a min-heap.  Events (+1 entered, -1
 left the top-k) are appended to ``events`` for the engine to net per message.  The reverse map
-(window ``holders``) gets the subscription for every message that enters its buffer, unless
-``track_holders`` is off: the engine then finds the holders of an expiring message by
-disseminating it again, which relies on the invariant that every buffered entry scores >= its
-subscription's current theta (exact: theta is the k-th of at most k entries; kmax: the last
-entry; skyband kinds: theta only changes when the buffer is rebuilt from entries >= it;
-complete buffers: theta = 0).
+(window ``holders``) gets the subscription for every message that enters its buffer, and (with
+``exact_holders``, the default) loses it when the message leaves the buffer other than by its own
+expiry: each entry keeps the handle of its reverse-map entry (``hold``), and ``_drop_entry``
+clears that entry, so at expiry the live entries are exactly the buffers that hold the message
+(docs/engine.md, "Expiry visits only live holders").  Unless ``track_holders`` is off: the
+engine then finds the holders of an expiring message by disseminating it again, which relies
+on the invariant that every buffered entry scores >= its subscription's current theta (exact:
+theta is the k-th of at most k entries; kmax: the last entry; skyband kinds: theta only changes
+when the buffer is rebuilt from entries >= it; complete buffers: theta = 0).
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport INFINITY
 from libc.string cimport memcpy, memmove
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport sid_t, seq_t, ext_id_t
 from skype._core.window cimport WindowStore, win_next_seq, win_get
 from skype._core.ranking cimport WindowRanking
@@ -102,7 +106,7 @@ cdef class Buffers:
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
                   double refresh_factor=3.0, bint count_window=True, int bulk_factor=2,
-                  bint track_holders=True):
+                  bint track_holders=True, bint exact_holders=True):
         self.kind = KINDS[kind]
         self.count_window = count_window
         self.table = table
@@ -132,6 +136,11 @@ cdef class Buffers:
         self.src = NULL
         self.bulk_factor = bulk_factor
         self.track_holders = track_holders
+        self.exact_holders = track_holders and exact_holders
+        self.n_admits_topk = 0
+        self.n_holders_dropped = 0
+        self.timed = False
+        self.reeval_ns = 0
         self.n_bulk_inits = 0
         self.n_bulk_fallbacks = 0
         self.arena = EntryArena()
@@ -320,9 +329,28 @@ cdef class Buffers:
             self.pulled.push_back(PulledC(seq, score))
         return False
 
+    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil:
+        """The entry leaves its buffer while its message stays in the window: clear its
+        reverse-map entry (exact holders)."""
+        if self.exact_holders:
+            self.window.drop_holder(self._full_seq(e.seq_lo), e.hold)
+            self.n_holders_dropped += 1
+
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil:
+        """_rebuild, timed when it runs on the stream (emit) and the timers are on."""
+        cdef timespec a, b
+        if not (self.timed and emit):
+            self._rebuild(sid, emit, notify)
+            return
+        clock_gettime(CLOCK_MONOTONIC, &a)
+        self._rebuild(sid, emit, notify)
+        clock_gettime(CLOCK_MONOTONIC, &b)
+        self.reeval_ns += (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)
+
+    cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil:
         cdef SubBufC* sb
         cdef const BufEntryC* B
+        cdef BufEntryC* Bw
         cdef int32_t k
         cdef double theta = 0.0
         cdef bint complete
@@ -337,8 +365,10 @@ cdef class Buffers:
         k = sb.k
         # old state, for events and for the reverse map
         self.old_all.clear()
+        self.old_keys.clear()
         for i in range(sb.size):
             self.old_all.push_back(B[i].seq_lo)
+            self.old_keys.push_back((<uint64_t>B[i].seq_lo << 32) | B[i].hold)
         self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (sb.size if <int32_t>sb.size < k else k))
         complete = self._pull(sid, &theta)
         self.last_scan = self.pulled.size()
@@ -388,15 +418,28 @@ cdef class Buffers:
         # a right-sized slot (the scratch vector has the largest size any re-evaluation needed)
         self._store(sb, self.rebuilt.data(), self.rebuilt.size())
         B = self._entries(sb)
+        Bw = self._entries(sb)
         sb.complete = complete
         # a complete buffer that grows refresh_factor times past this size is re-evaluated
         sb.refresh_at = <uint32_t>min(self.refresh_factor * (sb.size if <int32_t>sb.size > k else k), 4294967295.0)
-        # reverse map: register the messages that are new to this buffer
-        std_sort(self.old_all.begin(), self.old_all.end())
+        # reverse map: register the messages that are new to this buffer, keep the handles of
+        # those it keeps, drop the entries of those it lost
+        std_sort(self.old_keys.begin(), self.old_keys.end())
+        self.old_kept.assign(self.old_keys.size(), 0)
         if self.track_holders:
             for i in range(sb.size):
-                if not self._contains(&self.old_all, B[i].seq_lo):
-                    self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
+                j = self._find_key(B[i].seq_lo)
+                if j < self.old_keys.size():
+                    Bw[i].hold = <uint32_t>self.old_keys[j]
+                    self.old_kept[j] = 1
+                else:
+                    Bw[i].hold = self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
+            if self.exact_holders:
+                for j in range(self.old_keys.size()):
+                    if not self.old_kept[j]:
+                        e.seq_lo = <uint32_t>(self.old_keys[j] >> 32)
+                        e.hold = <uint32_t>self.old_keys[j]
+                        self._drop_entry(&e)
         if emit:
             self._diff_events(sid, k)
         # work accounting for the cost model's C_q (a bulk run that sufficed made no query:
@@ -408,6 +451,19 @@ cdef class Buffers:
             self.n_queries += 1
             self.cq_mean += (work - self.cq_mean) / self.n_queries
         self._set_theta(sid, 0.0 if complete else theta, notify)
+
+    cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil:
+        """The index of seq_lo's entry in the sorted old_keys (old_keys.size() if none)."""
+        cdef size_t lo = 0, hi = self.old_keys.size(), mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if <uint32_t>(self.old_keys[mid] >> 32) < seq_lo:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.old_keys.size() and <uint32_t>(self.old_keys[lo] >> 32) == seq_lo:
+            return lo
+        return self.old_keys.size()
 
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil:
         cdef size_t lo = 0, hi = sorted_vals.size(), mid
@@ -472,6 +528,10 @@ cdef class Buffers:
         sb.retune_at = 0
 
     cdef void drop_sub(self, sid_t sid) noexcept nogil:
+        cdef const BufEntryC* B = self._entries(&self.buf[sid])
+        cdef size_t i
+        for i in range(self.buf[sid].size):
+            self._drop_entry(&B[i])
         self._release(&self.buf[sid])
         self.buf[sid].complete = 1
 
@@ -484,6 +544,7 @@ cdef class Buffers:
         cdef BufEntryC e
         e.score = score
         e.seq_lo = <uint32_t>seq
+        e.hold = 0
         e.dc = 0
         self.n_admits += 1
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
@@ -496,18 +557,21 @@ cdef class Buffers:
             n += 1
             sb.size = <uint32_t>n
             if self.track_holders:
-                self.window.add_holder(seq, sid)
+                B[pos].hold = self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
+                self.n_admits_topk += 1
                 self._event(sid, 1, e.seq_lo)
                 if <int32_t>n > k:
                     self._event(sid, -1, B[k].seq_lo)
             if <int32_t>n > cap:
                 sb.size -= 1
                 sb.complete = 0
+                self._drop_entry(&B[cap])
             self._update_theta(sid)
             return
         # skyband kinds: the new message dominates every (older) entry scoring <= it
         if <int32_t>pos < k:
+            self.n_admits_topk += 1
             self._event(sid, 1, e.seq_lo)
             if <int32_t>n >= k:
                 self._event(sid, -1, B[k - 1].seq_lo)   # pushed from rank k to k + 1
@@ -517,13 +581,15 @@ cdef class Buffers:
             if <int32_t>B[i].dc < k:
                 B[w] = B[i]
                 w += 1
+            else:
+                self._drop_entry(&B[i])             # k newer entries dominate it: evicted
         sb.size = <uint32_t>w
         B = self._room(sb, w + 1)
         memmove(B + pos + 1, B + pos, (w - pos) * sizeof(BufEntryC))
         B[pos] = e
         sb.size = <uint32_t>(w + 1)
         if self.track_holders:
-            self.window.add_holder(seq, sid)
+            B[pos].hold = self.window.add_holder(seq, sid)
         sb.admits += 1
         # Re-tune a buffer whose plan went stale: a complete buffer that outgrew its size, or
         # one admitting over twice the planned rate (thresholds chosen while the window was
@@ -535,8 +601,9 @@ cdef class Buffers:
             self._reevaluate(sid, True, True)
             self.n_refreshes += 1
 
-    cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil:
-        """The window's oldest message ``seq`` expires; ``sid`` is one of its holders."""
+    cdef bint expire(self, sid_t sid, seq_t seq) noexcept nogil:
+        """The window's oldest message ``seq`` expires; ``sid`` is one of its holders.  False:
+        the buffer no longer held it (a stale entry: never with exact holders)."""
         cdef SubBufC* sb = &self.buf[sid]
         cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k
@@ -545,7 +612,7 @@ cdef class Buffers:
         while p < n and B[p].seq_lo != lo:
             p += 1
         if p == n:
-            return                                 # stale reverse-map entry
+            return False                           # stale reverse-map entry
         if <int32_t>p < k:
             self._event(sid, -1, lo)
         n -= 1
@@ -558,6 +625,7 @@ cdef class Buffers:
             self.n_reevaluations += 1
         else:
             self._update_theta(sid)
+        return True
 
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
         """Append the top-k of ``sid`` (ids and scores, ranking order)."""
@@ -608,6 +676,8 @@ cdef class Buffers:
             "bulk_initializations": self.n_bulk_inits, "bulk_fallbacks": self.n_bulk_fallbacks,
             "reevaluation_work": self.reeval_work,
             "avg_buffer_size": <double>total / live if live else 0.0, "buffered_entries": total,
+            "admits_in_topk": self.n_admits_topk, "holders_dropped": self.n_holders_dropped,
+            "exact_holders": bool(self.exact_holders), "reevaluate_seconds": self.reeval_ns / 1e9,
         }
 
     def memory_bytes(self):

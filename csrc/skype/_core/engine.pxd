@@ -39,6 +39,13 @@ cdef class CoreEngine:
     cdef vector[size_t] batch_offs
     cdef vector[double] batch_x, batch_y
     cdef uint64_t batch_rescored        # exact scores of subscriptions whose theta fell in a batch
+    # instruments (stats()["phases"]): counters always, phase timers only when ``timed``
+    cdef bint timed                     # per-phase clocks on (off by default: two clock reads a phase)
+    cdef double enter_ns, disseminate_ns, admit_ns, flush_ns   # arrival phases (timed only)
+    cdef uint64_t holder_entries        # reverse-map entries read at expiry
+    cdef uint64_t holders_visited       # of them, the buffers visited (live subscription)
+    cdef uint64_t holders_found         # of those, the buffers that still held the message
+    cdef uint64_t flushed_events, flushed_changes   # top-k events before and after netting
 
     cdef void _expire_oldest(self) noexcept nogil
     cdef void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil
