@@ -105,3 +105,21 @@ def test_instruments_and_optional_timers():
     secs = p_on["seconds"]
     assert set(secs) == {"enter", "disseminate", "scan", "verify", "admit", "expire", "reevaluate", "flush"}
     assert all(v >= 0 for v in secs.values()) and secs["disseminate"] > 0
+
+
+@pytest.mark.parametrize("buffer", ["cskyband", "exact", "kmax"])
+def test_exact_holders_after_bulk_registration(buffer):
+    vocab, subs, msgs = dense_workload(seed=5, num_subs=2100, num_messages=300, max_k=3)
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=60)
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    for e in (ref, eng):
+        e.publish_batch(msgs.slice(0, 60))          # a full window, then 2,100 subscriptions in bulk
+        e.subscribe_batch(subs)
+    for start in range(60, len(msgs), 40):
+        chunk = msgs.slice(start, start + 40)
+        assert rows(eng.publish_batch(chunk)) == rows(ref.publish_batch(chunk))
+    assert results(eng) == results(ref)
+    stats = eng.stats()
+    assert stats["bulk_registration"]["subscriptions"] == 2100
+    c = stats["phases"]["counts"]
+    assert c["holders_visited"] == c["holders_found"] > 0
