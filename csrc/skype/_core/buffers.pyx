@@ -2,8 +2,8 @@
 """Result buffers: the per-subscription state that yields the exact top-k (spec §4).
 
 Every buffer is an array sorted by (score desc, seq desc), so the top-k is its first k entries;
-the arrays live in one arena of fixed-capacity slots (arena.pyx), and a buffer moves to a larger
-slot when it outgrows its own, or to a right-sized one when a re-evaluation rebuilds it.
+its storage, holder handles, events and theta publication are BufferStore's (bufstore.pyx), the
+base class; this module holds what differs per kind: admission, expiry and re-evaluation.
 Invariants per kind, with theta_s the threshold the subscription index prunes against:
 
 * ``exact``: the buffer is the exact top-k of the window, or (``complete``) every match when
@@ -29,7 +29,7 @@ left the top-k) are appended to ``events`` for the engine to net per message.  T
 (window ``holders``) gets the subscription for every message that enters its buffer, and (with
 ``exact_holders``, the default) loses it when the message leaves the buffer other than by its own
 expiry: each entry keeps the handle of its reverse-map entry (``hold``), and ``_drop_entry``
-clears that entry, so at expiry the live entries are exactly the buffers that hold the message
+(bufstore.pyx) clears that entry, so at expiry the live entries are exactly the buffers that hold the message
 (docs/engine.md, "Expiry visits only live holders").  Unless ``track_holders`` is off: the
 engine then finds the holders of an expiring message by disseminating it again, which relies
 on the invariant that every buffered entry scores >= its subscription's current theta (exact:
@@ -39,11 +39,12 @@ when the buffer is rebuilt from entries >= it; complete buffers: theta = 0).
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport INFINITY
-from libc.string cimport memcpy, memmove
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memmove
+from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport sid_t, seq_t, ext_id_t
-from skype._core.window cimport WindowStore, win_next_seq, win_get
+from skype._core.types cimport sid_t, seq_t
+from skype._core.arena cimport EntryArena
+from skype._core.window cimport WindowStore, win_next_seq
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
@@ -94,13 +95,7 @@ cdef inline void heap_replace_min(vector[seq_t]* h, seq_t v) noexcept nogil:
     h[0][i] = v
 
 
-cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
-    if a.sid != b.sid:
-        return a.sid < b.sid
-    return a.msg < b.msg
-
-
-cdef class Buffers:
+cdef class Buffers(BufferStore):
     def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, WindowRanking msgs,
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
@@ -144,76 +139,6 @@ cdef class Buffers:
         self.n_bulk_inits = 0
         self.n_bulk_fallbacks = 0
         self.arena = EntryArena()
-
-    # ------------------------------------------------------------------ helpers
-    cdef void ensure(self, sid_t sid) noexcept nogil:
-        if self.buf.size() <= sid:
-            self.buf.resize(sid + 1)
-
-    cdef inline BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil:
-        return slot_entries(self.arena, sb.slot)
-
-    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil:
-        """The buffer's entries, in a slot that holds at least n (moved to the smallest class
-        that does, when its own is too small: classes are a quarter apart, so moves are rare)."""
-        cdef BufEntryC* old = self._entries(sb)
-        cdef SlotC slot
-        cdef BufEntryC* moved
-        if sb.slot.cls != NO_SLOT and self.arena.cap[sb.slot.cls] >= n:
-            return old
-        slot = self.arena.take(self.arena.class_for(n))
-        moved = slot_entries(self.arena, slot)
-        if sb.size:
-            memcpy(moved, old, sb.size * sizeof(BufEntryC))
-        self.arena.give(sb.slot)
-        sb.slot = slot
-        return moved
-
-    cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil:
-        """Replace the entries by src[0:n], in the smallest class that holds one more."""
-        cdef uint16_t cls = self.arena.class_for(n + 1)
-        if sb.slot.cls != cls:
-            self.arena.give(sb.slot)
-            sb.slot = self.arena.take(cls)
-        if n:
-            memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
-        sb.size = <uint32_t>n
-
-    cdef void _release(self, SubBufC* sb) noexcept nogil:
-        self.arena.give(sb.slot)
-        sb.slot.cls = NO_SLOT
-        sb.slot.index = 0
-        sb.size = 0
-
-    cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
-        cdef seq_t newest = win_next_seq(self.window) - 1
-        return newest - <uint32_t>(<uint32_t>newest - lo)
-
-    cdef inline ext_id_t _ext(self, uint32_t lo) noexcept nogil:
-        return win_get(self.window, self._full_seq(lo)).ext_id
-
-    cdef inline void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil:
-        cdef EventC e
-        e.sid = sid
-        e.delta = delta
-        e.msg = self._ext(lo)
-        self.events.push_back(e)
-
-    cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
-        if self.table.hot[sid].theta == theta:
-            return
-        if self.batching and theta < self.table.hot[sid].theta:
-            # the batch's candidates were found against the higher theta (engine.pyx)
-            if self.fell_stamp.size() <= sid:
-                self.fell_stamp.resize(self.table.hot.size(), 0)
-            if self.fell_stamp[sid] != self.batch_stamp:
-                self.fell_stamp[sid] = self.batch_stamp
-                self.fell.push_back(sid)
-        self.table.hot[sid].theta = theta
-        if notify:
-            self.index.theta_changed(sid)
-        else:
-            self.table.theta_idx[sid] = theta
 
     cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
         """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
@@ -329,13 +254,6 @@ cdef class Buffers:
             self.pulled.push_back(PulledC(seq, score))
         return False
 
-    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil:
-        """The entry leaves its buffer while its message stays in the window: clear its
-        reverse-map entry (exact holders)."""
-        if self.exact_holders:
-            self.window.drop_holder(self._full_seq(e.seq_lo), e.hold)
-            self.n_holders_dropped += 1
-
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil:
         """_rebuild, timed when it runs on the stream (emit) and the timers are on."""
         cdef timespec a, b
@@ -350,7 +268,6 @@ cdef class Buffers:
     cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil:
         cdef SubBufC* sb
         cdef const BufEntryC* B
-        cdef BufEntryC* Bw
         cdef int32_t k
         cdef double theta = 0.0
         cdef bint complete
@@ -365,10 +282,9 @@ cdef class Buffers:
         k = sb.k
         # old state, for events and for the reverse map
         self.old_all.clear()
-        self.old_keys.clear()
         for i in range(sb.size):
             self.old_all.push_back(B[i].seq_lo)
-            self.old_keys.push_back((<uint64_t>B[i].seq_lo << 32) | B[i].hold)
+        self._remember_holds(sb)
         self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (sb.size if <int32_t>sb.size < k else k))
         complete = self._pull(sid, &theta)
         self.last_scan = self.pulled.size()
@@ -417,29 +333,10 @@ cdef class Buffers:
                                           else self.model.window_n)
         # a right-sized slot (the scratch vector has the largest size any re-evaluation needed)
         self._store(sb, self.rebuilt.data(), self.rebuilt.size())
-        B = self._entries(sb)
-        Bw = self._entries(sb)
         sb.complete = complete
         # a complete buffer that grows refresh_factor times past this size is re-evaluated
         sb.refresh_at = <uint32_t>min(self.refresh_factor * (sb.size if <int32_t>sb.size > k else k), 4294967295.0)
-        # reverse map: register the messages that are new to this buffer, keep the handles of
-        # those it keeps, drop the entries of those it lost
-        std_sort(self.old_keys.begin(), self.old_keys.end())
-        self.old_kept.assign(self.old_keys.size(), 0)
-        if self.track_holders:
-            for i in range(sb.size):
-                j = self._find_key(B[i].seq_lo)
-                if j < self.old_keys.size():
-                    Bw[i].hold = <uint32_t>self.old_keys[j]
-                    self.old_kept[j] = 1
-                else:
-                    Bw[i].hold = self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
-            if self.exact_holders:
-                for j in range(self.old_keys.size()):
-                    if not self.old_kept[j]:
-                        e.seq_lo = <uint32_t>(self.old_keys[j] >> 32)
-                        e.hold = <uint32_t>self.old_keys[j]
-                        self._drop_entry(&e)
+        self._hand_over_holds(sid)           # the reverse map follows the rebuilt buffer
         if emit:
             self._diff_events(sid, k)
         # work accounting for the cost model's C_q (a bulk run that sufficed made no query:
@@ -451,19 +348,6 @@ cdef class Buffers:
             self.n_queries += 1
             self.cq_mean += (work - self.cq_mean) / self.n_queries
         self._set_theta(sid, 0.0 if complete else theta, notify)
-
-    cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil:
-        """The index of seq_lo's entry in the sorted old_keys (old_keys.size() if none)."""
-        cdef size_t lo = 0, hi = self.old_keys.size(), mid
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if <uint32_t>(self.old_keys[mid] >> 32) < seq_lo:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < self.old_keys.size() and <uint32_t>(self.old_keys[lo] >> 32) == seq_lo:
-            return lo
-        return self.old_keys.size()
 
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil:
         cdef size_t lo = 0, hi = sorted_vals.size(), mid
@@ -627,42 +511,11 @@ cdef class Buffers:
             self._update_theta(sid)
         return True
 
-    cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
-        """Append the top-k of ``sid`` (ids and scores, ranking order)."""
-        cdef const SubBufC* sb = &self.buf[sid]
-        cdef const BufEntryC* B = self._entries(sb)
-        cdef int32_t k = sb.k
-        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
-        for i in range(n):
-            ids.push_back(self._ext(B[i].seq_lo))
-            scores.push_back(B[i].score)
-
     # ------------------------------------------------------------------ Python access
-    def topk(self, sid_t sid):
-        import numpy as np
-        cdef const SubBufC* sb = &self.buf[sid]
-        cdef const BufEntryC* B = self._entries(sb)
-        cdef int32_t k = sb.k
-        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
-        ids = np.empty(n, dtype=np.int64)
-        scores = np.empty(n, dtype=np.float64)
-        for i in range(n):
-            ids[i] = self._ext(B[i].seq_lo)
-            scores[i] = B[i].score
-        return ids, scores
-
     def set_window_estimates(self, double window_n, double p_arrival, double p_expiry):
         self.model.window_n = window_n
         self.model.p_arrival = p_arrival
         self.model.p_expiry = p_expiry
-
-    def sizes(self):
-        """(buffer size, complete flag) of every live subscription, by slot."""
-        import numpy as np
-        cdef size_t sid
-        live = [sid for sid in range(self.buf.size()) if sid < self.table.hot.size() and self.table.hot[sid].alive]
-        return (np.array([self.buf[sid].size for sid in live], dtype=np.int64),
-                np.array([self.buf[sid].complete for sid in live], dtype=bool))
 
     def stats(self):
         cdef size_t total = 0, live = 0, sid
@@ -679,6 +532,3 @@ cdef class Buffers:
             "admits_in_topk": self.n_admits_topk, "holders_dropped": self.n_holders_dropped,
             "exact_holders": bool(self.exact_holders), "reevaluate_seconds": self.reeval_ns / 1e9,
         }
-
-    def memory_bytes(self):
-        return self.buf.capacity() * sizeof(SubBufC) + self.arena.memory_bytes()

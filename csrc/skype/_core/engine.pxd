@@ -6,6 +6,7 @@ from skype._core.window cimport WindowStore
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC
 from skype._core.buffers cimport Buffers
+from skype._core.flush cimport TopkChanges
 
 
 cdef class CoreEngine:
@@ -20,8 +21,7 @@ cdef class CoreEngine:
     cdef double arrival_ns, expiry_ns   # time spent in arrivals / expirations
     cdef uint64_t arrivals, expirations
     cdef double recent_arrivals, recent_expirations   # decayed counts (time-window estimates)
-    cdef vector[int64_t] out_at, out_sub, out_msg
-    cdef vector[uint8_t] out_entered
+    cdef TopkChanges changes            # the output: netted top-k changes (flush.pyx)
     cdef vector[MsgTermC] msg_terms     # the arriving message's terms as records
     cdef bint reverse_map               # False: holders found at expiry by re-dissemination
     cdef uint64_t expiry_candidates     # candidates verified by those re-disseminations

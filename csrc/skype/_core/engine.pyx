@@ -9,7 +9,7 @@ publish(m):
   2. arrive: the message enters the window store and the message index; the subscription index
      finds every subscription with ST(s, m) >= theta_s; each admits m into its buffer.
   3. the top-k events of the message are netted per (subscription, message) and appended to the
-     output (at = the message's position in the batch).
+     output (at = the message's position in the batch; flush.pyx).
 Micro-batching (``micro_batch`` > 1) runs step 2's dissemination for several messages at once,
 against the thresholds before the batch (the index may read each posting list once for all of
 them), then steps 1-3 message by message.  A candidate is admitted only if it still reaches its
@@ -23,7 +23,7 @@ import numpy as np
 cimport numpy as cnp
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
 from skype._core.scoring cimport outside_time_window, score_pair
@@ -34,6 +34,7 @@ from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
 from skype._core.bulk cimport bulk_capacity, bulk_replay
+from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
 
@@ -51,12 +52,6 @@ cdef inline double now_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec * 1e9 + ts.tv_nsec
-
-
-cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
-    if a.sid != b.sid:
-        return a.sid < b.sid
-    return a.msg < b.msg
 
 
 cdef class CoreEngine:
@@ -78,6 +73,7 @@ cdef class CoreEngine:
         window_n = <double>count_window if count_window else 1.0
         self.reverse_map = reverse_map
         self.expiry_candidates = 0
+        self.changes = TopkChanges()
         self.buffers = Buffers(buffer, table, index, self.msgs, self.window, window_n,
                                count_window=count_window > 0, track_holders=reverse_map,
                                exact_holders=exact_holders, **buffer_params)
@@ -322,54 +318,16 @@ cdef class CoreEngine:
         self.buffers.batching = False
 
     cdef void _flush(self, int64_t at) noexcept nogil:
-        """Net the events of one message per (subscription, message) and append them."""
+        """Net the events of one message per (subscription, message) and append them (flush.pyx)."""
         cdef vector[EventC]* ev = &self.buffers.events
-        cdef size_t i = 0, j
-        cdef int32_t total
-        cdef uint8_t entered
         cdef double start
         if ev.size() == 0:
             return
         start = now_ns() if self.timed else 0
         self.flushed_events += ev.size()
-        std_sort(ev.begin(), ev.end(), event_less)
-        while i < ev.size():
-            j = i
-            total = 0
-            while j < ev.size() and ev[0][j].sid == ev[0][i].sid and ev[0][j].msg == ev[0][i].msg:
-                total += ev[0][j].delta
-                j += 1
-            if total != 0:
-                self.out_at.push_back(at)
-                self.out_sub.push_back(self.table.ext_id[ev[0][i].sid])
-                self.out_msg.push_back(ev[0][i].msg)
-                entered = total > 0
-                self.out_entered.push_back(entered)
-                self.flushed_changes += 1
-            i = j
-        ev.clear()
+        self.flushed_changes += self.changes.net(ev, at, self.table.ext_id.data())
         if self.timed:
             self.flush_ns += now_ns() - start
-
-    def _take_output(self):
-        n = self.out_at.size()
-        at = np.empty(n, dtype=np.int64)
-        sub = np.empty(n, dtype=np.int64)
-        msg = np.empty(n, dtype=np.int64)
-        entered = np.empty(n, dtype=bool)
-        cdef size_t i
-        cdef int64_t[::1] a = at, s = sub, m = msg
-        cdef uint8_t[::1] e = entered.view(np.uint8)
-        for i in range(n):
-            a[i] = self.out_at[i]
-            s[i] = self.out_sub[i]
-            m[i] = self.out_msg[i]
-            e[i] = self.out_entered[i]
-        self.out_at.clear()
-        self.out_sub.clear()
-        self.out_msg.clear()
-        self.out_entered.clear()
-        return at, sub, msg, entered
 
     def publish_batch(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y,
                       const double[::1] t, const int64_t[::1] indptr, const uint32_t[::1] terms,
@@ -392,7 +350,7 @@ cdef class CoreEngine:
                                         &terms[0] if terms.shape[0] else NULL,
                                         &weights[0] if weights.shape[0] else NULL)
                     i = end
-        return self._take_output()
+        return self.changes.take()
 
     def set_timers(self, bint on):
         """Per-phase clocks (stats()["phases"]): off by default, they cost two clock reads a phase."""
@@ -410,7 +368,7 @@ cdef class CoreEngine:
         with nogil:
             self._expire_for(t, False)
             self._flush(0)
-        return self._take_output()
+        return self.changes.take()
 
     # ------------------------------------------------------------------ subscriptions
     def subscribe_batch(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y,
