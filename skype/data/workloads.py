@@ -115,50 +115,44 @@ def tweets_messages(num_messages: int, rng: np.random.Generator, bounds: Bounds 
     starts = np.zeros(num_messages + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
     cdf = np.cumsum(probs)
-    keys = np.empty(int(starts[-1]), dtype=np.intp)
+    keys = np.empty(int(starts[-1]), dtype=np.int32)         # word indices (< vocab_size)
     for a, b in _chunks(num_messages, chunk):
         lo, hi = int(starts[a]), int(starts[b])
         keys[lo:hi] = np.searchsorted(cdf, rng.random(hi - lo) * cdf[-1], side="right").clip(0, len(words) - 1)
     places = load_places()
     pick = population_sample(places, num_messages, rng)
     x, y = _jitter(places.lon[pick], places.lat[pick], 0.05, bounds, rng)
-    # the vocabulary: document frequencies over the whole stream (a term counts once per message)
+    # the vocabulary: document frequencies over the whole stream (a term counts once per message);
+    # a message's distinct terms are also its entries in the term vectors (nnz)
     df = np.zeros(len(words), dtype=np.int64)
+    nnz = 0
     for a, b in _chunks(num_messages, chunk):
         rows = np.repeat(np.arange(a, b, dtype=np.int64), lengths[a:b])
         pairs = np.unique(rows * len(words) + keys[starts[a]:starts[b]])
         df += np.bincount(pairs % len(words), minlength=len(words))
+        nnz += len(pairs)
     present = np.flatnonzero(df)
     vocab = Vocabulary.from_document_frequencies({words[i]: int(df[i]) for i in present}, num_messages)
     key_to_id = np.full(len(words), -1, dtype=np.int64)
     key_to_id[present] = vocab.ids([words[i] for i in present])
-    # the term vectors, message by message: each chunk's rows are rows of the whole matrix
-    parts = []
+    # the term vectors, written in place chunk by chunk: each chunk's rows are rows of the whole
+    # matrix (rows are independent: sorted, counted and normalised apart)
+    indptr = np.zeros(num_messages + 1, dtype=np.int64)
+    ids = np.empty(nnz, dtype=np.int64)
+    weights = np.empty(nnz, dtype=np.float64)
     for a, b in _chunks(num_messages, chunk):
         rows = np.repeat(np.arange(b - a, dtype=np.int64), lengths[a:b])
-        parts.append(vocab.weigh_term_ids(rows, key_to_id[keys[starts[a]:starts[b]]], b - a))
-    del keys
-    return x, y, vocab, _concat_rows(parts, num_messages)
+        part = vocab.weigh_term_ids(rows, key_to_id[keys[starts[a]:starts[b]]], b - a)
+        lo = int(indptr[a])
+        indptr[a + 1:b + 1] = part.indptr[1:] + lo
+        ids[lo:lo + len(part.ids)] = part.ids
+        weights[lo:lo + len(part.ids)] = part.weights
+    return x, y, vocab, TermMatrix(indptr, ids, weights)
 
 
 def _chunks(n: int, chunk: int):
     """(start, stop) of consecutive ranges of at most ``chunk`` out of ``n`` (one if n = 0)."""
     return [(a, min(n, a + chunk)) for a in range(0, max(n, 1), max(chunk, 1))]
-
-
-def _concat_rows(parts: list[TermMatrix], num_rows: int) -> TermMatrix:
-    """The CSR matrix whose rows are those of ``parts``, in order."""
-    indptr = np.zeros(num_rows + 1, dtype=np.int64)
-    row, nnz = 0, 0
-    for p in parts:
-        n = len(p.indptr) - 1
-        indptr[row + 1:row + n + 1] = p.indptr[1:] + nnz
-        row, nnz = row + n, nnz + len(p.ids)
-    ids = np.concatenate([p.ids for p in parts])
-    for p in parts:
-        p.ids = np.zeros(0, dtype=np.int64)  # free each part's ids once copied
-    weights = np.concatenate([p.weights for p in parts])
-    return TermMatrix(indptr, ids, weights)
 
 
 # --------------------------------------------------------------------------- subscriptions
