@@ -118,6 +118,14 @@ class Engine(EngineBase):
         True (default): the window keeps, per message, the subscriptions that buffered it.
         False: no such list; an expiring message is disseminated again against the current
         thresholds to find them (less memory, one more dissemination per expiry).
+    exact_holders
+        True (default): a buffer that drops a message clears its reverse-map entry, so an
+        expiry visits only the buffers that still hold the message (``docs/engine.md``).
+        False: entries stay until the message expires, and expiry checks every one.
+    timers
+        per-phase clocks in ``stats()["phases"]["seconds"]`` (enter, disseminate, scan, verify,
+        admit, expire, re-evaluate, flush).  Off by default: they cost two clock reads a phase.
+        The counters in ``stats()["phases"]["counts"]`` are always kept.
     snapshots
         True: keep the query window (its own message index) that serves the range, knn and
         terms kinds and every snapshot query (``docs/queries.md``).  False (default): topk
@@ -161,6 +169,8 @@ class Engine(EngineBase):
         theta_refresh: float = 0.02,
         cell_walk: str = "auto",
         reverse_map: bool = True,
+        exact_holders: bool = True,
+        timers: bool = False,
         snapshots: bool = False,
         term_trees: str = "lazy",
         query_grid: int = 64,
@@ -264,9 +274,10 @@ class Engine(EngineBase):
         self._core = CoreEngine(
             b.as_tuple(), b.max_dist, self.window or 0, self.window_seconds or 0.0, self._index, self._table,
             buffer, buffer_params, self.params["message_leaf_capacity"], lambda: make_index(BULK_LEAF_FACTOR),
-            bool(reverse_map), message_index,
+            bool(reverse_map), message_index, bool(exact_holders),
         )
         self._core.set_micro_batch(self.params["micro_batch"])
+        self._core.set_timers(bool(timers))
         self.params["query_grid"] = _positive("query_grid", query_grid, int, 1, strict=False)
         self.params["knn_buffer"] = _positive("knn_buffer", knn_buffer, int, 1, strict=False)
         if self.params["query_grid"] > 4096:

@@ -22,11 +22,18 @@ def test_fill_window_registers_into_the_full_window_and_measures_the_rest(tmp_pa
     assert _run(*args) == 0
     w = make_workload("tweets", num_subs=2500, num_messages=900, seed=9)
     metrics = json.loads((tmp_path / "m.json").read_text())
-    fill, _ = split_fill([("msgs", w.messages)], {"window": 300} if window[0] == "--window" else
-                         {"window_seconds": 250.0})
+    span = {"window": 300} if window[0] == "--window" else {"window_seconds": 250.0}
+    fill, rest = split_fill([("msgs", w.messages)], span)
     n_fill = sum(len(b) for b in fill)
+    turn, _ = split_fill(rest, span)            # one window turnover (the default), unmeasured
+    n_turn = sum(len(b) for b in turn)
     assert metrics["fill_messages"] == n_fill and 0 < n_fill < 900
-    assert metrics["messages"] == 900 - n_fill
+    assert metrics["turnover_messages"] == n_turn and 0 < n_turn < 900 - n_fill
+    assert metrics["messages"] == 900 - n_fill - n_turn
+    counts = metrics["phases"]["counts"]
+    assert counts["enter"] == metrics["messages"]
+    # buffers built in bulk register their holders too: expiry visits only live ones
+    assert counts["holders_visited"] == counts["holders_found"] > 0
     assert metrics["engine_stats"]["arrivals"] == 900
     assert metrics["subscribe_s"] > 0 and metrics["fill_s"] > 0
     # 2,500 subscriptions into a full window: the bulk path
@@ -44,3 +51,14 @@ def test_fill_stops_at_the_first_subscription_event():
     assert [len(b) for b in fill] == [20] and rest[0][0] == "sub"
     fill, rest = split_fill([("msgs", w.messages)], {"window": 30})
     assert [len(b) for b in fill] == [30] and len(rest[0][1]) == 20
+
+
+def test_turnover_zero_measures_everything_after_the_fill(tmp_path):
+    args = ["simulate", "--dataset", "tweets", "--num-subs", 500, "--num-messages", 700, "--window", 300,
+            "--seed", 4, "--fill-window", "--turnover", 0, "--timers", "--metrics-out", tmp_path / "m.json"]
+    assert _run(*args) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert metrics["turnover_messages"] == 0 and metrics["messages"] == 400
+    phases = metrics["phases"]
+    assert phases["timers"] is True and phases["counts"]["expire"] == 400
+    assert phases["seconds"]["disseminate"] > 0 and sum(phases["band_postings"]) == phases["counts"]["scan_postings"]

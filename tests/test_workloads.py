@@ -63,3 +63,18 @@ def test_unknown_dataset():
     with pytest.raises(InputError) as err:
         make_workload("yelp")
     assert err.value.code == "E022"
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 333])
+def test_tweets_generated_in_chunks_equal_one_pass(chunk):
+    """The chunked generation draws the same numbers in the same order and does the same
+    operations per message: every array equals the one-pass result bit for bit."""
+    from skype.data.workloads import _streams, tweets_messages
+
+    n = 1000
+    one = tweets_messages(n, _streams(5)[0], chunk=n)
+    parts = tweets_messages(n, _streams(5)[0], chunk=chunk)
+    for a, b in [(one[0], parts[0]), (one[1], parts[1]), (one[3].indptr, parts[3].indptr),
+                 (one[3].ids, parts[3].ids), (one[3].weights, parts[3].weights)]:
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert one[2].to_dict() == parts[2].to_dict()

@@ -4,16 +4,23 @@ Subscriptions are registered before the stream starts; ``--events`` interleaves 
 unsubscribe with messages.  ``--fill-window`` is the paper's protocol instead: the first
 ``window`` messages (a time window: those within ``window_seconds`` of the first) fill the window
 before the subscriptions register (in one bulk ``subscribe_batch``), and only the messages after
-them are measured.  The fill takes messages from the head of the stream only: with ``--events``
-it stops at the first subscribe or unsubscribe event.
+them are measured.  After the registration, ``--turnover W`` windows of messages (default 1 with
+``--fill-window``; a time window: those within W * ``window_seconds`` of the first) are published
+unmeasured, so that every message the subscriptions registered against has expired and AMP, EMP,
+flush and throughput are steady-state figures.  The fill and the turnover take messages from
+the head of the stream only: with ``--events`` they stop at the first subscribe or unsubscribe
+event.  So a count window of N with ``--fill-window`` measures the messages after the first
+(1 + W) * N.
 
-Metrics (``--metrics-out``, JSON): ``messages`` (measured), ``fill_messages``, ``subscriptions``,
+Metrics (``--metrics-out``, JSON): ``messages`` (measured), ``fill_messages``, ``turnover_messages``,
+``turnover_s``, ``subscriptions``,
 ``amp_us`` (mean time per arriving message), ``emp_us`` (mean time per expiring message),
 ``throughput_msgs_per_s`` (measured messages per wall second, arrival and expiry together),
 ``subscribe_s`` (the registration time), ``fill_s``, ``peak_rss_bytes``, ``reevaluations``,
 ``avg_buffer_size``, ``rejected_records``, ``result_changes`` and the engine's own statistics
 (cumulative, the fill included).  AMP, EMP, re-evaluations and throughput count only the measured
-messages.
+messages; so does ``phases`` (the engine's per-phase counters, and its per-phase seconds with
+``--timers``: stats()["phases"] over the measured stream).
 """
 
 from __future__ import annotations
@@ -58,13 +65,20 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reverse-map", action=argparse.BooleanOptionalAction, default=True,
                    help="keep per message the subscriptions that buffered it (default); --no-reverse-map finds "
                         "them at expiry by disseminating the message again: less memory, more work per expiry")
+    g.add_argument("--exact-holders", action=argparse.BooleanOptionalAction, default=True,
+                   help="clear a message's reverse-map entry when a buffer drops it, so that expiry visits only "
+                        "the buffers still holding it (default); --no-exact-holders keeps entries until expiry")
+    g.add_argument("--timers", action="store_true",
+                   help="per-phase clocks in the engine's stats and the metrics (off by default: they cost a "
+                        "little on every phase)")
 
 
 def engine_options(args: argparse.Namespace) -> dict:
     """Keyword arguments of skype.Engine from the engine options."""
     return dict(index=args.index, buffer=args.buffer, kmax=args.kmax, skyband_ratio=args.skyband_ratio,
                 block_size=args.block_size, bands=args.bands, leaf_capacity=args.leaf_capacity, groups=args.groups,
-                reverse_map=args.reverse_map, message_index=args.message_index, micro_batch=args.micro_batch)
+                reverse_map=args.reverse_map, message_index=args.message_index, micro_batch=args.micro_batch,
+                exact_holders=args.exact_holders, timers=args.timers)
 
 
 def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:
@@ -124,10 +138,11 @@ def _counts(engine: EngineBase) -> dict[str, float]:
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
                changes_out: str | None = None, fill_window: dict[str, Any] | None = None,
-               answers_out: str | None = None) -> dict[str, Any]:
+               answers_out: str | None = None, turnover: float = 1.0) -> dict[str, Any]:
     """Register the subscriptions, stream every step through ``engine``; returns run metrics.
     With ``fill_window`` (the window, as :func:`window_of` returns it), the window is filled
-    first and only the messages after it are measured (see the module docstring)."""
+    first, then ``turnover`` windows of messages go through unmeasured, and only the messages after
+    them are measured (see the module docstring)."""
     steps = inputs.steps
     fill_s = 0.0
     fill_n = 0
@@ -143,13 +158,26 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_many(inputs.others)
     t_subscribe = time.perf_counter() - t0
+    turnover_s, turnover_n = 0.0, 0
+    if fill_window is not None and turnover > 0:
+        size = fill_window.get("window")
+        span = ({"window": int(round(turnover * size))} if size is not None
+                else {"window_seconds": turnover * fill_window["window_seconds"]})
+        turn, steps = split_fill(steps, span)
+        t0 = time.perf_counter()
+        for part in turn:
+            for chunk in part.batches(batch_size):
+                engine.publish_batch(chunk)
+        turnover_s = time.perf_counter() - t0
+        turnover_n = sum(len(p) for p in turn)
     before = _counts(engine)
+    phases_before = _phase_counts(engine)
     measured = sum(len(b) for op, b in steps if op == "msgs")
     changes = 0
     sink = open(changes_out, "w", encoding="utf-8") if changes_out else None
     answers = open(answers_out, "w", encoding="utf-8") if answers_out else None
     bar = progress_bar(total=measured, desc="messages", enabled=progress)
-    published = fill_n
+    published = fill_n + turnover_n
     query_s, n_queries = 0.0, 0
     t0 = time.perf_counter()
     try:
@@ -194,6 +222,8 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "input": inputs.description,
         "messages": n,
         "fill_messages": fill_n,
+        "turnover_messages": turnover_n,
+        "turnover_s": turnover_s,
         "subscriptions": stats["subscriptions"],
         "window_size": stats["window_size"],
         "amp_us": (after["arrival_us"] - before["arrival_us"]) / arrivals if arrivals else 0.0,
@@ -211,8 +241,29 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "subscriptions_by_kind": _kind_counts(engine),
         "rejected_records": sum(rejected.values()),
         "rejected_by_code": rejected,
+        "phases": _phase_delta(phases_before, _phase_counts(engine)),
         "engine_stats": stats,
     }
+
+
+def _phase_counts(engine: EngineBase) -> dict[str, Any]:
+    """The engine's cumulative instruments (core engines: stats()["phases"]; others: none)."""
+    return engine.stats().get("phases") or {}
+
+
+def _phase_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The instruments over the measured stream: counts, band postings and seconds differenced."""
+    if not after:
+        return {}
+    out: dict[str, Any] = {"timers": after.get("timers", False)}
+    for key in ("counts", "seconds"):
+        a, b = after.get(key), before.get(key) or {}
+        out[key] = None if a is None else {
+            name: (None if v is None else v - (b.get(name) or 0)) for name, v in a.items()}
+    bands_a, bands_b = after.get("band_postings"), before.get("band_postings") or []
+    out["band_postings"] = None if bands_a is None else [
+        v - (bands_b[i] if i < len(bands_b) else 0) for i, v in enumerate(bands_a)]
+    return out
 
 
 def _kind_counts(engine: EngineBase) -> dict[str, int]:
@@ -226,7 +277,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     inputs = load_inputs(args)
     engine = make_engine(args, inputs)
     metrics = run_stream(engine, inputs, batch_size=args.batch_size, progress=args.progress, changes_out=args.changes_out,
-                         fill_window=window_of(args) if args.fill_window else None, answers_out=args.answers_out)
+                         fill_window=window_of(args) if args.fill_window else None, answers_out=args.answers_out,
+                         turnover=args.turnover)
     metrics["engine"] = args.engine if args.engine == "reference" else f"core ({args.index}, {args.buffer})"
     metrics.update(window_of(args))
     if args.results_out:
@@ -239,6 +291,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         ("window", metrics.get("window") or f"{metrics.get('window_seconds')} s"),
         ("subscriptions", metrics["subscriptions"]), ("messages", metrics["messages"]),
         ("window fill (msgs, s)", f"{metrics['fill_messages']:,}, {metrics['fill_s']:.1f}"),
+        ("turnover (msgs, s)", f"{metrics['turnover_messages']:,}, {metrics['turnover_s']:.1f}"),
         ("registration (s)", f"{metrics['subscribe_s']:.2f}"),
         ("AMP (us/arriving msg)", f"{metrics['amp_us']:.2f}"), ("EMP (us/expiring msg)", f"{metrics['emp_us']:.2f}"),
         ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f}"),
@@ -276,7 +329,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_engine_args(p)
     p.add_argument("--fill-window", action="store_true",
                    help="the paper's protocol: fill the window with the first messages, then register the "
-                        "subscriptions, then measure only the messages after the fill")
+                        "subscriptions, then publish --turnover windows unmeasured, then measure the rest")
+    p.add_argument("--turnover", type=float, default=1.0, metavar="W",
+                   help="with --fill-window: windows of messages published after the registration and before "
+                        "the measured stream, so that it runs in steady state (default: %(default)s)")
     o = p.add_argument_group("output")
     o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
     o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")

@@ -32,6 +32,12 @@ from skype.text import STOPWORDS, Vocabulary, normalize_rows, tokenize
 from skype.data.geonames import load_places, population_sample
 
 DATASETS = ("geonames", "tweets")
+# Generation holds whole-stream columns (locations, term draws, the final CSR term vectors) but
+# computes the per-occurrence intermediates (term draws, (message, term) pairs, tf-idf) this many
+# messages at a time, so its peak stays near the size of its result.  The numbers drawn, their
+# order and every operation per message are those of one pass over the whole stream: the
+# workload does not depend on the chunk size.
+CHUNK_MESSAGES = 250_000
 SUB_KEYWORDS = ("message", "zipf")
 
 
@@ -61,18 +67,6 @@ def _jitter(x: np.ndarray, y: np.ndarray, sigma: float, bounds: Bounds, rng: np.
     x = np.clip(x + rng.normal(0.0, sigma, size=len(x)), bounds.minx, bounds.maxx)
     y = np.clip(y + rng.normal(0.0, sigma, size=len(y)), bounds.miny, bounds.maxy)
     return x, y
-
-
-def _vocab_from_rows(rows: np.ndarray, keys: np.ndarray, names: list[str], num_docs: int) -> tuple[Vocabulary, np.ndarray]:
-    """Vocabulary over ``num_docs`` documents whose term occurrences are (rows, keys) with
-    ``names[key]`` the term; returns it and the keys mapped to term ids."""
-    pairs = np.unique(rows.astype(np.int64) * len(names) + keys)
-    df = np.bincount(pairs % len(names), minlength=len(names))
-    present = np.flatnonzero(df)
-    vocab = Vocabulary.from_document_frequencies({names[i]: int(df[i]) for i in present}, num_docs)
-    key_to_id = np.full(len(names), -1, dtype=np.int64)
-    key_to_id[present] = vocab.ids([names[i] for i in present])
-    return vocab, key_to_id[keys]
 
 
 # --------------------------------------------------------------------------- geonames
@@ -112,16 +106,53 @@ def english_words(size: int = 100_000) -> tuple[list[str], np.ndarray]:
 
 
 def tweets_messages(num_messages: int, rng: np.random.Generator, bounds: Bounds = DEFAULT_BOUNDS,
-                    vocab_size: int = 100_000, mean_terms: float = 9.0):
+                    vocab_size: int = 100_000, mean_terms: float = 9.0, chunk: int = CHUNK_MESSAGES):
+    """Locations, vocabulary and tf-idf term vectors of a tweets-like stream.  The term draws
+    and the per-message passes (document frequencies, then weights) run ``chunk`` messages at a
+    time; the result does not depend on ``chunk`` (see ``CHUNK_MESSAGES``)."""
     words, probs = english_words(vocab_size)
     lengths = 1 + rng.poisson(mean_terms - 1.0, size=num_messages)
+    starts = np.zeros(num_messages + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
     cdf = np.cumsum(probs)
-    keys = np.searchsorted(cdf, rng.random(int(lengths.sum())) * cdf[-1], side="right").clip(0, len(words) - 1)
-    rows = np.repeat(np.arange(num_messages, dtype=np.int64), lengths)
+    keys = np.empty(int(starts[-1]), dtype=np.int32)         # word indices (< vocab_size)
+    for a, b in _chunks(num_messages, chunk):
+        lo, hi = int(starts[a]), int(starts[b])
+        keys[lo:hi] = np.searchsorted(cdf, rng.random(hi - lo) * cdf[-1], side="right").clip(0, len(words) - 1)
     places = load_places()
     pick = population_sample(places, num_messages, rng)
     x, y = _jitter(places.lon[pick], places.lat[pick], 0.05, bounds, rng)
-    return x, y, rows, keys, words
+    # the vocabulary: document frequencies over the whole stream (a term counts once per message);
+    # a message's distinct terms are also its entries in the term vectors (nnz)
+    df = np.zeros(len(words), dtype=np.int64)
+    nnz = 0
+    for a, b in _chunks(num_messages, chunk):
+        rows = np.repeat(np.arange(a, b, dtype=np.int64), lengths[a:b])
+        pairs = np.unique(rows * len(words) + keys[starts[a]:starts[b]])
+        df += np.bincount(pairs % len(words), minlength=len(words))
+        nnz += len(pairs)
+    present = np.flatnonzero(df)
+    vocab = Vocabulary.from_document_frequencies({words[i]: int(df[i]) for i in present}, num_messages)
+    key_to_id = np.full(len(words), -1, dtype=np.int64)
+    key_to_id[present] = vocab.ids([words[i] for i in present])
+    # the term vectors, written in place chunk by chunk: each chunk's rows are rows of the whole
+    # matrix (rows are independent: sorted, counted and normalised apart)
+    indptr = np.zeros(num_messages + 1, dtype=np.int64)
+    ids = np.empty(nnz, dtype=np.int64)
+    weights = np.empty(nnz, dtype=np.float64)
+    for a, b in _chunks(num_messages, chunk):
+        rows = np.repeat(np.arange(b - a, dtype=np.int64), lengths[a:b])
+        part = vocab.weigh_term_ids(rows, key_to_id[keys[starts[a]:starts[b]]], b - a)
+        lo = int(indptr[a])
+        indptr[a + 1:b + 1] = part.indptr[1:] + lo
+        ids[lo:lo + len(part.ids)] = part.ids
+        weights[lo:lo + len(part.ids)] = part.weights
+    return x, y, vocab, TermMatrix(indptr, ids, weights)
+
+
+def _chunks(n: int, chunk: int):
+    """(start, stop) of consecutive ranges of at most ``chunk`` out of ``n`` (one if n = 0)."""
+    return [(a, min(n, a + chunk)) for a in range(0, max(n, 1), max(chunk, 1))]
 
 
 # --------------------------------------------------------------------------- subscriptions
@@ -208,9 +239,7 @@ def make_workload(
         vocab = Vocabulary.build(tokens)
         terms = vocab.vectorize_token_lists(tokens)
     else:
-        x, y, rows, keys, words = tweets_messages(num_messages, msg_rng, bounds)
-        vocab, ids = _vocab_from_rows(rows, keys, words, num_messages)
-        terms = vocab.weigh_term_ids(rows, ids, num_messages)
+        x, y, vocab, terms = tweets_messages(num_messages, msg_rng, bounds)
     t = _timestamps(num_messages, msg_rng)
     messages = MessageBatch(np.arange(num_messages, dtype=np.int64), x, y, t, terms)
     nonempty = messages.terms.lengths() > 0

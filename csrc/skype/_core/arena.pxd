@@ -3,9 +3,10 @@ from libcpp.vector cimport vector
 from libc.stdint cimport uint16_t, uint32_t, uint64_t
 
 
-cdef packed struct BufEntryC:    # one buffered message (14 bytes)
+cdef packed struct BufEntryC:    # one buffered message (18 bytes)
     double score
     uint32_t seq_lo              # low 32 bits of the message's seq (window span < 2^31)
+    uint32_t hold                # its reverse-map entry (window.add_holder's handle)
     uint16_t dc                  # dominance counter: newer buffered messages scoring >= it (< k)
 
 

@@ -18,6 +18,10 @@ cdef class BlockIndex(BlockLayout):
     cdef vector[uint32_t] b_msg    # the message of each pending first meeting
     cdef vector[size_t] b_end      # per message: the end of its run in b_sorted
     cdef vector[sid_t] b_sorted    # pending first meetings, message by message
+    # instruments: postings examined per alpha-band position, and (timed) scan / verify clocks
+    cdef vector[uint64_t] band_posts
+    cdef bint timed
+    cdef double scan_ns, verify_ns
 
     cdef bint _head_prunes(self, const BlockHeadC* h, double wm, double mx, double x, double y) noexcept nogil
     cdef bint _met_before(self, const BlockEntryC* e, const MsgTermC* m, int j) noexcept nogil

@@ -28,11 +28,18 @@ from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, RectC, SubTermC, MsgTermC, prefetch
 from skype._core.subindex cimport SubHotC
 from skype._core.scoring cimport mindist2
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.blocks cimport BlockEntryC, BlockHeadC, BandC, TermListC, below, below_ab, in_prefix
 from skype._core.blocklayout cimport BlockLayout
 
 cdef int VERIFY_AHEAD = 8               # records prefetched ahead in the verification loop
 cdef double COLUMN_SLACK = 2e-5         # float arithmetic of the column test (errors ~1e-6)
+
+
+cdef inline double clock_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
 cdef class BlockIndex(BlockLayout):
@@ -211,8 +218,11 @@ cdef class BlockIndex(BlockLayout):
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int j, g
         cdef term_t t
-        cdef double best = 0.0
+        cdef double best = 0.0, t0 = 0, t1 = 0
         cdef TermListC* tl
+        cdef uint64_t before
+        if self.timed:
+            t0 = clock_ns()
         self.out.clear()
         self.pending.clear()
         self.ctr.messages += 1
@@ -227,10 +237,30 @@ cdef class BlockIndex(BlockLayout):
             if t >= self.lists.size():
                 continue
             tl = &self.lists[t]
+            if self.band_posts.size() < tl.bands.size():
+                self.band_posts.resize(tl.bands.size(), 0)
             for g in range(<int>tl.bands.size()):
                 if tl.bands[g].entries.size():
+                    before = self.ctr.entries_visited
                     self._scan_band(&tl.bands[g], m, j, n, x, y, self.m_maxwt[j + 1])
+                    self.band_posts[g] += self.ctr.entries_visited - before
+        if self.timed:
+            t1 = clock_ns()
+            self.scan_ns += t1 - t0
         self._verify_all(self.pending.data(), self.pending.size(), m, n, x, y)
+        if self.timed:
+            self.verify_ns += clock_ns() - t1
+
+    def set_timers(self, bint on):
+        self.timed = on
+
+    def phase_seconds(self):
+        """Scan and verify clocks (one-at-a-time dissemination, timers on); {} when off."""
+        return {"scan": self.scan_ns / 1e9, "verify": self.verify_ns / 1e9} if self.timed else {}
+
+    def band_postings(self):
+        """Postings examined individually, per alpha-band position (0: the lowest band)."""
+        return [int(v) for v in self.band_posts]
 
     cdef void _verify_all(self, const sid_t* sids, size_t n, const MsgTermC* m, int nm, double x,
                           double y) noexcept nogil:
@@ -251,6 +281,7 @@ cdef class BlockIndex(BlockLayout):
         gets the candidates its own disseminate() would (n < 65,536, terms per message too)."""
         cdef size_t i, q, p, start
         cdef int j, g, nm
+        cdef uint64_t before
         cdef term_t t
         cdef double best
         cdef uint64_t key
@@ -286,9 +317,13 @@ cdef class BlockIndex(BlockLayout):
             m = &terms[offs[i]]
             nm = <int>(offs[i + 1] - offs[i])
             tl = &self.lists[t]
+            if self.band_posts.size() < tl.bands.size():
+                self.band_posts.resize(tl.bands.size(), 0)
             for g in range(<int>tl.bands.size()):
                 if tl.bands[g].entries.size():
+                    before = self.ctr.entries_visited
                     self._scan_band(&tl.bands[g], m, j, nm, xs[i], ys[i], self.b_maxwt[offs[i] + i + j + 1])
+                    self.band_posts[g] += self.ctr.entries_visited - before
             self.b_msg.resize(self.pending.size(), <uint32_t>i)
         # the first meetings, message by message (a counting sort), then each message's checks
         self.b_end.assign(n + 1, 0)

@@ -2,8 +2,8 @@
 """Result buffers: the per-subscription state that yields the exact top-k (spec §4).
 
 Every buffer is an array sorted by (score desc, seq desc), so the top-k is its first k entries;
-the arrays live in one arena of fixed-capacity slots (arena.pyx), and a buffer moves to a larger
-slot when it outgrows its own, or to a right-sized one when a re-evaluation rebuilds it.
+its storage, holder handles, events and theta publication are BufferStore's (bufstore.pyx), the
+base class; this module holds what differs per kind: admission, expiry and re-evaluation.
 Invariants per kind, with theta_s the threshold the subscription index prunes against:
 
 * ``exact``: the buffer is the exact top-k of the window, or (``complete``) every match when
@@ -26,20 +26,25 @@ Invariants per kind, with theta_s the threshold the subscription index prunes ag
 Re-evaluation pulls from the message index in exact ranking order; the k-skyband of the pulled
 set is built in one pass keeping the k newest seqs seen in a min-heap.  Events (+1 entered, -1
 left the top-k) are appended to ``events`` for the engine to net per message.  The reverse map
-(window ``holders``) gets the subscription for every message that enters its buffer, unless
-``track_holders`` is off: the engine then finds the holders of an expiring message by
-disseminating it again, which relies on the invariant that every buffered entry scores >= its
-subscription's current theta (exact: theta is the k-th of at most k entries; kmax: the last
-entry; skyband kinds: theta only changes when the buffer is rebuilt from entries >= it;
-complete buffers: theta = 0).
+(window ``holders``) gets the subscription for every message that enters its buffer, and (with
+``exact_holders``, the default) loses it when the message leaves the buffer other than by its own
+expiry: each entry keeps the handle of its reverse-map entry (``hold``), and ``_drop_entry``
+(bufstore.pyx) clears that entry, so at expiry the live entries are exactly the buffers that hold the message
+(docs/engine.md, "Expiry visits only live holders").  Unless ``track_holders`` is off: the
+engine then finds the holders of an expiring message by disseminating it again, which relies
+on the invariant that every buffered entry scores >= its subscription's current theta (exact:
+theta is the k-th of at most k entries; kmax: the last entry; skyband kinds: theta only changes
+when the buffer is rebuilt from entries >= it; complete buffers: theta = 0).
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport INFINITY
-from libc.string cimport memcpy, memmove
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, seq_t, ext_id_t
-from skype._core.window cimport WindowStore, win_next_seq, win_get
+from libc.string cimport memmove
+from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from skype._core.types cimport sid_t, seq_t
+from skype._core.arena cimport EntryArena
+from skype._core.window cimport WindowStore, win_next_seq
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
@@ -90,19 +95,13 @@ cdef inline void heap_replace_min(vector[seq_t]* h, seq_t v) noexcept nogil:
     h[0][i] = v
 
 
-cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
-    if a.sid != b.sid:
-        return a.sid < b.sid
-    return a.msg < b.msg
-
-
-cdef class Buffers:
+cdef class Buffers(BufferStore):
     def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, WindowRanking msgs,
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
                   double barrier_factor=2.0, int stop_after=3, int nmax_factor=20,
                   double refresh_factor=3.0, bint count_window=True, int bulk_factor=2,
-                  bint track_holders=True):
+                  bint track_holders=True, bint exact_holders=True):
         self.kind = KINDS[kind]
         self.count_window = count_window
         self.table = table
@@ -132,79 +131,14 @@ cdef class Buffers:
         self.src = NULL
         self.bulk_factor = bulk_factor
         self.track_holders = track_holders
+        self.exact_holders = track_holders and exact_holders
+        self.n_admits_topk = 0
+        self.n_holders_dropped = 0
+        self.timed = False
+        self.reeval_ns = 0
         self.n_bulk_inits = 0
         self.n_bulk_fallbacks = 0
         self.arena = EntryArena()
-
-    # ------------------------------------------------------------------ helpers
-    cdef void ensure(self, sid_t sid) noexcept nogil:
-        if self.buf.size() <= sid:
-            self.buf.resize(sid + 1)
-
-    cdef inline BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil:
-        return slot_entries(self.arena, sb.slot)
-
-    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil:
-        """The buffer's entries, in a slot that holds at least n (moved to the smallest class
-        that does, when its own is too small: classes are a quarter apart, so moves are rare)."""
-        cdef BufEntryC* old = self._entries(sb)
-        cdef SlotC slot
-        cdef BufEntryC* moved
-        if sb.slot.cls != NO_SLOT and self.arena.cap[sb.slot.cls] >= n:
-            return old
-        slot = self.arena.take(self.arena.class_for(n))
-        moved = slot_entries(self.arena, slot)
-        if sb.size:
-            memcpy(moved, old, sb.size * sizeof(BufEntryC))
-        self.arena.give(sb.slot)
-        sb.slot = slot
-        return moved
-
-    cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil:
-        """Replace the entries by src[0:n], in the smallest class that holds one more."""
-        cdef uint16_t cls = self.arena.class_for(n + 1)
-        if sb.slot.cls != cls:
-            self.arena.give(sb.slot)
-            sb.slot = self.arena.take(cls)
-        if n:
-            memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
-        sb.size = <uint32_t>n
-
-    cdef void _release(self, SubBufC* sb) noexcept nogil:
-        self.arena.give(sb.slot)
-        sb.slot.cls = NO_SLOT
-        sb.slot.index = 0
-        sb.size = 0
-
-    cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
-        cdef seq_t newest = win_next_seq(self.window) - 1
-        return newest - <uint32_t>(<uint32_t>newest - lo)
-
-    cdef inline ext_id_t _ext(self, uint32_t lo) noexcept nogil:
-        return win_get(self.window, self._full_seq(lo)).ext_id
-
-    cdef inline void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil:
-        cdef EventC e
-        e.sid = sid
-        e.delta = delta
-        e.msg = self._ext(lo)
-        self.events.push_back(e)
-
-    cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
-        if self.table.hot[sid].theta == theta:
-            return
-        if self.batching and theta < self.table.hot[sid].theta:
-            # the batch's candidates were found against the higher theta (engine.pyx)
-            if self.fell_stamp.size() <= sid:
-                self.fell_stamp.resize(self.table.hot.size(), 0)
-            if self.fell_stamp[sid] != self.batch_stamp:
-                self.fell_stamp[sid] = self.batch_stamp
-                self.fell.push_back(sid)
-        self.table.hot[sid].theta = theta
-        if notify:
-            self.index.theta_changed(sid)
-        else:
-            self.table.theta_idx[sid] = theta
 
     cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
         """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
@@ -321,6 +255,17 @@ cdef class Buffers:
         return False
 
     cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil:
+        """_rebuild, timed when it runs on the stream (emit) and the timers are on."""
+        cdef timespec a, b
+        if not (self.timed and emit):
+            self._rebuild(sid, emit, notify)
+            return
+        clock_gettime(CLOCK_MONOTONIC, &a)
+        self._rebuild(sid, emit, notify)
+        clock_gettime(CLOCK_MONOTONIC, &b)
+        self.reeval_ns += (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)
+
+    cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil:
         cdef SubBufC* sb
         cdef const BufEntryC* B
         cdef int32_t k
@@ -339,6 +284,7 @@ cdef class Buffers:
         self.old_all.clear()
         for i in range(sb.size):
             self.old_all.push_back(B[i].seq_lo)
+        self._remember_holds(sb)
         self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (sb.size if <int32_t>sb.size < k else k))
         complete = self._pull(sid, &theta)
         self.last_scan = self.pulled.size()
@@ -387,16 +333,10 @@ cdef class Buffers:
                                           else self.model.window_n)
         # a right-sized slot (the scratch vector has the largest size any re-evaluation needed)
         self._store(sb, self.rebuilt.data(), self.rebuilt.size())
-        B = self._entries(sb)
         sb.complete = complete
         # a complete buffer that grows refresh_factor times past this size is re-evaluated
         sb.refresh_at = <uint32_t>min(self.refresh_factor * (sb.size if <int32_t>sb.size > k else k), 4294967295.0)
-        # reverse map: register the messages that are new to this buffer
-        std_sort(self.old_all.begin(), self.old_all.end())
-        if self.track_holders:
-            for i in range(sb.size):
-                if not self._contains(&self.old_all, B[i].seq_lo):
-                    self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
+        self._hand_over_holds(sid)           # the reverse map follows the rebuilt buffer
         if emit:
             self._diff_events(sid, k)
         # work accounting for the cost model's C_q (a bulk run that sufficed made no query:
@@ -472,6 +412,10 @@ cdef class Buffers:
         sb.retune_at = 0
 
     cdef void drop_sub(self, sid_t sid) noexcept nogil:
+        cdef const BufEntryC* B = self._entries(&self.buf[sid])
+        cdef size_t i
+        for i in range(self.buf[sid].size):
+            self._drop_entry(&B[i])
         self._release(&self.buf[sid])
         self.buf[sid].complete = 1
 
@@ -484,6 +428,7 @@ cdef class Buffers:
         cdef BufEntryC e
         e.score = score
         e.seq_lo = <uint32_t>seq
+        e.hold = 0
         e.dc = 0
         self.n_admits += 1
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
@@ -496,18 +441,21 @@ cdef class Buffers:
             n += 1
             sb.size = <uint32_t>n
             if self.track_holders:
-                self.window.add_holder(seq, sid)
+                B[pos].hold = self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
+                self.n_admits_topk += 1
                 self._event(sid, 1, e.seq_lo)
                 if <int32_t>n > k:
                     self._event(sid, -1, B[k].seq_lo)
             if <int32_t>n > cap:
                 sb.size -= 1
                 sb.complete = 0
+                self._drop_entry(&B[cap])
             self._update_theta(sid)
             return
         # skyband kinds: the new message dominates every (older) entry scoring <= it
         if <int32_t>pos < k:
+            self.n_admits_topk += 1
             self._event(sid, 1, e.seq_lo)
             if <int32_t>n >= k:
                 self._event(sid, -1, B[k - 1].seq_lo)   # pushed from rank k to k + 1
@@ -517,13 +465,15 @@ cdef class Buffers:
             if <int32_t>B[i].dc < k:
                 B[w] = B[i]
                 w += 1
+            else:
+                self._drop_entry(&B[i])             # k newer entries dominate it: evicted
         sb.size = <uint32_t>w
         B = self._room(sb, w + 1)
         memmove(B + pos + 1, B + pos, (w - pos) * sizeof(BufEntryC))
         B[pos] = e
         sb.size = <uint32_t>(w + 1)
         if self.track_holders:
-            self.window.add_holder(seq, sid)
+            B[pos].hold = self.window.add_holder(seq, sid)
         sb.admits += 1
         # Re-tune a buffer whose plan went stale: a complete buffer that outgrew its size, or
         # one admitting over twice the planned rate (thresholds chosen while the window was
@@ -535,8 +485,9 @@ cdef class Buffers:
             self._reevaluate(sid, True, True)
             self.n_refreshes += 1
 
-    cdef void expire(self, sid_t sid, seq_t seq) noexcept nogil:
-        """The window's oldest message ``seq`` expires; ``sid`` is one of its holders."""
+    cdef bint expire(self, sid_t sid, seq_t seq) noexcept nogil:
+        """The window's oldest message ``seq`` expires; ``sid`` is one of its holders.  False:
+        the buffer no longer held it (a stale entry: never with exact holders)."""
         cdef SubBufC* sb = &self.buf[sid]
         cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k
@@ -545,7 +496,7 @@ cdef class Buffers:
         while p < n and B[p].seq_lo != lo:
             p += 1
         if p == n:
-            return                                 # stale reverse-map entry
+            return False                           # stale reverse-map entry
         if <int32_t>p < k:
             self._event(sid, -1, lo)
         n -= 1
@@ -558,43 +509,13 @@ cdef class Buffers:
             self.n_reevaluations += 1
         else:
             self._update_theta(sid)
-
-    cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
-        """Append the top-k of ``sid`` (ids and scores, ranking order)."""
-        cdef const SubBufC* sb = &self.buf[sid]
-        cdef const BufEntryC* B = self._entries(sb)
-        cdef int32_t k = sb.k
-        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
-        for i in range(n):
-            ids.push_back(self._ext(B[i].seq_lo))
-            scores.push_back(B[i].score)
+        return True
 
     # ------------------------------------------------------------------ Python access
-    def topk(self, sid_t sid):
-        import numpy as np
-        cdef const SubBufC* sb = &self.buf[sid]
-        cdef const BufEntryC* B = self._entries(sb)
-        cdef int32_t k = sb.k
-        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
-        ids = np.empty(n, dtype=np.int64)
-        scores = np.empty(n, dtype=np.float64)
-        for i in range(n):
-            ids[i] = self._ext(B[i].seq_lo)
-            scores[i] = B[i].score
-        return ids, scores
-
     def set_window_estimates(self, double window_n, double p_arrival, double p_expiry):
         self.model.window_n = window_n
         self.model.p_arrival = p_arrival
         self.model.p_expiry = p_expiry
-
-    def sizes(self):
-        """(buffer size, complete flag) of every live subscription, by slot."""
-        import numpy as np
-        cdef size_t sid
-        live = [sid for sid in range(self.buf.size()) if sid < self.table.hot.size() and self.table.hot[sid].alive]
-        return (np.array([self.buf[sid].size for sid in live], dtype=np.int64),
-                np.array([self.buf[sid].complete for sid in live], dtype=bool))
 
     def stats(self):
         cdef size_t total = 0, live = 0, sid
@@ -608,7 +529,6 @@ cdef class Buffers:
             "bulk_initializations": self.n_bulk_inits, "bulk_fallbacks": self.n_bulk_fallbacks,
             "reevaluation_work": self.reeval_work,
             "avg_buffer_size": <double>total / live if live else 0.0, "buffered_entries": total,
+            "admits_in_topk": self.n_admits_topk, "holders_dropped": self.n_holders_dropped,
+            "exact_holders": bool(self.exact_holders), "reevaluate_seconds": self.reeval_ns / 1e9,
         }
-
-    def memory_bytes(self):
-        return self.buf.capacity() * sizeof(SubBufC) + self.arena.memory_bytes()

@@ -6,6 +6,7 @@ from skype._core.window cimport WindowStore
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC
 from skype._core.buffers cimport Buffers
+from skype._core.flush cimport TopkChanges
 
 
 cdef class CoreEngine:
@@ -20,8 +21,7 @@ cdef class CoreEngine:
     cdef double arrival_ns, expiry_ns   # time spent in arrivals / expirations
     cdef uint64_t arrivals, expirations
     cdef double recent_arrivals, recent_expirations   # decayed counts (time-window estimates)
-    cdef vector[int64_t] out_at, out_sub, out_msg
-    cdef vector[uint8_t] out_entered
+    cdef TopkChanges changes            # the output: netted top-k changes (flush.pyx)
     cdef vector[MsgTermC] msg_terms     # the arriving message's terms as records
     cdef bint reverse_map               # False: holders found at expiry by re-dissemination
     cdef uint64_t expiry_candidates     # candidates verified by those re-disseminations
@@ -39,6 +39,13 @@ cdef class CoreEngine:
     cdef vector[size_t] batch_offs
     cdef vector[double] batch_x, batch_y
     cdef uint64_t batch_rescored        # exact scores of subscriptions whose theta fell in a batch
+    # instruments (stats()["phases"]): counters always, phase timers only when ``timed``
+    cdef bint timed                     # per-phase clocks on (off by default: two clock reads a phase)
+    cdef double enter_ns, disseminate_ns, admit_ns, flush_ns   # arrival phases (timed only)
+    cdef uint64_t holder_entries        # reverse-map entries read at expiry
+    cdef uint64_t holders_visited       # of them, the buffers visited (live subscription)
+    cdef uint64_t holders_found         # of those, the buffers that still held the message
+    cdef uint64_t flushed_events, flushed_changes   # top-k events before and after netting
 
     cdef void _expire_oldest(self) noexcept nogil
     cdef void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil

@@ -9,7 +9,7 @@ publish(m):
   2. arrive: the message enters the window store and the message index; the subscription index
      finds every subscription with ST(s, m) >= theta_s; each admits m into its buffer.
   3. the top-k events of the message are netted per (subscription, message) and appended to the
-     output (at = the message's position in the batch).
+     output (at = the message's position in the batch; flush.pyx).
 Micro-batching (``micro_batch`` > 1) runs step 2's dissemination for several messages at once,
 against the thresholds before the batch (the index may read each posting list once for all of
 them), then steps 1-3 message by message.  A candidate is admitted only if it still reaches its
@@ -23,22 +23,26 @@ import numpy as np
 cimport numpy as cnp
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
 from skype._core.scoring cimport outside_time_window, score_pair
-from skype._core.window cimport WindowStore, MsgC, win_get, win_oldest, win_terms, win_extra_holders, win_holder_at
+from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_oldest, win_terms,
+                                 win_extra_holders, win_holder_at)
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
 from skype._core.bulk cimport bulk_capacity, bulk_replay
+from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
 
 cdef enum:
     ADMIT_FAR = 8        # admissions: buffer records fetched this many candidates ahead
     ADMIT_NEAR = 4       # ... and their entries
+    EXPIRE_AHEAD = 8     # expiry: the holders' buffer records fetched this many holders ahead
+    EXPIRE_NEAR = 4      # ... and their entries
 
 cdef double DECAY = 1.0 - 1.0 / 10000.0     # time windows: arrival/expiry rates over ~10k events
 cdef double RATE_PRIOR = 500.0              # pseudo-events of each kind in that estimate
@@ -50,17 +54,11 @@ cdef inline double now_ns() noexcept nogil:
     return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
-cdef bint event_less(const EventC& a, const EventC& b) noexcept nogil:
-    if a.sid != b.sid:
-        return a.sid < b.sid
-    return a.msg < b.msg
-
-
 cdef class CoreEngine:
     def __cinit__(self, tuple bounds, double max_dist, uint64_t count_window, double time_window,
                   SubscriptionIndex index, SubTable table, str buffer, dict buffer_params,
                   int message_leaf_capacity=64, object index_factory=None, bint reverse_map=True,
-                  str message_index="lists"):
+                  str message_index="lists", bint exact_holders=True):
         minx, miny, maxx, maxy = bounds
         self.window = WindowStore()
         if message_index == "lists":
@@ -75,8 +73,10 @@ cdef class CoreEngine:
         window_n = <double>count_window if count_window else 1.0
         self.reverse_map = reverse_map
         self.expiry_candidates = 0
+        self.changes = TopkChanges()
         self.buffers = Buffers(buffer, table, index, self.msgs, self.window, window_n,
-                               count_window=count_window > 0, track_holders=reverse_map, **buffer_params)
+                               count_window=count_window > 0, track_holders=reverse_map,
+                               exact_holders=exact_holders, **buffer_params)
         self.arrival_ns = 0
         self.expiry_ns = 0
         self.arrivals = 0
@@ -101,6 +101,10 @@ cdef class CoreEngine:
         self.bulk_counters = {}
         self.micro_batch = 1
         self.batch_rescored = 0
+        self.timed = False
+        self.enter_ns = self.disseminate_ns = self.admit_ns = self.flush_ns = 0
+        self.holder_entries = self.holders_visited = self.holders_found = 0
+        self.flushed_events = self.flushed_changes = 0
 
     # ------------------------------------------------------------------ the stream
     cdef void _expire_oldest(self) noexcept nogil:
@@ -109,6 +113,8 @@ cdef class CoreEngine:
         cdef vector[sid_t]* extra = win_extra_holders(self.window, seq)
         cdef uint64_t pos
         cdef size_t i
+        cdef size_t n
+        cdef sid_t sid
         cdef CountersC saved
         self.msgs.remove(seq)
         if not self.reverse_map:
@@ -129,17 +135,37 @@ cdef class CoreEngine:
             self.expirations += 1
             self.recent_expirations += 1
             return
+        # the live holders: the FIFO block, then the extra list, dead entries skipped (buffers.pyx
+        # keeps both exact); their buffer records are fetched EXPIRE_AHEAD holders ahead
+        self.expiring.clear()
         for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
-            self._expire_from(win_holder_at(self.window, pos), seq)
+            sid = win_holder_at(self.window, pos)
+            if sid != NO_HOLDER:
+                self.expiring.push_back(sid)
         for i in range(extra.size()):
-            self._expire_from(extra[0][i], seq)
+            if extra[0][i] != NO_HOLDER:
+                self.expiring.push_back(extra[0][i])
+        self.holder_entries += m.hold_n + extra.size()
+        n = self.expiring.size()
+        for i in range(n if n < EXPIRE_AHEAD else EXPIRE_AHEAD):
+            prefetch(&self.buffers.buf[self.expiring[i]])
+        for i in range(n):
+            if i + EXPIRE_AHEAD < n:
+                prefetch(&self.buffers.buf[self.expiring[i + EXPIRE_AHEAD]])
+            if i + EXPIRE_NEAR < n:
+                prefetch_buffer(self.buffers, self.expiring[i + EXPIRE_NEAR])
+            self._expire_from(self.expiring[i], seq)
         self.window.pop_oldest()
         self.expirations += 1
         self.recent_expirations += 1
 
     cdef inline void _expire_from(self, sid_t sid, seq_t seq) noexcept nogil:
-        if self.table.hot[sid].alive:
-            self.buffers.expire(sid, seq)
+        # exact holders: every live entry is a live subscription (drop_sub clears its entries)
+        if not self.buffers.exact_holders and not self.table.hot[sid].alive:
+            return
+        self.holders_visited += 1
+        if self.buffers.expire(sid, seq):
+            self.holders_found += 1
 
     cdef void _expire_for(self, double t, bint arriving) noexcept nogil:
         cdef double start = now_ns()
@@ -165,10 +191,18 @@ cdef class CoreEngine:
 
     cdef void _arrive_terms(self, int64_t ext_id, double x, double y, double t,
                             const MsgTermC* terms, int n) noexcept nogil:
-        cdef double start = now_ns()
+        cdef double start = now_ns(), t1 = 0, t2 = 0
         cdef seq_t seq = self._enter(ext_id, x, y, t, terms, n)
+        if self.timed:
+            t1 = now_ns()
+            self.enter_ns += t1 - start
         self.index.disseminate(terms, n, x, y)
+        if self.timed:
+            t2 = now_ns()
+            self.disseminate_ns += t2 - t1
         self._admit_all(seq, self.index.out.data(), self.index.out.size(), False)
+        if self.timed:
+            self.admit_ns += now_ns() - t2
         self.arrivals += 1
         self.arrival_ns += now_ns() - start
 
@@ -237,6 +271,7 @@ cdef class CoreEngine:
         cdef MsgTermC mt
         cdef seq_t seq
         cdef size_t b
+        cdef double t1 = 0, t2
         self.batch_terms.clear()
         self.batch_offs.clear()
         self.batch_offs.push_back(0)
@@ -253,7 +288,10 @@ cdef class CoreEngine:
             self.batch_y.push_back(y[i])
         self.index.disseminate_batch(self.batch_terms.data(), self.batch_offs.data(), self.batch_x.data(),
                                      self.batch_y.data(), <size_t>(end - first))
-        self.arrival_ns += now_ns() - start
+        t2 = now_ns()
+        self.arrival_ns += t2 - start
+        if self.timed:
+            self.disseminate_ns += t2 - start
         self.buffers.batch_stamp += 1
         if self.buffers.batch_stamp == 0:           # wrapped: forget every old stamp
             self.buffers.fell_stamp.assign(self.buffers.fell_stamp.size(), 0)
@@ -266,56 +304,30 @@ cdef class CoreEngine:
             b = <size_t>(i - first)
             seq = self._enter(ids[i], x[i], y[i], t[i], &self.batch_terms[self.batch_offs[b]],
                               <int>(self.batch_offs[b + 1] - self.batch_offs[b]))
+            if self.timed:
+                t1 = now_ns()
+                self.enter_ns += t1 - start
             self._admit_all(seq, self.index.batch_out.data() + self.index.batch_off[b],
                             self.index.batch_off[b + 1] - self.index.batch_off[b], True)
             self.arrivals += 1
-            self.arrival_ns += now_ns() - start
+            t2 = now_ns()
+            self.arrival_ns += t2 - start
+            if self.timed:
+                self.admit_ns += t2 - t1
             self._flush(i)
         self.buffers.batching = False
 
     cdef void _flush(self, int64_t at) noexcept nogil:
-        """Net the events of one message per (subscription, message) and append them."""
+        """Net the events of one message per (subscription, message) and append them (flush.pyx)."""
         cdef vector[EventC]* ev = &self.buffers.events
-        cdef size_t i = 0, j
-        cdef int32_t total
-        cdef uint8_t entered
+        cdef double start
         if ev.size() == 0:
             return
-        std_sort(ev.begin(), ev.end(), event_less)
-        while i < ev.size():
-            j = i
-            total = 0
-            while j < ev.size() and ev[0][j].sid == ev[0][i].sid and ev[0][j].msg == ev[0][i].msg:
-                total += ev[0][j].delta
-                j += 1
-            if total != 0:
-                self.out_at.push_back(at)
-                self.out_sub.push_back(self.table.ext_id[ev[0][i].sid])
-                self.out_msg.push_back(ev[0][i].msg)
-                entered = total > 0
-                self.out_entered.push_back(entered)
-            i = j
-        ev.clear()
-
-    def _take_output(self):
-        n = self.out_at.size()
-        at = np.empty(n, dtype=np.int64)
-        sub = np.empty(n, dtype=np.int64)
-        msg = np.empty(n, dtype=np.int64)
-        entered = np.empty(n, dtype=bool)
-        cdef size_t i
-        cdef int64_t[::1] a = at, s = sub, m = msg
-        cdef uint8_t[::1] e = entered.view(np.uint8)
-        for i in range(n):
-            a[i] = self.out_at[i]
-            s[i] = self.out_sub[i]
-            m[i] = self.out_msg[i]
-            e[i] = self.out_entered[i]
-        self.out_at.clear()
-        self.out_sub.clear()
-        self.out_msg.clear()
-        self.out_entered.clear()
-        return at, sub, msg, entered
+        start = now_ns() if self.timed else 0
+        self.flushed_events += ev.size()
+        self.flushed_changes += self.changes.net(ev, at, self.table.ext_id.data())
+        if self.timed:
+            self.flush_ns += now_ns() - start
 
     def publish_batch(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y,
                       const double[::1] t, const int64_t[::1] indptr, const uint32_t[::1] terms,
@@ -338,7 +350,14 @@ cdef class CoreEngine:
                                         &terms[0] if terms.shape[0] else NULL,
                                         &weights[0] if weights.shape[0] else NULL)
                     i = end
-        return self._take_output()
+        return self.changes.take()
+
+    def set_timers(self, bint on):
+        """Per-phase clocks (stats()["phases"]): off by default, they cost two clock reads a phase."""
+        self.timed = on
+        self.buffers.timed = on
+        if hasattr(self.index, "set_timers"):
+            self.index.set_timers(on)
 
     def set_micro_batch(self, size_t messages):
         """Disseminate this many messages at once (1: one at a time)."""
@@ -349,7 +368,7 @@ cdef class CoreEngine:
         with nogil:
             self._expire_for(t, False)
             self._flush(0)
-        return self._take_output()
+        return self.changes.take()
 
     # ------------------------------------------------------------------ subscriptions
     def subscribe_batch(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y,
@@ -507,6 +526,32 @@ cdef class CoreEngine:
     def index_object(self):
         return self.index
 
+    def _phases(self, dict b):
+        """The instruments: per-phase counters, and per-phase seconds when the timers are on
+        (``None`` otherwise).  scan and verify split the dissemination where the index times them."""
+        c = self.index.counters()
+        idx = self.index.phase_seconds() if hasattr(self.index, "phase_seconds") else {}
+        timed = bool(self.timed)
+        return {
+            "timers": timed,
+            "counts": {
+                "enter": self.arrivals, "scan_postings": c["entries_visited"], "verify": c["candidates"],
+                "admit": b["admits"], "admits_in_topk": b["admits_in_topk"],
+                "expire": self.expirations, "holder_entries": self.holder_entries,
+                "holders_visited": self.holders_visited, "holders_found": self.holders_found,
+                "holders_dropped": b["holders_dropped"],
+                "reevaluate": b["reevaluations"] + b["threshold_refreshes"],
+                "flush_events": self.flushed_events, "flush_changes": self.flushed_changes,
+            },
+            "band_postings": self.index.band_postings() if hasattr(self.index, "band_postings") else None,
+            "seconds": {
+                "enter": self.enter_ns / 1e9, "disseminate": self.disseminate_ns / 1e9,
+                "scan": idx.get("scan"), "verify": idx.get("verify"),
+                "admit": self.admit_ns / 1e9, "expire": self.expiry_ns / 1e9,
+                "reevaluate": b["reevaluate_seconds"], "flush": self.flush_ns / 1e9,
+            } if timed else None,
+        }
+
     def stats(self):
         b = self.buffers.stats()
         return {
@@ -526,6 +571,7 @@ cdef class CoreEngine:
                                   "seconds": self.bulk_ns / 1e9, "build_seconds": self.bulk_build_ns / 1e9,
                                   "offers": self.bulk_offers, "dissemination": dict(self.bulk_counters)},
             "dissemination": self.index.counters(),
+            "phases": self._phases(b),
             "message_index": self.msgs.stats(),
             "buffer_arena": self.buffers.arena.stats(),
             "memory_bytes": {

@@ -4,6 +4,19 @@ from libcpp.unordered_set cimport unordered_set
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t, MsgTermC
 
+cdef extern from *:
+    """
+    #define SKYPE_NO_HOLDER 0xFFFFFFFFu
+    #define SKYPE_HOLD_EXTRA 0x80000000u
+    #define SKYPE_HOLD_MASK 0x7FFFFFFFu
+    """
+    # a dropped reverse-map entry (its buffer evicted the message)
+    const sid_t NO_HOLDER "SKYPE_NO_HOLDER"
+    # holder handles: bit 31 set, an index into the message's extra list; else the low 31 bits
+    # of an absolute position in the holder ring
+    const uint32_t HOLD_EXTRA "SKYPE_HOLD_EXTRA"
+    const uint32_t HOLD_MASK "SKYPE_HOLD_MASK"
+
 
 cdef struct MsgC:
     seq_t seq              # arrival number (dense: the window holds seq oldest..oldest+count-1)
@@ -31,7 +44,8 @@ cdef class WindowStore:
     cdef uint64_t hold_tail
     cdef unordered_set[int64_t] ids        # external ids in the window (duplicate detection)
 
-    cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil
+    cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil
+    cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil
     cdef void _grow_ring(self) noexcept nogil
     cdef void _grow_holders(self) noexcept nogil
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil

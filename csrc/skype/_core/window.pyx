@@ -11,8 +11,12 @@ Invariants:
   two parts.  Admissions on arrival happen while the message is the newest, so they append to a
   FIFO holder ring: each message owns the block ``[hold_pos, hold_pos + hold_n)``, and blocks
   leave with their messages.  Holders added later (re-evaluations re-admit older messages) go to
-  a small per-message ``extra`` list.  Either part may keep stale entries (a buffer evicted the
-  message, or the subscription was removed): readers must check the buffer.
+  a small per-message ``extra`` list.  ``add_holder`` returns a handle to the entry, and the
+  buffer stores it beside the message: when the buffer drops the message (eviction, a
+  re-evaluation, the subscription's removal) ``drop_holder`` overwrites the entry with
+  NO_HOLDER, so the live entries of a message are exactly the buffers holding it (buffers.pyx).
+  Handles: the low 31 bits of a ring position (the ring's live span stays below 2^31 entries),
+  or HOLD_EXTRA | the index in the extra list (which only grows while its message lives).
 * Rings double when full; positions are absolute (a ring slot is ``pos & (capacity - 1)``), so
   growth copies each live slot to its new slot and nothing is rebased (terms are re-laid out
   compactly because their blocks must stay contiguous).
@@ -20,7 +24,7 @@ Invariants:
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
-from skype._core.window cimport win_next_seq, win_get, win_extra_holders
+from skype._core.window cimport win_next_seq, win_get, win_extra_holders, NO_HOLDER, HOLD_EXTRA, HOLD_MASK
 
 cdef enum:
     INITIAL_RING = 1024
@@ -42,17 +46,32 @@ cdef class WindowStore:
         self.hold_head = 0
         self.hold_tail = 0
 
-    cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
+    cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
+        """Register sid as a holder of seq (a window message); returns the entry's handle."""
         cdef MsgC* m
+        cdef vector[sid_t]* extra
         if seq + 1 != win_next_seq(self):
-            win_extra_holders(self, seq).push_back(sid)
-            return
+            extra = win_extra_holders(self, seq)
+            extra.push_back(sid)
+            return HOLD_EXTRA | <uint32_t>(extra.size() - 1)
         if self.hold_tail - self.hold_head == self.hold_ring.size():
             self._grow_holders()
         self.hold_ring[self.hold_tail & (self.hold_ring.size() - 1)] = sid
         self.hold_tail += 1
         m = win_get(self, seq)
         m.hold_n += 1
+        return <uint32_t>((self.hold_tail - 1) & HOLD_MASK)
+
+    cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil:
+        """The holder entry ``handle`` of seq (a window message) no longer holds it."""
+        cdef uint64_t pos
+        if handle & HOLD_EXTRA:
+            win_extra_holders(self, seq)[0][handle & HOLD_MASK] = NO_HOLDER
+            return
+        # the newest ring position whose low 31 bits are the handle's (the entry is live, so
+        # within 2^31 of the tail)
+        pos = self.hold_tail - 1 - (((self.hold_tail - 1) - handle) & HOLD_MASK)
+        self.hold_ring[pos & (self.hold_ring.size() - 1)] = NO_HOLDER
 
     cdef void _grow_holders(self) noexcept nogil:
         cdef uint64_t cap = self.hold_ring.size(), pos

@@ -1,0 +1,77 @@
+# Result buffers' storage and reverse map (bufstore.pyx): the per-subscription records, their
+# entries in the arena, the holder handles, the top-k events and theta publication.
+from libcpp.vector cimport vector
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from skype._core.types cimport sid_t, seq_t, ext_id_t
+from skype._core.arena cimport BufEntryC, SlotC, EntryArena, slot_entries
+from skype._core.window cimport WindowStore, win_next_seq, win_get
+from skype._core.subindex cimport SubTable, SubscriptionIndex
+
+
+cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1) sid's top-k
+    sid_t sid
+    int32_t delta
+    ext_id_t msg
+
+
+cdef struct SubBufC:              # one subscription's result buffer (44 bytes)
+    SlotC slot                    # its entries in the arena, sorted by (score desc, seq desc):
+    uint32_t size                 # the top-k is the first k of the size held
+    int32_t k
+    float cq                      # running mean of its re-evaluation work (cost model's C_q)
+    uint32_t refresh_at           # a complete buffer is re-evaluated beyond this many entries
+    float p_theta                 # planned admission probability per arrival (n_theta / |W|)
+    uint32_t born                 # arrival counter (low 32 bits) at the last re-evaluation
+    uint32_t admits               # admissions since the last re-evaluation
+    uint32_t retune_at            # window size at which a plan made on a filling window is redone
+    # complete = 1: holds every match (skyband kinds: the k-skyband of every match), so
+    # theta = 0 and expiry never re-evaluates
+    uint8_t complete
+
+
+cdef class BufferStore:
+    cdef SubTable table
+    cdef SubscriptionIndex index
+    cdef WindowStore window
+    cdef vector[SubBufC] buf                 # per sid
+    cdef EntryArena arena                    # every buffer's entries
+    cdef vector[EventC] events               # events of the current operation
+    cdef bint track_holders                  # register holders in the window's reverse map
+    cdef bint exact_holders                  # ... and drop them when the message leaves the buffer
+    cdef uint64_t n_holders_dropped
+    cdef vector[uint64_t] old_keys           # handoff scratch: (seq_lo << 32 | hold) of the old entries
+    cdef vector[uint8_t] old_kept
+    # micro-batching (engine.pyx): subscriptions whose theta fell during the current batch
+    cdef bint batching
+    cdef uint32_t batch_stamp
+    cdef vector[uint32_t] fell_stamp         # per sid: the batch_stamp of its last fall
+    cdef vector[sid_t] fell
+
+    cdef void ensure(self, sid_t sid) noexcept nogil
+    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil
+    cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil
+    cdef void _release(self, SubBufC* sb) noexcept nogil
+    cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
+    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil
+    cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil
+    cdef void _hand_over_holds(self, sid_t sid) noexcept nogil
+    cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil
+    cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil
+
+    # hot helpers, inlined into their callers (buffers.pyx, engine.pyx)
+    cdef inline BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil:
+        return slot_entries(self.arena, sb.slot)
+
+    cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
+        cdef seq_t newest = win_next_seq(self.window) - 1
+        return newest - <uint32_t>(<uint32_t>newest - lo)
+
+    cdef inline ext_id_t _ext(self, uint32_t lo) noexcept nogil:
+        return win_get(self.window, self._full_seq(lo)).ext_id
+
+    cdef inline void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil:
+        cdef EventC e
+        e.sid = sid
+        e.delta = delta
+        e.msg = self._ext(lo)
+        self.events.push_back(e)

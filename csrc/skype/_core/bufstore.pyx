@@ -1,0 +1,169 @@
+# cython: language_level=3
+"""Result buffers' storage and reverse map: what every buffer kind (buffers.pyx) shares.
+
+Each subscription has a SubBufC record (``buf[sid]``) whose entries live in one slot of the
+arena (arena.pyx), sorted by (score desc, seq desc).  ``_room`` moves a buffer to a larger slot
+class only when it outgrows its own; ``_store`` puts a rebuilt buffer in the smallest class that
+holds one more entry.  Invariants kept here:
+
+* Reverse map (``track_holders``): every entry of every buffer has a live entry in the window's
+  holder list of its message, whose handle is the entry's ``hold``.  With ``exact_holders`` an
+  entry that leaves its buffer while its message stays in the window clears that holder entry
+  (``_drop_entry``), so at expiry the live holder entries are exactly the buffers that still hold
+  the message.  A rebuild hands the handles over (``_remember_holds`` before, ``_hand_over_holds``
+  after): kept messages keep their handle, new ones get one, lost ones are dropped.
+* Events: every change of a top-k appends (sid, +1/-1, message) to ``events``; the engine nets
+  them per message (flush.pyx).
+* Theta: ``_set_theta`` is the only writer of a subscription's threshold; during a micro-batch
+  (engine.pyx) it records every subscription whose theta fell, once per batch.
+"""
+from libcpp.vector cimport vector
+from libcpp.algorithm cimport sort as std_sort
+from libc.string cimport memcpy
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from skype._core.arena cimport NO_SLOT
+
+
+cdef class BufferStore:
+    # ------------------------------------------------------------------ storage
+    cdef void ensure(self, sid_t sid) noexcept nogil:
+        if self.buf.size() <= sid:
+            self.buf.resize(sid + 1)
+
+    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil:
+        """The buffer's entries, in a slot that holds at least n (moved to the smallest class
+        that does, when its own is too small: classes are a quarter apart, so moves are rare)."""
+        cdef BufEntryC* old = self._entries(sb)
+        cdef SlotC slot
+        cdef BufEntryC* moved
+        if sb.slot.cls != NO_SLOT and self.arena.cap[sb.slot.cls] >= n:
+            return old
+        slot = self.arena.take(self.arena.class_for(n))
+        moved = slot_entries(self.arena, slot)
+        if sb.size:
+            memcpy(moved, old, sb.size * sizeof(BufEntryC))
+        self.arena.give(sb.slot)
+        sb.slot = slot
+        return moved
+
+    cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil:
+        """Replace the entries by src[0:n], in the smallest class that holds one more."""
+        cdef uint16_t cls = self.arena.class_for(n + 1)
+        if sb.slot.cls != cls:
+            self.arena.give(sb.slot)
+            sb.slot = self.arena.take(cls)
+        if n:
+            memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
+        sb.size = <uint32_t>n
+
+    cdef void _release(self, SubBufC* sb) noexcept nogil:
+        self.arena.give(sb.slot)
+        sb.slot.cls = NO_SLOT
+        sb.slot.index = 0
+        sb.size = 0
+
+    # ------------------------------------------------------------------ theta
+    cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
+        if self.table.hot[sid].theta == theta:
+            return
+        if self.batching and theta < self.table.hot[sid].theta:
+            # the batch's candidates were found against the higher theta (engine.pyx)
+            if self.fell_stamp.size() <= sid:
+                self.fell_stamp.resize(self.table.hot.size(), 0)
+            if self.fell_stamp[sid] != self.batch_stamp:
+                self.fell_stamp[sid] = self.batch_stamp
+                self.fell.push_back(sid)
+        self.table.hot[sid].theta = theta
+        if notify:
+            self.index.theta_changed(sid)
+        else:
+            self.table.theta_idx[sid] = theta
+
+    # ------------------------------------------------------------------ reverse map
+    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil:
+        """The entry leaves its buffer while its message stays in the window: clear its
+        reverse-map entry (exact holders)."""
+        if self.exact_holders:
+            self.window.drop_holder(self._full_seq(e.seq_lo), e.hold)
+            self.n_holders_dropped += 1
+
+    cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil:
+        """Before a rebuild: the (message, handle) of every entry, for _hand_over_holds."""
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef size_t i
+        self.old_keys.clear()
+        for i in range(sb.size):
+            self.old_keys.push_back((<uint64_t>B[i].seq_lo << 32) | B[i].hold)
+
+    cdef void _hand_over_holds(self, sid_t sid) noexcept nogil:
+        """After a rebuild: register the messages that are new to this buffer, keep the handles
+        of those it keeps, drop the holder entries of those it lost."""
+        cdef SubBufC* sb = &self.buf[sid]
+        cdef BufEntryC* B = self._entries(sb)
+        cdef size_t i, j
+        cdef BufEntryC e
+        std_sort(self.old_keys.begin(), self.old_keys.end())
+        self.old_kept.assign(self.old_keys.size(), 0)
+        if not self.track_holders:
+            return
+        for i in range(sb.size):
+            j = self._find_key(B[i].seq_lo)
+            if j < self.old_keys.size():
+                B[i].hold = <uint32_t>self.old_keys[j]
+                self.old_kept[j] = 1
+            else:
+                B[i].hold = self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
+        if self.exact_holders:
+            for j in range(self.old_keys.size()):
+                if not self.old_kept[j]:
+                    e.seq_lo = <uint32_t>(self.old_keys[j] >> 32)
+                    e.hold = <uint32_t>self.old_keys[j]
+                    self._drop_entry(&e)
+
+    cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil:
+        """The index of seq_lo's entry in the sorted old_keys (old_keys.size() if none)."""
+        cdef size_t lo = 0, hi = self.old_keys.size(), mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if <uint32_t>(self.old_keys[mid] >> 32) < seq_lo:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.old_keys.size() and <uint32_t>(self.old_keys[lo] >> 32) == seq_lo:
+            return lo
+        return self.old_keys.size()
+
+    # ------------------------------------------------------------------ reading
+    cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
+        """Append the top-k of ``sid`` (ids and scores, ranking order)."""
+        cdef const SubBufC* sb = &self.buf[sid]
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef int32_t k = sb.k
+        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
+        for i in range(n):
+            ids.push_back(self._ext(B[i].seq_lo))
+            scores.push_back(B[i].score)
+
+    def topk(self, sid_t sid):
+        import numpy as np
+        cdef const SubBufC* sb = &self.buf[sid]
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef int32_t k = sb.k
+        cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
+        ids = np.empty(n, dtype=np.int64)
+        scores = np.empty(n, dtype=np.float64)
+        for i in range(n):
+            ids[i] = self._ext(B[i].seq_lo)
+            scores[i] = B[i].score
+        return ids, scores
+
+    def sizes(self):
+        """(buffer size, complete flag) of every live subscription, by slot."""
+        import numpy as np
+        cdef size_t sid
+        live = [sid for sid in range(self.buf.size()) if sid < self.table.hot.size() and self.table.hot[sid].alive]
+        return (np.array([self.buf[sid].size for sid in live], dtype=np.int64),
+                np.array([self.buf[sid].complete for sid in live], dtype=bool))
+
+    def memory_bytes(self):
+        return self.buf.capacity() * sizeof(SubBufC) + self.arena.memory_bytes()
