@@ -5,7 +5,7 @@ it (:func:`skype.spark.runtime.build_distribution_for`), then measured three way
 
 * ``pickled_distribution``: the distribution as built (what the ``mapInArrow`` closure used to
   carry: it holds the subscription table, so it grows with the subscriptions);
-* ``routing_tables``: :func:`skype.spark.routing.routing_copy`, the compact tables the job now
+* ``routing_tables``: :func:`skype.dskype.routing.routing_copy`, the compact tables the job now
   broadcasts once per executor (metrics key ``routing_table_bytes``);
 * ``closure``: the ``mapInArrow`` function with a broadcast handle, as Spark pickles it (metrics
   key ``routing_bytes``), measured with a stand-in broadcast object of the same pickled form
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from skype.cli.inputs import load_inputs
     from skype.partitioning import METHODS
     from skype.run import build_parser
-    from skype.spark.routing import ShippedRouters, route_arrow, routing_copy
+    from skype.dskype.routing import ShippedRouters, route_arrow, routing_copy
     from skype.spark.runtime import build_distribution_for
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -169,7 +169,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
                          value=args.messages_dir or args.commands_dir)
     run_dir = run_directory(args)
     t0 = time.perf_counter()
-    from skype.spark import kinds, rebalancing
+    from skype.dskype import kinds, rebalancing
 
     rebalancing.check_rebalance(args.rebalance, args.method, staged=not (args.vocabulary or args.messages_dir
                                                                          or args.source != "files"))
@@ -198,7 +198,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
         description = f"{args.messages or args.messages_dir} (executor ingestion)"
     else:
         inputs = load_inputs(args)
-        # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
+        # range/knn/terms and until: skype.dskype.kinds (what each method serves; refusals E048)
         kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
                                                         or args.stop_after_batches or args.timeout))
         kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary

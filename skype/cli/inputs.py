@@ -321,7 +321,7 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
         messages = _records(args.messages, io.message_from_obj, collector) if args.messages else []
         vocab = _vocabulary_from([m for _, m in messages])
     if getattr(args, "vocabulary", None):
-        from skype.spark.vocabulary import FrozenVocabulary  # no pyspark: the file's format and ids
+        from skype.dskype.vocabulary import FrozenVocabulary  # no pyspark: the file's format and ids
 
         vocab = FrozenVocabulary.load(args.vocabulary)
     sub_rows: list[tuple] = []

@@ -27,7 +27,7 @@ therefore holds the global list).  ``hashing`` and ``location`` send every messa
 partition and each subscription to one: every pair meets, every kind is exact.  So do the
 adaptive methods (``agrid``, ``kdt``, ``qt``, ``aqwa``), whose pipelines route everywhere and host
 each subscription on its owner only; a hand-over re-registers a kind subscription on its new
-owner over the whole window, as it does a topk one (:mod:`skype.spark.handover`).  ``keyword``,
+owner over the whole window, as it does a topk one (:mod:`skype.dskype.handover`).  ``keyword``,
 ``prefix``, ``spatial-first`` and ``keyword-first`` (routed in exact mode: every term of a
 subscription places it, every term of a message routes it, the location levels broadcast
 messages) make a subscription and a message meet when they share a term.  A ``range`` or ``knn``
@@ -319,7 +319,7 @@ class NameRanks:
 
 
 def result_objects(results: Iterable[tuple[int, list[Match]]], kinds: dict[int, str],
-                   vocabulary: Vocabulary) -> Iterator[dict]:
+                   vocabulary: Vocabulary | None) -> Iterator[dict]:
     """Final results of every kind (``simulate --results-out``'s records) from merge entries."""
     from skype import io
     from skype.queries import Neighbor, TermCount
@@ -331,6 +331,7 @@ def result_objects(results: Iterable[tuple[int, list[Match]]], kinds: dict[int, 
         elif kind == "knn":
             answer = [Neighbor(m.id, -m.score) for m in entries]
         elif kind == "terms":
+            assert vocabulary is not None  # terms subscriptions come with their workload's vocabulary
             answer = [TermCount(vocabulary.term(m.id), int(m.score)) for m in entries]
         else:
             answer = entries
