@@ -219,7 +219,7 @@ def test_spark_pipeline_rebuilds_after_lost_cache_and_uncommitted_batch(method, 
 
 def test_spark_state_written_per_batch_does_not_grow_with_subscriptions(tmp_path):
     """Durable bytes per steady batch stay flat when the subscriptions grow x10."""
-    from skype.cli.inputs import Inputs
+    from skype.workload import Inputs
     from skype.data import make_workload
 
     written = {}

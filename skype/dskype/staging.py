@@ -13,7 +13,7 @@ must write a file completely, e.g. under a temporary name, before giving it its 
 Terms are already *vectorised* (ids of the run's :class:`~skype.text.Vocabulary` and unit
 weights): every executor then scores with exactly the weights the centralized engine uses, and no
 vocabulary has to be shared or grown across executors.  :func:`stage_inputs` writes a loaded
-workload (:class:`skype.cli.inputs.Inputs`: generated, or files in the public formats) this way:
+workload (:class:`skype.workload.Inputs`: generated, or files in the public formats) this way:
 the initial subscriptions as commands at position 0, then every step of the stream.
 """
 

@@ -256,7 +256,7 @@ def inputs_from_events(message_batches, command_batches, vocab, bounds, descript
     restricted to the vocabulary's known terms (:func:`known_terms_only`)."""
     import numpy as np
 
-    from skype.cli.inputs import Inputs
+    from skype.workload import Inputs
     from skype.model import MessageBatch
     from skype.partitioning.registry import concat_subscriptions, empty_subscriptions
     from skype.dskype.codec import OP_SUB
