@@ -57,7 +57,7 @@ VERSION_PREFIX = "version-"
 def routes_everywhere(dist) -> bool:
     """Whether the runtime sends every message and command of this distribution to every
     partition (the adaptive methods: ownership is decided at the partitions, module docstring)."""
-    return isinstance(dist, UnitDistribution)
+    return dist.capabilities.routes_everywhere
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ class RunSettings:
 def single_replica(dist) -> bool:
     """Whether the method places every subscription on exactly one partition (Table 2:
     replication 1), so that partitions' reports are final and no merge stage is needed."""
-    return dist.name in ("hashing", "location")
+    return not dist.capabilities.replicated
 
 
 @dataclass
@@ -191,7 +191,7 @@ class Plan:
 def build_distribution_for(settings: RunSettings, method: str, inputs):
     """The distribution of a run, built in exact mode from the workload: its subscriptions and the
     first ``sample_size`` messages (cost model); keyword summaries off (see ``docs/spark.md``)."""
-    from skype.partitioning import METHOD_PARAMS, build_distribution, estimate_thresholds
+    from skype.partitioning import METHOD_PARAMS, build_distribution, capabilities_of, estimate_thresholds
     from skype.partitioning.registry import concat_subscriptions
     from skype.model import Bounds
 
@@ -203,7 +203,7 @@ def build_distribution_for(settings: RunSettings, method: str, inputs):
     params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1}
     params = {k: v for k, v in params.items() if k in METHOD_PARAMS[method] and v is not None}
     theta = None
-    if method in ("prefix", "spatial-first", "keyword-first") and len(subs) and len(sample):
+    if capabilities_of(method).thresholds and len(subs) and len(sample):
         if settings.window.kind == "count":
             warm = min(int(settings.window.size), len(sample))
         else:

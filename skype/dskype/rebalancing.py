@@ -61,11 +61,11 @@ def policy_of(policy: str, method: str) -> str:
 def check_rebalance(policy: str, methods, staged: bool) -> None:
     """A policy other than ``never`` needs adaptive methods it serves; adaptive methods need a
     staged stream (the driver replays it for the statistics)."""
-    from skype.partitioning import ADAPTIVE_METHODS
+    from skype.partitioning import capabilities_of
 
-    adaptive = [m for m in methods if m in ADAPTIVE_METHODS]
+    adaptive = [m for m in methods if capabilities_of(m).adaptive]
     if policy != "never":
-        static = [m for m in methods if m not in ADAPTIVE_METHODS]
+        static = [m for m in methods if not capabilities_of(m).adaptive]
         if static:
             raise InputError("E063", detail=f"--rebalance {policy} moves the units of an adaptive method "
                                             f"(agrid, kdt, qt, aqwa); {static[0]!r} has none")

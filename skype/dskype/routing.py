@@ -180,7 +180,7 @@ class Router:
             parts_out.append(pp.astype(np.int64))
             nrep[rows] = routing.counts()
         sub_rows = commands.op == OP_SUB
-        if self.dist.name in ("hashing", "location") and (nrep[sub_rows] != 1).any():
+        if not self.dist.capabilities.replicated and (nrep[sub_rows] != 1).any():
             raise InputError("E026", detail=f"method {self.dist.name} placed a subscription on several partitions")
         nrep[~sub_rows] = 0
         return np.concatenate(rows_out).astype(np.int64), np.concatenate(parts_out), nrep

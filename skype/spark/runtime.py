@@ -165,7 +165,7 @@ def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
     """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.dskype.activation`): count
     windows only (a batch's expiries are bounded by its size, ``maxRecordsPerTrigger``); other
     methods and time windows run every replica (exact mode)."""
-    if dist.name != "prefix" or settings.window.kind != "count" or settings.source != "files":
+    if not dist.capabilities.activation or settings.window.kind != "count" or settings.source != "files":
         return None
     return ActivationConfig(tuple(int(x) for x in dist.starts), settings.batch_size, int(settings.window.size))
 
