@@ -1,7 +1,7 @@
 """What the DSkype Spark job ships to its routing tasks, per distribution method, at a given scale.
 
 For each method the distribution is built exactly as ``python -m skype.run distributed`` builds
-it (:func:`skype.spark.runtime.build_distribution_for`), then measured three ways:
+it (:func:`skype.dskype.plan.build_distribution_for`), then measured three ways:
 
 * ``pickled_distribution``: the distribution as built (what the ``mapInArrow`` closure used to
   carry: it holds the subscription table, so it grows with the subscriptions);
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from skype.partitioning import METHODS
     from skype.run import build_parser
     from skype.dskype.routing import ShippedRouters, route_arrow, routing_copy
-    from skype.spark.runtime import build_distribution_for
+    from skype.dskype.plan import build_distribution_for
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--num-subs", type=int, default=100_000)

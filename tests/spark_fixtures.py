@@ -187,7 +187,8 @@ class LocalPipeline:
         from skype.spark import hosts
         from skype.spark.processors import MergeProcessor, PartitionProcessor
         from skype.dskype.routing import Router, routing_copy
-        from skype.spark.runtime import partition_configs, plan_run, summary_dir_of
+        from skype.dskype.plan import plan_run
+        from skype.spark.runtime import partition_configs, summary_dir_of
 
         self.plan = plan_run(run_dir, settings, inputs)
         self.settings = settings
@@ -245,7 +246,7 @@ class LocalPipeline:
     def step(self, before_partition=None) -> dict:
         """Run one micro-batch; ``before_partition(key, rows)`` may interfere (fault injection).
         Returns the delivered top-k after the batch (of the first pipeline; all in ``results``)."""
-        from skype.spark.runtime import events_table
+        from skype.spark.sink import events_table
 
         stage2: dict[int, list] = {}
         blobs: dict[int, list[bytes]] = {pipe.index: [] for pipe in self.plan.pipelines}

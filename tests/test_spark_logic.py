@@ -261,7 +261,7 @@ def test_spark_process_hosts_start_serve_and_stop(tmp_path):
 
 def test_spark_fold_events_gives_final_results():
     from skype.model import Match
-    from skype.spark.runtime import fold_events, ranked
+    from skype.dskype.results import fold_events, ranked
 
     def event(sub, entered=(), left=(), created=False, removed=False):
         return {"sub": sub, "entered": [{"id": i, "score": sc, "seq": q} for i, sc, q in entered], "left": list(left),
@@ -295,7 +295,8 @@ def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(work
     shared by every node) stop the run with E087 instead of an empty results file."""
     from skype.errors import InputError
     from skype.dskype.plan import plan_run
-    from skype.spark.runtime import check_results_visible, suffix
+    from skype.dskype.results import check_results_visible
+    from skype.dskype.staging import suffix
 
     _, inputs = _inputs(workload, ["--window", "300"])
     plan = plan_run(tmp_path / "run", _settings("location", ["--window", "300"], inputs), inputs)
@@ -508,7 +509,7 @@ def test_spark_kafka_sink_needs_its_topic_and_the_stages_results(workload, tmp_p
     the stateful stages' final results, since the driver has no event files to fold (E088)."""
     from skype.errors import InputError
     from skype.dskype.plan import plan_run
-    from skype.spark.runtime import check_results_visible
+    from skype.dskype.results import check_results_visible
 
     _, inputs = _inputs(workload, ["--window", "300"])
     with pytest.raises(InputError) as err:

@@ -72,6 +72,8 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     several)."""
     from skype import io
     from skype.dskype import kinds, rebalancing
+    from skype.dskype import results as run_results
+    from skype.dskype.plan import plan_run
     from skype.spark import runtime
 
     if (settings.messages_dir is None) != (settings.commands_dir is None):
@@ -114,7 +116,7 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
         kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary
         if settings.engine == "core":
             settings.engine_options.update(kinds.engine_options(inputs))
-        plan = runtime.plan_run(run_path, settings, inputs)
+        plan = plan_run(run_path, settings, inputs)
         plan.rebalancers = rebalancing.attach(plan, settings.rebalance, inputs, settings.rebalance_load)
         description = inputs.description
     t_plan = time.perf_counter() - t0
@@ -125,16 +127,16 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     try:
         outcome = runtime.run_query(spark, plan)
         for pipe in plan.pipelines:
-            metrics = runtime.run_metrics(plan, outcome, pipe)
+            metrics = run_results.run_metrics(plan, outcome, pipe)
             metrics.update(input=description, plan_s=t_plan, run_dir=str(run_path), resumed=plan.resumed,
                            master=spark.conf.get("spark.master", ""))
             metrics.update(rebalancing.rebalancing_report(plan, outcome, pipe))
             if results_out:
-                runtime.check_results_visible(plan, pipe, metrics.get("result_events", 0))
-                results = runtime.final_results(plan, pipe)
+                run_results.check_results_visible(plan, pipe, metrics.get("result_events", 0))
+                results = run_results.final_results(plan, pipe)
                 metrics["subscriptions"] = io.write_objects(per_method(results_out, pipe.method, several),
                                                             kinds.result_objects(results, kind_of, vocabulary))
-                metrics["results_from"] = "stages" if runtime.stage_result_files(plan, pipe) else "events"
+                metrics["results_from"] = "stages" if run_results.stage_result_files(plan, pipe) else "events"
             runs.append(metrics)
     finally:
         if own:

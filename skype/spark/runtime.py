@@ -22,15 +22,9 @@ from skype.spark import hosts as hosts_mod
 from skype.dskype.activation import ActivationConfig
 from skype.dskype.kinds import VOCABULARY_FILE
 from skype.dskype.partition import PartitionConfig
-from skype.dskype.plan import (  # noqa: F401 - the plan, re-exported
-    CHECKED_SETTINGS, ENGINE_CACHES, EVENT_FORMATS, SINKS, SOURCES, Pipeline, Plan, RunOutcome, RunSettings,
-    build_distribution_for, plan_run, single_replica,
-)
-from skype.dskype.results import (  # noqa: F401 - the run's outcome, re-exported
-    check_results_visible, count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events,
-    folded_results, ranked, run_metrics, stage_result_files,
-)
-from skype.spark.sink import EventSink, events_table, print_events, suffix  # noqa: F401 - re-exported
+from skype.dskype.plan import Pipeline, Plan, RunOutcome, RunSettings
+from skype.dskype.results import driver_peak_rss_bytes
+from skype.spark.sink import EventSink
 
 # --------------------------------------------------------------------------- the session
 
