@@ -1,11 +1,11 @@
 """What the DSkype Spark job ships to its routing tasks, per distribution method, at a given scale.
 
 For each method the distribution is built exactly as ``python -m skype.run distributed`` builds
-it (:func:`skype.spark.runtime.build_distribution_for`), then measured three ways:
+it (:func:`skype.dskype.plan.build_distribution_for`), then measured three ways:
 
 * ``pickled_distribution``: the distribution as built (what the ``mapInArrow`` closure used to
   carry: it holds the subscription table, so it grows with the subscriptions);
-* ``routing_tables``: :func:`skype.spark.routing.routing_copy`, the compact tables the job now
+* ``routing_tables``: :func:`skype.dskype.routing.routing_copy`, the compact tables the job now
   broadcasts once per executor (metrics key ``routing_table_bytes``);
 * ``closure``: the ``mapInArrow`` function with a broadcast handle, as Spark pickles it (metrics
   key ``routing_bytes``), measured with a stand-in broadcast object of the same pickled form
@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     from skype.cli.inputs import load_inputs
     from skype.partitioning import METHODS
     from skype.run import build_parser
-    from skype.spark.routing import ShippedRouters, route_arrow, routing_copy
-    from skype.spark.runtime import build_distribution_for
+    from skype.dskype.routing import ShippedRouters, route_arrow, routing_copy
+    from skype.dskype.plan import build_distribution_for
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--num-subs", type=int, default=100_000)

@@ -140,7 +140,7 @@ def fold_events_by_batch(rows: list[dict], num_batches: int | None = None) -> li
     last = max((r["batch"] for r in rows), default=-1) if num_batches is None else num_batches - 1
     for batch in range(last + 1):
         # a subscription that moved within the batch (removed on one partition, created on
-        # another) is removed before it is created again (as skype.spark.results.folded_results)
+        # another) is removed before it is created again (as skype.dskype.results.folded_results)
         for r in sorted((r for r in rows if r["batch"] == batch), key=lambda r: 0 if r["removed"] and not r["created"] else 1):
             sid = r["sub"]
             if r["created"] or sid not in state:
@@ -186,8 +186,9 @@ class LocalPipeline:
 
         from skype.spark import hosts
         from skype.spark.processors import MergeProcessor, PartitionProcessor
-        from skype.spark.routing import Router, routing_copy
-        from skype.spark.runtime import partition_configs, plan_run, summary_dir_of
+        from skype.dskype.routing import Router, routing_copy
+        from skype.dskype.plan import plan_run
+        from skype.spark.runtime import partition_configs, summary_dir_of
 
         self.plan = plan_run(run_dir, settings, inputs)
         self.settings = settings
@@ -222,7 +223,7 @@ class LocalPipeline:
         """Routed rows of the next batch, grouped by partition key (two input partitions)."""
         from pyspark.sql import Row
 
-        from skype.spark.routing import route_arrow
+        from skype.dskype.routing import route_arrow
         from skype.spark.sources import to_events
 
         end = min(self.position + self.settings.batch_size, self.messages.num_rows)
@@ -245,7 +246,7 @@ class LocalPipeline:
     def step(self, before_partition=None) -> dict:
         """Run one micro-batch; ``before_partition(key, rows)`` may interfere (fault injection).
         Returns the delivered top-k after the batch (of the first pipeline; all in ``results``)."""
-        from skype.spark.runtime import events_table
+        from skype.spark.sink import events_table
 
         stage2: dict[int, list] = {}
         blobs: dict[int, list[bytes]] = {pipe.index: [] for pipe in self.plan.pipelines}
@@ -282,7 +283,7 @@ class LocalPipeline:
 
     def final_results(self, pipeline: int = 0) -> dict[int, list[tuple[int, float]]]:
         """The final top-k the stateful stages sent in the stream's last batch."""
-        from skype.spark.reports import results_lines
+        from skype.dskype.reports import results_lines
 
         rows = [json.loads(line) for line in results_lines(self.final.get(pipeline, []))]
         return {r["id"]: [(e["id"], e["score"]) for e in r["topk"]] for r in rows}
@@ -308,7 +309,7 @@ def rotate_owners(directory, version: int, effective: int, shift: int) -> None:
     every unit to the partition ``shift`` further on, effective from message ``effective``."""
     import dataclasses
 
-    from skype.spark.handover import TableVersion, VersionLog, write_version
+    from skype.dskype.handover import TableVersion, VersionLog, write_version
 
     base = VersionLog(str(directory)).refresh()[0].locator
     P = int(base.owner.max()) + 1

@@ -217,7 +217,7 @@ def test_cut_units_then_move_the_pieces_keeps_meeting(skew, method):
     dist.move_units(np.arange(dist.num_units), rng.integers(0, dist.num_partitions, dist.num_units))
     _, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
     assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, method + " after cuts")
-    from skype.spark.handover import UnitLocator  # the Spark runtime's view of the same tables
+    from skype.dskype.handover import UnitLocator  # the Spark runtime's view of the same tables
 
     home = UnitLocator.of(dist).home_partitions(skew.all_subs)
     assert dense(r_subs, dist.num_partitions)[np.arange(len(home)), home].all(), "home replica is a replica"

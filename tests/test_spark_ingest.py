@@ -39,7 +39,7 @@ def test_spark_executor_ingestion_equals_the_centralized_engine(spark, raw_files
     from skype.cli import distributed as distributed_mod
     from skype.cli import inputs as inputs_mod
     from skype.cli.distributed import run_distributed
-    from skype.spark.vocabulary import FrozenVocabulary
+    from skype.dskype.vocabulary import FrozenVocabulary
 
     d = raw_files
     files = ["--messages", str(d / "msgs.jsonl"), "--subscriptions", str(d / "subs.jsonl"),

@@ -13,7 +13,7 @@ import pytest
 
 from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS
-from skype.spark.vocabulary import FrozenVocabulary, TermClaims
+from skype.dskype.vocabulary import FrozenVocabulary, TermClaims
 from skype.text import Vocabulary, tokenize
 
 pytestmark = pytest.mark.spark
@@ -81,7 +81,7 @@ def test_bad_vocabulary_files_are_refused(tmp_path):
 
 def test_raw_records_vectorise_as_the_centralized_loader(tmp_path):
     from skype import io, validate
-    from skype.spark.records import parse_lines, records_to_events
+    from skype.dskype.records import parse_lines, records_to_events
 
     vocab = _vocab(tmp_path)
     msgs = [{"id": 1, "x": 1.0, "y": 2.0, "t": 0.5, "text": "Paris croissant"},
@@ -120,7 +120,7 @@ MSG = {"id": 1, "x": 0.0, "y": 0.0, "t": 1.0, "term_ids": [2], "weights": [1.0]}
 
 
 def test_kafka_messages_need_one_partition_and_dense_offsets_for_count_windows():
-    from skype.spark.ordering import kafka_rows_to_events
+    from skype.dskype.ordering import kafka_rows_to_events
 
     events, dead = kafka_rows_to_events(_kafka_rows([MSG] * 3, [0, 0, 0], [7, 8, 9]), "messages", dense=True)
     assert events.column("seq").to_pylist() == [7, 8, 9] and not dead
@@ -145,7 +145,7 @@ def test_kafka_offset_gaps_between_batches_stop_the_run():
     """The driver's check of each batch's source progress: the records read must fill the offset
     range the batch covered, which also catches a gap that falls between two micro-batches (the
     executors' per-batch check cannot see it).  Offsets as parsed JSON or as a JSON string."""
-    from skype.spark.ordering import check_offset_progress
+    from skype.dskype.ordering import check_offset_progress
     from skype.spark.runtime import OffsetCheck
 
     check_offset_progress(_progress(1, 10, 20, 10), "msgs")
@@ -189,9 +189,9 @@ def test_kafka_offset_gaps_between_batches_stop_the_run():
 
 
 def test_kafka_commands_of_two_partitions_are_never_merged():
-    from skype.spark.codec import Commands
-    from skype.spark.ordering import OFFSET_BITS, kafka_rows_to_events
-    from skype.spark.routing import events_from_arrow
+    from skype.dskype.codec import Commands
+    from skype.dskype.ordering import OFFSET_BITS, kafka_rows_to_events
+    from skype.dskype.routing import events_from_arrow
 
     sub = {"op": "sub", "id": 3, "x": 0.0, "y": 0.0, "k": 2, "alpha": 0.5, "term_ids": [1], "weights": [1.0]}
     rows = _kafka_rows([sub, dict(sub, id=4), {"op": "unsub", "id": 3}], [0, 1, 0], [5, 5, 6])
@@ -207,7 +207,7 @@ def test_kafka_commands_of_two_partitions_are_never_merged():
 
 
 def test_kafka_raw_values_are_tokenized_with_the_vocabulary(tmp_path):
-    from skype.spark.ordering import kafka_rows_to_events
+    from skype.dskype.ordering import kafka_rows_to_events
 
     vocab = _vocab(tmp_path)
     raw = {"id": 5, "x": 1.0, "y": 1.0, "t": 2.0, "text": "paris croissant"}

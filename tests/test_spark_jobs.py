@@ -58,7 +58,7 @@ def _events(spark, run_dir, method):
 
 
 def test_spark_grouping_keys_match_spark_hash(spark):
-    from skype.spark.keys import spark_hash_long
+    from skype.dskype.keys import spark_hash_long
 
     values = [0, 1, -1, 2, 7, 123456789012, -(2**63), 2**63 - 1]
     row = spark.sql("SELECT " + ", ".join(f"hash(CAST({v} AS BIGINT))" for v in values)).collect()[0]

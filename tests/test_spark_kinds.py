@@ -82,7 +82,7 @@ def _record(sub) -> dict:
 
 def _inputs(path: Path, method: str, partitions: int = 4, window: list[str] = WINDOW):
     from skype.cli.distributed import settings_from_args
-    from skype.spark import kinds
+    from skype.dskype import kinds
 
     args = build_parser().parse_args(["distributed", "--events", str(path), "--method", method, "--partitions",
                                       str(partitions), "--batch-size", str(BATCH), *window])
@@ -139,9 +139,9 @@ def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_w
     applied it: both rebuild from durable state (hosted specs included).  ``moves`` (adaptive
     methods): before each of these batches every unit changes owner (a forced table version), so
     the batch hands every subscription of every kind over."""
-    from skype.spark import kinds
+    from skype.dskype import kinds
     from skype.spark.hosts import InProcessHosts
-    from skype.spark.reports import results_lines
+    from skype.dskype.reports import results_lines
 
     window = WINDOW
     if time_window:  # about 400 messages' worth of the stream's time
@@ -152,7 +152,7 @@ def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_w
     want = _centralized(inputs, BATCH, settings.window.centralized())
     pipe = LocalPipeline(tmp_path / method, settings, inputs)
     if moves:
-        from skype.spark.rebalancing import attach, rebalance_dir
+        from skype.dskype.rebalancing import attach, rebalance_dir
 
         attach(pipe.plan, "never", inputs)  # version 0: the build's tables
     retried: list[int] = []
@@ -238,7 +238,7 @@ def test_spark_kinds_refused_where_a_method_cannot_serve_them(method, events):
 
 def test_spark_kinds_terms_refused_on_a_run_that_may_not_reach_the_end(events, keyed_events):
     """Results folded from events would hold a terms entry's count from when it entered."""
-    from skype.spark import kinds
+    from skype.dskype import kinds
 
     args = build_parser().parse_args(["distributed", "--events", str(events), *WINDOW])
     with pytest.raises(InputError) as err:

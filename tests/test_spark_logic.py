@@ -17,10 +17,10 @@ from spark_fixtures import METHODS, LocalPipeline, centralized_by_batch, events_
 
 from skype.cli.inputs import load_inputs  # noqa: E402
 from skype.run import build_parser  # noqa: E402
-from skype.spark import codec  # noqa: E402
-from skype.spark.codec import OP_DROP, OP_SUB, OP_UNSUB, Commands  # noqa: E402
-from skype.spark.keys import grouping_keys, spark_partition_of  # noqa: E402
-from skype.spark.partition import plan_commands  # noqa: E402
+from skype.dskype import codec  # noqa: E402
+from skype.dskype.codec import OP_DROP, OP_SUB, OP_UNSUB, Commands  # noqa: E402
+from skype.dskype.keys import grouping_keys, spark_partition_of  # noqa: E402
+from skype.dskype.partition import plan_commands  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -95,7 +95,7 @@ def test_spark_routing_meets_every_scoring_pair(method, tweets_small):
     """A subscription and a message that scores for it share a partition (exact mode)."""
     from skype.partitioning import build_distribution
     from skype.partitioning.thresholds import scored_pairs
-    from skype.spark.routing import Router
+    from skype.dskype.routing import Router
 
     w = tweets_small
     params = {} if method in ("hashing", "location") else {"summary": False}
@@ -129,7 +129,7 @@ def test_spark_unsubscribe_reaches_only_the_partitions_holding_it(tweets_small):
     """An unsubscribe carrying its record goes to that record's placement; without a record
     (a producer that does not know it) to every partition."""
     from skype.partitioning import build_distribution
-    from skype.spark.routing import Router
+    from skype.dskype.routing import Router
 
     w = tweets_small
     subs = w.subscriptions.slice(0, 40)
@@ -145,7 +145,7 @@ def test_spark_unsubscribe_reaches_only_the_partitions_holding_it(tweets_small):
     pr, pp = placed.pairs()
     assert got == {(int(subs.ids[r]), int(p)) for r, p in zip(pr.tolist(), pp.tolist())}
     assert len(got) < n * 6
-    from skype.spark.staging import _id_only
+    from skype.dskype.staging import _id_only
 
     blind = Commands([0], [0], [OP_UNSUB], _id_only(int(subs.ids[0])), [0])
     parts = router.route(w.messages.slice(0, 0), np.zeros(0, np.int64), blind)
@@ -219,7 +219,7 @@ def test_spark_pipeline_rebuilds_after_lost_cache_and_uncommitted_batch(method, 
 
 def test_spark_state_written_per_batch_does_not_grow_with_subscriptions(tmp_path):
     """Durable bytes per steady batch stay flat when the subscriptions grow x10."""
-    from skype.cli.inputs import Inputs
+    from skype.workload import Inputs
     from skype.data import make_workload
 
     written = {}
@@ -261,7 +261,7 @@ def test_spark_process_hosts_start_serve_and_stop(tmp_path):
 
 def test_spark_fold_events_gives_final_results():
     from skype.model import Match
-    from skype.spark.runtime import fold_events, ranked
+    from skype.dskype.results import fold_events, ranked
 
     def event(sub, entered=(), left=(), created=False, removed=False):
         return {"sub": sub, "entered": [{"id": i, "score": sc, "seq": q} for i, sc, q in entered], "left": list(left),
@@ -279,7 +279,7 @@ def test_spark_a_message_kept_with_another_score_leaves_and_enters():
     """A subscription replaced by another record within a batch ranks some messages of its old
     list again, with other scores: the event must carry the new score (found by a random stream
     that unsubscribes and subscribes one id at the same position)."""
-    from skype.spark.merge import diff_lists
+    from skype.dskype.merge import diff_lists
 
     old = (np.array([10, 11, 12]), np.array([0.9, 0.8, 0.7]), np.array([10, 11, 12]))
     new = (np.array([11, 10, 13]), np.array([0.95, 0.9, 0.6]), np.array([11, 10, 13]))
@@ -294,8 +294,9 @@ def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(work
     """Executors that reported result events whose files are not in the run directory (it is not
     shared by every node) stop the run with E087 instead of an empty results file."""
     from skype.errors import InputError
-    from skype.spark.plan import plan_run
-    from skype.spark.runtime import check_results_visible, suffix
+    from skype.dskype.plan import plan_run
+    from skype.dskype.results import check_results_visible
+    from skype.dskype.staging import suffix
 
     _, inputs = _inputs(workload, ["--window", "300"])
     plan = plan_run(tmp_path / "run", _settings("location", ["--window", "300"], inputs), inputs)
@@ -310,9 +311,9 @@ def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(work
     check_results_visible(plan, pipe, 12)
 
 
-@pytest.mark.parametrize("name", ["skype.spark.codec", "skype.spark.keys", "skype.spark.merge", "skype.spark.reports",
-                                  "skype.spark.partition", "skype.spark.routing", "skype.spark.durable",
-                                  "skype.spark.staging", "skype.spark.hosts"])
+@pytest.mark.parametrize("name", ["skype.dskype.codec", "skype.dskype.keys", "skype.dskype.merge", "skype.dskype.reports",
+                                  "skype.dskype.partition", "skype.dskype.routing", "skype.dskype.durable",
+                                  "skype.dskype.staging", "skype.spark.hosts"])
 def test_spark_docstring_examples(name):
     import doctest
     import importlib
@@ -337,7 +338,7 @@ def test_spark_host_evicts_objects_of_keys_that_moved():
 
 
 def test_spark_window_share_expires_and_finds_by_chunk():
-    from skype.spark.window import WindowShare, WindowSpec
+    from skype.dskype.window import WindowShare, WindowSpec
 
     spec = WindowSpec("count", 5)
     w = WindowShare()
@@ -358,9 +359,9 @@ def test_spark_poison_records_go_to_dead_letters_and_the_batch_goes_on(tweets_sm
     import json
 
     from skype.partitioning import build_distribution
-    from skype.spark.routing import Router, events_from_arrow, route_arrow
+    from skype.dskype.routing import Router, events_from_arrow, route_arrow
     from skype.spark.sources import to_events
-    from skype.spark.staging import command_table, message_table
+    from skype.dskype.staging import command_table, message_table
 
     w = tweets_small
     msgs = w.messages.slice(0, 20)
@@ -394,7 +395,7 @@ def test_spark_shipped_routers_are_cached_per_shipment(tweets_small):
     import pickle
 
     from skype.partitioning import build_distribution
-    from skype.spark.routing import ShippedRouters
+    from skype.dskype.routing import ShippedRouters
 
     class FakeBroadcast:
         def __init__(self, value):
@@ -413,11 +414,11 @@ def test_spark_results_request_flags_its_batch_and_touches_no_subscription(tweet
     replaces a subscription, not even one whose id is 0 (the request's own id field)."""
     from skype.model import MessageBatch
     from skype.partitioning import build_distribution
-    from skype.spark.codec import OP_RESULTS
-    from skype.spark.hosted import Hosted, replay_commands
-    from skype.spark.partition import PartitionConfig, PartitionCore, PartitionInput
-    from skype.spark.routing import Router
-    from skype.spark.window import WindowSpec
+    from skype.dskype.codec import OP_RESULTS
+    from skype.dskype.hosted import Hosted, replay_commands
+    from skype.dskype.partition import PartitionConfig, PartitionCore, PartitionInput
+    from skype.dskype.routing import Router
+    from skype.dskype.window import WindowSpec
 
     w = tweets_small
     subs = w.subscriptions.slice(0, 3)
@@ -448,7 +449,7 @@ def test_spark_results_request_flags_its_batch_and_touches_no_subscription(tweet
 
 
 def _no_record():
-    from skype.spark.staging import _id_only
+    from skype.dskype.staging import _id_only
 
     return _id_only(0)
 
@@ -470,7 +471,7 @@ def test_spark_kafka_sink_records_carry_the_file_sink_events(tmp_path):
 
     import pyarrow as pa
 
-    from skype.spark.reports import EventBuilder, pack_results
+    from skype.dskype.reports import EventBuilder, pack_results
     from skype.spark.sink import EVENT, kafka_records_arrow, write_events_arrow
 
     first, second = EventBuilder(40), EventBuilder(40)
@@ -507,8 +508,8 @@ def test_spark_kafka_sink_needs_its_topic_and_the_stages_results(workload, tmp_p
     """``--sink kafka`` needs a bootstrap server and a topic (E023); ``--results-out`` with it needs
     the stateful stages' final results, since the driver has no event files to fold (E088)."""
     from skype.errors import InputError
-    from skype.spark.plan import plan_run
-    from skype.spark.runtime import check_results_visible
+    from skype.dskype.plan import plan_run
+    from skype.dskype.results import check_results_visible
 
     _, inputs = _inputs(workload, ["--window", "300"])
     with pytest.raises(InputError) as err:

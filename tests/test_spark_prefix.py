@@ -1,4 +1,4 @@
-"""The ``prefix`` method on Spark with thresholds from the engines (``skype.spark.activation``):
+"""The ``prefix`` method on Spark with thresholds from the engines (``skype.dskype.activation``):
 replicas off the loose prefix sleep, and wake when the threshold that excluded them may fall.
 Checked without a JVM (the job's code under ``TwsTester``) against the centralized engine and the
 independent oracle after every micro-batch, on an adversarial stream whose threshold falls

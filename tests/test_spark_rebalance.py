@@ -54,7 +54,7 @@ def test_spark_handover_exact_through_forced_moves_cache_loss_and_lost_commit(me
     engine's after every batch (count and time windows), and the partitions report what they
     handed over."""
     from skype.spark.hosts import InProcessHosts
-    from skype.spark.rebalancing import attach, rebalance_dir
+    from skype.dskype.rebalancing import attach, rebalance_dir
 
     window_args = ["--window", "500"]
     if window_kind == "time":
@@ -164,7 +164,7 @@ def test_spark_pipeline_driver_restart_between_decision_and_handover(tmp_path, d
     Exact after every batch, and the hand-over happened after the restart."""
     from skype.cli.distributed import settings_from_args
     from skype.spark.hosts import InProcessHosts
-    from skype.spark.rebalancing import attach, rebalance_dir
+    from skype.dskype.rebalancing import attach, rebalance_dir
 
     args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", "agrid",
                                       "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", "tornado"])
@@ -202,7 +202,7 @@ def test_spark_pipeline_with_policy_exact_after_every_batch(method, policy, tmp_
     """The job's own code (no JVM) with the driver's rebalancer deciding after every batch, as
     the sink does: PS2Stream's policy on kdt and qt, exact after
     every batch; ``never`` keeps the build's tables (version 0 only) and hands nothing over."""
-    from skype.spark.rebalancing import attach, rebalance_dir
+    from skype.dskype.rebalancing import attach, rebalance_dir
 
     args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", method,
                                       "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", policy])
@@ -232,7 +232,7 @@ def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, p
     decided by the driver's rebalancer after every batch of SSTD's injected objects and queries
     (subscriptions arriving mid-stream): units move and the job stays exact after every batch."""
     from skype.cli.distributed import settings_from_args
-    from skype.spark.rebalancing import attach
+    from skype.dskype.rebalancing import attach
 
     args = build_parser().parse_args(["distributed", "--num-subs", "600", "--num-messages", "2000", "--drift", "inject",
                                       "--drift-start", "0", "--window", "500", "--sample-size", "500", "--method",
@@ -310,7 +310,7 @@ def test_spark_pipeline_measured_loads_exact_and_a_restart_keeps_the_decision(tm
     import copy
 
     from skype.cli.distributed import settings_from_args
-    from skype.spark.rebalancing import attach
+    from skype.dskype.rebalancing import attach
 
     args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", "agrid",
                                       "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", "tornado",

@@ -1,4 +1,4 @@
-"""Keyword summaries of ``prefix`` partitions on Spark (``skype.spark.summaries``): the versioned
+"""Keyword summaries of ``prefix`` partitions on Spark (``skype.dskype.summaries``): the versioned
 tables between partitions and router, the stamps a task reads back, the backfill selection, and
 the wake-ups a table announces.  No JVM; the end-to-end checks are in ``test_spark_prefix.py``."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from skype.spark import summaries
-from skype.spark.activation import Activation, ActivationConfig
-from skype.spark.summaries import ALL, SummaryTables, TermHolders, backfill_rows, keep_live_entries, routed_set
+from skype.dskype import summaries
+from skype.dskype.activation import Activation, ActivationConfig
+from skype.dskype.summaries import ALL, SummaryTables, TermHolders, backfill_rows, keep_live_entries, routed_set
 
 
 def test_term_holders_count_replicas_per_term():

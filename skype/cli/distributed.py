@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
@@ -32,6 +31,8 @@ from skype.cli.simulate import add_engine_args, engine_options
 from skype.partitioning import ADAPTIVE_METHODS, STATIC_METHODS
 from skype.partitioning.rebalance import POLICIES
 from skype.errors import InputError
+from skype.spark.job import RawStreams, default_run_directory
+from skype.workload import Inputs
 
 REBALANCE_CHOICES = (*POLICIES, "paper")
 
@@ -52,14 +53,6 @@ def _methods(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"unknown method {bad[0] if bad else text!r}; choose from "
                                          f"{', '.join(STATIC_METHODS + ADAPTIVE_METHODS)} or 'all' (the static ones)")
     return names
-
-
-def per_method(path: str, method: str, several: bool) -> str:
-    """``r.jsonl`` -> ``r.<method>.jsonl`` when a run has several methods."""
-    if not several:
-        return path
-    p = Path(path)
-    return str(p.with_name(f"{p.stem}.{method}{p.suffix}"))
 
 
 def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> None:
@@ -130,13 +123,10 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
 
 
 def settings_from_args(args: argparse.Namespace, bounds):
-    from skype.spark.runtime import RunSettings
+    from skype.dskype.plan import RunSettings
 
     window = window_of(args)
     kind, size = ("count", window["window"]) if "window" in window else ("time", window["window_seconds"])
-    if args.sink == "console" and args.results_out:
-        raise InputError("E023", what="--results-out", expected="used with --sink files (results fold the events)",
-                         value=args.results_out)
     return RunSettings(
         methods=args.method, partitions=args.partitions, batch_size=args.batch_size, window_kind=kind,
         window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=args.engine,
@@ -148,6 +138,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
         stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
         rebalance_load=args.rebalance_load, summaries=args.summaries,
+        ingest_split=args.ingest_split if args.vocabulary else 10_000,
     )
 
 
@@ -155,87 +146,37 @@ def run_directory(args) -> Path:
     """The run directory as an absolute path: executors resolve a relative one against their own
     working directory (a standalone Worker's is its application folder), and would write the
     events and results there instead of into the directory the driver reads."""
-    return Path(args.checkpoint or f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    return Path(args.checkpoint).resolve() if args.checkpoint else default_run_directory()
 
 
 def run_distributed(args: argparse.Namespace, spark=None) -> int:
-    """Plan, run, report.  ``spark``: an existing session (the Spark app, tests); else one is made
-    from ``--master``."""
-    from skype import io
-    from skype.spark import runtime
+    """Parse the options into settings and a workload, :func:`skype.spark.run` them, report.
+    ``spark``: an existing session (the Spark app, tests); else one is made from ``--master``."""
+    from skype import spark as dskype_on_spark
+    from skype.dskype import rebalancing
 
-    if (args.messages_dir is None) != (args.commands_dir is None):
-        raise InputError("E023", what="--messages-dir and --commands-dir", expected="given together",
-                         value=args.messages_dir or args.commands_dir)
-    run_dir = run_directory(args)
-    t0 = time.perf_counter()
-    from skype.spark import kinds, rebalancing
-
+    # refusals that need no workload, before it is loaded (skype.spark.run checks them again)
     rebalancing.check_rebalance(args.rebalance, args.method, staged=not (args.vocabulary or args.messages_dir
                                                                          or args.source != "files"))
-    # executor ingestion reads topk records (kinds come through staged inputs or a spec column)
-    kind_of: dict[int, str] = {}
-    vocabulary = None
-    own = spark is None
-    if args.vocabulary and args.source == "kafka":
-        # the distribution from a sample of the topics: the session is needed to plan
-        from skype.spark.ingest import plan_kafka_run
-
-        settings = settings_from_args(args, args.bounds)
-        if own:
-            spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
-        plan = plan_kafka_run(spark, run_dir, settings, vocabulary=args.vocabulary)
-        description = f"topics {args.messages_topic}, {args.commands_topic} (executor ingestion)"
-    elif args.vocabulary:
-        # executors read and tokenize the raw streams: the driver loads samples only
-        from skype.spark.ingest import plan_ingest_run
-
+    workload: Inputs | RawStreams
+    if args.vocabulary:
         check_ingest_args(args)
-        settings = settings_from_args(args, args.bounds)
-        settings.ingest_split = args.ingest_split
-        plan = plan_ingest_run(run_dir, settings, vocabulary=args.vocabulary, messages_file=args.messages,
-                               subscriptions_file=args.subscriptions)
-        description = f"{args.messages or args.messages_dir} (executor ingestion)"
+        workload = RawStreams(args.vocabulary, args.messages, args.subscriptions)
+        bounds = args.bounds
     else:
-        inputs = load_inputs(args)
-        # range/knn/terms and until: skype.spark.kinds (what each method serves; refusals E048)
-        kinds.refuse(inputs, args.method, open_end=bool(args.source != "files" or args.messages_dir
-                                                        or args.stop_after_batches or args.timeout))
-        kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary
-        settings = settings_from_args(args, inputs.bounds)
-        settings.engine_options.update(kinds.engine_options(inputs) if args.engine == "core" else {})
-        plan = runtime.plan_run(run_dir, settings, inputs)
-        plan.rebalancers = rebalancing.attach(plan, args.rebalance, inputs, settings.rebalance_load)
-        description = inputs.description
-    t_plan = time.perf_counter() - t0
-    if spark is None:
-        spark = runtime.make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
-    several = len(plan.pipelines) > 1
-    runs = []
-    try:
-        outcome = runtime.run_query(spark, plan)
-        for pipe in plan.pipelines:
-            metrics = runtime.run_metrics(plan, outcome, pipe)
-            metrics.update(input=description, plan_s=t_plan, run_dir=str(run_dir),
-                           master=spark.conf.get("spark.master", ""))
-            metrics.update(rebalancing.rebalancing_report(plan, outcome, pipe))
-            if args.results_out:
-                runtime.check_results_visible(plan, pipe, metrics.get("result_events", 0))
-                results = runtime.final_results(plan, pipe)
-                metrics["subscriptions"] = io.write_objects(per_method(args.results_out, pipe.method, several),
-                                                            kinds.result_objects(results, kind_of, vocabulary))
-                metrics["results_from"] = "stages" if runtime.stage_result_files(plan, pipe) else "events"
-            runs.append(metrics)
-    finally:
-        if own:
-            spark.stop()
+        workload = load_inputs(args)
+        bounds = workload.bounds
+    settings = settings_from_args(args, bounds)
+    run_dir = run_directory(args)
+    out = dskype_on_spark.run(settings, workload, spark, run_dir=run_dir, results_out=args.results_out,
+                              master=getattr(args, "master", "local[*]"),
+                              driver_memory=getattr(args, "driver_memory", "1g"), conf=dict(args.conf))
     if args.metrics_out:
-        out = runs[0] if not several else {"runs": runs}
-        out = dict(out, machine=machine_info())
         Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics_out).write_text(json.dumps(out, indent=2, default=float) + "\n")
-    for metrics in runs:
-        print_table(f"distributed: {metrics['method']}", _rows(metrics, settings, run_dir, plan.resumed), file=sys.stdout)
+        Path(args.metrics_out).write_text(json.dumps(dict(out, machine=machine_info()), indent=2, default=float) + "\n")
+    for metrics in out.get("runs", [out]):
+        print_table(f"distributed: {metrics['method']}", _rows(metrics, settings, run_dir, metrics["resumed"]),
+                    file=sys.stdout)
     return 0
 
 
@@ -271,18 +212,12 @@ def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, ob
 
 
 def check_ingest_args(args: argparse.Namespace) -> None:
-    """``--vocabulary``: raw files (``--messages`` with ``--subscriptions``) or raw directories."""
+    """``--vocabulary``: raw files (``--messages`` with ``--subscriptions``) or raw directories
+    (checked by :meth:`skype.spark.job.RawStreams.check`), never ``--events``."""
     if args.events:
         raise InputError("E023", what="--events", expected="left out with --vocabulary (give --messages and "
                                                            "--subscriptions, or the stream directories)",
                          value=args.events)
-    files, dirs = bool(args.messages), bool(args.messages_dir)
-    if files == dirs or (files and not args.subscriptions) or (dirs and args.subscriptions):
-        raise InputError("E023", what="--vocabulary", expected="given with --messages and --subscriptions files, or "
-                                                               "with --messages-dir and --commands-dir",
-                         value=args.vocabulary)
-    if args.ingest_split < 1:
-        raise InputError("E023", what="--ingest-split", expected="an integer >= 1", value=args.ingest_split)
 
 
 def cmd_distributed(args: argparse.Namespace) -> int:

@@ -1,29 +1,25 @@
-"""Workload options shared by the subcommands, and loading them into batches.
+"""Workload options shared by the subcommands: the command line's half of :mod:`skype.workload`.
 
 A workload is either generated (``--dataset``) or read from files (``--messages`` and
-``--subscriptions``, or ``--events``).  Records are validated once here; with ``--on-error
-fail`` (default) the first bad record stops the run with an error naming it, with ``--on-error
-skip`` every rejected record is skipped and counted by error code.
+``--subscriptions``, or ``--events``).  The options parse into a
+:class:`skype.workload.WorkloadSpec`; :func:`skype.workload.load_workload` validates the records
+once (``--on-error fail`` stops at the first bad record, ``skip`` counts them by error code).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from skype.errors import InputError
-from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, SubscriptionBatch, TermMatrix
-from skype.text import Vocabulary, tokenize
-from skype import io, queries, validate
+from skype import io
 from skype.data.drift import DRIFT_KINDS, make_drift
-from skype.model import Subscription
-from skype.data.workloads import DATASETS, SUB_KEYWORDS, make_subscriptions, make_workload
+from skype.data.workloads import DATASETS, SUB_KEYWORDS
+from skype.errors import InputError
+from skype.model import DEFAULT_BOUNDS, Bounds
+# messages_batch and subscriptions_batch stay importable here for the command-line tools that
+# build batches from validated rows
+from skype.workload import Inputs, WorkloadSpec, load_workload, messages_batch, subscriptions_batch  # noqa: F401
 
 DEFAULT_NUM_SUBS = 20_000
 DEFAULT_NUM_MESSAGES = 50_000
@@ -87,296 +83,24 @@ def window_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"window": args.window} if args.window is not None else {"window_seconds": args.window_seconds}
 
 
-@dataclass
-class Inputs:
-    """What a run consumes: subscriptions registered first, then the stream of steps."""
-
-    vocabulary: Vocabulary
-    subscriptions: SubscriptionBatch
-    steps: list[tuple[str, Any]]  # ("msgs", MessageBatch) | ("sub", SubscriptionBatch) | ("unsub", id)
-    bounds: Bounds
-    description: str
-    rejected: Counter = field(default_factory=Counter)
-    texts: list[str] | None = None
-    others: list = field(default_factory=list)  # range/knn/terms subscriptions registered first
-    # steps may also be ("ksub", a range/knn/terms subscription) and ("query", a snapshot record)
-
-    def peer_kinds(self) -> list[str]:
-        """What beside plain topk the inputs use: kinds, "snapshot queries", "until"."""
-        used = {s.kind for s in self.others} | {p.kind for op, p in self.steps if op == "ksub"}
-        if any(op == "query" for op, _ in self.steps):
-            used.add("snapshot queries")
-        batches = [self.subscriptions] + [p for op, p in self.steps if op == "sub"]
-        if any("until" in b.meta for b in batches):
-            used.add("topk with until")
-        return sorted(used)
-
-    def refuse_peer_kinds(self, where: str) -> None:
-        """Raise E048 naming the first kind ``where`` cannot serve (it serves plain topk only)."""
-        used = self.peer_kinds()
-        if used:
-            raise InputError("E048", where=where, kind=used[0], supported="topk subscriptions without until")
-
-    @property
-    def num_messages(self) -> int:
-        return sum(len(b) for op, b in self.steps if op == "msgs")
-
-    def messages(self) -> MessageBatch:
-        return MessageBatch.concat([b for op, b in self.steps if op == "msgs"])
-
-    def steps_upto(self, cursor: tuple[int, int, int], end: int) -> tuple[list[tuple[str, Any]], tuple[int, int, int]]:
-        """The steps of a micro-batch that ends after ``end`` messages, from ``cursor`` (step index,
-        offset in that step, messages before it; ``(0, 0, 0)`` at the start): message steps cut
-        where the batch ends, and every command positioned at ``end`` or earlier.  Returns them
-        and the cursor to resume from."""
-        i, offset, published = cursor
-        out: list[tuple[str, Any]] = []
-        while i < len(self.steps):
-            op, payload = self.steps[i]
-            if op != "msgs":
-                out.append((op, payload))
-                i += 1
-                continue
-            take = min(len(payload) - offset, end - published)
-            if take > 0:
-                out.append((op, payload.slice(offset, offset + take)))
-                offset, published = offset + take, published + take
-            if offset < len(payload):
-                break  # the batch ends inside this step
-            i, offset = i + 1, 0
-        return out, (i, offset, published)
-
-
-class _Collector:
-    """Validates records one by one, failing fast or skipping and counting."""
-
-    def __init__(self, on_error: str) -> None:
-        self.on_error = on_error
-        self.rejected: Counter = Counter()
-
-    def reject(self, err: InputError) -> None:
-        if self.on_error == "fail":
-            raise err
-        self.rejected[err.code] += 1
-
-    def accept(self, fn):
-        try:
-            return fn()
-        except InputError as err:
-            self.reject(err)
-            return None
-
-
-def _records(path: str, convert, collector: _Collector) -> list[tuple[int, Any]]:
-    """All (line, record) of a file that parse; bad ones fail or are skipped and counted."""
-    out = []
-    for line, obj in io.iter_objects(path, on_malformed=collector.reject):
-        def parse(obj=obj, line=line):
-            try:
-                return convert(obj)
-            except InputError as err:
-                rid = obj.get("id") if isinstance(obj, dict) else None
-                raise err.located(source=path, line=line, record_id=rid) from None
-
-        rec = collector.accept(parse)
-        if rec is not None:
-            out.append((line, rec))
-    return out
-
-
-def _vocabulary_from(messages: list) -> Vocabulary:
-    """Document frequencies over the stream's messages: the sample that fixes the term order."""
-    docs = []
-    for m in messages:
-        if isinstance(m.text, str):
-            docs.append(tokenize(m.text))
-        elif isinstance(m.terms, dict):
-            docs.append([t for t in m.terms if isinstance(t, str)])
-    return Vocabulary.build(docs)
-
-
-class _Builder:
-    """Turns validated records into batches, enforcing stream-level rules."""
-
-    def __init__(self, vocab: Vocabulary, bounds: Bounds, collector: _Collector, source: str) -> None:
-        self.vocab, self.bounds, self.collector, self.source = vocab, bounds, collector, source
-        self.sub_ids: set[int] = set()
-        self.last_t = -math.inf
-        self.arrivals = 0
-
-    def subscription(self, line: int, sub) -> tuple | None:
-        """("topk", row with until) or (kind, the subscription object), or None if rejected."""
-        def check():
-            try:
-                if isinstance(sub, Subscription):
-                    row = validate.check_subscription(sub, self.vocab, self.bounds)
-                    try:
-                        until = queries.check_until(sub.until, self.last_t)
-                    except InputError as err:
-                        raise err.located(record_id=row[0]) from None
-                    sid, out = row[0], ("topk", row + (until,))
-                else:
-                    spec = queries.compile_subscription(sub, self.vocab, self.bounds, self.last_t)
-                    sid, out = spec.id, (spec.kind, sub)
-                if sid in self.sub_ids:
-                    raise InputError("E007", id=sid, record_id=sid)
-            except InputError as err:
-                raise err.located(source=self.source, line=line) from None
-            self.sub_ids.add(sid)
-            return out
-
-        return self.collector.accept(check)
-
-    def query(self, line: int, rec: dict) -> dict | None:
-        def check():
-            try:
-                fields = {k: v for k, v in rec.items() if k not in ("qid", "kind")}
-                validate.check_id(rec["qid"])
-                queries.compile_query(rec["kind"], fields, self.vocab, self.bounds, self.last_t, snapshot=True)
-            except InputError as err:
-                raise err.located(source=self.source, line=line, record_id=rec.get("qid")) from None
-            return rec
-
-        return self.collector.accept(check)
-
-    def unsubscription(self, line: int, sid) -> int | None:
-        def check():
-            try:
-                i = validate.check_id(sid)
-                if i not in self.sub_ids:
-                    raise InputError("E008", id=i, record_id=i)
-            except InputError as err:
-                raise err.located(source=self.source, line=line) from None
-            self.sub_ids.discard(i)
-            return i
-
-        return self.collector.accept(check)
-
-    def message(self, line: int, msg) -> tuple | None:
-        def check():
-            try:
-                row = validate.check_message(msg, self.vocab, self.bounds, float(self.arrivals))
-                if row[3] < self.last_t:
-                    raise InputError("E009", t=row[3], prev=self.last_t, record_id=row[0])
-            except InputError as err:
-                raise err.located(source=self.source, line=line) from None
-            self.last_t = row[3]
-            self.arrivals += 1
-            return row
-
-        return self.collector.accept(check)
-
-
-def _columns(rows: list[tuple], dtypes: tuple[type, ...]) -> list[np.ndarray]:
-    """The first len(dtypes) fields of validated rows, one array per field."""
-    return [np.array([row[i] for row in rows], dtype=dt) for i, dt in enumerate(dtypes)]
-
-
-def _terms(rows: list[tuple], first: int) -> TermMatrix:
-    return TermMatrix.from_rows([(row[first], row[first + 1]) for row in rows])
-
-
-def subscriptions_batch(rows: list[tuple]) -> SubscriptionBatch:
-    """Rows (id, x, y, k, alpha, ids, weights[, until]); ``meta["until"]`` (NaN: none) when any
-    row has an until."""
-    ids, x, y, k, alpha = _columns(rows, (np.int64, np.float64, np.float64, np.int64, np.float64))
-    batch = SubscriptionBatch(ids, x, y, k, alpha, _terms(rows, 5))
-    until = [r[7] if len(r) > 7 else None for r in rows]
-    if any(u is not None for u in until):
-        batch.meta["until"] = np.array([np.nan if u is None else u for u in until], dtype=np.float64)
-    return batch
-
-
-def messages_batch(rows: list[tuple]) -> MessageBatch:
-    ids, x, y, t = _columns(rows, (np.int64, np.float64, np.float64, np.float64))
-    return MessageBatch(ids, x, y, t, _terms(rows, 4))
-
-
 def drift_start(args: argparse.Namespace) -> int:
     start = getattr(args, "drift_start", None)
     return int(start) if start is not None else int(getattr(args, "sample_size", 0) or 0)
 
 
-def load_inputs(args: argparse.Namespace) -> Inputs:
-    bounds: Bounds = getattr(args, "bounds", DEFAULT_BOUNDS)
-    if not (args.messages or args.subscriptions or args.events):
-        if getattr(args, "vocabulary", None):
-            raise InputError("E023", what="--vocabulary", expected="used with workload files (a generated dataset "
-                                                                   "has its own vocabulary)", value=args.vocabulary)
-        w = make_workload(args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
-                          sub_terms=args.sub_terms, k=args.k, sub_keywords=args.sub_keywords, bounds=bounds)
-        desc = f"{args.dataset} (seed {args.seed})"
-        drift = getattr(args, "drift", "none")
-        if drift != "none":
-            d = make_drift(drift, w, start=drift_start(args), seed=args.seed)
-            return Inputs(w.vocabulary, w.subscriptions, d.steps(), bounds, f"{desc}, drift {drift}", texts=w.texts)
-        return Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], bounds, desc, texts=w.texts)
-    if args.messages and args.events:
-        raise InputError("E023", what="--messages", expected="left out when --events is given", value=args.messages)
-    collector = _Collector(args.on_error)
-    if args.events:
-        events = _records(args.events, io.event_from_obj, collector)
-        vocab = _vocabulary_from([rec for _, (op, rec) in events if op == "msg"])
-    else:
-        messages = _records(args.messages, io.message_from_obj, collector) if args.messages else []
-        vocab = _vocabulary_from([m for _, m in messages])
-    if getattr(args, "vocabulary", None):
-        from skype.spark.vocabulary import FrozenVocabulary  # no pyspark: the file's format and ids
+def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
+    """The workload options of a subcommand (absent ones at their defaults)."""
+    return WorkloadSpec(
+        dataset=args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
+        sub_terms=tuple(args.sub_terms), k=args.k, sub_keywords=args.sub_keywords,
+        drift=getattr(args, "drift", "none"), drift_start=drift_start(args), messages=args.messages,
+        subscriptions=args.subscriptions, events=args.events, on_error=args.on_error,
+        vocabulary=getattr(args, "vocabulary", None), bounds=getattr(args, "bounds", DEFAULT_BOUNDS))
 
-        vocab = FrozenVocabulary.load(args.vocabulary)
-    sub_rows: list[tuple] = []
-    others: list = []
-    if args.subscriptions:
-        builder = _Builder(vocab, bounds, collector, args.subscriptions)
-        for line, sub in _records(args.subscriptions, io.subscription_from_obj, collector):
-            got = builder.subscription(line, sub)
-            if got is not None:
-                (sub_rows if got[0] == "topk" else others).append(got[1])
-        known = builder.sub_ids
-    else:
-        known = set()
-    steps: list[tuple[str, Any]] = []
-    if args.events:
-        builder = _Builder(vocab, bounds, collector, args.events)
-        builder.sub_ids = set(known)
-        pending: list[tuple] = []
-        for line, (op, rec) in events:
-            if op == "msg":
-                row = builder.message(line, rec)
-                if row is not None:
-                    pending.append(row)
-                continue
-            if pending:
-                steps.append(("msgs", messages_batch(pending)))
-                pending = []
-            if op == "sub":
-                got = builder.subscription(line, rec)
-                if got is not None:
-                    steps.append(("sub", subscriptions_batch([got[1]])) if got[0] == "topk" else ("ksub", got[1]))
-            elif op == "query":
-                q = builder.query(line, rec)
-                if q is not None:
-                    steps.append(("query", q))
-            else:
-                sid = builder.unsubscription(line, rec)
-                if sid is not None:
-                    steps.append(("unsub", sid))
-        if pending:
-            steps.append(("msgs", messages_batch(pending)))
-        desc = args.events
-    else:
-        builder = _Builder(vocab, bounds, collector, args.messages or "")
-        rows = [r for r in (builder.message(line, m) for line, m in messages) if r is not None]
-        batch = messages_batch(rows)
-        steps.append(("msgs", batch))
-        desc = args.messages or ""
-        if not args.subscriptions:
-            # messages only: generate paper-style subscriptions over them
-            rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(2)[1])
-            subs = make_subscriptions(batch, vocab, args.num_subs, rng, sub_terms=args.sub_terms, k=args.k,
-                                      sub_keywords=args.sub_keywords)
-            return Inputs(vocab, subs, steps, bounds, desc, collector.rejected, others=others)
-    return Inputs(vocab, subscriptions_batch(sub_rows), steps, bounds, desc, collector.rejected, others=others)
+
+def load_inputs(args: argparse.Namespace) -> Inputs:
+    """The workload of a subcommand's options (:func:`skype.workload.load_workload`)."""
+    return load_workload(workload_spec(args))
 
 
 def write_drift_files(args, workload) -> int:

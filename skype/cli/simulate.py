@@ -36,7 +36,8 @@ import numpy as np
 
 from skype import io
 from skype.api import EngineBase
-from skype.cli.inputs import Inputs, add_workload_args, load_inputs, window_of
+from skype.cli.inputs import add_workload_args, load_inputs, window_of
+from skype.workload import Inputs
 from skype.cli.peer import add_peer_generate_args, peer_generate
 from skype.cli.report import peak_rss_bytes, print_table, progress_bar
 

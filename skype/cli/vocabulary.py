@@ -2,7 +2,7 @@
 
 Reads the first ``--sample`` messages of a messages file, an events file or a generated dataset
 (streaming: only the sample is held), counts each term's document frequency, and writes a
-vocabulary file (:mod:`skype.spark.vocabulary`): the known terms in the global df-ascending order,
+vocabulary file (:mod:`skype.dskype.vocabulary`): the known terms in the global df-ascending order,
 the sample size (for the idf), and the key and slots that give unseen terms their hashed ids.
 ``distributed --vocabulary FILE`` ships it to the executors, which then read and tokenize the raw
 streams themselves; ``simulate --vocabulary FILE`` weighs with the same file, so both engines give
@@ -18,7 +18,7 @@ from typing import Iterator
 
 from skype.cli.report import print_table
 from skype.errors import InputError
-from skype.spark.records import document_tokens
+from skype.dskype.records import document_tokens
 
 
 def message_documents(path: str, events: bool = False) -> Iterator[list[str]]:
@@ -54,7 +54,7 @@ def dataset_documents(args: argparse.Namespace) -> Iterator[list[str]]:
 
 
 def cmd_vocabulary(args: argparse.Namespace) -> int:
-    from skype.spark.vocabulary import FrozenVocabulary
+    from skype.dskype.vocabulary import FrozenVocabulary
 
     if args.sample < 1:
         raise InputError("E023", what="--sample", expected="an integer >= 1", value=args.sample)
@@ -89,7 +89,7 @@ def _hex_key(text: str) -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from skype.data.workloads import DATASETS
-    from skype.spark.vocabulary import DEFAULT_SLOTS
+    from skype.dskype.vocabulary import DEFAULT_SLOTS
 
     p = sub.add_parser("vocabulary", help="build a stream's term vocabulary from a sample (for distributed ingestion)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

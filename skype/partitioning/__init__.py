@@ -40,6 +40,7 @@ import numpy as np
 from skype.partitioning.agrid import AGridDistribution
 from skype.partitioning.aqwa import AqwaDistribution
 from skype.partitioning.base import Distribution, check_num_partitions
+from skype.partitioning.capabilities import CAPABILITIES, Capabilities, capabilities_of
 from skype.partitioning.hashing import HashingDistribution
 from skype.partitioning.hybrid import CompositeDistribution, build_hybrid, default_outer
 from skype.partitioning.kdt import KdtDistribution
@@ -54,9 +55,10 @@ from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch
 from skype.text import Vocabulary
 
-STATIC_METHODS = ("hashing", "location", "keyword", "prefix", "spatial-first", "keyword-first")
-# methods whose placement units can move at runtime (skype.partitioning.rebalance)
-ADAPTIVE_METHODS = ("agrid", "kdt", "qt", "aqwa")
+# the methods, from their capability table; adaptive: placement units move at runtime
+# (skype.partitioning.rebalance)
+STATIC_METHODS = tuple(m for m, c in CAPABILITIES.items() if not c.adaptive)
+ADAPTIVE_METHODS = tuple(m for m, c in CAPABILITIES.items() if c.adaptive)
 METHODS = STATIC_METHODS + ADAPTIVE_METHODS
 _ADAPTIVE_BUILD: dict[str, Callable[..., UnitDistribution]] = {
     "agrid": AGridDistribution.build, "kdt": KdtDistribution.build, "qt": QtDistribution.build,
@@ -121,7 +123,7 @@ def build_distribution(method: str, num_partitions: int, subscriptions: Subscrip
 
 
 __all__ = [
-    "ADAPTIVE_METHODS", "AGridDistribution", "AqwaDistribution", "EPS", "KdtDistribution", "METHODS",
+    "ADAPTIVE_METHODS", "AGridDistribution", "CAPABILITIES", "Capabilities", "capabilities_of", "AqwaDistribution", "EPS", "KdtDistribution", "METHODS",
     "METHOD_PARAMS", "QtDistribution", "STATIC_METHODS", "UnitDistribution", "THRESHOLD_ENGINES", "CompositeDistribution", "Distribution",
     "HashingDistribution", "KeywordDistribution", "LocationDistribution", "PrefixDistribution",
     "RangeDistribution", "Routing", "build_distribution", "default_outer", "estimate_thresholds",

@@ -31,6 +31,7 @@ import abc
 
 import numpy as np
 
+from skype.partitioning.capabilities import Capabilities, capabilities_of
 from skype.partitioning.routing import Routing
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch
@@ -82,6 +83,11 @@ class Distribution(abc.ABC):
     def pop_new_live_terms(self) -> np.ndarray:
         """Term ids that became live in some keyword summary since the last call (sorted)."""
         return np.zeros(0, dtype=np.int64)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this method can do (:mod:`skype.partitioning.capabilities`: one table)."""
+        return capabilities_of(self.name)
 
     def describe(self) -> dict:
         """A few facts about the built tables, for reports."""

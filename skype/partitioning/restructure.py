@@ -31,10 +31,12 @@ from __future__ import annotations
 import numpy as np
 
 from skype.errors import InputError
+from skype.partitioning.capabilities import CAPABILITIES
 from skype.partitioning.rects import Rect, best_cut, prefix_grid, split_rect
 from skype.partitioning.units import _KEY, SINGLE, UnitDistribution, subscription_bytes
 
-CUTTABLE = ("kdt", "qt")  # methods whose units are tree leaves (agrid and aqwa keep cells whole)
+# methods whose units are tree leaves (agrid and aqwa keep cells whole)
+CUTTABLE = tuple(m for m, c in CAPABILITIES.items() if c.cuttable)
 
 
 def term_range(cut_keys: np.ndarray, region_cut0: np.ndarray, region_groups: np.ndarray, region: int,
@@ -113,7 +115,7 @@ def cut_options(snap: dict, unit: int) -> list[tuple[str, object, float, float, 
 
 def cut_unit(dist: UnitDistribution, unit: int, kind: str, at) -> int:
     """Cut ``unit`` (module docstring); returns the new piece's unit id."""
-    if dist.name not in CUTTABLE:
+    if not dist.capabilities.cuttable:
         raise InputError("E066", method=dist.name, detail=f"only {list(CUTTABLE)} cut units at runtime")
     unit = int(unit)
     if not 0 <= unit < dist.num_units:

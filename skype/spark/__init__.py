@@ -1,4 +1,5 @@
-"""DSkype on Apache Spark: a Structured Streaming job (the only package that imports pyspark).
+"""DSkype on Apache Spark: the thin adapter that runs :mod:`skype.dskype` as a Structured
+Streaming job (the only package that imports pyspark).
 
 Data flow of one micro-batch (see ``docs/spark.md``)::
 
@@ -6,12 +7,17 @@ Data flow of one micro-batch (see ``docs/spark.md``)::
                      ├─ route (mapInArrow) ┼─ ...          ┼─ merge buckets ─ events sink
     commands source ─┘   + ticks           └─ partition P-1┘   (exact top-k)   + final results
 
-Modules without pyspark (usable in engine hosts and tests): :mod:`~skype.spark.codec` (blobs),
-:mod:`~skype.spark.keys` (grouping keys), :mod:`~skype.spark.routing`,
-:mod:`~skype.spark.partition`, :mod:`~skype.spark.merge`, :mod:`~skype.spark.reports`,
-:mod:`~skype.spark.durable`, :mod:`~skype.spark.hosts`, :mod:`~skype.spark.staging`,
-:mod:`~skype.spark.vocabulary` (the shipped vocabulary), :mod:`~skype.spark.records` (raw records),
-:mod:`~skype.spark.ordering` (Kafka order).
-Modules importing pyspark: :mod:`~skype.spark.processors`, :mod:`~skype.spark.sources`,
-:mod:`~skype.spark.ingest`, :mod:`~skype.spark.runtime`, :mod:`~skype.spark.app`.
+Entry: :func:`run` (``skype.spark.run(settings, workload, spark=None)``, :mod:`~skype.spark.job`).
+Modules: :mod:`~skype.spark.sources` and :mod:`~skype.spark.ingest` (stream sources),
+:mod:`~skype.spark.processors` (``transformWithState`` processors), :mod:`~skype.spark.hosts`
+(engine hosts), :mod:`~skype.spark.backfill` (window read-back), :mod:`~skype.spark.sink`
+(``foreachBatch``), :mod:`~skype.spark.runtime` (the job), :mod:`~skype.spark.app`.
 """
+
+
+def run(settings, workload, spark=None, **options) -> dict:
+    """Plan, stream and measure one run; returns its metrics (:func:`skype.spark.job.run`, whose
+    keyword ``options`` it takes).  Importing :mod:`skype.spark` does not import pyspark."""
+    from skype.spark.job import run as run_job
+
+    return run_job(settings, workload, spark, **options)

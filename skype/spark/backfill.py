@@ -1,11 +1,11 @@
 """Reading window messages back from the message stream, by position (keyword summaries).
 
 A ``prefix`` partition whose summary gains a term needs the window messages holding it that were
-not routed to it (:mod:`skype.spark.summaries`).  No process keeps the whole window, but the stream
+not routed to it (:mod:`skype.dskype.summaries`).  No process keeps the whole window, but the stream
 does: a file source's offset is the number of records consumed, so position p is record p of
 the files in name order.  :class:`BackfillSource` reads positions ``[lo, hi)`` with the readers
 the streaming sources use (staged files, or raw files tokenized with the shipped vocabulary,
-:mod:`skype.spark.ingest`), and screens them as the router does (:func:`skype.spark.routing.screen`),
+:mod:`skype.spark.ingest`), and screens them as the router does (:func:`skype.dskype.routing.screen`),
 so what comes back is exactly what routing would have sent.  A Kafka stream is not read back
 (no consumer per partition task): summaries stay off there.
 """
@@ -32,9 +32,9 @@ class BackfillSource:
     def read(self, lo: int, hi: int):
         """Messages at positions ``[lo, hi)`` as the router sees them (records the engine rejects
         left out): ``(MessageBatch, seq)``."""
-        from skype.spark import codec
-        from skype.spark.codec import Commands
-        from skype.spark.routing import events_from_arrow, screen
+        from skype.dskype import codec
+        from skype.dskype.codec import Commands
+        from skype.dskype.routing import events_from_arrow, screen
 
         if hi <= lo:
             return codec.empty_messages(), np.zeros(0, np.int64)

@@ -132,12 +132,12 @@ def peak_rss_bytes() -> int:
 def build_core(stage: str, ident: tuple, durable: tuple):
     """A core from durable state (see :meth:`PartitionCore.rebuild`, :meth:`MergeCore.rebuild`)."""
     if stage == PARTITION:
-        from skype.spark.partition import PartitionCore
+        from skype.dskype.partition import PartitionCore
 
         config = ident[1]
         hwm_seq, hwm_t, log, segments = durable
         return PartitionCore.rebuild(config, hwm_seq, hwm_t, log, segments)
-    from skype.spark.merge import MergeCore
+    from skype.dskype.merge import MergeCore
 
     return MergeCore.rebuild(durable)
 

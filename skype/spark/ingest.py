@@ -10,10 +10,10 @@ only and leaves the streams to the executors:
 * **Parallel reads.**  The ``skype_raw`` Python data source has the offsets of ``skype_stream``
   (:class:`skype.spark.sources.StreamFilesReader`: records consumed, files in name order), but
   splits each micro-batch into input partitions of at most ``split`` records, each read by its own
-  task, which parses, validates and vectorises its records (:mod:`skype.spark.records`).  Records
+  task, which parses, validates and vectorises its records (:mod:`skype.dskype.records`).  Records
   the engine would reject go to ``DIR/dead-letters/ingest-*.jsonl`` and keep their positions.
 * **Unseen terms** get hashed ids every process agrees on; a run-wide registry
-  (``DIR/unseen-terms``, :class:`skype.spark.vocabulary.TermClaims`) turns a collision into E080.
+  (``DIR/unseen-terms``, :class:`skype.dskype.vocabulary.TermClaims`) turns a collision into E080.
 * **The distribution from a sample of the stream**: the first ``--sample-size`` messages and
   subscribe commands, read and vectorised on the driver (:func:`sample_inputs`).
 * **What the driver holds**: the samples, per stream file its name and record count, and the
@@ -34,8 +34,8 @@ from pathlib import Path
 from pyspark.sql.datasource import DataSource, InputPartition
 
 from skype.errors import InputError
-from skype.spark.records import parse_lines, records_to_events
-from skype.spark.routing import EVENT_SCHEMA_DDL, write_dead_letters
+from skype.dskype.records import parse_lines, records_to_events
+from skype.dskype.routing import EVENT_SCHEMA_DDL, write_dead_letters
 from skype.spark.sources import KINDS, StreamFilesReader, _file_format, count_records
 
 SOURCE_NAME = "skype_raw"
@@ -46,7 +46,7 @@ INGEST_SETTINGS = ("vocabulary", "messages_dir", "commands_dir", "ingest_split")
 def vocabulary_copy(run_dir: Path, path: str) -> Path:
     """Copy the vocabulary file into the run directory as ``vocabulary-<hash>.json`` (the hash
     makes the name unique per content: ``addFile`` refuses one name with two contents)."""
-    from skype.spark.vocabulary import FrozenVocabulary
+    from skype.dskype.vocabulary import FrozenVocabulary
 
     FrozenVocabulary.load(path)  # checked once, here, with a clear error
     digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=8).hexdigest()
@@ -151,7 +151,8 @@ class RawFilesReader(StreamFilesReader):
 
     def read(self, partition: InputPartition):
         from skype.model import Bounds
-        from skype.spark.vocabulary import shipped_path, shipped_vocabulary
+        from skype.dskype.vocabulary import shipped_vocabulary
+        from skype.spark.sources import shipped_path
 
         vocab = shipped_vocabulary(shipped_path(self.vocabulary), self.claims)
         batch, dead = read_raw_piece(partition.value, self.kind, vocab, Bounds(*self.bounds), self.default_at)
@@ -255,11 +256,11 @@ def inputs_from_events(message_batches, command_batches, vocab, bounds, descript
     restricted to the vocabulary's known terms (:func:`known_terms_only`)."""
     import numpy as np
 
-    from skype.cli.inputs import Inputs
+    from skype.workload import Inputs
     from skype.model import MessageBatch
     from skype.partitioning.registry import concat_subscriptions, empty_subscriptions
-    from skype.spark.codec import OP_SUB
-    from skype.spark.routing import events_from_arrow
+    from skype.dskype.codec import OP_SUB
+    from skype.dskype.routing import events_from_arrow
 
     messages = [events_from_arrow(b)[0] for b in message_batches]
     subs = []
@@ -278,9 +279,9 @@ def plan_kafka_run(spark, run_dir: Path, settings, *, vocabulary: str):
     """Plan a Kafka run from a sample of the topics themselves: the first ``--sample-size``
     records of each (a batch read), converted on the executors as the stream will be.  Not run
     against a broker in the tests (there is none); its conversion is :func:`inputs_from_events`."""
-    from skype.spark.plan import plan_run
+    from skype.dskype.plan import plan_run
     from skype.spark.sources import kafka_sample
-    from skype.spark.vocabulary import FrozenVocabulary
+    from skype.dskype.vocabulary import FrozenVocabulary
 
     run_dir = Path(run_dir)
     saved = run_dir / "ingest.json"
@@ -330,8 +331,8 @@ def plan_ingest_run(run_dir: Path, settings, *, vocabulary: str, messages_file: 
     files (links), count the messages, and build the distributions from the streams' samples.
     ``settings.messages_dir``/``commands_dir`` name the raw directories when no files are given."""
     from skype.model import Bounds
-    from skype.spark.plan import plan_run
-    from skype.spark.vocabulary import FrozenVocabulary, TermClaims
+    from skype.dskype.plan import plan_run
+    from skype.dskype.vocabulary import FrozenVocabulary, TermClaims
 
     run_dir = Path(run_dir)
     saved = run_dir / "ingest.json"

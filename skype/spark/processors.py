@@ -3,7 +3,7 @@
 1. :class:`PartitionProcessor`, grouped by subscription partition: merges the batch's routed rows
    (messages, commands, ticks), hands them with the committed ``(version, tag)`` to the
    partition's engine host, rebuilds the engine from durable state on a miss, writes the batch's
-   durable delta (:mod:`skype.spark.durable`) and emits the partition's reports, one row per merge
+   durable delta (:mod:`skype.dskype.durable`) and emits the partition's reports, one row per merge
    bucket, plus one metrics row.  With ``inline_merge`` (methods that place every subscription on
    one partition: hashing, location) the reports are already final and it emits the events itself:
    that method needs no merge stage.
@@ -17,7 +17,7 @@ batch only when its object carries the committed stamp (see :mod:`skype.spark.ho
 ``(version, tag)`` a host can hold was either committed, or written by a task whose state-store
 commit never happened, in which case no committed state carries it and the next task rebuilds.
 
-Rows in: :data:`skype.spark.routing.ROUTED_SCHEMA_DDL`.  Rows between the stages:
+Rows in: :data:`skype.dskype.routing.ROUTED_SCHEMA_DDL`.  Rows between the stages:
 ``key, pipeline, kind, payload`` (kind ``reports``, ``metrics``, or ``events`` without a merge
 stage; in the stream's last batch also ``results`` and a ``results-request`` to every merge
 bucket).  Rows out: ``pipeline, kind, payload`` (kind ``events``, ``metrics`` or ``results``).
@@ -45,12 +45,12 @@ import numpy as np
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from skype.spark import codec
-from skype.spark.codec import Commands
-from skype.spark.durable import Meta, wants_snapshot
+from skype.dskype import codec
+from skype.dskype.codec import Commands
+from skype.dskype.durable import Meta, wants_snapshot
 from skype.spark.hosts import MERGE, PARTITION, HostError, InProcessHosts, ProcessHosts
-from skype.spark.merge import MergeCore
-from skype.spark.partition import PartitionConfig, PartitionInput, command_log_entry
+from skype.dskype.merge import MergeCore
+from skype.dskype.partition import PartitionConfig, PartitionInput, command_log_entry
 
 STAGE_SCHEMA_DDL = "key long, pipeline int, kind string, payload binary"
 RESULTS_REQUEST = "results-request"  # partition -> merge bucket: the stream ended, send the final top-k
@@ -158,7 +158,7 @@ class PartitionProcessor(_HostedProcessor):
         msg_parts, cmd_parts, stamps = [], [], set()
         hwm_seq, hwm_t = -1, -math.inf
         for row in rows:
-            if row.summary:  # the keyword-summary version the router used (skype.spark.summaries)
+            if row.summary:  # the keyword-summary version the router used (skype.dskype.summaries)
                 stamps.add(row.summary)
             if row.messages:
                 msg_parts.append(codec.unpack_messages(row.messages))
@@ -188,7 +188,7 @@ class PartitionProcessor(_HostedProcessor):
         written = self._write_log(meta, delta, snapshot)
         entry = output.activation_entry
         if entry is not None and snapshot is None:
-            # prefix replicas that slept or woke (skype.spark.activation): logged after the commands
+            # prefix replicas that slept or woke (skype.dskype.activation): logged after the commands
             compacted = None
             if wants_snapshot(meta, len(entry)):
                 reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))

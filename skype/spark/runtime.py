@@ -1,7 +1,7 @@
 """The DSkype streaming job: start the query of a planned run and wait for it.
 
-The plan (settings, pipelines, run directory layout) is :mod:`skype.spark.plan`; results and
-metrics of a run are in :mod:`skype.spark.results`, the sink in :mod:`skype.spark.sink` (all
+The plan (settings, pipelines, run directory layout) is :mod:`skype.dskype.plan`; results and
+metrics of a run are in :mod:`skype.dskype.results`, the sink in :mod:`skype.spark.sink` (all
 re-exported here; none of them imports this module).  The query (:func:`build_query`): both
 sources (stream-event schema) -> ``mapInArrow`` routing (+ ticks) -> ``transformWithState`` per
 subscription partition -> ``transformWithState`` per merge bucket -> ``foreachBatch`` sink.  The
@@ -19,18 +19,12 @@ from functools import partial
 
 from skype.errors import InputError
 from skype.spark import hosts as hosts_mod
-from skype.spark.activation import ActivationConfig
-from skype.spark.kinds import VOCABULARY_FILE
-from skype.spark.partition import PartitionConfig
-from skype.spark.plan import (  # noqa: F401 - the plan, re-exported
-    CHECKED_SETTINGS, ENGINE_CACHES, EVENT_FORMATS, SINKS, SOURCES, Pipeline, Plan, RunOutcome, RunSettings,
-    build_distribution_for, plan_run, single_replica,
-)
-from skype.spark.results import (  # noqa: F401 - the run's outcome, re-exported
-    check_results_visible, count_dead_letters, driver_peak_rss_bytes, event_files, final_results, fold_events,
-    folded_results, ranked, run_metrics, stage_result_files,
-)
-from skype.spark.sink import EventSink, events_table, print_events, suffix  # noqa: F401 - re-exported
+from skype.dskype.activation import ActivationConfig
+from skype.dskype.kinds import VOCABULARY_FILE
+from skype.dskype.partition import PartitionConfig
+from skype.dskype.plan import Pipeline, Plan, RunOutcome, RunSettings
+from skype.dskype.results import driver_peak_rss_bytes
+from skype.spark.sink import EventSink
 
 # --------------------------------------------------------------------------- the session
 
@@ -102,7 +96,7 @@ def source_events(spark, plan: Plan):
 
         return raw_events(spark, plan)
     if s.source == "kafka":
-        dead = str(plan.dead_letters_dir)  # order checks: skype.spark.ordering
+        dead = str(plan.dead_letters_dir)  # order checks: skype.dskype.ordering
         messages = sources.kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size,
                                         dense=s.window.kind == "count", dead_letters=dead)
         commands = sources.kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", dead_letters=dead)
@@ -136,7 +130,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
 
 def summary_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
     """Where a ``prefix`` pipeline's partitions publish their keyword summaries
-    (:mod:`skype.spark.summaries`): with the loose-prefix activation, unless ``--summaries off``."""
+    (:mod:`skype.dskype.summaries`): with the loose-prefix activation, unless ``--summaries off``."""
     if plan.settings.summaries == "off" or activation_config(plan.settings, pipe.distribution) is None:
         return None
     return str(plan.run_dir / "summaries" / pipe.method)
@@ -154,18 +148,18 @@ def backfill_source(plan: Plan):
 
 
 def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
-    """The versioned ownership tables of an adaptive pipeline (:mod:`skype.spark.handover`)."""
-    from skype.spark.handover import routes_everywhere
-    from skype.spark.rebalancing import rebalance_dir
+    """The versioned ownership tables of an adaptive pipeline (:mod:`skype.dskype.handover`)."""
+    from skype.dskype.handover import routes_everywhere
+    from skype.dskype.rebalancing import rebalance_dir
 
     return str(rebalance_dir(plan.run_dir, pipe.method)) if routes_everywhere(pipe.distribution) else None
 
 
 def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
-    """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.spark.activation`): count
+    """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.dskype.activation`): count
     windows only (a batch's expiries are bounded by its size, ``maxRecordsPerTrigger``); other
     methods and time windows run every replica (exact mode)."""
-    if dist.name != "prefix" or settings.window.kind != "count" or settings.source != "files":
+    if not dist.capabilities.activation or settings.window.kind != "count" or settings.source != "files":
         return None
     return ActivationConfig(tuple(int(x) for x in dist.starts), settings.batch_size, int(settings.window.size))
 
@@ -180,7 +174,7 @@ def closure_bytes(fn) -> int:
 def build_query(spark, plan: Plan, token: str, sink):
     """The streaming query, ready to start (see module docstring)."""
     from skype.spark.processors import OUTPUT_SCHEMA_DDL, STAGE_SCHEMA_DDL, MergeProcessor, PartitionProcessor
-    from skype.spark.routing import ROUTED_SCHEMA_DDL, route_arrow, ship_routers
+    from skype.dskype.routing import ROUTED_SCHEMA_DDL, route_arrow, ship_routers
 
     s = plan.settings
     configure(spark, plan)
@@ -249,7 +243,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
 class OffsetCheck:
     """A Kafka count window needs every offset of the messages topic to be a message: after each
     batch the driver compares the records the source read with the offsets it covered
-    (:func:`skype.spark.ordering.check_offset_progress`), which also sees a gap that falls between
+    (:func:`skype.dskype.ordering.check_offset_progress`), which also sees a gap that falls between
     two micro-batches.  Other sources and time windows are not checked."""
 
     def __init__(self, settings) -> None:
@@ -258,7 +252,7 @@ class OffsetCheck:
         self.error: Exception | None = None
 
     def passes(self, query) -> bool:
-        from skype.spark.ordering import check_offset_progress
+        from skype.dskype.ordering import check_offset_progress
 
         if self.topic is None:
             return True

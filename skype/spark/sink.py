@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from skype.spark.staging import write_table
+from skype.dskype.staging import suffix, write_table
 
 if TYPE_CHECKING:
-    from skype.spark.plan import Plan
+    from skype.dskype.plan import Plan
 
 
 class EventSink:
@@ -59,7 +59,7 @@ class EventSink:
                       else None)
         self.methods = {pipe.index: pipe.method for pipe in plan.pipelines}
         self.batches: list[int] = []
-        self.rebalancers = plan.rebalancers  # skype.spark.rebalancing, one per adaptive pipeline
+        self.rebalancers = plan.rebalancers  # skype.dskype.rebalancing, one per adaptive pipeline
 
     def __call__(self, df, batch_id: int) -> None:
         t0 = time.perf_counter()
@@ -198,15 +198,11 @@ def _task_partition() -> int:
 
 def _write_final(final: dict[int, list[bytes]], results_dirs: dict[int, str], batch_id: int, part: int) -> None:
     """The final-results blobs of the stream's last batch, as ``results/<method>/`` parts."""
-    from skype.spark.reports import results_lines
+    from skype.dskype.reports import results_lines
 
     for pipeline, parts in sorted(final.items()):
         write_atomic(Path(results_dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.jsonl",
                      "".join(line + "\n" for line in results_lines(parts)))
-
-
-def suffix(fmt: str) -> str:
-    return "jsonl" if fmt == "json" else "parquet"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -220,7 +216,7 @@ def events_table(blobs: list[bytes], batch_id: int):
     """Event blobs -> one pyarrow Table of the public event schema with the ``batch`` column."""
     import pyarrow as pa
 
-    from skype.spark.reports import events_schema, events_to_arrow
+    from skype.dskype.reports import events_schema, events_to_arrow
 
     batches = [events_to_arrow(blob) for blob in blobs]
     table = pa.Table.from_batches(batches, schema=events_schema()) if batches else events_schema().empty_table()

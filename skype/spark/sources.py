@@ -1,7 +1,7 @@
 """Streaming sources of messages and subscription commands, all yielding the stream-event schema.
 
 **Files (default): the ``skype_stream`` Python data source.**  A directory of stream files
-(:mod:`skype.spark.staging`), read in file-name order.  The offset is the number of records
+(:mod:`skype.dskype.staging`), read in file-name order.  The offset is the number of records
 consumed, so a record's *position* is stable across restarts: for messages it is the global
 sequence number ``seq``, for commands their ordinal ``cseq``.  ``maxRecordsPerTrigger`` caps a
 micro-batch (``--batch-size`` messages per batch); with ``trigger(availableNow=True)`` the source
@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from skype.errors import InputError
-from skype.spark.routing import (EVENT_SCHEMA_DDL, KIND_MESSAGE, KIND_RESULTS, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE,
+from skype.dskype.routing import (EVENT_SCHEMA_DDL, KIND_MESSAGE, KIND_RESULTS, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE,
                                  event_arrow_schema)
 
 SOURCE_NAME = "skype_stream"
@@ -48,7 +48,7 @@ def _record_schema(kind: str):
         return pa.schema([("id", pa.int64()), ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), *terms])
     return pa.schema([("op", pa.string()), ("at", pa.int64()), ("id", pa.int64()), ("x", pa.float64()),
                       ("y", pa.float64()), ("k", pa.int64()), ("alpha", pa.float64()), *terms,
-                      ("spec", pa.string())])  # spec: a range/knn/terms query (skype.spark.kinds)
+                      ("spec", pa.string())])  # spec: a range/knn/terms query (skype.dskype.kinds)
 
 
 def read_stream_file(path: str, kind: str):
@@ -232,7 +232,7 @@ def kafka_events(spark, bootstrap: str, topic: str, kind: str, max_records: int 
     """A streaming DataFrame of stream events from a Kafka topic (values: stream records as JSON).
 
     Messages: ``seq`` = offset, one partition, dense offsets when ``dense`` (count windows);
-    commands: ``cseq`` keyed by (topic partition, offset).  See :mod:`skype.spark.ordering`."""
+    commands: ``cseq`` keyed by (topic partition, offset).  See :mod:`skype.dskype.ordering`."""
     if kind not in KINDS:
         raise InputError("E022", what="stream kind", value=kind, choices=", ".join(KINDS))
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
@@ -246,11 +246,9 @@ def kafka_events(spark, bootstrap: str, topic: str, kind: str, max_records: int 
 def kafka_to_events(raw, kind: str, *, dense: bool = False, dead_letters: str | None = None,
                     vocabulary: str | None = None, bounds: tuple | None = None):
     """Kafka rows (``value`` binary, ``offset`` long, ``partition`` int if present) -> the
-    stream-event schema, by :func:`skype.spark.ordering.kafka_arrow_to_events` on the executors
+    stream-event schema, by :func:`kafka_arrow_to_events` on the executors
     (order checked: E082, E083; command keys: E084)."""
     from functools import partial
-
-    from skype.spark.ordering import kafka_arrow_to_events
 
     cols = ["value", "offset"] + (["partition"] if "partition" in raw.columns else [])
     convert = partial(kafka_arrow_to_events, kind=kind, dense=dense, dead_letters=dead_letters,
@@ -267,3 +265,38 @@ def kafka_sample(spark, bootstrap: str, topic: str, kind: str, limit: int, vocab
            .option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
            .orderBy("partition", "offset").limit(int(limit)))
     return kafka_to_events(raw, kind, vocabulary=vocabulary, bounds=bounds).toArrow()
+
+
+def kafka_arrow_to_events(batches, kind: str, dense: bool = False, dead_letters: str | None = None,
+                          vocabulary: str | None = None, bounds: tuple | None = None):
+    """The ``mapInArrow`` function over Kafka rows (see :func:`skype.dskype.ordering.kafka_rows_to_events`)."""
+    vocab = None
+    if vocabulary is not None:
+        from skype.model import Bounds
+        from skype.dskype.vocabulary import shipped_vocabulary
+
+        vocab = shipped_vocabulary(shipped_path(vocabulary))
+        bounds = Bounds(*bounds)
+    from skype.dskype.ordering import kafka_rows_to_events
+
+    for batch in batches:
+        events, dead = kafka_rows_to_events(batch, kind, dense=dense, vocab=vocab, bounds=bounds)
+        if dead and dead_letters:
+            from skype.dskype.routing import write_dead_letters
+
+            write_dead_letters(dead_letters, [dict(d, kind="kafka-" + d["kind"]) for d in dead])
+        yield events
+
+
+def shipped_path(path: str) -> str:
+    """Where this process finds a file shipped with ``SparkContext.addFile``: its ``SparkFiles``
+    copy on an executor, else ``path`` itself (the run directory is shared)."""
+    try:
+        from pyspark import SparkFiles
+
+        local = SparkFiles.get(os.path.basename(path))
+        if os.path.exists(local):
+            return local
+    except Exception:  # not on a worker, or no SparkFiles root
+        pass
+    return path

@@ -37,7 +37,7 @@ from skype.errors import InputError, invalid_choice
 from skype.partitioning.rebalance import aqwa, ps2stream, sstd, tornado
 from skype.partitioning.rebalance.base import Plan, empty_plan, imbalance
 from skype.partitioning.rebalance.measured import with_partition_loads
-from skype.partitioning.restructure import CUTTABLE, cut_snapshot, cut_unit
+from skype.partitioning.restructure import cut_snapshot, cut_unit
 from skype.partitioning.units import UnitDistribution
 
 D = TypeVar("D", bound=UnitDistribution)
@@ -66,7 +66,7 @@ def snapshot(dist: UnitDistribution) -> dict:
     tree = getattr(dist, "tree", None)
     if tree is not None:
         snap["tree"] = tree
-    if dist.name in CUTTABLE:
+    if dist.capabilities.cuttable:
         snap.update(cut_snapshot(dist), cuttable=True)
     return snap
 

@@ -18,13 +18,13 @@ there.
 
 **Commands: keyed by (topic partition, offset).**  A command's ``cseq`` is
 ``partition << 40 | offset`` (E084 if the partition or the offset does not fit), distinct for
-distinct records, so :meth:`skype.spark.codec.Commands.concat` (which keeps one command per
+distinct records, so :meth:`skype.dskype.codec.Commands.concat` (which keeps one command per
 ``cseq``) never merges or drops commands of two partitions; offsets of one partition keep their
 order.  Kafka gives no order across partitions: commands on one subscription id must go to one
 partition (key the records by id), or carry ``at``, which places them in the message order.
 
-Values are stream records as JSON: vectorised (``term_ids``/``weights``, :mod:`skype.spark.staging`)
-or, with a vocabulary, raw (``text`` or ``terms``, tokenized here as :mod:`skype.spark.records` does).
+Values are stream records as JSON: vectorised (``term_ids``/``weights``, :mod:`skype.dskype.staging`)
+or, with a vocabulary, raw (``text`` or ``terms``, tokenized here as :mod:`skype.dskype.records` does).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import json
 import numpy as np
 
 from skype.errors import InputError
-from skype.spark.records import (
+from skype.dskype.records import (
     KIND_MESSAGE, KIND_RESULTS, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE, dead_letter, events_batch, records_to_events,
 )
 
@@ -119,7 +119,7 @@ def _vectorised_row(rec: dict, kind: str, position: int) -> tuple:
 
 
 def _spec(value):
-    """A command's range/knn/terms query (:mod:`skype.spark.kinds`) as the JSON text it travels as."""
+    """A command's range/knn/terms query (:mod:`skype.dskype.kinds`) as the JSON text it travels as."""
     return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
@@ -168,22 +168,3 @@ def kafka_rows_to_events(batch, kind: str, *, dense: bool = False, vocab=None, b
 
         events = pa.Table.from_batches([events, raw_events]).combine_chunks().to_batches()[0]
     return events, dead
-
-
-def kafka_arrow_to_events(batches, kind: str, dense: bool = False, dead_letters: str | None = None,
-                          vocabulary: str | None = None, bounds: tuple | None = None):
-    """The ``mapInArrow`` function over Kafka rows (see :func:`kafka_rows_to_events`)."""
-    vocab = None
-    if vocabulary is not None:
-        from skype.model import Bounds
-        from skype.spark.vocabulary import shipped_path, shipped_vocabulary
-
-        vocab = shipped_vocabulary(shipped_path(vocabulary))
-        bounds = Bounds(*bounds)
-    for batch in batches:
-        events, dead = kafka_rows_to_events(batch, kind, dense=dense, vocab=vocab, bounds=bounds)
-        if dead and dead_letters:
-            from skype.spark.routing import write_dead_letters
-
-            write_dead_letters(dead_letters, [dict(d, kind="kafka-" + d["kind"]) for d in dead])
-        yield events

@@ -13,7 +13,7 @@ must write a file completely, e.g. under a temporary name, before giving it its 
 Terms are already *vectorised* (ids of the run's :class:`~skype.text.Vocabulary` and unit
 weights): every executor then scores with exactly the weights the centralized engine uses, and no
 vocabulary has to be shared or grown across executors.  :func:`stage_inputs` writes a loaded
-workload (:class:`skype.cli.inputs.Inputs`: generated, or files in the public formats) this way:
+workload (:class:`skype.workload.Inputs`: generated, or files in the public formats) this way:
 the initial subscriptions as commands at position 0, then every step of the stream.
 """
 
@@ -48,7 +48,7 @@ def command_table(op: list[str], at: list[int | None], subs: SubscriptionBatch, 
     import pyarrow as pa
 
     t = subs.terms
-    extra = {"spec": pa.array(spec, pa.string())} if spec is not None else {}  # query kinds: skype.spark.kinds
+    extra = {"spec": pa.array(spec, pa.string())} if spec is not None else {}  # query kinds: skype.dskype.kinds
     return pa.table({
         "op": pa.array(op, pa.string()), "at": pa.array(at, pa.int64()), "id": pa.array(subs.ids),
         "x": pa.array(subs.x), "y": pa.array(subs.y), "k": pa.array(subs.k), "alpha": pa.array(subs.alpha),
@@ -79,6 +79,11 @@ def write_table(table, path: Path, fmt: str, drop_nulls: bool = True) -> None:
     os.replace(tmp, path)
 
 
+def suffix(fmt: str) -> str:
+    """The file suffix of an output format (events, results): ``json`` -> ``jsonl``, else parquet."""
+    return "jsonl" if fmt == "json" else "parquet"
+
+
 def file_name(index: int, fmt: str) -> str:
     return f"part-{index:08d}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
 
@@ -95,7 +100,7 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
 
     if file_records < 1:
         raise InputError("E023", what="file_records", expected="an integer >= 1", value=file_records)
-    from skype.spark.kinds import VOCABULARY_FILE, lower_inputs, spec_column, write_vocabulary  # range/knn/terms and until (its module docstring)
+    from skype.dskype.kinds import VOCABULARY_FILE, lower_inputs, spec_column, write_vocabulary  # range/knn/terms and until (its module docstring)
 
     lowered = lower_inputs(inputs)
     inputs = lowered.inputs
@@ -154,7 +159,7 @@ def _id_only(sub_id: int) -> SubscriptionBatch:
     from skype.model import TermMatrix
 
     z = np.zeros(1)
-    return SubscriptionBatch([sub_id], z, z, np.zeros(1, np.int64), z, TermMatrix([0, 0], [], []))
+    return SubscriptionBatch(np.array([sub_id], np.int64), z, z, np.zeros(1, np.int64), z, TermMatrix(np.zeros(2, np.int64), np.zeros(0, np.int64), np.zeros(0)))
 
 
 def _concat(parts: list[SubscriptionBatch]) -> SubscriptionBatch:

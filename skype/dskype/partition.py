@@ -1,7 +1,7 @@
 """One subscription partition of DSkype: its engine, its hosted subscriptions, its window share.
 
 This module holds no Spark code: :class:`PartitionCore` is what lives in an engine host (see
-:mod:`skype.spark.hosts`), and :func:`skype.spark.hosted.replay_commands` /
+:mod:`skype.spark.hosts`), and :func:`skype.dskype.hosted.replay_commands` /
 :class:`PartitionCore.rebuild` turn the durable state the stateful operator keeps (see
 :mod:`skype.spark.processors`) back into a core.
 
@@ -26,23 +26,23 @@ every message with ``seq < at``.  A batch whose high-water mark is ``h`` applies
 pending, and applies commands without a position (``at = -1``) at the start of the batch.  A
 subscribe of an id already hosted replaces it; an unsubscribe of an id not hosted does nothing
 (an unsubscribe reaches every partition of the record it removes, and a re-subscription of a live
-id is preceded by one, so all replicas of an id agree; see :mod:`skype.spark.routing`).
+id is preceded by one, so all replicas of an id agree; see :mod:`skype.dskype.routing`).
 
 **Results.**  After the batch, each replica's top-k is exact over the partition's window share.
-The partition reports what changed (:mod:`skype.spark.reports`): a ``DELTA`` (net entered / left
+The partition reports what changed (:mod:`skype.dskype.reports`): a ``DELTA`` (net entered / left
 messages, netted over the batch's change logs) for single-replica subscriptions, a ``STATE`` (the
 local list) for replicated ones and for every subscription a command touched.  A results request
 (``OP_RESULTS``, due like any command) only flags the batch: the stage then sends every top-k.
 
-**Query kinds** (:mod:`skype.spark.kinds`): a subscribe with a ``spec`` (range, knn, terms) is
+**Query kinds** (:mod:`skype.dskype.kinds`): a subscribe with a ``spec`` (range, knn, terms) is
 hosted alike, in an engine with the query window; its result is reported as top-k entries whose
 merge is the kind's (the union of matches, the merged kNN list), and it never sleeps.
 
-**Prefix replicas** (``config.activation``, :mod:`skype.spark.activation`): a replica whose
+**Prefix replicas** (``config.activation``, :mod:`skype.dskype.activation`): a replica whose
 loose prefix, at a threshold proven by its own engine, leaves this partition *sleeps* (its record
 stays, the engine drops it) and wakes when that proof may expire; a hosted subscription is
 *active* when it is in the engine.  Reports speak of active replicas only.  With keyword
-summaries (``config.summary_dir``, :mod:`skype.spark.summaries`) the partition counts the
+summaries (``config.summary_dir``, :mod:`skype.dskype.summaries`) the partition counts the
 replicas holding each term of its range, publishes the live terms after each batch, and at the
 start of a batch reads back from the stream the window messages its newly needed terms lack
 (older ones by rebuilding the engine over share + backfill, then restating the replicated lists
@@ -52,7 +52,7 @@ that changed).
 fresh engine that subscribes the hosted subscriptions and publishes the window messages in ``seq``
 order has exactly the same top-k lists (top-k is defined by the window alone), whatever state
 its internal buffers had.  Durable state is therefore the hosted subscriptions (a snapshot plus a
-log of the commands received since, replayed by :func:`skype.spark.hosted.replay_commands`, and of the prefix
+log of the commands received since, replayed by :func:`skype.dskype.hosted.replay_commands`, and of the prefix
 replicas' sleeps and wakes) and the window segments.
 """
 
@@ -61,6 +61,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import AbstractSet, Sequence
 
 import numpy as np
 
@@ -68,18 +69,17 @@ from skype.api import ChangeLog
 from skype.partitioning.routing import splitmix64
 from skype.errors import InputError
 from skype.model import MessageBatch
-from skype.spark import activation as act
-from skype.spark import codec
-from skype.spark.activation import Activation, ActivationConfig
-from skype.spark.codec import OP_RESULTS, OP_SUB, Commands
-from skype.spark.handover import Handover
-from skype.spark.hosted import APPLIED, Hosted, replay_commands
-from skype.spark.kinds import NameRanks, read_vocabulary, result_arrays
-from skype.spark.reports import (DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, net_changes, pack_results,
+from skype.dskype import activation as act
+from skype.dskype import codec
+from skype.dskype.activation import Activation, ActivationConfig
+from skype.dskype.codec import OP_RESULTS, OP_SUB, Commands
+from skype.dskype.handover import Handover
+from skype.dskype.hosted import APPLIED, Hosted, replay_commands
+from skype.dskype.kinds import NameRanks, read_vocabulary, result_arrays
+from skype.dskype.reports import (DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, net_changes, pack_results,
                                  pair_keys)
-from skype.spark.backfill import BackfillSource
-from skype.spark.summaries import Coverage
-from skype.spark.window import WindowShare, WindowSpec
+from skype.dskype.summaries import Coverage, MessageReadBack
+from skype.dskype.window import WindowShare, WindowSpec
 
 @dataclass(frozen=True)
 class PartitionConfig:
@@ -99,10 +99,10 @@ class PartitionConfig:
     final_upto: int | None = None  # messages in the whole stream, when known: the final batch
                                    # (high-water mark + 1 reaching it) writes the final top-k
     vocabulary_file: str | None = None  # term names by id: terms subscriptions order by name
-    rebalance_dir: str | None = None  # adaptive methods: the versioned ownership tables (skype.spark.handover)
-    summary_dir: str | None = None  # prefix: keyword summaries published here (skype.spark.summaries)
+    rebalance_dir: str | None = None  # adaptive methods: the versioned ownership tables (skype.dskype.handover)
+    summary_dir: str | None = None  # prefix: keyword summaries published here (skype.dskype.summaries)
     summary_mode: str = "active"  # which replicas' terms are live: "active" or "hosted"
-    backfill: BackfillSource | None = None  # where window messages are read back for newly live terms
+    backfill: MessageReadBack | None = None  # where window messages are read back (skype.spark.backfill)
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -160,7 +160,7 @@ class PartitionInput:
     commands: Commands
     hwm_seq: int  # the batch's high-water sequence number (from the ticks), -1 if none yet
     hwm_t: float
-    stamps: tuple = ()  # the summary versions the router used for these messages (skype.spark.summaries)
+    stamps: tuple = ()  # the summary versions the router used for these messages (skype.dskype.summaries)
 
 
 @dataclass
@@ -207,6 +207,7 @@ class PartitionCore:
                 h = int(cols["hwm_seq"][0])
                 due, _, core.pending = plan_commands(core.pending, Commands.empty(), h + 1, h)
                 replay_commands(core.hosted, due, core.activation)
+                assert core.activation is not None  # only prefix partitions log activation entries
                 core.activation.replay(cols)
                 continue
             cmds = Commands.from_columns(cols)
@@ -236,7 +237,7 @@ class PartitionCore:
 
     def final_results(self) -> bytes:
         """The top-k of the subscriptions whose one replica is here (the merge stage answers for
-        replicated ones): :func:`skype.spark.reports.pack_results`."""
+        replicated ones): :func:`skype.dskype.reports.pack_results`."""
         ids = [sid for sid in sorted(self.hosted.rows) if self.hosted.nrep(sid) == 1 and self.active(sid)]
         lists = self._lists(ids)
         return pack_results(ids, [lists[sid] for sid in ids])
@@ -278,6 +279,7 @@ class PartitionCore:
                                                                           lo, hwm_seq)
             t_backfill = time.perf_counter() - t_b
         if woken:
+            assert self.activation is not None  # only replicas of prefix partitions wake
             self.hosted.subscribe(self.engine, woken)
             for sid in woken:
                 self.activation.fresh.add(sid)
@@ -319,13 +321,14 @@ class PartitionCore:
 
         woken_here = [s for s in woken if s not in before_meta]  # a command's row reports the others
         report_rows = self._report_rows(logs, cmd_subs, before, before_meta, woken_here, restated)
-        entry, slept = None, []
+        entry, slept = None, list[tuple[int, int]]()
         if self.activation is not None:
             report_rows, slept = self._sleep_step(report_rows, cmd_subs)
             if slept or woken:
                 entry = act.entry(self.hwm_seq, slept, woken)
         live_terms = 0
         if self.coverage is not None:  # the live terms, and those of the replicas waking next
+            assert self.activation is not None  # coverage comes with prefix's activation
             waking = [self.hosted.rows[sid][5] for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
             live_terms = self.coverage.publish(self.hwm_seq, waking)
         reports, rows = self._pack_reports(report_rows)
@@ -427,7 +430,7 @@ class PartitionCore:
                              self.window.seq_of, self._name_rank)
 
     def _report_rows(self, logs: list[ChangeLog], cmd_subs: np.ndarray, before: dict,
-                     before_meta: dict, woken: list[int] = (), restated: set[int] = frozenset()) -> ReportRows:
+                     before_meta: dict, woken: Sequence[int] = (), restated: AbstractSet[int] = frozenset()) -> ReportRows:
         """The batch's report rows: command-touched subscriptions, woken replicas and lists a
         backfill rebuild changed (their whole list), then changed lists."""
         parts: list[ReportRows] = []
@@ -457,10 +460,11 @@ class PartitionCore:
         return ReportRows.concat(parts)
 
     def _sleep_step(self, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list]:
-        """Sleeps of prefix replicas at the end of a batch (:mod:`skype.spark.activation`; they
+        """Sleeps of prefix replicas at the end of a batch (:mod:`skype.dskype.activation`; they
         wake at the start of a later batch).  Returns the report rows (a replica that sleeps
         reports its departure instead of its list) and the sleeps ``(id, u)``."""
         activation, cfg = self.activation, self.config
+        assert activation is not None and cfg.activation is not None  # called for prefix partitions only
         h = self.hwm_seq
         changed = rows.row["sub"][(rows.row["kind"] == STATE) & rows.row["after_hosted"]
                                   & (rows.row["after_nrep"] > 1)]
@@ -502,6 +506,7 @@ class PartitionCore:
         cached = self._reach.get(sid)
         if cached is None:
             _, _, _, _, alpha, term_ids, weights, _ = self.hosted.rows[sid]
+            assert self.config.activation is not None  # reaches are asked on prefix partitions only
             pos, reach = act.reach_here(self.config.activation, self.config.partition, alpha, term_ids, weights)
             cached = self._reach[sid] = reach if pos > 0 else -1.0
         return cached

@@ -15,7 +15,7 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
 
 A new run stages its workload, builds each method's distribution and fixes the grouping keys; a
 resumed run reloads them and refuses other settings.  This module knows nothing of Spark's query:
-:mod:`skype.spark.runtime` runs a plan, :mod:`skype.spark.sink` and :mod:`skype.spark.results`
+:mod:`skype.spark.runtime` runs a plan, :mod:`skype.spark.sink` and :mod:`skype.dskype.results`
 write and read its outputs (they import the plan, never the runtime).
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from skype.errors import InputError
-from skype.spark.keys import grouping_keys
-from skype.spark.window import WindowSpec
+from skype.dskype.keys import grouping_keys
+from skype.dskype.window import WindowSpec
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
                     "engine_options", "n1", "rebalance", "rebalance_load", "summaries")
@@ -38,7 +38,7 @@ ENGINE_CACHES = ("process", "worker")
 SINKS = ("files", "console", "kafka")
 EVENT_FORMATS = ("json", "parquet")
 SOURCES = ("files", "kafka")
-SUMMARIES = ("active", "hosted", "off")  # prefix keyword summaries (skype.spark.summaries)
+SUMMARIES = ("active", "hosted", "off")  # prefix keyword summaries (skype.dskype.summaries)
 
 
 @dataclass
@@ -78,7 +78,7 @@ class RunSettings:
     timeout_s: float | None = None
     vocabulary: str | None = None  # executors ingest raw streams with this shipped file (skype.spark.ingest)
     ingest_split: int = 10_000  # raw records per reading task
-    rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.spark.rebalancing)
+    rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.dskype.rebalancing)
     rebalance_load: str = "model"  # what the policy balances: its paper's model, or measured engine work
     summaries: str = "active"  # prefix: whose terms are live in the keyword summaries (or "off")
 
@@ -123,7 +123,7 @@ class RunSettings:
 def single_replica(dist) -> bool:
     """Whether the method places every subscription on exactly one partition (Table 2:
     replication 1), so that partitions' reports are final and no merge stage is needed."""
-    return dist.name in ("hashing", "location")
+    return not dist.capabilities.replicated
 
 
 @dataclass
@@ -191,7 +191,7 @@ class Plan:
 def build_distribution_for(settings: RunSettings, method: str, inputs):
     """The distribution of a run, built in exact mode from the workload: its subscriptions and the
     first ``sample_size`` messages (cost model); keyword summaries off (see ``docs/spark.md``)."""
-    from skype.partitioning import METHOD_PARAMS, build_distribution, estimate_thresholds
+    from skype.partitioning import METHOD_PARAMS, build_distribution, capabilities_of, estimate_thresholds
     from skype.partitioning.registry import concat_subscriptions
     from skype.model import Bounds
 
@@ -203,7 +203,7 @@ def build_distribution_for(settings: RunSettings, method: str, inputs):
     params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1}
     params = {k: v for k, v in params.items() if k in METHOD_PARAMS[method] and v is not None}
     theta = None
-    if method in ("prefix", "spatial-first", "keyword-first") and len(subs) and len(sample):
+    if capabilities_of(method).thresholds and len(subs) and len(sample):
         if settings.window.kind == "count":
             warm = min(int(settings.window.size), len(sample))
         else:
@@ -221,7 +221,7 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
     settings that differ from the first run's.  ``stream_messages``: the length of a stream the
     job did not stage (executor ingestion), so that the stages know its last batch.
     """
-    from skype.spark.staging import stage_inputs
+    from skype.dskype.staging import stage_inputs
 
     run_dir = Path(run_dir)
     meta_path = run_dir / "run.json"
@@ -249,17 +249,18 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
         stream_messages = int(inputs.num_messages)
         stage_inputs(inputs, run_dir / "stream" / "messages", run_dir / "stream" / "commands",
                      fmt=settings.stream_format, file_records=max(settings.batch_size, 1000))
-    shuffle = max(settings.partitions, settings.merge_buckets)
+    buckets = settings.partitions if settings.merge_buckets is None else settings.merge_buckets
+    shuffle = max(settings.partitions, buckets)
     n = len(settings.methods)
     pkeys = grouping_keys(n * settings.partitions, shuffle)
-    bkeys = grouping_keys(n * settings.merge_buckets, shuffle)
+    bkeys = grouping_keys(n * buckets, shuffle)
     pipelines = []
     for i, method in enumerate(settings.methods):
         dist = build_distribution_for(settings, method, inputs)
         with open(run_dir / f"distribution-{method}.pkl", "wb") as fh:
             pickle.dump(dist, fh)
         pipelines.append(Pipeline(i, method, dist, pkeys[i * settings.partitions:(i + 1) * settings.partitions],
-                                  bkeys[i * settings.merge_buckets:(i + 1) * settings.merge_buckets]))
+                                  bkeys[i * buckets:(i + 1) * buckets]))
     meta_path.write_text(json.dumps({
         "settings": settings.checked(), "shuffle_partitions": shuffle, "stream_messages": stream_messages,
         "pipelines": [{"method": p.method, "partition_keys": p.partition_keys, "bucket_keys": p.bucket_keys}

@@ -2,7 +2,7 @@
 
 Tornado's per-evaluator summaries, the distribution layer's ``summary`` (spec §5.2): partition q
 receives a message only for the terms of its range that some replica hosted on q holds.  With the
-loose-prefix activation (:mod:`skype.spark.activation`) a replica that sleeps stops holding its
+loose-prefix activation (:mod:`skype.dskype.activation`) a replica that sleeps stops holding its
 terms (``mode="active"``, the paper's summary: only the loose prefix is live), so messages whose
 terms only dormant replicas hold go nowhere; ``mode="hosted"`` keeps every hosted record's terms
 live, dormant or not.
@@ -46,6 +46,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -101,6 +102,14 @@ def publish(directory: str, partition: int, version: int, terms: np.ndarray) -> 
         except FileNotFoundError:
             pass
     return digest(terms)
+
+
+class MessageReadBack(Protocol):
+    """Where a partition reads window messages back (the adapter's
+    :class:`skype.spark.backfill.BackfillSource`): ``read(lo, hi)`` gives the messages at
+    positions ``[lo, hi)`` as the router sees them, ``(MessageBatch, seq)``."""
+
+    def read(self, lo: int, hi: int) -> tuple: ...
 
 
 class SummaryTables:
@@ -211,7 +220,7 @@ class Coverage:
     """A partition's side of the summaries: who holds which term, what a batch must read back,
     and the version it publishes (see module docstring)."""
 
-    def __init__(self, config) -> None:  # a skype.spark.partition.PartitionConfig
+    def __init__(self, config) -> None:  # a skype.dskype.partition.PartitionConfig
         self.partition = config.partition
         self.ranges = config.activation  # term -> partition (ActivationConfig.term_partitions)
         self.directory = config.summary_dir
@@ -237,8 +246,8 @@ class Coverage:
         (before its wakes ``woken`` and its due commands ``due`` apply).  Returns (the batch's
         messages with its backfilled part, their seq, the backfill as a segment blob or None, the
         replicated subscriptions whose local list a rebuild changed, whether it rebuilt)."""
-        from skype.spark import codec
-        from skype.spark.codec import OP_SUB
+        from skype.dskype import codec
+        from skype.dskype.codec import OP_SUB
 
         subscribes = [j for j in range(len(due)) if due.op[j] == OP_SUB]
         pieces = [due.subs.terms.row(j)[0] for j in subscribes]
@@ -249,14 +258,14 @@ class Coverage:
         tables = [st for st in stamps if st != ALL]
         if any(st.partition(":")[2] != self.holders.published for st in tables):
             self.holders.published = None  # the router read another table than this one wrote: write again
-        if tables and self.holders.published is not None and not self.holders.changed:
+        if tables and self.holders.published is not None and not self.holders.changed and self._live is not None:
             # the router used what this partition published, which holds every held term
             missing_new = np.setdiff1d(fresh, self._live)
         else:
             routed = routed_set(self.directory, self.partition, list(stamps))
             missing_new = (np.zeros(0, np.int64) if routed is None
                            else np.setdiff1d(np.union1d(self.holders.terms(), fresh), routed))
-        unchanged = batch, seq, None, set(), False
+        unchanged = batch, seq, None, set[int](), False
         if (len(missing_old) == 0 or lo == 0) and (len(missing_new) == 0 or hwm_seq < lo):
             return unchanged
         src, src_seq = self.source.read(max(0, lo - self.window), hwm_seq + 1)

@@ -230,17 +230,3 @@ def shipped_vocabulary(path: str, claims_dir: str | None = None) -> FrozenVocabu
             vocab.on_unseen = TermClaims(claims_dir, vocab).claim
         _loaded[key] = vocab
     return vocab
-
-
-def shipped_path(path: str) -> str:
-    """Where this process finds a file shipped with ``SparkContext.addFile``: its ``SparkFiles``
-    copy on an executor, else ``path`` itself (the run directory is shared)."""
-    try:
-        from pyspark import SparkFiles
-
-        local = SparkFiles.get(os.path.basename(path))
-        if os.path.exists(local):
-            return local
-    except Exception:  # not on a worker, or no SparkFiles root
-        pass
-    return path

@@ -3,10 +3,10 @@
 Input: rows of the unified *stream event* schema (:data:`EVENT_FIELDS`): messages (``kind`` 0,
 ``seq`` = global position) and subscription commands (``kind`` 1 subscribe / 2 unsubscribe,
 ``seq`` = command ordinal ``cseq``, ``at`` = position in the message stream or -1; ``spec``: the
-compiled query of a range/knn/terms subscribe, :mod:`skype.spark.kinds`).  Output: at most
+compiled query of a range/knn/terms subscribe, :mod:`skype.dskype.kinds`).  Output: at most
 one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, commands)``:
 
-* ``messages``: the batch's messages routed to the partition, packed (:mod:`skype.spark.codec`);
+* ``messages``: the batch's messages routed to the partition, packed (:mod:`skype.dskype.codec`);
 * ``commands``: its commands, each only where it acts: a subscribe goes to the partitions the
   method places it on (with ``nrep`` = how many); an unsubscribe that carries the record it removes
   goes to that record's placement (placement is a pure function of the record and the
@@ -14,11 +14,11 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   carries only its id goes to every partition (P copies, the fallback for producers that do not
   know the record), and so does a results request.  A re-subscription of a live id must be
   preceded by an unsubscribe carrying the old record (staging writes one,
-  :mod:`skype.spark.staging`).  The cost of a batch of commands is therefore the sum of their
+  :mod:`skype.dskype.staging`).  The cost of a batch of commands is therefore the sum of their
   placements, never commands x P;
 * the adaptive methods (agrid, kdt, qt, aqwa) route in the ``everywhere`` mode: every message and
   every command to every partition, which hosts what the versioned ownership tables give it
-  (:mod:`skype.spark.handover`: live rebalancing moves subscriptions without re-routing them);
+  (:mod:`skype.dskype.handover`: live rebalancing moves subscriptions without re-routing them);
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
@@ -29,23 +29,27 @@ and messages by all their terms, so a partition's window share holds every windo
 a term of its range and every subscription sharing such a term is hosted there.  Except ``prefix``
 with keyword summaries: a message goes only for the terms live in each partition's newest
 published summary, and the routed row carries which version that was (``summary``;
-:mod:`skype.spark.summaries`, where the partitions read back what a newly live term needs).
-``key`` is the Spark grouping key of the partition (:mod:`skype.spark.keys`).
+:mod:`skype.dskype.summaries`, where the partitions read back what a newly live term needs).
+``key`` is the Spark grouping key of the partition (:mod:`skype.dskype.keys`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from skype.partitioning.base import Distribution
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
-from skype.spark import codec
-from skype.spark.codec import OP_RESULTS, OP_SUB, OP_UNSUB, Commands
-from skype.spark.handover import routes_everywhere
+from skype.dskype import codec
+from skype.dskype.codec import OP_RESULTS, OP_SUB, OP_UNSUB, Commands
+from skype.dskype.handover import routes_everywhere
+
+if TYPE_CHECKING:
+    from skype.dskype.summaries import SummaryTables
 
 KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
@@ -76,7 +80,7 @@ class RoutedPart:
     hwm_seq: int
     hwm_t: float
     num_messages: int
-    summary: str = ""  # the keyword-summary version used for the messages (skype.spark.summaries)
+    summary: str = ""  # the keyword-summary version used for the messages (skype.dskype.summaries)
 
 
 class Router:
@@ -87,9 +91,9 @@ class Router:
         self.num_partitions = dist.num_partitions
         self.keys = list(keys)
         self.summary_dir = summary_dir
-        self._summaries = None  # the tables, opened on first use (a router is pickled to executors)
+        self._summaries: SummaryTables | None = None  # the tables, opened on first use (a router is pickled to executors)
         # adaptive methods: every message and command to every partition, which decides what it
-        # owns under the versioned tables (skype.spark.handover)
+        # owns under the versioned tables (skype.dskype.handover)
         self.everywhere = routes_everywhere(dist)
 
     def route(self, messages: MessageBatch, seq: np.ndarray, commands: Commands) -> dict[int, RoutedPart]:
@@ -119,16 +123,20 @@ class Router:
 
     def _route_by_summaries(self, messages: MessageBatch, seq: np.ndarray) -> tuple[list[np.ndarray], list[str]]:
         """Messages to the partitions of their terms that are live there, by each partition's
-        newest summary at the batch's first position (:mod:`skype.spark.summaries`)."""
+        newest summary at the batch's first position (:mod:`skype.dskype.summaries`)."""
+        from skype.dskype.summaries import SummaryTables, keep_live_entries
+        from skype.partitioning.ranges import RangeDistribution
         from skype.partitioning.routing import Routing
-        from skype.spark.summaries import SummaryTables, keep_live_entries
 
         if self._summaries is None:
-            self._summaries = SummaryTables(self.summary_dir, self.num_partitions)
+            self._summaries = SummaryTables(str(self.summary_dir), self.num_partitions)
         stamps, live, full = self._summaries.at(int(seq.min()))
+        dist = self.dist
+        if not isinstance(dist, RangeDistribution):
+            raise TypeError(f"keyword summaries route by terms, which {dist.name!r} does not place")
         rows = np.repeat(np.arange(len(messages), dtype=np.int64), messages.terms.lengths())
         terms = np.asarray(messages.terms.ids, np.int64)
-        parts = np.asarray(self.dist.term_partitions(terms), np.int64)
+        parts = np.asarray(dist.term_partitions(terms), np.int64)
         keep = keep_live_entries(terms, parts, live, full)
         by_part = Routing.from_pairs(rows[keep], parts[keep], len(messages)).by_partition(self.num_partitions)
         return [by_part.row(p).astype(np.int64) for p in range(self.num_partitions)], stamps
@@ -172,7 +180,7 @@ class Router:
             parts_out.append(pp.astype(np.int64))
             nrep[rows] = routing.counts()
         sub_rows = commands.op == OP_SUB
-        if self.dist.name in ("hashing", "location") and (nrep[sub_rows] != 1).any():
+        if not self.dist.capabilities.replicated and (nrep[sub_rows] != 1).any():
             raise InputError("E026", detail=f"method {self.dist.name} placed a subscription on several partitions")
         nrep[~sub_rows] = 0
         return np.concatenate(rows_out).astype(np.int64), np.concatenate(parts_out), nrep
@@ -324,8 +332,8 @@ def screen(messages: MessageBatch, seq: np.ndarray, commands: Commands, bounds) 
     if len(commands):
         has_record = np.diff(commands.subs.terms.indptr) > 0
         sub = commands.op == OP_SUB
-        # kind records (a spec) were validated when compiled (skype.spark.kinds); their rows need no terms
-        checked = np.flatnonzero((sub | has_record) & np.equal(commands.spec, None))
+        # kind records (a spec) were validated when compiled (skype.dskype.kinds); their rows need no terms
+        checked = np.flatnonzero((sub | has_record) & np.equal(commands.spec, np.array(None, object)))
         try:
             occurrence = _occurrence(commands.subs.ids[checked])
             for r in range(int(occurrence.max(initial=-1)) + 1):  # rounds of distinct ids
@@ -354,7 +362,7 @@ def _dead(kind: str, position: int, record_id: int, err: InputError) -> dict:
 
 def _strip_records(commands: Commands, rows: np.ndarray) -> Commands:
     """The same commands, the given rows without their record (id only)."""
-    from skype.spark.staging import _id_only
+    from skype.dskype.staging import _id_only
 
     parts = []
     is_stripped = np.zeros(len(commands), bool)

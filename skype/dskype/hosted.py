@@ -1,8 +1,8 @@
 """The subscriptions a partition hosts, and the replay of the command log onto them.
 
 :class:`Hosted` maps a subscription id to its record (nrep, x, y, k, alpha, term ids, weights,
-spec): what a partition's engine holds (:mod:`skype.spark.partition`), and what the adaptive
-methods' ledger of every live record holds (:mod:`skype.spark.handover`).  Invariant: ``inverse``
+spec): what a partition's engine holds (:mod:`skype.dskype.partition`), and what the adaptive
+methods' ledger of every live record holds (:mod:`skype.dskype.handover`).  Invariant: ``inverse``
 is the sum of ``1 / nrep`` over the rows, kept with every add and remove.  :func:`replay_commands`
 applies due commands to a set without an engine (a rebuild from the durable log): a subscribe
 replaces the id's record, an unsubscribe removes it, a results request changes nothing.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from skype.model import SubscriptionBatch, TermMatrix
-from skype.spark import codec
-from skype.spark.activation import Activation
-from skype.spark.codec import OP_RESULTS, OP_SUB, Commands
-from skype.spark.kinds import UNBOUNDED_K, spec_from_json
+from skype.dskype import codec
+from skype.dskype.activation import Activation
+from skype.dskype.codec import OP_RESULTS, OP_SUB, Commands
+from skype.dskype.kinds import UNBOUNDED_K, spec_from_json
 
 APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
 
@@ -26,7 +26,7 @@ APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
 @dataclass
 class Hosted:
     """The subscriptions a partition hosts: id -> (nrep, x, y, k, alpha, term ids, weights, spec);
-    ``spec`` is the JSON of a range/knn/terms query (:mod:`skype.spark.kinds`), None for topk."""
+    ``spec`` is the JSON of a range/knn/terms query (:mod:`skype.dskype.kinds`), None for topk."""
 
     rows: dict[int, tuple] = field(default_factory=dict)
     inverse: float = 0.0  # sum of 1/nrep over the rows, kept up to date (a metric, O(1) per batch)
@@ -64,8 +64,9 @@ class Hosted:
         rows = [self.rows[i] for i in ids]
         terms = TermMatrix.from_rows([(r[5], r[6]) for r in rows])
         k = [r[3] if r[7] is None else 1 for r in rows]
-        return SubscriptionBatch(np.array(ids, np.int64), [r[1] for r in rows], [r[2] for r in rows],
-                                 k, [r[4] for r in rows], terms)
+        return SubscriptionBatch(np.array(ids, np.int64), np.array([r[1] for r in rows], np.float64),
+                                 np.array([r[2] for r in rows], np.float64), np.array(k, np.int64),
+                                 np.array([r[4] for r in rows], np.float64), terms)
 
     def spec(self, sub_id: int) -> str | None:
         return self.rows[sub_id][7]

@@ -2,7 +2,7 @@
 
 The adaptive methods (agrid, kdt, qt, aqwa: :mod:`skype.partitioning.units`) place a subscription
 by *units* whose owner a rebalancing policy may change at runtime.  On Spark they run as follows
-(the driver's half, deciding the moves, is :mod:`skype.spark.rebalancing`):
+(the driver's half, deciding the moves, is :mod:`skype.dskype.rebalancing`):
 
 * **Every partition receives every message and every command** of the pipeline (the router's
   ``everywhere`` mode, :func:`routes_everywhere`).  So every partition's window share is the whole
@@ -24,7 +24,7 @@ by *units* whose owner a rebalancing policy may change at runtime.  On Spark the
   engine scores s over its window share, the whole window, so the new replica's list is the global
   top-k at ``e`` exactly.  Both report STATE rows in the same batch to the same merge bucket,
   which merges them into the subscription's net change in the batch: no event comes from the
-  switch itself (:mod:`skype.spark.merge`).
+  switch itself (:mod:`skype.dskype.merge`).
 * **Restart.**  The versions are files of the run directory, so a batch Spark re-runs sees the
   same files and applies the same versions at the same positions.  A rebuilt partition replays its
   command log into the ledger and takes ``owned(ledger, newest version with e <= hwm)``: the
@@ -47,8 +47,8 @@ import numpy as np
 from skype.errors import InputError
 from skype.model import SubscriptionBatch
 from skype.partitioning.units import Grid, UnitDistribution, subscription_bytes
-from skype.spark.codec import OP_SUB, OP_UNSUB, Commands
-from skype.spark.hosted import Hosted
+from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands
+from skype.dskype.hosted import Hosted
 
 _KEY = np.int64(1) << np.int64(32)  # region * 2^32 + term: the units' sorted key space
 VERSION_PREFIX = "version-"
@@ -57,7 +57,7 @@ VERSION_PREFIX = "version-"
 def routes_everywhere(dist) -> bool:
     """Whether the runtime sends every message and command of this distribution to every
     partition (the adaptive methods: ownership is decided at the partitions, module docstring)."""
-    return isinstance(dist, UnitDistribution)
+    return dist.capabilities.routes_everywhere
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ The ``prefix`` method (spec §5.2, Eq. 18, Def. 12, Lemma 7) places a subscripti
 partitions of its *loose prefix*: the leading terms ``s.psi[i]`` with
 ``reach(s, i) = alpha_s + (1 - alpha_s) * wtsum(s, i) >= theta_s - EPS`` (see
 :mod:`skype.partitioning.prefix`).  On Spark the record of s goes to the partitions of *all* its
-terms (the keyword placement, routed by :mod:`skype.spark.routing`; a message goes to the
-partition of every term it has that is live there, :mod:`skype.spark.summaries`), and each of those partitions holds a
+terms (the keyword placement, routed by :mod:`skype.dskype.routing`; a message goes to the
+partition of every term it has that is live there, :mod:`skype.dskype.summaries`), and each of those partitions holds a
 *replica* that is either **active** (in the partition's engine, reported to the merge stage) or
 **dormant** (only its record is kept; no engine work, no report).  The *home* replica, on the
 partition of s's first term, is always active.
@@ -172,7 +172,7 @@ class Activation:
 
 def entry(hwm_seq: int, slept: list[tuple[int, int]], woken: list[int]) -> bytes:
     """The durable log entry of one batch's sleeps ``(id, u)`` and wakes."""
-    from skype.spark import codec
+    from skype.dskype import codec
 
     return codec.pack(activation=np.ones(1, bool), hwm_seq=np.array([hwm_seq], np.int64),
                       sleep_ids=np.array([s for s, _ in slept], np.int64),

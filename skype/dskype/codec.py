@@ -115,7 +115,7 @@ def concat_messages(parts: list[tuple[MessageBatch, np.ndarray]]) -> tuple[Messa
 
 def empty_messages() -> MessageBatch:
     z = np.zeros(0)
-    return MessageBatch(np.zeros(0, np.int64), z, z, z, TermMatrix([0], [], []))
+    return MessageBatch(np.zeros(0, np.int64), z, z, z, TermMatrix(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0)))
 
 
 # --------------------------------------------------------------------------- commands
@@ -160,7 +160,7 @@ class Commands:
         self.op = np.asarray(op, np.int8)
         self.subs = subs
         self.nrep = np.asarray(nrep, np.int32)
-        # the compiled query of a range/knn/terms subscribe (skype.spark.kinds), None for topk
+        # the compiled query of a range/knn/terms subscribe (skype.dskype.kinds), None for topk
         self.spec = np.array([None] * len(self.cseq), object) if spec is None else np.asarray(spec, object)
 
     def __len__(self) -> int:
@@ -187,7 +187,7 @@ class Commands:
         """A ``DROP`` notice for every command: same ``cseq``, ``at`` and id, no record."""
         n = len(self)
         z = np.zeros(n)
-        subs = SubscriptionBatch(self.subs.ids, z, z, np.zeros(n, np.int64), z, TermMatrix(np.zeros(n + 1, np.int64), [], []))
+        subs = SubscriptionBatch(self.subs.ids, z, z, np.zeros(n, np.int64), z, TermMatrix(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)))
         return Commands(self.cseq, self.at, np.full(n, OP_DROP, np.int8), subs, np.zeros(n, np.int32))
 
     def take(self, rows: np.ndarray) -> Commands:
@@ -221,4 +221,4 @@ class Commands:
 
 def empty_subscriptions() -> SubscriptionBatch:
     z = np.zeros(0)
-    return SubscriptionBatch(np.zeros(0, np.int64), z, z, np.zeros(0, np.int64), z, TermMatrix([0], [], []))
+    return SubscriptionBatch(np.zeros(0, np.int64), z, z, np.zeros(0, np.int64), z, TermMatrix(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0)))

@@ -14,7 +14,7 @@ After each micro-batch b (in the ``foreachBatch`` sink, before batch b+1 starts)
    ``loads-<b>.json`` before the decision, so a batch that re-runs decides from them again, not
    from its own timings;
 3. if units moved, writes table version v+1 (the copy's locator) effective from ``h_b + 1``
-   (:mod:`skype.spark.handover` applies it on the partitions), then its own state
+   (:mod:`skype.dskype.handover` applies it on the partitions), then its own state
    ``state-<b>.pkl`` (the copy and its stream cursor), both atomically; and a record of the
    decision ``decision-<b>.json``.
 
@@ -45,8 +45,8 @@ import numpy as np
 from skype.errors import InputError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
-from skype.spark.handover import TableVersion, UnitLocator, routes_everywhere, version_path, write_version
-from skype.spark.results import partition_work
+from skype.dskype.handover import TableVersion, UnitLocator, routes_everywhere, version_path, write_version
+from skype.dskype.results import partition_work
 
 
 def rebalance_dir(run_dir: Path, method: str) -> Path:
@@ -61,11 +61,11 @@ def policy_of(policy: str, method: str) -> str:
 def check_rebalance(policy: str, methods, staged: bool) -> None:
     """A policy other than ``never`` needs adaptive methods it serves; adaptive methods need a
     staged stream (the driver replays it for the statistics)."""
-    from skype.partitioning import ADAPTIVE_METHODS
+    from skype.partitioning import capabilities_of
 
-    adaptive = [m for m in methods if m in ADAPTIVE_METHODS]
+    adaptive = [m for m in methods if capabilities_of(m).adaptive]
     if policy != "never":
-        static = [m for m in methods if m not in ADAPTIVE_METHODS]
+        static = [m for m in methods if not capabilities_of(m).adaptive]
         if static:
             raise InputError("E063", detail=f"--rebalance {policy} moves the units of an adaptive method "
                                             f"(agrid, kdt, qt, aqwa); {static[0]!r} has none")

@@ -33,6 +33,8 @@ class WindowSpec:
     def of(cls, window: int | None = None, window_seconds: float | None = None) -> WindowSpec:
         if window is not None:
             return cls("count", float(window))
+        if window_seconds is None:
+            raise ValueError("a window needs a count or a duration")
         return cls("time", float(window_seconds))
 
     def clock(self, hwm_seq: int, hwm_t: float) -> float:

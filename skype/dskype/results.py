@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from skype.model import Match
-from skype.spark.sink import suffix
+from skype.dskype.staging import suffix
 
 if TYPE_CHECKING:
-    from skype.spark.plan import Pipeline, Plan, RunOutcome
+    from skype.dskype.plan import Pipeline, Plan, RunOutcome
 
 
 def fold_events(rows, state: dict | None = None) -> dict[int, dict[int, tuple[float, int]]]:

@@ -31,8 +31,8 @@ from collections import defaultdict
 import numpy as np
 
 from skype.errors import InputError
-from skype.spark import codec
-from skype.spark.reports import DELTA, EMPTY_LIST, EventBuilder, EventRows, ReportRows, Reports, pack_results
+from skype.dskype import codec
+from skype.dskype.reports import DELTA, EMPTY_LIST, EventBuilder, EventRows, ReportRows, Reports, pack_results
 
 ListT = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -234,7 +234,7 @@ def _pack_rows(sub: list[int], part: list[int], keep: list[bool], k: list[int], 
     ptr = np.zeros(len(lists) + 1, np.int64)
     np.cumsum(lengths, out=ptr[1:])
     nonempty = [entry for entry in lists if len(entry[0])]
-    cols = {
+    cols: dict[str, np.ndarray] = {
         "sub": np.array(sub, np.int64), "partition": np.array(part, np.int32), "keep": np.array(keep, bool),
         "k": np.array(k, np.int64), "ptr": ptr,
         "id": np.concatenate([e[0] for e in nonempty]).astype(np.int64) if nonempty else np.zeros(0, np.int64),

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from skype.spark import codec
+from skype.dskype import codec
 
 if TYPE_CHECKING:
     from skype.api import ChangeLog
@@ -83,9 +83,9 @@ class ReportRows:
 
     row: dict[str, np.ndarray]
     a_ptr: np.ndarray
-    a: tuple[np.ndarray, np.ndarray, np.ndarray]  # id, score, seq
+    a: tuple[np.ndarray, ...]  # id, score, seq
     b_ptr: np.ndarray
-    b: tuple[np.ndarray, np.ndarray, np.ndarray]
+    b: tuple[np.ndarray, ...]
 
     def __len__(self) -> int:
         return len(self.row["sub"])
@@ -187,7 +187,7 @@ class EventRows:
     created: np.ndarray
     removed: np.ndarray
     e_ptr: np.ndarray
-    entered: tuple[np.ndarray, np.ndarray, np.ndarray]
+    entered: tuple[np.ndarray, ...]
     l_ptr: np.ndarray
     left: np.ndarray
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from skype.spark import codec
+from skype.dskype import codec
 
 MIN_SNAPSHOT_BYTES = 1 << 16  # do not compact tiny logs
 

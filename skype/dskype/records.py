@@ -7,7 +7,7 @@ defaults to ``sub``; an unsubscribe may carry the record it removes, which then 
 goes), or a results request ``{"op": "results", "at"?}`` (the stages answer with every
 subscription's top-k once the stream reaches ``at``: how an open stream gets its final results).
 :func:`records_to_events` validates and vectorises them with the shipped vocabulary
-(:mod:`skype.spark.vocabulary`) through the very functions the centralized engine's loader uses
+(:mod:`skype.dskype.vocabulary`) through the very functions the centralized engine's loader uses
 (``skype.validate.check_message`` / ``check_subscription``), so ids and weights are identical.
 
 Positions are given by the caller, never recounted here: a message's position is its global
@@ -25,7 +25,7 @@ import numpy as np
 
 from skype.errors import InputError
 
-KIND_MESSAGE, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE, KIND_RESULTS = 0, 1, 2, 3  # as skype.spark.routing
+KIND_MESSAGE, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE, KIND_RESULTS = 0, 1, 2, 3  # as skype.dskype.routing
 
 
 def parse_lines(lines: Iterable[bytes], first_position: int) -> Iterator[tuple[int, Any]]:
@@ -117,10 +117,10 @@ def events_batch(rows: list[tuple]):
     """Rows (kind, seq, at, id, x, y, t, k, alpha, term ids, weights) -> a stream-event RecordBatch."""
     import pyarrow as pa
 
-    from skype.spark.routing import event_arrow_schema
+    from skype.dskype.routing import event_arrow_schema
 
     schema = event_arrow_schema()
-    cols = list(zip(*rows)) if rows else [()] * len(schema)
+    cols: list[tuple[Any, ...]] = list(zip(*rows)) if rows else [()] * len(schema)
     cols += [(None,) * len(rows)] * (len(schema) - len(cols))  # trailing fields rows leave out (spec)
     arrays = []
     for i, field in enumerate(schema):

@@ -19,7 +19,7 @@ No pyspark here.  What each piece of the job does with a kind subscription:
   (count descending, then term ascending).
 * **Results**: :func:`result_objects` turns those entries back into each kind's results record.
 
-**Which method serves which kind** (:data:`SERVED`, :func:`refuse`).  A replicated subscription's
+**Which method serves which kind** (the methods' capability rows, :func:`refuse`).  A replicated subscription's
 merged result is exact when every (query, message) pair that can be in its result meets in some
 partition (then the message is in that replica's local result: a replica sees a subset of the
 window, so a message ranks there at least as high as globally; the union of the local lists
@@ -27,7 +27,7 @@ therefore holds the global list).  ``hashing`` and ``location`` send every messa
 partition and each subscription to one: every pair meets, every kind is exact.  So do the
 adaptive methods (``agrid``, ``kdt``, ``qt``, ``aqwa``), whose pipelines route everywhere and host
 each subscription on its owner only; a hand-over re-registers a kind subscription on its new
-owner over the whole window, as it does a topk one (:mod:`skype.spark.handover`).  ``keyword``,
+owner over the whole window, as it does a topk one (:mod:`skype.dskype.handover`).  ``keyword``,
 ``prefix``, ``spatial-first`` and ``keyword-first`` (routed in exact mode: every term of a
 subscription places it, every term of a message routes it, the location levels broadcast
 messages) make a subscription and a message meet when they share a term.  A ``range`` or ``knn``
@@ -50,18 +50,15 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.model import Match, MessageBatch, SubscriptionBatch, TermMatrix
-from skype.partitioning import ADAPTIVE_METHODS
+from skype.partitioning import capabilities_of
 from skype.queries import QuerySpec
 from skype.text import Vocabulary
 
 KINDS = ("range", "knn", "terms")
-# every message to every partition, each subscription hosted once (the adaptive methods on Spark
-# route everywhere and host a subscription where the table version in force puts it)
-BROADCAST_METHODS = ("hashing", "location", *ADAPTIVE_METHODS)
-TERM_METHODS = ("keyword", "prefix", "spatial-first", "keyword-first")
-# method -> what it serves exactly beside topk (until: every method, every kind)
-SERVED = {**{m: "range, knn, terms" for m in BROADCAST_METHODS},
-          **{m: "range and knn with terms (a text predicate)" for m in TERM_METHODS}}
+# what each method serves exactly beside topk (until: every method, every kind) is its capability
+# row (skype.partitioning.capabilities): every kind where each subscription is hosted once (the
+# adaptive methods on Spark route everywhere and host it where the table version in force puts
+# it), range and knn with terms where a text predicate places them
 UNBOUNDED_K = 1 << 62  # the merge cut of range subscriptions: none
 VOCABULARY_FILE = "vocabulary.json"
 
@@ -134,14 +131,17 @@ def refuse(inputs, methods: Iterable[str], open_end: bool = False) -> None:
                          "--stop-after-batches or --timeout)", kind="terms",
                          supported="topk, range, knn (terms: a staged stream run to its end)")
     for method in methods:
-        if method in BROADCAST_METHODS:
-            continue
-        if "terms" in used:
-            raise InputError("E048", where=f"distributed (method {method})", kind="terms", supported=SERVED[method])
-        for kind in ("range", "knn"):
-            if used.get(kind):
+        caps = capabilities_of(method)
+        for kind in sorted(KINDS, key=lambda k: k in caps.kinds_with_terms):  # terms first
+            if kind in caps.kinds:
+                continue
+            if kind not in caps.kinds_with_terms:
+                if kind in used:
+                    raise InputError("E048", where=f"distributed (method {method})", kind=kind,
+                                     supported=caps.served())
+            elif used.get(kind):
                 raise InputError("E048", where=f"distributed (method {method})", kind=f"{kind} without terms",
-                                 supported=SERVED[method])
+                                 supported=caps.served())
 
 
 # --------------------------------------------------------------------------- staging
@@ -319,7 +319,7 @@ class NameRanks:
 
 
 def result_objects(results: Iterable[tuple[int, list[Match]]], kinds: dict[int, str],
-                   vocabulary: Vocabulary) -> Iterator[dict]:
+                   vocabulary: Vocabulary | None) -> Iterator[dict]:
     """Final results of every kind (``simulate --results-out``'s records) from merge entries."""
     from skype import io
     from skype.queries import Neighbor, TermCount
@@ -331,6 +331,7 @@ def result_objects(results: Iterable[tuple[int, list[Match]]], kinds: dict[int, 
         elif kind == "knn":
             answer = [Neighbor(m.id, -m.score) for m in entries]
         elif kind == "terms":
+            assert vocabulary is not None  # terms subscriptions come with their workload's vocabulary
             answer = [TermCount(vocabulary.term(m.id), int(m.score)) for m in entries]
         else:
             answer = entries

@@ -1,0 +1,69 @@
+"""What each distribution method can do, in one table: the runtime asks the table, never a name.
+
+One row per method (:data:`CAPABILITIES`), read through :attr:`Distribution.capabilities
+<skype.partitioning.base.Distribution.capabilities>` or :func:`capabilities_of`.  Invariants: every
+method of :data:`skype.partitioning.METHODS` has a row; a method that is not ``replicated``
+places each subscription on exactly one partition (its reports are final: no merge stage); one
+that ``routes_everywhere`` gets every message and command on every partition, ownership being
+decided at the partitions (the adaptive methods on Spark); ``kinds`` are served exactly beside
+topk, ``kinds_with_terms`` only when the subscription carries terms (a text predicate places it).
+
+>>> capabilities_of("location").replicated, capabilities_of("prefix").activation
+(False, True)
+>>> sorted(m for m, c in CAPABILITIES.items() if c.cuttable)
+['kdt', 'qt']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skype.errors import InputError
+
+ALL_KINDS = ("range", "knn", "terms")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one method declares (see the module's comment)."""
+
+    replicated: bool  # may place a subscription on several partitions: an exact merge follows
+    routes_everywhere: bool = False  # every message and command to every partition (adaptive ownership)
+    kinds: tuple[str, ...] = ALL_KINDS  # range/knn/terms subscriptions served exactly
+    kinds_with_terms: tuple[str, ...] = ()  # served only with terms (placed by their text)
+    activation: bool = False  # loose-prefix activation and keyword summaries (skype.dskype.activation)
+    thresholds: bool = False  # the build's cost model needs each subscription's estimated theta
+    adaptive: bool = False  # units that move at runtime (live rebalancing)
+    cuttable: bool = False  # units are tree leaves a rebalancing may cut (skype.partitioning.restructure)
+
+    def served(self) -> str:
+        """What the method serves beside topk, in words (the E048 refusals)."""
+        if self.kinds:
+            return ", ".join(self.kinds)
+        return " and ".join(self.kinds_with_terms) + " with terms (a text predicate)"
+
+
+_PLACED_BY_TERMS = ("range", "knn")  # kinds a text predicate places on the term partitions
+
+CAPABILITIES: dict[str, Capabilities] = {
+    "hashing": Capabilities(replicated=False),
+    "location": Capabilities(replicated=False),
+    "keyword": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS),
+    "prefix": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, activation=True,
+                           thresholds=True),
+    "spatial-first": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, thresholds=True),
+    "keyword-first": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, thresholds=True),
+    "agrid": Capabilities(replicated=False, routes_everywhere=True, adaptive=True),
+    "kdt": Capabilities(replicated=False, routes_everywhere=True, adaptive=True, cuttable=True),
+    "qt": Capabilities(replicated=False, routes_everywhere=True, adaptive=True, cuttable=True),
+    "aqwa": Capabilities(replicated=False, routes_everywhere=True, adaptive=True),
+}
+
+
+def capabilities_of(method: str) -> Capabilities:
+    """The row of ``method`` (E022 for an unknown one)."""
+    try:
+        return CAPABILITIES[method]
+    except KeyError:
+        raise InputError("E022", what="distribution method", value=method,
+                         choices=", ".join(CAPABILITIES)) from None

@@ -1,0 +1,144 @@
+"""The programmatic entry of DSkype on Spark: :func:`run` plans a run, streams it, returns metrics.
+
+``run(settings, workload, spark=None)`` is what ``python -m skype.run distributed`` and
+``spark-submit skype/spark/app.py`` call once they have parsed their options.  ``workload`` is
+either a loaded :class:`skype.workload.Inputs` (the driver stages it as stream files, or, with
+``settings.messages_dir``, reads it from existing stream directories) or :class:`RawStreams`: the
+executors read and tokenize raw files, stream directories or Kafka topics with a shipped
+vocabulary, and the driver loads a sample only.  Invariant: every check that can refuse a run
+(E023, E048, E063) runs before a Spark session starts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from skype.errors import InputError
+
+if TYPE_CHECKING:
+    from skype.dskype.plan import RunSettings
+    from skype.workload import Inputs
+
+
+@dataclass(frozen=True)
+class RawStreams:
+    """A workload the executors ingest with the ``vocabulary`` file (``python -m skype.run
+    vocabulary``): raw ``messages`` and ``subscriptions`` files, or, without them, the run
+    settings' raw stream directories (``messages_dir``/``commands_dir``) or Kafka topics."""
+
+    vocabulary: str
+    messages: str | None = None
+    subscriptions: str | None = None
+
+    def check(self, settings: RunSettings) -> None:
+        if settings.source == "kafka":
+            return
+        files, dirs = bool(self.messages), bool(settings.messages_dir)
+        if files == dirs or (files and not self.subscriptions) or (dirs and self.subscriptions):
+            raise InputError("E023", what="--vocabulary", expected="given with --messages and --subscriptions files, "
+                                                                   "or with --messages-dir and --commands-dir",
+                             value=self.vocabulary)
+        if settings.ingest_split < 1:
+            raise InputError("E023", what="--ingest-split", expected="an integer >= 1", value=settings.ingest_split)
+
+
+def default_run_directory() -> Path:
+    """``out/dskype-<time>``, absolute."""
+    return Path(f"out/dskype-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+
+
+def per_method(path: str, method: str, several: bool) -> str:
+    """``r.jsonl`` -> ``r.<method>.jsonl`` when a run has several methods."""
+    if not several:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{method}{p.suffix}"))
+
+
+def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None, *,
+        run_dir: str | Path | None = None, results_out: str | None = None, master: str = "local[*]",
+        driver_memory: str = "1g", conf: dict[str, str] | None = None) -> dict:
+    """Plan, stream and measure one run; returns its metrics (``docs/spark.md``): a method's
+    metrics dict, or ``{"runs": [one per method]}`` when ``settings.methods`` has several.
+
+    ``spark``: an existing session (the Spark app, tests); else one is made from ``master``,
+    ``driver_memory`` and ``conf`` and stopped at the end.  ``run_dir`` (default
+    ``out/dskype-<time>``) holds the checkpoint, stream files, events and results; the same
+    directory resumes a stopped run.  ``results_out``: write every subscription's final result
+    there (the records of ``simulate --results-out``; one file per method when there are
+    several)."""
+    from skype import io
+    from skype.dskype import kinds, rebalancing
+    from skype.dskype import results as run_results
+    from skype.dskype.plan import plan_run
+    from skype.spark import runtime
+
+    if (settings.messages_dir is None) != (settings.commands_dir is None):
+        raise InputError("E023", what="--messages-dir and --commands-dir", expected="given together",
+                         value=settings.messages_dir or settings.commands_dir)
+    if settings.sink == "console" and results_out:
+        raise InputError("E023", what="--results-out", expected="used with --sink files (results fold the events)",
+                         value=results_out)
+    raw = isinstance(workload, RawStreams)
+    rebalancing.check_rebalance(settings.rebalance, settings.methods,
+                                staged=not (raw or settings.messages_dir or settings.source != "files"))
+    # the executors see a relative run directory from their own working directory: resolve it here
+    run_path = Path(run_dir).resolve() if run_dir is not None else default_run_directory()
+    t0 = time.perf_counter()
+    kind_of: dict[int, str] = {}
+    vocabulary = None
+    own = spark is None
+    if isinstance(workload, RawStreams):
+        workload.check(settings)
+        if settings.source == "kafka":
+            # the distribution from a sample of the topics: the session is needed to plan
+            from skype.spark.ingest import plan_kafka_run
+
+            if own:
+                spark = runtime.make_session(master, driver_memory=driver_memory, extra=dict(conf or {}))
+            plan = plan_kafka_run(spark, run_path, settings, vocabulary=workload.vocabulary)
+            description = f"topics {settings.messages_topic}, {settings.commands_topic} (executor ingestion)"
+        else:
+            # executors read and tokenize the raw streams: the driver loads samples only
+            from skype.spark.ingest import plan_ingest_run
+
+            plan = plan_ingest_run(run_path, settings, vocabulary=workload.vocabulary,
+                                   messages_file=workload.messages, subscriptions_file=workload.subscriptions)
+            description = f"{workload.messages or settings.messages_dir} (executor ingestion)"
+    else:
+        inputs = workload
+        # range/knn/terms and until: skype.dskype.kinds (what each method serves; refusals E048)
+        kinds.refuse(inputs, settings.methods, open_end=bool(settings.source != "files" or settings.messages_dir
+                                                             or settings.stop_after_batches or settings.timeout_s))
+        kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary
+        if settings.engine == "core":
+            settings.engine_options.update(kinds.engine_options(inputs))
+        plan = plan_run(run_path, settings, inputs)
+        plan.rebalancers = rebalancing.attach(plan, settings.rebalance, inputs, settings.rebalance_load)
+        description = inputs.description
+    t_plan = time.perf_counter() - t0
+    if spark is None:
+        spark = runtime.make_session(master, driver_memory=driver_memory, extra=dict(conf or {}))
+    several = len(plan.pipelines) > 1
+    runs = []
+    try:
+        outcome = runtime.run_query(spark, plan)
+        for pipe in plan.pipelines:
+            metrics = run_results.run_metrics(plan, outcome, pipe)
+            metrics.update(input=description, plan_s=t_plan, run_dir=str(run_path), resumed=plan.resumed,
+                           master=spark.conf.get("spark.master", ""))
+            metrics.update(rebalancing.rebalancing_report(plan, outcome, pipe))
+            if results_out:
+                run_results.check_results_visible(plan, pipe, metrics.get("result_events", 0))
+                results = run_results.final_results(plan, pipe)
+                metrics["subscriptions"] = io.write_objects(per_method(results_out, pipe.method, several),
+                                                            kinds.result_objects(results, kind_of, vocabulary))
+                metrics["results_from"] = "stages" if run_results.stage_result_files(plan, pipe) else "events"
+            runs.append(metrics)
+    finally:
+        if own:
+            spark.stop()
+    return runs[0] if not several else {"runs": runs}

@@ -1,0 +1,52 @@
+"""The layers: the DSkype runtime (skype.dskype) runs without pyspark, and skype.spark.run is the
+programmatic entry that refuses a bad run before any session starts."""
+
+import subprocess
+import sys
+
+import pytest
+
+from skype.errors import InputError
+
+
+def test_the_runtime_and_the_workload_import_no_pyspark_nor_the_cli():
+    code = (
+        "import importlib, pkgutil, sys, skype.dskype, skype.workload\n"
+        "for m in pkgutil.walk_packages(skype.dskype.__path__, 'skype.dskype.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "import skype.spark\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] == 'pyspark' or n.startswith('skype.cli'))\n"
+        "print(len([n for n in sys.modules if n.startswith('skype.dskype.')]), bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
+    assert int(out[0]) >= 20  # every runtime module was imported
+    assert out[1].strip() == "[]"
+
+
+def test_run_refuses_a_policy_on_a_static_method_before_a_session(tmp_path):
+    from skype.data import make_workload
+    from skype.dskype.plan import RunSettings
+    from skype.spark import run
+    from skype.workload import Inputs
+
+    w = make_workload("tweets", num_subs=20, num_messages=50, seed=1)
+    workload = Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], w.bounds, "tweets")
+    settings = RunSettings(methods=("location",), partitions=2, batch_size=10, window_kind="count",
+                           window_size=20.0, bounds=tuple(w.bounds.as_tuple()), rebalance="tornado")
+    with pytest.raises(InputError, match="E063"):
+        run(settings, workload, spark=object(), run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # nothing planned
+
+
+def test_run_refuses_results_with_a_console_sink(tmp_path):
+    from skype.data import make_workload
+    from skype.dskype.plan import RunSettings
+    from skype.spark import run
+    from skype.workload import Inputs
+
+    w = make_workload("tweets", num_subs=20, num_messages=50, seed=1)
+    workload = Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], w.bounds, "tweets")
+    settings = RunSettings(methods=("location",), partitions=2, batch_size=10, window_kind="count",
+                           window_size=20.0, bounds=tuple(w.bounds.as_tuple()), sink="console")
+    with pytest.raises(InputError, match="E023"):
+        run(settings, workload, spark=object(), run_dir=tmp_path / "run", results_out=str(tmp_path / "r.jsonl"))
