@@ -88,6 +88,12 @@ class Errors:
     E088 = ("--results-out with --sink kafka: the stateful stages sent no final results for {method!r} (an open "
             "stream needs a results request, {{\"op\": \"results\"}}, or a run that reaches its end); the "
             "events went to topic {topic!r}, the driver has none to fold")
+    # E110-E114: the Python client of the server (skype.client, issue 24)
+    E110 = "the server at {url} refused the request without a catalogue error: {detail}"
+    E111 = "the server at {url} cannot be reached: {detail}"
+    E112 = "the server at {url} kept refusing for {seconds} s (backpressure or recovery): {detail}"
+    E113 = "the server at {url} sent something that is not an event object: {detail}"
+    E114 = "{what} must be {expected}, got {value!r}"
 
 
 class InputError(SkypeError, ValueError):
