@@ -85,13 +85,15 @@ NDJSON = {"Content-Type": "application/x-ndjson"}
 
 def reference_results(writes: list[tuple[str, object]], **window) -> dict[int, list]:
     """Results of the reference engine over ``writes``: ("sub", record), ("unsub", id),
-    ("msgs", [records]) in order; {id: results-file entries}."""
+    ("msgs", [records]), ("advance", t) in order; {id: results-file line}."""
     ref = ReferenceEngine(**window)
     for op, payload in writes:
         if op == "sub":
             ref.subscribe(io.subscription_from_obj(payload))
         elif op == "unsub":
             ref.unsubscribe(payload)
+        elif op == "advance":
+            ref.advance(payload)
         else:
             for rec in payload:
                 ref.publish(io.message_from_obj(rec))
@@ -138,3 +140,16 @@ class Folder:
 
     def ids(self) -> dict[int, set[int]]:
         return {sid: set(r) for sid, r in self.results.items()}
+
+
+def check_stream(events: list[dict], after: int = 0) -> int:
+    """Event seqs continue ``after`` by one each, except a ``reset`` (all of one resume carry
+    the same seq, at least the previous one); returns the last seq."""
+    prev = after
+    for ev in events:
+        if "reset" in ev:
+            assert ev["seq"] >= prev, (ev, prev)
+        else:
+            assert ev["seq"] == prev + 1, (ev["seq"], prev)
+        prev = ev["seq"]
+    return prev
