@@ -53,3 +53,28 @@ def test_log_cuts_a_torn_tail(tmp_path):
     again.drop_before(5)
     assert len(list(tmp_path.glob("log-*.wal"))) == 1
     assert [i for i, _ in Log(tmp_path, "never").recover(5)] == [5]
+
+
+def test_full_engine_queue_is_refused(tmp_path):
+    from skype.errors import InputError
+    from skype.reference import ReferenceEngine
+    from skype.service.metrics import Metrics
+    from skype.service.state import State
+    from skype.service.worker import Busy, Worker
+
+    loop = asyncio.new_event_loop()
+    try:
+        worker = Worker(tmp_path, State(lambda v: ReferenceEngine(window=3, vocabulary=v)), fsync="never",
+                        queue_size=2, snapshot_every=10, snapshot_seconds=60, metrics=Metrics(), loop=loop,
+                        publish=lambda evs, t0: None)
+        worker.submit("results")
+        worker.submit("results")
+        with pytest.raises(Busy):
+            worker.submit("results")  # the thread is not running: the queue stays full
+        state = worker.state
+        with pytest.raises(InputError, match="E012"):
+            state.apply({"op": "msgs", "recs": [{"id": 1, "x": 0, "y": 0, "text": "zebra"},
+                                                {"id": 2, "x": "?", "y": 0, "text": "yak"}]})
+        assert len(state.vocabulary) == 0 and state.position == 0  # the rejected batch left no term behind
+    finally:
+        loop.close()

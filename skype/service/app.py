@@ -30,6 +30,7 @@ STATUS = {"E020": 404, "E008": 404, "E090": 404, "E091": 413, "E092": 413, "E093
           "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409}
 NDJSON = "application/x-ndjson"
 KEEPALIVE_S = 15.0
+DROP_AFTER_S = 5.0  # a stream that overflowed and cannot even take its closing message is cut
 
 
 def error_response(err: InputError, *, line: bool = False) -> web.Response:
@@ -295,6 +296,16 @@ class Service:
                 after = seq
         self.hub.attach(listener, subs, after)
 
+    @staticmethod
+    def _dropper(request: web.Request):
+        """Close the connection if the stream's own close (with its last seq) has not happened
+        within DROP_AFTER_S: a consumer that reads nothing cannot hold its buffers."""
+        def drop() -> None:
+            transport = request.transport
+            if transport is not None:
+                asyncio.get_running_loop().call_later(DROP_AFTER_S, transport.close)
+        return drop
+
     def _deliverable(self, listener: Listener, item: tuple) -> bool:
         seq, sub, _, t0 = item
         if seq <= listener.last.get(sub, -1):
@@ -313,6 +324,7 @@ class Service:
             raise InputError("E020", id=sid, record_id=sid)
         self.need_owner(self.token(request), sid, "follow this subscription's events")
         listener = Listener(self.limits.stream_queue)
+        listener.on_overflow = self._dropper(request)
         await self.follow(listener, [sid], after)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
@@ -352,6 +364,7 @@ class Service:
         ws = web.WebSocketResponse(heartbeat=30.0)
         await ws.prepare(request)
         listener = Listener(self.limits.stream_queue)
+        listener.on_overflow = self._dropper(request)
         self.metrics.clients.inc()
         self.streams.add(ws)
 

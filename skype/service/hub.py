@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from typing import Iterable
+from typing import Callable, Iterable
 
 
 class Listener:
@@ -26,6 +26,7 @@ class Listener:
         self.overflowed = False
         self.last_seq = 0  # the last seq delivered to the client
         self.last: dict[int, int] = {}  # per subscription: the last seq delivered (no duplicates)
+        self.on_overflow: Callable[[], None] | None = None  # e.g. a deadline to drop the connection
 
     def offer(self, item: tuple) -> None:
         if self.overflowed:
@@ -34,6 +35,8 @@ class Listener:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
             self.overflowed = True
+            if self.on_overflow is not None:
+                self.on_overflow()
 
 
 class Hub:
