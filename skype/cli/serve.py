@@ -19,20 +19,21 @@ from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS
 
 
-def _settings(args: argparse.Namespace) -> dict:
+def _settings(args: argparse.Namespace, vocabulary) -> dict:
     return {"window": args.window, "window_seconds": args.window_seconds, "bounds": str(args.bounds),
-            "engine": args.engine}
+            "engine": args.engine, "vocabulary": vocabulary.key.hex() if vocabulary is not None else None}
 
 
-def check_data_dir(args: argparse.Namespace) -> Path:
-    """Create the data directory, or check it was made with the same window, bounds and engine."""
+def check_data_dir(args: argparse.Namespace, vocabulary=None) -> Path:
+    """Create the data directory, or check it was made with the same window, bounds, engine and
+    vocabulary."""
     path = Path(args.data_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError("E102", path=str(path), detail=str(err)) from None
     settings_file = path / "settings.json"
-    now = _settings(args)
+    now = _settings(args, vocabulary)
     if settings_file.exists():
         first = json.loads(settings_file.read_text())
         if first != now:
@@ -55,7 +56,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     tokens = Tokens.load(args.token_file) if args.token_file else None
     check_host(args.host, tokens)
-    data_dir = check_data_dir(args)
+    vocabulary = None
+    if args.vocabulary:
+        from skype.spark.vocabulary import FrozenVocabulary  # no pyspark: the file's format and ids
+
+        vocabulary = FrozenVocabulary.load(args.vocabulary)
+    data_dir = check_data_dir(args, vocabulary)
     window = {"window": args.window} if args.window is not None else {"window_seconds": args.window_seconds}
 
     def make_engine(vocabulary):
@@ -71,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     hub = Hub(args.retain_events)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    worker = Worker(data_dir, State(make_engine), fsync=args.fsync, queue_size=args.queue_size,
+    worker = Worker(data_dir, State(make_engine, vocabulary), fsync=args.fsync, queue_size=args.queue_size,
                     snapshot_every=args.snapshot_every, snapshot_seconds=args.snapshot_seconds, metrics=metrics,
                     loop=loop, publish=hub.publish)
     limits = Limits(args.max_body_bytes, args.max_records, args.max_connections, args.max_streams_per_connection,
@@ -104,6 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ex = w.add_mutually_exclusive_group(required=True)
     ex.add_argument("--window", type=int, help="count window of N messages")
     ex.add_argument("--window-seconds", type=float, help="time window of T seconds")
+    w.add_argument("--vocabulary", metavar="FILE",
+                   help="weigh text with this vocabulary file (python -m skype.run vocabulary), as simulate "
+                        "--vocabulary does; default: no sample, every term weighs the same idf")
     w.add_argument("--bounds", type=bounds_arg, default=DEFAULT_BOUNDS, metavar="MINX,MINY,MAXX,MAXY",
                    help="space bounds (default: -180,-90,180,90)")
     add_engine_args(p)

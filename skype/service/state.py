@@ -260,7 +260,7 @@ class State:
     def restore(self, meta: dict, subs: list[tuple[dict, str]], window: list[dict]) -> None:
         """Rebuild from a snapshot: the window's messages first, then every subscription in
         bulk (topk through ``subscribe_batch``)."""
-        self.vocabulary = Vocabulary.from_dict(meta["vocabulary"])
+        self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
         self.recent = deque(maxlen=engine.window)
         rows = []
