@@ -1,0 +1,80 @@
+"""The event hub and the log, in process: ring resume, slow consumers, torn records."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from skype.service.hub import Hub, Listener  # noqa: E402
+from skype.service.wal import Log  # noqa: E402
+
+
+def events(first: int, n: int, sub: int = 1) -> list[dict]:
+    return [{"sub": sub, "seq": s, "position": s, "entered": [], "left": []} for s in range(first, first + n)]
+
+
+def test_ring_resume_and_slow_consumer():
+    async def run():
+        hub = Hub(retain=5)
+        hub.publish(events(1, 8), None)
+        assert not hub.covers(2) and hub.covers(3)
+        fast, slow = Listener(100), Listener(2)
+        hub.attach(fast, [1], 5)
+        assert [fast.queue.get_nowait()[0] for _ in range(3)] == [6, 7, 8]
+        hub.attach(slow, [1], 8)
+        hub.publish(events(9, 3) + events(12, 1, sub=2), None)
+        assert slow.overflowed and slow.queue.qsize() == 2  # bounded: the third was refused
+        assert fast.queue.qsize() == 3  # sub 2's event went to nobody
+        hub.detach(slow)
+        assert hub.by_sub[1] == {fast}
+        assert len(hub.ring) == 5 and hub.ring[-1][0] == 12
+
+    asyncio.run(run())
+
+
+def test_log_cuts_a_torn_tail(tmp_path):
+    log = Log(tmp_path, "always")
+    list(log.recover())
+    for i in range(5):
+        log.append({"op": "advance", "t": i})
+    log.sync()
+    log.rotate()
+    log.append({"op": "advance", "t": 5})
+    log.close()
+    seg = sorted(tmp_path.glob("log-*.wal"))[-1]
+    with open(seg, "ab") as fh:
+        fh.write(b"\x10\x00\x00\x00garbage")
+    again = Log(tmp_path, "always")
+    assert [c["t"] for _, c in again.recover()] == [0, 1, 2, 3, 4, 5]
+    assert again.truncated_bytes == 11 and again.next_index == 6
+    again.drop_before(5)
+    assert len(list(tmp_path.glob("log-*.wal"))) == 1
+    assert [i for i, _ in Log(tmp_path, "never").recover(5)] == [5]
+
+
+def test_full_engine_queue_is_refused(tmp_path):
+    from skype.errors import InputError
+    from skype.reference import ReferenceEngine
+    from skype.service.metrics import Metrics
+    from skype.service.state import State
+    from skype.service.worker import Busy, Worker
+
+    loop = asyncio.new_event_loop()
+    try:
+        worker = Worker(tmp_path, State(lambda v: ReferenceEngine(window=3, vocabulary=v)), fsync="never",
+                        queue_size=2, snapshot_every=10, snapshot_seconds=60, metrics=Metrics(), loop=loop,
+                        publish=lambda evs, t0: None)
+        worker.submit("results")
+        worker.submit("results")
+        with pytest.raises(Busy):
+            worker.submit("results")  # the thread is not running: the queue stays full
+        state = worker.state
+        with pytest.raises(InputError, match="E012"):
+            state.apply({"op": "msgs", "recs": [{"id": 1, "x": 0, "y": 0, "text": "zebra"},
+                                                {"id": 2, "x": "?", "y": 0, "text": "yak"}]})
+        assert len(state.vocabulary) == 0 and state.position == 0  # the rejected batch left no term behind
+    finally:
+        loop.close()
