@@ -8,11 +8,13 @@ counted over the whole ``publish`` call, and ``accepted`` says how many messages
 the refused batch: a batch is atomic).
 
 ``events(ids, after)`` follows subscriptions: one id over Server-Sent Events, several over the
-WebSocket ``/v1/events``.  Invariant: it remembers the ``seq`` of the last event it yielded and,
-after any disconnect (server killed, restarted, slow consumer cut off), reconnects with
-``after`` = that seq, so the consumer sees every event once, in ``seq`` order: no gap (the
-server resumes strictly after the seq it is given) and no duplicate (an event with a seq at or
-below the last one is dropped).  A subscription whose ``removed`` event came is not asked for
+WebSocket ``/v1/events``.  Invariant: it remembers, per subscription, the ``seq`` of the last
+event it yielded and, after any disconnect (server killed, restarted, slow consumer cut off),
+reconnects with ``after`` = the smallest of them, so the consumer sees every event once, in
+``seq`` order per subscription: no gap (the server resumes strictly after the seq it is given)
+and no duplicate (an event at or below its subscription's last seq is dropped).  Across
+subscriptions the order is the server's: ``seq`` order, except that a WebSocket following
+subscriptions of several owner tokens subscribes once per token, and the replays interleave.  A subscription whose ``removed`` event came is not asked for
 again; the stream ends when none is left.  When the server no longer holds events that old it sends a
 ``reset`` object (the subscription's whole result), which is yielded like an event;
 :func:`apply_event` folds events, resets included, into a results table.
@@ -74,8 +76,7 @@ class Client:
     """``Client("http://127.0.0.1:8750", token=None)``.  ``token`` is sent as ``Authorization:
     Bearer`` on every request (a publisher or admin token); the owner token the server issues
     when a subscription is created is kept and used for that subscription's reads, deletion and
-    SSE events.  A WebSocket carries one token: ``token`` if given, else the owner token of the
-    first subscription that has one (several owners' subscriptions need an admin token)."""
+    events (a WebSocket sends one subscribe message per token, with its ``token`` field)."""
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
                  retry_for: float = 60.0, transport: httpx.BaseTransport | None = None) -> None:
@@ -219,14 +220,23 @@ class Client:
         sub_ids = [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
         if not sub_ids:
             raise _client_error("E114", what="events ids", expected="at least one subscription id", value=ids)
-        last = after
+        seen: dict[int, int] = {}  # subscription id -> seq of the last event of it yielded
+
+        def resume_after() -> int | None:
+            """Every subscription's events after its last yielded one: the smallest of those
+            seqs (events at or below a subscription's own are dropped as duplicates)."""
+            marks = [seen.get(sid, after) for sid in sub_ids]
+            known = [m for m in marks if m is not None]
+            return min(known) if known else None
+
         last_event = time.monotonic()
         lost_since: float | None = None
         attempt = 0
         while True:
+            start = resume_after()
             stream: Generator[dict | None, None, None] = (
-                self._sse(sub_ids[0], last, idle_timeout) if len(sub_ids) == 1
-                else self._websocket(sub_ids, last, idle_timeout))
+                self._sse(sub_ids[0], start, idle_timeout) if len(sub_ids) == 1
+                else self._websocket(sub_ids, start, idle_timeout))
             try:
                 for event in stream:
                     lost_since, attempt = None, 0
@@ -234,10 +244,11 @@ class Client:
                         if idle_timeout is not None and time.monotonic() - last_event >= idle_timeout:
                             return
                         continue
-                    seq = int(event["seq"])
-                    if last is not None and seq <= last:
+                    seq, sid = int(event["seq"]), int(event["sub"])
+                    mark = seen.get(sid, after)
+                    if mark is not None and seq <= mark:
                         continue  # already yielded before a reconnect
-                    last = seq
+                    seen[sid] = seq
                     last_event = time.monotonic()
                     if event.get("removed") and event["sub"] in sub_ids:
                         sub_ids.remove(event["sub"])  # gone: a reconnect would be refused
@@ -291,14 +302,19 @@ class Client:
         from websockets.sync.client import connect
 
         ws_url = "ws" + self.url[len("http"):] + "/v1/events"
-        token = self.token or next((self.owner_tokens[i] for i in sub_ids if i in self.owner_tokens), None)
-        headers = {"Authorization": f"Bearer {token}"} if token else None
-        hello: dict[str, Any] = {"subscribe": sub_ids}
-        if after is not None:
-            hello["after"] = after
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        by_token: dict[str | None, list[int]] = {}  # one subscribe message per token (its field "token")
+        for sid in sub_ids:
+            by_token.setdefault(self.owner_tokens.get(sid, self.token), []).append(sid)
         try:
             with connect(ws_url, additional_headers=headers, open_timeout=10, proxy=None, max_size=None) as ws:
-                ws.send(json.dumps(hello))
+                for token, ids in by_token.items():
+                    hello: dict[str, Any] = {"subscribe": ids}
+                    if after is not None:
+                        hello["after"] = after
+                    if token is not None and token != self.token:
+                        hello["token"] = token
+                    ws.send(json.dumps(hello))
                 yield None
                 while True:
                     try:
