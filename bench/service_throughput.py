@@ -4,7 +4,8 @@ One generated tweets workload (exact terms) goes through ``simulate`` and throug
 (subscriptions PUT one by one, then the stream POSTed as NDJSON batches by one publisher, each
 batch sent when the previous one is acknowledged).  Reports both throughputs, acknowledgement
 latency p50/p99, the peak RSS of both processes, and the time the service takes to answer
-``/healthz`` again after a SIGKILL.  Loopback only; stops by itself.
+``/healthz`` again after a SIGKILL (no snapshot: the whole log replayed) and after a
+SIGTERM (from the snapshot it wrote).  Loopback only; stops by itself.
 
     PYTHONPATH=. python bench/service_throughput.py --subs 20000 --messages 60000 --window 20000
 """
@@ -101,6 +102,11 @@ def main() -> None:
     t0 = time.perf_counter()
     proc = start(tmp / "data", free_port(), args)
     ready_s = time.perf_counter() - t0
+    proc.send_signal(signal.SIGTERM)  # graceful: writes a snapshot
+    proc.wait()
+    t0 = time.perf_counter()
+    proc = start(tmp / "data", free_port(), args)
+    ready_snapshot_s = time.perf_counter() - t0
     proc.send_signal(signal.SIGTERM)
     proc.wait()
     serve_tp = len(lines) / stream_s
@@ -112,6 +118,7 @@ def main() -> None:
         "ack_p99_ms": round(1e3 * float(np.percentile(acks, 99)), 2),
         "register_s": round(register_s, 2), "simulate_rss_mb": round(sim["peak_rss_bytes"] / 2**20),
         "serve_rss_mb": round(rss / 2**20), "ready_after_sigkill_s": round(ready_s, 2),
+        "ready_from_snapshot_s": round(ready_snapshot_s, 2),
     }, indent=1))
 
 
