@@ -2,8 +2,8 @@
 
 Stack: aiohttp, chosen by measurement over Starlette on uvicorn with ``websockets``.  A trivial
 JSON endpoint, 2,000 sequential keep-alive requests from one client, best of 3 on this shared
-2-core machine (``bench/service_stack.py``, indicative): aiohttp 865 req/s, Starlette on uvicorn
-(h11, no uvloop) 557 req/s.  aiohttp also serves HTTP, streaming responses (SSE) and WebSocket
+2-core machine (``bench/service_stack.py``, indicative; two runs): aiohttp 865 and 789 req/s,
+Starlette on uvicorn (h11, no uvloop) 557 and 714 req/s.  aiohttp also serves HTTP, streaming responses (SSE) and WebSocket
 from one well-kept package, where the other stack needs three; the engine thread, not the HTTP
 layer, bounds the service's throughput, so the faster and smaller stack decided.
 
