@@ -78,3 +78,29 @@ def test_full_engine_queue_is_refused(tmp_path):
         assert len(state.vocabulary) == 0 and state.position == 0  # the rejected batch left no term behind
     finally:
         loop.close()
+
+
+def test_recovering_server_answers_503(tmp_path):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from skype.reference import ReferenceEngine
+    from skype.service.app import Limits, Service
+    from skype.service.metrics import Metrics
+    from skype.service.state import State
+    from skype.service.worker import Worker
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        hub = Hub(10)
+        metrics = Metrics()
+        worker = Worker(tmp_path, State(lambda v: ReferenceEngine(window=3, vocabulary=v)), fsync="never",
+                        queue_size=4, snapshot_every=10, snapshot_seconds=60, metrics=metrics, loop=loop,
+                        publish=hub.publish)  # not started: still "recovering"
+        service = Service(worker, hub, None, Limits(1000, 10, 10, 10, 10), metrics)
+        async with TestClient(TestServer(service.app())) as client:
+            for path in ("/healthz", "/v1/results", "/v1/subscriptions/1"):
+                r = await client.get(path)
+                assert r.status == 503 and (await r.json())["error"]["code"] == "E094"
+            assert (await client.get("/metrics")).status == 200
+
+    asyncio.run(run())

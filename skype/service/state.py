@@ -186,37 +186,47 @@ class State:
 
     def _events(self, log: ChangeLog) -> list[dict]:
         n = len(log)
-        ended = sorted(sid for sid in self.engine._ended if sid in self.records)
+        ended = {sid for sid in self.engine._ended if sid in self.records}
         if n == 0:
-            return [self._ended_event(sid, []) for sid in ended]
-        order = np.lexsort((np.arange(n), log.msg, log.sub))
+            return [self._ended_event(sid, []) for sid in sorted(ended)]
+        order = np.lexsort((np.arange(n), log.msg, log.sub))  # by sub, then message, then time
         sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
         starts = np.flatnonzero(np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])])
         ends = np.r_[starts[1:], n] - 1
         changed = ent[starts] == ent[ends]  # in before and out after, or the reverse
         s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
+        subs, first = np.unique(s, return_index=True)
+        bounds = dict(zip(subs.tolist(), zip(first.tolist(), np.r_[first[1:], len(s)].tolist())))
+        m_list, e_list = m.tolist(), e.tolist()
+        # the current top-k of the changed topk subscriptions, in one call
+        topk = [sid for sid in bounds if sid not in ended and self.records.get(sid, {}).get("kind", "topk") == "topk"]
+        rows: dict[int, tuple[list, list]] = {}
+        if topk:
+            indptr, ids, scores = self.engine.topk_arrays(np.array(topk, np.int64))
+            ids_l, scores_l, ptr = ids.tolist(), scores.tolist(), indptr.tolist()
+            rows = {sid: (ids_l[ptr[i]:ptr[i + 1]], scores_l[ptr[i]:ptr[i + 1]]) for i, sid in enumerate(topk)}
         events = []
-        for sid in np.union1d(s, np.array(ended, np.int64)):
-            sid = int(sid)
-            rows = s == sid
-            entered_ids, left_ids = m[rows & e], m[rows & ~e]
-            rec = self.records.get(sid, {})
-            kind = rec.get("kind", "topk")
-            entered_keys: set
-            left: list
+        for sid in sorted(set(bounds) | ended):
+            a, b = bounds.get(sid, (0, 0))
+            entered_ids = [m_list[i] for i in range(a, b) if e_list[i]]
+            left_ids = [m_list[i] for i in range(a, b) if not e_list[i]]
+            kind = self.records.get(sid, {}).get("kind", "topk")
             if kind == "terms":
                 term = self.vocabulary.term
-                entered_keys = {term(int(i)) for i in entered_ids}
-                left = [term(int(i)) for i in left_ids]
+                entered_keys = {term(i) for i in entered_ids}
+                left_ids = [term(i) for i in left_ids]
             else:
-                entered_keys = {int(i) for i in entered_ids}
-                left = [int(i) for i in left_ids]
-            if self.engine.has_subscription(sid):
+                entered_keys = set(entered_ids)
+            if sid in ended:
+                events.append(self._ended_event(sid, left_ids))
+            elif sid in rows:
+                ids_l, scores_l = rows[sid]
+                at = sorted(ids_l.index(i) for i in entered_ids)  # ranking order
+                entered = [{"id": ids_l[j], "score": scores_l[j]} for j in at]
+                events.append(self._event(sid, entered, left_ids))
+            else:
                 after = io.answer_entries(kind, self.engine.result(sid))
-                entered = [x for x in after if ENTRY_KEY[kind](x) in entered_keys]
-                events.append(self._event(sid, entered, left))
-            else:  # ended by its until
-                events.append(self._ended_event(sid, left))
+                events.append(self._event(sid, [x for x in after if ENTRY_KEY[kind](x) in entered_keys], left_ids))
         return events
 
     def _ended_event(self, sid: int, left: list) -> dict:
