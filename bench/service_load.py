@@ -235,10 +235,11 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
                 if sid not in final:
                     final[sid] = (await http.get(f"/v1/subscriptions/{sid}")).json()["result"]["topk"]
         lost = dupes = bad_folds = 0
-        for s in streams:
+        replays = await asyncio.gather(*(replay(url, http, s) for s in streams))
+        for s, replayed in zip(streams, replays):
             seqs = [ev["seq"] for ev in s.events]
             dupes += len(seqs) - len(set(seqs))
-            lost += len(set(await replay(url, http, s)) - set(seqs))
+            lost += len(set(replayed) - set(seqs))
             state: dict[int, list] = {}
             for ev in sorted(s.events, key=lambda e: e["seq"]):
                 apply_event(state, ev)
