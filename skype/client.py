@@ -214,7 +214,8 @@ class Client:
     def events(self, ids: int | Iterable[int], after: int | None = None, *, idle_timeout: float | None = None,
                reconnect_for: float = 60.0) -> Iterator[dict]:
         """Event objects of the subscriptions ``ids``, from ``seq`` > ``after`` (``None``: from
-        now on), resuming by itself after a disconnect (see the module docstring).  Ends when
+        now on: after the seq that ``GET /v1/subscriptions/{first id}`` reports), resuming by
+        itself after a disconnect (see the module docstring).  Ends when
         no event came for ``idle_timeout`` seconds (``None``: never); raises E111 when the
         server cannot be reached again within ``reconnect_for`` seconds."""
         sub_ids = [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
@@ -229,6 +230,11 @@ class Client:
             known = [m for m in marks if m is not None]
             return min(known) if known else None
 
+        if after is None:
+            # "from now" as a seq (the server's last, which GET of a subscription tells), so that
+            # a disconnect before the first event resumes from there and loses nothing
+            now = self.result(sub_ids[0]).get("seq")
+            after = int(now) if isinstance(now, int) else None
         last_event = time.monotonic()
         lost_since: float | None = None
         attempt = 0

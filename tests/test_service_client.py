@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -109,18 +110,18 @@ def fold(events) -> tuple[dict[int, list], list[int]]:
 
 
 class Consumer(threading.Thread):
-    """Collects the events of ``ids`` from after=0 until the stream is idle for ``idle`` seconds."""
+    """Collects the events of ``ids`` from ``after`` until the stream is idle for ``idle`` seconds."""
 
-    def __init__(self, url: str, ids, idle: float) -> None:
+    def __init__(self, url: str, ids, idle: float, after: int | None = 0) -> None:
         super().__init__(daemon=True)
         self.client = Client(url)
-        self.ids, self.idle = ids, idle
+        self.ids, self.idle, self.after = ids, idle, after
         self.events: list[dict] = []
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            for ev in self.client.events(self.ids, after=0, idle_timeout=self.idle, reconnect_for=120):
+            for ev in self.client.events(self.ids, after=self.after, idle_timeout=self.idle, reconnect_for=120):
                 self.events.append(ev)
         except BaseException as err:  # handed to the test
             self.error = err
@@ -273,3 +274,61 @@ def test_backpressure_retry_gives_up_with_a_catalogue_error():
     with pytest.raises(ServiceError) as err:
         client.publish([{"id": 1, "x": 0, "y": 0, "terms": {"a": 1}}])
     assert (err.value.code, err.value.status) == ("E112", 429)
+
+
+def test_tokens_owner_tokens_follow_events_without_an_admin(tmp_path, workload):
+    """With a token file: no token is refused (401); a publisher's client keeps the owner tokens
+    the server issues and follows several owners' subscriptions over one WebSocket and SSE."""
+    subs, msgs = workload
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text('{"admin": ["adm"], "publisher": ["pub"]}')
+    with ServerProcess(tmp_path / "data", "--window", str(WINDOW), "--token-file", str(tokens)) as proc:
+        with pytest.raises(ServiceError) as err:
+            Client(proc.url).subscribe(subs[0])
+        assert (err.value.status, err.value.code) == (401, "E095")
+        client = Client(proc.url, token="pub")
+        for rec in subs[:4]:
+            assert client.subscribe(rec)["token"]
+        assert len(set(client.owner_tokens.values())) == 4
+        client.publish(msgs[:1000], batch_size=250)
+        expected = {i: client.result(i)["result"]["topk"] for i in range(4)}    # each with its owner token
+        assert fold(client.events([0, 1, 2], after=0, idle_timeout=1.5))[0] == {i: expected[i] for i in range(3)}
+        assert fold(client.events(3, after=0, idle_timeout=1.5))[0] == {3: expected[3]}
+        with pytest.raises(ServiceError) as err:
+            Client(proc.url, token="pub").result(0)                             # a publisher is no owner
+        assert (err.value.status, err.value.code) == (403, "E096")
+        admin = {line["id"]: line["topk"] for line in Client(proc.url, token="adm").results()}
+        assert admin == expected
+
+
+def connected_clients(url: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("skype_connected_clients "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_events_from_now_lose_nothing_across_a_restart(server, workload):
+    """after=None starts at the server's current seq: a stream connected, then cut by a server
+    kill before its first event, still gets every event of the writes after it connected."""
+    subs, msgs = workload
+    client = Client(server.url)
+    for rec in subs[:5]:
+        client.subscribe(rec)
+    client.publish(msgs[:500], batch_size=250)
+    consumer = Consumer(server.url, list(range(5)), idle=8.0, after=None)
+    consumer.start()
+    deadline = time.monotonic() + 60
+    while connected_clients(server.url) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.kill()
+    server.start()
+    client.publish(msgs[500:1500], batch_size=250)
+    consumer.join(120)
+    assert consumer.error is None and not consumer.is_alive()
+    assert consumer.events and all(ev["position"] > 500 for ev in consumer.events)
+    state = {line["id"]: line["topk"] for line in reference_results([("sub", r) for r in subs[:5]]
+                                                                      + [("msgs", msgs[:500])])}
+    for ev in consumer.events:
+        apply_event(state, ev)
+    assert state == {line["id"]: line["topk"] for line in client.results()}
