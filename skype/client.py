@@ -215,9 +215,9 @@ class Client:
                reconnect_for: float = 60.0) -> Iterator[dict]:
         """Event objects of the subscriptions ``ids``, from ``seq`` > ``after`` (``None``: from
         now on: after the seq that ``GET /v1/subscriptions/{first id}`` reports), resuming by
-        itself after a disconnect (see the module docstring).  Ends when
-        no event came for ``idle_timeout`` seconds (``None``: never); raises E111 when the
-        server cannot be reached again within ``reconnect_for`` seconds."""
+        itself after a disconnect (see the module docstring).  Ends when no event came for
+        ``idle_timeout`` seconds since the last event or (re)connection (``None``: never);
+        raises E111 when the server cannot be reached again within ``reconnect_for`` seconds."""
         sub_ids = [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
         if not sub_ids:
             raise _client_error("E114", what="events ids", expected="at least one subscription id", value=ids)
@@ -246,9 +246,8 @@ class Client:
             try:
                 for event in stream:
                     lost_since, attempt = None, 0
-                    if event is None:  # connected, or a keep-alive
-                        if idle_timeout is not None and time.monotonic() - last_event >= idle_timeout:
-                            return
+                    if event is None:  # (re)connected: the idle time counts from here
+                        last_event = time.monotonic()
                         continue
                     seq, sid = int(event["seq"]), int(event["sub"])
                     mark = seen.get(sid, after)
@@ -270,8 +269,6 @@ class Client:
                 lost_since = lost_since if lost_since is not None else now
                 if now - lost_since >= reconnect_for:
                     raise _client_error("E111", url=self.url, detail=lost.detail) from None
-                if idle_timeout is not None and now - last_event >= idle_timeout + reconnect_for:
-                    return
                 time.sleep(_backoff(attempt, None, 1.0))
                 attempt += 1
             finally:
