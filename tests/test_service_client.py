@@ -8,6 +8,8 @@
   event once, in seq order, and still folds to the final results.
 * publish(): NDJSON batches of batch_size, a refused batch names its line over the whole call
   and is atomic, and 429 (backpressure) is retried until accepted.
+* Tokens: owner tokens kept by the client follow several owners' subscriptions.
+* apply_event alone (Hypothesis): net changes fold into each successive ranked result.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import time
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skype import io
 from skype.client import Client, ServiceError, apply_event
@@ -332,3 +336,52 @@ def test_events_from_now_lose_nothing_across_a_restart(server, workload):
     for ev in consumer.events:
         apply_event(state, ev)
     assert state == {line["id"]: line["topk"] for line in client.results()}
+
+
+# --------------------------------------------------------------------------- apply_event alone
+
+topk_states = st.lists(st.lists(st.tuples(st.integers(0, 30), st.floats(0, 1, allow_nan=False)),
+                                max_size=8, unique_by=lambda e: e[0]), min_size=1, max_size=8)
+
+
+@given(topk_states)
+@settings(max_examples=200, deadline=None)
+def test_apply_event_folds_net_changes_into_the_ranked_result(states):
+    """Events shaped as the server makes them (net per write: the ids that left, the entries that
+    entered) fold into each successive result, ranked by score; a reset replaces it; removed
+    drops it."""
+    results: dict[int, list] = {}
+    before: list[dict] = []
+    for seq, rows in enumerate(states, start=1):
+        after = sorted(({"id": i, "score": s} for i, s in rows), key=lambda e: -e["score"])
+        old = {e["id"] for e in before}
+        left = [e["id"] for e in before if e["id"] not in {a["id"] for a in after}]
+        entered = [e for e in after if e["id"] not in old or e not in before]
+        left += [e["id"] for e in before if e["id"] in {a["id"] for a in entered} and e["id"] not in left]
+        apply_event(results, {"sub": 7, "seq": seq, "position": seq, "entered": entered, "left": left})
+        assert [e["score"] for e in results[7]] == [e["score"] for e in after]
+        assert sorted(results[7], key=lambda e: e["id"]) == sorted(after, key=lambda e: e["id"])
+        before = after
+    apply_event(results, {"sub": 7, "seq": 99, "position": 99, "reset": {"id": 7, "topk": [{"id": 1, "score": 0.5}]}})
+    assert results[7] == [{"id": 1, "score": 0.5}]
+    apply_event(results, {"sub": 7, "seq": 100, "position": 100, "entered": [], "left": [1], "removed": True})
+    assert 7 not in results
+
+
+def test_apply_event_ranks_knn_by_distance_and_terms_by_count():
+    results: dict[int, list] = {}
+    apply_event(results, {"sub": 1, "seq": 1, "position": 0, "entered": [{"id": 5, "distance": 2.0},
+                                                                          {"id": 6, "distance": 1.0}], "left": []},
+                kinds={1: "knn"})
+    apply_event(results, {"sub": 1, "seq": 2, "position": 1, "entered": [{"id": 7, "distance": 1.5}], "left": [5]},
+                kinds={1: "knn"})
+    assert results[1] == [{"id": 6, "distance": 1.0}, {"id": 7, "distance": 1.5}]
+    apply_event(results, {"sub": 2, "seq": 3, "position": 1, "entered": [{"term": "a", "count": 1},
+                                                                          {"term": "b", "count": 3}], "left": []},
+                kinds={2: "terms"})
+    apply_event(results, {"sub": 2, "seq": 4, "position": 2, "entered": [{"term": "a", "count": 4}], "left": ["a"]},
+                kinds={2: "terms"})
+    assert results[2] == [{"term": "a", "count": 4}, {"term": "b", "count": 3}]
+    apply_event(results, {"sub": 3, "seq": 5, "position": 2, "entered": [4, 2], "left": []}, kinds={3: "range"})
+    apply_event(results, {"sub": 3, "seq": 6, "position": 3, "entered": [9], "left": [4]}, kinds={3: "range"})
+    assert results[3] == [2, 9]
