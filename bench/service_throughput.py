@@ -43,14 +43,18 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
+STARTED: list[subprocess.Popen] = []
+
+
 def start(data: Path, port: int, args: list[str]) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "skype.run", "serve", "--data-dir", str(data), "--port",
                              str(port), *args], env=ENV, stderr=subprocess.DEVNULL)
+    STARTED.append(proc)
     while True:
         try:
             if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                 return proc
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or busy recovering
             pass
         if proc.poll() is not None:
             raise SystemExit("server exited")
@@ -64,6 +68,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=20_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--fsync", default="batch")
+    ap.add_argument("--snapshot-every", type=int, default=10_000,
+                    help="the server's option (default: its default); a huge value times a full log replay")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="skype-serve-bench-"))
     m, s = tmp / "m.jsonl", tmp / "s.jsonl"
@@ -77,7 +83,7 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = ["--window", str(a.window), "--fsync", a.fsync, "--snapshot-every", "1000000"]
+    args = ["--window", str(a.window), "--fsync", a.fsync, "--snapshot-every", str(a.snapshot_every)]
     proc = start(tmp / "data", port, args)
     session = requests.Session()
     t0 = time.perf_counter()
@@ -123,4 +129,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:  # stop by itself: no server outlives the bench
+        for p in STARTED:
+            if p.poll() is None:
+                p.kill()

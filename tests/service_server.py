@@ -54,7 +54,7 @@ class Server:
             try:
                 if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or busy recovering
                 pass
             time.sleep(0.05)
         raise RuntimeError("server did not become healthy")
