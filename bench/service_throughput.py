@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=20_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--fsync", default="batch")
-    ap.add_argument("--snapshot-every", type=int, default=10_000,
+    ap.add_argument("--snapshot-every", type=int, default=20_000,
                     help="the server's option (default: its default); a huge value times a full log replay")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="skype-serve-bench-"))
