@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +45,7 @@ def peak_rss(pid: int) -> int:
 
 
 STARTED: list[subprocess.Popen] = []
+TMP = Path(tempfile.mkdtemp(prefix="skype-serve-bench-"))
 
 
 def start(data: Path, port: int, args: list[str]) -> subprocess.Popen:
@@ -68,10 +70,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=20_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--fsync", default="batch")
-    ap.add_argument("--snapshot-every", type=int, default=10_000,
+    ap.add_argument("--snapshot-every", type=int, default=20_000,
                     help="the server's option (default: its default); a huge value times a full log replay")
     a = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="skype-serve-bench-"))
+    tmp = TMP
     m, s = tmp / "m.jsonl", tmp / "s.jsonl"
     subprocess.run([sys.executable, "-m", "skype.run", "generate", "--dataset", "tweets", "--num-subs", str(a.subs),
                     "--num-messages", str(a.messages), "--messages-out", str(m), "--subscriptions-out", str(s)],
@@ -135,3 +137,5 @@ if __name__ == "__main__":
         for p in STARTED:
             if p.poll() is None:
                 p.kill()
+                p.wait()
+        shutil.rmtree(TMP, ignore_errors=True)

@@ -209,7 +209,7 @@ async def ws_collect(url: str, subs: list[int], after: int | None, until_seq: in
 
 
 def test_reset_when_resuming_too_far_back(tmp_path):
-    with Server(tmp_path / "data", "--window", "10", "--retain-events", "3") as s:
+    with Server(tmp_path / "data", "--window", "10", "--retain-events", "3", "--fsync", "always") as s:
         requests.put(s.url + "/v1/subscriptions/1", json={"x": 0, "y": 0, "k": 2, "alpha": 0.5, "text": "apple"})
         for i in range(6):
             requests.post(s.url + "/v1/messages", json={"id": i, "x": (6 - i) / 10, "y": 0, "text": "apple"})

@@ -104,3 +104,37 @@ def test_recovering_server_answers_503(tmp_path):
             assert (await client.get("/metrics")).status == 200
 
     asyncio.run(run())
+
+
+def test_page_files_and_no_escape(tmp_path, monkeypatch):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from skype.reference import ReferenceEngine
+    from skype.service import app as app_module
+    from skype.service.metrics import Metrics
+    from skype.service.state import State
+    from skype.service.worker import Worker
+
+    page = tmp_path / "page"
+    (page / "js").mkdir(parents=True)
+    (page / "index.html").write_text("<h1>map</h1>")
+    (page / "js" / "map.js").write_text("var map;")
+    (tmp_path / "secret.txt").write_text("no")
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        worker = Worker(tmp_path / "d", State(lambda v: ReferenceEngine(window=3, vocabulary=v)), fsync="never",
+                        queue_size=4, snapshot_every=10, snapshot_seconds=60, metrics=Metrics(), loop=loop,
+                        publish=lambda *a: None)
+        service = app_module.Service(worker, Hub(10), None, app_module.Limits(1000, 10, 10, 10, 10), Metrics())
+        got = {}
+        async with TestClient(TestServer(service.app())) as client:
+            for path in ("/", "/page/js/map.js", "/page/../secret.txt", "/page/%2e%2e/secret.txt", "/page/none.js"):
+                r = await client.get(path)
+                got[path] = (r.status, await r.text())
+        return got
+
+    monkeypatch.setattr(app_module, "PAGE_DIR", page)
+    got = asyncio.run(run())
+    assert got["/"] == (200, "<h1>map</h1>") and got["/page/js/map.js"] == (200, "var map;")
+    assert all(got[p][0] == 404 for p in ("/page/../secret.txt", "/page/%2e%2e/secret.txt", "/page/none.js"))

@@ -133,7 +133,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="events buffered per stream before a slow consumer is disconnected (default: %(default)s)")
     s.add_argument("--retain-events", type=int, default=100_000,
                    help="recent events kept for resuming streams (default: %(default)s)")
-    s.add_argument("--snapshot-every", type=int, default=10_000, help="snapshot after N writes (default: %(default)s)")
+    s.add_argument("--snapshot-every", type=int, default=20_000,
+                   help="snapshot after N written records: messages, subscription changes, advances "
+                        "(default: %(default)s)")
     s.add_argument("--snapshot-seconds", type=float, default=300.0,
                    help="snapshot after T seconds with writes (default: %(default)s)")
     p.set_defaults(func=cmd_serve)

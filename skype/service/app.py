@@ -275,7 +275,7 @@ class Service:
             return web.Response(text="<!doctype html><title>Skype</title><p>The live page is not installed "
                                      "(skype/service/page/ is missing). The API is under /v1/.</p>",
                                 content_type="text/html")
-        if path.parent != PAGE_DIR.resolve() or not path.is_file():
+        if PAGE_DIR.resolve() not in path.parents or not path.is_file():
             raise InputError("E090", method=request.method, path=request.path)
         return web.FileResponse(path)
 
@@ -440,6 +440,6 @@ class Service:
         r.add_get("/v1/events", self.websocket)
         r.add_get("/metrics", self.metrics_route)
         r.add_get("/", self.page)
-        r.add_get("/page/{file}", self.page)
+        r.add_get("/page/{file:.+}", self.page)
         app.on_shutdown.append(self.on_shutdown)
         return app

@@ -94,7 +94,10 @@ def read(path: Path) -> tuple[dict, list[tuple[dict, str]], list[dict]]:
 
 
 def load_newest(directory: Path) -> tuple[Any, ...] | None:
-    """The newest snapshot that reads back whole: (meta, subs, window), or None."""
+    """The newest snapshot that reads back whole: (meta, subs, window), or None.  Removes the
+    half-written ``.tmp`` directories a crash left."""
+    for tmp in directory.glob("snap-*.tmp"):
+        shutil.rmtree(tmp, ignore_errors=True)
     for index, path in reversed(snapshots(directory)):
         try:
             return read(path)

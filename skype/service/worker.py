@@ -9,8 +9,9 @@ only then hands the replies and the events back to the event loop.  So an acknow
 every event, follows the log write that makes it durable.
 
 Startup (status ``recovering``; the HTTP routes answer 503) loads the newest good snapshot and
-replays the log after it.  Snapshots are taken every ``snapshot_every`` commands or
-``snapshot_seconds`` seconds (when something changed) and when the worker stops.
+replays the log after it.  Snapshots are taken every ``snapshot_every`` records (messages,
+subscription changes, advances) or ``snapshot_seconds`` seconds (when something changed) and
+when the worker stops, so a restart replays at most about ``snapshot_every`` records.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ from skype.service.state import State
 from skype.service.wal import Log
 
 GROUP = 256
+
+
+def _records(cmd: dict) -> int:
+    """What a command weighs towards the next snapshot: its messages, or 1."""
+    return len(cmd["recs"]) if cmd["op"] == "msgs" else 1
 
 
 class Busy(Exception):
@@ -149,7 +155,7 @@ class Worker:
             cmd, lines = job.payload if isinstance(job.payload, tuple) else (job.payload, None)
             value, evs = st.apply(cmd, lines)
             self.log.append(cmd)
-            self.since_snapshot += 1
+            self.since_snapshot += _records(cmd)
             if cmd["op"] == "msgs":
                 self.metrics.messages.inc(value["accepted"])
             self.metrics.subscriptions.set(len(st.records))
@@ -181,7 +187,7 @@ class Worker:
             except InputError as err:  # cannot happen for a log this code wrote
                 print(f"skype serve: log record skipped on replay: {err}", file=sys.stderr)
                 continue
-            self.since_snapshot += 1
+            self.since_snapshot += _records(cmd)
             chunk.extend(evs)
             if len(chunk) >= 10_000:
                 self.loop.call_soon_threadsafe(self.publish, chunk, None)
