@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -385,3 +386,67 @@ def test_apply_event_ranks_knn_by_distance_and_terms_by_count():
     apply_event(results, {"sub": 3, "seq": 5, "position": 2, "entered": [4, 2], "left": []}, kinds={3: "range"})
     apply_event(results, {"sub": 3, "seq": 6, "position": 3, "entered": [9], "left": [4]}, kinds={3: "range"})
     assert results[3] == [2, 9]
+
+
+def fold_with_resets(events) -> dict[int, list]:
+    """The results the events fold to.  Each subscription's seqs increase; an event other than a
+    reset comes once (the resets of one resume share their seq)."""
+    state: dict[int, list] = {}
+    last: dict[int, int] = {}
+    seen: set[int] = set()
+    for ev in events:
+        assert ev["seq"] > last.get(ev["sub"], -1), f"event {ev} out of order or repeated"
+        last[ev["sub"]] = ev["seq"]
+        if "reset" not in ev:
+            assert ev["seq"] not in seen, f"event {ev} came twice"
+            seen.add(ev["seq"])
+        apply_event(state, ev)
+    return state
+
+
+def ws_read(url: str, request: dict, idle: float = 1.5) -> list[dict]:
+    """The event objects a WebSocket gets for ``request`` until it is idle for ``idle`` seconds."""
+    from websockets.sync.client import connect
+
+    out = []
+    with connect(url.replace("http://", "ws://") + "/v1/events", proxy=None) as ws:
+        ws.send(json.dumps(request))
+        while True:
+            try:
+                out.append(json.loads(ws.recv(timeout=idle)))
+            except TimeoutError:
+                return out
+
+
+def test_a_slow_consumer_with_a_backlog_larger_than_its_queue_makes_progress(tmp_path, workload):
+    pytest.importorskip("websockets")
+    subs, msgs = workload
+    with ServerProcess(tmp_path / "data", "--window", str(WINDOW), "--stream-queue", "2") as server:
+        client = Client(server.url)
+        for rec in subs[:12]:
+            client.subscribe(rec)
+        client.publish(msgs[:600], batch_size=100)
+        ids = list(range(10))
+        results = {line["id"]: line["topk"] for line in client.results()}
+        last = client.result(0)["seq"]  # the newest event's seq
+
+        # from after=0 the backlog is far above the queue of 2: one reset per subscription, at once
+        got = ws_read(server.url, {"subscribe": ids, "after": 0})
+        assert sorted(ev["sub"] for ev in got) == ids and all("reset" in ev and ev["seq"] == last for ev in got)
+        assert fold_with_resets(got) == {i: results[i] for i in ids}
+        # a backlog that fits the queue is replayed exactly
+        tail = ws_read(server.url, {"subscribe": list(range(12)), "after": last - 2})
+        assert [ev["seq"] for ev in tail] == [last - 1, last] and not any("reset" in ev for ev in tail)
+        # after beyond the newest seq: a reset, not a silent gap
+        beyond = ws_read(server.url, {"subscribe": [3], "after": last + 100})
+        assert [(ev["sub"], ev["seq"], "reset" in ev) for ev in beyond] == [(3, last, True)]
+        assert fold_with_resets(beyond) == {3: results[3]}
+
+        # live: the client, cut off again and again (E103), resumes and folds to the final results
+        consumer = Consumer(server.url, ids, idle=4.0)
+        consumer.start()
+        client.publish(msgs[600:2000], batch_size=50)
+        consumer.join(120)
+        assert consumer.error is None and not consumer.is_alive()
+        final = {line["id"]: line["topk"] for line in client.results()}
+        assert fold_with_resets(consumer.events) == {i: final[i] for i in ids}

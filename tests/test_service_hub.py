@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from skype.service.hub import Hub, Listener  # noqa: E402
+from skype.service.hub import CUT, Hub, Listener  # noqa: E402
 from skype.service.wal import Log  # noqa: E402
 
 
@@ -23,7 +23,8 @@ def test_ring_resume_and_slow_consumer():
         assert not hub.covers(2) and hub.covers(3)
         fast, slow = Listener(100), Listener(2)
         hub.attach(fast, [1], 5)
-        assert [fast.queue.get_nowait()[0] for _ in range(3)] == [6, 7, 8]
+        assert [item[0] for item in fast.pending] == [6, 7, 8]  # the backlog, sent before the queue
+        fast.pending.clear()
         hub.attach(slow, [1], 8)
         hub.publish(events(9, 3) + events(12, 1, sub=2), None)
         assert slow.overflowed and slow.queue.qsize() == 2  # bounded: the third was refused
@@ -31,6 +32,37 @@ def test_ring_resume_and_slow_consumer():
         hub.detach(slow)
         assert hub.by_sub[1] == {fast}
         assert len(hub.ring) == 5 and hub.ring[-1][0] == 12
+
+    asyncio.run(run())
+
+
+def test_attach_reads_the_per_subscription_index_and_refuses_a_backlog_above_its_limit():
+    async def run():
+        hub = Hub(retain=6)
+        hub.publish([ev for s in range(1, 11) for ev in events(s, 1, sub=s % 3)], None)
+        assert [s for s, _ in hub.ring] == list(range(5, 11))
+        # the index holds exactly the ring's events, per subscription
+        assert {sub: [s for s, _ in mine] for sub, mine in hub.recent.items()} == {0: [6, 9], 1: [7, 10], 2: [5, 8]}
+        assert not hub.attach(Listener(4), [0, 1], 4, limit=3)  # 4 events after seq 4: above 3
+        listener = Listener(4)
+        assert hub.attach(listener, [0, 1], 4, limit=4)
+        assert [item[0] for item in listener.pending] == [6, 7, 9, 10]  # in seq order
+        assert hub.by_sub[0] == {listener} and 2 not in hub.by_sub
+
+    asyncio.run(run())
+
+
+def test_pending_items_go_first_and_are_never_cut():
+    async def run():
+        hub = Hub(retain=10)
+        hub.publish(events(1, 3), None)
+        listener = Listener(1)
+        hub.attach(listener, [1], 0, limit=3)
+        hub.publish(events(4, 2), None)  # the queue of 1 overflows
+        assert listener.overflowed
+        listener.prepend([(9, 1, "reset", None)])
+        got = [(await listener.next())[0] for _ in range(4)]
+        assert got == [9, 1, 2, 3] and await listener.next() is CUT
 
     asyncio.run(run())
 

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from skype.errors import InputError
 from skype.service.auth import Tokens, new_owner_token
-from skype.service.hub import Hub, Listener
+from skype.service.hub import CUT, Hub, Listener
 from skype.service.worker import Busy, Worker
 from skype import validate
 
@@ -281,20 +281,28 @@ class Service:
 
     # ------------------------------------------------------------------ event streams
     async def follow(self, listener: Listener, subs: list[int], after: int | None) -> None:
-        """Attach ``listener`` to ``subs`` resuming after ``after`` (None: from now on)."""
+        """Attach ``listener`` to ``subs`` resuming after ``after`` (None: from now on).  The
+        retained events after ``after`` are replayed when the ring covers them and they fit in
+        the stream's queue; otherwise (too far back, a backlog larger than ``--stream-queue``,
+        or an ``after`` beyond the newest seq) each subscription starts with a reset."""
         if after is None:
             self.hub.attach(listener, subs, self.hub.last_seq)
             return
-        while not self.hub.covers(after):
+        limit = self.limits.stream_queue
+        if after <= self.hub.last_seq and self.hub.covers(after) and self.hub.attach(listener, subs, after, limit):
+            return
+        while True:
             seq, position, lines = await self.run("reset", subs)
-            if self.hub.covers(seq):
-                for sid in subs:
-                    if lines[sid] is not None:
-                        data = json.dumps({"sub": sid, "seq": seq, "position": position, "reset": lines[sid]})
-                        listener.offer((seq, sid, data, None))
-                        listener.last[sid] = seq - 1
-                after = seq
-        self.hub.attach(listener, subs, after)
+            # the engine may be ahead of the hub (its events are on their way): they come later
+            if self.hub.covers(seq) and self.hub.attach(listener, subs, seq, limit):
+                break
+        resets: list[tuple] = []
+        for sid in subs:
+            if lines[sid] is not None:
+                data = json.dumps({"sub": sid, "seq": seq, "position": position, "reset": lines[sid]})
+                resets.append((seq, sid, data, None))
+                listener.last[sid] = seq - 1
+        listener.prepend(resets)  # before the events after seq
 
     @staticmethod
     def _dropper(request: web.Request):
@@ -334,19 +342,17 @@ class Service:
         try:
             while True:
                 try:
-                    item = await asyncio.wait_for(listener.queue.get(), KEEPALIVE_S)
+                    item = await asyncio.wait_for(listener.next(), KEEPALIVE_S)
                 except asyncio.TimeoutError:
                     await resp.write(b": keepalive\n\n")
                     continue
-                if listener.overflowed:
+                if item is CUT:
                     self.metrics.slow_consumers.inc()
                     err = InputError("E103", seq=listener.last_seq)
                     payload = {"error": {"code": err.code, "message": err.detail, "seq": listener.last_seq}}
                     await resp.write(f"event: error\ndata: {json.dumps(payload)}\n\n".encode())
                     break
-                if item is None or not self._deliverable(listener, item):
-                    if item is None:
-                        break
+                if not self._deliverable(listener, item):
                     continue
                 await resp.write(f"id: {item[0]}\ndata: {item[2]}\n\n".encode())
                 if '"removed": true' in item[2]:
@@ -373,8 +379,8 @@ class Service:
 
         async def pump() -> None:
             while True:
-                item = await listener.queue.get()
-                if listener.overflowed:
+                item = await listener.next()
+                if item is CUT:
                     self.metrics.slow_consumers.inc()
                     reason = f"E103 slow consumer; resume after seq {listener.last_seq}"
                     await ws.close(code=1013, message=reason.encode())
