@@ -5,7 +5,8 @@ Every route that reads or changes the engine sends a job to the engine thread
 catalogue errors answered as ``{"error": {"code", "message", "line"?}}`` with the status of
 :data:`STATUS` (400 by default).  Event streams (SSE and WebSocket) each own a bounded
 :class:`~skype.service.hub.Listener`; a stream resumes after a ``seq`` from the hub's ring, or
-after a ``reset`` (the current result) when the ring no longer covers it.
+after a ``reset`` (the current result) when the ring no longer covers it, when the backlog
+would not fit the stream's queue, or when the ``seq`` is beyond the newest.
 """
 
 from __future__ import annotations
