@@ -450,3 +450,26 @@ def test_a_slow_consumer_with_a_backlog_larger_than_its_queue_makes_progress(tmp
         assert consumer.error is None and not consumer.is_alive()
         final = {line["id"]: line["topk"] for line in client.results()}
         assert fold_with_resets(consumer.events) == {i: final[i] for i in ids}
+
+
+def test_a_resume_after_a_graceful_restart_needs_no_reset_and_one_before_it_does(server, workload):
+    subs, msgs = workload
+    client = Client(server.url)
+    ids = [0, 1, 2]
+    for rec in subs[:3]:
+        client.subscribe(rec)
+    client.publish(msgs[:300], batch_size=100)
+    last = client.result(0)["seq"]
+    state = {line["id"]: line["topk"] for line in client.results()}
+    server.stop()  # SIGTERM: a snapshot, so no log tail and no retained event
+    server.start()
+    assert ws_read(server.url, {"subscribe": ids, "after": last}) == []  # up to date: nothing to send
+    before = ws_read(server.url, {"subscribe": ids, "after": last - 1})  # not retained: resets
+    assert [(ev["sub"], ev["seq"], "reset" in ev) for ev in before] == [(i, last, True) for i in ids]
+    client.publish(msgs[300:], batch_size=500)
+    events = ws_read(server.url, {"subscribe": ids, "after": last})
+    assert not any("reset" in ev for ev in events) and all(ev["seq"] > last for ev in events)
+    fold_with_resets(events)  # in order, none twice
+    for ev in events:
+        apply_event(state, ev)
+    assert state == {line["id"]: line["topk"] for line in client.results()}

@@ -79,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     asyncio.set_event_loop(loop)
     worker = Worker(data_dir, State(make_engine, vocabulary), fsync=args.fsync, queue_size=args.queue_size,
                     snapshot_every=args.snapshot_every, snapshot_seconds=args.snapshot_seconds, metrics=metrics,
-                    loop=loop, publish=hub.publish)
+                    loop=loop, publish=hub.publish, start_at=hub.start_at)
     limits = Limits(args.max_body_bytes, args.max_records, args.max_connections, args.max_streams_per_connection,
                     args.stream_queue)
     service = Service(worker, hub, tokens, limits, metrics)

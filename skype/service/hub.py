@@ -97,6 +97,12 @@ class Hub:
             for listener in self.by_sub.get(sub, ()):
                 listener.offer(item)
 
+    def start_at(self, seq: int) -> None:
+        """Continue after ``seq``, the newest event of a restored snapshot (none of its events
+        are retained): a resume after it needs no reset, one before it does."""
+        if not self.ring:
+            self.last_seq = max(self.last_seq, seq)
+
     def covers(self, after: int) -> bool:
         """True when every event with seq > ``after`` is still in the ring (or yet to come)."""
         oldest = self.ring[0][0] if self.ring else self.last_seq + 1

@@ -52,7 +52,8 @@ class Job:
 class Worker:
     def __init__(self, data_dir: Path, state: State, *, fsync: str, queue_size: int,
                  snapshot_every: int, snapshot_seconds: float, metrics: Any,
-                 loop: asyncio.AbstractEventLoop, publish: Callable[[list, float | None], None]) -> None:
+                 loop: asyncio.AbstractEventLoop, publish: Callable[[list, float | None], None],
+                 start_at: Callable[[int], None] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.state = state
         self.metrics = metrics
@@ -61,6 +62,7 @@ class Worker:
         self.jobs: queue.Queue = queue.Queue(queue_size)
         self.snapshot_every, self.snapshot_seconds = snapshot_every, snapshot_seconds
         self.loop, self.publish = loop, publish
+        self.start_at = start_at  # told the snapshot's seq, before the replayed events are published
         self.status = "recovering"
         self.error: BaseException | None = None
         self.since_snapshot = 0
@@ -180,6 +182,8 @@ class Worker:
             meta, subs, window = snap
             self.state.restore(meta, subs, window)
             start = int(meta["log_index"])
+            if self.start_at is not None:
+                self.loop.call_soon_threadsafe(self.start_at, self.state.seq)
         chunk: list = []
         for _, cmd in self.log.recover(start):
             try:
