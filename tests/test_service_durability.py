@@ -88,7 +88,12 @@ def test_sigkill_under_load(tmp_path):
         follower.start()
         pub = Publisher(server.url, rng, next_id)
         pub.start()
-        time.sleep(rng.uniform(0.3, 1.2))
+        # under load, with a stream open: wait (bounded) for a first acknowledgement and a first
+        # event, so that a slow machine cannot turn the kill into one before any load
+        deadline = time.monotonic() + 60
+        while not (pub.acked and collected) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 0.8))
         server.stop(signal.SIGKILL)
         pub.join(30)
         follower.join(30)
