@@ -88,6 +88,30 @@ class Errors:
     E088 = ("--results-out with --sink kafka: the stateful stages sent no final results for {method!r} (an open "
             "stream needs a results request, {{\"op\": \"results\"}}, or a run that reaches its end); the "
             "events went to topic {topic!r}, the driver has none to fold")
+    # E090-E109: the live service, python -m skype.run serve (issue 24)
+    E090 = "unknown route {method} {path}"
+    E091 = "request body of {size} bytes is above the limit of {limit} bytes (--max-body-bytes)"
+    E092 = "{n} records in one request; at most {limit} are allowed (--max-records)"
+    E093 = "the engine queue is full ({size} requests waiting): retry later"
+    E094 = "the server is {status}: retry later"
+    E095 = "this route needs a token (Authorization: Bearer TOKEN, or ?token=): {detail}"
+    E096 = "the token may not {action}"
+    E097 = ("refusing to listen on {host!r} without --token-file: without tokens the server listens on "
+            "loopback only (127.0.0.1, ::1, localhost)")
+    E098 = "too many open requests and streams ({limit}, --max-connections): retry later"
+    E099 = "a connection may follow at most {limit} subscriptions (--max-streams-per-connection), asked for {n}"
+    E100 = "the record's id {body!r} differs from the path's {path!r}"
+    E101 = "token file {path!r} cannot be used: {detail}"
+    E102 = "data directory {path!r} cannot be used: {detail}"
+    E103 = "the event stream fell behind (slow consumer): resume after seq {seq}"
+    E104 = "WebSocket message is invalid: {detail}"
+    E105 = "the request body is empty: expected {expected}"
+    # E110-E114: the Python client of the server (skype.client, issue 24)
+    E110 = "the server at {url} refused the request without a catalogue error: {detail}"
+    E111 = "the server at {url} cannot be reached: {detail}"
+    E112 = "the server at {url} kept refusing for {seconds} s (backpressure or recovery): {detail}"
+    E113 = "the server at {url} sent something that is not an event object: {detail}"
+    E114 = "{what} must be {expected}, got {value!r}"
 
 
 class InputError(SkypeError, ValueError):

@@ -7,6 +7,7 @@ Subcommands:
   partition-sim   route a workload through a distribution method (no engine, no Spark)
   distributed     run DSkype on Apache Spark (needs the ``spark`` extra)
   vocabulary      build a stream's term vocabulary from a sample (for ``distributed --vocabulary``)
+  serve           run the engine as a live HTTP service (needs the ``serve`` extra's packages)
 
 ``python -m skype.run <subcommand> --help`` documents each one.
 """
@@ -19,7 +20,7 @@ import sys
 from skype.errors import SkypeError
 
 SUBCOMMANDS = ("skype.cli.simulate", "skype.cli.experiments", "skype.cli.partition_sim", "skype.cli.distributed",
-               "skype.cli.vocabulary")
+               "skype.cli.vocabulary", "skype.cli.serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

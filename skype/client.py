@@ -1,0 +1,414 @@
+"""A Python client of the Skype server (``python -m skype.run serve``; ``docs/service.md``).
+
+:class:`Client` wraps the HTTP API with httpx.  Writes (``subscribe``, ``publish``...) return
+once the server has acknowledged them as durable.  ``publish`` sends NDJSON batches and retries
+a batch the server refuses with 429 (backpressure), waiting longer each time; any other refusal
+raises :class:`ServiceError` with the server's catalogue code, message and line (the line is
+counted over the whole ``publish`` call, and ``accepted`` says how many messages went in before
+the refused batch: a batch is atomic).
+
+``events(ids, after)`` follows subscriptions: one id over Server-Sent Events, several over the
+WebSocket ``/v1/events``.  Invariant: it remembers, per subscription, the ``seq`` of the last
+event it yielded and, after any disconnect (server killed, restarted, slow consumer cut off),
+reconnects with ``after`` = the smallest of them, so the consumer sees every event once, in
+``seq`` order per subscription: no gap (the server resumes strictly after the seq it is given)
+and no duplicate (an event at or below its subscription's last seq is dropped).  Across
+subscriptions the order is the server's: ``seq`` order, except that a WebSocket following
+subscriptions of several owner tokens subscribes once per token, and the replays interleave.  A subscription whose ``removed`` event came is not asked for
+again; the stream ends when none is left.  When the server no longer holds events that old it sends a
+``reset`` object (the subscription's whole result), which is yielded like an event;
+:func:`apply_event` folds events, resets included, into a results table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Generator, Iterable, Iterator, Mapping
+
+import httpx
+
+from skype.errors import Errors, SkypeError
+
+NDJSON = "application/x-ndjson"
+RETRYABLE_STATUS = (429, 503)
+SLOW_CONSUMER = "E103"  # the server closed a stream that fell behind: resume after the last seq
+
+
+class ServiceError(SkypeError):
+    """The server refused a request (``code``, ``message``, ``line`` as it sent them, ``status``
+    the HTTP status), or the client gave up on it (codes E110-E114)."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None, line: int | None = None,
+                 accepted: int = 0) -> None:
+        self.code, self.message, self.status, self.line, self.accepted = code, message, status, line, accepted
+        where = [f"HTTP {status}"] if status is not None else []
+        if line is not None:
+            where.append(f"line {line}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message} [{code}]" if prefix else f"{message} [{code}]")
+
+
+def _client_error(code: str, *, status: int | None = None, **fields: object) -> ServiceError:
+    return ServiceError(code, getattr(Errors, code).format(**fields), status=status)
+
+
+def _refusal(resp: httpx.Response, url: str) -> ServiceError:
+    """The server's catalogue error of a refused response (E110 when the body is not one)."""
+    try:
+        err = json.loads(resp.read())["error"]
+        return ServiceError(str(err["code"]), str(err["message"]), status=resp.status_code, line=err.get("line"))
+    except (ValueError, KeyError, TypeError):
+        text = resp.read()[:200].decode("utf-8", "replace")
+        return _client_error("E110", status=resp.status_code, url=url, detail=text or resp.reason_phrase)
+
+
+def _backoff(attempt: int, retry_after: str | None, cap: float) -> float:
+    if retry_after:
+        try:
+            return min(cap, max(0.0, float(retry_after)))
+        except ValueError:
+            pass
+    return min(cap, 0.05 * 2 ** attempt)
+
+
+class Client:
+    """``Client("http://127.0.0.1:8750", token=None)``.  ``token`` is sent as ``Authorization:
+    Bearer`` on every request (a publisher or admin token); the owner token the server issues
+    when a subscription is created is kept and used for that subscription's reads, deletion and
+    events (a WebSocket sends one subscribe message per token, with its ``token`` field)."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
+                 retry_for: float = 60.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.retry_for = retry_for  # seconds a request keeps retrying 429/503 and lost connections
+        self.owner_tokens: dict[int, str] = {}
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+
+    # ------------------------------------------------------------------ plumbing
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _headers(self, sub_id: int | None = None, *, owner_first: bool = True) -> dict[str, str]:
+        token = self.token
+        if sub_id is not None and (owner_first or token is None):
+            token = self.owner_tokens.get(sub_id, token)
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _request(self, method: str, path: str, *, headers: dict[str, str] | None = None,
+                 **kwargs: Any) -> httpx.Response:
+        """One request, retried for ``retry_for`` seconds on 429/503 (the server changed
+        nothing) and on a refused connection; a connection lost after sending is retried only
+        for GET and PUT (a PUT again replaces the subscription with itself)."""
+        deadline = time.monotonic() + self.retry_for
+        attempt = 0
+        while True:
+            try:
+                resp = self._http.request(method, path, headers=headers, **kwargs)
+            except httpx.TransportError as err:
+                # a request that may have reached the server is not sent again unless repeating it
+                # changes nothing (GET, PUT): a POSTed batch might be in the log already
+                sent = not isinstance(err, httpx.ConnectError)
+                if time.monotonic() >= deadline or (sent and method not in ("GET", "PUT")):
+                    raise _client_error("E111", url=self.url, detail=f"{type(err).__name__}: {err}") from None
+                time.sleep(_backoff(attempt, None, 1.0))
+                attempt += 1
+                continue
+            if resp.status_code in RETRYABLE_STATUS and time.monotonic() < deadline:
+                time.sleep(_backoff(attempt, resp.headers.get("Retry-After"), 1.0))
+                attempt += 1
+                continue
+            if resp.status_code >= 400:
+                if resp.status_code in RETRYABLE_STATUS:
+                    raise _client_error("E112", status=resp.status_code, url=self.url, seconds=self.retry_for,
+                                        detail=_refusal(resp, self.url).message)
+                raise _refusal(resp, self.url)
+            return resp
+
+    # ------------------------------------------------------------------ API
+    def health(self) -> dict:
+        return self._request("GET", "/healthz").json()
+
+    def subscribe(self, record: Mapping[str, Any]) -> dict:
+        """PUT the subscription ``record`` (its ``id`` names it); returns ``{"id", "position"}``
+        (and ``token``, the owner token, when the server runs with a token file)."""
+        sid = _sub_id(record)
+        answer = self._request("PUT", f"/v1/subscriptions/{sid}", json=dict(record),
+                               headers=self._headers()).json()
+        if answer.get("token"):
+            self.owner_tokens[sid] = answer["token"]
+        return answer
+
+    def unsubscribe(self, sub_id: int) -> dict:
+        answer = self._request("DELETE", f"/v1/subscriptions/{int(sub_id)}",
+                               headers=self._headers(int(sub_id))).json()
+        self.owner_tokens.pop(int(sub_id), None)
+        return answer
+
+    def result(self, sub_id: int) -> dict:
+        """``{"subscription": record, "result": results-file line}`` of one subscription."""
+        return self._request("GET", f"/v1/subscriptions/{int(sub_id)}", headers=self._headers(int(sub_id))).json()
+
+    def results(self) -> Iterator[dict]:
+        """Every subscription's results-file line (streamed NDJSON)."""
+        with self._http.stream("GET", "/v1/results", headers=self._headers()) as resp:
+            if resp.status_code >= 400:
+                raise _refusal(resp, self.url)
+            for line in resp.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def query(self, record: Mapping[str, Any]) -> Any:
+        """A snapshot query (a ``{"op": "query"}`` record, ``op`` optional); the server's answer."""
+        return self._request("POST", "/v1/query", json=dict(record), headers=self._headers()).json()
+
+    def advance(self, t: float) -> dict:
+        """Advance a time window's clock to ``t`` without a message."""
+        return self._request("POST", "/v1/advance", json={"t": t}, headers=self._headers()).json()
+
+    def publish(self, messages: Mapping[str, Any] | Iterable[Mapping[str, Any]], batch_size: int = 1000) -> int:
+        """Publish message records in NDJSON batches of ``batch_size``; returns the position (the
+        number of messages the server has accepted) after the last batch."""
+        if isinstance(messages, Mapping):
+            messages = [messages]
+        if batch_size < 1:
+            raise _client_error("E114", what="batch_size", expected="an integer >= 1", value=batch_size)
+        position = -1
+        sent = 0
+        batch: list[str] = []
+
+        def flush() -> None:
+            nonlocal position, sent
+            body = ("\n".join(batch) + "\n").encode("utf-8")
+            try:
+                answer = self._request("POST", "/v1/messages", content=body,
+                                       headers={**self._headers(), "Content-Type": NDJSON}).json()
+            except ServiceError as err:
+                if err.line is not None:
+                    err.line += sent
+                err.accepted = sent
+                err.args = (f"{err} (the {sent} messages before this batch were accepted)",)
+                raise
+            position = int(answer["position"])
+            sent += len(batch)
+            batch.clear()
+
+        for msg in messages:
+            batch.append(json.dumps(dict(msg), allow_nan=False))
+            if len(batch) >= batch_size:
+                flush()
+        if batch:
+            flush()
+        if position < 0:
+            position = int(self.health()["position"])
+        return position
+
+    # ------------------------------------------------------------------ events
+    def events(self, ids: int | Iterable[int], after: int | None = None, *, idle_timeout: float | None = None,
+               reconnect_for: float = 60.0) -> Iterator[dict]:
+        """Event objects of the subscriptions ``ids``, from ``seq`` > ``after`` (``None``: from
+        now on: after the seq that ``GET /v1/subscriptions/{first id}`` reports), resuming by
+        itself after a disconnect (see the module docstring).  Ends when no event came for
+        ``idle_timeout`` seconds since the last event or (re)connection (``None``: never);
+        raises E111 when the server cannot be reached again within ``reconnect_for`` seconds."""
+        sub_ids = [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+        if not sub_ids:
+            raise _client_error("E114", what="events ids", expected="at least one subscription id", value=ids)
+        seen: dict[int, int] = {}  # subscription id -> seq of the last event of it yielded
+
+        def resume_after() -> int | None:
+            """Every subscription's events after its last yielded one: the smallest of those
+            seqs (events at or below a subscription's own are dropped as duplicates)."""
+            marks = [seen.get(sid, after) for sid in sub_ids]
+            known = [m for m in marks if m is not None]
+            return min(known) if known else None
+
+        if after is None:
+            # "from now" as a seq (the server's last, which GET of a subscription tells), so that
+            # a disconnect before the first event resumes from there and loses nothing
+            now = self.result(sub_ids[0]).get("seq")
+            after = int(now) if isinstance(now, int) else None
+        last_event = time.monotonic()
+        lost_since: float | None = None
+        attempt = 0
+        while True:
+            start = resume_after()
+            stream: Generator[dict | None, None, None] = (
+                self._sse(sub_ids[0], start, idle_timeout) if len(sub_ids) == 1
+                else self._websocket(sub_ids, start, idle_timeout))
+            try:
+                for event in stream:
+                    lost_since, attempt = None, 0
+                    if event is None:  # (re)connected: the idle time counts from here
+                        last_event = time.monotonic()
+                        continue
+                    seq, sid = int(event["seq"]), int(event["sub"])
+                    mark = seen.get(sid, after)
+                    if mark is not None and seq <= mark:
+                        continue  # already yielded before a reconnect
+                    seen[sid] = seq
+                    last_event = time.monotonic()
+                    if event.get("removed") and event["sub"] in sub_ids:
+                        sub_ids.remove(event["sub"])  # gone: a reconnect would be refused
+                    yield event
+                    if not sub_ids:
+                        return
+                # the server closed the stream (shutdown, slow consumer): resume
+            except _Idle:
+                if idle_timeout is not None and time.monotonic() - last_event >= idle_timeout:
+                    return
+            except _Lost as lost:
+                now = time.monotonic()
+                lost_since = lost_since if lost_since is not None else now
+                if now - lost_since >= reconnect_for:
+                    raise _client_error("E111", url=self.url, detail=lost.detail) from None
+                time.sleep(_backoff(attempt, None, 1.0))
+                attempt += 1
+            finally:
+                stream.close()
+
+    def _sse(self, sub_id: int, after: int | None, idle_timeout: float | None) -> Generator[dict | None, None, None]:
+        from httpx_sse import connect_sse
+
+        params = {"after": str(after)} if after is not None else {}
+        headers = self._headers(sub_id)
+        if after is not None:
+            headers["Last-Event-ID"] = str(after)
+        timeout = httpx.Timeout(10.0, read=idle_timeout)
+        try:
+            with connect_sse(self._http, "GET", f"/v1/subscriptions/{sub_id}/events", params=params,
+                             headers=headers, timeout=timeout) as source:
+                resp = source.response
+                if resp.status_code in RETRYABLE_STATUS:
+                    raise _Lost(f"HTTP {resp.status_code}")
+                if resp.status_code >= 400:
+                    raise _refusal(resp, self.url)
+                yield None
+                for sse in source.iter_sse():
+                    if sse.data:
+                        yield _event(sse.data, self.url)
+        except httpx.ReadTimeout:
+            raise _Idle() from None
+        except (httpx.TransportError, httpx_sse_error()) as err:
+            raise _Lost(f"{type(err).__name__}: {err}") from None
+
+    def _websocket(self, sub_ids: list[int], after: int | None,
+                   idle_timeout: float | None) -> Generator[dict | None, None, None]:
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+        from websockets.sync.client import connect
+
+        ws_url = "ws" + self.url[len("http"):] + "/v1/events"
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        by_token: dict[str | None, list[int]] = {}  # one subscribe message per token (its field "token")
+        for sid in sub_ids:
+            by_token.setdefault(self.owner_tokens.get(sid, self.token), []).append(sid)
+        try:
+            with connect(ws_url, additional_headers=headers, open_timeout=10, proxy=None, max_size=None) as ws:
+                for token, ids in by_token.items():
+                    hello: dict[str, Any] = {"subscribe": ids}
+                    if after is not None:
+                        hello["after"] = after
+                    if token is not None and token != self.token:
+                        hello["token"] = token
+                    ws.send(json.dumps(hello))
+                yield None
+                while True:
+                    try:
+                        raw = ws.recv(timeout=idle_timeout)
+                    except TimeoutError:
+                        raise _Idle() from None
+                    yield _event(raw, self.url)
+        except InvalidStatus as err:
+            status = err.response.status_code
+            if status in RETRYABLE_STATUS:
+                raise _Lost(f"HTTP {status}") from None
+            body = bytes(err.response.body or b"")
+            raise _refusal(httpx.Response(status, content=body), self.url) from None
+        except (ConnectionClosed, InvalidHandshake, OSError) as err:
+            raise _Lost(f"{type(err).__name__}: {err}") from None
+
+
+class _Lost(Exception):
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+
+
+class _Idle(Exception):
+    pass
+
+
+def httpx_sse_error() -> type[Exception]:
+    from httpx_sse import SSEError
+
+    return SSEError
+
+
+def _event(raw: str | bytes, url: str) -> dict:
+    obj = json.loads(raw)
+    if isinstance(obj, dict) and "error" in obj and "seq" not in obj:
+        err = obj["error"]
+        if isinstance(err, dict) and err.get("code") == SLOW_CONSUMER:
+            raise _Lost(str(err.get("message", "slow consumer")))
+        if isinstance(err, dict) and err.get("code") is not None:
+            raise ServiceError(str(err["code"]), str(err.get("message", "")), line=err.get("line"))
+        raise _client_error("E113", url=url, detail=f"unexpected object {obj!r}")
+    if not isinstance(obj, dict) or "seq" not in obj or "sub" not in obj:
+        raise _client_error("E113", url=url, detail=f"not an event object: {str(raw)[:200]!r}")
+    return obj
+
+
+def _sub_id(record: Mapping[str, Any]) -> int:
+    sid = record.get("id") if isinstance(record, Mapping) else None
+    if isinstance(sid, bool) or not isinstance(sid, int):
+        raise _client_error("E114", what="the subscription record's id", expected="an integer", value=sid)
+    return sid
+
+
+# --------------------------------------------------------------------------- folding events
+
+_ENTRY_KEY = {"topk": "id", "knn": "id", "terms": "term"}
+_ORDER = {"topk": ("score", True), "knn": ("distance", False), "terms": ("count", True)}
+RESULT_FIELDS = ("topk", "matches", "terms")
+
+
+def result_field(line: Mapping[str, Any]) -> str:
+    """The field of a results-file line that holds its result (``topk``, ``matches``, ``terms``)."""
+    return next(f for f in RESULT_FIELDS if f in line)
+
+
+def apply_event(results: dict[int, list], event: Mapping[str, Any], kinds: Mapping[int, str] | None = None) -> None:
+    """Fold one event object into ``results`` ({sub id: result entries, in ranking order}).
+
+    A ``reset`` replaces the entries; ``removed`` drops the subscription; otherwise ``left``
+    (ids, or terms) go, then ``entered`` come, and the entries are ranked again: topk by score
+    descending (among equal scores the entry that entered last first: the newer message),
+    knn by distance ascending, terms by count descending, range in entering order.  ``kinds``
+    names the kind of a subscription that is not topk (a reset line carries no kind).
+    """
+    sid = int(event["sub"])
+    kind = (kinds or {}).get(sid, "topk")
+    if "reset" in event:
+        line = event["reset"]
+        results[sid] = list(line[result_field(line)])
+        return
+    if event.get("removed"):
+        results.pop(sid, None)
+        return
+    key = _ENTRY_KEY.get(kind)
+    gone = set(event.get("left", ()))
+    entries = [e for e in results.get(sid, []) if (e[key] if key else e) not in gone]
+    fresh = list(event.get("entered", ()))
+    if kind in _ORDER:
+        field, descending = _ORDER[kind]
+        merged = list(reversed(fresh)) + entries  # sort is stable: the last to enter wins a tie
+        merged.sort(key=lambda e: e[field], reverse=descending)
+        results[sid] = merged
+    else:
+        results[sid] = entries + fresh

@@ -1,0 +1,452 @@
+"""The HTTP API of ``python -m skype.run serve`` (aiohttp): routes, auth, limits, streams.
+
+Every route that reads or changes the engine sends a job to the engine thread
+(:mod:`skype.service.worker`) and awaits it; nothing here touches the engine.  Errors are
+catalogue errors answered as ``{"error": {"code", "message", "line"?}}`` with the status of
+:data:`STATUS` (400 by default).  Event streams (SSE and WebSocket) each own a bounded
+:class:`~skype.service.hub.Listener`; a stream resumes after a ``seq`` from the hub's ring, or
+after a ``reset`` (the current result) when the ring no longer covers it, when the backlog
+would not fit the stream's queue, or when the ``seq`` is beyond the newest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from skype.errors import InputError
+from skype.service.auth import Tokens, new_owner_token
+from skype.service.hub import CUT, Hub, Listener
+from skype.service.worker import Busy, Worker
+from skype import validate
+
+PAGE_DIR = Path(__file__).parent / "page"
+STATUS = {"E020": 404, "E008": 404, "E090": 404, "E091": 413, "E092": 413, "E093": 429, "E094": 503,
+          "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409}
+NDJSON = "application/x-ndjson"
+KEEPALIVE_S = 15.0
+DROP_AFTER_S = 5.0  # a stream that overflowed and cannot even take its closing message is cut
+
+
+def error_response(err: InputError, *, line: bool = False) -> web.Response:
+    body: dict[str, Any] = {"code": err.code, "message": err.detail}
+    if err.record_id is not None:
+        body["message"] = f"record id {err.record_id}: {err.detail}"
+    if line and err.line is not None:
+        body["line"] = err.line
+    return web.json_response({"error": body}, status=STATUS.get(err.code, 400))
+
+
+class Limits:
+    def __init__(self, max_body_bytes: int, max_records: int, max_connections: int,
+                 max_streams_per_connection: int, stream_queue: int) -> None:
+        self.max_body_bytes, self.max_records = max_body_bytes, max_records
+        self.max_connections, self.max_streams = max_connections, max_streams_per_connection
+        self.stream_queue = stream_queue
+
+
+class Service:
+    def __init__(self, worker: Worker, hub: Hub, tokens: Tokens | None, limits: Limits, metrics: Any) -> None:
+        self.worker, self.hub, self.tokens, self.limits, self.metrics = worker, hub, tokens, limits, metrics
+        self.open = 0
+        self.streams: set[web.StreamResponse] = set()
+
+    # ------------------------------------------------------------------ helpers
+    def token(self, request: web.Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            return auth[7:].strip()
+        return request.query.get("token")
+
+    def need_publisher(self, request: web.Request, action: str) -> None:
+        if self.tokens is None:
+            return
+        tok = self.token(request)
+        if tok is None:
+            raise InputError("E095", detail=action)
+        if not self.tokens.is_publisher(tok):
+            raise InputError("E096", action=action)
+
+    def need_owner(self, token: str | None, sid: int, action: str, publisher_ok: bool = False) -> None:
+        if self.tokens is None:
+            return
+        if token is None:
+            raise InputError("E095", detail=action)
+        if publisher_ok and self.tokens.is_publisher(token):
+            return
+        if not self.tokens.is_owner(token, self.worker.state.tokens.get(sid)):
+            raise InputError("E096", action=action)
+
+    async def run(self, kind: str, payload: Any = None) -> Any:
+        try:
+            fut = self.worker.submit(kind, payload)
+        except Busy:
+            raise InputError("E093", size=self.worker.jobs.maxsize) from None
+        return await fut
+
+    async def body(self, request: web.Request) -> bytes:
+        limit = self.limits.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise InputError("E091", size=request.content_length, limit=limit)
+        data = bytearray()
+        async for chunk in request.content.iter_any():
+            data += chunk
+            if len(data) > limit:
+                raise InputError("E091", size=f"more than {len(data)}", limit=limit)
+        return bytes(data)
+
+    async def json_body(self, request: web.Request, expected: str) -> Any:
+        raw = await self.body(request)
+        if not raw.strip():
+            raise InputError("E105", expected=expected)
+        try:
+            return json.loads(raw)
+        except ValueError as err:
+            raise InputError("E010", detail=str(err)) from None
+
+    @staticmethod
+    def sub_id(request: web.Request) -> int:
+        text = request.match_info["id"]
+        try:
+            value = int(text)
+        except ValueError:
+            raise InputError("E025", value=text) from None
+        return validate.check_id(value)
+
+    @staticmethod
+    def after_of(value: str | None) -> int | None:
+        if value is None or value == "":
+            return None
+        try:
+            after = int(value)
+        except ValueError:
+            after = -1
+        if after < 0:
+            raise InputError("E023", what="after (Last-Event-ID)", expected="an event seq, an integer >= 0",
+                             value=value)
+        return after
+
+    # ------------------------------------------------------------------ middleware
+    @web.middleware
+    async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+        status = 500
+        counted = request.path != "/healthz" and request.path != "/metrics"
+        try:
+            if counted and self.open >= self.limits.max_connections:
+                raise InputError("E098", limit=self.limits.max_connections)
+            if (request.path.startswith("/v1/") or request.path == "/healthz") and self.worker.status != "ok":
+                raise InputError("E094", status=self.worker.status)
+            if counted:
+                self.open += 1
+            try:
+                resp = await handler(request)
+            finally:
+                if counted:
+                    self.open -= 1
+            status = resp.status
+            return resp
+        except InputError as err:
+            resp = error_response(err, line=request.content_type == NDJSON)
+            status = resp.status
+            return resp
+        except web.HTTPNotFound:
+            resp = error_response(InputError("E090", method=request.method, path=request.path))
+            status = 404
+            return resp
+        except web.HTTPMethodNotAllowed:
+            resp = error_response(InputError("E090", method=request.method, path=request.path))
+            status = 404
+            return resp
+        finally:
+            self.metrics.requests.labels(route, str(status)).inc()
+
+    # ------------------------------------------------------------------ routes
+    async def healthz(self, request: web.Request) -> web.Response:
+        st = self.worker.state
+        return web.json_response({"status": "ok", "subscriptions": len(st.records), "window": st.window_size,
+                                  "position": st.position})
+
+    async def put_subscription(self, request: web.Request) -> web.Response:
+        self.need_publisher(request, "create or replace subscriptions")
+        sid = self.sub_id(request)
+        rec = await self.json_body(request, "a subscription record")
+        if not isinstance(rec, dict):
+            raise InputError("E033", kind="subscription", value=rec)
+        if rec.get("op", "sub") != "sub":
+            raise InputError("E018", op=rec.get("op"))
+        rec = {k: v for k, v in rec.items() if k != "op"}
+        if "id" in rec and rec["id"] != sid:
+            raise InputError("E100", body=rec["id"], path=sid)
+        rec["id"] = sid
+        reply = await self.run("cmd", {"op": "sub", "rec": rec, "token": new_owner_token()})
+        created = reply.pop("created")
+        return web.json_response(reply, status=201 if created else 200)
+
+    async def delete_subscription(self, request: web.Request) -> web.Response:
+        sid = self.sub_id(request)
+        if sid not in self.worker.state.records:
+            raise InputError("E020", id=sid, record_id=sid)
+        self.need_owner(self.token(request), sid, "delete this subscription", publisher_ok=True)
+        return web.json_response(await self.run("cmd", {"op": "unsub", "id": sid}))
+
+    async def get_subscription(self, request: web.Request) -> web.Response:
+        sid = self.sub_id(request)
+        if sid not in self.worker.state.records:
+            raise InputError("E020", id=sid, record_id=sid)
+        self.need_owner(self.token(request), sid, "read this subscription")
+        return web.json_response(await self.run("result", sid))
+
+    async def get_results(self, request: web.Request) -> web.Response:
+        if self.tokens is not None:
+            tok = self.token(request)
+            if tok is None:
+                raise InputError("E095", detail="read every result")
+            if not self.tokens.is_admin(tok):
+                raise InputError("E096", action="read every result (admin only)")
+        return web.Response(body=await self.run("results"), content_type=NDJSON)
+
+    async def post_messages(self, request: web.Request) -> web.Response:
+        self.need_publisher(request, "publish messages")
+        ndjson = request.content_type == NDJSON
+        raw = await self.body(request)
+        recs: list = []
+        lines: list[int] = []
+        if ndjson:
+            for n, line in enumerate(raw.split(b"\n"), start=1):
+                if not line.strip():
+                    continue
+                if len(recs) >= self.limits.max_records:
+                    raise InputError("E092", n=f"more than {len(recs)}", limit=self.limits.max_records)
+                try:
+                    recs.append(json.loads(line))
+                except ValueError as err:
+                    raise InputError("E010", detail=str(err), line=n) from None
+                lines.append(n)
+            if not recs:
+                raise InputError("E105", expected="NDJSON message records")
+        else:
+            if not raw.strip():
+                raise InputError("E105", expected="a message record")
+            try:
+                recs = [json.loads(raw)]
+            except ValueError as err:
+                raise InputError("E010", detail=str(err)) from None
+            lines = [1]
+        try:
+            reply = await self.run("cmd", ({"op": "msgs", "recs": recs}, lines))
+        except InputError as err:
+            if not ndjson:
+                err.line = None
+            raise
+        return web.json_response(reply)
+
+    async def post_query(self, request: web.Request) -> web.Response:
+        self.need_publisher(request, "run snapshot queries")
+        rec = await self.json_body(request, "a query record")
+        if isinstance(rec, dict) and rec.get("op", "query") != "query":
+            raise InputError("E018", op=rec.get("op"))
+        return web.json_response(await self.run("query", rec))
+
+    async def post_advance(self, request: web.Request) -> web.Response:
+        self.need_publisher(request, "advance the clock")
+        rec = await self.json_body(request, '{"t": seconds}')
+        if not isinstance(rec, dict):
+            raise InputError("E033", kind="advance", value=rec)
+        if "t" not in rec:
+            raise InputError("E011", field="t")
+        return web.json_response(await self.run("cmd", {"op": "advance", "t": rec["t"]}))
+
+    async def metrics_route(self, request: web.Request) -> web.Response:
+        self.metrics.queue_depth.set(self.worker.jobs.qsize())
+        resp = web.Response(body=generate_latest(self.metrics.registry))
+        resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        return resp
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info.get("file", "index.html")
+        path = (PAGE_DIR / name).resolve()
+        if not PAGE_DIR.is_dir() and "file" not in request.match_info:
+            return web.Response(text="<!doctype html><title>Skype</title><p>The live page is not installed "
+                                     "(skype/service/page/ is missing). The API is under /v1/.</p>",
+                                content_type="text/html")
+        if PAGE_DIR.resolve() not in path.parents or not path.is_file():
+            raise InputError("E090", method=request.method, path=request.path)
+        return web.FileResponse(path)
+
+    # ------------------------------------------------------------------ event streams
+    async def follow(self, listener: Listener, subs: list[int], after: int | None) -> None:
+        """Attach ``listener`` to ``subs`` resuming after ``after`` (None: from now on).  The
+        retained events after ``after`` are replayed when the ring covers them and they fit in
+        the stream's queue; otherwise (too far back, a backlog larger than ``--stream-queue``,
+        or an ``after`` beyond the newest seq) each subscription starts with a reset."""
+        if after is None:
+            self.hub.attach(listener, subs, self.hub.last_seq)
+            return
+        limit = self.limits.stream_queue
+        if after <= self.hub.last_seq and self.hub.covers(after) and self.hub.attach(listener, subs, after, limit):
+            return
+        while True:
+            seq, position, lines = await self.run("reset", subs)
+            # the engine may be ahead of the hub (its events are on their way): they come later
+            if self.hub.covers(seq) and self.hub.attach(listener, subs, seq, limit):
+                break
+        resets: list[tuple] = []
+        for sid in subs:
+            if lines[sid] is not None:
+                data = json.dumps({"sub": sid, "seq": seq, "position": position, "reset": lines[sid]})
+                resets.append((seq, sid, data, None))
+                listener.last[sid] = seq - 1
+        listener.prepend(resets)  # before the events after seq
+
+    @staticmethod
+    def _dropper(request: web.Request):
+        """Close the connection if the stream's own close (with its last seq) has not happened
+        within DROP_AFTER_S: a consumer that reads nothing cannot hold its buffers."""
+        def drop() -> None:
+            transport = request.transport
+            if transport is not None:
+                asyncio.get_running_loop().call_later(DROP_AFTER_S, transport.close)
+        return drop
+
+    def _deliverable(self, listener: Listener, item: tuple) -> bool:
+        seq, sub, _, t0 = item
+        if seq <= listener.last.get(sub, -1):
+            return False
+        listener.last[sub] = seq
+        listener.last_seq = max(listener.last_seq, seq)
+        self.metrics.events_pushed.inc()
+        if t0 is not None:
+            self.metrics.push_latency.observe(time.monotonic() - t0)
+        return True
+
+    async def sse(self, request: web.Request) -> web.StreamResponse:
+        sid = self.sub_id(request)
+        after = self.after_of(request.headers.get("Last-Event-ID") or request.query.get("after"))
+        if sid not in self.worker.state.records:
+            raise InputError("E020", id=sid, record_id=sid)
+        self.need_owner(self.token(request), sid, "follow this subscription's events")
+        listener = Listener(self.limits.stream_queue)
+        listener.on_overflow = self._dropper(request)
+        await self.follow(listener, [sid], after)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        self.streams.add(resp)
+        self.metrics.clients.inc()
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(listener.next(), KEEPALIVE_S)
+                except asyncio.TimeoutError:
+                    await resp.write(b": keepalive\n\n")
+                    continue
+                if item is CUT:
+                    self.metrics.slow_consumers.inc()
+                    err = InputError("E103", seq=listener.last_seq)
+                    payload = {"error": {"code": err.code, "message": err.detail, "seq": listener.last_seq}}
+                    await resp.write(f"event: error\ndata: {json.dumps(payload)}\n\n".encode())
+                    break
+                if not self._deliverable(listener, item):
+                    continue
+                await resp.write(f"id: {item[0]}\ndata: {item[2]}\n\n".encode())
+                if '"removed": true' in item[2]:
+                    break
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.hub.detach(listener)
+            self.streams.discard(resp)
+            self.metrics.clients.dec()
+        return resp
+
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        conn_token = self.token(request)
+        ws = web.WebSocketResponse(heartbeat=30.0)
+        await ws.prepare(request)
+        listener = Listener(self.limits.stream_queue)
+        listener.on_overflow = self._dropper(request)
+        self.metrics.clients.inc()
+        self.streams.add(ws)
+
+        async def send_error(err: InputError) -> None:
+            await ws.send_str(json.dumps({"error": {"code": err.code, "message": err.detail}}))
+
+        async def pump() -> None:
+            while True:
+                item = await listener.next()
+                if item is CUT:
+                    self.metrics.slow_consumers.inc()
+                    reason = f"E103 slow consumer; resume after seq {listener.last_seq}"
+                    await ws.close(code=1013, message=reason.encode())
+                    return
+                if self._deliverable(listener, item):
+                    await ws.send_str(item[2])
+
+        sender = asyncio.create_task(pump())
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                try:
+                    await self._ws_subscribe(listener, msg.data, conn_token)
+                except InputError as err:
+                    await send_error(err)
+        finally:
+            sender.cancel()
+            self.hub.detach(listener)
+            self.streams.discard(ws)
+            self.metrics.clients.dec()
+        return ws
+
+    async def _ws_subscribe(self, listener: Listener, text: str, conn_token: str | None) -> None:
+        try:
+            req = json.loads(text)
+        except ValueError as err:
+            raise InputError("E104", detail=f"not JSON: {err}") from None
+        if not isinstance(req, dict) or not isinstance(req.get("subscribe"), list):
+            raise InputError("E104", detail='expected {"subscribe": [ids], "after": SEQ}')
+        ids = [validate.check_id(i) for i in req["subscribe"]]
+        n = len(set(ids) | listener.subs)
+        if n > self.limits.max_streams:
+            raise InputError("E099", limit=self.limits.max_streams, n=n)
+        after = req.get("after")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+            raise InputError("E023", what="after", expected="an event seq, an integer >= 0", value=after)
+        token = req.get("token", conn_token)
+        for sid in ids:
+            if sid not in self.worker.state.records:
+                raise InputError("E020", id=sid, record_id=sid)
+            self.need_owner(token, sid, f"follow subscription {sid}")
+        await self.follow(listener, sorted(set(ids) - listener.subs), after)
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        for resp in list(self.streams):
+            if isinstance(resp, web.WebSocketResponse):
+                await resp.close(code=1001, message=b"server shutting down")
+        self.hub.by_sub.clear()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.middleware], client_max_size=self.limits.max_body_bytes + 1)
+        r = app.router
+        r.add_get("/healthz", self.healthz)
+        r.add_put("/v1/subscriptions/{id}", self.put_subscription)
+        r.add_delete("/v1/subscriptions/{id}", self.delete_subscription)
+        r.add_get("/v1/subscriptions/{id}", self.get_subscription)
+        r.add_get("/v1/subscriptions/{id}/events", self.sse)
+        r.add_get("/v1/results", self.get_results)
+        r.add_post("/v1/messages", self.post_messages)
+        r.add_post("/v1/query", self.post_query)
+        r.add_post("/v1/advance", self.post_advance)
+        r.add_get("/v1/events", self.websocket)
+        r.add_get("/metrics", self.metrics_route)
+        r.add_get("/", self.page)
+        r.add_get("/page/{file:.+}", self.page)
+        app.on_shutdown.append(self.on_shutdown)
+        return app

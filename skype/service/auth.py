@@ -1,0 +1,72 @@
+"""Tokens: the token file, and who may do what.
+
+Token file (``--token-file``), JSON: ``{"admin": ["TOKEN", ...], "publisher": ["TOKEN", ...]}``
+(a single string is accepted in place of a list; tokens are non-empty strings).  A request
+carries its token as ``Authorization: Bearer TOKEN`` or, for browsers' EventSource and
+WebSocket, ``?token=TOKEN``.  Roles:
+
+* admin: everything;
+* publisher: writes (PUT/DELETE subscriptions, messages, advance) and snapshot queries;
+* owner: the token a ``PUT /v1/subscriptions/{id}`` answers with (field ``token``): that
+  subscription's result, events and deletion.
+
+Without a token file every request is allowed, and the server listens on loopback only.
+Tokens are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from pathlib import Path
+
+from skype.errors import InputError
+
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def new_owner_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+class Tokens:
+    def __init__(self, admin: list[str], publisher: list[str]) -> None:
+        self.admin, self.publisher = admin, publisher
+
+    @classmethod
+    def load(cls, path: str) -> Tokens:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise InputError("E101", path=path, detail=str(err)) from None
+        if not isinstance(data, dict) or not set(data) <= {"admin", "publisher"}:
+            raise InputError("E101", path=path, detail='expected {"admin": [...], "publisher": [...]}')
+        roles = {}
+        for role in ("admin", "publisher"):
+            value = data.get(role, [])
+            value = [value] if isinstance(value, str) else value
+            if not isinstance(value, list) or not all(isinstance(t, str) and t for t in value):
+                raise InputError("E101", path=path, detail=f"{role!r} must be a token string or a list of them")
+            roles[role] = value
+        if not roles["admin"] and not roles["publisher"]:
+            raise InputError("E101", path=path, detail="no token in it")
+        return cls(roles["admin"], roles["publisher"])
+
+    def is_admin(self, token: str | None) -> bool:
+        return token is not None and any(_same(token, t) for t in self.admin)
+
+    def is_publisher(self, token: str | None) -> bool:
+        return token is not None and (self.is_admin(token) or any(_same(token, t) for t in self.publisher))
+
+    def is_owner(self, token: str | None, owner: str | None) -> bool:
+        return token is not None and (self.is_admin(token) or (bool(owner) and _same(token, owner or "")))
+
+
+def check_host(host: str, tokens: Tokens | None) -> None:
+    if tokens is None and host not in LOOPBACK:
+        raise InputError("E097", host=host)

@@ -1,0 +1,222 @@
+// The live page's logic.  On load (and on "reload") it reads GET /healthz, GET /v1/results and
+// GET /v1/subscriptions/{id} for the first MAX_DRAWN subscriptions, and draws them.  Choosing a
+// subscription (list or map click) opens an EventSource on /v1/subscriptions/{id}/events?after=0
+// and folds its events into the top-k list: a reset replaces the list, `left` goes before
+// `entered` comes, entries ranked by score (the one that entered last first among equal
+// scores).  after=0 replays the retained events from the start or opens with a reset, so the
+// folded list equals the server's result; the browser resumes a dropped stream by itself with
+// Last-Event-ID.  The token (field in the header) is kept in localStorage and sent as
+// "Authorization: Bearer" on fetches and as ?token= on the EventSource (which cannot set headers).
+"use strict";
+
+const MAX_DRAWN = 2000;     // subscriptions whose records are fetched and drawn
+const MAX_EVENTS = 50;      // lines in the recent-events list
+const RESULT_FIELDS = ["topk", "matches", "terms"];
+
+const page = {
+  map: new SkypeMap(document.getElementById("map")),
+  subs: new Map(),          // id -> {id, x, y, k, kind, record}
+  results: new Map(),       // id -> results-file line
+  chosen: null,             // chosen subscription id
+  entries: [],              // the chosen subscription's result entries, folded from events
+  source: null,             // its EventSource
+  lastSeq: null,
+};
+window.skypePage = page;
+
+function token() { return localStorage.getItem("skype.token") || ""; }
+
+function headers() {
+  const t = token();
+  return t ? { "Authorization": `Bearer ${t}` } : {};
+}
+
+function showError(text) { document.getElementById("error").textContent = text || ""; }
+
+async function api(path) {
+  const resp = await fetch(path, { headers: headers() });
+  if (!resp.ok) {
+    let detail = `${resp.status} ${resp.statusText}`;
+    try {
+      const body = await resp.json();
+      if (body.error) detail = `${resp.status}: ${body.error.message} [${body.error.code}]`;
+    } catch (e) { /* not JSON */ }
+    throw new Error(`${path}: ${detail}`);
+  }
+  return resp;
+}
+
+function resultField(line) { return RESULT_FIELDS.find((f) => f in line); }
+
+async function loadHealth() {
+  try {
+    const h = await (await api("/healthz")).json();
+    document.getElementById("health").textContent =
+      `${h.status} · ${h.subscriptions} subscriptions · window ${h.window} · position ${h.position}`;
+  } catch (e) {
+    document.getElementById("health").textContent = "server unreachable";
+  }
+}
+
+async function loadAll() {
+  showError("");
+  try {
+    const text = await (await api("/v1/results")).text();
+    page.results.clear();
+    for (const raw of text.split("\n")) {
+      if (raw.trim()) { const line = JSON.parse(raw); page.results.set(line.id, line); }
+    }
+    const ids = [...page.results.keys()].sort((a, b) => a - b).slice(0, MAX_DRAWN);
+    page.subs.clear();
+    await Promise.all(ids.map(async (id) => {
+      try {
+        const body = await (await api(`/v1/subscriptions/${id}`)).json();
+        const rec = body.subscription;
+        const [x, y] = "x" in rec ? [rec.x, rec.y] :
+          rec.rect ? [(rec.rect[0] + rec.rect[2]) / 2, (rec.rect[1] + rec.rect[3]) / 2] : [NaN, NaN];
+        page.subs.set(id, { id, x, y, k: rec.k, kind: rec.kind || "topk", record: rec });
+      } catch (e) { /* owned by someone else: listed, not drawn */ }
+    }));
+    document.getElementById("sub-count").textContent =
+      `(${page.results.size}${page.results.size > MAX_DRAWN ? `, first ${MAX_DRAWN} drawn` : ""})`;
+    renderList();
+    draw();
+  } catch (e) {
+    showError(String(e.message || e));
+  }
+  loadHealth();
+}
+
+function renderList() {
+  const ul = document.getElementById("subs");
+  ul.replaceChildren();
+  for (const id of [...page.results.keys()].sort((a, b) => a - b).slice(0, MAX_DRAWN)) {
+    const li = document.createElement("li");
+    const s = page.subs.get(id);
+    li.dataset.id = id;
+    li.textContent = s ? `#${id} ${s.kind} k=${s.k ?? "-"} (${fmt(s.x)}, ${fmt(s.y)})` : `#${id}`;
+    if (id === page.chosen) li.classList.add("chosen");
+    li.addEventListener("click", () => choose(id));
+    ul.appendChild(li);
+  }
+}
+
+function fmt(v) { return Number.isFinite(v) ? v.toFixed(2) : "?"; }
+
+function draw() {
+  const points = [...page.subs.values()].filter((s) => Number.isFinite(s.x));
+  page.map.fit(points.map((s) => [s.x, s.y]));
+  page.map.drawBase();
+  for (const s of points) page.map.dot(s.x, s.y, 3, "#2a6fb0");
+  const c = page.subs.get(page.chosen);
+  if (c && Number.isFinite(c.x)) page.map.dot(c.x, c.y, 7, "#f0a000", "#7a5200");
+  const [minx, miny, maxx, maxy] = page.map.bounds;
+  document.getElementById("extent").textContent = `view ${minx},${miny} – ${maxx},${maxy}`;
+}
+
+// ------------------------------------------------------------------ the chosen subscription
+
+function choose(id) {
+  if (page.source) page.source.close();
+  page.chosen = id;
+  page.entries = [];
+  page.lastSeq = null;
+  document.getElementById("chosen").textContent = `#${id}`;
+  document.getElementById("events").replaceChildren();
+  renderList();
+  draw();
+  renderTopk(new Set());
+  const t = token();
+  const url = `/v1/subscriptions/${id}/events?after=0` + (t ? `&token=${encodeURIComponent(t)}` : "");
+  const source = new EventSource(url);
+  page.source = source;
+  const status = document.getElementById("stream");
+  source.onopen = () => { status.textContent = "live"; };
+  source.onerror = () => {
+    status.textContent = source.readyState === EventSource.CLOSED ? "stream closed (reload to retry)" : "reconnecting…";
+  };
+  source.onmessage = (msg) => {
+    if (page.source !== source) return;
+    const event = JSON.parse(msg.data);
+    if (page.lastSeq !== null && event.seq <= page.lastSeq) return;
+    page.lastSeq = event.seq;
+    const fresh = fold(event);
+    renderTopk(fresh);
+    logEvent(event);
+  };
+}
+
+// Fold one event into page.entries; returns the keys that entered.
+function fold(event) {
+  const kind = (page.subs.get(event.sub) || {}).kind || "topk";
+  const keyOf = kind === "terms" ? (e) => e.term : kind === "range" ? (e) => e : (e) => e.id;
+  if ("reset" in event) {
+    page.entries = [...event.reset[resultField(event.reset)]];
+    return new Set(page.entries.map(keyOf));
+  }
+  if (event.removed) { page.entries = []; return new Set(); }
+  const gone = new Set(event.left || []);
+  const fresh = [...(event.entered || [])];
+  let merged = [...fresh].reverse().concat(page.entries.filter((e) => !gone.has(keyOf(e))));
+  if (kind === "topk") merged.sort((a, b) => b.score - a.score);        // stable
+  else if (kind === "knn") merged.sort((a, b) => a.distance - b.distance);
+  else if (kind === "terms") merged.sort((a, b) => b.count - a.count);
+  else merged = page.entries.filter((e) => !gone.has(keyOf(e))).concat(fresh);
+  page.entries = merged;
+  return new Set(fresh.map(keyOf));
+}
+
+function renderTopk(fresh) {
+  const ol = document.getElementById("topk");
+  ol.replaceChildren();
+  for (const e of page.entries) {
+    const li = document.createElement("li");
+    if (typeof e === "object" && "id" in e) {
+      li.dataset.id = e.id;
+      const value = "score" in e ? e.score : e.distance;
+      li.dataset.value = value;
+      li.textContent = `msg ${e.id}  ${Number(value).toFixed(6)}`;
+      if (fresh.has(e.id)) li.classList.add("fresh");
+    } else if (typeof e === "object") {
+      li.dataset.id = e.term;
+      li.textContent = `${e.term}  ${e.count}`;
+    } else {
+      li.dataset.id = e;
+      li.textContent = `msg ${e}`;
+    }
+    ol.appendChild(li);
+  }
+  ol.dataset.seq = page.lastSeq === null ? "" : String(page.lastSeq);
+}
+
+function logEvent(event) {
+  const ul = document.getElementById("events");
+  const li = document.createElement("li");
+  const what = "reset" in event ? "reset" : event.removed ? "removed" :
+    `+${(event.entered || []).length} −${(event.left || []).length}`;
+  li.textContent = `seq ${event.seq} @${event.position}: ${what}`;
+  ul.prepend(li);
+  while (ul.children.length > MAX_EVENTS) ul.lastChild.remove();
+}
+
+// ------------------------------------------------------------------ wiring
+
+const tokenInput = document.getElementById("token");
+tokenInput.value = token();
+tokenInput.addEventListener("change", () => {
+  localStorage.setItem("skype.token", tokenInput.value.trim());
+  loadAll();
+  if (page.chosen !== null) choose(page.chosen);
+});
+document.getElementById("reload").addEventListener("click", loadAll);
+document.getElementById("map").addEventListener("click", (ev) => {
+  const canvas = ev.target;
+  const rect = canvas.getBoundingClientRect();
+  const px = (ev.clientX - rect.left) * canvas.width / rect.width;
+  const py = (ev.clientY - rect.top) * canvas.height / rect.height;
+  const hit = page.map.nearest([...page.subs.values()], px, py, 10);
+  if (hit) choose(hit.id);
+});
+const wanted = Number(new URLSearchParams(location.search).get("sub"));
+loadAll().then(() => { if (Number.isInteger(wanted) && page.results.has(wanted)) choose(wanted); });
+setInterval(loadHealth, 2000);

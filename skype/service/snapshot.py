@@ -1,0 +1,112 @@
+"""Snapshots of the service state as columnar files (Parquet), written atomically.
+
+A snapshot is a directory ``snap-<log record>/`` (the first log record it does not contain):
+``subscriptions.parquet`` (id, record JSON, owner token), ``window.parquet`` (id, t, record
+JSON of the messages in the window, oldest first) and ``meta.json`` (position, event seq,
+clock, vocabulary, and the CRC32 of each Parquet file).  It is written under a temporary name,
+every file fsynced, then renamed into place and the directory fsynced: a snapshot either exists
+whole or not at all.  The newest two are kept; :func:`load_newest` returns the newest one whose
+files read back and match their checksums, so a damaged snapshot falls back to the one before
+(the log keeps the segments that snapshot needs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KEEP = 2
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _crc(path: Path) -> int:
+    return zlib.crc32(path.read_bytes())
+
+
+def snapshots(directory: Path) -> list[tuple[int, Path]]:
+    out = []
+    for p in directory.glob("snap-*"):
+        if p.is_dir() and not p.name.endswith(".tmp"):
+            try:
+                out.append((int(p.name[5:]), p))
+            except ValueError:
+                continue
+    return sorted(out)
+
+
+def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, dict, str]],
+          window: list[tuple[int, float, dict]]) -> Path:
+    """Write a snapshot covering the log records before ``log_index``; returns its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"snap-{log_index:016d}"
+    tmp = directory / f"snap-{log_index:016d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    dumps = json.dumps
+    sub_table = pa.table({"id": pa.array([s[0] for s in subs], pa.int64()),
+                          "record": pa.array([dumps(s[1]) for s in subs], pa.string()),
+                          "token": pa.array([s[2] for s in subs], pa.string())})
+    win_table = pa.table({"id": pa.array([w[0] for w in window], pa.int64()),
+                          "t": pa.array([w[1] for w in window], pa.float64()),
+                          "record": pa.array([dumps(w[2]) for w in window], pa.string())})
+    pq.write_table(sub_table, tmp / "subscriptions.parquet")
+    pq.write_table(win_table, tmp / "window.parquet")
+    meta = dict(meta, log_index=log_index, crc={name: _crc(tmp / name)
+                                                for name in ("subscriptions.parquet", "window.parquet")})
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    for name in ("subscriptions.parquet", "window.parquet", "meta.json"):
+        _fsync(tmp / name)
+    _fsync(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    _fsync(directory)
+    for _, old in snapshots(directory)[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read(path: Path) -> tuple[dict, list[tuple[dict, str]], list[dict]]:
+    """(meta, [(subscription record, owner token)], [window message records]); raises on damage."""
+    meta = json.loads((path / "meta.json").read_text())
+    for name, crc in meta["crc"].items():
+        if _crc(path / name) != crc:
+            raise ValueError(f"{name} fails its checksum")
+    subs = pq.read_table(path / "subscriptions.parquet").to_pydict()
+    win = pq.read_table(path / "window.parquet").to_pydict()
+    return (meta, [(json.loads(r), t) for r, t in zip(subs["record"], subs["token"])],
+            [json.loads(r) for r in win["record"]])
+
+
+def load_newest(directory: Path) -> tuple[Any, ...] | None:
+    """The newest snapshot that reads back whole: (meta, subs, window), or None.  Removes the
+    half-written ``.tmp`` directories a crash left."""
+    for tmp in directory.glob("snap-*.tmp"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    for index, path in reversed(snapshots(directory)):
+        try:
+            return read(path)
+        except Exception as err:  # any damage: fall back to the one before
+            print(f"skype serve: snapshot {path.name} is damaged ({err}); trying the one before", file=sys.stderr)
+    return None
+
+
+def oldest_kept(directory: Path) -> int | None:
+    """The log record of the oldest snapshot kept (the log must still cover it)."""
+    snaps = snapshots(directory)
+    return snaps[0][0] if snaps else None

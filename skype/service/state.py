@@ -1,0 +1,308 @@
+"""The service's engine state: commands in, result-change events out (one thread only).
+
+A command is what the log stores: ``{"op": "sub", "rec", "token"}``, ``{"op": "unsub", "id"}``,
+``{"op": "msgs", "recs"}`` or ``{"op": "advance", "t"}``.  :meth:`State.apply` validates a
+command completely against the current state, through the same parsers and checks as
+``simulate`` (``skype.io``, ``skype.validate``, the engine's own batch checks), and either
+raises an :class:`~skype.errors.InputError` having changed nothing (the vocabulary's new terms
+are rolled back too) or applies it and returns the events it caused.  Applying the same
+commands in the same order gives the same results, event ``seq`` numbers and term ids, which is
+what makes a log replay (and a snapshot followed by a replay) reproduce the state exactly.
+
+Events are net per command: for each subscription whose result differs before and after a
+command, the entries that entered (shaped as in the results file, taken from the result after
+the command) and the ids that left (terms for ``terms``).  Subscriptions in ascending id
+order; ``seq`` increases by one per event.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+
+from skype import io, queries, validate
+from skype.api import ChangeLog, EngineBase
+from skype.cli.inputs import messages_batch, subscriptions_batch
+from skype.errors import InputError
+from skype.model import Subscription
+from skype.text import Vocabulary
+
+ENTRY_KEY = {"topk": lambda e: e["id"], "knn": lambda e: e["id"], "range": lambda e: e,
+             "terms": lambda e: e["term"]}
+
+
+def _line_error(err: InputError, line: int) -> InputError:
+    return err.located(line=line)
+
+
+class State:
+    """Engine, subscription records and event numbering (see module docstring)."""
+
+    def __init__(self, make_engine: Callable[[Vocabulary], EngineBase], vocabulary: Vocabulary | None = None) -> None:
+        self.make_engine = make_engine
+        self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
+        self.engine = make_engine(self.vocabulary)
+        self.records: dict[int, dict] = {}   # subscription id -> its record (as PUT)
+        self.tokens: dict[int, str] = {}     # subscription id -> owner token
+        self.position = 0                    # messages accepted so far
+        self.seq = 0                         # seq of the last event emitted
+        self.window_size = 0                 # messages in the window
+        # messages possibly still in the window, oldest first: (id, t, record with t)
+        self.recent: deque[tuple[int, float, dict]] = deque(maxlen=self.engine.window)
+
+    # ------------------------------------------------------------------ commands
+    def apply(self, cmd: dict, lines: list[int] | None = None) -> tuple[Any, list[dict]]:
+        """Apply one command; returns (reply, events).  Raises InputError changing nothing
+        (naming, for messages, the record's line: ``lines[i]``, default ``i + 1``)."""
+        op = cmd["op"]
+        mark = len(self.vocabulary._terms)
+        try:
+            if op == "msgs":
+                return self._messages(cmd["recs"], lines)
+            if op == "sub":
+                return self._subscribe(cmd["rec"], cmd.get("token", ""))
+            if op == "unsub":
+                return self._unsubscribe(cmd["id"])
+            if op == "advance":
+                return self._advance(cmd["t"])
+        except InputError:
+            self._rollback_vocabulary(mark)
+            raise
+        raise InputError("E018", op=op)
+
+    def _rollback_vocabulary(self, mark: int) -> None:
+        v = self.vocabulary
+        for term in v._terms[mark:]:
+            del v._ids[term]
+        del v._terms[mark:]
+        del v._df[mark:]
+
+    def _messages(self, recs: list, numbers: list[int] | None) -> tuple[Any, list[dict]]:
+        rows: list[tuple] = []
+        lines: dict[int, int] = {}
+        last_t = self.engine.clock
+        for i, obj in enumerate(recs):
+            line = numbers[i] if numbers else i + 1
+            try:
+                if not isinstance(obj, dict):
+                    raise InputError("E033", kind="message", value=obj)
+                msg = io.message_from_obj(obj)
+                row = validate.check_message(msg, self.vocabulary, self.engine.bounds,
+                                             default_t=float(self.position + len(rows)))
+                if row[3] < last_t:
+                    raise InputError("E009", t=row[3], prev=last_t, record_id=row[0])
+                if row[0] in lines:
+                    raise InputError("E019", id=row[0], record_id=row[0])
+            except InputError as err:
+                raise _line_error(err, line) from None
+            last_t = row[3]
+            lines[row[0]] = line
+            rows.append(row)
+        if not rows:
+            return {"accepted": 0, "position": self.position}, []
+        batch = messages_batch(rows)
+        try:
+            log = self.engine.publish_batch(batch)
+        except InputError as err:
+            at = lines.get(err.record_id) if isinstance(err.record_id, int) else None
+            raise (_line_error(err, at) if at else err) from None
+        self.position += len(rows)
+        for row, obj in zip(rows, recs):
+            rec = dict(obj)
+            rec["t"] = row[3]
+            self.recent.append((row[0], row[3], rec))
+        self._trim_recent()
+        self.window_size = len(self.engine.window_ids())
+        return {"accepted": len(rows), "position": self.position}, self._events(log)
+
+    def _trim_recent(self) -> None:
+        if self.engine.window_seconds is not None:
+            horizon = self.engine.clock - self.engine.window_seconds
+            while self.recent and self.recent[0][1] <= horizon:
+                self.recent.popleft()
+
+    def _subscribe(self, rec: Any, token: str) -> tuple[Any, list[dict]]:
+        if not isinstance(rec, dict):
+            raise InputError("E033", kind="subscription", value=rec)
+        sub = io.subscription_from_obj(rec)
+        sid = validate.check_id(rec["id"])
+        events: list[dict] = []
+        old = self.records.get(sid)
+        before: list = []
+        if old is not None:
+            before = self._entries(sid)
+            self.engine.unsubscribe(sid)
+        try:
+            self.engine.subscribe(sub)
+        except InputError:
+            if old is not None:
+                self.engine.subscribe(io.subscription_from_obj(old))
+            raise
+        self.records[sid] = dict(rec)
+        self.tokens[sid] = self.tokens.get(sid, token) if old is not None else token
+        kind = self.engine.kind_of(sid)
+        after = io.answer_entries(kind, self.engine.result(sid))
+        left = [k for k in before if k not in {ENTRY_KEY[kind](e) for e in after}] if old is not None else []
+        kept = set(before) if old is not None else set()
+        entered = [e for e in after if ENTRY_KEY[kind](e) not in kept]
+        events.append(self._event(sid, entered, left))
+        reply = {"id": sid, "position": self.position, "token": self.tokens[sid], "created": old is None}
+        return reply, events
+
+    def _unsubscribe(self, sid: Any) -> tuple[Any, list[dict]]:
+        sid = validate.check_id(sid)
+        if sid not in self.records:
+            raise InputError("E020", id=sid, record_id=sid)
+        left = self._entries(sid)
+        self.engine.unsubscribe(sid)
+        del self.records[sid]
+        self.tokens.pop(sid, None)
+        return {"id": sid, "position": self.position}, [self._event(sid, [], left, removed=True)]
+
+    def _advance(self, t: Any) -> tuple[Any, list[dict]]:
+        if self.engine.window_seconds is None:
+            raise InputError("E023", what="advance", expected="used with a time window (--window-seconds)", value=t)
+        log = self.engine.advance_log(t)
+        self._trim_recent()
+        self.window_size = len(self.engine.window_ids())
+        return {"t": self.engine.clock, "position": self.position}, self._events(log)
+
+    # ------------------------------------------------------------------ events and results
+    def _entries(self, sid: int) -> list:
+        """The keys of a subscription's current result entries (ids; terms for terms)."""
+        kind = self.engine.kind_of(sid)
+        return [ENTRY_KEY[kind](e) for e in io.answer_entries(kind, self.engine.result(sid))]
+
+    def _event(self, sid: int, entered: list, left: list, removed: bool = False) -> dict:
+        self.seq += 1
+        ev = {"sub": sid, "seq": self.seq, "position": self.position, "entered": entered, "left": left}
+        if removed:
+            ev["removed"] = True
+        return ev
+
+    def _events(self, log: ChangeLog) -> list[dict]:
+        n = len(log)
+        ended = {sid for sid in self.engine._ended if sid in self.records}
+        if n == 0:
+            return [self._ended_event(sid, []) for sid in sorted(ended)]
+        order = np.lexsort((np.arange(n), log.msg, log.sub))  # by sub, then message, then time
+        sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
+        starts = np.flatnonzero(np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])])
+        ends = np.r_[starts[1:], n] - 1
+        changed = ent[starts] == ent[ends]  # in before and out after, or the reverse
+        s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
+        subs, first = np.unique(s, return_index=True)
+        bounds = dict(zip(subs.tolist(), zip(first.tolist(), np.r_[first[1:], len(s)].tolist())))
+        m_list, e_list = m.tolist(), e.tolist()
+        # the current top-k of the changed topk subscriptions, in one call
+        topk = [sid for sid in bounds if sid not in ended and self.records.get(sid, {}).get("kind", "topk") == "topk"]
+        rows: dict[int, tuple[list, list]] = {}
+        if topk:
+            indptr, ids, scores = self.engine.topk_arrays(np.array(topk, np.int64))
+            ids_l, scores_l, ptr = ids.tolist(), scores.tolist(), indptr.tolist()
+            rows = {sid: (ids_l[ptr[i]:ptr[i + 1]], scores_l[ptr[i]:ptr[i + 1]]) for i, sid in enumerate(topk)}
+        events = []
+        for sid in sorted(set(bounds) | ended):
+            a, b = bounds.get(sid, (0, 0))
+            entered_ids = [m_list[i] for i in range(a, b) if e_list[i]]
+            left_ids = [m_list[i] for i in range(a, b) if not e_list[i]]
+            kind = self.records.get(sid, {}).get("kind", "topk")
+            if kind == "terms":
+                term = self.vocabulary.term
+                entered_keys = {term(i) for i in entered_ids}
+                left_ids = [term(i) for i in left_ids]
+            else:
+                entered_keys = set(entered_ids)
+            if sid in ended:
+                events.append(self._ended_event(sid, left_ids))
+            elif sid in rows:
+                ids_l, scores_l = rows[sid]
+                at = sorted(ids_l.index(i) for i in entered_ids)  # ranking order
+                entered = [{"id": ids_l[j], "score": scores_l[j]} for j in at]
+                events.append(self._event(sid, entered, left_ids))
+            else:
+                after = io.answer_entries(kind, self.engine.result(sid))
+                events.append(self._event(sid, [x for x in after if ENTRY_KEY[kind](x) in entered_keys], left_ids))
+        return events
+
+    def _ended_event(self, sid: int, left: list) -> dict:
+        self.records.pop(sid, None)
+        self.tokens.pop(sid, None)
+        return self._event(sid, [], left, removed=True)
+
+    def result_line(self, sid: int) -> dict:
+        sid = validate.check_id(sid)
+        if sid not in self.records:
+            raise InputError("E020", id=sid, record_id=sid)
+        return next(io.kind_result_objects([(sid, self.engine.kind_of(sid), self.engine.result(sid))]))
+
+    def results_ndjson(self) -> bytes:
+        lines = (json.dumps(obj, ensure_ascii=False, allow_nan=False)
+                 for obj in io.kind_result_objects(self.engine.results_by_kind()))
+        return "".join(line + "\n" for line in lines).encode()
+
+    def query(self, rec: Any) -> dict:
+        if not isinstance(rec, dict):
+            raise InputError("E033", kind="query", value=rec)
+        rec = dict(rec)
+        rec.setdefault("qid", 0)
+        q = io.query_from_obj(rec)
+        validate.check_id(q["qid"])
+        fields = {k: v for k, v in q.items() if k not in ("qid", "kind")}
+        mark = len(self.vocabulary._terms)
+        try:
+            answer = self.engine.query(q["kind"], **fields)
+        finally:
+            self._rollback_vocabulary(mark)
+        return {"qid": q["qid"], "after": self.position, "kind": q["kind"],
+                "answer": io.answer_entries(q["kind"], answer)}
+
+    # ------------------------------------------------------------------ snapshots
+    def window_records(self) -> list[tuple[int, float, dict]]:
+        """The records of the messages in the window, oldest first."""
+        live = set(int(i) for i in self.engine.window_ids())
+        return [r for r in self.recent if r[0] in live]
+
+    def restore(self, meta: dict, subs: list[tuple[dict, str]], window: list[dict]) -> None:
+        """Rebuild from a snapshot: the window's messages first, then every subscription in
+        bulk (topk through ``subscribe_batch``)."""
+        self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
+        engine = self.engine = self.make_engine(self.vocabulary)
+        self.recent = deque(maxlen=engine.window)
+        rows = []
+        for obj in window:
+            msg = io.message_from_obj(obj)
+            rows.append(validate.check_message(msg, self.vocabulary, engine.bounds, default_t=0.0))
+            self.recent.append((rows[-1][0], rows[-1][3], obj))
+        for start in range(0, len(rows), 10_000):
+            engine.publish_batch(messages_batch(rows[start:start + 10_000]))
+        clock = float(meta["clock"]) if meta["clock"] is not None else -math.inf
+        if engine.window_seconds is not None and clock > engine.clock:
+            engine.advance_log(clock)
+        engine._clock = clock
+        engine._arrivals = int(meta["position"])
+        self.position, self.seq = int(meta["position"]), int(meta["seq"])
+        topk_rows, others = [], []
+        for rec, token in subs:
+            sub = io.subscription_from_obj(rec)
+            if isinstance(sub, Subscription):
+                row = validate.check_subscription(sub, self.vocabulary, engine.bounds)
+                topk_rows.append(row + (queries.check_until(sub.until, clock),))
+            else:
+                others.append(sub)
+            self.records[int(rec["id"])] = rec
+            self.tokens[int(rec["id"])] = token
+        if topk_rows:
+            engine.subscribe_batch(subscriptions_batch(topk_rows))
+        if others:
+            engine.subscribe_many(others)
+        self.window_size = len(engine.window_ids())
+
+    def meta(self) -> dict:
+        clock = self.engine.clock
+        return {"position": self.position, "seq": self.seq, "clock": clock if math.isfinite(clock) else None,
+                "vocabulary": self.vocabulary.to_dict()}
