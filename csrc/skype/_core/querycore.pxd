@@ -48,7 +48,7 @@ cdef class QueryCore:
     # terms subscriptions, by slot of `regions`
     cdef vector[RegionSubC] region
     cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
-    cdef uint64_t region_refills, region_walks
+    cdef uint64_t region_refills, region_walks, region_updates
     cdef vector[uint32_t] labels           # by term: order-preserving label of its name
     cdef vector[vector[term_t]] region_top     # the current top-k terms
     # one step's netting: touched knn / terms slots and their results before the step
@@ -67,6 +67,10 @@ cdef class QueryCore:
     cdef vector[term_t] touched_terms
     cdef uint64_t arrivals, expirations, reevaluations
     cdef double arrival_ns, expiry_ns
+    # per kind: subscriptions probed (reached and checked), matches, time (ns; with `timers`)
+    cdef bint timers
+    cdef uint64_t range_matches, knn_probed, knn_matches, knn_removed, terms_matches
+    cdef double range_ns, knn_ns, terms_ns
 
     cdef void _expire_oldest(self, int64_t at) noexcept nogil
     cdef void _arrive(self, int64_t at, int64_t ext_id, double x, double y, double t,

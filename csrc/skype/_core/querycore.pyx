@@ -85,11 +85,12 @@ def _arr(vector[int64_t]& v):
 cdef class QueryCore:
     def __cinit__(self, double minx, double miny, double maxx, double maxy, double max_dist,
                   uint64_t count_window, double time_window, uint32_t grid=64, uint32_t knn_factor=2,
-                  uint32_t leaf_capacity=64):
+                  uint32_t leaf_capacity=64, bint timers=True):
         self.qw = QueryWindow(minx, miny, maxx, maxy, max_dist, count_window, time_window, leaf_capacity)
         self.ranges = RectSubIndex(minx, miny, maxx, maxy, grid)
         self.regions = RectSubIndex(minx, miny, maxx, maxy, grid)
         self.knn_factor = knn_factor
+        self.timers = timers
         self.step = 1                    # touch stamps start at 0: no slot is touched yet
         self.knn_probes = 0
 
@@ -236,6 +237,7 @@ cdef class QueryCore:
                 pos = i
                 break
         if pos < n:                                   # in the buffer: exact count, move it
+            self.region_updates += 1
             c = key_count(b[0][pos].first)
             if delta < 0 and c <= 1:
                 b.erase(b.begin() + pos)
@@ -343,17 +345,28 @@ cdef class QueryCore:
         cdef vector[NearEntryC]* b
         cdef vector[uint32_t] refill
         cdef double start = now_ns()
+        cdef double t0 = start, t1
         self.hits.clear()
         self.ranges.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
         for i in range(self.hits.size()):
             self._emit(at, self.ranges.hot[self.hits[i]].ext_id, m.ext_id, False)
+        self.range_matches += self.hits.size()
+        if self.timers:
+            t1 = now_ns()
+            self.range_ns += t1 - t0
+            t0 = t1
         self.hits.clear()
         self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
+        self.terms_matches += self.hits.size()
         for i in range(self.hits.size()):
             slot = self.hits[i]
             self._region_touch(slot)
             for ti in range(1, m.nterms):
                 self._region_add(slot, mt[ti].term, -1)
+        if self.timers:
+            t1 = now_ns()
+            self.terms_ns += t1 - t0
+            t0 = t1
         self.knn_probes += 1
         for ti in range(m.nterms):
             t = mt[ti].term
@@ -364,21 +377,34 @@ cdef class QueryCore:
                 if self.knn_stamp[slot] == self.knn_probes:
                     continue
                 self.knn_stamp[slot] = self.knn_probes
+                self.knn_probed += 1
                 b = &self.knn_buf[slot]
                 n = b.size()
                 for i in range(n):
                     if b[0][i].seq == m.seq:
+                        self.knn_removed += 1
                         self._knn_touch(slot)
                         b.erase(b.begin() + i)
                         if not self.knn[slot].complete and b.size() < self.knn[slot].k:
                             refill.push_back(slot)
                         break
+        if self.timers:
+            t1 = now_ns()
+            self.knn_ns += t1 - t0
+            t0 = t1
         self.qw.c_pop_oldest()                 # refills after the message has left the window
         for i in range(self.hits.size()):
             self.region_top[self.hits[i]].clear()
             self._region_rank(self.hits[i], &self.region_top[self.hits[i]])
+        if self.timers:
+            t1 = now_ns()
+            self.terms_ns += t1 - t0
+            t0 = t1
         for i in range(refill.size()):
             self._knn_refill(refill[i])
+        if self.timers:
+            t1 = now_ns()
+            self.knn_ns += t1 - t0
         self.expirations += 1
         self.expiry_ns += now_ns() - start
 
@@ -395,12 +421,19 @@ cdef class QueryCore:
         cdef KnnSubC* s
         cdef vector[NearEntryC]* b
         cdef NearEntryC e
+        cdef double t0 = now_ns(), t1
         self.hits.clear()
         self.ranges.c_probe(x, y, mt, m.nterms, &self.hits)
         for i in range(self.hits.size()):
             self._emit(at, self.ranges.hot[self.hits[i]].ext_id, ext_id, True)
+        self.range_matches += self.hits.size()
+        if self.timers:
+            t1 = now_ns()
+            self.range_ns += t1 - t0
+            t0 = t1
         self.hits.clear()
         self.regions.c_probe(x, y, mt, m.nterms, &self.hits)
+        self.terms_matches += self.hits.size()
         for i in range(self.hits.size()):
             slot = self.hits[i]
             self._region_touch(slot)
@@ -408,6 +441,10 @@ cdef class QueryCore:
                 self._region_add(slot, mt[ti].term, 1)
             self.region_top[slot].clear()
             self._region_rank(slot, &self.region_top[slot])
+        if self.timers:
+            t1 = now_ns()
+            self.terms_ns += t1 - t0
+            t0 = t1
         self.knn_probes += 1
         for ti in range(m.nterms):
             term = mt[ti].term
@@ -418,6 +455,7 @@ cdef class QueryCore:
                 if self.knn_stamp[slot] == self.knn_probes:
                     continue
                 self.knn_stamp[slot] = self.knn_probes
+                self.knn_probed += 1
                 s = &self.knn[slot]
                 b = &self.knn_buf[slot]
                 d = point_distance(s.x, s.y, x, y)     # the cheap test first: most are too far
@@ -426,6 +464,7 @@ cdef class QueryCore:
                 if not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, m.nterms, &self.qw.stack):
                     continue
                 self._knn_touch(slot)
+                self.knn_matches += 1
                 pos = b.size()
                 while pos > 0 and near_less(d, seq, b[0][pos - 1].dist, b[0][pos - 1].seq):
                     pos -= 1
@@ -435,6 +474,8 @@ cdef class QueryCore:
                 if b.size() > s.cap:
                     b.pop_back()
                     s.complete = False
+        if self.timers:
+            self.knn_ns += now_ns() - t0
         self.arrivals += 1
         self.arrival_ns += now_ns() - start
 
@@ -589,6 +630,10 @@ cdef class QueryCore:
     def need_term_trees(self):
         self.qw.c_need_term_trees()
 
+    def set_timers(self, bint on):
+        """Time each kind's share of a step (a clock read per kind and step; on by default)."""
+        self.timers = on
+
     def stats(self):
         return {
             "arrivals": self.arrivals, "expirations": self.expirations,
@@ -598,6 +643,18 @@ cdef class QueryCore:
             "range_postings": self.ranges.postings, "range_candidates": self.ranges.candidates,
             "terms_candidates": self.regions.candidates, "terms_refills": self.region_refills,
             "terms_walks": self.region_walks,
+            "kinds": {
+                "range": {"subscriptions": self.ranges.size(), "probed": self.ranges.candidates,
+                          "matches": self.range_matches, "time_s": self.range_ns / 1e9},
+                "knn": {"subscriptions": self.knn.size() - self.knn_free.size(), "probed": self.knn_probed,
+                        "matches": self.knn_matches, "removed": self.knn_removed,
+                        "reevaluations": self.reevaluations, "time_s": self.knn_ns / 1e9},
+                "terms": {"subscriptions": self.regions.size(), "probed": self.regions.candidates,
+                          "matches": self.terms_matches, "count_updates": self.region_updates,
+                          "walks": self.region_walks, "reevaluations": self.region_refills,
+                          "time_s": self.terms_ns / 1e9},
+            },
+            "timers": bool(self.timers),
             "range_index_bytes": self.ranges.memory_bytes(),
             "term_trees": bool(self.qw.term_trees),
         }
