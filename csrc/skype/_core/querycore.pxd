@@ -2,7 +2,7 @@
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from skype._core.types cimport term_t, seq_t, RectC
+from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.querywindow cimport QueryWindow
 from skype._core.rangeindex cimport RectSubIndex
 
@@ -48,7 +48,9 @@ cdef class QueryCore:
     # terms subscriptions, by slot of `regions`
     cdef vector[RegionSubC] region
     cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
-    cdef uint64_t region_refills, region_walks, region_updates
+    cdef uint64_t region_refills, region_walks, region_updates, region_scans, region_bounded
+    cdef vector[uint8_t] in_msg            # by term: held by the message being applied
+    cdef vector[term_t] found              # scratch: the message's terms in a buffer
     cdef vector[uint32_t] labels           # by term: order-preserving label of its name
     cdef vector[vector[term_t]] region_top     # the current top-k terms
     # one step's netting: touched knn / terms slots and their results before the step
@@ -79,6 +81,9 @@ cdef class QueryCore:
     cdef void _region_touch(self, uint32_t slot) noexcept nogil
     cdef void _knn_refill(self, uint32_t slot) noexcept nogil
     cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil
+    cdef void _region_outside(self, uint32_t slot, term_t t) noexcept nogil
+    cdef void _region_message(self, uint32_t slot, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil
+    cdef void _mark_terms(self, const MsgTermC* mt, uint32_t nterms, uint8_t on) noexcept nogil
     cdef void _region_refill(self, uint32_t slot) noexcept nogil
     cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil
     cdef void _flush(self, int64_t at) noexcept nogil

@@ -228,7 +228,6 @@ cdef class QueryCore:
         """Term t's count in the slot's rectangle moved by delta (+1: the arriving message is in
         the window already; -1: the expiring one may still be): the buffer and bound updated."""
         cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
-        cdef RegionSubC* s = &self.region[slot]
         cdef size_t i, n = b.size(), pos = n
         cdef uint32_t c
         cdef pair[uint64_t, term_t] e
@@ -252,8 +251,52 @@ cdef class QueryCore:
                 pos += 1
             b[0][pos] = e
             return
-        if delta < 0:                                 # outside terms only fall: the bound holds
+        if delta > 0:                                 # outside terms only fall: the bound holds
+            self._region_outside(slot, t)
+
+    cdef void _mark_terms(self, const MsgTermC* mt, uint32_t nterms, uint8_t on) noexcept nogil:
+        cdef uint32_t ti
+        for ti in range(1, nterms):
+            if mt[ti].term >= self.in_msg.size():
+                self.in_msg.resize(mt[ti].term + 1, 0)
+            self.in_msg[mt[ti].term] = on
+
+    cdef void _region_message(self, uint32_t slot, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
+        """A message (its terms marked in ``in_msg``) enters (+1) or leaves (-1) the slot's rectangle:
+        one pass over the buffer finds the terms it holds; only an arrival's other terms are
+        looked up (expiring terms outside the buffer only fall)."""
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef size_t i, j
+        cdef uint32_t ti
+        cdef term_t t
+        cdef bint held
+        self.found.clear()
+        self.region_scans += 1
+        for i in range(b.size()):
+            t = b[0][i].second
+            if t < self.in_msg.size() and self.in_msg[t]:
+                self.found.push_back(t)
+        for i in range(self.found.size()):
+            self._region_add(slot, self.found[i], delta)
+        if delta < 0:
             return
+        for ti in range(1, nterms):
+            t = mt[ti].term
+            held = False
+            for j in range(self.found.size()):
+                if self.found[j] == t:
+                    held = True
+                    break
+            if not held:
+                self._region_outside(slot, t)
+
+    cdef void _region_outside(self, uint32_t slot, term_t t) noexcept nogil:
+        """An arriving message in the rectangle holds t, a term outside the buffer."""
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef RegionSubC* s = &self.region[slot]
+        cdef size_t n = b.size(), pos
+        cdef uint32_t need = 0
+        cdef pair[uint64_t, term_t] e
         if n >= s.cap and t < self.qw.index.root.size() and self.qw.index.root[t] >= 0:
             # the term's window count bounds its count here: when even that ranks after the last
             # entry, the term stays out and its key is bounded without a walk (rare terms)
@@ -263,7 +306,11 @@ cdef class QueryCore:
                     s.bound = e.first
                 return
         self.region_walks += 1
-        e = rank_key(self.qw.c_count_in(t, &s.rect), self.labels[t], t)
+        if n >= s.cap:           # a count below the last entry's ranks after it: a bound will do
+            need = key_count(b.back().first)
+        e = rank_key(self.qw.c_count_bounded(t, &s.rect, need), self.labels[t], t)
+        if key_count(e.first) < need:
+            self.region_bounded += 1
         if n >= s.cap and e.first >= b.back().first:
             if e.first < s.bound:
                 s.bound = e.first
@@ -358,11 +405,12 @@ cdef class QueryCore:
         self.hits.clear()
         self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
         self.terms_matches += self.hits.size()
+        self._mark_terms(mt, m.nterms, 1)
         for i in range(self.hits.size()):
             slot = self.hits[i]
             self._region_touch(slot)
-            for ti in range(1, m.nterms):
-                self._region_add(slot, mt[ti].term, -1)
+            self._region_message(slot, mt, m.nterms, -1)
+        self._mark_terms(mt, m.nterms, 0)
         if self.timers:
             t1 = now_ns()
             self.terms_ns += t1 - t0
@@ -434,13 +482,14 @@ cdef class QueryCore:
         self.hits.clear()
         self.regions.c_probe(x, y, mt, m.nterms, &self.hits)
         self.terms_matches += self.hits.size()
+        self._mark_terms(mt, m.nterms, 1)
         for i in range(self.hits.size()):
             slot = self.hits[i]
             self._region_touch(slot)
-            for ti in range(1, m.nterms):
-                self._region_add(slot, mt[ti].term, 1)
+            self._region_message(slot, mt, m.nterms, 1)
             self.region_top[slot].clear()
             self._region_rank(slot, &self.region_top[slot])
+        self._mark_terms(mt, m.nterms, 0)
         if self.timers:
             t1 = now_ns()
             self.terms_ns += t1 - t0
@@ -651,7 +700,8 @@ cdef class QueryCore:
                         "reevaluations": self.reevaluations, "time_s": self.knn_ns / 1e9},
                 "terms": {"subscriptions": self.regions.size(), "probed": self.regions.candidates,
                           "matches": self.terms_matches, "count_updates": self.region_updates,
-                          "walks": self.region_walks, "reevaluations": self.region_refills,
+                          "walks": self.region_walks, "walks_bounded": self.region_bounded,
+                          "buffer_passes": self.region_scans, "reevaluations": self.region_refills,
                           "time_s": self.terms_ns / 1e9},
             },
             "timers": bool(self.timers),
