@@ -20,6 +20,8 @@ cdef struct KnnSubC:
     uint32_t cap                   # buffer capacity (>= k)
     uint8_t complete               # the buffer holds every matching window message
     uint8_t alive
+    uint32_t post                  # its slot in the `near` index (with knn_index)
+    double posted                  # the radius it is posted with there (-1: not posted)
 
 
 cdef struct RegionSubC:            # a terms subscription (its rectangle is in `regions`)
@@ -45,6 +47,10 @@ cdef class QueryCore:
     cdef vector[vector[uint32_t]] knn_lists    # by cover term: knn slots (ALL_TERM: no predicate)
     cdef vector[uint64_t] knn_stamp
     cdef uint64_t knn_probes
+    cdef bint knn_index                    # candidates from `near` (else from knn_lists)
+    cdef RectSubIndex near                 # knn subscriptions by their k-th distance circle's box
+    cdef vector[uint32_t] near_hits
+    cdef uint64_t knn_posts
     # terms subscriptions, by slot of `regions`
     cdef vector[RegionSubC] region
     cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
@@ -80,6 +86,10 @@ cdef class QueryCore:
     cdef void _knn_touch(self, uint32_t slot) noexcept nogil
     cdef void _region_touch(self, uint32_t slot) noexcept nogil
     cdef void _knn_refill(self, uint32_t slot) noexcept nogil
+    cdef void _knn_post(self, uint32_t slot) noexcept nogil
+    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms,
+                         bint checked) noexcept nogil
+    cdef bint _knn_drop(self, uint32_t slot, seq_t seq) noexcept nogil
     cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil
     cdef void _region_outside(self, uint32_t slot, term_t t) noexcept nogil
     cdef void _region_message(self, uint32_t slot, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil

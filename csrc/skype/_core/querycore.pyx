@@ -85,11 +85,14 @@ def _arr(vector[int64_t]& v):
 cdef class QueryCore:
     def __cinit__(self, double minx, double miny, double maxx, double maxy, double max_dist,
                   uint64_t count_window, double time_window, uint32_t grid=64, uint32_t knn_factor=2,
-                  uint32_t leaf_capacity=64, bint timers=True):
+                  uint32_t leaf_capacity=64, bint timers=True, bint knn_index=True,
+                  uint32_t knn_grid=16):
         self.qw = QueryWindow(minx, miny, maxx, maxy, max_dist, count_window, time_window, leaf_capacity)
         self.ranges = RectSubIndex(minx, miny, maxx, maxy, grid)
         self.regions = RectSubIndex(minx, miny, maxx, maxy, grid)
         self.knn_factor = knn_factor
+        self.knn_index = knn_index
+        self.near = RectSubIndex(minx, miny, maxx, maxy, knn_grid)
         self.timers = timers
         self.step = 1                    # touch stamps start at 0: no slot is touched yet
         self.knn_probes = 0
@@ -138,7 +141,7 @@ cdef class QueryCore:
             self.knn_before.resize(slot + 1)
             self.knn_before_ids.resize(slot + 1)
         self.qw.c_need_term_trees()         # refills search them
-        self.knn[slot] = KnnSubC(x, y, ext_id, k, k * self.knn_factor, 0, 1)
+        self.knn[slot] = KnnSubC(x, y, ext_id, k, k * self.knn_factor, 0, 1, 0, -1.0)
         self.knn_prog[slot].clear()
         for i in range(prog.shape[0]):
             self.knn_prog[slot].push_back(prog[i])
@@ -146,18 +149,26 @@ cdef class QueryCore:
         for i in range(cover.shape[0]):
             self.knn_prog[slot].push_back(cover[i])
         for i in range(max(<uint32_t>cover.shape[0], 1)):
+            if self.knn_index:
+                break
             t = <term_t>cover[i] if cover.shape[0] else ALL_TERM
             if t >= self.knn_lists.size():
                 self.knn_lists.resize(t + 1)
             self.knn_lists[t].push_back(slot)
         self._knn_refill(slot)
+        self._knn_post(slot)
         return slot
 
     def unsubscribe_knn(self, uint32_t slot):
         cdef size_t i, j
         cdef uint32_t ncover = self.knn_prog[slot].size() - self.knn_plen[slot]
         cdef term_t t
+        if self.knn[slot].posted >= 0.0:
+            self.near.c_remove(self.knn[slot].post)
+            self.knn[slot].posted = -1.0
         for i in range(max(ncover, 1)):
+            if self.knn_index:
+                break
             t = <term_t>self.knn_prog[slot][self.knn_plen[slot] + i] if ncover else ALL_TERM
             for j in range(self.knn_lists[t].size()):
                 if self.knn_lists[t][j] == slot:
@@ -209,6 +220,78 @@ cdef class QueryCore:
             self.knn_buf[slot].push_back(e)
         s.complete = self.seqs.size() < s.cap
         self.reevaluations += 1
+
+    cdef void _knn_post(self, uint32_t slot) noexcept nogil:
+        """Post the subscription in ``near`` with the box of its k-th distance circle (the whole
+        plane while its buffer is complete), unless the box it is posted with already holds it:
+        a radius only shrinks between refills, so a posted box stays a superset."""
+        cdef KnnSubC* s = &self.knn[slot]
+        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
+        cdef vector[int64_t]* p = &self.knn_prog[slot]
+        cdef uint32_t plen = self.knn_plen[slot]
+        cdef double r = 1e300, pad
+        cdef RectC box
+        cdef bint implied = True
+        cdef uint32_t i
+        if not self.knn_index:
+            return
+        if not s.complete and b.size():
+            r = b.back().dist
+        if s.posted >= 0.0 and r <= s.posted:
+            return
+        if s.posted >= 0.0:
+            self.near.c_remove(s.post)
+        if r >= 1e300:
+            box = RectC(-1e300, -1e300, 1e300, 1e300)
+        else:
+            pad = r * 1e-9 + 1e-9          # a distance <= r puts each coordinate inside, rounding included
+            box = RectC(s.x - r - pad, s.y - r - pad, s.x + r + pad, s.y + r + pad)
+        for i in range(plen):
+            if p[0][i] == OP_AND:
+                implied = False
+        s.post = self.near.c_add(<int64_t>slot, &box, p.data(), plen, p.data() + plen, <int>(p.size() - plen),
+                                 implied)
+        s.posted = r
+        self.knn_posts += 1
+
+    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms,
+                         bint checked) noexcept nogil:
+        """An arriving message, its predicate already checked or not: into the buffer if it ranks."""
+        cdef KnnSubC* s = &self.knn[slot]
+        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
+        cdef double d = point_distance(s.x, s.y, x, y)     # the cheap test first: most are too far
+        cdef size_t pos
+        cdef NearEntryC e
+        self.knn_probed += 1
+        if not s.complete and (b.size() == 0 or not near_less(d, seq, b.back().dist, b.back().seq)):
+            return
+        if not checked and not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, nterms,
+                                            &self.qw.stack):
+            return
+        self._knn_touch(slot)
+        self.knn_matches += 1
+        pos = b.size()
+        while pos > 0 and near_less(d, seq, b[0][pos - 1].dist, b[0][pos - 1].seq):
+            pos -= 1
+        e.dist = d
+        e.seq = seq
+        b.insert(b.begin() + pos, e)
+        if b.size() > s.cap:
+            b.pop_back()
+            s.complete = False
+
+    cdef bint _knn_drop(self, uint32_t slot, seq_t seq) noexcept nogil:
+        """An expiring message leaves the buffer if there; True when the buffer needs a refill."""
+        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
+        cdef size_t i
+        self.knn_probed += 1
+        for i in range(b.size()):
+            if b[0][i].seq == seq:
+                self.knn_removed += 1
+                self._knn_touch(slot)
+                b.erase(b.begin() + i)
+                return not self.knn[slot].complete and b.size() < self.knn[slot].k
+        return False
 
     cdef void _knn_touch(self, uint32_t slot) noexcept nogil:
         cdef size_t i
@@ -386,10 +469,9 @@ cdef class QueryCore:
     cdef void _expire_oldest(self, int64_t at) noexcept nogil:
         cdef MsgC* m = win_oldest(self.qw.window)
         cdef const MsgTermC* mt = win_terms(self.qw.window, m)
-        cdef size_t i, j, n
+        cdef size_t i, j
         cdef uint32_t slot, ti
         cdef term_t t
-        cdef vector[NearEntryC]* b
         cdef vector[uint32_t] refill
         cdef double start = now_ns()
         cdef double t0 = start, t1
@@ -416,26 +498,24 @@ cdef class QueryCore:
             self.terms_ns += t1 - t0
             t0 = t1
         self.knn_probes += 1
+        if self.knn_index:                   # a buffered message lies in the posted box
+            self.near_hits.clear()
+            self.near.c_probe(m.x, m.y, mt, m.nterms, &self.near_hits)
+            for j in range(self.near_hits.size()):
+                slot = <uint32_t>self.near.hot[self.near_hits[j]].ext_id
+                if self._knn_drop(slot, m.seq):
+                    refill.push_back(slot)
         for ti in range(m.nterms):
             t = mt[ti].term
-            if t >= self.knn_lists.size():
+            if self.knn_index or t >= self.knn_lists.size():
                 continue
             for j in range(self.knn_lists[t].size()):
                 slot = self.knn_lists[t][j]
                 if self.knn_stamp[slot] == self.knn_probes:
                     continue
                 self.knn_stamp[slot] = self.knn_probes
-                self.knn_probed += 1
-                b = &self.knn_buf[slot]
-                n = b.size()
-                for i in range(n):
-                    if b[0][i].seq == m.seq:
-                        self.knn_removed += 1
-                        self._knn_touch(slot)
-                        b.erase(b.begin() + i)
-                        if not self.knn[slot].complete and b.size() < self.knn[slot].k:
-                            refill.push_back(slot)
-                        break
+                if self._knn_drop(slot, m.seq):
+                    refill.push_back(slot)
         if self.timers:
             t1 = now_ns()
             self.knn_ns += t1 - t0
@@ -450,6 +530,7 @@ cdef class QueryCore:
             t0 = t1
         for i in range(refill.size()):
             self._knn_refill(refill[i])
+            self._knn_post(refill[i])
         if self.timers:
             t1 = now_ns()
             self.knn_ns += t1 - t0
@@ -462,13 +543,9 @@ cdef class QueryCore:
         cdef seq_t seq = self.qw.c_append(ext_id, x, y, t, terms, w, n)
         cdef MsgC* m = win_get(self.qw.window, seq)
         cdef const MsgTermC* mt = win_terms(self.qw.window, m)
-        cdef size_t i, j, pos
+        cdef size_t i, j
         cdef uint32_t slot, ti
         cdef term_t term
-        cdef double d
-        cdef KnnSubC* s
-        cdef vector[NearEntryC]* b
-        cdef NearEntryC e
         cdef double t0 = now_ns(), t1
         self.hits.clear()
         self.ranges.c_probe(x, y, mt, m.nterms, &self.hits)
@@ -495,34 +572,21 @@ cdef class QueryCore:
             self.terms_ns += t1 - t0
             t0 = t1
         self.knn_probes += 1
+        if self.knn_index:                   # only subscriptions whose k-th distance it may beat
+            self.near_hits.clear()
+            self.near.c_probe(x, y, mt, m.nterms, &self.near_hits)
+            for j in range(self.near_hits.size()):
+                self._knn_offer(<uint32_t>self.near.hot[self.near_hits[j]].ext_id, x, y, seq, mt, m.nterms, True)
         for ti in range(m.nterms):
             term = mt[ti].term
-            if term >= self.knn_lists.size():
+            if self.knn_index or term >= self.knn_lists.size():
                 continue
             for j in range(self.knn_lists[term].size()):
                 slot = self.knn_lists[term][j]
                 if self.knn_stamp[slot] == self.knn_probes:
                     continue
                 self.knn_stamp[slot] = self.knn_probes
-                self.knn_probed += 1
-                s = &self.knn[slot]
-                b = &self.knn_buf[slot]
-                d = point_distance(s.x, s.y, x, y)     # the cheap test first: most are too far
-                if not s.complete and (b.size() == 0 or not near_less(d, seq, b.back().dist, b.back().seq)):
-                    continue
-                if not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, m.nterms, &self.qw.stack):
-                    continue
-                self._knn_touch(slot)
-                self.knn_matches += 1
-                pos = b.size()
-                while pos > 0 and near_less(d, seq, b[0][pos - 1].dist, b[0][pos - 1].seq):
-                    pos -= 1
-                e.dist = d
-                e.seq = seq
-                b.insert(b.begin() + pos, e)
-                if b.size() > s.cap:
-                    b.pop_back()
-                    s.complete = False
+                self._knn_offer(slot, x, y, seq, mt, m.nterms, False)
         if self.timers:
             self.knn_ns += now_ns() - t0
         self.arrivals += 1
@@ -697,7 +761,9 @@ cdef class QueryCore:
                           "matches": self.range_matches, "time_s": self.range_ns / 1e9},
                 "knn": {"subscriptions": self.knn.size() - self.knn_free.size(), "probed": self.knn_probed,
                         "matches": self.knn_matches, "removed": self.knn_removed,
-                        "reevaluations": self.reevaluations, "time_s": self.knn_ns / 1e9},
+                        "reevaluations": self.reevaluations, "index": bool(self.knn_index),
+                        "index_posts": self.knn_posts, "index_candidates": self.near.candidates,
+                        "time_s": self.knn_ns / 1e9},
                 "terms": {"subscriptions": self.regions.size(), "probed": self.regions.candidates,
                           "matches": self.terms_matches, "count_updates": self.region_updates,
                           "walks": self.region_walks, "walks_bounded": self.region_bounded,
