@@ -78,7 +78,7 @@ cdef class QueryCore:
     # per kind: subscriptions probed (reached and checked), matches, time (ns; with `timers`)
     cdef bint timers
     cdef uint64_t range_matches, knn_probed, knn_matches, knn_removed, terms_matches
-    cdef double range_ns, knn_ns, terms_ns
+    cdef double range_ns, knn_ns, terms_ns, window_ns
 
     cdef void _expire_oldest(self, int64_t at) noexcept nogil
     cdef void _arrive(self, int64_t at, int64_t ext_id, double x, double y, double t,

@@ -521,6 +521,10 @@ cdef class QueryCore:
             self.knn_ns += t1 - t0
             t0 = t1
         self.qw.c_pop_oldest()                 # refills after the message has left the window
+        if self.timers:
+            t1 = now_ns()
+            self.window_ns += t1 - t0
+            t0 = t1
         for i in range(self.hits.size()):
             self.region_top[self.hits[i]].clear()
             self._region_rank(self.hits[i], &self.region_top[self.hits[i]])
@@ -547,6 +551,8 @@ cdef class QueryCore:
         cdef uint32_t slot, ti
         cdef term_t term
         cdef double t0 = now_ns(), t1
+        if self.timers:
+            self.window_ns += t0 - start      # the message into the window and its trees
         self.hits.clear()
         self.ranges.c_probe(x, y, mt, m.nterms, &self.hits)
         for i in range(self.hits.size()):
@@ -770,6 +776,7 @@ cdef class QueryCore:
                           "buffer_passes": self.region_scans, "reevaluations": self.region_refills,
                           "time_s": self.terms_ns / 1e9},
             },
+            "window_upkeep_s": self.window_ns / 1e9,   # the window's insertions and removals
             "timers": bool(self.timers),
             "range_index_bytes": self.ranges.memory_bytes(),
             "term_trees": bool(self.qw.term_trees),
