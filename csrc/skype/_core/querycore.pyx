@@ -15,8 +15,13 @@ then the netted events of the step.
   entries.  An arrival is inserted when it ranks before the buffer's last entry (or the buffer
   is complete), the buffer truncated to ``cap``.  An expiring entry is removed; a buffer that
   drops below k and is not complete is re-evaluated from the message index (a best-first kNN
-  search for ``cap`` messages).  Candidates are found through per-term lists of the cover
-  terms (term 0 for no predicate), checked exactly.
+  search for ``cap`` messages).  Candidates come from ``near``, a :class:`RectSubIndex` in which
+  each subscription is posted (with its predicate and cover terms) under the box of its k-th
+  distance circle: the last entry's distance, the whole plane while complete.  Invariant: the
+  posted box holds that circle.  Between refills the radius only shrinks, so the box is kept; a
+  refill that widens it reposts the subscription.  A probe gives exactly the subscriptions whose
+  box holds the message and whose predicate it satisfies; on expiry the same probe reaches every
+  buffer that may hold it.  (``knn_index=False``: per-term lists of the cover terms instead.)
 * ``terms``: counts are not kept per subscription.  The count of a term in a rectangle is read
   from the query window's per-term trees (subtree counts of the nodes inside the rectangle, the
   cut leaves scanned: :meth:`QueryWindow.c_count_in`), shared by every subscription.  A
@@ -30,7 +35,10 @@ then the netted events of the step.
   gets its exact count from the trees and enters when it ranks before the last entry (the entry
   pushed out lowers the bound to its key), or else lowers the bound to its own key; when even its
   count over the whole window (its tree's root count) ranks after the last entry, that count's
-  key bounds it without a walk.  An expiry
+  key bounds it without a walk; the walk itself is breadth first and stops as soon as its upper
+  bound (inside + cut leaves + open nodes) falls below the last entry's count, the cut leaves
+  scanned only when it does not (``QueryWindow.c_count_bounded``).  Per message the terms are
+  marked once and one pass over each buffer finds those it holds.  An expiry
   subtracts 1 from its terms in the buffer (outside terms only fall: the bound stays true).  When
   the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
   (the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
@@ -268,11 +276,12 @@ cdef class QueryCore:
         if not checked and not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, nterms,
                                             &self.qw.stack):
             return
-        self._knn_touch(slot)
         self.knn_matches += 1
         pos = b.size()
         while pos > 0 and near_less(d, seq, b[0][pos - 1].dist, b[0][pos - 1].seq):
             pos -= 1
+        if pos < s.k:                # after the k-th entry it leaves the top-k as it was
+            self._knn_touch(slot)
         e.dist = d
         e.seq = seq
         b.insert(b.begin() + pos, e)
@@ -288,7 +297,8 @@ cdef class QueryCore:
         for i in range(b.size()):
             if b[0][i].seq == seq:
                 self.knn_removed += 1
-                self._knn_touch(slot)
+                if i < self.knn[slot].k:
+                    self._knn_touch(slot)
                 b.erase(b.begin() + i)
                 return not self.knn[slot].complete and b.size() < self.knn[slot].k
         return False
@@ -608,6 +618,12 @@ cdef class QueryCore:
             slot = self.knn_touched[i]
             b = &self.knn_buf[slot]
             n = min(<size_t>self.knn[slot].k, b.size())
+            if n == self.knn_before[slot].size():     # the common case: the same top-k
+                a = 0
+                while a < n and <seq_t>self.knn_before[slot][a] == b[0][a].seq:
+                    a += 1
+                if a == n:
+                    continue
             for a in range(n):                    # entered: in the top-k now, not before
                 found = False
                 for j in range(self.knn_before[slot].size()):
