@@ -246,7 +246,8 @@ def test_queries_knn_index_equals_reference_under_distance_ties_expiry_and_until
 def test_queries_terms_bounded_walks_equal_reference():
     """A vocabulary of 80 names over overlapping rectangles fills every ``terms`` buffer, so an
     arriving term outside a buffer is counted by the walk that stops at an upper bound below the
-    buffer's last count; ties (equal counts, decided by name) and expiry of the top terms too."""
+    buffer's last count, or by the upper bound remembered from an earlier walk plus one per
+    arrival; ties (equal counts, decided by name) and expiry of the top terms too."""
     rng = np.random.default_rng(11)
     names = [f"t{i:02d}" for i in range(80)]
     p = 1.0 / np.arange(1, 81)
@@ -263,6 +264,7 @@ def test_queries_terms_bounded_walks_equal_reference():
     assert logs[0] == logs[1]
     terms = engines[0].stats()["queries"]["kinds"]["terms"]
     assert terms["walks_bounded"] > 0 and terms["walks"] > terms["walks_bounded"]   # both outcomes taken
+    assert terms["walks_saved"] > 0        # remembered upper bounds answered some arrivals
 
 
 @pytest.mark.parametrize("trigger", ["knn", "terms", "snapshot-range", "snapshot-topk"])

@@ -7,6 +7,10 @@ from skype._core.querywindow cimport QueryWindow
 from skype._core.rangeindex cimport RectSubIndex
 
 
+cdef enum:
+    MEMO = 64                      # remembered upper bounds per terms subscription (direct mapped)
+
+
 cdef struct NearEntryC:            # a kNN buffer entry
     double dist
     seq_t seq
@@ -56,6 +60,8 @@ cdef class QueryCore:
     cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
     cdef uint64_t region_refills, region_walks, region_updates, region_scans, region_bounded
     cdef vector[uint8_t] in_msg            # by term: held by the message being applied
+    cdef vector[uint64_t] region_memo      # by slot, MEMO ways: term << 32 | an upper bound of its count
+    cdef uint64_t region_memo_hits
     cdef vector[term_t] found              # scratch: the message's terms in a buffer
     cdef vector[uint32_t] labels           # by term: order-preserving label of its name
     cdef vector[vector[term_t]] region_top     # the current top-k terms

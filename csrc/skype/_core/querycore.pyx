@@ -194,6 +194,7 @@ cdef class QueryCore:
         if slot >= self.region.size():
             self.region.resize(slot + 1)
             self.region_buf.resize(slot + 1)
+            self.region_memo.resize((slot + 1) * MEMO, 0)
             self.region_top.resize(slot + 1)
             self.region_touch_step.resize(slot + 1, 0)
             self.region_before.resize(slot + 1)
@@ -388,8 +389,22 @@ cdef class QueryCore:
         cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
         cdef RegionSubC* s = &self.region[slot]
         cdef size_t n = b.size(), pos
-        cdef uint32_t need = 0
+        cdef uint32_t need = 0, ub
         cdef pair[uint64_t, term_t] e
+        cdef size_t mi = <size_t>slot * MEMO + ((t * 2654435761u) >> 7) % MEMO
+        cdef uint64_t mv = self.region_memo[mi]
+        if <term_t>(mv >> 32) == t:
+            # a remembered upper bound of t's count here, plus this arrival: still below the
+            # last entry's count, it bounds t without a walk
+            ub = <uint32_t>(mv & 0xFFFFFFFFu) + 1
+            if n >= s.cap and ub < key_count(b.back().first):
+                self.region_memo[mi] = (<uint64_t>t << 32) | ub
+                self.region_memo_hits += 1
+                e = rank_key(ub, self.labels[t], t)
+                if e.first < s.bound:
+                    s.bound = e.first
+                return
+            self.region_memo[mi] = 0
         if n >= s.cap and t < self.qw.index.root.size() and self.qw.index.root[t] >= 0:
             # the term's window count bounds its count here: when even that ranks after the last
             # entry, the term stays out and its key is bounded without a walk (rare terms)
@@ -407,6 +422,7 @@ cdef class QueryCore:
         if n >= s.cap and e.first >= b.back().first:
             if e.first < s.bound:
                 s.bound = e.first
+            self.region_memo[mi] = (<uint64_t>t << 32) | key_count(e.first)   # raised by each arrival
             return
         pos = n
         while pos > 0 and b[0][pos - 1].first > e.first:
@@ -436,6 +452,8 @@ cdef class QueryCore:
         for i in range(min(n, <size_t>s.cap)):
             b.push_back(keys[i])
         s.bound = keys[s.cap].first if keys.size() > s.cap else 0xFFFFFFFFFFFFFFFFu
+        for i in range(MEMO):            # a remembered term may be in the buffer now
+            self.region_memo[<size_t>slot * MEMO + i] = 0
         self.region_refills += 1
 
     cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil:
@@ -789,6 +807,7 @@ cdef class QueryCore:
                 "terms": {"subscriptions": self.regions.size(), "probed": self.regions.candidates,
                           "matches": self.terms_matches, "count_updates": self.region_updates,
                           "walks": self.region_walks, "walks_bounded": self.region_bounded,
+                          "walks_saved": self.region_memo_hits,
                           "buffer_passes": self.region_scans, "reevaluations": self.region_refills,
                           "time_s": self.terms_ns / 1e9},
             },
