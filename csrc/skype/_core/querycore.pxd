@@ -60,8 +60,6 @@ cdef class QueryCore:
     cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
     cdef uint64_t region_refills, region_walks, region_updates, region_scans, region_bounded
     cdef vector[uint8_t] in_msg            # by term: held by the message being applied
-    cdef vector[uint64_t] marks            # by term: the step's netting marks (generations)
-    cdef uint64_t mark_gen
     cdef vector[uint64_t] region_memo      # by slot, MEMO ways: term << 32 | an upper bound of its count
     cdef uint64_t region_memo_hits
     cdef vector[term_t] found              # scratch: the message's terms in a buffer
@@ -101,7 +99,6 @@ cdef class QueryCore:
     cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil
     cdef void _region_outside(self, uint32_t slot, term_t t) noexcept nogil
     cdef void _region_message(self, uint32_t slot, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil
-    cdef uint64_t _term_mark(self, term_t t, uint64_t value) noexcept nogil
     cdef void _mark_terms(self, const MsgTermC* mt, uint32_t nterms, uint8_t on) noexcept nogil
     cdef void _region_refill(self, uint32_t slot) noexcept nogil
     cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil

@@ -355,14 +355,6 @@ cdef class QueryCore:
                 self.in_msg.resize(mt[ti].term + 1, 0)
             self.in_msg[mt[ti].term] = on
 
-    cdef uint64_t _term_mark(self, term_t t, uint64_t value) noexcept nogil:
-        """The term's mark (value 0: read it; else set it)."""
-        if t >= self.marks.size():
-            self.marks.resize(t + 1, 0)
-        if value:
-            self.marks[t] = value
-        return self.marks[t]
-
     cdef void _region_message(self, uint32_t slot, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
         """A message (its terms marked in ``in_msg``) enters (+1) or leaves (-1) the slot's rectangle:
         one pass over the buffer finds the terms it holds; only an arrival's other terms are
@@ -671,17 +663,21 @@ cdef class QueryCore:
             top = &self.region_top[slot]
             if top[0] == self.region_before[slot]:   # the common case: counts moved, not the top-k
                 continue
-            # membership by term stamps (the order moves often, the members seldom): O(k)
-            self.mark_gen += 2                        # gen: before only; gen + 1: in both
-            for j in range(self.region_before[slot].size()):
-                self._term_mark(self.region_before[slot][j], self.mark_gen)
             for a in range(top.size()):
-                if self._term_mark(top[0][a], 0) >= self.mark_gen:
-                    self._term_mark(top[0][a], self.mark_gen + 1)
-                else:
+                found = False
+                for j in range(self.region_before[slot].size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
                     self._emit(at, self.region[slot].ext_id, <int64_t>top[0][a] - 1, True)
             for j in range(self.region_before[slot].size()):
-                if self._term_mark(self.region_before[slot][j], 0) != self.mark_gen + 1:
+                found = False
+                for a in range(top.size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
                     self._emit(at, self.region[slot].ext_id, <int64_t>self.region_before[slot][j] - 1, False)
         self.knn_touched.clear()
         self.region_touched.clear()
