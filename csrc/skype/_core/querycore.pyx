@@ -37,7 +37,12 @@ then the netted events of the step.
   count over the whole window (its tree's root count) ranks after the last entry, that count's
   key bounds it without a walk; the walk itself is breadth first and stops as soon as its upper
   bound (inside + cut leaves + open nodes) falls below the last entry's count, the cut leaves
-  scanned only when it does not (``QueryWindow.c_count_bounded``).  Per message the terms are
+  scanned only when it does not (``QueryWindow.c_count_bounded``).  A walk that ends on a bound
+  leaves it in the subscription's ``MEMO`` direct-mapped slots; each later arrival of the term
+  in the rectangle adds one to it (expiries leave it: a count only falls), and while it stays
+  below the last entry's count it bounds the term with no walk.  Invariant: a remembered term is
+  outside the buffer and its remembered value bounds its count (cleared when it enters the
+  buffer and at every refill).  Per message the terms are
   marked once and one pass over each buffer finds those it holds.  An expiry
   subtracts 1 from its terms in the buffer (outside terms only fall: the bound stays true).  When
   the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
