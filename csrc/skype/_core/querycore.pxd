@@ -8,7 +8,7 @@ from skype._core.rangeindex cimport RectSubIndex
 
 
 cdef enum:
-    MEMO = 64                      # remembered upper bounds per terms subscription (direct mapped)
+    MEMO = 256                     # remembered upper bounds per terms subscription (direct mapped)
 
 
 cdef struct NearEntryC:            # a kNN buffer entry
