@@ -10,6 +10,14 @@ for snapshots, p50/p99 in microseconds.
 
     pytest bench/test_queries.py --size medium -k range_continuous    # the 50k msg/s and 100x targets
     pytest bench/test_queries.py --size medium -k snapshot            # p50/p99 over a 1M window
+    pytest bench/test_queries.py --size medium -k issue26             # issue 26: mixed SSTD kinds, FAST range
+
+The issue-26 workloads run the command line itself (``generate`` then ``simulate --fill-window``)
+and report its metrics with AMP/EMP per kind (each kind's share of the query core's time per
+measured message, arrival and expiry together): ``test_issue26_mixed_kinds`` (tweets, 25% of each
+kind; ``small``: 20k subscriptions, a 20k window, 10k measured; ``medium``: the issue's 100k,
+100k, 30k) and ``test_issue26_fast_range[all|any]`` (geonames, 20k ``range`` subscriptions of 1%
+of the space, a 30k window, 30k measured: the FAST comparison, at every size).
 """
 
 from __future__ import annotations
@@ -216,3 +224,42 @@ def test_one_kind_of_the_mixed_workload(benchmark, size, kind):
     info = _steady(benchmark, e, w.messages.slice(p["window"], p["window"] + p["mixed_measured"]), chunk=25)
     benchmark.extra_info.update(register_s=round(register_s, 1), config=f"{len(others)} {kind} subscriptions")
     assert info["messages"] == p["mixed_measured"]
+
+
+ISSUE26_MIXED = {"small": (20_000, 20_000, 10_000), "medium": (100_000, 100_000, 30_000),
+                 "paper": (100_000, 100_000, 30_000)}
+
+
+def _cli_run(tmp_path, benchmark, generate: list[str], window: int) -> dict:
+    import json
+
+    from skype.run import main
+
+    m, s, out = tmp_path / "m.jsonl", tmp_path / "s.jsonl", tmp_path / "metrics.json"
+    assert main(["generate", *generate, "--messages-out", str(m), "--subscriptions-out", str(s)]) in (0, None)
+    run = ["simulate", "--messages", str(m), "--subscriptions", str(s), "--window", str(window), "--fill-window",
+           "--no-progress", "--metrics-out", str(out)]
+    benchmark.pedantic(lambda: main(run), rounds=1, iterations=1)
+    d = json.loads(out.read_text())
+    kinds = d["engine_stats"].get("queries", {}).get("kinds", {})
+    n = d["messages"]
+    benchmark.extra_info.update(
+        messages=n, msgs_per_s=round(d["throughput_msgs_per_s"], 1), amp_us=round(d["amp_us"], 2),
+        emp_us=round(d["emp_us"], 2), peak_rss_mb=round(d["peak_rss_bytes"] / 2**20),
+        kind_us_per_msg={k: round(v["time_s"] / n * 1e6, 2) for k, v in kinds.items()},
+        kinds={k: {c: v for c, v in st.items() if c != "time_s"} for k, st in kinds.items()})
+    return d
+
+
+def test_issue26_mixed_kinds(benchmark, size, tmp_path):
+    subs, window, measured = ISSUE26_MIXED[size]
+    d = _cli_run(tmp_path, benchmark, ["--dataset", "tweets", "--num-subs", str(subs), "--num-messages",
+                                       str(window + measured), "--sub-kinds", "topk,range,knn,terms"], window)
+    assert d["messages"] == measured
+
+
+@pytest.mark.parametrize("match", ["all", "any"])
+def test_issue26_fast_range(benchmark, match, tmp_path):
+    d = _cli_run(tmp_path, benchmark, ["--dataset", "geonames", "--num-subs", "20000", "--num-messages", "60000",
+                                       "--sub-kinds", "range", "--rect-area", "0.01", "--match", match], 30_000)
+    assert d["messages"] == 30_000

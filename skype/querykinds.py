@@ -120,6 +120,8 @@ def _last(spec: QuerySpec) -> float:
 class CoreQueryKinds(QueryKinds):
     """:class:`QueryKinds` on ``skype._core.querysnapshots.SnapshotCore`` (a ``QueryCore``)."""
 
+    KNN_INDEX = True  # knn candidates from the grid of k-th distance boxes (False: per cover term lists)
+
     def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,
                  *, grid: int = 64, knn_factor: int = 2, leaf_capacity: int = 64, term_trees: str = "lazy") -> None:
         from skype._core.querysnapshots import SnapshotCore
@@ -127,7 +129,8 @@ class CoreQueryKinds(QueryKinds):
         self.vocabulary = vocabulary
         self._labels = NameLabels()
         self._core = SnapshotCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
-                               window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity)
+                               window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity,
+                               knn_index=self.KNN_INDEX)
         if term_trees == "eager":
             self._core.need_term_trees()
 

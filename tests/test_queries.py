@@ -189,6 +189,84 @@ def test_queries_terms_buffers_equal_reference_under_ties_and_churn(seed):
     assert sum(len(c[1]) + len(c[2]) for step in logs[0][::9] for c in step if len(c) == 3) > 50  # not vacuous
 
 
+def _run_logged(engines, subs, steps, make_message, *, late=(), drop=(), results_every=25):
+    """Publish the same stream to every engine; the change log of each step and periodic results."""
+    logs: list[list] = [[] for _ in engines]
+    for i, e in enumerate(engines):
+        rng = np.random.default_rng(7)
+        for s in subs:
+            e.subscribe(s)
+        for j in range(steps):
+            for s in late if j == steps // 3 else ():
+                e.subscribe(s)
+            for sid in drop if j == steps // 2 else ():
+                e.unsubscribe(sid)
+            changes = e.publish(make_message(j, rng))
+            logs[i].append(sorted((c.sub_id, sorted(c.entered), sorted(c.left)) for c in changes))
+            if j % results_every == results_every - 1:
+                ids = sorted({s.id for s in [*subs, *late]})
+                logs[i].append([(sid, e.result(sid)) for sid in ids if e.has_subscription(sid)])
+    return logs
+
+
+@pytest.mark.parametrize("knn_index", [True, False])
+def test_queries_knn_index_equals_reference_under_distance_ties_expiry_and_until(monkeypatch, knn_index):
+    """The kNN grid posts each subscription with the box of its k-th distance circle (the whole
+    plane while its buffer is complete) and reposts it only when a refill widens it.  Points on
+    a 0.5 grid make many equal distances (decided by newest first); a window of 40 expires the
+    nearest entries, so buffers refill and boxes widen; some subscriptions have no predicate
+    (posted under term 0), some an AND, some end with ``until``, one is dropped and some come late."""
+    from skype.querykinds import CoreQueryKinds
+
+    monkeypatch.setattr(CoreQueryKinds, "KNN_INDEX", knn_index)
+    rng = np.random.default_rng(3)
+    subs = []
+    for i in range(30):
+        x, y = (float(v) for v in rng.integers(0, 21, 2) / 2)
+        kw = [dict(), dict(terms=["tea"]), dict(terms=["tea", "cake"], match="any"),
+              dict(terms=["tea", "cake"], match="all"), dict(match="(tea AND bun) OR pie")][i % 5]
+        subs.append(KnnSubscription(i, x, y, k=int(rng.integers(1, 4)), until=60.0 + i if i % 7 == 3 else None, **kw))
+    late = [KnnSubscription(100 + i, float(i), 5.0, k=2, terms=["cake"]) for i in range(5)]
+    names = ["tea", "cake", "bun", "pie", "jam"]
+
+    def message(j, r):
+        terms = {str(n): 1.0 for n in r.choice(names, size=int(r.integers(1, 4)), replace=False)}
+        return Message(j, float(r.integers(0, 21)) / 2, float(r.integers(0, 21)) / 2, t=float(j), terms=terms)
+
+    engines = [ENGINES[k](bounds=BOUNDS, window=40) for k in ENGINES]
+    logs = _run_logged(engines, subs, 300, message, late=late, drop=(4, 101))
+    assert logs[0] == logs[1]
+    knn = engines[0].stats()["queries"]["kinds"]["knn"]
+    assert knn["index"] is knn_index
+    if knn_index:   # buffers refilled wider than their box: reposted (not vacuous)
+        assert knn["index_posts"] > len(subs) + len(late)
+    assert knn["reevaluations"] > len(subs) + len(late)
+
+
+def test_queries_terms_bounded_walks_equal_reference():
+    """A vocabulary of 80 names over overlapping rectangles fills every ``terms`` buffer, so an
+    arriving term outside a buffer is counted by the walk that stops at an upper bound below the
+    buffer's last count, or by the upper bound remembered from an earlier walk plus one per
+    arrival; ties (equal counts, decided by name) and expiry of the top terms too."""
+    rng = np.random.default_rng(11)
+    names = [f"t{i:02d}" for i in range(80)]
+    p = 1.0 / np.arange(1, 81)
+    p /= p.sum()
+    subs = [TermsSubscription(i, (x, y, x + w, y + w), k=int(rng.integers(1, 4)))
+            for i, (x, y, w) in enumerate(zip(rng.uniform(0, 5, 16), rng.uniform(0, 5, 16), rng.uniform(2, 5, 16)))]
+
+    def message(j, r):
+        terms = {str(n): 1.0 for n in r.choice(names, size=int(r.integers(1, 6)), replace=False, p=p)}
+        return Message(j, float(r.uniform(0, 10)), float(r.uniform(0, 10)), t=float(j), terms=terms)
+
+    engines = [ENGINES[k](bounds=BOUNDS, window=150) for k in ENGINES]
+    logs = _run_logged(engines, subs, 500, message, drop=(2,))
+    assert logs[0] == logs[1]
+    terms = engines[0].stats()["queries"]["kinds"]["terms"]
+    assert terms["walks_bounded"] > 0 and terms["walks"] > terms["walks_bounded"]   # both outcomes taken
+    assert terms["walks_saved"] > 0        # remembered upper bounds answered some arrivals
+
+
 @pytest.mark.parametrize("trigger", ["knn", "terms", "snapshot-range", "snapshot-topk"])
 def test_queries_term_trees_built_when_first_needed_equal_reference(trigger):
     """Range-only traffic keeps the query window's spatial tree only (range results are then read

@@ -1,10 +1,9 @@
 # The continuous query kinds beside topk (range, knn, terms) and the snapshot queries.
 from libcpp.vector cimport vector
-from libcpp.pair cimport pair
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from skype._core.types cimport term_t, seq_t, RectC
-from skype._core.querywindow cimport QueryWindow
+from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.rangeindex cimport RectSubIndex
+from skype._core.termsquery cimport TermsCore
 
 
 cdef struct NearEntryC:            # a kNN buffer entry
@@ -20,22 +19,12 @@ cdef struct KnnSubC:
     uint32_t cap                   # buffer capacity (>= k)
     uint8_t complete               # the buffer holds every matching window message
     uint8_t alive
+    uint32_t post                  # its slot in the `near` index (with knn_index)
+    double posted                  # the radius it is posted with there (-1: not posted)
 
 
-cdef struct RegionSubC:            # a terms subscription (its rectangle is in `regions`)
-    RectC rect
-    int64_t ext_id
-    uint32_t k
-    uint32_t cap                   # its buffer's capacity (>= k)
-    uint64_t bound                 # no term outside the buffer ranks before this key
-    uint8_t alive
-
-
-cdef class QueryCore:
-    cdef QueryWindow qw
+cdef class QueryCore(TermsCore):
     cdef RectSubIndex ranges               # range subscriptions
-    cdef RectSubIndex regions              # terms subscriptions (no predicate)
-    cdef uint32_t knn_factor
     # knn subscriptions, by slot
     cdef vector[KnnSubC] knn
     cdef vector[vector[int64_t]] knn_prog  # predicate program, then cover terms
@@ -45,38 +34,36 @@ cdef class QueryCore:
     cdef vector[vector[uint32_t]] knn_lists    # by cover term: knn slots (ALL_TERM: no predicate)
     cdef vector[uint64_t] knn_stamp
     cdef uint64_t knn_probes
-    # terms subscriptions, by slot of `regions`
-    cdef vector[RegionSubC] region
-    cdef vector[vector[pair[uint64_t, term_t]]] region_buf  # ((UINT32_MAX - count) << 32 | label, term), ascending
-    cdef uint64_t region_refills, region_walks
-    cdef vector[uint32_t] labels           # by term: order-preserving label of its name
-    cdef vector[vector[term_t]] region_top     # the current top-k terms
-    # one step's netting: touched knn / terms slots and their results before the step
-    cdef vector[uint64_t] knn_touch_step, region_touch_step
-    cdef vector[uint32_t] knn_touched, region_touched
+    cdef bint knn_index                    # candidates from `near` (else from knn_lists)
+    cdef RectSubIndex near                 # knn subscriptions by their k-th distance circle's box
+    cdef vector[uint32_t] near_hits
+    cdef uint64_t knn_posts
+    # one step's netting: touched knn slots and their results before the step (terms: TermsCore)
+    cdef vector[uint64_t] knn_touch_step
+    cdef vector[uint32_t] knn_touched
     cdef vector[vector[int64_t]] knn_before       # seqs
     cdef vector[vector[int64_t]] knn_before_ids   # their ids
-    cdef vector[vector[term_t]] region_before
-    cdef uint64_t step
     cdef vector[int64_t] out_at, out_sub, out_entry
     cdef vector[uint8_t] out_entered
     cdef vector[uint32_t] hits
     cdef vector[seq_t] seqs
     cdef vector[double] dists
-    cdef vector[uint32_t] counts
-    cdef vector[term_t] touched_terms
     cdef uint64_t arrivals, expirations, reevaluations
     cdef double arrival_ns, expiry_ns
+    # per kind: subscriptions probed (reached and checked), matches, time (ns; with `timers`)
+    cdef bint timers
+    cdef uint64_t range_matches, knn_probed, knn_matches, knn_removed, terms_matches
+    cdef double range_ns, knn_ns, terms_ns, window_ns
 
     cdef void _expire_oldest(self, int64_t at) noexcept nogil
     cdef void _arrive(self, int64_t at, int64_t ext_id, double x, double y, double t,
                       const uint32_t* terms, const double* w, int n) noexcept nogil
     cdef void _knn_touch(self, uint32_t slot) noexcept nogil
-    cdef void _region_touch(self, uint32_t slot) noexcept nogil
     cdef void _knn_refill(self, uint32_t slot) noexcept nogil
-    cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil
-    cdef void _region_refill(self, uint32_t slot) noexcept nogil
-    cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil
+    cdef void _knn_post(self, uint32_t slot) noexcept nogil
+    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms,
+                         bint checked) noexcept nogil
+    cdef bint _knn_drop(self, uint32_t slot, seq_t seq) noexcept nogil
     cdef void _flush(self, int64_t at) noexcept nogil
     cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil
     cdef object _range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,

@@ -28,6 +28,7 @@ cdef class QueryWindow:
     cdef vector[MsgTermC] scratch  # the arriving message's terms, ALL_TERM first
     cdef vector[uint8_t] stack     # predicate evaluation
     cdef vector[int32_t] walk      # tree walk
+    cdef vector[int32_t] cut       # leaves a counting walk cuts (scanned only when needed)
     cdef vector[NearC] heap        # kNN queue
     cdef bint term_trees           # the per-term trees are kept (else the ALL_TERM tree only)
 
@@ -51,5 +52,6 @@ cdef class QueryWindow:
     cdef void c_region_counts(self, const RectC* r, double now, double last,
                               vector[uint32_t]* counts, vector[term_t]* touched) noexcept nogil
     cdef uint32_t c_count_in(self, term_t t, const RectC* r) noexcept nogil
+    cdef uint32_t c_count_bounded(self, term_t t, const RectC* r, uint32_t need) noexcept nogil
     cdef void c_top_terms(self, vector[uint32_t]* counts, vector[term_t]* touched, size_t k,
                           vector[term_t]* out) noexcept nogil

@@ -341,6 +341,53 @@ cdef class QueryWindow:
                     total += 1
         return total
 
+    cdef uint32_t c_count_bounded(self, term_t t, const RectC* r, uint32_t need) noexcept nogil:
+        """:meth:`c_count_in`, or an upper bound of it below ``need``.  The walk is breadth first
+        and keeps ``inside + cut + open`` (counts of the nodes inside the rectangle, of the leaves
+        it cuts, of the nodes not yet expanded) as an upper bound: once that falls below ``need``
+        it is returned.  Cut leaves are scanned only at the end, when the bound is still reached
+        (a term that cannot reach ``need`` here reads no message)."""
+        cdef uint32_t total = 0, cut = 0, pending
+        cdef int32_t n, q, c
+        cdef size_t e, i, head = 0
+        cdef MsgC* m
+        cdef RectC* nr
+        cdef vector[MEntryC]* leaf
+        self.c_need_term_trees()
+        if t >= self.index.root.size() or self.index.root[t] < 0:
+            return 0
+        self.walk.clear()
+        self.cut.clear()
+        self.walk.push_back(self.index.root[t])
+        pending = self.index.nodes[self.index.root[t]].count
+        while head < self.walk.size():
+            if total + cut + pending < need:
+                return total + cut + pending
+            n = self.walk[head]
+            head += 1
+            pending -= self.index.nodes[n].count
+            nr = &self.index.nodes[n].rect
+            if r.minx <= nr.minx and nr.maxx <= r.maxx and r.miny <= nr.miny and nr.maxy <= r.maxy:
+                total += self.index.nodes[n].count
+            elif self.index.nodes[n].child >= 0:
+                for q in range(4):
+                    c = self.index.nodes[n].child + q
+                    if self.index.nodes[c].count and rects_meet(&self.index.nodes[c].rect, r):
+                        self.walk.push_back(c)
+                        pending += self.index.nodes[c].count
+            else:
+                self.cut.push_back(n)
+                cut += self.index.nodes[n].count
+        if total + cut < need:
+            return total + cut
+        for i in range(self.cut.size()):
+            leaf = &self.index.entries[self.cut[i]]
+            for e in range(leaf.size()):
+                m = win_get(self.window, leaf[0][e].seq)
+                if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy:
+                    total += 1
+        return total
+
     cdef void c_top_terms(self, vector[uint32_t]* counts, vector[term_t]* touched, size_t k,
                           vector[term_t]* out) noexcept nogil:
         """The k best of the touched terms (count descending, then name ascending); resets the

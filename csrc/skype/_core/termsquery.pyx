@@ -1,0 +1,246 @@
+# cython: language_level=3
+"""The continuous ``terms`` kind: the top-k terms of a rectangle's window messages.
+
+:class:`TermsCore` is the base class of :class:`~skype._core.querycore.QueryCore`, which runs
+the stream (one step = expirations, the arrival, then the netted events) and calls
+``_region_message`` for the terms subscriptions a message enters or leaves.
+
+Counts are not kept per subscription.  The count of a term in a rectangle is read
+from the query window's per-term trees (subtree counts of the nodes inside the rectangle, the
+cut leaves scanned: :meth:`QueryWindow.c_count_in`), shared by every subscription.  A
+subscription keeps a *buffer* of at most ``cap = knn_factor * k`` terms with their exact counts,
+sorted by the key (count desc, label): labels are 32-bit integers in the order of the term
+names (the facade assigns them with gaps and relabels every term when a gap runs out), and a
+``bound``: no term outside the buffer has a smaller key (UINT64_MAX: every term of the
+rectangle is in the buffer).  Invariant: the buffer's counts are exact and the bound holds, so
+its first k entries are the top-k whenever the k-th key is below the bound (or the bound is
+UINT64_MAX).  An arrival in the rectangle adds 1 to its terms in the buffer; a term outside it
+gets its exact count from the trees and enters when it ranks before the last entry (the entry
+pushed out lowers the bound to its key), or else lowers the bound to its own key; when even its
+count over the whole window (its tree's root count) ranks after the last entry, that count's
+key bounds it without a walk; the walk itself is breadth first and stops as soon as its upper
+bound (inside + cut leaves + open nodes) falls below the last entry's count, the cut leaves
+scanned only when it does not (``QueryWindow.c_count_bounded``).  A walk that ends on a bound
+leaves it in the subscription's ``MEMO`` direct-mapped slots; each later arrival of the term
+in the rectangle adds one to it (expiries leave it: a count only falls), and while it stays
+below the last entry's count it bounds the term with no walk.  Invariant: a remembered term is
+outside the buffer and its remembered value bounds its count (cleared when it enters the
+buffer and at every refill).  Per message the terms are
+marked once and one pass over each buffer finds those it holds.  An expiry
+subtracts 1 from its terms in the buffer (outside terms only fall: the bound stays true).  When
+the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
+(the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
+"""
+import numpy as np
+from libcpp.vector cimport vector
+from libcpp.pair cimport pair
+from libcpp.algorithm cimport partial_sort
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from skype._core.types cimport term_t, RectC, MsgTermC
+
+
+cdef class TermsCore:
+    def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
+        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
+        self.qw.c_need_term_trees()         # term counts in rectangles are read from them
+        if slot >= self.region.size():
+            self.region.resize(slot + 1)
+            self.region_buf.resize(slot + 1)
+            self.region_memo.resize((slot + 1) * MEMO, 0)
+            self.region_top.resize(slot + 1)
+            self.region_touch_step.resize(slot + 1, 0)
+            self.region_before.resize(slot + 1)
+        self.region[slot] = RegionSubC(r, ext_id, k, k * max(self.knn_factor, 2), 0xFFFFFFFFFFFFFFFFu, 1)
+        self._region_refill(slot)
+        self.region_top[slot].clear()
+        self._region_rank(slot, &self.region_top[slot])
+        return slot
+
+    def unsubscribe_terms(self, uint32_t slot):
+        self.regions.c_remove(slot)
+        self.region[slot].alive = 0
+        self.region_buf[slot].clear()
+        self.region_buf[slot].shrink_to_fit()
+        self.region_top[slot].clear()
+
+    # ------------------------------------------------------------------ buffers, bounds, walks
+    cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil:
+        """Term t's count in the slot's rectangle moved by delta (+1: the arriving message is in
+        the window already; -1: the expiring one may still be): the buffer and bound updated."""
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef size_t i, n = b.size(), pos = n
+        cdef uint32_t c
+        cdef pair[uint64_t, term_t] e
+        for i in range(n):
+            if b[0][i].second == t:
+                pos = i
+                break
+        if pos < n:                                   # in the buffer: exact count, move it
+            self.region_updates += 1
+            c = key_count(b[0][pos].first)
+            if delta < 0 and c <= 1:
+                b.erase(b.begin() + pos)
+                return
+            e = rank_key(c + 1 if delta > 0 else c - 1, self.labels[t], t)
+            b[0][pos] = e
+            while pos > 0 and b[0][pos - 1].first > e.first:
+                b[0][pos] = b[0][pos - 1]
+                pos -= 1
+            while pos + 1 < n and b[0][pos + 1].first < e.first:
+                b[0][pos] = b[0][pos + 1]
+                pos += 1
+            b[0][pos] = e
+            return
+        if delta > 0:                                 # outside terms only fall: the bound holds
+            self._region_outside(slot, t)
+
+    cdef void _mark_terms(self, const MsgTermC* mt, uint32_t nterms, uint8_t on) noexcept nogil:
+        cdef uint32_t ti
+        for ti in range(1, nterms):
+            if mt[ti].term >= self.in_msg.size():
+                self.in_msg.resize(mt[ti].term + 1, 0)
+            self.in_msg[mt[ti].term] = on
+
+    cdef void _region_message(self, uint32_t slot, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
+        """A message (its terms marked in ``in_msg``) enters (+1) or leaves (-1) the slot's rectangle:
+        one pass over the buffer finds the terms it holds; only an arrival's other terms are
+        looked up (expiring terms outside the buffer only fall)."""
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef size_t i, j
+        cdef uint32_t ti
+        cdef term_t t
+        cdef bint held
+        self.found.clear()
+        self.region_scans += 1
+        for i in range(b.size()):
+            t = b[0][i].second
+            if t < self.in_msg.size() and self.in_msg[t]:
+                self.found.push_back(t)
+        for i in range(self.found.size()):
+            self._region_add(slot, self.found[i], delta)
+        if delta < 0:
+            return
+        for ti in range(1, nterms):
+            t = mt[ti].term
+            held = False
+            for j in range(self.found.size()):
+                if self.found[j] == t:
+                    held = True
+                    break
+            if not held:
+                self._region_outside(slot, t)
+
+    cdef void _region_outside(self, uint32_t slot, term_t t) noexcept nogil:
+        """An arriving message in the rectangle holds t, a term outside the buffer."""
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef RegionSubC* s = &self.region[slot]
+        cdef size_t n = b.size(), pos
+        cdef uint32_t need = 0, ub
+        cdef pair[uint64_t, term_t] e
+        cdef size_t mi = <size_t>slot * MEMO + ((t * 2654435761u) >> 7) % MEMO
+        cdef uint64_t mv = self.region_memo[mi]
+        if <term_t>(mv >> 32) == t:
+            # a remembered upper bound of t's count here, plus this arrival: still below the
+            # last entry's count, it bounds t without a walk
+            ub = <uint32_t>(mv & 0xFFFFFFFFu) + 1
+            if n >= s.cap and ub < key_count(b.back().first):
+                self.region_memo[mi] = (<uint64_t>t << 32) | ub
+                self.region_memo_hits += 1
+                e = rank_key(ub, self.labels[t], t)
+                if e.first < s.bound:
+                    s.bound = e.first
+                return
+            self.region_memo[mi] = 0
+        if n >= s.cap and t < self.qw.index.root.size() and self.qw.index.root[t] >= 0:
+            # the term's window count bounds its count here: when even that ranks after the last
+            # entry, the term stays out and its key is bounded without a walk (rare terms)
+            e = rank_key(self.qw.index.nodes[self.qw.index.root[t]].count, self.labels[t], t)
+            if e.first >= b.back().first:
+                if e.first < s.bound:
+                    s.bound = e.first
+                return
+        self.region_walks += 1
+        if n >= s.cap:           # a count below the last entry's ranks after it: a bound will do
+            need = key_count(b.back().first)
+        e = rank_key(self.qw.c_count_bounded(t, &s.rect, need), self.labels[t], t)
+        if key_count(e.first) < need:
+            self.region_bounded += 1
+        if n >= s.cap and e.first >= b.back().first:
+            if e.first < s.bound:
+                s.bound = e.first
+            self.region_memo[mi] = (<uint64_t>t << 32) | key_count(e.first)   # raised by each arrival
+            return
+        pos = n
+        while pos > 0 and b[0][pos - 1].first > e.first:
+            pos -= 1
+        b.insert(b.begin() + pos, e)
+        if b.size() > s.cap:
+            if b.back().first < s.bound:
+                s.bound = b.back().first
+            b.pop_back()
+
+    cdef void _region_refill(self, uint32_t slot) noexcept nogil:
+        """The buffer and bound from a count of the rectangle's window messages."""
+        cdef RegionSubC* s = &self.region[slot]
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef vector[pair[uint64_t, term_t]] keys
+        cdef size_t i, n
+        cdef term_t t
+        self.qw.c_region_counts(&s.rect, 0.0, 0.0, &self.counts, &self.touched_terms)
+        for i in range(self.touched_terms.size()):
+            t = self.touched_terms[i]
+            keys.push_back(rank_key(self.counts[t], self.labels[t], t))
+            self.counts[t] = 0
+        self.touched_terms.clear()
+        n = min(keys.size(), <size_t>s.cap + 1)
+        partial_sort(keys.begin(), keys.begin() + n, keys.end())
+        b.clear()
+        for i in range(min(n, <size_t>s.cap)):
+            b.push_back(keys[i])
+        s.bound = keys[s.cap].first if keys.size() > s.cap else 0xFFFFFFFFFFFFFFFFu
+        for i in range(MEMO):            # a remembered term may be in the buffer now
+            self.region_memo[<size_t>slot * MEMO + i] = 0
+        self.region_refills += 1
+
+    cdef void _region_rank(self, uint32_t slot, vector[term_t]* out) noexcept nogil:
+        """Top-k terms: the buffer's first k entries, once proven (else refilled first)."""
+        cdef RegionSubC* s = &self.region[slot]
+        cdef vector[pair[uint64_t, term_t]]* b = &self.region_buf[slot]
+        cdef size_t i
+        if s.bound != 0xFFFFFFFFFFFFFFFFu and (b.size() < s.k or b[0][s.k - 1].first >= s.bound):
+            self._region_refill(slot)
+        for i in range(min(<size_t>s.k, b.size())):
+            out.push_back(b[0][i].second)
+
+    def set_labels(self, const uint32_t[::1] labels, bint relabel):
+        """Labels of the term ids 0.. (vocabulary ids; the core's are shifted by one).  With
+        ``relabel`` existing labels changed: every terms subscription's set is rebuilt."""
+        cdef Py_ssize_t i
+        cdef size_t slot
+        self.labels.resize(labels.shape[0] + 1, 0)
+        for i in range(labels.shape[0]):
+            self.labels[i + 1] = labels[i]
+        if not relabel:
+            return
+        for slot in range(self.region.size()):      # keys changed: buffers and bounds anew
+            if self.region[slot].alive:
+                self._region_refill(slot)
+
+    cdef void _region_touch(self, uint32_t slot) noexcept nogil:
+        if self.region_touch_step[slot] == self.step:
+            return
+        self.region_touch_step[slot] = self.step
+        self.region_touched.push_back(slot)
+        self.region_before[slot].swap(self.region_top[slot])   # region_top is rebuilt after the step's change
+
+    def terms_result(self, uint32_t slot):
+        """(vocabulary term ids, counts) of a terms subscription's top-k."""
+        cdef vector[term_t]* top = &self.region_top[slot]
+        cdef size_t i
+        ids = np.empty(top.size(), dtype=np.int64)
+        counts = np.empty(top.size(), dtype=np.int64)
+        for i in range(top.size()):
+            ids[i] = <int64_t>top[0][i] - 1
+            counts[i] = key_count(self.region_buf[slot][i].first)
+        return ids, counts
