@@ -106,6 +106,7 @@ class Errors:
     E103 = "the event stream fell behind (slow consumer): resume after seq {seq}"
     E104 = "WebSocket message is invalid: {detail}"
     E105 = "the request body is empty: expected {expected}"
+    E106 = "last={value!r} is invalid: expected a number of messages, an integer >= 0"
     # E110-E114: the Python client of the server (skype.client, issue 24)
     E110 = "the server at {url} refused the request without a catalogue error: {detail}"
     E111 = "the server at {url} cannot be reached: {detail}"

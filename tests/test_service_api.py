@@ -125,6 +125,38 @@ def test_query_advance_metrics_page(srv):
     assert requests.get(srv.url + "/page/..%2Fapp.py").status_code == 404
 
 
+def test_recent_messages(tmp_path):
+    """GET /v1/messages: the newest window messages as published (with their t), newest last."""
+    rng = random.Random(11)
+    with Server(tmp_path / "data", "--window", "20", "--max-records", "15") as s:
+        url = s.url + "/v1/messages"
+        assert requests.get(url).text == ""
+        recs = [msg_record(i, rng) for i in range(30)]
+        recs[27] = {"id": 27, "x": 1.5, "y": -2.5, "terms": {"pizza": 0.25, "bread": 2.0}}
+        for i in range(0, 30, 10):
+            assert requests.post(url, data=ndjson(recs[i:i + 10]), headers=NDJSON).status_code == 200
+        published = [dict(r, t=float(i)) for i, r in enumerate(recs)]  # t defaults to the arrival position
+
+        def last(**params) -> list[dict]:
+            r = requests.get(url, params=params)
+            assert r.status_code == 200 and r.headers["Content-Type"].startswith("application/x-ndjson")
+            return [json.loads(line) for line in r.text.splitlines()]
+
+        assert last(last=7) == published[-7:]
+        assert last(last=1) == published[-1:] and last(last=0) == []
+        assert last() == published[-15:]              # default 200, capped by --max-records
+        assert last(last=10_000) == published[-15:]
+        assert last(last=3)[0]["terms"] == {"pizza": 0.25, "bread": 2.0}  # newest last, terms kept
+        for bad in ("-1", "abc", "1.5", ""):
+            r = requests.get(url, params={"last": bad})
+            assert r.status_code == 400 and err(r)["code"] == "E106", (bad, r.text)
+        # the window (20 messages) moved on: only the window's messages are listed
+        assert requests.post(url, data=ndjson([msg_record(100 + i, rng) for i in range(14)]),
+                             headers=NDJSON).status_code == 200
+        got = last(last=15)
+        assert [m["id"] for m in got] == [29] + list(range(100, 114))  # window: ids 24-29, 100-113
+
+
 def test_results_equal_reference_and_streams(tmp_path):
     rng = random.Random(7)
     writes: list = []

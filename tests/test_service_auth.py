@@ -84,6 +84,21 @@ def test_owner_token_reads_its_subscription_only(srv):
     assert got[2]["error"]["code"] == "E099"
 
 
+def test_recent_messages_need_a_publisher(srv):
+    url = srv.url + "/v1/messages"
+    msg = {"id": 300, "x": 0.2, "y": 0.2, "text": "pizza"}
+    assert requests.post(url, json=msg, headers=bearer("pub-2")).status_code == 200
+    assert code(requests.get(url)) == (401, "E095")
+    assert code(requests.get(url, params={"last": 1}, headers=bearer("nobody"))) == (403, "E096")
+    own = requests.put(srv.url + "/v1/subscriptions/30", json=REC, headers=bearer("pub-1")).json()["token"]
+    assert code(requests.get(url, headers=bearer(own))) == (403, "E096")  # an owner token is not enough
+    for tok in ("pub-1", "adm-1"):
+        r = requests.get(url, params={"last": 1}, headers=bearer(tok))
+        assert r.status_code == 200 and json.loads(r.text) == dict(msg, t=r.json()["t"])
+    r = requests.get(url, params={"last": 1, "token": "pub-2"})
+    assert r.status_code == 200
+
+
 async def ws_session(url: str, own2: str) -> list[dict]:
     out = []
     ws_url = url.replace("http://", "ws://") + "/v1/events"

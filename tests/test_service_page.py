@@ -1,7 +1,8 @@
 """The live page (``GET /``) in headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
 driven by selenium) against a real server on loopback.
 
-The page lists and draws the subscriptions; choosing one shows its top-k, folded from its event
+The page lists and draws the subscriptions and the newest window messages (its canvas carries
+their counts, checked against ``GET /v1/messages``); choosing one shows its top-k, folded from its event
 stream; publishing changes the top-k and the page follows until it equals the server's result
 (ids and scores, in order).  With a token file the page shows the refusal, then works once the
 token is typed in.  A screenshot of each run is kept: under ``$SKYPE_ARTIFACTS`` when set, else
@@ -15,6 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -90,6 +92,42 @@ def canvas_colours(driver) -> int:
         return seen.size;""")
 
 
+def recent_ids(client: Client) -> list[int]:
+    headers = {"Authorization": f"Bearer {client.token}"} if client.token else {}
+    resp = httpx.get(client.url + "/v1/messages", params={"last": 200}, headers=headers, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return [json.loads(line)["id"] for line in resp.text.splitlines()]
+
+
+def message_pixels(driver) -> int:
+    """Canvas pixels of the message dots' colour (#d03060, give or take antialiasing)."""
+    return driver.execute_script("""
+        const c = document.getElementById('map'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4)
+          if (Math.abs(d[i] - 208) < 24 && Math.abs(d[i + 1] - 48) < 24 && Math.abs(d[i + 2] - 96) < 24) n++;
+        return n;""")
+
+
+def wait_messages(driver, client: Client, sid: int) -> None:
+    """The page draws the server's newest 200 window messages and rings the chosen top-k's among them."""
+    def caught_up(d) -> bool:
+        ids = recent_ids(client)
+        in_topk = {e[0] for e in server_topk(client, sid)} & set(ids)
+        canvas = d.find_element(By.ID, "map")
+        return (d.execute_script("return window.skypePage.messages.map(m => m.id)") == ids
+                and canvas.get_attribute("data-messages") == str(len(ids))
+                and canvas.get_attribute("data-highlighted") == str(len(in_topk)))
+
+    try:
+        WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(caught_up)
+    except Exception:
+        canvas = driver.find_element(By.ID, "map")
+        raise AssertionError(f"page draws {canvas.get_attribute('data-messages')} messages, "
+                             f"{canvas.get_attribute('data-highlighted')} ringed; server: {len(recent_ids(client))}; "
+                             f"page error: {driver.find_element(By.ID, 'msg-count').text!r}") from None
+
+
 def test_page_follows_a_subscription_live(tmp_path, browser, workload):
     subs, msgs = workload
     with ServerProcess(tmp_path / "data", "--window", "1000") as server:
@@ -111,6 +149,10 @@ def test_page_follows_a_subscription_live(tmp_path, browser, workload):
         assert browser.find_element(By.ID, "stream").text == "live"
         assert browser.find_elements(By.CSS_SELECTOR, "#events li")
         assert canvas_colours(browser) > 20
+        wait_messages(browser, client, sid)
+        assert browser.find_element(By.ID, "map").get_attribute("data-messages") == "200"
+        assert int(browser.find_element(By.ID, "map").get_attribute("data-highlighted")) > 0
+        assert message_pixels(browser) > 0
         shot = artifact(tmp_path, "service-page.png")
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
         print(f"screenshot: {shot}")
@@ -137,6 +179,7 @@ def test_page_with_a_token(tmp_path, browser, workload):
         wait_equal(browser, client, 2)
         client.publish(msgs[300:900], batch_size=300)
         wait_equal(browser, client, 2)
+        wait_messages(browser, client, 2)
         shot = artifact(tmp_path, "service-page-token.png")
         assert browser.save_screenshot(str(shot))
         print(f"screenshot: {shot}")

@@ -31,6 +31,7 @@ STATUS = {"E020": 404, "E008": 404, "E090": 404, "E091": 413, "E092": 413, "E093
           "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409}
 NDJSON = "application/x-ndjson"
 KEEPALIVE_S = 15.0
+DEFAULT_LAST = 200  # GET /v1/messages without ?last=
 DROP_AFTER_S = 5.0  # a stream that overflowed and cannot even take its closing message is cut
 
 
@@ -211,6 +212,28 @@ class Service:
             if not self.tokens.is_admin(tok):
                 raise InputError("E096", action="read every result (admin only)")
         return web.Response(body=await self.run("results"), content_type=NDJSON)
+
+    async def get_messages(self, request: web.Request) -> web.Response:
+        """The newest ``last`` window messages (default DEFAULT_LAST, at most --max-records),
+        newest last, as NDJSON message records; read on the engine thread like every read."""
+        if self.tokens is not None:
+            tok = self.token(request)
+            if tok is None:
+                raise InputError("E095", detail="read the recent messages")
+            if not self.tokens.is_publisher(tok):
+                raise InputError("E096", action="read the recent messages (publisher or admin only)")
+        text = request.query.get("last")
+        n = DEFAULT_LAST
+        if text is not None:
+            try:
+                n = int(text)
+            except ValueError:
+                n = -1
+            if n < 0:
+                raise InputError("E106", value=text)
+        recs = await self.run("messages", min(n, self.limits.max_records))
+        body = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in recs)
+        return web.Response(body=body.encode(), content_type=NDJSON)
 
     async def post_messages(self, request: web.Request) -> web.Response:
         self.need_publisher(request, "publish messages")
@@ -441,6 +464,7 @@ class Service:
         r.add_get("/v1/subscriptions/{id}", self.get_subscription)
         r.add_get("/v1/subscriptions/{id}/events", self.sse)
         r.add_get("/v1/results", self.get_results)
+        r.add_get("/v1/messages", self.get_messages)
         r.add_post("/v1/messages", self.post_messages)
         r.add_post("/v1/query", self.post_query)
         r.add_post("/v1/advance", self.post_advance)

@@ -6,7 +6,8 @@ carries its token as ``Authorization: Bearer TOKEN`` or, for browsers' EventSour
 WebSocket, ``?token=TOKEN``.  Roles:
 
 * admin: everything;
-* publisher: writes (PUT/DELETE subscriptions, messages, advance) and snapshot queries;
+* publisher: writes (PUT/DELETE subscriptions, messages, advance), snapshot queries and the
+  recent messages (GET /v1/messages);
 * owner: the token a ``PUT /v1/subscriptions/{id}`` answers with (field ``token``): that
   subscription's result, events and deletion.
 

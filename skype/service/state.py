@@ -35,6 +35,9 @@ ENTRY_KEY = {"topk": lambda e: e["id"], "knn": lambda e: e["id"], "range": lambd
              "terms": lambda e: e["term"]}
 
 
+MESSAGE_FIELDS = ("id", "x", "y", "t", "text", "terms")  # a message record's fields, as GET /v1/messages answers
+
+
 def _line_error(err: InputError, line: int) -> InputError:
     return err.located(line=line)
 
@@ -266,6 +269,21 @@ class State:
         """The records of the messages in the window, oldest first."""
         live = set(int(i) for i in self.engine.window_ids())
         return [r for r in self.recent if r[0] in live]
+
+    def last_messages(self, n: int) -> list[dict]:
+        """The records of the newest ``n`` messages in the window, oldest first, shaped as
+        message records: ``id``, ``x``, ``y``, ``t`` and ``text`` or ``terms``."""
+        if n <= 0:
+            return []
+        live = set(self.engine.window_ids().tolist())
+        newest: list[dict] = []
+        for mid, _, rec in reversed(self.recent):
+            if mid in live:
+                newest.append({k: rec[k] for k in MESSAGE_FIELDS if k in rec})
+                if len(newest) == n:
+                    break
+        newest.reverse()
+        return newest
 
     def restore(self, meta: dict, subs: list[tuple[dict, str]], window: list[dict]) -> None:
         """Rebuild from a snapshot: the window's messages first, then every subscription in

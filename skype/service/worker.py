@@ -169,6 +169,8 @@ class Worker:
             return st.results_ndjson(), []
         if job.kind == "query":
             return st.query(job.payload), []
+        if job.kind == "messages":  # the newest window messages' records (GET /v1/messages)
+            return st.last_messages(job.payload), []
         if job.kind == "reset":  # current result lines and the seq they correspond to
             lines = {sid: (st.result_line(sid) if sid in st.records else None) for sid in job.payload}
             return (st.seq, st.position, lines), []

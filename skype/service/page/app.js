@@ -5,18 +5,24 @@
 // `entered` comes, entries ranked by score (the one that entered last first among equal
 // scores).  after=0 replays the retained events from the start or opens with a reset, so the
 // folded list equals the server's result; the browser resumes a dropped stream by itself with
-// Last-Event-ID.  The token (field in the header) is kept in localStorage and sent as
+// Last-Event-ID.  The recent messages (GET /v1/messages?last=MAX_MESSAGES) are read at start
+// and every MESSAGES_EVERY_MS, and drawn as small dots under the subscriptions; the chosen
+// subscription's result messages among them are ringed.  The token (field in the header) is kept in localStorage and sent as
 // "Authorization: Bearer" on fetches and as ?token= on the EventSource (which cannot set headers).
 "use strict";
 
 const MAX_DRAWN = 2000;     // subscriptions whose records are fetched and drawn
 const MAX_EVENTS = 50;      // lines in the recent-events list
+const MAX_MESSAGES = 200;   // newest window messages drawn
+const MESSAGES_EVERY_MS = 2000;
 const RESULT_FIELDS = ["topk", "matches", "terms"];
 
 const page = {
   map: new SkypeMap(document.getElementById("map")),
   subs: new Map(),          // id -> {id, x, y, k, kind, record}
   results: new Map(),       // id -> results-file line
+  messages: [],             // the newest window messages' records, newest last
+  loadingMessages: false,
   chosen: null,             // chosen subscription id
   entries: [],              // the chosen subscription's result entries, folded from events
   source: null,             // its EventSource
@@ -87,6 +93,21 @@ async function loadAll() {
   loadHealth();
 }
 
+async function loadMessages() {
+  if (page.loadingMessages) return;
+  page.loadingMessages = true;
+  const status = document.getElementById("msg-count");
+  try {
+    const text = await (await api(`/v1/messages?last=${MAX_MESSAGES}`)).text();
+    page.messages = text.split("\n").filter((raw) => raw.trim()).map((raw) => JSON.parse(raw));
+    draw();
+  } catch (e) {
+    status.textContent = `messages: ${e.message || e}`;
+  } finally {
+    page.loadingMessages = false;
+  }
+}
+
 function renderList() {
   const ul = document.getElementById("subs");
   ul.replaceChildren();
@@ -105,9 +126,20 @@ function fmt(v) { return Number.isFinite(v) ? v.toFixed(2) : "?"; }
 
 function draw() {
   const points = [...page.subs.values()].filter((s) => Number.isFinite(s.x));
-  page.map.fit(points.map((s) => [s.x, s.y]));
+  const msgs = page.messages.filter((m) => Number.isFinite(m.x) && Number.isFinite(m.y));
+  page.map.fit(points.map((s) => [s.x, s.y]).concat(msgs.map((m) => [m.x, m.y])));
   page.map.drawBase();
+  for (const m of msgs) page.map.dot(m.x, m.y, 1.5, "#d03060");
   for (const s of points) page.map.dot(s.x, s.y, 3, "#2a6fb0");
+  // the chosen subscription's result messages that are among the drawn ones
+  const inResult = new Set(page.entries.filter((e) => typeof e === "object" && "id" in e).map((e) => e.id));
+  const ringed = msgs.filter((m) => inResult.has(m.id));
+  for (const m of ringed) page.map.dot(m.x, m.y, 4, "#2fb344", "#155d22");
+  const canvas = page.map.canvas;
+  canvas.dataset.messages = String(msgs.length);
+  canvas.dataset.highlighted = String(ringed.length);
+  document.getElementById("msg-count").textContent =
+    `${msgs.length} recent messages` + (page.chosen !== null ? `, ${ringed.length} in #${page.chosen}'s result` : "");
   const c = page.subs.get(page.chosen);
   if (c && Number.isFinite(c.x)) page.map.dot(c.x, c.y, 7, "#f0a000", "#7a5200");
   const [minx, miny, maxx, maxy] = page.map.bounds;
@@ -142,6 +174,7 @@ function choose(id) {
     page.lastSeq = event.seq;
     const fresh = fold(event);
     renderTopk(fresh);
+    draw();
     logEvent(event);
   };
 }
@@ -206,6 +239,7 @@ tokenInput.value = token();
 tokenInput.addEventListener("change", () => {
   localStorage.setItem("skype.token", tokenInput.value.trim());
   loadAll();
+  loadMessages();
   if (page.chosen !== null) choose(page.chosen);
 });
 document.getElementById("reload").addEventListener("click", loadAll);
@@ -219,4 +253,6 @@ document.getElementById("map").addEventListener("click", (ev) => {
 });
 const wanted = Number(new URLSearchParams(location.search).get("sub"));
 loadAll().then(() => { if (Number.isInteger(wanted) && page.results.has(wanted)) choose(wanted); });
+loadMessages();
+setInterval(loadMessages, MESSAGES_EVERY_MS);
 setInterval(loadHealth, 2000);
