@@ -50,3 +50,14 @@ def test_run_refuses_results_with_a_console_sink(tmp_path):
                            window_size=20.0, bounds=tuple(w.bounds.as_tuple()), sink="console")
     with pytest.raises(InputError, match="E023"):
         run(settings, workload, spark=object(), run_dir=tmp_path / "run", results_out=str(tmp_path / "r.jsonl"))
+
+
+def test_the_service_and_its_client_import_neither_the_cli_nor_pyspark():
+    code = (
+        "import importlib, pkgutil, sys, skype.service, skype.client\n"
+        "for m in pkgutil.walk_packages(skype.service.__path__, 'skype.service.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] == 'pyspark' or n.split('.')[:2] == ['skype', 'cli']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -17,9 +17,7 @@ from skype.data.drift import DRIFT_KINDS, make_drift
 from skype.data.workloads import DATASETS, SUB_KEYWORDS
 from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS, Bounds
-# messages_batch and subscriptions_batch stay importable here for the command-line tools that
-# build batches from validated rows
-from skype.workload import Inputs, WorkloadSpec, load_workload, messages_batch, subscriptions_batch  # noqa: F401
+from skype.workload import Inputs, WorkloadSpec, load_workload
 
 DEFAULT_NUM_SUBS = 20_000
 DEFAULT_NUM_MESSAGES = 50_000

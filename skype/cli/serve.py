@@ -58,7 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_host(args.host, tokens)
     vocabulary = None
     if args.vocabulary:
-        from skype.spark.vocabulary import FrozenVocabulary  # no pyspark: the file's format and ids
+        from skype.dskype.vocabulary import FrozenVocabulary  # the file's format and ids
 
         vocabulary = FrozenVocabulary.load(args.vocabulary)
     data_dir = check_data_dir(args, vocabulary)

@@ -26,7 +26,7 @@ import numpy as np
 
 from skype import io, queries, validate
 from skype.api import ChangeLog, EngineBase
-from skype.cli.inputs import messages_batch, subscriptions_batch
+from skype.workload import messages_batch, subscriptions_batch
 from skype.errors import InputError
 from skype.model import Subscription
 from skype.text import Vocabulary
