@@ -13,7 +13,6 @@ files read back and match their checksums, so a damaged snapshot falls back to t
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import zlib
@@ -23,15 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from skype.service.wal import fsync_path
+
 KEEP = 2
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _crc(path: Path) -> int:
@@ -70,12 +63,12 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, dic
                                                 for name in ("subscriptions.parquet", "window.parquet")})
     (tmp / "meta.json").write_text(json.dumps(meta))
     for name in ("subscriptions.parquet", "window.parquet", "meta.json"):
-        _fsync(tmp / name)
-    _fsync(tmp)
+        fsync_path(tmp / name)
+    fsync_path(tmp)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
-    _fsync(directory)
+    fsync_path(directory)
     for _, old in snapshots(directory)[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -119,7 +119,7 @@ class Log:
         else:
             path = self.dir / f"log-{self.next_index:016d}.wal"
         self._fh = open(path, "ab", buffering=0)
-        _fsync_dir(self.dir)
+        fsync_path(self.dir)
 
     def append(self, command: Any) -> int:
         """Write one command (not yet durable: call :meth:`sync`); returns its index."""
@@ -149,7 +149,7 @@ class Log:
         self._fh.close()
         path = self.dir / f"log-{self.next_index:016d}.wal"
         self._fh = open(path, "ab", buffering=0)
-        _fsync_dir(self.dir)
+        fsync_path(self.dir)
 
     def drop_before(self, index: int) -> None:
         """Delete the segments whose records all precede ``index``."""
@@ -168,8 +168,9 @@ class Log:
             self._fh = None
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """Make a file's data, or a folder's entries (a rename, a new file), durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
