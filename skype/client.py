@@ -166,7 +166,8 @@ class Client:
                     yield json.loads(line)
 
     def query(self, record: Mapping[str, Any]) -> Any:
-        """A snapshot query (a ``{"op": "query"}`` record, ``op`` optional); the server's answer."""
+        """A snapshot query (a ``{"op": "query"}`` record, ``op`` optional); its answer, as the
+        ``answer`` of an answers-file line."""
         return self._request("POST", "/v1/query", json=dict(record), headers=self._headers()).json()
 
     def advance(self, t: float) -> dict:

@@ -106,7 +106,8 @@ def test_query_advance_metrics_page(srv):
     requests.post(srv.url + "/v1/messages", json={"id": 7000, "x": 3.0, "y": 3.0, "text": "tacos"})
     r = requests.post(srv.url + "/v1/query", json={"op": "query", "kind": "range", "rect": [2, 2, 4, 4],
                                                    "text": "tacos"})
-    assert r.status_code == 200 and 7000 in r.json()["answer"]
+    assert r.status_code == 200 and 7000 in r.json()
+    assert int(r.headers["X-Skype-Position"]) == requests.get(srv.url + "/healthz").json()["position"]
     for body, code in [({"kind": "nope"}, "E040"), ({"kind": "range", "rect": [4, 4, 2, 2], "text": "x"}, "E042"),
                        ({"op": "sub", "kind": "range"}, "E018")]:
         r = requests.post(srv.url + "/v1/query", json=body)

@@ -275,7 +275,10 @@ class Service:
         rec = await self.json_body(request, "a query record")
         if isinstance(rec, dict) and rec.get("op", "query") != "query":
             raise InputError("E018", op=rec.get("op"))
-        return web.json_response(await self.run("query", rec))
+        line = await self.run("query", rec)
+        # the contract's answer is the answers file's `answer`; the position it was taken at
+        # (the line's `after`) travels in a header
+        return web.json_response(line["answer"], headers={"X-Skype-Position": str(line["after"])})
 
     async def post_advance(self, request: web.Request) -> web.Response:
         self.need_publisher(request, "advance the clock")
