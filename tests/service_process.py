@@ -3,6 +3,7 @@
 ``ServerProcess(data_dir, *args)`` picks a free port, starts the server with this checkout on
 ``PYTHONPATH``, and waits until ``GET /healthz`` answers ``ok``; ``kill()`` is SIGKILL,
 ``stop()`` SIGTERM (the graceful shutdown), ``start()`` again reuses the data directory and port.
+Every service test starts its servers through it (``service_server`` re-exports it as ``Server``).
 The server runs from this checkout, or from ``$SKYPE_SERVER_ROOT`` when set.
 The server's output goes to ``data_dir/../server-N.log``, printed when a start fails.
 """
@@ -51,7 +52,7 @@ class ServerProcess:
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 if httpx.get(self.url + "/healthz", timeout=2).json().get("status") == "ok":
                     return self
@@ -59,23 +60,35 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         self.kill()
-        raise RuntimeError(f"server not ready within {self.ready_timeout} s:\n{self.log()}")
+        raise RuntimeError(f"server not ready within {self.ready_timeout} s:\n{self.log_tail()}")
 
-    def log(self) -> str:
+    def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path and self.log_path.exists() else ""
 
-    def kill(self) -> None:
+    def kill(self) -> int | None:
+        """SIGKILL; the exit status (None when no server runs)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
+        return None if self.proc is None else self.proc.returncode
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        """SIGTERM (the graceful shutdown; SIGKILL after 60 s), or ``sig``; the exit status."""
+        if sig == signal.SIGKILL:
+            return self.kill()
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.kill()
+        return None if self.proc is None else self.proc.returncode
+
+    @property
+    def log(self) -> Path:
+        """The current start's log file (the server's stdout and stderr)."""
+        assert self.log_path is not None
+        return self.log_path
 
     def __enter__(self) -> ServerProcess:
         return self.start()

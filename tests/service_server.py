@@ -1,79 +1,22 @@
 """Test harness for ``python -m skype.run serve``: a real server on loopback, in a subprocess.
 
-:class:`Server` starts it on a free port with ``PYTHONPATH`` at this checkout, waits until
-``/healthz`` answers 200, and stops it (SIGTERM, or SIGKILL for the crash tests).  Helpers fold
+:class:`Server` is :class:`tests.service_process.ServerProcess` (a free port, ``PYTHONPATH`` at this
+checkout, ready once ``/healthz`` answers ``ok``, stopped by SIGTERM or SIGKILL).  Helpers fold
 event streams back into results and compute the reference results over given writes.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import requests
+
+from tests.service_process import ROOT, ServerProcess  # noqa: F401  (ROOT: for the tests that import it here)
 
 from skype import io
 from skype.reference import ReferenceEngine
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, data_dir: Path, *args: str) -> None:
-        self.data_dir, self.args = Path(data_dir), list(args)
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-        self.log = self.data_dir.parent / f"{self.data_dir.name}.stderr"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 60.0) -> Server:
-        self.port = free_port()
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        cmd = [sys.executable, "-m", "skype.run", "serve", "--data-dir", str(self.data_dir), "--port",
-               str(self.port), *self.args]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:  # not listening yet, or busy recovering
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("server did not become healthy")
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-    def __enter__(self) -> Server:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.stop()
+Server = ServerProcess  # the one process harness of the service tests
 
 
 def ndjson(records: list) -> bytes:
