@@ -86,6 +86,8 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
         s.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
         s.add_argument("--driver-memory", default="1g", help="driver memory (default: %(default)s)")
     s.add_argument("--batch-size", type=int, default=10_000, help="messages per micro-batch (default: %(default)s)")
+    s.add_argument("--commands-per-batch", type=int, metavar="N",
+                   help="subscription commands per micro-batch, at most (default: from the driver memory; 0: no cap)")
     s.add_argument("--checkpoint", metavar="DIR",
                    help="run directory: Spark checkpoint, stream files, events (default: out/dskype-<time>)")
     s.add_argument("--conf", type=_conf_pair, action="append", default=[], metavar="KEY=VALUE",
@@ -139,6 +141,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
         rebalance_load=args.rebalance_load, summaries=args.summaries,
         ingest_split=args.ingest_split if args.vocabulary else 10_000,
+        commands_per_batch=args.commands_per_batch,
     )
 
 

@@ -6,7 +6,10 @@ Per grouping key (a subscription partition or a merge bucket), in Spark's state 
   mark, the ids and sizes of the log entries and window segments, the next free id;
 * ``log`` (MapState id -> blob): a snapshot followed by deltas, one per batch that changed the
   logged part (partition: the subscription commands received; merge bucket: the replica-list
-  rows).  Replaying the log in id order rebuilds the logged part;
+  rows).  Replaying the log in id order rebuilds the logged part.  An entry larger than a few
+  megabytes is stored as several values (``log_ids`` holds ``-k - 1`` for a further piece ``k``;
+  :func:`skype.spark.processors.join_pieces`), since Spark's state server copies each value into
+  one buffer on the JVM heap;
 * ``segments`` (MapState id -> blob, partitions only): the window messages routed to the
   partition, one segment per batch; a segment is removed once its newest message has expired.
 

@@ -81,6 +81,7 @@ class RunSettings:
     rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.dskype.rebalancing)
     rebalance_load: str = "model"  # what the policy balances: its paper's model, or measured engine work
     summaries: str = "active"  # prefix: whose terms are live in the keyword summaries (or "off")
+    commands_per_batch: int | None = None  # None: derived from the memory (skype.spark.runtime.commands_cap); 0: no cap
 
     def __post_init__(self) -> None:
         from skype.partitioning import METHODS
@@ -95,6 +96,9 @@ class RunSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError("E023", what=name.replace("_", "-"), expected="an integer >= 1", value=value)
+        cap = self.commands_per_batch
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise InputError("E023", what="commands-per-batch", expected="an integer >= 0 (0: no cap)", value=cap)
         if self.merge_buckets is None:
             self.merge_buckets = self.partitions
         if self.merge_buckets < 1:

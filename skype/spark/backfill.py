@@ -13,8 +13,12 @@ so what comes back is exactly what routing would have sent.  A Kafka stream is n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from skype.spark.sources import StreamFilesReader
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class BackfillSource:
                 parts.append((messages, seq))
         return codec.concat_messages(parts)
 
-    def _reader(self):
+    def _reader(self) -> StreamFilesReader:
         if not self.raw:
             from skype.spark.sources import StreamFilesReader
 
@@ -64,4 +68,4 @@ class BackfillSource:
                               bounds=self.bounds, dead_letters=None, split=self.split, default_at=None)
 
 
-_readers: dict[BackfillSource, object] = {}  # per process: the file list of each stream, counted once
+_readers: dict[BackfillSource, StreamFilesReader] = {}  # per process: the file list of each stream, counted once

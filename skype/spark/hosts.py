@@ -139,7 +139,7 @@ def build_core(stage: str, ident: tuple, durable: tuple):
         return PartitionCore.rebuild(config, hwm_seq, hwm_t, log, segments)
     from skype.dskype.merge import MergeCore
 
-    return MergeCore.rebuild(durable)
+    return MergeCore.rebuild(list(durable))
 
 
 # --------------------------------------------------------------------------- clients

@@ -31,14 +31,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql.datasource import DataSource, InputPartition
+from pyspark.sql.datasource import InputPartition
 
 from skype.errors import InputError
 from skype.dskype.records import parse_lines, records_to_events
-from skype.dskype.routing import EVENT_SCHEMA_DDL, write_dead_letters
-from skype.spark.sources import KINDS, StreamFilesReader, _file_format, count_records
+from skype.dskype.routing import write_dead_letters
+from skype.spark.sources import StreamFilesReader, _file_format, count_records
 
-SOURCE_NAME = "skype_raw"
 DEFAULT_SPLIT = 10_000
 INGEST_SETTINGS = ("vocabulary", "messages_dir", "commands_dir", "ingest_split")  # DIR/ingest.json, for restarts
 
@@ -161,44 +160,14 @@ class RawFilesReader(StreamFilesReader):
         yield batch
 
 
-class RawFilesSource(DataSource):
-    """``spark.readStream.format("skype_raw")``, options ``path``, ``kind``, ``vocabulary``,
-    ``bounds`` (``minx,miny,maxx,maxy``), ``claims``, ``deadLetters``, ``split``, ``defaultAt``,
-    ``maxRecordsPerTrigger``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> str:
-        return EVENT_SCHEMA_DDL
-
-    def streamReader(self, schema):
-        o = self.options
-        max_records = o.get("maxRecordsPerTrigger")
-        default_at = o.get("defaultAt")
-        return RawFilesReader(o["path"], o.get("kind", "messages"), int(max_records) if max_records else None,
-                              vocabulary=o["vocabulary"], claims=o.get("claims"),
-                              bounds=tuple(float(v) for v in o["bounds"].split(",")),
-                              dead_letters=o.get("deadLetters"), split=int(o.get("split", DEFAULT_SPLIT)),
-                              default_at=int(default_at) if default_at not in (None, "") else None)
-
-
-def raw_file_events(spark, path: str, kind: str, *, vocabulary: str, bounds: tuple, claims: str | None = None,
-                    dead_letters: str | None = None, max_records: int | None = None, split: int = DEFAULT_SPLIT,
-                    default_at: int | None = None):
-    """A streaming DataFrame of stream events read and tokenized by the executors."""
-    if kind not in KINDS:
-        raise InputError("E022", what="stream kind", value=kind, choices=", ".join(KINDS))
-    spark.dataSource.register(RawFilesSource)
-    reader = (spark.readStream.format(SOURCE_NAME).option("path", os.path.abspath(path)).option("kind", kind)
-              .option("vocabulary", vocabulary).option("bounds", ",".join(repr(float(b)) for b in bounds))
-              .option("split", str(int(split))))
-    for name, value in (("claims", claims), ("deadLetters", dead_letters), ("defaultAt", default_at),
-                        ("maxRecordsPerTrigger", max_records)):
-        if value is not None:
-            reader = reader.option(name, str(value))
-    return reader.load()
+def raw_reader(options, path: str, kind: str, max_records: int | None = None) -> RawFilesReader:
+    """A :class:`RawFilesReader` from a source's options (``vocabulary``, ``bounds`` as
+    ``minx,miny,maxx,maxy``, ``claims``, ``deadLetters``, ``split``, ``defaultAt``)."""
+    default_at = options.get("defaultAt")
+    return RawFilesReader(path, kind, max_records, vocabulary=options["vocabulary"], claims=options.get("claims"),
+                          bounds=tuple(float(v) for v in options["bounds"].split(",")),
+                          dead_letters=options.get("deadLetters"), split=int(options.get("split", DEFAULT_SPLIT)),
+                          default_at=int(default_at) if default_at not in (None, "") else None)
 
 
 # --------------------------------------------------------------------------- planning from samples
@@ -317,11 +286,13 @@ def raw_events(spark, plan):
                                 dense=s.window.kind == "count", **kafka)
         commands = kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", **kafka)
         return messages.unionByName(commands)
-    common = dict(vocabulary=s.vocabulary, bounds=tuple(s.bounds), claims=str(plan.run_dir / "unseen-terms"),
-                  dead_letters=str(plan.dead_letters_dir), split=s.ingest_split)
-    messages = raw_file_events(spark, plan.messages_dir, "messages", max_records=s.batch_size, **common)
-    commands = raw_file_events(spark, plan.commands_dir, "commands", **common)
-    return messages.unionByName(commands)
+    from skype.spark.runtime import commands_cap
+    from skype.spark.sources import paired_events
+
+    return paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s),
+                         vocabulary=s.vocabulary, bounds=",".join(repr(float(b)) for b in s.bounds),
+                         claims=str(plan.run_dir / "unseen-terms"), deadLetters=str(plan.dead_letters_dir),
+                         split=s.ingest_split)
 
 
 def plan_ingest_run(run_dir: Path, settings, *, vocabulary: str, messages_file: str | None = None,

@@ -100,7 +100,7 @@ class _HostedProcessor(StatefulProcessor):
 
     def _read_log(self, meta: Meta) -> list[bytes]:
         entries = {int(k[0]): bytes(v[0]) for k, v in self.log_state.iterator()} if meta.log_ids else {}
-        return [entries[i] for i in meta.log_ids]
+        return join_pieces(meta.log_ids, entries)
 
     def _exchange(self, key: int, ident: tuple, meta: Meta, new: tuple, inputs, want_snapshot: bool,
                   durable_fn) -> tuple:
@@ -122,18 +122,59 @@ class _HostedProcessor(StatefulProcessor):
         """Write this batch's log delta, or the snapshot that replaces the log; returns bytes."""
         if snapshot is not None:
             for old in meta.log_ids:
-                self.log_state.removeKey((old,))
-            sid = meta.take_id()
-            self.log_state.updateValue((sid,), (snapshot,))
-            meta.log_ids, meta.log_bytes, meta.snapshot_bytes = [sid], 0, len(snapshot)
+                self.log_state.removeKey((piece_id(old),))
+            meta.log_ids, meta.log_bytes, meta.snapshot_bytes = self._put_pieces(meta, snapshot), 0, len(snapshot)
             return len(snapshot)
         if delta is not None:
-            did = meta.take_id()
-            self.log_state.updateValue((did,), (delta,))
-            meta.log_ids.append(did)
+            meta.log_ids += self._put_pieces(meta, delta)
             meta.log_bytes += len(delta)
             return len(delta)
         return 0
+
+    def _put_pieces(self, meta: Meta, blob: bytes) -> list[int]:
+        """Write one log entry as pieces of at most ``VALUE_PIECE_BYTES`` (:func:`split_pieces`)."""
+        ids = []
+        for i, piece in enumerate(split_pieces(blob)):
+            pid = meta.take_id()
+            self.log_state.updateValue((pid,), (piece,))
+            ids.append(pid if i == 0 else -pid - 1)
+        return ids
+
+
+# Spark's state server copies a value into one row buffer on the JVM heap: a value of hundreds of
+# megabytes (a snapshot of 100k subscriptions' replica lists) ran a 1 GB driver out of memory.
+VALUE_PIECE_BYTES = 4 << 20
+
+
+def split_pieces(blob: bytes, size: int | None = None) -> list[bytes]:
+    """A log entry as the values it is stored in (one, unless it is larger than ``size``).
+
+    >>> split_pieces(b"abcde", 2), split_pieces(b"", 2)
+    ([b'ab', b'cd', b'e'], [b''])
+    """
+    size = size or VALUE_PIECE_BYTES
+    return [blob[i:i + size] for i in range(0, len(blob), size)] or [blob]
+
+
+def piece_id(logged: int) -> int:
+    """The state key of a logged id: ``meta.log_ids`` holds an entry's first piece as its key
+    ``k`` and each further piece as ``-k - 1``."""
+    return logged if logged >= 0 else -logged - 1
+
+
+def join_pieces(log_ids: list[int], values: dict[int, bytes]) -> list[bytes]:
+    """The log entries from their stored pieces, in log order.
+
+    >>> join_pieces([0, -2, -3, 3], {0: b"ab", 1: b"cd", 2: b"e", 3: b"x"})
+    [b'abcde', b'x']
+    """
+    entries: list[bytes] = []
+    for logged in log_ids:
+        if logged >= 0:
+            entries.append(values[logged])
+        else:
+            entries[-1] += values[piece_id(logged)]
+    return entries
 
 
 class PartitionProcessor(_HostedProcessor):

@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from functools import partial
+from typing import Iterator
 
 from skype.errors import InputError
 from skype.spark import hosts as hosts_mod
@@ -84,6 +86,58 @@ def configure(spark, plan: Plan) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", str(plan.shuffle_partitions))
 
 
+# --------------------------------------------------------------------------- memory of a batch
+
+# Heap a subscription command costs while its batch runs (routing, the transformWithState state
+# server, the partition's command log), measured on tweets at P = 2 (docs/results.md), with a
+# margin; a batch may spend COMMANDS_SHARE of the heap on commands.
+BYTES_PER_COMMAND = 4096
+COMMANDS_SHARE = 0.25
+MIN_COMMANDS_PER_BATCH = 1000
+
+
+def memory_bytes(text: str) -> int:
+    """A JVM memory setting (``"1g"``, ``"512m"``, ``"1536"`` MiB) in bytes.
+
+    >>> memory_bytes("1g"), memory_bytes("512m"), memory_bytes("2048")
+    (1073741824, 536870912, 2147483648)
+    """
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    value = text.strip().lower().removesuffix("b")
+    if value and value[-1] in units:
+        return int(float(value[:-1]) * units[value[-1]])
+    return int(float(value) * units["m"])
+
+
+def batch_heap(spark) -> tuple[str, int]:
+    """The JVM memory setting a batch's state traffic lives in, and its bytes: the driver's in
+    local mode (the executors run inside it), else the executors'."""
+    conf = spark.sparkContext.getConf()
+    key = "spark.driver.memory" if conf.get("spark.master", "").startswith("local") else "spark.executor.memory"
+    text = conf.get(key, "1g")
+    return key, memory_bytes(text)
+
+
+def commands_cap(spark, settings: RunSettings) -> int | None:
+    """Subscription commands per micro-batch, at most (None: no cap): ``--commands-per-batch``,
+    else ``COMMANDS_SHARE`` of the batch's heap over ``BYTES_PER_COMMAND``.  E130 when that heap
+    holds fewer than ``MIN_COMMANDS_PER_BATCH`` commands."""
+    if settings.commands_per_batch is not None:
+        return settings.commands_per_batch or None
+    key, heap = batch_heap(spark)
+    cap = int(heap * COMMANDS_SHARE / BYTES_PER_COMMAND)
+    if cap < MIN_COMMANDS_PER_BATCH:
+        need = int(MIN_COMMANDS_PER_BATCH * BYTES_PER_COMMAND / COMMANDS_SHARE)
+        raise InputError("E130", setting=key, value=conf_text(spark, key), commands=cap,
+                         advice=f"set {key} to at least {-(-need // (1 << 20))}m (--driver-memory), "
+                                "or --commands-per-batch")
+    return cap
+
+
+def conf_text(spark, key: str) -> str:
+    return spark.sparkContext.getConf().get(key, "1g")
+
+
 # --------------------------------------------------------------------------- the query
 
 
@@ -96,20 +150,20 @@ def source_events(spark, plan: Plan):
 
         return raw_events(spark, plan)
     if s.source == "kafka":
+        assert s.kafka_bootstrap and s.messages_topic and s.commands_topic  # RunSettings checks them
         dead = str(plan.dead_letters_dir)  # order checks: skype.dskype.ordering
         messages = sources.kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size,
                                         dense=s.window.kind == "count", dead_letters=dead)
         commands = sources.kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", dead_letters=dead)
-    else:
-        messages = sources.file_events(spark, plan.messages_dir, "messages", s.batch_size)
-        commands = sources.file_events(spark, plan.commands_dir, "commands")
-    return messages.unionByName(commands)
+        return messages.unionByName(commands)
+    return sources.paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s))
 
 
 def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     """Grouping key -> the partition it holds, for every pipeline."""
     s = plan.settings
     configs = {}
+    assert s.merge_buckets is not None  # RunSettings sets it
     vocab = plan.run_dir / "stream" / VOCABULARY_FILE  # written by staging when terms subscriptions come
     for pipe in plan.pipelines:
         native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
@@ -204,6 +258,32 @@ def build_query(spark, plan: Plan, token: str, sink):
     return writer.trigger(availableNow=True)
 
 
+# what a failure for want of memory looks like from the driver: the JVM's error, Python's, or a
+# transformWithState task whose state server closed its connection (the server's thread dies of
+# java.lang.OutOfMemoryError, which only the JVM's stderr shows)
+OUT_OF_MEMORY = ("java.lang.OutOfMemoryError", "MemoryError", "Cannot allocate memory", "_receive_proto_message")
+
+
+@contextmanager
+def out_of_memory_as_error(spark, sink: EventSink) -> Iterator[None]:
+    """A run that fails for want of memory raises E131 (what to set) instead of the JVM's and the
+    workers' traces; other failures pass unchanged."""
+    try:
+        yield
+    except Exception as err:
+        text = str(err)
+        found = next((mark for mark in OUT_OF_MEMORY if mark in text), None)
+        if found is None:
+            raise
+        key, heap = batch_heap(spark)
+        line = next((ln.strip() for ln in text.splitlines() if found in ln), found)[:160]
+        if found == "_receive_proto_message":
+            line = "the transformWithState state server closed its connection, as it does when the JVM heap runs out"
+        raise InputError("E131", batch=len(sink.batches), where=line,
+                         advice=f"raise {key} (now {heap >> 20}m; --driver-memory in local mode) or lower "
+                                "--commands-per-batch and --batch-size") from None
+
+
 def run_query(spark, plan: Plan) -> RunOutcome:
     """Start the query and wait: until the input is consumed (availableNow), ``stop_after_batches``
     batches, ``timeout_s`` seconds, or Ctrl-C."""
@@ -215,17 +295,18 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     stopped = False
     offsets = OffsetCheck(s)
     try:
-        while query.isActive:
-            query.awaitTermination(0.25)
-            if not offsets.passes(query):
-                query.stop()
-                offsets.raise_error()
-            if s.stop_after_batches is not None and len(sink.batches) >= s.stop_after_batches:
-                query.stop()
-                stopped = True
-            elif s.timeout_s is not None and time.perf_counter() - t0 > s.timeout_s:
-                query.stop()
-                stopped = True
+        with out_of_memory_as_error(spark, sink):
+            while query.isActive:
+                query.awaitTermination(0.25)
+                if not offsets.passes(query):
+                    query.stop()
+                    offsets.raise_error()
+                if s.stop_after_batches is not None and len(sink.batches) >= s.stop_after_batches:
+                    query.stop()
+                    stopped = True
+                elif s.timeout_s is not None and time.perf_counter() - t0 > s.timeout_s:
+                    query.stop()
+                    stopped = True
     except KeyboardInterrupt:
         query.stop()
         stopped = True
@@ -233,7 +314,8 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     if not offsets.passes(query):  # the batches that ended after the last poll
         offsets.raise_error()
     if query.exception() is not None:
-        raise query.exception()
+        with out_of_memory_as_error(spark, sink):
+            raise query.exception()
     progress = [p for p in query.recentProgress if p.get("batchId") is not None]
     if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
         stop_local_hosts(plan, token)

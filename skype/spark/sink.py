@@ -76,7 +76,8 @@ class EventSink:
             convert = partial(kafka_records_arrow, self.methods, int(batch_id), self.results_dirs)
             out = df.mapInArrow(convert, KAFKA_ROWS_DDL).persist()
             try:
-                write_kafka(out.filter(out.kind == EVENT).select("key", "value"), *self.kafka)
+                bootstrap, topic = self.kafka
+                write_kafka(out.filter(out.kind == EVENT).select("key", "value"), str(bootstrap), str(topic))
                 rows = out.filter(out.kind != EVENT).select("pipeline", "kind", "payload").collect()
             finally:
                 out.unpersist()

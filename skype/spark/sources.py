@@ -1,13 +1,17 @@
 """Streaming sources of messages and subscription commands, all yielding the stream-event schema.
 
-**Files (default): the ``skype_stream`` Python data source.**  A directory of stream files
-(:mod:`skype.dskype.staging`), read in file-name order.  The offset is the number of records
-consumed, so a record's *position* is stable across restarts: for messages it is the global
-sequence number ``seq``, for commands their ordinal ``cseq``.  ``maxRecordsPerTrigger`` caps a
-micro-batch (``--batch-size`` messages per batch); with ``trigger(availableNow=True)`` the source
-fixes its end at the start and still honours the cap, so the batches are exactly those of a
-live run.  New files may be added while the query runs; they must sort after the files already
-seen (checked) and appear complete (written under a hidden name and renamed).
+**Files (default): the ``skype_stream`` Python data source** (:class:`PairedStreamReader`).  Two
+directories of stream files (:mod:`skype.dskype.staging`), messages and commands, each read in
+file-name order, as one source whose offset ``{"messages": m, "commands": c}`` counts the records
+consumed of each, so a record's *position* is stable across restarts: for messages it is the
+global sequence number ``seq``, for commands their ordinal ``cseq``.  One offset decides what a
+micro-batch holds of both streams (:func:`plan_batch`): at most ``--batch-size`` messages and
+``--commands-per-batch`` commands, and every command due before its messages, so the memory of a
+batch is bounded by the batch, not by the stream's commands, and the results stay exact.  With
+``trigger(availableNow=True)`` the source fixes its end at the start and still honours the caps,
+so the batches are exactly those of a live run; a replayed batch reads the offsets its first
+attempt logged.  New files may be added while the query runs; they must sort after the files
+already seen (checked) and appear complete (written under a hidden name and renamed).
 
 **Kafka (optional): :func:`kafka_events`.**  Each record's value is one stream-file record as
 JSON.  A message's ``seq`` is its Kafka offset, so the messages topic must have one partition (a
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -128,7 +133,7 @@ class FilePiece:
     first_position: int
 
 
-_last_table: dict[str, object] = {}  # per worker: the last file read (consecutive batches share files)
+_last_table: dict[str, Any] = {}  # per worker: the last file read (consecutive batches share files)
 
 
 class StreamFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -200,9 +205,146 @@ class StreamFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
-class StreamFilesSource(DataSource):
-    """``spark.readStream.format("skype_stream").option("path", DIR).option("kind", "messages")``;
-    option ``maxRecordsPerTrigger`` caps the records per micro-batch."""
+# --------------------------------------------------------------------------- both streams, one source
+
+
+def command_positions(path: str) -> np.ndarray:
+    """The position ``at`` of every command of a stream file (staged or raw), ``-1`` where a
+    record has none or an unreadable one (the record is refused later, by the reading task)."""
+    if _file_format(path) == "parquet":
+        import pyarrow.parquet as pq
+
+        if "at" not in pq.ParquetFile(path).schema_arrow.names:
+            return np.full(count_records(path), -1, np.int64)
+        column = pq.read_table(path, columns=["at"]).column("at").to_pylist()
+        return np.array([_position(v) for v in column], np.int64)
+    import json
+
+    out = []
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                    out.append(_position(record.get("at") if isinstance(record, dict) else None))
+                except ValueError:
+                    out.append(-1)
+    return np.array(out, np.int64)
+
+
+def _position(value) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else -1
+
+
+def plan_batch(start: tuple[int, int], available: tuple[int, int], due_by: np.ndarray,
+               max_messages: int | None, max_commands: int | None) -> tuple[int, int]:
+    """The end offsets ``(messages, commands)`` of the next micro-batch.
+
+    ``due_by[i]`` is the suffix minimum of the commands' positions from command ``i`` on (a
+    command without a position counts as due at once), so ``#{i : due_by[i] <= m}`` commands must
+    be delivered before the messages ``[0, m)`` are processed (a batch ending after message
+    ``h`` applies the commands positioned at ``h + 1`` or earlier).  The batch takes at most
+    ``max_messages`` messages and ``max_commands`` commands, and stops its messages before the
+    first message whose commands the cap leaves out; when even the commands due now exceed the
+    cap, the batch holds commands only.  Without ``max_commands`` every available command comes
+    (the source then holds no more than the stream's files).
+
+    >>> due = np.minimum.accumulate(np.array([0, 0, 0, 0, 5, 5, 9])[::-1])[::-1]
+    >>> plan_batch((0, 0), (20, 7), due, 10, 3)  # 4 commands due at 0: commands only
+    (0, 3)
+    >>> plan_batch((0, 3), (20, 7), due, 10, 3)  # messages until the command the cap leaves out
+    (8, 6)
+    >>> plan_batch((8, 6), (20, 7), due, 10, 3)
+    (18, 7)
+    >>> plan_batch((0, 0), (20, 7), due, 10, None)
+    (10, 7)
+    """
+    m0, c0 = start
+    total_m, total_c = available
+    m1 = min(total_m, m0 + max_messages) if max_messages else total_m
+    if not max_commands:
+        return max(m0, m1), max(c0, total_c)
+    c_lim = min(total_c, c0 + int(max_commands))
+    if c_lim < total_c:
+        first_left_out = int(due_by[c_lim])  # the earliest position a command beyond the cap is due
+        if first_left_out - 1 < m0 or (first_left_out - 1 == m0 and m1 > m0):
+            return m0, c_lim  # the commands due before the next message fill the batch
+        m1 = min(m1, first_left_out - 1)
+    need = int(np.searchsorted(due_by[:total_c], m1, side="right"))
+    return max(m0, m1), max(c0, need)
+
+
+@dataclass(frozen=True)
+class LanePiece:
+    lane: str  # "messages" or "commands"
+    piece: object
+
+
+class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Both streams as one source, offsets ``{"messages": m, "commands": c}``, so that one
+    offset decides what a batch holds of each (:func:`plan_batch`): a batch takes at most
+    ``max_messages`` messages and ``max_commands`` commands and every command due before its
+    messages.  A replayed batch reads the offsets logged by its first attempt, hence the same
+    records.  The driver keeps each command's position (8 bytes a command) to plan the batches."""
+
+    def __init__(self, messages: StreamFilesReader, commands: StreamFilesReader,
+                 max_messages: int | None, max_commands: int | None) -> None:
+        self.lanes = {"messages": messages, "commands": commands}
+        self.max_messages, self.max_commands = max_messages, max_commands
+        self.positions: list[np.ndarray] = []  # per command file, in name order
+        self.due_by = np.zeros(0, np.int64)
+        self.target: tuple[int, int] | None = None
+
+    def _refresh(self) -> tuple[int, int]:
+        total_m = self.lanes["messages"]._refresh()
+        commands = self.lanes["commands"]
+        total_c = commands._refresh()
+        if self.max_commands and len(self.positions) < len(commands.files):
+            for name, _ in commands.files[len(self.positions):]:
+                self.positions.append(command_positions(os.path.join(commands.path, name)))
+            pos = np.concatenate(self.positions) if self.positions else np.zeros(0, np.int64)
+            pos = np.where(pos < 0, 0, pos)  # no position: due at once
+            self.due_by = np.minimum.accumulate(pos[::-1])[::-1] if len(pos) else pos
+        return total_m, total_c
+
+    def initialOffset(self) -> dict:
+        return {"messages": 0, "commands": 0}
+
+    def getDefaultReadLimit(self):
+        return ReadAllAvailable()  # the caps are this reader's own (plan_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._refresh()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        total_m, total_c = self._refresh()
+        if self.target is not None:
+            total_m, total_c = min(total_m, self.target[0]), min(total_c, self.target[1])
+        begin = (int(start["messages"]), int(start["commands"])) if start else (0, 0)
+        m1, c1 = plan_batch(begin, (total_m, total_c), self.due_by, self.max_messages, self.max_commands)
+        return {"messages": m1, "commands": c1}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        pieces = []
+        for lane, reader in self.lanes.items():
+            lo, hi = (int(start[lane]) if start else 0), int(end[lane])
+            if lo < hi:
+                pieces += [InputPartition(LanePiece(lane, p.value))
+                           for p in reader.partitions({"records": lo}, {"records": hi})]
+        return pieces
+
+    def read(self, partition: InputPartition):
+        piece: LanePiece = partition.value
+        yield from self.lanes[piece.lane].read(InputPartition(piece.piece))
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class PairedStreamSource(DataSource):
+    """``spark.readStream.format("skype_stream")`` with options ``messages`` and ``commands``
+    (stream directories), ``maxRecordsPerTrigger`` (messages) and ``maxCommandsPerTrigger``; the
+    raw-ingestion options of :class:`skype.spark.ingest.RawFilesSource` when ``vocabulary`` is set."""
 
     @classmethod
     def name(cls) -> str:
@@ -212,17 +354,32 @@ class StreamFilesSource(DataSource):
         return EVENT_SCHEMA_DDL
 
     def streamReader(self, schema):
-        max_records = self.options.get("maxRecordsPerTrigger")
-        return StreamFilesReader(self.options["path"], self.options.get("kind", "messages"),
-                                 int(max_records) if max_records else None)
+        o = self.options
+        if o.get("vocabulary"):
+            from skype.spark.ingest import raw_reader
+
+            lanes = [raw_reader(o, o[kind], kind) for kind in KINDS]
+        else:
+            lanes = [StreamFilesReader(o[kind], kind, None) for kind in KINDS]
+        return PairedStreamReader(lanes[0], lanes[1], _positive(o.get("maxRecordsPerTrigger")),
+                                  _positive(o.get("maxCommandsPerTrigger")))
 
 
-def file_events(spark, path: str, kind: str, max_records: int | None = None):
-    """A streaming DataFrame of stream events from a directory of stream files."""
-    spark.dataSource.register(StreamFilesSource)
-    reader = spark.readStream.format(SOURCE_NAME).option("path", os.path.abspath(path)).option("kind", kind)
-    if max_records:
-        reader = reader.option("maxRecordsPerTrigger", str(int(max_records)))
+def _positive(value) -> int | None:
+    return int(value) if value not in (None, "", "0") else None
+
+
+def paired_events(spark, messages: str, commands: str, max_messages: int | None, max_commands: int | None,
+                  **raw_options):
+    """A streaming DataFrame of both streams' events, batches cut by :func:`plan_batch`;
+    ``raw_options`` (``vocabulary``, ``bounds``, ...) make the executors read raw files."""
+    spark.dataSource.register(PairedStreamSource)
+    reader = (spark.readStream.format(SOURCE_NAME).option("messages", os.path.abspath(messages))
+              .option("commands", os.path.abspath(commands)))
+    options = {"maxRecordsPerTrigger": max_messages, "maxCommandsPerTrigger": max_commands, **raw_options}
+    for name, value in options.items():
+        if value is not None:
+            reader = reader.option(name, str(value))
     return reader.load()
 
 
@@ -270,17 +427,17 @@ def kafka_sample(spark, bootstrap: str, topic: str, kind: str, limit: int, vocab
 def kafka_arrow_to_events(batches, kind: str, dense: bool = False, dead_letters: str | None = None,
                           vocabulary: str | None = None, bounds: tuple | None = None):
     """The ``mapInArrow`` function over Kafka rows (see :func:`skype.dskype.ordering.kafka_rows_to_events`)."""
-    vocab = None
+    vocab, space = None, None
     if vocabulary is not None:
         from skype.model import Bounds
         from skype.dskype.vocabulary import shipped_vocabulary
 
         vocab = shipped_vocabulary(shipped_path(vocabulary))
-        bounds = Bounds(*bounds)
+        space = Bounds(*bounds) if bounds is not None else None
     from skype.dskype.ordering import kafka_rows_to_events
 
     for batch in batches:
-        events, dead = kafka_rows_to_events(batch, kind, dense=dense, vocab=vocab, bounds=bounds)
+        events, dead = kafka_rows_to_events(batch, kind, dense=dense, vocab=vocab, bounds=space)
         if dead and dead_letters:
             from skype.dskype.routing import write_dead_letters
 

@@ -1,0 +1,222 @@
+"""Commands capped per micro-batch (``--commands-per-batch``, :func:`skype.spark.sources.plan_batch`):
+the batch plan's invariants (Hypothesis, no JVM), a run whose tiny cap spreads the commands over
+many batches staying exact against the centralized engine and the independent oracle, and the
+memory errors of the catalogue (E130, E131)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("pyspark")
+
+from spark_fixtures import events_workload, first_difference, fold_events_by_batch, oracle_by_batch, oracle_check, results_of  # noqa: E402
+
+from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.run import build_parser, main  # noqa: E402
+from skype.spark.sources import command_positions, plan_batch  # noqa: E402
+
+
+def due_by(positions) -> np.ndarray:
+    pos = np.maximum(np.asarray(positions, np.int64), 0)
+    return np.minimum.accumulate(pos[::-1])[::-1] if len(pos) else pos
+
+
+def batches(positions, messages: int, max_messages: int | None, max_commands: int | None) -> list[tuple[int, int]]:
+    """The batch ends the source plans over a finished stream, until it stops moving."""
+    due = due_by(positions)
+    ends, start = [], (0, 0)
+    while True:
+        end = plan_batch(start, (messages, len(positions)), due, max_messages, max_commands)
+        if end == start:
+            return ends
+        ends.append(end)
+        start = end
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 60), max_size=40), st.integers(0, 60), st.integers(1, 12),
+       st.one_of(st.none(), st.integers(1, 9)), st.booleans())
+def test_batch_plan_respects_caps_and_delivers_commands_before_their_messages(positions, messages, max_messages,
+                                                                            max_commands, ordered):
+    """Every batch holds at most the caps, moves forward, and holds every command due before
+    (or right after) its last message; the stream is consumed to its end (every command
+    positioned within the messages delivered); without a cap, commands come all at once."""
+    if ordered:
+        positions = sorted(positions)
+    ends = batches(positions, messages, max_messages, max_commands)
+    prev = (0, 0)
+    for m1, c1 in ends:
+        assert m1 >= prev[0] and c1 >= prev[1] and (m1, c1) != prev
+        assert m1 - prev[0] <= max_messages
+        if max_commands is not None:
+            assert c1 - prev[1] <= max_commands
+        if m1 > prev[0]:  # a batch with messages: every command due up to m1 is in
+            assert all(i < c1 for i, at in enumerate(positions) if at <= m1)
+        prev = (m1, c1)
+    assert prev[0] == messages
+    assert prev[1] >= max((i + 1 for i, at in enumerate(positions) if at <= messages), default=0)
+    if max_commands is None and positions:
+        assert ends[0][1] == len(positions)
+
+
+def test_command_positions_read_staged_and_raw_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"op": ["sub", "unsub", "sub"], "at": [0, 5, None]}), tmp_path / "c.parquet")
+    (tmp_path / "c.jsonl").write_text('{"op": "sub", "at": 3}\n\n{"op": "sub"}\n{"at": "x"}\nnot json\n')
+    assert command_positions(str(tmp_path / "c.parquet")).tolist() == [0, 5, -1]
+    assert command_positions(str(tmp_path / "c.jsonl")).tolist() == [3, -1, -1, -1]
+
+
+@pytest.mark.parametrize("method", ["prefix", "location"])
+def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypatch):
+    """With values capped at 700 bytes every snapshot and most deltas are stored in pieces; the
+    job's own processors (``TwsTester``, no JVM) stay exact after every batch through a lost cache
+    (rebuilt from the pieced log)."""
+    from spark_fixtures import LocalPipeline, centralized_by_batch
+
+    from skype.cli.distributed import settings_from_args
+    from skype.spark import processors
+    from skype.spark.hosts import InProcessHosts
+
+    monkeypatch.setattr(processors, "VALUE_PIECE_BYTES", 700)
+    events = events_workload(tmp_path / "events.jsonl")
+    args = build_parser().parse_args(["distributed", "--events", str(events), "--window", "500", "--method", method,
+                                      "--partitions", "3", "--batch-size", "400"])
+    inputs = load_inputs(args)
+    settings = settings_from_args(args, inputs.bounds)
+    want = centralized_by_batch(inputs, settings.window.centralized(), 400)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    for b in range(len(want)):
+        if b in (1, 3):
+            InProcessHosts.clear()
+        got = pipe.step()
+        assert got == want[b], f"batch {b}: {first_difference(got, want[b])}"
+    logged = [i for key in pipe.plan.pipelines[0].partition_keys
+              for i in processors.Meta.from_blob(pipe.snapshot_state(key)["meta"][0]).log_ids]
+    assert any(i < 0 for i in logged)  # further pieces were written
+    rebuilt = [m for ms in pipe.metrics for m in ms if m["stage"] == "partition" and not m["hit"]]
+    assert len(rebuilt) >= 2 * settings.partitions
+
+
+# --------------------------------------------------------------------------- on Spark
+
+BATCH, CAP, WINDOW = 400, 23, 500
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    return events_workload(tmp_path_factory.mktemp("spark-caps") / "events.jsonl")
+
+
+def centralized_at(inputs, ends: list[int]) -> list[dict[int, list[tuple[int, float]]]]:
+    """The centralized engine's results after the messages ``[0, end)`` and the commands
+    positioned at ``end`` or earlier, for each end."""
+    from skype import Engine
+
+    engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, window=WINDOW)
+    engine.subscribe_batch(inputs.subscriptions)
+    cursor, out = (0, 0, 0), []
+    for end in ends:
+        steps, cursor = inputs.steps_upto(cursor, end)
+        for op, payload in steps:
+            if op == "msgs":
+                engine.publish_batch(payload)
+            elif op == "sub":
+                engine.subscribe_batch(payload)
+            else:
+                engine.unsubscribe(payload)
+        out.append({sid: [(m.id, m.score) for m in matches] for sid, matches in engine.results()})
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("method", ["location", "prefix"])
+def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workload, tmp_path, method):
+    """With at most 23 commands per batch the 120 initial subscriptions come in commands-only
+    batches, and the later commands hold messages back; the batches are those the source plans,
+    and after each batch that ends a message prefix the delivered top-k equal the centralized
+    engine's; the final results equal ``simulate`` and the independent oracle."""
+    from skype.cli.distributed import run_distributed
+
+    run_dir = tmp_path / "run"
+    args = build_parser().parse_args(["distributed", "--events", str(workload), "--window", str(WINDOW),
+                                      "--batch-size", str(BATCH), "--commands-per-batch", str(CAP),
+                                      "--method", method, "--partitions", "2", "--checkpoint", str(run_dir),
+                                      "--results-out", str(run_dir / "results.jsonl"),
+                                      "--metrics-out", str(run_dir / "metrics.json")])
+    assert run_distributed(args, spark) == 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), "--window", str(WINDOW)]))
+    positions = np.concatenate([command_positions(str(p)) for p in sorted((run_dir / "stream" / "commands").iterdir())])
+    ends = batches(positions, inputs.num_messages, BATCH, CAP)
+    assert metrics["batches"] == len(ends)
+    assert ends[0] == (0, CAP) and max(c for _, c in ends) == len(positions) > 5 * CAP
+    files = sorted(str(p) for p in (run_dir / "events" / method).glob("batch-*.parquet"))
+    got = fold_events_by_batch([r.asDict(recursive=True) for r in spark.read.parquet(*files).collect()], len(ends))
+    # a batch whose commands include every command due at its end (commands-only batches before
+    # it hold part of them: no centralized state to compare with)
+    due = due_by(positions)
+    checked = [b for b, (m, c) in enumerate(ends) if c >= np.searchsorted(due, m, side="right")]
+    assert len(checked) >= inputs.num_messages // BATCH
+    want = centralized_at(inputs, [ends[b][0] for b in checked])
+    for b, w in zip(checked, want):
+        assert got[b] == w, f"{method} batch {b}: {first_difference(got[b], w)}"
+    assert main(["simulate", "--events", str(workload), "--window", str(WINDOW),
+                 "--results-out", str(tmp_path / "central.jsonl")]) == 0
+    got_final, want_final = results_of(run_dir / "results.jsonl"), results_of(tmp_path / "central.jsonl")
+    assert got_final == want_final, first_difference(got_final, want_final)
+    *_, (oracle, live) = oracle_by_batch(inputs, {"window": WINDOW}, BATCH)
+    oracle_check(oracle, got_final, live, f"{method} final")
+
+
+@pytest.mark.spark
+def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
+    """The derived cap needs heap for ``MIN_COMMANDS_PER_BATCH`` commands; a smaller one is
+    refused with what to set (E130); an explicit ``--commands-per-batch`` is taken as given."""
+    from skype.dskype.plan import RunSettings
+    from skype.errors import InputError
+    from skype.spark import runtime
+
+    s = RunSettings(methods="location", partitions=2, batch_size=100, window_kind="count", window_size=10,
+                    bounds=(0, 0, 1, 1))
+    heap = runtime.batch_heap(spark)[1]
+    assert runtime.commands_cap(spark, s) == int(heap * runtime.COMMANDS_SHARE / runtime.BYTES_PER_COMMAND)
+    s.commands_per_batch = 0
+    assert runtime.commands_cap(spark, s) is None
+    s.commands_per_batch = None
+    old = runtime.BYTES_PER_COMMAND
+    runtime.BYTES_PER_COMMAND = heap  # a heap that holds a fraction of one command
+    try:
+        with pytest.raises(InputError, match=r"E130.*|spark\.driver\.memory") as err:
+            runtime.commands_cap(spark, s)
+        assert err.value.code == "E130" and "--driver-memory" in str(err.value)
+    finally:
+        runtime.BYTES_PER_COMMAND = old
+
+
+@pytest.mark.spark
+def test_out_of_memory_in_a_run_becomes_e131(spark):
+    from skype.errors import InputError
+    from skype.spark.runtime import out_of_memory_as_error
+
+    class Sink:
+        batches = [0, 1]
+
+    with pytest.raises(InputError) as err:
+        with out_of_memory_as_error(spark, Sink()):
+            raise RuntimeError("Job aborted\njava.lang.OutOfMemoryError: Java heap space\n\tat org.apache...")
+    assert err.value.code == "E131" and "batch 2" in str(err.value) and "Java heap space" in str(err.value)
+    with pytest.raises(InputError) as err:  # the state server's thread died: the task sees a closed socket
+        with out_of_memory_as_error(spark, Sink()):
+            raise RuntimeError('File "stateful_processor_api_client.py", in _receive_proto_message\nEOFError')
+    assert err.value.code == "E131" and "state server" in str(err.value)
+    with pytest.raises(RuntimeError, match="other"):
+        with out_of_memory_as_error(spark, Sink()):
+            raise RuntimeError("other")
