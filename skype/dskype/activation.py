@@ -42,7 +42,7 @@ changes which replicas run, never the merged result.
 replayed by :meth:`Activation.replay` after the commands due by the entry's high-water mark), and
 the dormant set is part of the snapshot, so a rebuilt engine holds exactly the active replicas
 the merge stage holds lists for.  Time windows (expiry in a batch is not bounded by its size) and
-the hybrids run every replica: there the runtime keeps the exact mode of ``docs/spark.md``.
+the hybrids run every replica: there the runtime keeps the exact mode of ``docs/spark-design.md``.
 
 **Work per batch** is proportional to the batch: a replica is examined when its local list
 changed or after it (re)started; wake-ups come off a heap ordered by ``u``.

@@ -10,7 +10,7 @@ deduplicated by message id (a message reaching two replicas has the same score a
 number in both), ordered by score descending then ``seq`` descending (the newer message first,
 the engines' tie rule), cut to k.  It equals the global top-k when every message of the global
 top-k reached at least one replica's partition (it then ranks there at least as high as
-globally, so it is in that replica's local top-k); see ``docs/spark.md`` for why the runtime's
+globally, so it is in that replica's local top-k); see ``docs/spark-design.md`` for why the runtime's
 routing guarantees that for every method.
 
 **Events.**  Per batch and subscription, the exact difference between the merged top-k before and

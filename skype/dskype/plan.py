@@ -194,7 +194,7 @@ class Plan:
 
 def build_distribution_for(settings: RunSettings, method: str, inputs):
     """The distribution of a run, built in exact mode from the workload: its subscriptions and the
-    first ``sample_size`` messages (cost model); keyword summaries off (see ``docs/spark.md``)."""
+    first ``sample_size`` messages (cost model); keyword summaries off (see ``docs/spark-design.md``)."""
     from skype.partitioning import METHOD_PARAMS, build_distribution, capabilities_of, estimate_thresholds
     from skype.partitioning.registry import concat_subscriptions
     from skype.model import Bounds

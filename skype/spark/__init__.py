@@ -1,7 +1,7 @@
 """DSkype on Apache Spark: the thin adapter that runs :mod:`skype.dskype` as a Structured
 Streaming job (the only package that imports pyspark).
 
-Data flow of one micro-batch (see ``docs/spark.md``)::
+Data flow of one micro-batch (see ``docs/spark-design.md``)::
 
     messages source ─┐                     ┌─ partition 0 ─┐
                      ├─ route (mapInArrow) ┼─ ...          ┼─ merge buckets ─ events sink

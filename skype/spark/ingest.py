@@ -214,7 +214,7 @@ def first_records(directory: str, kind: str, limit: int, vocab, bounds, default_
 def sample_inputs(messages_dir: str, commands_dir: str, vocab, bounds, sample_size: int, description: str):
     """The distribution's build input from the stream itself: its first ``sample_size`` messages
     and its first ``sample_size`` subscribe commands (placement is a pure function of a record and
-    the tables built here, so a sample routes every later record exactly; ``docs/spark.md``)."""
+    the tables built here, so a sample routes every later record exactly; ``docs/spark-design.md``)."""
     messages = first_records(messages_dir, "messages", sample_size, vocab, bounds)[0]
     commands = first_records(commands_dir, "commands", sample_size, vocab, bounds, 0)[0]
     return inputs_from_events(messages, commands, vocab, bounds, description)
