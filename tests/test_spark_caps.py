@@ -177,6 +177,37 @@ def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workl
 
 
 @pytest.mark.spark
+def test_spark_job_stopped_inside_the_commands_resumes_with_another_cap_exactly(spark, workload, tmp_path):
+    """Stopped after two commands-only batches (cap 23), resumed from the run directory with a
+    cap of 50: the batches logged before the stop keep their offsets, later ones follow the new
+    cap, and the final results equal ``simulate``'s."""
+    from skype.cli.distributed import run_distributed
+
+    run_dir = tmp_path / "run"
+
+    def run(*extra):
+        args = build_parser().parse_args(["distributed", "--events", str(workload), "--window", str(WINDOW),
+                                          "--batch-size", str(BATCH), "--method", "prefix", "--partitions", "2",
+                                          "--checkpoint", str(run_dir), "--results-out", str(run_dir / "r.jsonl"),
+                                          "--metrics-out", str(run_dir / "m.json"), *map(str, extra)])
+        assert run_distributed(args, spark) == 0
+        return json.loads((run_dir / "m.json").read_text())
+
+    first = run("--commands-per-batch", CAP, "--stop-after-batches", 2)
+    assert first["stopped_early"]
+    second = run("--commands-per-batch", 50)
+    assert second["resumed"] and not second["stopped_early"]
+    offsets = sorted((run_dir / "spark" / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    ends = [json.loads(p.read_text().splitlines()[-1]) for p in offsets]
+    assert ends[0]["commands"] == CAP and ends[1]["commands"] == 2 * CAP  # the first run's batches
+    assert ends[2]["commands"] - ends[1]["commands"] <= 50
+    assert main(["simulate", "--events", str(workload), "--window", str(WINDOW),
+                 "--results-out", str(tmp_path / "central.jsonl")]) == 0
+    got, want = results_of(run_dir / "r.jsonl"), results_of(tmp_path / "central.jsonl")
+    assert got == want, first_difference(got, want)
+
+
+@pytest.mark.spark
 def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
     """The derived cap needs heap for ``MIN_COMMANDS_PER_BATCH`` commands; a smaller one is
     refused with what to set (E130); an explicit ``--commands-per-batch`` is taken as given."""

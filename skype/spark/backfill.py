@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class BackfillSource:
     """Where a partition reads window messages back: the message stream's directory, staged
-    (``skype_stream``) or raw with the shipped vocabulary (``skype_raw``)."""
+    (``StreamFilesReader``) or raw with the shipped vocabulary (``RawFilesReader``)."""
 
     path: str
     bounds: tuple

@@ -7,9 +7,9 @@ only and leaves the streams to the executors:
 * **Vocabulary, shipped once.**  The file is copied into the run directory under a name holding
   its content hash and added with ``SparkContext.addFile``; every executor's Python worker loads it
   once (``SparkFiles``, falling back to the run directory) and keeps it across tasks.
-* **Parallel reads.**  The ``skype_raw`` Python data source has the offsets of ``skype_stream``
-  (:class:`skype.spark.sources.StreamFilesReader`: records consumed, files in name order), but
-  splits each micro-batch into input partitions of at most ``split`` records, each read by its own
+* **Parallel reads.**  With a ``vocabulary`` option the ``skype_stream`` source
+  (:class:`skype.spark.sources.PairedStreamReader`: its offsets and batch plan) reads each stream
+  with a :class:`RawFilesReader` (records consumed, files in name order), which splits each micro-batch into input partitions of at most ``split`` records, each read by its own
   task, which parses, validates and vectorises its records (:mod:`skype.dskype.records`).  Records
   the engine would reject go to ``DIR/dead-letters/ingest-*.jsonl`` and keep their positions.
 * **Unseen terms** get hashed ids every process agrees on; a run-wide registry

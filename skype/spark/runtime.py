@@ -88,9 +88,10 @@ def configure(spark, plan: Plan) -> None:
 
 # --------------------------------------------------------------------------- memory of a batch
 
-# Heap a subscription command costs while its batch runs (routing, the transformWithState state
-# server, the partition's command log), measured on tweets at P = 2 (docs/results.md), with a
-# margin; a batch may spend COMMANDS_SHARE of the heap on commands.
+# Heap a subscription command may cost while its batch runs (routing, the transformWithState state
+# server, the partition's command log): 200,000 commands in one batch exhausted a 1 GB heap
+# (tweets, prefix, P = 2: at most about 5 KB each), and batches of 65,536 (a quarter of 1 GB at
+# 4 KB) ran to the end (docs/results-spark.md).  A batch may spend COMMANDS_SHARE of the heap.
 BYTES_PER_COMMAND = 4096
 COMMANDS_SHARE = 0.25
 MIN_COMMANDS_PER_BATCH = 1000
@@ -211,7 +212,7 @@ def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
 
 def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
     """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.dskype.activation`): count
-    windows only (a batch's expiries are bounded by its size, ``maxRecordsPerTrigger``); other
+    windows only (a batch's expiries are bounded by its size, ``--batch-size``); other
     methods and time windows run every replica (exact mode)."""
     if not dist.capabilities.activation or settings.window.kind != "count" or settings.source != "files":
         return None
