@@ -64,12 +64,17 @@ def events_workload(path: Path, *, num_subs: int = 160, num_messages: int = 1600
 def centralized_by_batch(inputs, window: dict, batch_size: int) -> list[dict[int, list[tuple[int, float]]]]:
     """The centralized engine's results after each micro-batch of ``batch_size`` messages: a
     batch ending after message ``h`` includes every command positioned at ``h + 1`` or earlier."""
+    total = inputs.num_messages
+    return centralized_at(inputs, window, list(range(batch_size, total, batch_size)) + [total])
+
+
+def centralized_at(inputs, window: dict, ends: list[int]) -> list[dict[int, list[tuple[int, float]]]]:
+    """The centralized engine's results after the messages ``[0, end)`` and every command
+    positioned at ``end`` or earlier, for each of the nondecreasing ``ends``."""
     from skype import Engine
 
     engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, **window)
     engine.subscribe_batch(inputs.subscriptions)
-    total = inputs.num_messages
-    ends = list(range(batch_size, total, batch_size)) + [total]
     cursor, out = (0, 0, 0), []
     for end in ends:
         steps, cursor = inputs.steps_upto(cursor, end)

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 pytest.importorskip("pyspark")
 
-from spark_fixtures import events_workload, first_difference, fold_events_by_batch, oracle_by_batch, oracle_check, results_of  # noqa: E402
+from spark_fixtures import (  # noqa: E402
+    centralized_at, events_workload, first_difference, fold_events_by_batch, oracle_by_batch, oracle_check, results_of,
+)
 
 from skype.cli.inputs import load_inputs  # noqa: E402
 from skype.run import build_parser, main  # noqa: E402
@@ -115,27 +117,6 @@ def workload(tmp_path_factory):
     return events_workload(tmp_path_factory.mktemp("spark-caps") / "events.jsonl")
 
 
-def centralized_at(inputs, ends: list[int]) -> list[dict[int, list[tuple[int, float]]]]:
-    """The centralized engine's results after the messages ``[0, end)`` and the commands
-    positioned at ``end`` or earlier, for each end."""
-    from skype import Engine
-
-    engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, window=WINDOW)
-    engine.subscribe_batch(inputs.subscriptions)
-    cursor, out = (0, 0, 0), []
-    for end in ends:
-        steps, cursor = inputs.steps_upto(cursor, end)
-        for op, payload in steps:
-            if op == "msgs":
-                engine.publish_batch(payload)
-            elif op == "sub":
-                engine.subscribe_batch(payload)
-            else:
-                engine.unsubscribe(payload)
-        out.append({sid: [(m.id, m.score) for m in matches] for sid, matches in engine.results()})
-    return out
-
-
 @pytest.mark.spark
 @pytest.mark.parametrize("method", ["location", "prefix"])
 def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workload, tmp_path, method):
@@ -165,7 +146,7 @@ def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workl
     due = due_by(positions)
     checked = [b for b, (m, c) in enumerate(ends) if c >= np.searchsorted(due, m, side="right")]
     assert len(checked) >= inputs.num_messages // BATCH
-    want = centralized_at(inputs, [ends[b][0] for b in checked])
+    want = centralized_at(inputs, {"window": WINDOW}, [ends[b][0] for b in checked])
     for b, w in zip(checked, want):
         assert got[b] == w, f"{method} batch {b}: {first_difference(got[b], w)}"
     assert main(["simulate", "--events", str(workload), "--window", str(WINDOW),
