@@ -113,6 +113,10 @@ class Errors:
     E112 = "the server at {url} kept refusing for {seconds} s (backpressure or recovery): {detail}"
     E113 = "the server at {url} sent something that is not an event object: {detail}"
     E114 = "{what} must be {expected}, got {value!r}"
+    # E135-E139: snapshot queries on Spark (issue 25; skype.dskype.snapshots, docs/queries.md)
+    E135 = "distributed (method {method}) cannot answer snapshot query {qid!r} ({kind}) exactly: {reason}"
+    E136 = "{what} needs a staged stream run to its end (--answers-out): {detail}"
+    E137 = "the answers of snapshot queries {missing} are missing from {path!r}: the run directory is incomplete"
 
 
 class InputError(SkypeError, ValueError):

@@ -45,7 +45,7 @@ from skype.partitioning.base import Distribution
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
-from skype.dskype.codec import OP_RESULTS, OP_SUB, OP_UNSUB, Commands
+from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
 from skype.dskype.handover import routes_everywhere
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
 KIND_UNSUBSCRIBE = 2
 KIND_RESULTS = 3  # a results request (no record): to every partition
+KIND_QUERY = 4  # a snapshot query (no record): to partition 0 of a whole-window method, else everywhere
 
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
@@ -145,6 +146,13 @@ class Router:
         P = self.num_partitions
         if len(commands) == 0:
             return [Commands.empty()] * P
+        asked = commands.op == OP_QUERY
+        if asked.any() and self.dist.capabilities.whole_window:
+            # every partition holds the whole window: partition 0 answers (skype.dskype.snapshots)
+            out = self._route_commands(commands.take(np.flatnonzero(~asked)))
+            queries = commands.take(np.flatnonzero(asked))
+            out[0] = Commands.concat([out[0], queries]) if len(out[0]) else queries
+            return out
         if self.everywhere:
             return [Commands(commands.cseq, commands.at, commands.op, commands.subs, np.ones(len(commands), np.int32),
                              commands.spec)] * P
@@ -227,7 +235,8 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
         messages, seq = messages.take(order), seq[order]
     subs = SubscriptionBatch(cols["id"][cmd], cols["x"][cmd], cols["y"][cmd], cols["k"][cmd], cols["alpha"][cmd],
                              terms.take(cmd))
-    op = np.select([kind[cmd] == KIND_SUBSCRIBE, kind[cmd] == KIND_RESULTS], [OP_SUB, OP_RESULTS], OP_UNSUB)
+    op = np.select([kind[cmd] == KIND_SUBSCRIBE, kind[cmd] == KIND_RESULTS, kind[cmd] == KIND_QUERY],
+                   [OP_SUB, OP_RESULTS, OP_QUERY], OP_UNSUB)
     op = op.astype(np.int8)
     specs = batch.column("spec").to_pylist() if "spec" in batch.schema.names and len(cmd) else None
     commands = Commands.concat([Commands(cols["seq"][cmd], cols["at"][cmd], op, subs, np.zeros(len(cmd), np.int32),
