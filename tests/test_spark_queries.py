@@ -293,13 +293,11 @@ def test_spark_queries_generated_peer_workload_through_distributed(spark, tmp_pa
     ``distributed --answers-out`` on the shared session, equals ``simulate --answers-out``."""
     from skype.run import main
 
-    gen = tmp_path / "gen"
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("m", "s", "e")}
     assert main(["generate", "--dataset", "tweets", "--num-subs", "60", "--num-messages", "900", "--seed", "2",
-                 "--sub-kinds", "topk,range,knn,terms", "--queries", "24", "--out", str(gen),
-                 "--events-out", str(gen / "events.jsonl")]) == 0
-    files = sorted(p.name for p in gen.iterdir())
-    subs = gen / next(n for n in files if n.startswith("subscriptions"))
-    common = ["--subscriptions", str(subs), "--events", str(gen / "events.jsonl"), "--window", "300"]
+                 "--sub-kinds", "topk,range,knn,terms", "--k", "5", "--queries", "24", "--messages-out",
+                 str(files["m"]), "--subscriptions-out", str(files["s"]), "--events-out", str(files["e"])]) == 0
+    common = ["--subscriptions", str(files["s"]), "--events", str(files["e"]), "--window", "300"]
     assert main(["simulate", *common, "--answers-out", str(tmp_path / "sim.jsonl")]) == 0
     args = build_parser().parse_args(["distributed", *common, "--method", "location", "--partitions", "2",
                                       "--batch-size", "200", "--checkpoint", str(tmp_path / "run"),
@@ -310,3 +308,58 @@ def test_spark_queries_generated_peer_workload_through_distributed(spark, tmp_pa
     want = [json.loads(line) for line in (tmp_path / "sim.jsonl").read_text().splitlines()]
     got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
     assert len(want) == 24 and got == want, _first_difference(got, want)
+
+
+def _lonely_term_events(path: Path) -> Path:
+    """Message 0 alone holds ``zebra``; the others hold ``common`` and ``word``: the partition of
+    ``zebra`` (term methods) hears of no later message, so its engine's clock stays at message 0
+    unless the query sets it.  Queries on ``zebra`` before and right after message 0 expires."""
+    events = []
+    zebra = [{"op": "query", "kind": "range", "rect": [-180, -90, 180, 90], "terms": ["zebra"]},
+             {"op": "query", "kind": "knn", "x": 0.0, "y": 0.0, "k": 3, "terms": ["zebra"]},
+             {"op": "query", "kind": "topk", "x": 0.0, "y": 0.0, "k": 3, "alpha": 0.5, "text": "zebra"},
+             {"op": "query", "kind": "range", "rect": [-180, -90, 180, 90], "terms": ["zebra", "word"],
+              "last": 30.5}]
+    for i in range(450):
+        if i in (1, 300, 400, 401, 449):
+            events += [dict(q, qid=1000 * i + j) for j, q in enumerate(zebra)]
+        text = "zebra apple" if i == 0 else "common word"
+        events.append({"op": "msg", "id": i, "x": float(i % 17), "y": float(i % 13), "t": float(i), "text": text})
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+@pytest.mark.parametrize("method,time_window", [("keyword", False), ("keyword", True), ("hashing", False)])
+def test_spark_queries_right_after_expiry_on_a_partition_that_heard_nothing_since(method, time_window, tmp_path):
+    events = _lonely_term_events(tmp_path / "events.jsonl")
+    window = _window(events, time_window)
+    want = _simulate(events, window, tmp_path / "simulate.jsonl")
+    assert [a["answer"] for a in want if a["qid"] in (300000, 401000)] == [[0], []]  # the case is the one meant
+    got = _run(tmp_path, method, events, time_window)
+    assert got == want, _first_difference(got, want)
+
+
+@pytest.mark.parametrize("method", ["hashing", "location", "keyword", "prefix", "spatial-first", "keyword-first",
+                                    "agrid", "kdt"])
+def test_spark_queries_whole_window_is_what_the_routing_does(method, tweets_small):
+    """The capability table's ``whole_window`` (one partition answers a query) holds exactly where
+    the router sends every message to every partition; and a query goes to partition 0 there, to
+    every partition elsewhere."""
+    from skype.dskype import codec
+    from skype.dskype.codec import OP_QUERY, Commands
+    from skype.dskype.routing import Router, routes_everywhere
+    from skype.dskype.staging import _id_only
+    from skype.partitioning import build_distribution, capabilities_of
+
+    w = tweets_small
+    params = {"summary": False} if method in ("keyword", "prefix", "spatial-first", "keyword-first") else {}
+    dist = build_distribution(method, 4, w.subscriptions, w.messages.slice(0, 500), w.vocabulary, None, **params)
+    router = Router(dist, list(range(4)))
+    msgs = w.messages.slice(500, 900)
+    query = Commands([0], [700], [OP_QUERY], _id_only(0), [0], np.array(['{"query": 0}'], object))
+    parts = router.route(msgs, np.arange(500, 900), query)
+    everyone = all(len(codec.unpack_messages(parts[p].messages)[0]) == len(msgs) for p in range(4))
+    assert capabilities_of(method).whole_window == everyone, method
+    assert routes_everywhere(dist) <= everyone
+    asked = [p for p in range(4) if parts[p].commands and OP_QUERY in Commands.unpack(parts[p].commands).op]
+    assert asked == ([0] if everyone else [0, 1, 2, 3]), method
