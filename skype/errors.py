@@ -117,6 +117,7 @@ class Errors:
     E135 = "distributed (method {method}) cannot answer snapshot query {qid!r} ({kind}) exactly: {reason}"
     E136 = "{what} needs a staged stream run to its end (--answers-out): {detail}"
     E137 = "the answers of snapshot queries {missing} are missing from {path!r}: the run directory is incomplete"
+    E138 = "{where} cannot answer snapshot queries: {reason}"
 
 
 class InputError(SkypeError, ValueError):

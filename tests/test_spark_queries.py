@@ -363,3 +363,19 @@ def test_spark_queries_whole_window_is_what_the_routing_does(method, tweets_smal
     assert routes_everywhere(dist) <= everyone
     asked = [p for p in range(4) if parts[p].commands and OP_QUERY in Commands.unpack(parts[p].commands).op]
     assert asked == ([0] if everyone else [0, 1, 2, 3]), method
+
+
+def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestion_refuses_them(tweets_small):
+    from skype.dskype.codec import OP_QUERY, Commands
+    from skype.dskype.records import _command_row
+    from skype.dskype.routing import screen
+    from skype.dskype.staging import _id_only
+
+    w = tweets_small
+    cmds = Commands([0, 1], [5, 6], [OP_QUERY, OP_QUERY], _id_only(0).take(np.array([0, 0])), [0, 0],
+                    np.array([None, '{"query": 1}'], object))
+    _, _, kept, dead = screen(w.messages.slice(0, 10), np.arange(10), cmds, w.bounds)
+    assert kept.cseq.tolist() == [1] and [(d["position"], d["code"]) for d in dead] == [(0, "E138")]
+    with pytest.raises(InputError) as err:
+        _command_row({"op": "query", "kind": "range", "rect": [0, 0, 1, 1]}, w.vocabulary, w.bounds, 0)
+    assert err.value.code == "E138" and "staged" in str(err.value)

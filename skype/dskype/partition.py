@@ -369,9 +369,10 @@ class PartitionCore:
         """Answer query row ``qi`` at its position: publish the messages before it, set the engine's
         clock to the query's (:mod:`skype.dskype.snapshots`); returns the messages now published."""
         at = int(queries.at[qi])
-        if at <= self.hwm_seq:
-            raise InputError("E026", detail=f"snapshot query {int(queries.subs.ids[qi])} at position {at} arrived "
-                                            f"after the batch that holds its position")
+        if at <= self.hwm_seq:  # an open stream's producer wrote it late: its window is gone
+            raise InputError("E138", where=f"partition {self.config.partition}",
+                             reason=f"query {int(queries.subs.ids[qi])} at position {at} arrived after the batch "
+                                    f"that holds its position")
         cut = int(np.searchsorted(seq, at, side="left"))
         if cut > published:
             self._flush_subscribes(due, run)

@@ -115,8 +115,9 @@ def query_json(spec: QuerySpec, n: int, qid: Any, now_t: float | None, from_seq:
                        "from_seq": from_seq}, allow_nan=False)
 
 
-def is_query(spec: str | None) -> bool:
-    return spec is not None and spec.startswith('{"query"')
+def is_query(spec: object) -> bool:
+    """Whether a command's spec is a compiled query (:func:`query_json`)."""
+    return isinstance(spec, str) and spec.startswith('{"query"')
 
 
 def spec_of(d: dict) -> QuerySpec:
