@@ -379,3 +379,29 @@ def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestio
     with pytest.raises(InputError) as err:
         _command_row({"op": "query", "kind": "range", "rect": [0, 0, 1, 1]}, w.vocabulary, w.bounds, 0)
     assert err.value.code == "E138" and "staged" in str(err.value)
+
+
+def test_spark_queries_stopped_and_resumed_run_on_a_term_method(spark, tmp_path):
+    """``keyword`` on the real job (partials merged from every partition's answer files): a run
+    stopped after two batches writes the answers of the queries it reached, the resumed run
+    writes them all, equal to ``simulate --answers-out``."""
+    from skype.cli.distributed import run_distributed
+    from skype.run import main
+
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("m", "s", "e")}
+    assert main(["generate", "--dataset", "tweets", "--num-subs", "50", "--num-messages", "800", "--seed", "4",
+                 "--sub-kinds", "topk,range,knn", "--query-kinds", "topk,range,knn", "--k", "5", "--queries", "20",
+                 "--messages-out", str(files["m"]), "--subscriptions-out", str(files["s"]),
+                 "--events-out", str(files["e"])]) == 0
+    common = ["--subscriptions", str(files["s"]), "--events", str(files["e"]), "--window", "300"]
+    assert main(["simulate", *common, "--answers-out", str(tmp_path / "sim.jsonl")]) == 0
+    want = [json.loads(line) for line in (tmp_path / "sim.jsonl").read_text().splitlines()]
+    run = ["distributed", *common, "--method", "keyword", "--partitions", "3", "--batch-size", "200",
+           "--checkpoint", str(tmp_path / "run"), "--answers-out", str(tmp_path / "dist.jsonl")]
+    assert run_distributed(build_parser().parse_args(run + ["--stop-after-batches", "2"]), spark=spark) == 0
+    got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
+    reached = [a for a in want if a["after"] <= 400]
+    assert reached and len(reached) < len(want) and got == reached, _first_difference(got, reached)
+    assert run_distributed(build_parser().parse_args(run), spark=spark) == 0
+    got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
+    assert len(want) == 20 and got == want, _first_difference(got, want)

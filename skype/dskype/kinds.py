@@ -117,7 +117,8 @@ def kinds_used(inputs) -> dict[str, bool]:
 
 
 def refuse(inputs, methods: Iterable[str], open_end: bool = False) -> None:
-    """Raise E048 naming the first (kind, method) the job cannot serve exactly.  ``open_end``: the
+    """Raise E048 naming the first (kind, method) the job cannot serve exactly (E135 for a snapshot
+    query: :func:`skype.dskype.snapshots.refuse`).  ``open_end``: the
     run may stop before the stream's end (an open stream, ``--stop-after-batches``, ``--timeout``),
     so its final results would be folded from events, which carry a ``terms`` entry's count when
     it entered, not its later changes: ``terms`` is refused then."""

@@ -6,7 +6,7 @@ either a loaded :class:`skype.workload.Inputs` (the driver stages it as stream f
 ``settings.messages_dir``, reads it from existing stream directories) or :class:`RawStreams`: the
 executors read and tokenize raw files, stream directories or Kafka topics with a shipped
 vocabulary, and the driver loads a sample only.  Invariant: every check that can refuse a run
-(E023, E048, E063) runs before a Spark session starts.
+(E023, E048, E063, E135, E136) runs before a Spark session starts.
 """
 
 from __future__ import annotations
