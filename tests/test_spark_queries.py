@@ -86,12 +86,13 @@ def _record(sub) -> dict:
     return d
 
 
-def _settings(path: Path, method: str, window: list[str], partitions: int = 4):
+def _settings(path: Path, method: str, window: list[str], partitions: int = 4, summaries: str = "off"):
     from skype.cli.distributed import settings_from_args
     from skype.dskype import kinds
 
     args = build_parser().parse_args(["distributed", "--events", str(path), "--method", method, "--partitions",
-                                      str(partitions), "--batch-size", str(BATCH), *window])
+                                      str(partitions), "--batch-size", str(BATCH), "--summaries", summaries,
+                                      *window])
     inputs = load_inputs(args)
     kinds.refuse(inputs, [method])
     settings = settings_from_args(args, inputs.bounds)
@@ -222,7 +223,7 @@ def test_spark_queries_every_kind_exact_on_whole_window_methods(method, time_win
 
 
 @pytest.mark.parametrize("method,time_window", [("keyword", False), ("keyword", True), ("spatial-first", False),
-                                                ("keyword-first", True)])
+                                                ("keyword-first", True), ("prefix", False), ("prefix", True)])
 def test_spark_queries_with_terms_exact_on_term_methods(method, time_window, keyed_events, expected, tmp_path):
     got = _run(tmp_path, method, keyed_events, time_window)
     want = expected["keyed", time_window]
@@ -243,18 +244,28 @@ def test_spark_queries_exact_through_hand_overs(events, expected, tmp_path):
 
 
 @pytest.mark.parametrize("method,kind", [("keyword", "terms"), ("spatial-first", "knn without terms"),
-                                         ("prefix", "range")])
+                                         ("prefix", "terms")])
 def test_spark_queries_refused_where_no_exact_answer_is_served(method, kind, events, keyed_events):
     from skype.dskype import kinds
 
-    path = keyed_events if method == "prefix" else events
-    inputs = load_inputs(build_parser().parse_args(["distributed", "--events", str(path)]))
+    inputs = load_inputs(build_parser().parse_args(["distributed", "--events", str(events)]))
     if kind == "knn without terms":  # only the queries without terms: a knn one is among them
         inputs.steps = [(op, p) for op, p in inputs.steps if op != "query" or (
             p["kind"] == "knn" and p.get("terms") is None and p.get("text") is None)]
     with pytest.raises(InputError) as err:
         kinds.refuse(inputs, [method])
     assert err.value.code == "E135" and method in str(err.value) and kind.split()[0] in str(err.value)
+
+
+def test_spark_queries_refused_on_prefix_with_keyword_summaries_before_spark_starts(keyed_events, tmp_path):
+    """prefix on a count window routes by keyword summaries (its default): refused after planning,
+    before a session is made (no ``spark`` is given, none is started)."""
+    from skype import spark as dskype_on_spark
+
+    inputs, settings = _settings(keyed_events, "prefix", ["--window", str(WINDOW)], summaries="active")
+    with pytest.raises(InputError) as err:
+        dskype_on_spark.run(settings, inputs, None, run_dir=tmp_path / "run", master="no-such-master")
+    assert err.value.code == "E135" and "summaries" in str(err.value)
 
 
 def test_spark_queries_missing_answers_are_an_error_not_a_short_file(tmp_path):

@@ -145,13 +145,22 @@ def refuse(inputs, methods: Iterable[str]) -> None:
                     continue
                 reason = (f"without terms a {kind} answer need hold no query term, and the method routes "
                           f"messages by their terms (it answers {caps.snapshots_served()})")
-            elif caps.snapshot_kinds_with_terms:
+            else:
                 reason = (f"a {kind} answer counts every message of its rectangle whatever its terms, and the "
                           f"method routes messages by their terms (it answers {caps.snapshots_served()})")
-            else:
-                reason = ("its keyword summaries send a message only to the partitions where one of its terms "
-                          "is live, so no partition need hold the messages of the query's terms")
             raise InputError("E135", method=method, qid=payload.get("qid"), kind=kind, reason=reason)
+
+
+def refuse_summaries(inputs, summarised: Iterable[str]) -> None:
+    """E135 for the first query of a run whose ``summarised`` methods route messages by keyword
+    summaries (``prefix`` on a count window: :func:`skype.spark.runtime.summary_dir_of`)."""
+    for method in summarised:
+        for op, payload in inputs.steps:
+            if op == "query":
+                raise InputError("E135", method=method, qid=payload.get("qid"), kind=payload.get("kind"),
+                                 reason="its keyword summaries send a message only to the partitions where one of "
+                                        "its terms is live, so no partition need hold the messages of the query's "
+                                        "terms (--summaries off routes every term)")
 
 
 # --------------------------------------------------------------------------- partitions

@@ -69,10 +69,9 @@ CAPABILITIES: dict[str, Capabilities] = {
     "location": Capabilities(replicated=False, whole_window=True),
     "keyword": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, snapshot_kinds=(),
                             snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
-    # keyword summaries send a message only for the terms live on a partition: a query's terms
-    # may be live nowhere, so no partition holds its answer (docs/queries.md)
+    # with keyword summaries on, snapshot queries are refused after planning (skype.dskype.snapshots)
     "prefix": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, activation=True,
-                           thresholds=True, snapshot_kinds=()),
+                           thresholds=True, snapshot_kinds=(), snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
     "spatial-first": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, thresholds=True,
                                   snapshot_kinds=(), snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
     "keyword-first": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, thresholds=True,

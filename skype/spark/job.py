@@ -72,7 +72,7 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     several).  ``answers_out``: the answers of the snapshot queries (``{"op": "query"}``), the
     lines of ``simulate --answers-out`` (one file per method when there are several)."""
     from skype import io
-    from skype.dskype import kinds, rebalancing
+    from skype.dskype import kinds, rebalancing, snapshots
     from skype.dskype import results as run_results
     from skype.dskype.plan import plan_run
     from skype.spark import runtime
@@ -120,12 +120,11 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
                                                              or settings.stop_after_batches or settings.timeout_s))
         kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary
         if answers_out:
-            from skype.dskype.snapshots import asked_queries
-
-            asked = asked_queries(inputs)
+            asked = snapshots.asked_queries(inputs)
         if settings.engine == "core":
             settings.engine_options.update(kinds.engine_options(inputs))
         plan = plan_run(run_path, settings, inputs)
+        snapshots.refuse_summaries(inputs, [pipe.method for pipe in plan.pipelines if runtime.summary_dir_of(plan, pipe)])
         plan.rebalancers = rebalancing.attach(plan, settings.rebalance, inputs, settings.rebalance_load)
         description = inputs.description
     t_plan = time.perf_counter() - t0
@@ -147,9 +146,7 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
                                                             kinds.result_objects(results, kind_of, vocabulary))
                 metrics["results_from"] = "stages" if run_results.stage_result_files(plan, pipe) else "events"
             if answers_out:
-                from skype.dskype.snapshots import write_answers
-
-                metrics["snapshot_answers"] = write_answers(
+                metrics["snapshot_answers"] = snapshots.write_answers(
                     per_method(answers_out, pipe.method, several), plan.answers_dir_of(pipe), asked,
                     settings.partitions, pipe.distribution.capabilities.whole_window, not outcome.stopped_early)
             runs.append(metrics)
