@@ -35,13 +35,15 @@ WINDOW = 400
 POSITIONS = (0, 1, 299, 300, 301, 400, 401, 555, 600, 899, 900, 1100, 1200)
 
 
-def _workload(path: Path, *, bare: bool) -> Path:
-    """Events: mixed subscriptions, then the messages with queries of every kind at POSITIONS."""
+def _workload(path: Path, *, bare: bool, terms: bool = False) -> Path:
+    """Events: mixed subscriptions, then the messages with queries of every kind at POSITIONS
+    (``bare``: range and knn queries without terms too; ``terms``: terms queries)."""
     w = make_workload("tweets", num_subs=40, num_messages=1200, seed=11, k=5)
     rng = np.random.default_rng(3)
     topk, others = peer_subscriptions(w.messages, w.vocabulary, 40, rng, kinds={"topk": 1, "range": 1, "knn": 1},
                                       area=0.02, k=4, bounds=w.bounds, first_id=0)
-    kinds = {"topk": 1, "range": 1, "knn": 1, **({"terms": 1} if bare else {})}
+    terms = terms or bare
+    kinds = {"topk": 1, "range": 1, "knn": 1, **({"terms": 1} if terms else {})}
     asked = peer_queries(w.messages, w.vocabulary, 4 * len(POSITIONS), rng, kinds=kinds, area=0.05, k=6,
                          bounds=w.bounds)
     b = w.bounds
@@ -56,11 +58,12 @@ def _workload(path: Path, *, bare: bool) -> Path:
         {"op": "query", "kind": "knn", "x": 0.0, "y": 0.0, "k": 5, "terms": words, "match": "all",
          "last": float(w.messages.t[90] - w.messages.t[0])},
     ]
-    if bare:
+    if terms:
         asked += [{"op": "query", "kind": "terms", "rect": [b.minx, b.miny, b.maxx, b.maxy], "k": 5},
                   {"op": "query", "kind": "terms", "rect": [b.minx, b.miny, b.maxx, b.maxy], "k": 4,
-                   "last": float(w.messages.t[60] - w.messages.t[0])},
-                  {"op": "query", "kind": "knn", "x": b.maxx, "y": b.miny, "k": 4},
+                   "last": float(w.messages.t[60] - w.messages.t[0])}]
+    if bare:
+        asked += [{"op": "query", "kind": "knn", "x": b.maxx, "y": b.miny, "k": 4},
                   {"op": "query", "kind": "range", "rect": [b.minx, b.miny, (b.minx + b.maxx) / 2, b.maxy]}]
     for i, q in enumerate(asked):
         q["qid"] = 5000 + i
@@ -169,11 +172,16 @@ def keyed_events(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected(events, keyed_events, tmp_path_factory):
+def counted_events(tmp_path_factory):
+    return _workload(tmp_path_factory.mktemp("spark-queries-counted") / "events.jsonl", bare=False, terms=True)
+
+
+@pytest.fixture(scope="module")
+def expected(events, keyed_events, counted_events, tmp_path_factory):
     """simulate's answers (core engine), checked once against the reference engine's."""
     d = tmp_path_factory.mktemp("spark-queries-simulate")
     out = {}
-    for name, path in (("bare", events), ("keyed", keyed_events)):
+    for name, path in (("bare", events), ("keyed", keyed_events), ("counted", counted_events)):
         for time_window in (False, True):
             window = _window(path, time_window)
             core = _simulate(path, window, d / f"{name}-{time_window}.jsonl")
@@ -230,6 +238,15 @@ def test_spark_queries_with_terms_exact_on_term_methods(method, time_window, key
     assert got == want, _first_difference(got, want)
 
 
+@pytest.mark.parametrize("method,time_window", [("keyword", False), ("keyword", True), ("prefix", True)])
+def test_spark_queries_terms_exact_where_one_partition_owns_each_term(method, time_window, counted_events, expected,
+                                                                     tmp_path):
+    got = _run(tmp_path, method, counted_events, time_window)
+    want = expected["counted", time_window]
+    assert any(a["kind"] == "terms" and a["answer"] for a in want)
+    assert got == want, _first_difference(got, want)
+
+
 @pytest.mark.parametrize("method", ["hashing", "keyword"])
 def test_spark_queries_exact_after_lost_hosts_and_a_replayed_batch(method, events, keyed_events, expected,
                                                                    tmp_path):
@@ -243,18 +260,18 @@ def test_spark_queries_exact_through_hand_overs(events, expected, tmp_path):
     assert got == expected["bare", False], _first_difference(got, expected["bare", False])
 
 
-@pytest.mark.parametrize("method,kind", [("keyword", "terms"), ("spatial-first", "knn without terms"),
-                                         ("prefix", "terms")])
-def test_spark_queries_refused_where_no_exact_answer_is_served(method, kind, events, keyed_events):
-    from skype.dskype import kinds
+@pytest.mark.parametrize("method,kind", [("keyword", "range without terms"), ("spatial-first", "knn without terms"),
+                                         ("keyword-first", "terms"), ("spatial-first", "terms")])
+def test_spark_queries_refused_where_no_exact_answer_is_served(method, kind, events):
+    from skype.dskype import kinds, snapshots
 
     inputs = load_inputs(build_parser().parse_args(["distributed", "--events", str(events)]))
-    if kind == "knn without terms":  # only the queries without terms: a knn one is among them
-        inputs.steps = [(op, p) for op, p in inputs.steps if op != "query" or (
-            p["kind"] == "knn" and p.get("terms") is None and p.get("text") is None)]
+    bare = kind.endswith("without terms")
+    inputs.steps = [(op, p) for op, p in inputs.steps if op != "query" or (  # only the queries of that kind
+        p["kind"] == kind.split()[0] and not (bare and snapshots.has_terms(p)))]
     with pytest.raises(InputError) as err:
         kinds.refuse(inputs, [method])
-    assert err.value.code == "E135" and method in str(err.value) and kind.split()[0] in str(err.value)
+    assert err.value.code == "E135" and method in str(err.value) and f"({kind.split()[0]})" in str(err.value)
 
 
 def test_spark_queries_refused_on_prefix_with_keyword_summaries_before_spark_starts(keyed_events, tmp_path):

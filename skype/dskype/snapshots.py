@@ -25,7 +25,11 @@ No pyspark here.  A query is one more command of the stream (``docs/queries.md``
   then newest first; duplicates (a message on several partitions) once; cut to ``k``.  The union
   holds the answer when every message that can be in it is on some partition (its terms route
   it: the capability table's ``snapshot_kinds_with_terms``) and each partition's answer is exact
-  over its share (a message ranks there at least as high as globally).
+  over its share (a message ranks there at least as high as globally).  ``terms``: each term's
+  largest count, count descending then term ascending, cut to ``k``; exact where one partition
+  owns each term whole (keyword ranges): the owner's count is exact, the others' no larger, and
+  a term of the answer is in its owner's top list (a term ranking before it there ranks before
+  it globally too).
 * **Answers file** (:func:`write_answers`): the lines of ``simulate --answers-out``, in query order;
   a query whose partials are not all there is an error (E137), never a partial answer.
 """
@@ -147,7 +151,8 @@ def refuse(inputs, methods: Iterable[str]) -> None:
                           f"messages by their terms (it answers {caps.snapshots_served()})")
             else:
                 reason = (f"a {kind} answer counts every message of its rectangle whatever its terms, and the "
-                          f"method routes messages by their terms (it answers {caps.snapshots_served()})")
+                          f"method spreads a term's messages over several partitions (it answers "
+                          f"{caps.snapshots_served()})")
             raise InputError("E135", method=method, qid=payload.get("qid"), kind=kind, reason=reason)
 
 
@@ -194,11 +199,21 @@ def answer(engine, d: dict, at: int, window_kind: str, partition: int, seq_of) -
 
 
 def merge_partials(kind: str, k: int, partials: list[dict]) -> list:
-    """The answer of one query from its partitions' answer lines (see module docstring)."""
+    """The answer of one query from its partitions' answer lines (see module docstring).
+
+    >>> merge_partials("terms", 2, [{"answer": [{"term": "tea", "count": 3}, {"term": "cup", "count": 1}]},
+    ...                             {"answer": [{"term": "cup", "count": 3}, {"term": "tea", "count": 1}]}])
+    [{'term': 'cup', 'count': 3}, {'term': 'tea', 'count': 3}]
+    """
     if len(partials) == 1:
         return partials[0]["answer"]
-    if kind == "terms":  # never partitioned: the capability table answers it from one partition
-        raise InputError("E026", detail="a terms snapshot query was answered by several partitions")
+    if kind == "terms":  # each term's largest count: its owner's, exact (docs/queries.md)
+        counts: dict[str, int] = {}
+        for part in partials:
+            for e in part["answer"]:
+                counts[e["term"]] = max(counts.get(e["term"], 0), int(e["count"]))
+        by_count = sorted(counts.items(), key=lambda tc: (-tc[1], tc[0]))
+        return [{"term": t, "count": c} for t, c in by_count[:k]]
     entries: dict[int, tuple] = {}
     for part in partials:
         for entry, s in zip(part["answer"], part["seq"]):

@@ -51,27 +51,29 @@ class Capabilities:
 
     def snapshots_served(self) -> str:
         """The snapshot queries the method answers, in words (the E135 refusals)."""
-        if self.snapshot_kinds:
-            return ", ".join(self.snapshot_kinds)
+        parts = [", ".join(k for k in self.snapshot_kinds if k not in self.snapshot_kinds_with_terms)]
         if self.snapshot_kinds_with_terms:
-            return " and ".join(self.snapshot_kinds_with_terms) + " with terms"
-        return "none"
+            parts.append(", ".join(self.snapshot_kinds_with_terms) + " with terms")
+        return "; ".join(p for p in parts if p) or "none"
 
 
 _PLACED_BY_TERMS = ("range", "knn")  # kinds a text predicate places on the term partitions
 # snapshot queries whose every answer holds a query term: each partition answers over its window
 # share (every message reaches the partitions of its terms) and the partial answers are merged;
-# terms counts every message of its rectangle, whatever its terms (docs/queries.md)
+# terms counts every message of its rectangle, whatever its terms: exact only where one partition
+# owns each term whole (keyword ranges: it holds every message with the term), docs/queries.md
 _SNAPSHOTS_BY_TERMS = ("topk", "range", "knn")
+_TERMS_BY_OWNER = ("terms",)
 
 CAPABILITIES: dict[str, Capabilities] = {
     "hashing": Capabilities(replicated=False, whole_window=True),
     "location": Capabilities(replicated=False, whole_window=True),
-    "keyword": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, snapshot_kinds=(),
-                            snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
+    "keyword": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS,
+                            snapshot_kinds=_TERMS_BY_OWNER, snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
     # with keyword summaries on, snapshot queries are refused after planning (skype.dskype.snapshots)
     "prefix": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, activation=True,
-                           thresholds=True, snapshot_kinds=(), snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
+                           thresholds=True, snapshot_kinds=_TERMS_BY_OWNER,
+                           snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
     "spatial-first": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, thresholds=True,
                                   snapshot_kinds=(), snapshot_kinds_with_terms=_SNAPSHOTS_BY_TERMS),
     "keyword-first": Capabilities(replicated=True, kinds=(), kinds_with_terms=_PLACED_BY_TERMS, thresholds=True,
