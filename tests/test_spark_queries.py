@@ -97,7 +97,7 @@ def _settings(path: Path, method: str, window: list[str], partitions: int = 4, s
                                       str(partitions), "--batch-size", str(BATCH), "--summaries", summaries,
                                       *window])
     inputs = load_inputs(args)
-    kinds.refuse(inputs, [method])
+    kinds.refuse(inputs, method.split(","))
     settings = settings_from_args(args, inputs.bounds)
     settings.engine_options.update(kinds.engine_options(inputs))
     return inputs, settings
@@ -122,7 +122,6 @@ def _window(path: Path, time_window: bool) -> list[str]:
 def _run(tmp_path: Path, method: str, events: Path, time_window: bool = False, faults: bool = False,
          moves: tuple[int, ...] = ()) -> list[dict]:
     """The job's answers file (LocalPipeline to the end, answers merged as the driver does)."""
-    from skype.dskype import snapshots
     from skype.spark.hosts import InProcessHosts
 
     window = _window(events, time_window)
@@ -150,14 +149,22 @@ def _run(tmp_path: Path, method: str, events: Path, time_window: bool = False, f
                           moves.index(batch) + 1)
         pipe.step(before_partition=lose_commit)
         batch += 1
-    pipe_ = pipe.plan.pipelines[0]
-    directory = pipe.plan.answers_dir_of(pipe_)
+    return _answers_file(tmp_path, pipe, inputs, 0)
+
+
+def _answers_file(tmp_path: Path, pipe: LocalPipeline, inputs, index: int) -> list[dict]:
+    """Pipeline ``index``'s answers file, merged from its answer lines as the driver does."""
+    from skype.dskype import snapshots
+
+    pipeline = pipe.plan.pipelines[index]
+    directory = pipe.plan.answers_dir_of(pipeline)
     # every answering task's lines, as the sink writes them (a replayed batch's lines count once)
-    snapshots.write_part(directory, 0, 0, pipe.answers.get(0, []))
-    out = tmp_path / f"{method}.answers.jsonl"
-    n = snapshots.write_answers(out, directory, snapshots.asked_queries(inputs), settings.partitions,
-                                pipe_.distribution.capabilities.whole_window)
-    assert n == len(snapshots.asked_queries(inputs))
+    snapshots.write_part(directory, 0, 0, pipe.answers.get(index, []))
+    out = tmp_path / f"{pipeline.method}.answers.jsonl"
+    asked = snapshots.asked_queries(inputs)
+    n = snapshots.write_answers(out, directory, asked, pipe.settings.partitions,
+                                pipeline.distribution.capabilities.whole_window)
+    assert n == len(asked)
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
@@ -245,6 +252,16 @@ def test_spark_queries_terms_exact_where_one_partition_owns_each_term(method, ti
     want = expected["counted", time_window]
     assert any(a["kind"] == "terms" and a["answer"] for a in want)
     assert got == want, _first_difference(got, want)
+
+
+def test_spark_queries_methods_side_by_side_each_write_their_answers(keyed_events, expected, tmp_path):
+    inputs, settings = _settings(keyed_events, "location,keyword", ["--window", str(WINDOW)])
+    pipe = LocalPipeline(tmp_path / "both", settings, inputs)
+    while not pipe.done():
+        pipe.step()
+    for index in (0, 1):
+        got = _answers_file(tmp_path, pipe, inputs, index)
+        assert got == expected["keyed", False], (index, _first_difference(got, expected["keyed", False]))
 
 
 @pytest.mark.parametrize("method", ["hashing", "keyword"])
