@@ -120,12 +120,13 @@ def _window(path: Path, time_window: bool) -> list[str]:
 
 
 def _run(tmp_path: Path, method: str, events: Path, time_window: bool = False, faults: bool = False,
-         moves: tuple[int, ...] = ()) -> list[dict]:
+         moves: tuple[int, ...] = (), engine: str = "core") -> list[dict]:
     """The job's answers file (LocalPipeline to the end, answers merged as the driver does)."""
     from skype.spark.hosts import InProcessHosts
 
     window = _window(events, time_window)
     inputs, settings = _settings(events, method, window)
+    settings.engine = engine
     pipe = LocalPipeline(tmp_path / method, settings, inputs)
     from skype.dskype.rebalancing import attach, rebalance_dir
 
@@ -252,6 +253,13 @@ def test_spark_queries_terms_exact_where_one_partition_owns_each_term(method, ti
     want = expected["counted", time_window]
     assert any(a["kind"] == "terms" and a["answer"] for a in want)
     assert got == want, _first_difference(got, want)
+
+
+@pytest.mark.parametrize("method", ["hashing", "keyword"])
+def test_spark_queries_on_reference_engine_partitions(method, counted_events, expected, tmp_path):
+    """Partitions running the brute-force reference engine answer as simulate (to 1e-9 in scores)."""
+    got = _run(tmp_path, method, counted_events, engine="reference")
+    assert _close(got, expected["counted", False]), _first_difference(got, expected["counted", False])
 
 
 def test_spark_queries_methods_side_by_side_each_write_their_answers(keyed_events, expected, tmp_path):

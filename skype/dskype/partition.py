@@ -113,14 +113,15 @@ class PartitionConfig:
         options = dict(self.engine_options)
         window = ({"window": int(self.window.size)} if self.count_native and self.window.kind == "count"
                   else {"window_seconds": self.window.size})
+        # term names by id: terms subscriptions and queries order ties by name
+        vocab = {"vocabulary": read_vocabulary(self.vocabulary_file)} if self.vocabulary_file else {}
         if self.engine == "reference":
             from skype.reference import ReferenceEngine
 
-            return ReferenceEngine(bounds=self.bounds, **window)
+            return ReferenceEngine(bounds=self.bounds, **window, **vocab)
         from skype.engine import Engine
 
         # the query window only when the run has range/knn/terms subscriptions (engine_options)
-        vocab = {"vocabulary": read_vocabulary(self.vocabulary_file)} if self.vocabulary_file else {}
         return Engine(bounds=self.bounds, **window, **vocab, **{"snapshots": False, **options})
 
     def advances(self) -> bool:
