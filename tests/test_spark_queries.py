@@ -310,6 +310,16 @@ def test_spark_queries_refused_on_prefix_with_keyword_summaries_before_spark_sta
     assert err.value.code == "E135" and "summaries" in str(err.value)
 
 
+def test_spark_queries_answers_out_needs_a_staged_stream_and_the_file_sink(events, tmp_path):
+    from skype import spark as dskype_on_spark
+
+    inputs, settings = _settings(events, "hashing", ["--window", str(WINDOW)])
+    settings.sink = "console"
+    with pytest.raises(InputError) as err:
+        dskype_on_spark.run(settings, inputs, None, run_dir=tmp_path / "run", answers_out=str(tmp_path / "a.jsonl"))
+    assert err.value.code == "E136" and not (tmp_path / "run").exists()
+
+
 def test_spark_queries_missing_answers_are_an_error_not_a_short_file(tmp_path):
     from skype.dskype import snapshots
 
@@ -409,13 +419,17 @@ def test_spark_queries_whole_window_is_what_the_routing_does(method, tweets_smal
     dist = build_distribution(method, 4, w.subscriptions, w.messages.slice(0, 500), w.vocabulary, None, **params)
     router = Router(dist, list(range(4)))
     msgs = w.messages.slice(500, 900)
-    query = Commands([0], [700], [OP_QUERY], _id_only(0), [0], np.array(['{"query": 0}'], object))
+    query = Commands([0, 1], [700, 701], [OP_QUERY] * 2, _id_only(5).take(np.array([0, 0])), [0, 0],
+                     np.array(['{"query": 5}', '{"query": 6}'], object))
+    query.subs.ids[:] = [5, 6]  # ordinals 5 and 6
     parts = router.route(msgs, np.arange(500, 900), query)
     everyone = all(len(codec.unpack_messages(parts[p].messages)[0]) == len(msgs) for p in range(4))
     assert capabilities_of(method).whole_window == everyone, method
     assert routes_everywhere(dist) <= everyone
-    asked = [p for p in range(4) if parts[p].commands and OP_QUERY in Commands.unpack(parts[p].commands).op]
-    assert asked == ([0] if everyone else [0, 1, 2, 3]), method
+    asked = {p: sorted(c.subs.ids[c.op == OP_QUERY].tolist()) for p in range(4) if parts[p].commands
+             for c in [Commands.unpack(parts[p].commands)]}
+    asked = {p: ids for p, ids in asked.items() if ids}
+    assert asked == ({1: [5], 2: [6]} if everyone else {p: [5, 6] for p in range(4)}), method
 
 
 def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestion_refuses_them(tweets_small):

@@ -56,7 +56,7 @@ KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
 KIND_UNSUBSCRIBE = 2
 KIND_RESULTS = 3  # a results request (no record): to every partition
-KIND_QUERY = 4  # a snapshot query (no record): to partition 0 of a whole-window method, else everywhere
+KIND_QUERY = 4  # a snapshot query (no record): to one partition of a whole-window method, else everywhere
 
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
@@ -149,10 +149,14 @@ class Router:
             return [Commands.empty()] * P
         asked = commands.op == OP_QUERY
         if asked.any() and self.dist.capabilities.whole_window:
-            # every partition holds the whole window: partition 0 answers (skype.dskype.snapshots)
-            out = self._route_commands(commands.take(np.flatnonzero(~asked)))
-            queries = commands.take(np.flatnonzero(asked))
-            out[0] = Commands.concat([out[0], queries]) if len(out[0]) else queries
+            # every partition holds the whole window: query n goes to partition n mod P alone
+            # (skype.dskype.snapshots; a query's id is its ordinal)
+            out = list(self._route_commands(commands.take(np.flatnonzero(~asked))))
+            rows = np.flatnonzero(asked)
+            owner = commands.subs.ids[rows] % P
+            for p in np.unique(owner).tolist():
+                queries = commands.take(rows[owner == p])
+                out[p] = Commands.concat([out[p], queries]) if len(out[p]) else queries
             return out
         if self.everywhere:
             return [Commands(commands.cseq, commands.at, commands.op, commands.subs, np.ones(len(commands), np.int32),

@@ -11,8 +11,8 @@ No pyspark here.  A query is one more command of the stream (``docs/queries.md``
   ``t := seq``), ``from_seq``, the first message with ``now - t < last`` (decided exactly, as
   :func:`skype.reference_queries.fresh`).
 * **Routing**: a method whose partitions each receive every message (``whole_window`` in the
-  capability table) sends the query to partition 0 only, which holds the whole window; the other
-  methods send it to every partition.
+  capability table) sends query ``n`` to partition ``n mod P`` only, which holds the whole
+  window; the other methods send it to every partition.
 * **Partitions** (:func:`answer`): a query due in a batch is answered in the batch's command order,
   after the messages before it and before those after it, with the engine's clock at the query's
   clock (``at - 1`` on a count window, ``now_t`` on a time window): the engine's window is then
