@@ -5,8 +5,9 @@ directory (``--checkpoint``), builds the distribution (``--method`` over ``--par
 subscription partitions), and streams it through Spark in micro-batches of ``--batch-size``
 messages: routing, one stateful engine per partition on the executors, an exact merge of
 replicated subscriptions, result-change events to ``DIR/events``.  The final top-k goes to
-``--results-out`` (the same JSONL as ``simulate --results-out``), the answers of snapshot queries
-to ``--answers-out`` (as ``simulate --answers-out``; ``docs/queries.md``), metrics to ``--metrics-out``.
+``--results-out`` (the same JSONL as ``simulate --results-out``), the answers of snapshot
+queries to ``--answers-out`` (as ``simulate --answers-out``; ``docs/queries.md``), metrics to
+``--metrics-out``.
 
 With ``--vocabulary FILE`` (``python -m skype.run vocabulary``) the driver does not load the
 workload: executors read the raw ``--messages``/``--subscriptions`` files (or ``--messages-dir``/
