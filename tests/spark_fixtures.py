@@ -209,6 +209,7 @@ class LocalPipeline:
         self.metrics: list[list[dict]] = []
         self.events: dict[int, list[dict]] = {}
         self.final: dict[int, list[bytes]] = {}  # final-results blobs of the last batch, by pipeline
+        self.answers: dict[int, list[str]] = {}  # snapshot query answer lines, by pipeline
         self.batch = 0
 
     def _stream(self):
@@ -267,6 +268,8 @@ class LocalPipeline:
                     blobs[out.pipeline].append(bytes(out.payload))
                 elif out.kind == "results":
                     final.setdefault(out.pipeline, []).append(bytes(out.payload))
+                elif out.kind == "answers":
+                    self.answers.setdefault(out.pipeline, []).extend(bytes(out.payload).decode().splitlines())
                 else:
                     metrics.append(json.loads(out.payload))
         for key, rows in sorted(stage2.items()):

@@ -5,7 +5,9 @@ directory (``--checkpoint``), builds the distribution (``--method`` over ``--par
 subscription partitions), and streams it through Spark in micro-batches of ``--batch-size``
 messages: routing, one stateful engine per partition on the executors, an exact merge of
 replicated subscriptions, result-change events to ``DIR/events``.  The final top-k goes to
-``--results-out`` (the same JSONL as ``simulate --results-out``), metrics to ``--metrics-out``.
+``--results-out`` (the same JSONL as ``simulate --results-out``), the answers of snapshot
+queries to ``--answers-out`` (as ``simulate --answers-out``; ``docs/queries.md``), metrics to
+``--metrics-out``.
 
 With ``--vocabulary FILE`` (``python -m skype.run vocabulary``) the driver does not load the
 workload: executors read the raw ``--messages``/``--subscriptions`` files (or ``--messages-dir``/
@@ -115,6 +117,9 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     src.add_argument("--commands-topic")
     o = p.add_argument_group("output")
     o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
+    o.add_argument("--answers-out", metavar="FILE",
+                   help="the answers of the snapshot queries ({\"op\": \"query\"} events) as JSONL, as simulate "
+                        "writes them (docs/queries.md)")
     o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")
     o.add_argument("--sink", choices=("files", "console", "kafka"), default="files",
                    help="result-change events to DIR/events (default), the console, or the Kafka topic "
@@ -172,6 +177,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     settings = settings_from_args(args, bounds)
     run_dir = run_directory(args)
     out = dskype_on_spark.run(settings, workload, spark, run_dir=run_dir, results_out=args.results_out,
+                              answers_out=args.answers_out,
                               master=getattr(args, "master", "local[*]"),
                               driver_memory=getattr(args, "driver_memory", "1g"), conf=dict(args.conf))
     if args.metrics_out:

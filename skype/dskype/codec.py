@@ -19,8 +19,8 @@ The record layouts (which arrays a blob holds) are defined by the helpers below:
   (:func:`pack_messages`, :func:`unpack_messages`);
 * commands: ``cseq, at, op, ids, x, y, k, alpha, nrep`` + CSR terms (:func:`pack_commands`);
   ``at = -1`` means "apply at the start of the batch it arrives in"; ``op`` is :data:`OP_SUB`,
-  :data:`OP_UNSUB`, :data:`OP_DROP` or :data:`OP_RESULTS` (a results request: no subscription,
-  every partition); ``nrep`` is the number of partitions the subscription was placed on.
+  :data:`OP_UNSUB`, :data:`OP_DROP`, :data:`OP_RESULTS` (a results request: no subscription,
+  every partition) or :data:`OP_QUERY` (a snapshot query: ``id`` its ordinal, ``spec`` the query); ``nrep`` is the number of partitions the subscription was placed on.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ OP_SUB = 1
 OP_UNSUB = 2
 OP_DROP = 3  # "remove if hosted": a subscribe's notice to the partitions outside its placement
 OP_RESULTS = 4  # "send the current top-k of every subscription": a producer's results request
+OP_QUERY = 5  # a snapshot query (no subscription): answered at its position (skype.dskype.snapshots)
 NO_POSITION = -1  # a command without ``at``: applied at the start of the batch it arrives in
 
 

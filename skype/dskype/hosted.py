@@ -17,7 +17,7 @@ import numpy as np
 from skype.model import SubscriptionBatch, TermMatrix
 from skype.dskype import codec
 from skype.dskype.activation import Activation
-from skype.dskype.codec import OP_RESULTS, OP_SUB, Commands
+from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands
 from skype.dskype.kinds import UNBOUNDED_K, spec_from_json
 
 APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
@@ -97,7 +97,7 @@ class Hosted:
 def replay_commands(hosted: Hosted, due: Commands, activation: Activation | None = None) -> None:
     """Apply due commands to a :class:`Hosted` set only (rebuild from the durable log)."""
     for j in range(len(due)):
-        if due.op[j] == OP_RESULTS:  # a results request changes nothing hosted
+        if due.op[j] == OP_RESULTS or due.op[j] == OP_QUERY:  # requests and queries change nothing hosted
             continue
         sid = int(due.subs.ids[j])
         hosted.remove(sid)

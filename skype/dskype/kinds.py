@@ -117,14 +117,15 @@ def kinds_used(inputs) -> dict[str, bool]:
 
 
 def refuse(inputs, methods: Iterable[str], open_end: bool = False) -> None:
-    """Raise E048 naming the first (kind, method) the job cannot serve exactly.  ``open_end``: the
+    """Raise E048 naming the first (kind, method) the job cannot serve exactly (E135 for a snapshot
+    query: :func:`skype.dskype.snapshots.refuse`).  ``open_end``: the
     run may stop before the stream's end (an open stream, ``--stop-after-batches``, ``--timeout``),
     so its final results would be folded from events, which carry a ``terms`` entry's count when
     it entered, not its later changes: ``terms`` is refused then."""
+    from skype.dskype import snapshots
+
     methods = list(methods)
-    if any(op == "query" for op, _ in inputs.steps):
-        raise InputError("E048", where=f"distributed (method {','.join(methods)})", kind="snapshot queries",
-                         supported="continuous subscriptions of every kind (answer snapshots with simulate)")
+    snapshots.refuse(inputs, methods)  # E135: per method, the snapshot queries it answers exactly
     used = kinds_used(inputs)
     if open_end and "terms" in used:
         raise InputError("E048", where="distributed on a stream it may not finish (open stream, "
@@ -154,12 +155,14 @@ class Lowered:
     inputs: object
     specs: dict[int, str]  # id(SubscriptionBatch part) -> spec JSON (one-row parts of kind records)
     kinds: dict[int, str]  # subscription id -> kind of its last record
+    asked: list = dataclasses.field(default_factory=list)  # snapshot queries by ordinal (skype.dskype.snapshots)
 
 
 def lower_inputs(inputs) -> Lowered:
     """Kind records -> subscribe commands with a spec; ``until`` -> unsubscribe steps (see module
     docstring).  ``inputs`` is not changed; its vocabulary may grow by query terms no message holds."""
     from skype import queries
+    from skype.dskype import snapshots
     from skype.partitioning.registry import concat_subscriptions
 
     specs: dict[int, str] = {}
@@ -190,9 +193,19 @@ def lower_inputs(inputs) -> Lowered:
 
     first = [topk(inputs.subscriptions)] + [lower(s) for s in inputs.others]
     steps: list[tuple[str, object]] = []
+    times: list[np.ndarray] = []  # the timestamps of the messages so far (snapshot queries' clocks)
+    position = 0
+    asked: list[dict] = []
     for op, payload in inputs.steps:
         if op == "msgs":
+            if len(payload):
+                times.append(np.asarray(payload.t, np.float64))
+            position += len(payload)
             steps.extend(_split_at_untils(payload, pending, generation))
+        elif op == "query":  # compiled now, in stream order: new terms get simulate's ids
+            spec, meta = snapshots.lower_query(payload, len(asked), inputs.vocabulary, inputs.bounds, position, times)
+            asked.append(meta)
+            steps.append(("query", spec))
         elif op == "sub":
             steps.append(("sub", topk(payload)))
         elif op == "ksub":
@@ -209,7 +222,7 @@ def lower_inputs(inputs) -> Lowered:
             specs[_row_key(initial, offset)] = specs.pop(id(part))
             offset += len(part)
     lowered = dataclasses.replace(inputs, subscriptions=initial, others=[], steps=steps)
-    return Lowered(lowered, specs, kinds)
+    return Lowered(lowered, specs, kinds, asked)
 
 
 def _row_key(batch: SubscriptionBatch, row: int) -> int:
@@ -354,5 +367,6 @@ def kind_map(inputs) -> dict[int, str]:
 
 
 def engine_options(inputs) -> dict:
-    """Options the partitions' engines need for ``inputs``: the query window for the kinds."""
-    return {"snapshots": True} if kinds_used(inputs) else {}
+    """Options the partitions' engines need for ``inputs``: the query window for the kinds and
+    the snapshot queries."""
+    return {"snapshots": True} if kinds_used(inputs) or any(op == "query" for op, _ in inputs.steps) else {}

@@ -38,6 +38,9 @@ local list) for replicated ones and for every subscription a command touched.  A
 hosted alike, in an engine with the query window; its result is reported as top-k entries whose
 merge is the kind's (the union of matches, the merged kNN list), and it never sleeps.
 
+**Snapshot queries** (``OP_QUERY``, :mod:`skype.dskype.snapshots`): answered in the command order,
+after the messages before their position, with the engine's clock at theirs; never hosted.
+
 **Prefix replicas** (``config.activation``, :mod:`skype.dskype.activation`): a replica whose
 loose prefix, at a threshold proven by its own engine, leaves this partition *sleeps* (its record
 stays, the engine drops it) and wakes when that proof may expire; a hosted subscription is
@@ -58,6 +61,7 @@ replicas' sleeps and wakes) and the window segments.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -72,7 +76,8 @@ from skype.model import MessageBatch
 from skype.dskype import activation as act
 from skype.dskype import codec
 from skype.dskype.activation import Activation, ActivationConfig
-from skype.dskype.codec import OP_RESULTS, OP_SUB, Commands
+from skype.dskype import snapshots
+from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands
 from skype.dskype.handover import Handover
 from skype.dskype.hosted import APPLIED, Hosted, replay_commands
 from skype.dskype.kinds import NameRanks, read_vocabulary, result_arrays
@@ -108,14 +113,15 @@ class PartitionConfig:
         options = dict(self.engine_options)
         window = ({"window": int(self.window.size)} if self.count_native and self.window.kind == "count"
                   else {"window_seconds": self.window.size})
+        # term names by id: terms subscriptions and queries order ties by name
+        vocab = {"vocabulary": read_vocabulary(self.vocabulary_file)} if self.vocabulary_file else {}
         if self.engine == "reference":
             from skype.reference import ReferenceEngine
 
-            return ReferenceEngine(bounds=self.bounds, **window)
+            return ReferenceEngine(bounds=self.bounds, **window, **vocab)
         from skype.engine import Engine
 
         # the query window only when the run has range/knn/terms subscriptions (engine_options)
-        vocab = {"vocabulary": read_vocabulary(self.vocabulary_file)} if self.vocabulary_file else {}
         return Engine(bounds=self.bounds, **window, **vocab, **{"snapshots": False, **options})
 
     def advances(self) -> bool:
@@ -170,6 +176,7 @@ class PartitionOutput:
     metrics: dict
     activation_entry: bytes | None = None  # the batch's sleeps and wakes, for the durable log
     backfill: bytes | None = None  # window messages read back for newly live terms: one more segment
+    answers: bytes | None = None  # the batch's snapshot query answers, JSON lines (skype.dskype.snapshots)
 
 
 class PartitionCore:
@@ -258,8 +265,10 @@ class PartitionCore:
         hwm_t = max(self.hwm_t, float(inp.hwm_t))
         due, positions, self.pending = plan_commands(self.pending, inp.commands, lo, hwm_seq)
         requests = due.op == OP_RESULTS
-        if requests.any():  # answered after the batch (skype.spark.processors); they touch no subscription
-            keep = np.flatnonzero(~requests)
+        asked = due.op == OP_QUERY  # snapshot queries: answered in the loop below, at their positions
+        queries, query_pos = due.take(np.flatnonzero(asked)), positions[asked]
+        if requests.any() or asked.any():  # requests are answered after the batch (skype.spark.processors)
+            keep = np.flatnonzero(~(requests | asked))
             due, positions = due.take(keep), positions[keep]
         if self.handover is not None:  # the rows this partition owns, and the hand-overs of new table versions
             due, positions = self.handover.resolve(due, positions, hwm_seq)
@@ -288,7 +297,12 @@ class PartitionCore:
         logs: list[ChangeLog] = []
         published = 0
         run: dict[int, int] = {}  # subscribe rows waiting for one subscribe_batch call: id -> row
+        answers: list[str] = []
+        qi = 0  # the next query to answer
         for j in range(len(due)):
+            while qi < len(queries) and (query_pos[qi], queries.cseq[qi]) < (positions[j], due.cseq[j]):
+                published = self._answer(queries, qi, batch, seq, times, published, due, run, logs, answers)
+                qi += 1
             cut = int(np.searchsorted(seq, positions[j], side="left"))
             if cut > published:
                 self._flush_subscribes(due, run)
@@ -310,6 +324,8 @@ class PartitionCore:
             if due.op[j] == OP_SUB:
                 run[sid] = j
         self._flush_subscribes(due, run)
+        for qi in range(qi, len(queries)):
+            published = self._answer(queries, qi, batch, seq, times, published, due, run, logs, answers)
         if published < len(batch):
             logs.append(self._publish(batch, seq, times, published, len(batch)))
         self.hwm_seq, self.hwm_t = hwm_seq, hwm_t
@@ -335,18 +351,41 @@ class PartitionCore:
         dormant = len(self.activation.dormant) if self.activation is not None else 0
         return PartitionOutput(
             reports=reports, upto=hwm_seq + 1, activation_entry=entry, backfill=backfill,
+            answers="".join(a + "\n" for a in answers).encode() if answers else None,
             metrics={"first_seq": lo, "messages": len(inp.messages), "commands": len(inp.commands),
                      "due_commands": len(due), "pending_commands": len(self.pending), "hosted": len(self.hosted),
                      "active": len(self.hosted) - dormant, "dormant": dormant, "sleeps": len(slept),
                      "wakes": len(woken), "hosted_inverse_replication": self.hosted.inverse_replication(),
                      "window_share": len(self.window), "engine_s": t_engine,
                      "report_s": time.perf_counter() - t0 - t_engine, "report_rows": rows,
-                     "results_requested": bool(requests.any()), "live_terms": live_terms,
+                     "results_requested": bool(requests.any()), "live_terms": live_terms, "queries": len(answers),
                      "backfill_messages": len(codec.unpack_messages(backfill)[1]) if backfill else 0,
                      "backfill_rebuilds": int(rebuilt),
                      "backfill_s": t_backfill,
                      **(self.handover.metrics if self.handover is not None else {})},
         )
+
+    def _answer(self, queries: Commands, qi: int, batch: MessageBatch, seq: np.ndarray, times: np.ndarray,
+                published: int, due: Commands, run: dict[int, int], logs: list[ChangeLog], answers: list[str]) -> int:
+        """Answer query row ``qi`` at its position: publish the messages before it, set the engine's
+        clock to the query's (:mod:`skype.dskype.snapshots`); returns the messages now published."""
+        at = int(queries.at[qi])
+        if at <= self.hwm_seq:  # an open stream's producer wrote it late: its window is gone
+            raise InputError("E138", where=f"partition {self.config.partition}",
+                             reason=f"query {int(queries.subs.ids[qi])} at position {at} arrived after the batch "
+                                    f"that holds its position")
+        cut = int(np.searchsorted(seq, at, side="left"))
+        if cut > published:
+            self._flush_subscribes(due, run)
+            logs.append(self._publish(batch, seq, times, published, cut))
+            published = cut
+        d = json.loads(queries.spec[qi])
+        clock = snapshots.query_clock(d, at, self.config.window.kind)
+        if clock is not None and self.config.advances() and clock > self.engine.clock:
+            logs.append(self.engine.advance_log(clock))
+        answers.append(snapshots.answer(self.engine, d, at, self.config.window.kind, self.config.partition,
+                                        self.window.seq_of))
+        return published
 
     # ------------------------------------------------------------------ keyword summaries
     def _hold(self, sid: int, delta: int, *, record: bool, engine: bool) -> None:

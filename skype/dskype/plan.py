@@ -9,6 +9,7 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
     DIR/spark/                Spark's checkpoint: offsets, commits, the state store (RocksDB)
     DIR/events/<method>/batch-<id>-part-<p>.parquet   result-change events (or .jsonl), written by executors
     DIR/results/<method>/batch-<id>-part-<p>.jsonl    the final top-k, sent by the stateful stages
+    DIR/answers/<method>/batch-<id>-part-<p>.jsonl    snapshot query answers of the partitions
     DIR/dead-letters/         records the engine rejected, with their error codes
     DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
     DIR/rebalance/<method>/   adaptive methods: table versions, the driver's decisions and state
@@ -162,6 +163,10 @@ class Plan:
 
     def events_dir_of(self, pipeline: Pipeline) -> Path:
         return self.run_dir / "events" / pipeline.method
+
+    def answers_dir_of(self, pipeline: Pipeline) -> Path:
+        """Snapshot query answers, one line per (query, answering partition) (skype.dskype.snapshots)."""
+        return self.run_dir / "answers" / pipeline.method
 
     def results_dir_of(self, pipeline: Pipeline) -> Path:
         """The final top-k, written by the stateful stages' tasks in the stream's last batch."""

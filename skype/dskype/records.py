@@ -88,6 +88,10 @@ def _command_row(obj: Any, vocab, bounds, default_at: int | None) -> tuple:
         return KIND_UNSUBSCRIBE, at, sid, 0.0, 0.0, 0, 0.0, np.zeros(0, np.int64), np.zeros(0)
     if op == "results":
         return KIND_RESULTS, at, 0, 0.0, 0.0, 0, 0.0, np.zeros(0, np.int64), np.zeros(0)
+    if op == "query":  # docs/queries.md: the driver that stages the stream compiles queries
+        raise InputError("E138", where="executor ingestion (--vocabulary, Kafka)",
+                         reason="a query is compiled by the driver that stages the stream, with its terms' ids in "
+                                "stream order and the clock of its position; run the workload staged")
     raise InputError("E086", op=op)
 
 

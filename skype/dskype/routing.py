@@ -45,8 +45,9 @@ from skype.partitioning.base import Distribution
 from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
-from skype.dskype.codec import OP_RESULTS, OP_SUB, OP_UNSUB, Commands
+from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
 from skype.dskype.handover import routes_everywhere
+from skype.dskype.snapshots import is_query
 
 if TYPE_CHECKING:
     from skype.dskype.summaries import SummaryTables
@@ -55,6 +56,7 @@ KIND_MESSAGE = 0
 KIND_SUBSCRIBE = 1
 KIND_UNSUBSCRIBE = 2
 KIND_RESULTS = 3  # a results request (no record): to every partition
+KIND_QUERY = 4  # a snapshot query (no record): to one partition of a whole-window method, else everywhere
 
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
@@ -145,6 +147,17 @@ class Router:
         P = self.num_partitions
         if len(commands) == 0:
             return [Commands.empty()] * P
+        asked = commands.op == OP_QUERY
+        if asked.any() and self.dist.capabilities.whole_window:
+            # every partition holds the whole window: query n goes to partition n mod P alone
+            # (skype.dskype.snapshots; a query's id is its ordinal)
+            out = list(self._route_commands(commands.take(np.flatnonzero(~asked))))
+            rows = np.flatnonzero(asked)
+            owner = commands.subs.ids[rows] % P
+            for p in np.unique(owner).tolist():
+                queries = commands.take(rows[owner == p])
+                out[p] = Commands.concat([out[p], queries]) if len(out[p]) else queries
+            return out
         if self.everywhere:
             return [Commands(commands.cseq, commands.at, commands.op, commands.subs, np.ones(len(commands), np.int32),
                              commands.spec)] * P
@@ -227,7 +240,8 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
         messages, seq = messages.take(order), seq[order]
     subs = SubscriptionBatch(cols["id"][cmd], cols["x"][cmd], cols["y"][cmd], cols["k"][cmd], cols["alpha"][cmd],
                              terms.take(cmd))
-    op = np.select([kind[cmd] == KIND_SUBSCRIBE, kind[cmd] == KIND_RESULTS], [OP_SUB, OP_RESULTS], OP_UNSUB)
+    op = np.select([kind[cmd] == KIND_SUBSCRIBE, kind[cmd] == KIND_RESULTS, kind[cmd] == KIND_QUERY],
+                   [OP_SUB, OP_RESULTS, OP_QUERY], OP_UNSUB)
     op = op.astype(np.int8)
     specs = batch.column("spec").to_pylist() if "spec" in batch.schema.names and len(cmd) else None
     commands = Commands.concat([Commands(cols["seq"][cmd], cols["at"][cmd], op, subs, np.zeros(len(cmd), np.int32),
@@ -331,6 +345,15 @@ def screen(messages: MessageBatch, seq: np.ndarray, commands: Commands, bounds) 
             messages, seq = messages.take(rows), seq[rows]
     if len(commands):
         has_record = np.diff(commands.subs.terms.indptr) > 0
+        asked = np.flatnonzero(commands.op == OP_QUERY)
+        # the spec the driver compiles when it stages a query (skype.dskype.snapshots)
+        bad = [j for j in asked.tolist() if not is_query(commands.spec[j])]
+        for j in bad:
+            dead.append(_dead("command", int(commands.cseq[j]), int(commands.subs.ids[j]), InputError(
+                "E138", where="a query command", reason="it lacks the compiled spec the driver writes when it "
+                                                        "stages the stream")))
+        if bad:
+            commands = commands.take(np.setdiff1d(np.arange(len(commands)), bad))
         sub = commands.op == OP_SUB
         # kind records (a spec) were validated when compiled (skype.dskype.kinds); their rows need no terms
         checked = np.flatnonzero((sub | has_record) & np.equal(commands.spec, np.array(None, object)))

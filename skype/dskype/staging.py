@@ -7,7 +7,8 @@ must write a file completely, e.g. under a temporary name, before giving it its 
   sequence number is its position in the directory (files in name order, then lines/rows).
 * commands: ``{"op": "sub", "at", "id", "x", "y", "k", "alpha", "term_ids", "weights"}`` or
   ``{"op": "unsub", "at", "id"}`` (best with the record it removes: it then reaches only that
-  record's partitions, without it every partition); ``at`` (optional) is the number of messages before the command,
+  record's partitions, without it every partition); ``{"op": "query", "at", "id", "spec"}`` (a
+  snapshot query, :mod:`skype.dskype.snapshots`); ``at`` (optional) is the number of messages before the command,
   a command without ``at`` applies at the start of the micro-batch it arrives in.
 
 Terms are already *vectorised* (ids of the run's :class:`~skype.text.Vocabulary` and unit
@@ -104,7 +105,7 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
 
     lowered = lower_inputs(inputs)
     inputs = lowered.inputs
-    if "terms" in lowered.kinds.values():
+    if "terms" in lowered.kinds.values() or any(q["kind"] == "terms" for q in lowered.asked):
         write_vocabulary(Path(commands_dir).parent / VOCABULARY_FILE, inputs.vocabulary)
     messages_dir, commands_dir = Path(messages_dir), Path(commands_dir)
     op: list[str] = ["sub"] * len(inputs.subscriptions)
@@ -115,6 +116,7 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
     # such an unsubscribe, so that every command reaches only the partitions it acts on
     live: dict[int, tuple[int, int]] = {int(s): (0, i) for i, s in enumerate(inputs.subscriptions.ids.tolist())}
     position = 0
+    asked = 0  # snapshot queries so far
     pending: list[MessageBatch] = []
 
     def unsubscribe(sub_id: int) -> None:
@@ -135,6 +137,12 @@ def stage_inputs(inputs, messages_dir: str | Path, commands_dir: str | Path, *, 
             at += [position] * len(payload)
             parts.append(payload)
             live.update({int(s): (len(parts) - 1, i) for i, s in enumerate(payload.ids.tolist())})
+        elif kind == "query":  # a snapshot query: id = its ordinal, spec = the compiled query (skype.dskype.snapshots)
+            op.append("query")
+            at.append(position)
+            parts.append(_id_only(asked))
+            lowered.specs[id(parts[-1])] = payload
+            asked += 1
         else:
             unsubscribe(int(payload))
     messages = MessageBatch.concat(pending) if pending else None

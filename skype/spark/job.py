@@ -6,7 +6,7 @@ either a loaded :class:`skype.workload.Inputs` (the driver stages it as stream f
 ``settings.messages_dir``, reads it from existing stream directories) or :class:`RawStreams`: the
 executors read and tokenize raw files, stream directories or Kafka topics with a shipped
 vocabulary, and the driver loads a sample only.  Invariant: every check that can refuse a run
-(E023, E048, E063) runs before a Spark session starts.
+(E023, E048, E063, E135, E136) runs before a Spark session starts.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def per_method(path: str, method: str, several: bool) -> str:
 
 def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None, *,
         run_dir: str | Path | None = None, results_out: str | None = None, master: str = "local[*]",
-        driver_memory: str = "1g", conf: dict[str, str] | None = None) -> dict:
+        driver_memory: str = "1g", conf: dict[str, str] | None = None, answers_out: str | None = None) -> dict:
     """Plan, stream and measure one run; returns its metrics (``docs/spark.md``): a method's
     metrics dict, or ``{"runs": [one per method]}`` when ``settings.methods`` has several.
 
@@ -69,9 +69,10 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     ``out/dskype-<time>``) holds the checkpoint, stream files, events and results; the same
     directory resumes a stopped run.  ``results_out``: write every subscription's final result
     there (the records of ``simulate --results-out``; one file per method when there are
-    several)."""
+    several).  ``answers_out``: the answers of the snapshot queries (``{"op": "query"}``), the
+    lines of ``simulate --answers-out`` (one file per method when there are several)."""
     from skype import io
-    from skype.dskype import kinds, rebalancing
+    from skype.dskype import kinds, rebalancing, snapshots
     from skype.dskype import results as run_results
     from skype.dskype.plan import plan_run
     from skype.spark import runtime
@@ -83,6 +84,9 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
         raise InputError("E023", what="--results-out", expected="used with --sink files (results fold the events)",
                          value=results_out)
     raw = isinstance(workload, RawStreams)
+    if answers_out and (raw or settings.messages_dir or settings.source != "files" or settings.sink == "console"):
+        raise InputError("E136", what="--answers-out", detail="the driver stages the workload (no --vocabulary, "
+                         "--messages-dir or Kafka) and the sink writes files (not --sink console)")
     rebalancing.check_rebalance(settings.rebalance, settings.methods,
                                 staged=not (raw or settings.messages_dir or settings.source != "files"))
     # the executors see a relative run directory from their own working directory: resolve it here
@@ -90,6 +94,7 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     t0 = time.perf_counter()
     kind_of: dict[int, str] = {}
     vocabulary = None
+    asked: list[dict] = []  # snapshot queries by ordinal (skype.dskype.snapshots)
     own = spark is None
     if isinstance(workload, RawStreams):
         workload.check(settings)
@@ -114,9 +119,12 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
         kinds.refuse(inputs, settings.methods, open_end=bool(settings.source != "files" or settings.messages_dir
                                                              or settings.stop_after_batches or settings.timeout_s))
         kind_of, vocabulary = kinds.kind_map(inputs), inputs.vocabulary
+        if answers_out:
+            asked = snapshots.asked_queries(inputs)
         if settings.engine == "core":
             settings.engine_options.update(kinds.engine_options(inputs))
         plan = plan_run(run_path, settings, inputs)
+        snapshots.refuse_summaries(inputs, [pipe.method for pipe in plan.pipelines if runtime.summary_dir_of(plan, pipe)])
         plan.rebalancers = rebalancing.attach(plan, settings.rebalance, inputs, settings.rebalance_load)
         description = inputs.description
     t_plan = time.perf_counter() - t0
@@ -137,6 +145,10 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
                 metrics["subscriptions"] = io.write_objects(per_method(results_out, pipe.method, several),
                                                             kinds.result_objects(results, kind_of, vocabulary))
                 metrics["results_from"] = "stages" if run_results.stage_result_files(plan, pipe) else "events"
+            if answers_out:
+                metrics["snapshot_answers"] = snapshots.write_answers(
+                    per_method(answers_out, pipe.method, several), plan.answers_dir_of(pipe), asked,
+                    settings.partitions, pipe.distribution.capabilities.whole_window, not outcome.stopped_early)
             runs.append(metrics)
     finally:
         if own:

@@ -20,7 +20,8 @@ commit never happened, in which case no committed state carries it and the next 
 Rows in: :data:`skype.dskype.routing.ROUTED_SCHEMA_DDL`.  Rows between the stages:
 ``key, pipeline, kind, payload`` (kind ``reports``, ``metrics``, or ``events`` without a merge
 stage; in the stream's last batch also ``results`` and a ``results-request`` to every merge
-bucket).  Rows out: ``pipeline, kind, payload`` (kind ``events``, ``metrics`` or ``results``).
+bucket; ``answers`` of snapshot queries).  Rows out: ``pipeline, kind, payload`` (kind ``events``,
+``metrics``, ``results`` or ``answers``).
 
 **Final results from the state.**  When the stream's length is known (``final_upto``: the job
 staged it), the batch whose high-water mark reaches its end is the last: each partition then
@@ -273,6 +274,8 @@ class PartitionProcessor(_HostedProcessor):
             for bucket, blob in sorted(output.reports.items()):
                 yield Row(key=config.bucket_keys[bucket], pipeline=pipeline, kind="reports", payload=blob)
         home_bucket = config.bucket_keys[config.partition % len(config.bucket_keys)]
+        if output.answers is not None:  # snapshot queries: to the sink's answer files (a merge stage passes them)
+            yield Row(key=home_bucket, pipeline=pipeline, kind="answers", payload=output.answers)
         stream_ends = config.final_upto is not None and new_hwm_seq + 1 >= config.final_upto
         if stream_ends or output.metrics["results_requested"]:
             # the stream's last batch, or a producer's results request: the top-k comes from here

@@ -16,8 +16,9 @@ The batch's output is persisted between the write and the collect of the metrics
 stateful stages run once per batch.
 
 In both modes the final results of the stream's last batch go to ``results/<method>/`` files (the
-driver merges them), and the driver collects only the metrics rows and one row count per task and
-method, and replaces ``metrics/batch-<id>.json``.
+driver merges them), the answers of snapshot queries to ``answers/<method>/`` files, and the
+driver collects only the metrics rows and one row count per task and method, and replaces
+``metrics/batch-<id>.json``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class EventSink:
     def __init__(self, plan: Plan) -> None:
         self.events_dirs = {pipe.index: plan.events_dir_of(pipe) for pipe in plan.pipelines}
         self.results_dirs = {pipe.index: str(plan.results_dir_of(pipe)) for pipe in plan.pipelines}
+        # snapshot query answers go beside the results (skype.dskype.snapshots), keyed -1 - pipeline
+        self.results_dirs.update({-1 - pipe.index: str(plan.answers_dir_of(pipe)) for pipe in plan.pipelines})
         self.metrics_dir = plan.metrics_dir
         self.format = plan.settings.events_format
         self.console = plan.settings.sink == "console"
@@ -183,6 +186,8 @@ def _sorted_rows(batches) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]
                 blobs.setdefault(int(pipeline), []).append(bytes(payload))
             elif kind == "results":
                 final.setdefault(int(pipeline), []).append(bytes(payload))
+            elif kind == "answers":  # snapshot query answers (JSON lines): written by _write_final
+                final.setdefault(-1 - int(pipeline), []).append(bytes(payload))
             else:
                 out_pipeline.append(pipeline)
                 out_kind.append(kind)
@@ -200,8 +205,13 @@ def _task_partition() -> int:
 def _write_final(final: dict[int, list[bytes]], results_dirs: dict[int, str], batch_id: int, part: int) -> None:
     """The final-results blobs of the stream's last batch, as ``results/<method>/`` parts."""
     from skype.dskype.reports import results_lines
+    from skype.dskype.snapshots import write_part
 
     for pipeline, parts in sorted(final.items()):
+        if pipeline < 0:  # snapshot query answers of pipeline -1 - pipeline, under a name unique to the attempt
+            lines = [line for blob in parts for line in blob.decode().splitlines()]
+            write_part(results_dirs[pipeline], batch_id, part, lines)
+            continue
         write_atomic(Path(results_dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.jsonl",
                      "".join(line + "\n" for line in results_lines(parts)))
 

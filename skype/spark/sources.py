@@ -30,8 +30,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from skype.errors import InputError
-from skype.dskype.routing import (EVENT_SCHEMA_DDL, KIND_MESSAGE, KIND_RESULTS, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE,
-                                 event_arrow_schema)
+from skype.dskype.routing import (EVENT_SCHEMA_DDL, KIND_MESSAGE, KIND_QUERY, KIND_RESULTS, KIND_SUBSCRIBE,
+                                 KIND_UNSUBSCRIBE, event_arrow_schema)
 
 SOURCE_NAME = "skype_stream"
 KINDS = ("messages", "commands")
@@ -106,13 +106,14 @@ def to_events(table, kind: str, first_position: int):
                 "alpha": pa.nulls(n, pa.float64()), "spec": pa.nulls(n, pa.string())}
     else:
         op = table.column("op").combine_chunks()
-        bad = pc.invert(pc.is_in(op, value_set=pa.array(["sub", "unsub", "results"]))).fill_null(True)
+        bad = pc.invert(pc.is_in(op, value_set=pa.array(["sub", "unsub", "results", "query"]))).fill_null(True)
         if pc.any(bad).as_py():
             row = int(np.flatnonzero(np.asarray(bad))[0])
             raise InputError("E086", op=op[row].as_py())
         kind_col = pc.if_else(pc.equal(op, "sub"), pa.scalar(KIND_SUBSCRIBE, pa.int8()),
                               pc.if_else(pc.equal(op, "results"), pa.scalar(KIND_RESULTS, pa.int8()),
-                                         pa.scalar(KIND_UNSUBSCRIBE, pa.int8())))
+                                         pc.if_else(pc.equal(op, "query"), pa.scalar(KIND_QUERY, pa.int8()),
+                                                    pa.scalar(KIND_UNSUBSCRIBE, pa.int8()))))
         cols = {"kind": kind_col, "seq": position, "at": table.column("at"), "k": table.column("k"),
                 "alpha": table.column("alpha"), "t": pa.nulls(n, pa.float64()),
                 "spec": table.column("spec") if "spec" in table.column_names else pa.nulls(n, pa.string())}
