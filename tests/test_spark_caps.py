@@ -66,6 +66,22 @@ def test_batch_plan_respects_caps_and_delivers_commands_before_their_messages(po
         assert ends[0][1] == len(positions)
 
 
+def test_reading_tasks_are_not_sent_the_commands_positions(tmp_path):
+    import pickle
+
+    from skype.spark.sources import PairedStreamReader, StreamFilesReader
+
+    for kind in ("messages", "commands"):
+        (tmp_path / kind).mkdir()
+    (tmp_path / "commands" / "part-0.jsonl").write_text("".join('{"op": "sub", "at": 0}\n' for _ in range(5000)))
+    reader = PairedStreamReader(StreamFilesReader(str(tmp_path / "messages"), "messages", None),
+                                StreamFilesReader(str(tmp_path / "commands"), "commands", None), 10, 100)
+    assert reader.latestOffset(None, None) == {"messages": 0, "commands": 100}
+    assert len(reader.due_by) == 5000
+    shipped = pickle.loads(pickle.dumps(reader))
+    assert len(shipped.due_by) == 0 and len(pickle.dumps(reader)) < 2000 and len(reader.due_by) == 5000
+
+
 def test_command_positions_read_staged_and_raw_files(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -308,6 +308,10 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.due_by = np.minimum.accumulate(pos[::-1])[::-1] if len(pos) else pos
         return total_m, total_c
 
+    def __getstate__(self) -> dict:
+        """What a reading task is sent: not the commands' positions (planning is the driver's)."""
+        return dict(self.__dict__, positions=[], due_by=np.zeros(0, np.int64))
+
     def initialOffset(self) -> dict:
         return {"messages": 0, "commands": 0}
 
