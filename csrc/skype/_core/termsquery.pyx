@@ -37,6 +37,7 @@ from libcpp.pair cimport pair
 from libcpp.algorithm cimport partial_sort
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
+from skype._core.termgrid cimport TermGrid, CellRangeC
 
 
 cdef class TermsCore:
@@ -52,10 +53,62 @@ cdef class TermsCore:
             self.region_touch_step.resize(slot + 1, 0)
             self.region_before.resize(slot + 1)
         self.region[slot] = RegionSubC(r, ext_id, k, k * max(self.knn_factor, 2), 0xFFFFFFFFFFFFFFFFu, 1)
+        if self.grid_cells and not self.grid_on:
+            self._start_grid()
+        if self.grid_on:
+            if slot >= self.region_cells.size():
+                self.region_cells.resize(slot + 1)
+            self.region_cells[slot] = self.grid.c_cells(&r)
         self._region_refill(slot)
         self.region_top[slot].clear()
         self._region_rank(slot, &self.region_top[slot])
         return slot
+
+    def set_terms_grid(self, uint32_t cells, uint32_t create_at=32, uint32_t drop_below=16):
+        """Design 2 on (``cells`` per side of the shared count grid; a term's table from
+        ``create_at`` window messages until it falls below ``drop_below``) or off (0 cells).  It
+        starts with the first terms subscription (or now, when there is one)."""
+        cdef size_t slot
+        self.grid_cells = cells
+        self.grid_create_at = create_at
+        self.grid_drop_below = drop_below
+        self.grid_on = False
+        self.grid = None
+        if cells and self.regions.size():
+            self._start_grid()
+            for slot in range(self.region.size()):
+                if self.region[slot].alive:
+                    self.region_cells[slot] = self.grid.c_cells(&self.region[slot].rect)
+
+    def _start_grid(self):
+        cdef RectC b = self.qw.index.bounds
+        self.grid = TermGrid(self.qw, b.minx, b.miny, b.maxx, b.maxy, self.grid_cells, self.grid_create_at,
+                             self.grid_drop_below)
+        self.region_cells.resize(self.region.size())
+        self.grid_on = True
+
+    cdef void _terms_window(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
+        """A message arrives (+1, in the window already) or expires (-1, still in it): the shared
+        per-cell counts follow."""
+        if self.grid_on:
+            self.grid.c_message(x, y, mt, nterms, delta)
+
+    def terms_grid_stats(self):
+        out = {"grid_checks": self.region_grid_checks, "grid_bounded": self.region_grid_bounded}
+        if self.grid_on:
+            out.update({f"grid_{k}": v for k, v in self.grid.stats().items()})
+        return out
+
+    def terms_grid_upper(self, int64_t term, tuple rect):
+        """The shared counts' bound of a vocabulary term over the cells ``rect`` meets (None
+        without a table): for tests."""
+        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        cdef CellRangeC c
+        cdef uint32_t count
+        if not self.grid_on:
+            return None
+        c = self.grid.c_cells(&r)
+        return count if self.grid.c_upper(<term_t>(term + 1), &c, &count) else None
 
     def unsubscribe_terms(self, uint32_t slot):
         self.regions.c_remove(slot)
@@ -160,6 +213,17 @@ cdef class TermsCore:
                 if e.first < s.bound:
                     s.bound = e.first
                 return
+        if self.grid_on and n >= s.cap:
+            # the shared per-cell counts bound it over the cells the rectangle meets (design 2)
+            self.region_grid_checks += 1
+            if self.grid.c_upper(t, &self.region_cells[slot], &ub):
+                e = rank_key(ub, self.labels[t], t)
+                if e.first >= b.back().first:
+                    self.region_grid_bounded += 1
+                    if e.first < s.bound:
+                        s.bound = e.first
+                    self.region_memo[mi] = (<uint64_t>t << 32) | ub     # raised by each arrival
+                    return
         self.region_walks += 1
         if n >= s.cap:           # a count below the last entry's ranks after it: a bound will do
             need = key_count(b.back().first)
