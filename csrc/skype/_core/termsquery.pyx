@@ -48,7 +48,8 @@ cdef class TermsCore:
         if slot >= self.region.size():
             self.region.resize(slot + 1)
             self.region_buf.resize(slot + 1)
-            self.region_memo.resize((slot + 1) * MEMO, 0)
+            if not self.grid_cells:             # design 2 keeps no remembered bounds
+                self.region_memo.resize((slot + 1) * MEMO, 0)
             self.region_top.resize(slot + 1)
             self.region_touch_step.resize(slot + 1, 0)
             self.region_before.resize(slot + 1)
@@ -70,6 +71,7 @@ cdef class TermsCore:
         starts with the first terms subscription (or now, when there is one)."""
         cdef size_t slot
         self.grid_cells = cells
+        self.region_memo.assign(0 if cells else self.region.size() * MEMO, 0)
         self.grid_create_at = create_at
         self.grid_drop_below = drop_below
         self.grid_on = False
@@ -192,8 +194,8 @@ cdef class TermsCore:
         cdef uint32_t need = 0, ub
         cdef pair[uint64_t, term_t] e
         cdef size_t mi = <size_t>slot * MEMO + ((t * 2654435761u) >> 7) % MEMO
-        cdef uint64_t mv = self.region_memo[mi]
-        if <term_t>(mv >> 32) == t:
+        cdef uint64_t mv = 0 if self.grid_on else self.region_memo[mi]
+        if mv and <term_t>(mv >> 32) == t:
             # a remembered upper bound of t's count here, plus this arrival: still below the
             # last entry's count, it bounds t without a walk
             ub = <uint32_t>(mv & 0xFFFFFFFFu) + 1
@@ -222,7 +224,6 @@ cdef class TermsCore:
                     self.region_grid_bounded += 1
                     if e.first < s.bound:
                         s.bound = e.first
-                    self.region_memo[mi] = (<uint64_t>t << 32) | ub     # raised by each arrival
                     return
         self.region_walks += 1
         if n >= s.cap:           # a count below the last entry's ranks after it: a bound will do
@@ -233,7 +234,8 @@ cdef class TermsCore:
         if n >= s.cap and e.first >= b.back().first:
             if e.first < s.bound:
                 s.bound = e.first
-            self.region_memo[mi] = (<uint64_t>t << 32) | key_count(e.first)   # raised by each arrival
+            if not self.grid_on:
+                self.region_memo[mi] = (<uint64_t>t << 32) | key_count(e.first)   # raised by each arrival
             return
         pos = n
         while pos > 0 and b[0][pos - 1].first > e.first:
@@ -263,7 +265,7 @@ cdef class TermsCore:
         for i in range(min(n, <size_t>s.cap)):
             b.push_back(keys[i])
         s.bound = keys[s.cap].first if keys.size() > s.cap else 0xFFFFFFFFFFFFFFFFu
-        for i in range(MEMO):            # a remembered term may be in the buffer now
+        for i in range(MEMO if self.region_memo.size() else 0):    # a remembered term may be in the buffer now
             self.region_memo[<size_t>slot * MEMO + i] = 0
         self.region_refills += 1
 
