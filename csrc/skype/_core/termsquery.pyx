@@ -30,6 +30,14 @@ marked once and one pass over each buffer finds those it holds.  An expiry
 subtracts 1 from its terms in the buffer (outside terms only fall: the bound stays true).  When
 the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
 (the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
+
+Design 2 (``set_terms_grid(cells)``, the facade's default; issue 26): before any per-subscription
+state is read, an arriving outside term is bounded by the shared per-cell counts of
+:class:`~skype._core.termgrid.TermGrid` (its count over the grid cells the rectangle meets, four
+reads of a table that the message's other subscriptions read too); only when that bound could
+still rank before the last entry is the term's tree walked.  With the grid no bounds are
+remembered (``MEMO`` slots are not allocated): their reads were one cache miss per subscription
+and term, more than the walks they saved.
 """
 import numpy as np
 from libcpp.vector cimport vector
