@@ -177,6 +177,7 @@ def _terms_grid_engine(**kw):
 CASES = {
     "core-count3": (functools.partial(Engine, snapshots=True), dict(window=3)),
     "core-count3-terms-grid": (_terms_grid_engine, dict(window=3)),
+    "core-time2-terms-grid": (_terms_grid_engine, dict(window_seconds=2.0)),
     "core-time2": (functools.partial(Engine, snapshots=True, term_trees="eager"), dict(window_seconds=2.0)),
     "reference-time2": (ReferenceEngine, dict(window_seconds=2.0)),
 }
