@@ -15,7 +15,8 @@ rectangle from above: the cell of a coordinate is monotone in it, so every messa
 rectangle lies in a cell between the cells of the rectangle's corners.  The ``terms``
 subscriptions share these counts: an arriving term outside a subscription's buffer whose
 bound ranks after the buffer's last entry needs no walk of its tree.  Memory: ``4 * side^2``
-bytes per table (16.9 KB at 64 cells) for each term with ``drop_below`` or more window messages.
+bytes per table (16.9 KB at 64 cells), at most one per term with ``drop_below`` or more window
+messages.
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint32_t
