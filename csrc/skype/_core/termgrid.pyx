@@ -26,6 +26,15 @@ from skype._core.msgindex cimport MEntryC
 from skype._core.querywindow cimport QueryWindow
 
 
+cdef inline uint32_t cell_of(double c, uint32_t cells) noexcept nogil:
+    """The cell of a coordinate scaled to cells (monotone in it), clamped to the grid."""
+    if c <= 0.0:
+        return 0
+    if c >= cells:
+        return cells - 1
+    return <uint32_t>c
+
+
 cdef class TermGrid:
     def __cinit__(self, QueryWindow qw, double minx, double miny, double maxx, double maxy, uint32_t cells=64,
                   uint32_t create_at=32, uint32_t drop_below=16):
@@ -46,20 +55,10 @@ cdef class TermGrid:
                 self._build(t)
 
     cdef uint32_t cell_x(self, double x) noexcept nogil:
-        cdef double c = (x - self.minx) * self.scale_x
-        if c <= 0.0:
-            return 0
-        if c >= self.cells:
-            return self.cells - 1
-        return <uint32_t>c
+        return cell_of((x - self.minx) * self.scale_x, self.cells)
 
     cdef uint32_t cell_y(self, double y) noexcept nogil:
-        cdef double c = (y - self.miny) * self.scale_y
-        if c <= 0.0:
-            return 0
-        if c >= self.cells:
-            return self.cells - 1
-        return <uint32_t>c
+        return cell_of((y - self.miny) * self.scale_y, self.cells)
 
     cdef CellRangeC c_cells(self, const RectC* r) noexcept nogil:
         return CellRangeC(self.cell_x(r.minx), self.cell_y(r.miny), self.cell_x(r.maxx), self.cell_y(r.maxy))
