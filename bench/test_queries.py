@@ -263,3 +263,36 @@ def test_issue26_fast_range(benchmark, match, tmp_path):
     d = _cli_run(tmp_path, benchmark, ["--dataset", "geonames", "--num-subs", "20000", "--num-messages", "60000",
                                        "--sub-kinds", "range", "--rect-area", "0.01", "--match", match], 30_000)
     assert d["messages"] == 30_000
+
+
+@pytest.mark.parametrize("terms_grid", [0, 64], ids=["design1", "design2"])
+def test_issue26_terms_designs(benchmark, size, terms_grid, tmp_path, monkeypatch):
+    """The mixed workload (tweets, 25% each kind, ``ISSUE26_MIXED`` sizes, no turnover) with the
+    ``terms`` kind's design 1 (bounded walks and remembered bounds: ``TERMS_GRID = 0``) or
+    design 2 (shared per-cell counts on a 64x64 grid bound outside terms before a walk).  Run
+    both in one session on a quiet machine: ``pytest bench/test_queries.py -k issue26_terms_designs``
+    (``--size medium``: the issue's 100k)."""
+    import json
+
+    from skype.querykinds import CoreQueryKinds
+    from skype.run import main
+
+    monkeypatch.setattr(CoreQueryKinds, "TERMS_GRID", terms_grid)
+    subs, window, measured = ISSUE26_MIXED[size]
+    m, s, out = tmp_path / "m.jsonl", tmp_path / "s.jsonl", tmp_path / "metrics.json"
+    assert main(["generate", "--dataset", "tweets", "--num-subs", str(subs), "--num-messages", str(window + measured),
+                 "--sub-kinds", "topk,range,knn,terms", "--messages-out", str(m),
+                 "--subscriptions-out", str(s)]) in (0, None)
+    run = ["simulate", "--messages", str(m), "--subscriptions", str(s), "--window", str(window), "--fill-window",
+           "--turnover", "0", "--no-progress", "--metrics-out", str(out)]
+    benchmark.pedantic(lambda: main(run), rounds=1, iterations=1)
+    d = json.loads(out.read_text())
+    kinds = d["engine_stats"]["queries"]["kinds"]
+    n = d["messages"]
+    benchmark.extra_info.update(
+        messages=n, msgs_per_s=round(d["throughput_msgs_per_s"], 1), amp_us=round(d["amp_us"], 2),
+        emp_us=round(d["emp_us"], 2), peak_rss_mb=round(d["peak_rss_bytes"] / 2**20),
+        kind_us_per_msg={k: round(v["time_s"] / n * 1e6, 2) for k, v in kinds.items()},
+        terms={c: v for c, v in kinds["terms"].items() if c != "time_s"})
+    assert n == measured
+    assert ("grid_bounded" in kinds["terms"] and kinds["terms"]["grid_bounded"] > 0) == bool(terms_grid)

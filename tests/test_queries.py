@@ -243,11 +243,17 @@ def test_queries_knn_index_equals_reference_under_distance_ties_expiry_and_until
     assert knn["reevaluations"] > len(subs) + len(late)
 
 
-def test_queries_terms_bounded_walks_equal_reference():
+@pytest.mark.parametrize("grid", [0, 16])
+def test_queries_terms_bounded_walks_equal_reference(monkeypatch, grid):
     """A vocabulary of 80 names over overlapping rectangles fills every ``terms`` buffer, so an
     arriving term outside a buffer is counted by the walk that stops at an upper bound below the
     buffer's last count, or by the upper bound remembered from an earlier walk plus one per
-    arrival; ties (equal counts, decided by name) and expiry of the top terms too."""
+    arrival (design 1, ``grid`` 0), or bounded by the shared per-cell counts (design 2); ties
+    (equal counts, decided by name) and expiry of the top terms too."""
+    from skype.querykinds import CoreQueryKinds
+
+    monkeypatch.setattr(CoreQueryKinds, "TERMS_GRID", grid)
+    monkeypatch.setattr(CoreQueryKinds, "TERMS_GRID_TABLES", (8, 4))
     rng = np.random.default_rng(11)
     names = [f"t{i:02d}" for i in range(80)]
     p = 1.0 / np.arange(1, 81)
@@ -264,7 +270,10 @@ def test_queries_terms_bounded_walks_equal_reference():
     assert logs[0] == logs[1]
     terms = engines[0].stats()["queries"]["kinds"]["terms"]
     assert terms["walks_bounded"] > 0 and terms["walks"] > terms["walks_bounded"]   # both outcomes taken
-    assert terms["walks_saved"] > 0        # remembered upper bounds answered some arrivals
+    if grid:
+        assert terms["grid_bounded"] > 0 and terms["walks_saved"] == 0   # the shared counts, no memo
+    else:
+        assert terms["walks_saved"] > 0    # remembered upper bounds answered some arrivals
 
 
 @pytest.mark.parametrize("trigger", ["knn", "terms", "snapshot-range", "snapshot-topk"])

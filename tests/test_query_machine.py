@@ -163,8 +163,21 @@ def make_machine(factory, *, window=None, window_seconds=None):
     return QueryMachine
 
 
+def _terms_grid_engine(**kw):
+    """The engine with the terms kind's shared counts on a grid whose cell edges are the
+    lattice's (4 cells on the 4x4 space) and a table for every term from one message."""
+    from skype.querykinds import CoreQueryKinds
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CoreQueryKinds, "TERMS_GRID", 4)
+        mp.setattr(CoreQueryKinds, "TERMS_GRID_TABLES", (1, 1))
+        return Engine(snapshots=True, **kw)
+
+
 CASES = {
     "core-count3": (functools.partial(Engine, snapshots=True), dict(window=3)),
+    "core-count3-terms-grid": (_terms_grid_engine, dict(window=3)),
+    "core-time2-terms-grid": (_terms_grid_engine, dict(window_seconds=2.0)),
     "core-time2": (functools.partial(Engine, snapshots=True, term_trees="eager"), dict(window_seconds=2.0)),
     "reference-time2": (ReferenceEngine, dict(window_seconds=2.0)),
 }

@@ -292,6 +292,7 @@ cdef class QueryCore(TermsCore):
             t1 = now_ns()
             self.range_ns += t1 - t0
             t0 = t1
+        self._terms_window(m.x, m.y, mt, m.nterms, -1)
         self.hits.clear()
         self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
         self.terms_matches += self.hits.size()
@@ -370,6 +371,7 @@ cdef class QueryCore(TermsCore):
             t1 = now_ns()
             self.range_ns += t1 - t0
             t0 = t1
+        self._terms_window(x, y, mt, m.nterms, 1)
         self.hits.clear()
         self.regions.c_probe(x, y, mt, m.nterms, &self.hits)
         self.terms_matches += self.hits.size()
@@ -578,7 +580,7 @@ cdef class QueryCore(TermsCore):
                           "walks": self.region_walks, "walks_bounded": self.region_bounded,
                           "walks_saved": self.region_memo_hits,
                           "buffer_passes": self.region_scans, "reevaluations": self.region_refills,
-                          "time_s": self.terms_ns / 1e9},
+                          **self.terms_grid_stats(), "time_s": self.terms_ns / 1e9},
             },
             "window_upkeep_s": self.window_ns / 1e9,   # the window's insertions and removals
             "timers": bool(self.timers),

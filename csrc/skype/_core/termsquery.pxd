@@ -5,6 +5,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.querywindow cimport QueryWindow
 from skype._core.rangeindex cimport RectSubIndex
+from skype._core.termgrid cimport TermGrid, CellRangeC
 
 
 cdef enum:
@@ -51,8 +52,15 @@ cdef class TermsCore:
     # scratch counts of a rectangle's terms (refills and snapshots)
     cdef vector[uint32_t] counts
     cdef vector[term_t] touched_terms
+    # design 2: shared per-cell term counts bound outside terms before a walk (0 cells: off)
+    cdef uint32_t grid_cells, grid_create_at, grid_drop_below
+    cdef bint grid_on
+    cdef TermGrid grid
+    cdef vector[CellRangeC] region_cells   # by slot: the grid cells its rectangle meets
+    cdef uint64_t region_grid_checks, region_grid_bounded
 
     cdef void _region_touch(self, uint32_t slot) noexcept nogil
+    cdef void _terms_window(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil
     cdef void _region_add(self, uint32_t slot, term_t t, int delta) noexcept nogil
     cdef void _region_outside(self, uint32_t slot, term_t t) noexcept nogil
     cdef void _region_message(self, uint32_t slot, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil

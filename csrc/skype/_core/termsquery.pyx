@@ -30,6 +30,14 @@ marked once and one pass over each buffer finds those it holds.  An expiry
 subtracts 1 from its terms in the buffer (outside terms only fall: the bound stays true).  When
 the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
 (the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
+
+Design 2 (``set_terms_grid(cells)``, the facade's default; issue 26): before any per-subscription
+state is read, an arriving outside term is bounded by the shared per-cell counts of
+:class:`~skype._core.termgrid.TermGrid` (its count over the grid cells the rectangle meets, four
+reads of a table that the message's other subscriptions read too); only when that bound could
+still rank before the last entry is the term's tree walked.  With the grid no bounds are
+remembered (``MEMO`` slots are not allocated): their reads were one cache miss per subscription
+and term, more than the walks they saved.
 """
 import numpy as np
 from libcpp.vector cimport vector
@@ -37,6 +45,7 @@ from libcpp.pair cimport pair
 from libcpp.algorithm cimport partial_sort
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
+from skype._core.termgrid cimport TermGrid, CellRangeC
 
 
 cdef class TermsCore:
@@ -47,15 +56,69 @@ cdef class TermsCore:
         if slot >= self.region.size():
             self.region.resize(slot + 1)
             self.region_buf.resize(slot + 1)
-            self.region_memo.resize((slot + 1) * MEMO, 0)
+            if not self.grid_cells:             # design 2 keeps no remembered bounds
+                self.region_memo.resize((slot + 1) * MEMO, 0)
             self.region_top.resize(slot + 1)
             self.region_touch_step.resize(slot + 1, 0)
             self.region_before.resize(slot + 1)
         self.region[slot] = RegionSubC(r, ext_id, k, k * max(self.knn_factor, 2), 0xFFFFFFFFFFFFFFFFu, 1)
+        if self.grid_cells and not self.grid_on:
+            self._start_grid()
+        if self.grid_on:
+            if slot >= self.region_cells.size():
+                self.region_cells.resize(slot + 1)
+            self.region_cells[slot] = self.grid.c_cells(&r)
         self._region_refill(slot)
         self.region_top[slot].clear()
         self._region_rank(slot, &self.region_top[slot])
         return slot
+
+    def set_terms_grid(self, uint32_t cells, uint32_t create_at=32, uint32_t drop_below=16):
+        """Design 2 on (``cells`` per side of the shared count grid; a term's table from
+        ``create_at`` window messages until it falls below ``drop_below``) or off (0 cells).  It
+        starts with the first terms subscription (or now, when there is one)."""
+        cdef size_t slot
+        self.grid_cells = cells
+        self.region_memo.assign(0 if cells else self.region.size() * MEMO, 0)
+        self.grid_create_at = create_at
+        self.grid_drop_below = drop_below
+        self.grid_on = False
+        self.grid = None
+        if cells and self.regions.size():
+            self._start_grid()
+            for slot in range(self.region.size()):
+                if self.region[slot].alive:
+                    self.region_cells[slot] = self.grid.c_cells(&self.region[slot].rect)
+
+    def _start_grid(self):
+        cdef RectC b = self.qw.index.bounds
+        self.grid = TermGrid(self.qw, b.minx, b.miny, b.maxx, b.maxy, self.grid_cells, self.grid_create_at,
+                             self.grid_drop_below)
+        self.region_cells.resize(self.region.size())
+        self.grid_on = True
+
+    cdef void _terms_window(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
+        """A message arrives (+1, in the window already) or expires (-1, still in it): the shared
+        per-cell counts follow."""
+        if self.grid_on:
+            self.grid.c_message(x, y, mt, nterms, delta)
+
+    def terms_grid_stats(self):
+        out = {"grid_checks": self.region_grid_checks, "grid_bounded": self.region_grid_bounded}
+        if self.grid_on:
+            out.update({f"grid_{k}": v for k, v in self.grid.stats().items()})
+        return out
+
+    def terms_grid_upper(self, int64_t term, tuple rect):
+        """The shared counts' bound of a vocabulary term over the cells ``rect`` meets (None
+        without a table): for tests."""
+        cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
+        cdef CellRangeC c
+        cdef uint32_t count
+        if not self.grid_on:
+            return None
+        c = self.grid.c_cells(&r)
+        return count if self.grid.c_upper(<term_t>(term + 1), &c, &count) else None
 
     def unsubscribe_terms(self, uint32_t slot):
         self.regions.c_remove(slot)
@@ -139,8 +202,8 @@ cdef class TermsCore:
         cdef uint32_t need = 0, ub
         cdef pair[uint64_t, term_t] e
         cdef size_t mi = <size_t>slot * MEMO + ((t * 2654435761u) >> 7) % MEMO
-        cdef uint64_t mv = self.region_memo[mi]
-        if <term_t>(mv >> 32) == t:
+        cdef uint64_t mv = 0 if self.grid_on else self.region_memo[mi]
+        if mv and <term_t>(mv >> 32) == t:
             # a remembered upper bound of t's count here, plus this arrival: still below the
             # last entry's count, it bounds t without a walk
             ub = <uint32_t>(mv & 0xFFFFFFFFu) + 1
@@ -160,6 +223,16 @@ cdef class TermsCore:
                 if e.first < s.bound:
                     s.bound = e.first
                 return
+        if self.grid_on and n >= s.cap:
+            # the shared per-cell counts bound it over the cells the rectangle meets (design 2)
+            self.region_grid_checks += 1
+            if self.grid.c_upper(t, &self.region_cells[slot], &ub):
+                e = rank_key(ub, self.labels[t], t)
+                if e.first >= b.back().first:
+                    self.region_grid_bounded += 1
+                    if e.first < s.bound:
+                        s.bound = e.first
+                    return
         self.region_walks += 1
         if n >= s.cap:           # a count below the last entry's ranks after it: a bound will do
             need = key_count(b.back().first)
@@ -169,7 +242,8 @@ cdef class TermsCore:
         if n >= s.cap and e.first >= b.back().first:
             if e.first < s.bound:
                 s.bound = e.first
-            self.region_memo[mi] = (<uint64_t>t << 32) | key_count(e.first)   # raised by each arrival
+            if not self.grid_on:
+                self.region_memo[mi] = (<uint64_t>t << 32) | key_count(e.first)   # raised by each arrival
             return
         pos = n
         while pos > 0 and b[0][pos - 1].first > e.first:
@@ -199,7 +273,7 @@ cdef class TermsCore:
         for i in range(min(n, <size_t>s.cap)):
             b.push_back(keys[i])
         s.bound = keys[s.cap].first if keys.size() > s.cap else 0xFFFFFFFFFFFFFFFFu
-        for i in range(MEMO):            # a remembered term may be in the buffer now
+        for i in range(MEMO if self.region_memo.size() else 0):    # a remembered term may be in the buffer now
             self.region_memo[<size_t>slot * MEMO + i] = 0
         self.region_refills += 1
 
