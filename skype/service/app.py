@@ -241,6 +241,16 @@ class Service:
         raw = await self.body(request)
         recs: list = []
         lines: list[int] = []
+        if ndjson and self.worker.state.ingest == "columnar":
+            # design 2: the engine thread decodes the body in one call (skype.service.ingest)
+            if not raw.strip():
+                raise InputError("E105", expected="NDJSON message records")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None  # design 1 names the line
+            if text is not None:
+                return web.json_response(await self.run("cmd", {"op": "msgs", "ndjson": text}))
         if ndjson:
             for n, line in enumerate(raw.split(b"\n"), start=1):
                 if not line.strip():

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import deque
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +28,9 @@ from skype.api import ChangeLog, EngineBase
 from skype.workload import messages_batch, subscriptions_batch
 from skype.errors import InputError
 from skype.model import Subscription
+from skype.service import ingest
+from skype.service.ingest import Counters
+from skype.service.window import WindowRecords
 from skype.text import Vocabulary
 
 ENTRY_KEY = {"topk": lambda e: e["id"], "knn": lambda e: e["id"], "range": lambda e: e,
@@ -42,10 +44,15 @@ def _line_error(err: InputError, line: int) -> InputError:
     return err.located(line=line)
 
 
+def _nothing(cmd: dict) -> None:
+    return None
+
+
 class State:
     """Engine, subscription records and event numbering (see module docstring)."""
 
-    def __init__(self, make_engine: Callable[[Vocabulary], EngineBase], vocabulary: Vocabulary | None = None) -> None:
+    def __init__(self, make_engine: Callable[[Vocabulary], EngineBase], vocabulary: Vocabulary | None = None,
+                 ingest: str = "columnar", max_records: int = 100_000) -> None:
         self.make_engine = make_engine
         self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
         self.engine = make_engine(self.vocabulary)
@@ -53,26 +60,42 @@ class State:
         self.tokens: dict[int, str] = {}     # subscription id -> owner token
         self.position = 0                    # messages accepted so far
         self.seq = 0                         # seq of the last event emitted
-        self.window_size = 0                 # messages in the window
-        # messages possibly still in the window, oldest first: (id, t, record with t)
-        self.recent: deque[tuple[int, float, dict]] = deque(maxlen=self.engine.window)
+        self.ingest = ingest                 # "columnar" (design 2) or "records" (design 1)
+        self.max_records = max_records       # records per NDJSON batch (E092)
+        self.counters = Counters()           # per-message Python work of the ingest
+        # the records of the messages in the window, oldest first
+        self.window = WindowRecords(self.engine.window, self.engine.window_seconds)
+
+    @property
+    def window_size(self) -> int:
+        """Messages in the window (kept by :class:`WindowRecords`, no engine call)."""
+        return len(self.window)
 
     # ------------------------------------------------------------------ commands
-    def apply(self, cmd: dict, lines: list[int] | None = None) -> tuple[Any, list[dict]]:
+    def apply(self, cmd: dict, lines: list[int] | None = None,
+              before: Callable[[dict], None] | None = None) -> tuple[Any, list[dict]]:
         """Apply one command; returns (reply, events).  Raises InputError changing nothing
-        (naming, for messages, the record's line: ``lines[i]``, default ``i + 1``)."""
+        (naming, for messages, the record's line: ``lines[i]``, default ``i + 1``).
+
+        ``before(cmd)`` (the log append) runs once the command is known to be valid and before
+        the engine changes, for messages and advances; for a subscription change it runs after
+        the engine applied it, and an exception from it undoes the change.  Either way, when
+        ``before`` raises, the state is as it was."""
         op = cmd["op"]
         mark = len(self.vocabulary._terms)
+        before = before or _nothing
         try:
             if op == "msgs":
-                return self._messages(cmd["recs"], lines)
+                if "ndjson" in cmd:
+                    return self._messages_ndjson(cmd["ndjson"].encode(), before, cmd)
+                return self._messages(cmd["recs"], lines, before, cmd)
             if op == "sub":
-                return self._subscribe(cmd["rec"], cmd.get("token", ""))
+                return self._subscribe(cmd["rec"], cmd.get("token", ""), before, cmd)
             if op == "unsub":
-                return self._unsubscribe(cmd["id"])
+                return self._unsubscribe(cmd["id"], before, cmd)
             if op == "advance":
-                return self._advance(cmd["t"])
-        except InputError:
+                return self._advance(cmd["t"], before, cmd)
+        except BaseException:
             self._rollback_vocabulary(mark)
             raise
         raise InputError("E018", op=op)
@@ -84,7 +107,8 @@ class State:
         del v._terms[mark:]
         del v._df[mark:]
 
-    def _messages(self, recs: list, numbers: list[int] | None) -> tuple[Any, list[dict]]:
+    def _check_records(self, recs: list, numbers: list[int] | None) -> tuple[list[tuple], dict[int, int]]:
+        """Design 1: every record parsed and validated in Python, in order."""
         rows: list[tuple] = []
         lines: dict[int, int] = {}
         last_t = self.engine.clock
@@ -105,39 +129,76 @@ class State:
             last_t = row[3]
             lines[row[0]] = line
             rows.append(row)
+        self.counters.fallback_records += len(rows)
+        return rows, lines
+
+    def _messages(self, recs: list, numbers: list[int] | None, before: Callable[[dict], None],
+                  cmd: dict) -> tuple[Any, list[dict]]:
+        rows, lines = self._check_records(recs, numbers)
         if not rows:
             return {"accepted": 0, "position": self.position}, []
         batch = messages_batch(rows)
+        log = self._publish(batch, lambda rid: lines.get(rid), before, cmd)
+        self.window.add(batch.ids, batch.t, recs=recs)
+        return self._published(log)
+
+    def _messages_ndjson(self, raw: bytes, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
+        """Design 2 (:mod:`skype.service.ingest`); a batch it refuses goes through design 1,
+        which names the error (or, should it accept the batch, publishes it)."""
+        starts, numbers = ingest.record_lines(raw)
+        if len(starts) > self.max_records:
+            raise InputError("E092", n=f"more than {self.max_records}", limit=self.max_records)
+        if len(starts) == 0:
+            raise InputError("E105", expected="NDJSON message records")
+        batch = None
+        if self.ingest == "columnar":
+            mark = len(self.vocabulary._terms)
+            try:
+                batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, self.engine.bounds, self.position,
+                                              self.engine.clock, self.counters)
+            except ingest.Rejected:
+                self._rollback_vocabulary(mark)
+        if batch is None:
+            recs, lines = ingest.parse_records(raw)
+            rows, _ = self._check_records(recs, lines)
+            batch = messages_batch(rows)
+        ids = batch.ids
+        line_of = lambda rid: int(numbers[int(np.flatnonzero(ids == rid)[0])])  # noqa: E731 (errors only)
+        log = self._publish(batch, line_of, before, cmd)
+        self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
+        return self._published(log)
+
+    def _publish(self, batch: Any, line_of: Callable[[int], int | None], before: Callable[[dict], None],
+                 cmd: dict) -> ChangeLog:
+        """The engine's own checks that need its window (an id still in it: E019), then
+        ``before`` (the log append), then the engine's batch call."""
+        in_window = self.engine._window_has(batch.ids)
+        if in_window.any():
+            dup = int(batch.ids[np.argmax(in_window)])
+            raise _line_error(InputError("E019", id=dup, record_id=dup), line_of(dup) or 1)
+        before(cmd)
         try:
-            log = self.engine.publish_batch(batch)
-        except InputError as err:
-            at = lines.get(err.record_id) if isinstance(err.record_id, int) else None
+            return self.engine.publish_batch(batch)
+        except InputError as err:  # its checks are the ones above: not expected
+            at = line_of(err.record_id) if isinstance(err.record_id, int) else None
             raise (_line_error(err, at) if at else err) from None
-        self.position += len(rows)
-        for row, obj in zip(rows, recs):
-            rec = dict(obj)
-            rec["t"] = row[3]
-            self.recent.append((row[0], row[3], rec))
-        self._trim_recent()
-        self.window_size = len(self.engine.window_ids())
-        return {"accepted": len(rows), "position": self.position}, self._events(log)
 
-    def _trim_recent(self) -> None:
-        if self.engine.window_seconds is not None:
-            horizon = self.engine.clock - self.engine.window_seconds
-            while self.recent and self.recent[0][1] <= horizon:
-                self.recent.popleft()
+    def _published(self, log: ChangeLog) -> tuple[Any, list[dict]]:
+        n = len(self.window.chunks[-1].ids)
+        self.position += n
+        self.window.trim(self.engine.clock)
+        return {"accepted": n, "position": self.position}, self._events(log)
 
-    def _subscribe(self, rec: Any, token: str) -> tuple[Any, list[dict]]:
+    def _subscribe(self, rec: Any, token: str, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
         if not isinstance(rec, dict):
             raise InputError("E033", kind="subscription", value=rec)
         sub = io.subscription_from_obj(rec)
         sid = validate.check_id(rec["id"])
         events: list[dict] = []
         old = self.records.get(sid)
-        before: list = []
+        old_keys: list = []
         if old is not None:
-            before = self._entries(sid)
+            old_keys = self._entries(sid)
             self.engine.unsubscribe(sid)
         try:
             self.engine.subscribe(sub)
@@ -145,33 +206,44 @@ class State:
             if old is not None:
                 self.engine.subscribe(io.subscription_from_obj(old))
             raise
+        try:
+            before(cmd)
+        except BaseException:  # not logged: undo
+            self.engine.unsubscribe(sid)
+            if old is not None:
+                self.engine.subscribe(io.subscription_from_obj(old))
+            raise
         self.records[sid] = dict(rec)
         self.tokens[sid] = self.tokens.get(sid, token) if old is not None else token
         kind = self.engine.kind_of(sid)
         after = io.answer_entries(kind, self.engine.result(sid))
-        left = [k for k in before if k not in {ENTRY_KEY[kind](e) for e in after}] if old is not None else []
-        kept = set(before) if old is not None else set()
+        left = [k for k in old_keys if k not in {ENTRY_KEY[kind](e) for e in after}] if old is not None else []
+        kept = set(old_keys) if old is not None else set()
         entered = [e for e in after if ENTRY_KEY[kind](e) not in kept]
         events.append(self._event(sid, entered, left))
         reply = {"id": sid, "position": self.position, "token": self.tokens[sid], "created": old is None}
         return reply, events
 
-    def _unsubscribe(self, sid: Any) -> tuple[Any, list[dict]]:
+    def _unsubscribe(self, sid: Any, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
         sid = validate.check_id(sid)
         if sid not in self.records:
             raise InputError("E020", id=sid, record_id=sid)
         left = self._entries(sid)
+        before(cmd)
         self.engine.unsubscribe(sid)
         del self.records[sid]
         self.tokens.pop(sid, None)
         return {"id": sid, "position": self.position}, [self._event(sid, [], left, removed=True)]
 
-    def _advance(self, t: Any) -> tuple[Any, list[dict]]:
+    def _advance(self, t: Any, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
         if self.engine.window_seconds is None:
             raise InputError("E023", what="advance", expected="used with a time window (--window-seconds)", value=t)
+        ft = validate.check_timestamp(t)  # the engine's checks, before the log append
+        if ft < self.engine.clock:
+            raise InputError("E009", t=ft, prev=self.engine.clock)
+        before(cmd)
         log = self.engine.advance_log(t)
-        self._trim_recent()
-        self.window_size = len(self.engine.window_ids())
+        self.window.trim(self.engine.clock)
         return {"t": self.engine.clock, "position": self.position}, self._events(log)
 
     # ------------------------------------------------------------------ events and results
@@ -267,35 +339,28 @@ class State:
     # ------------------------------------------------------------------ snapshots
     def window_records(self) -> list[tuple[int, float, dict]]:
         """The records of the messages in the window, oldest first."""
-        live = set(int(i) for i in self.engine.window_ids())
-        return [r for r in self.recent if r[0] in live]
+        return self.window.records()
 
     def last_messages(self, n: int) -> list[dict]:
         """The records of the newest ``n`` messages in the window, oldest first, shaped as
         message records: ``id``, ``x``, ``y``, ``t`` and ``text`` or ``terms``."""
         if n <= 0:
             return []
-        live = set(self.engine.window_ids().tolist())
-        newest: list[dict] = []
-        for mid, _, rec in reversed(self.recent):
-            if mid in live:
-                newest.append({k: rec[k] for k in MESSAGE_FIELDS if k in rec})
-                if len(newest) == n:
-                    break
-        newest.reverse()
-        return newest
+        return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.newest(n)]
 
     def restore(self, meta: dict, subs: list[tuple[dict, str]], window: list[dict]) -> None:
         """Rebuild from a snapshot: the window's messages first, then every subscription in
         bulk (topk through ``subscribe_batch``)."""
         self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
-        self.recent = deque(maxlen=engine.window)
+        self.window = WindowRecords(engine.window, engine.window_seconds)
         rows = []
         for obj in window:
             msg = io.message_from_obj(obj)
             rows.append(validate.check_message(msg, self.vocabulary, engine.bounds, default_t=0.0))
-            self.recent.append((rows[-1][0], rows[-1][3], obj))
+        if rows:
+            self.window.add(np.array([r[0] for r in rows], np.int64), np.array([r[3] for r in rows], np.float64),
+                            recs=list(window))
         for start in range(0, len(rows), 10_000):
             engine.publish_batch(messages_batch(rows[start:start + 10_000]))
         clock = float(meta["clock"]) if meta["clock"] is not None else -math.inf
@@ -318,7 +383,6 @@ class State:
             engine.subscribe_batch(subscriptions_batch(topk_rows))
         if others:
             engine.subscribe_many(others)
-        self.window_size = len(engine.window_ids())
 
     def meta(self) -> dict:
         clock = self.engine.clock

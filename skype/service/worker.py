@@ -33,8 +33,11 @@ GROUP = 256
 
 
 def _records(cmd: dict) -> int:
-    """What a command weighs towards the next snapshot: its messages, or 1."""
-    return len(cmd["recs"]) if cmd["op"] == "msgs" else 1
+    """What a command weighs towards the next snapshot: its messages (a reply's ``accepted``),
+    or 1."""
+    if "accepted" in cmd:
+        return int(cmd["accepted"])
+    return len(cmd["recs"]) if cmd.get("op") == "msgs" and "recs" in cmd else 1
 
 
 class Busy(Exception):
@@ -118,6 +121,13 @@ class Worker:
             stop = self._process(batch)
             if stop:
                 break
+        if self.error is not None:  # failed: answer what is still queued
+            while True:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                self.loop.call_soon_threadsafe(self._deliver, [(job.future, False, self.error)], [])
 
     def _process(self, batch: list[Job]) -> bool:
         replies, events, stop = [], [], False
@@ -134,14 +144,24 @@ class Worker:
                 if job.kind == "cmd":
                     wrote = True
                     if self.log.fsync == "always":
-                        self.log.sync()
+                        self.log.sync()  # an error: handled with the group's sync below
             except InputError as err:
                 replies.append((job.future, False, err))
             except Exception as err:  # a bug: answer 500, keep serving
                 print(f"skype serve: {job.kind} failed: {err!r}", file=sys.stderr)
                 replies.append((job.future, False, err))
         if wrote:
-            self.log.sync()
+            try:
+                self.log.sync()
+            except OSError as err:
+                # the engine has applied writes the disk may not hold: stop serving (503) so
+                # that a restart recovers the durable state from the log
+                print(f"skype serve: log fsync failed, stopping: {err!r}", file=sys.stderr)
+                self.error = err
+                self.loop.call_soon_threadsafe(setattr, self, "status", "failed")
+                replies = [(fut, False, err) if ok else (fut, ok, value) for fut, ok, value in replies]
+                self.loop.call_soon_threadsafe(self._deliver, replies, [])
+                return True  # no snapshot: the state may be ahead of the log
             self.metrics.log_bytes.set(self.log.bytes_written)
         self.loop.call_soon_threadsafe(self._deliver, replies, events)
         if stop or (self.since_snapshot and (self.since_snapshot >= self.snapshot_every
@@ -155,9 +175,8 @@ class Worker:
         st = self.state
         if job.kind == "cmd":
             cmd, lines = job.payload if isinstance(job.payload, tuple) else (job.payload, None)
-            value, evs = st.apply(cmd, lines)
-            self.log.append(cmd)
-            self.since_snapshot += _records(cmd)
+            value, evs = st.apply(cmd, lines, before=self.log.append)  # logged before it applies
+            self.since_snapshot += _records(value if cmd["op"] == "msgs" else cmd)
             if cmd["op"] == "msgs":
                 self.metrics.messages.inc(value["accepted"])
             self.metrics.subscriptions.set(len(st.records))
@@ -189,11 +208,11 @@ class Worker:
         chunk: list = []
         for _, cmd in self.log.recover(start):
             try:
-                _, evs = self.state.apply(cmd)
+                value, evs = self.state.apply(cmd)
             except InputError as err:  # cannot happen for a log this code wrote
                 print(f"skype serve: log record skipped on replay: {err}", file=sys.stderr)
                 continue
-            self.since_snapshot += _records(cmd)
+            self.since_snapshot += _records(value if cmd["op"] == "msgs" else cmd)
             chunk.extend(evs)
             if len(chunk) >= 10_000:
                 self.loop.call_soon_threadsafe(self.publish, chunk, None)
