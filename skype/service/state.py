@@ -73,7 +73,7 @@ class State:
 
     # ------------------------------------------------------------------ commands
     def apply(self, cmd: dict, lines: list[int] | None = None,
-              before: Callable[[dict], None] | None = None) -> tuple[Any, list[dict]]:
+              before: Callable[[dict], object] | None = None) -> tuple[Any, list[dict]]:
         """Apply one command; returns (reply, events).  Raises InputError changing nothing
         (naming, for messages, the record's line: ``lines[i]``, default ``i + 1``).
 
@@ -132,7 +132,7 @@ class State:
         self.counters.fallback_records += len(rows)
         return rows, lines
 
-    def _messages(self, recs: list, numbers: list[int] | None, before: Callable[[dict], None],
+    def _messages(self, recs: list, numbers: list[int] | None, before: Callable[[dict], object],
                   cmd: dict) -> tuple[Any, list[dict]]:
         rows, lines = self._check_records(recs, numbers)
         if not rows:
@@ -142,7 +142,7 @@ class State:
         self.window.add(batch.ids, batch.t, recs=recs)
         return self._published(log)
 
-    def _messages_ndjson(self, raw: bytes, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
+    def _messages_ndjson(self, raw: bytes, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
         """Design 2 (:mod:`skype.service.ingest`); a batch it refuses goes through design 1,
         which names the error (or, should it accept the batch, publishes it)."""
         starts, numbers = ingest.record_lines(raw)
@@ -168,7 +168,7 @@ class State:
         self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
         return self._published(log)
 
-    def _publish(self, batch: Any, line_of: Callable[[int], int | None], before: Callable[[dict], None],
+    def _publish(self, batch: Any, line_of: Callable[[int], int | None], before: Callable[[dict], object],
                  cmd: dict) -> ChangeLog:
         """The engine's own checks that need its window (an id still in it: E019), then
         ``before`` (the log append), then the engine's batch call."""
@@ -189,7 +189,7 @@ class State:
         self.window.trim(self.engine.clock)
         return {"accepted": n, "position": self.position}, self._events(log)
 
-    def _subscribe(self, rec: Any, token: str, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
+    def _subscribe(self, rec: Any, token: str, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
         if not isinstance(rec, dict):
             raise InputError("E033", kind="subscription", value=rec)
         sub = io.subscription_from_obj(rec)
@@ -224,7 +224,7 @@ class State:
         reply = {"id": sid, "position": self.position, "token": self.tokens[sid], "created": old is None}
         return reply, events
 
-    def _unsubscribe(self, sid: Any, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
+    def _unsubscribe(self, sid: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
         sid = validate.check_id(sid)
         if sid not in self.records:
             raise InputError("E020", id=sid, record_id=sid)
@@ -235,7 +235,7 @@ class State:
         self.tokens.pop(sid, None)
         return {"id": sid, "position": self.position}, [self._event(sid, [], left, removed=True)]
 
-    def _advance(self, t: Any, before: Callable[[dict], None], cmd: dict) -> tuple[Any, list[dict]]:
+    def _advance(self, t: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
         if self.engine.window_seconds is None:
             raise InputError("E023", what="advance", expected="used with a time window (--window-seconds)", value=t)
         ft = validate.check_timestamp(t)  # the engine's checks, before the log append
