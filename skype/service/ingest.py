@@ -92,9 +92,10 @@ class Counters:
 
 
 def columnar_batch(raw: bytes, count: int, vocab: Vocabulary, bounds: Bounds, position: int,
-                   last_t: float, counters: Counters | None = None) -> MessageBatch:
+                   last_t: float, counters: Counters | None = None, t: np.ndarray | None = None) -> MessageBatch:
     """The batch of the ``count`` records of ``raw``, validated by columns; raises
-    :class:`Rejected` (having possibly given new terms ids: the caller rolls the vocabulary back)."""
+    :class:`Rejected` (having possibly given new terms ids: the caller rolls the vocabulary back).
+    ``t``: the timestamps, instead of the records' (a snapshot's window)."""
     try:
         recs = _DECODER.decode_lines(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -108,10 +109,11 @@ def columnar_batch(raw: bytes, count: int, vocab: Vocabulary, bounds: Bounds, po
         raise Rejected() from None
     x = np.fromiter([r.x for r in recs], np.float64, n)
     y = np.fromiter([r.y for r in recs], np.float64, n)
-    t_list = [r.t for r in recs]
-    if None in t_list:  # the arrival number, as design 1 defaults it
-        t_list = [float(position + i) if v is None else v for i, v in enumerate(t_list)]
-    t = np.fromiter(t_list, np.float64, n)
+    if t is None:
+        t_list = [r.t for r in recs]
+        if None in t_list:  # the arrival number, as design 1 defaults it
+            t_list = [float(position + i) if v is None else v for i, v in enumerate(t_list)]
+        t = np.fromiter(t_list, np.float64, n)
     coords_ok = np.isfinite(x) & np.isfinite(y) & (x >= bounds.minx) & (x <= bounds.maxx) \
         & (y >= bounds.miny) & (y <= bounds.maxy)
     if not coords_ok.all() or not np.isfinite(t).all():

@@ -30,6 +30,7 @@ from skype.errors import InputError
 from skype.model import Subscription
 from skype.service import ingest
 from skype.service.ingest import Counters
+from skype.service.events import EventBlock
 from skype.service.window import WindowRecords
 from skype.text import Vocabulary
 
@@ -44,6 +45,14 @@ def _line_error(err: InputError, line: int) -> InputError:
     return err.located(line=line)
 
 
+_EMPTY_I = np.zeros(0, np.int64)
+_EMPTY_F = np.zeros(0, np.float64)
+
+
+def _pack(rec: dict) -> bytes:
+    return json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def _nothing(cmd: dict) -> None:
     return None
 
@@ -56,8 +65,9 @@ class State:
         self.make_engine = make_engine
         self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
         self.engine = make_engine(self.vocabulary)
-        self.records: dict[int, dict] = {}   # subscription id -> its record (as PUT)
+        self.records: dict[int, bytes] = {}  # subscription id -> its record (as PUT), compact JSON
         self.tokens: dict[int, str] = {}     # subscription id -> owner token
+        self.other_kinds: set[int] = set()   # the subscriptions of another kind than topk
         self.position = 0                    # messages accepted so far
         self.seq = 0                         # seq of the last event emitted
         self.ingest = ingest                 # "columnar" (design 2) or "records" (design 1)
@@ -73,7 +83,7 @@ class State:
 
     # ------------------------------------------------------------------ commands
     def apply(self, cmd: dict, lines: list[int] | None = None,
-              before: Callable[[dict], object] | None = None) -> tuple[Any, list[dict]]:
+              before: Callable[[dict], object] | None = None) -> tuple[Any, list[EventBlock]]:
         """Apply one command; returns (reply, events).  Raises InputError changing nothing
         (naming, for messages, the record's line: ``lines[i]``, default ``i + 1``).
 
@@ -133,7 +143,7 @@ class State:
         return rows, lines
 
     def _messages(self, recs: list, numbers: list[int] | None, before: Callable[[dict], object],
-                  cmd: dict) -> tuple[Any, list[dict]]:
+                  cmd: dict) -> tuple[Any, list[EventBlock]]:
         rows, lines = self._check_records(recs, numbers)
         if not rows:
             return {"accepted": 0, "position": self.position}, []
@@ -142,7 +152,7 @@ class State:
         self.window.add(batch.ids, batch.t, recs=recs)
         return self._published(log)
 
-    def _messages_ndjson(self, raw: bytes, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
+    def _messages_ndjson(self, raw: bytes, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         """Design 2 (:mod:`skype.service.ingest`); a batch it refuses goes through design 1,
         which names the error (or, should it accept the batch, publishes it)."""
         starts, numbers = ingest.record_lines(raw)
@@ -183,19 +193,19 @@ class State:
             at = line_of(err.record_id) if isinstance(err.record_id, int) else None
             raise (_line_error(err, at) if at else err) from None
 
-    def _published(self, log: ChangeLog) -> tuple[Any, list[dict]]:
+    def _published(self, log: ChangeLog) -> tuple[Any, list[EventBlock]]:
         n = len(self.window.chunks[-1].ids)
         self.position += n
         self.window.trim(self.engine.clock)
         return {"accepted": n, "position": self.position}, self._events(log)
 
-    def _subscribe(self, rec: Any, token: str, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
+    def _subscribe(self, rec: Any, token: str, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         if not isinstance(rec, dict):
             raise InputError("E033", kind="subscription", value=rec)
         sub = io.subscription_from_obj(rec)
         sid = validate.check_id(rec["id"])
-        events: list[dict] = []
-        old = self.records.get(sid)
+        events: list[EventBlock] = []
+        old = self.record(sid)
         old_keys: list = []
         if old is not None:
             old_keys = self._entries(sid)
@@ -213,18 +223,22 @@ class State:
             if old is not None:
                 self.engine.subscribe(io.subscription_from_obj(old))
             raise
-        self.records[sid] = dict(rec)
+        self.records[sid] = _pack(rec)
         self.tokens[sid] = self.tokens.get(sid, token) if old is not None else token
         kind = self.engine.kind_of(sid)
+        if kind == "topk":
+            self.other_kinds.discard(sid)
+        else:
+            self.other_kinds.add(sid)
         after = io.answer_entries(kind, self.engine.result(sid))
         left = [k for k in old_keys if k not in {ENTRY_KEY[kind](e) for e in after}] if old is not None else []
         kept = set(old_keys) if old is not None else set()
         entered = [e for e in after if ENTRY_KEY[kind](e) not in kept]
-        events.append(self._event(sid, entered, left))
+        events.append(EventBlock.single(self._event(sid, entered, left)))
         reply = {"id": sid, "position": self.position, "token": self.tokens[sid], "created": old is None}
         return reply, events
 
-    def _unsubscribe(self, sid: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
+    def _unsubscribe(self, sid: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         sid = validate.check_id(sid)
         if sid not in self.records:
             raise InputError("E020", id=sid, record_id=sid)
@@ -233,9 +247,10 @@ class State:
         self.engine.unsubscribe(sid)
         del self.records[sid]
         self.tokens.pop(sid, None)
-        return {"id": sid, "position": self.position}, [self._event(sid, [], left, removed=True)]
+        self.other_kinds.discard(sid)
+        return {"id": sid, "position": self.position}, [EventBlock.single(self._event(sid, [], left, removed=True))]
 
-    def _advance(self, t: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[dict]]:
+    def _advance(self, t: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         if self.engine.window_seconds is None:
             raise InputError("E023", what="advance", expected="used with a time window (--window-seconds)", value=t)
         ft = validate.check_timestamp(t)  # the engine's checks, before the log append
@@ -259,55 +274,83 @@ class State:
             ev["removed"] = True
         return ev
 
-    def _events(self, log: ChangeLog) -> list[dict]:
+    def _events(self, log: ChangeLog) -> list[EventBlock]:
+        """The net changes of a command as one :class:`EventBlock` (module docstring): columns
+        for top-k subscriptions, objects for the other kinds and for ended subscriptions of
+        other kinds; no Python object per top-k event."""
         n = len(log)
-        ended = {sid for sid in self.engine._ended if sid in self.records}
-        if n == 0:
-            return [self._ended_event(sid, []) for sid in sorted(ended)]
-        order = np.lexsort((np.arange(n), log.msg, log.sub))  # by sub, then message, then time
-        sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
-        starts = np.flatnonzero(np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])])
-        ends = np.r_[starts[1:], n] - 1
-        changed = ent[starts] == ent[ends]  # in before and out after, or the reverse
-        s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
-        subs, first = np.unique(s, return_index=True)
-        bounds = dict(zip(subs.tolist(), zip(first.tolist(), np.r_[first[1:], len(s)].tolist())))
-        m_list, e_list = m.tolist(), e.tolist()
-        # the current top-k of the changed topk subscriptions, in one call
-        topk = [sid for sid in bounds if sid not in ended and self.records.get(sid, {}).get("kind", "topk") == "topk"]
-        rows: dict[int, tuple[list, list]] = {}
-        if topk:
-            indptr, ids, scores = self.engine.topk_arrays(np.array(topk, np.int64))
-            ids_l, scores_l, ptr = ids.tolist(), scores.tolist(), indptr.tolist()
-            rows = {sid: (ids_l[ptr[i]:ptr[i + 1]], scores_l[ptr[i]:ptr[i + 1]]) for i, sid in enumerate(topk)}
-        events = []
-        for sid in sorted(set(bounds) | ended):
-            a, b = bounds.get(sid, (0, 0))
-            entered_ids = [m_list[i] for i in range(a, b) if e_list[i]]
-            left_ids = [m_list[i] for i in range(a, b) if not e_list[i]]
-            kind = self.records.get(sid, {}).get("kind", "topk")
+        ended = np.array(sorted(sid for sid in self.engine._ended if sid in self.records), np.int64)
+        if n:
+            order = np.lexsort((log.msg, log.sub))  # by sub, then message, then time (a stable sort)
+            sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
+            starts = np.flatnonzero(np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])])
+            ends = np.r_[starts[1:], n] - 1
+            changed = ent[starts] == ent[ends]  # in before and out after, or the reverse
+            s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
+        else:
+            s, m, e = _EMPTY_I, _EMPTY_I, np.zeros(0, bool)
+        subs = np.union1d(np.unique(s), ended)
+        count = len(subs)
+        if count == 0:
+            return []
+        seq0 = self.seq + 1
+        self.seq += count
+        ev = np.searchsorted(subs, s)  # the event of each net change
+        is_ended = np.isin(subs, ended)
+        other = np.isin(subs, np.fromiter(self.other_kinds, np.int64, len(self.other_kinds))) \
+            if self.other_kinds else np.zeros(count, bool)
+        topk_ev = np.flatnonzero(~is_ended & ~other)
+        # entered entries of top-k events: their rank and score in the current top-k
+        is_topk = np.zeros(count, bool)
+        is_topk[topk_ev] = True
+        pick = e & is_topk[ev]
+        ent_ev, ent_msg = ev[pick], m[pick]
+        # the subscriptions are known (they just changed): no need for topk_arrays' own check
+        indptr, ids, scores = self.engine._topk_arrays(subs[topk_ev]) if len(topk_ev) else (
+            np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F)
+        row_len = np.diff(indptr)
+        row_ev = np.repeat(topk_ev, row_len)
+        rank = np.arange(len(ids)) - np.repeat(indptr[:-1], row_len)
+        id_space, dense = np.unique(np.r_[ids, ent_msg], return_inverse=True)
+        key_a = row_ev * len(id_space) + dense[:len(ids)]
+        key_b = ent_ev * len(id_space) + dense[len(ids):]
+        order_a = np.argsort(key_a)
+        at = order_a[np.searchsorted(key_a[order_a], key_b)]  # every entered message is in the top-k
+        ranked = np.lexsort((rank[at], ent_ev))
+        at = at[ranked]
+        ent_ptr = np.zeros(count + 1, np.int64)
+        np.cumsum(np.bincount(ent_ev, minlength=count), out=ent_ptr[1:])
+        left_ev, left_ids = ev[~e], m[~e]
+        left_ptr = np.zeros(count + 1, np.int64)
+        np.cumsum(np.bincount(left_ev, minlength=count), out=left_ptr[1:])
+        objects: dict[int, dict] = {}
+        for i in np.flatnonzero(other | is_ended).tolist():
+            sid = int(subs[i])
+            kind = json.loads(self.records[sid]).get("kind", "topk")
+            mine = ev == i
+            entered_ids, left_l = m[mine & e].tolist(), m[mine & ~e].tolist()
             if kind == "terms":
-                term = self.vocabulary.term
-                entered_keys = {term(i) for i in entered_ids}
-                left_ids = [term(i) for i in left_ids]
+                entered_keys: set = {self.vocabulary.term(t) for t in entered_ids}
+                left_l = [self.vocabulary.term(t) for t in left_l]
             else:
                 entered_keys = set(entered_ids)
-            if sid in ended:
-                events.append(self._ended_event(sid, left_ids))
-            elif sid in rows:
-                ids_l, scores_l = rows[sid]
-                at = sorted(ids_l.index(i) for i in entered_ids)  # ranking order
-                entered = [{"id": ids_l[j], "score": scores_l[j]} for j in at]
-                events.append(self._event(sid, entered, left_ids))
+            obj: dict[str, Any] = {"sub": sid, "seq": seq0 + i, "position": self.position}
+            if is_ended[i]:
+                obj.update(entered=[], left=left_l, removed=True)
+                self.records.pop(sid, None)
+                self.tokens.pop(sid, None)
+                self.other_kinds.discard(sid)
             else:
                 after = io.answer_entries(kind, self.engine.result(sid))
-                events.append(self._event(sid, [x for x in after if ENTRY_KEY[kind](x) in entered_keys], left_ids))
-        return events
+                obj.update(entered=[x for x in after if ENTRY_KEY[kind](x) in entered_keys], left=left_l)
+            objects[i] = obj
+        return [EventBlock(seq0, subs, self.position, ent_ptr=ent_ptr, ent_ids=ids[at], ent_scores=scores[at],
+                           left_ptr=left_ptr, left_ids=left_ids, removed=is_ended, objects=objects)]
 
-    def _ended_event(self, sid: int, left: list) -> dict:
-        self.records.pop(sid, None)
-        self.tokens.pop(sid, None)
-        return self._event(sid, [], left, removed=True)
+    def record(self, sid: int) -> dict | None:
+        """Subscription ``sid``'s record as it was PUT, or None."""
+        packed = self.records.get(sid)
+        return None if packed is None else json.loads(packed)
 
     def result_line(self, sid: int) -> dict:
         sid = validate.check_id(sid)
@@ -348,21 +391,29 @@ class State:
             return []
         return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.newest(n)]
 
-    def restore(self, meta: dict, subs: list[tuple[dict, str]], window: list[dict]) -> None:
+    def restore(self, meta: dict, subs: list[tuple[dict, str]], window: tuple[list[bytes], Any]) -> None:
         """Rebuild from a snapshot: the window's messages first, then every subscription in
         bulk (topk through ``subscribe_batch``)."""
         self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
         self.window = WindowRecords(engine.window, engine.window_seconds)
-        rows = []
-        for obj in window:
-            msg = io.message_from_obj(obj)
-            rows.append(validate.check_message(msg, self.vocabulary, engine.bounds, default_t=0.0))
-        if rows:
-            self.window.add(np.array([r[0] for r in rows], np.int64), np.array([r[3] for r in rows], np.float64),
-                            recs=list(window))
-        for start in range(0, len(rows), 10_000):
-            engine.publish_batch(messages_batch(rows[start:start + 10_000]))
+        texts, ts = window
+        if texts:  # the columnar path, as the batches were published (design 1 if it refuses)
+            raw = b"\n".join(texts)
+            starts, _ = ingest.record_lines(raw)
+            t = np.asarray(ts, np.float64)
+            mark = len(self.vocabulary._terms)
+            try:
+                batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, engine.bounds, 0, -math.inf, t=t)
+            except ingest.Rejected:
+                self._rollback_vocabulary(mark)
+                rows = [validate.check_message(io.message_from_obj(dict(json.loads(text), t=float(tm))),
+                                               self.vocabulary, engine.bounds, default_t=0.0)
+                        for text, tm in zip(texts, t.tolist())]
+                batch = messages_batch(rows)
+            for start in range(0, len(batch.ids), 10_000):
+                engine.publish_batch(batch.slice(start, min(start + 10_000, len(batch.ids))))
+            self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
         clock = float(meta["clock"]) if meta["clock"] is not None else -math.inf
         if engine.window_seconds is not None and clock > engine.clock:
             engine.advance_log(clock)
@@ -377,7 +428,8 @@ class State:
                 topk_rows.append(row + (queries.check_until(sub.until, clock),))
             else:
                 others.append(sub)
-            self.records[int(rec["id"])] = rec
+                self.other_kinds.add(int(rec["id"]))
+            self.records[int(rec["id"])] = _pack(rec)
             self.tokens[int(rec["id"])] = token
         if topk_rows:
             engine.subscribe_batch(subscriptions_batch(topk_rows))

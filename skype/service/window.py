@@ -105,6 +105,28 @@ class WindowRecords:
             for i in range(chunk.first, len(chunk.ids)):
                 yield chunk, i
 
+    def columns(self) -> tuple[np.ndarray, np.ndarray, list]:
+        """The window as columns for a snapshot: ids, timestamps and each record's JSON text
+        (binary Arrow arrays over the batches' bodies: no Python object per message)."""
+        import pyarrow as pa
+
+        ids = [c.ids[c.first:] for c in self.chunks]
+        ts = [c.t[c.first:] for c in self.chunks]
+        texts = []
+        for c in self.chunks:
+            if c.recs is not None:
+                texts.append(pa.array([json.dumps(r).encode() for r in c.recs[c.first:]], pa.binary()))
+                continue
+            assert c.raw is not None and c.starts is not None
+            starts = c.starts[c.first:]
+            offsets = np.r_[starts, len(c.raw)] - starts[0]  # a record runs to the next one's start
+            data = c.raw[int(starts[0]):]
+            texts.append(pa.Array.from_buffers(pa.large_binary(), len(starts),
+                                               [None, pa.py_buffer(offsets.astype(np.int64)), pa.py_buffer(data)]))
+        empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return (np.concatenate(ids) if ids else empty_i, np.concatenate(ts) if ts else empty_f,
+                [t.cast(pa.large_binary()) for t in texts])
+
     def records(self) -> list[tuple[int, float, dict]]:
         """(id, t, record) of every message in the window, oldest first."""
         return [(int(c.ids[i]), float(c.t[i]), c.record(i)) for c, i in self.rows()]

@@ -11,12 +11,20 @@ every event, follows the log write that makes it durable.
 Startup (status ``recovering``; the HTTP routes answer 503) loads the newest good snapshot and
 replays the log after it.  Snapshots are taken every ``snapshot_every`` records (messages,
 subscription changes, advances) or ``snapshot_seconds`` seconds (when something changed) and
-when the worker stops, so a restart replays at most about ``snapshot_every`` records.
+when the worker stops, so a restart replays at most about ``snapshot_every`` records (a little
+more while a snapshot is still being written: the next waits for it).  The state is captured on
+the engine thread and written on a snapshot thread (Parquet and fsync release the GIL).
+
+Order of a write: validated, appended to the log, applied (``State.apply``'s ``before`` hook),
+and acknowledged after the group's fsync.  A failed append changes nothing (500); a failed fsync
+leaves the engine ahead of the disk, so the worker stops (503 from then on: a restart recovers
+exactly the durable log).
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future, ThreadPoolExecutor
 import queue
 import sys
 import threading
@@ -71,6 +79,8 @@ class Worker:
         self.since_snapshot = 0
         self.last_snapshot = time.time()
         self.thread = threading.Thread(target=self._run, name="skype-engine", daemon=True)
+        self.snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix="skype-snapshot")
+        self.pending: Future | None = None  # the snapshot being written
 
     # ------------------------------------------------------------------ loop side
     def start(self) -> None:
@@ -111,7 +121,11 @@ class Worker:
             return
         self.loop.call_soon_threadsafe(setattr, self, "status", "ok")  # after the replayed events
         while True:
-            batch = [self.jobs.get()]
+            try:  # a snapshot put off while the previous one was written is taken when idle
+                batch = [self.jobs.get(timeout=0.05 if self._snapshot_due() else None)]
+            except queue.Empty:
+                self.take_snapshot()
+                continue
             while len(batch) < GROUP:
                 try:
                     batch.append(self.jobs.get_nowait())
@@ -164,11 +178,11 @@ class Worker:
                 return True  # no snapshot: the state may be ahead of the log
             self.metrics.log_bytes.set(self.log.bytes_written)
         self.loop.call_soon_threadsafe(self._deliver, replies, events)
-        if stop or (self.since_snapshot and (self.since_snapshot >= self.snapshot_every
-                                             or time.time() - self.last_snapshot >= self.snapshot_seconds)):
-            self.take_snapshot()
+        if stop or self._snapshot_due():
+            self.take_snapshot(wait=stop)
         if stop:
             self.log.close()
+            self.snapshot_thread.shutdown()
         return stop
 
     def _do(self, job: Job) -> tuple[Any, list]:
@@ -183,7 +197,7 @@ class Worker:
             return value, evs
         if job.kind == "result":
             sid = job.payload
-            return {"subscription": st.records.get(sid), "result": st.result_line(sid), "seq": st.seq}, []
+            return {"subscription": st.record(sid), "result": st.result_line(sid), "seq": st.seq}, []
         if job.kind == "results":
             return st.results_ndjson(), []
         if job.kind == "query":
@@ -214,7 +228,7 @@ class Worker:
                 continue
             self.since_snapshot += _records(value if cmd["op"] == "msgs" else cmd)
             chunk.extend(evs)
-            if len(chunk) >= 10_000:
+            if len(chunk) >= 100:  # blocks: one per command
                 self.loop.call_soon_threadsafe(self.publish, chunk, None)
                 chunk = []
         if chunk:
@@ -225,16 +239,42 @@ class Worker:
             print(f"skype serve: recovered after cutting {self.log.truncated_bytes} bytes of damaged log",
                   file=sys.stderr)
 
-    def take_snapshot(self) -> None:
+    def _snapshot_due(self) -> bool:
+        return bool(self.since_snapshot) and (self.since_snapshot >= self.snapshot_every
+                                              or time.time() - self.last_snapshot >= self.snapshot_seconds)
+
+    def take_snapshot(self, wait: bool = False) -> None:
+        """Capture the state (cheap: the window's records are shared, immutable buffers) and
+        rotate the log at it on this thread; write the Parquet files and fsync them on the
+        snapshot thread (``wait``: here), so the engine goes on meanwhile.  The log segments
+        before the oldest kept snapshot are deleted only once the new one is whole on disk."""
+        if self.pending is not None:
+            if not wait and not self.pending.done():
+                return  # the previous one is still being written: try again after the next job
+            self.pending.result()
+            self.pending = None
         st = self.state
         self.log.sync()
         index = self.log.next_index
-        subs = [(sid, rec, st.tokens.get(sid, "")) for sid, rec in sorted(st.records.items())]
-        snapshot.write(self.snap_dir, index, st.meta(), subs, st.window_records())
+        subs = [(sid, rec.decode(), st.tokens.get(sid, "")) for sid, rec in sorted(st.records.items())]
+        meta = st.meta()
+        meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
+        window = st.window.columns()
         self.log.rotate()
+        self.since_snapshot = 0
+        self.last_snapshot = time.time()
+        if wait:
+            self._write_snapshot(index, meta, subs, window)
+        else:
+            self.pending = self.snapshot_thread.submit(self._write_snapshot, index, meta, subs, window)
+
+    def _write_snapshot(self, index: int, meta: dict, subs: list, window: tuple) -> None:
+        try:
+            snapshot.write(self.snap_dir, index, meta, subs, window)
+        except Exception as err:  # the log still holds everything: the next snapshot retries
+            print(f"skype serve: snapshot at record {index} failed: {err!r}", file=sys.stderr)
+            return
         oldest = snapshot.oldest_kept(self.snap_dir)
         if oldest is not None:
             self.log.drop_before(oldest)
-        self.since_snapshot = 0
-        self.last_snapshot = time.time()
-        self.metrics.snapshot_time.set(self.last_snapshot)
+        self.metrics.snapshot_time.set(time.time())
