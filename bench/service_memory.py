@@ -13,7 +13,8 @@ designs:
 * design 2: the events as columnar blocks (:mod:`skype.service.events`), the window's records as
   the batches' bodies (:mod:`skype.service.window`), the subscription records as compact JSON;
 
-and the owner tokens and the engine's own bytes (its ``stats()["memory_bytes"]``).  Deterministic for a seed (the allocator's byte counts
+and the owner tokens, the engine's own bytes (its ``stats()["memory_bytes"]``), and the RSS of
+the imports alone (``simulate``'s against the server's).  Deterministic for a seed (the allocator's byte counts
 are, the wall clock is not reported).
 
     PYTHONPATH=. python bench/service_memory.py --subs 20000 --messages 40000 --window 20000
@@ -70,6 +71,14 @@ def design1_window(lines: list[bytes], window: int) -> deque:
     return out
 
 
+def import_rss_mb(modules: str) -> float:
+    """The RSS of a fresh interpreter that imported ``modules`` (comma-separated)."""
+    code = ("import importlib\nfor m in %r.split(','): importlib.import_module(m)\n"
+            "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1])" % modules)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return round(int(out) / 1024, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subs", type=int, default=20_000)
@@ -124,6 +133,9 @@ def main() -> None:
         "design2": {"event_ring_mb": mb(hub.nbytes()), "window_records_mb": mb(state.window.nbytes()),
                     "subscription_records_mb": mb(records_bytes)},
         "vocabulary_terms": len(state.vocabulary),
+        "imports_rss_mb": {"simulate (skype.cli.simulate)": import_rss_mb("skype.cli.simulate"),
+                           "serve (engine, aiohttp, prometheus_client, msgspec, pyarrow.parquet)":
+                               import_rss_mb("skype.engine,aiohttp.web,prometheus_client,msgspec,pyarrow.parquet")},
     }, indent=1))
     del ring1, win1
 

@@ -182,3 +182,71 @@ def test_columnar_events_fold_into_the_engine_results():
                 assert ranked == want  # entered in ranking order
     for sid in range(20):
         assert folded[sid] == {m.id: m.score for m in s.engine.result(sid)}
+
+
+def test_a_failed_log_append_changes_nothing(tmp_path):
+    """The log record is appended before the state applies: an append that fails leaves the
+    state as it was (messages: not applied; a subscription change: undone), and the log file
+    holds no partial record."""
+    from skype.service.wal import Log
+
+    s = state("columnar")
+    s.apply({"op": "sub", "rec": {"id": 1, "x": 1.0, "y": 2.0, "k": 2, "alpha": 0.5, "text": "coffee"}})
+    s.apply({"op": "msgs", "ndjson": ndjson(GOOD[:2]).decode()})
+    before = (s.position, s.window_size, len(s.vocabulary), s.seq, s.engine.window_ids().tolist(),
+              [m.id for m in s.engine.result(1)], s.record(1))
+
+    def fail(cmd):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        s.apply({"op": "msgs", "ndjson": ndjson(GOOD[2:]).decode()}, before=fail)
+    with pytest.raises(OSError):
+        s.apply({"op": "sub", "rec": {"id": 1, "x": 1.0, "y": 2.0, "k": 1, "alpha": 0.5, "text": "new5"}},
+                before=fail)
+    with pytest.raises(OSError):
+        s.apply({"op": "unsub", "id": 1}, before=fail)
+    assert (s.position, s.window_size, len(s.vocabulary), s.seq, s.engine.window_ids().tolist(),
+            [m.id for m in s.engine.result(1)], s.record(1)) == before
+
+    log = Log(tmp_path, "never")
+    list(log.recover(0))
+    log.append({"op": "advance", "t": 1.0})
+    real = log._fh
+
+    class Torn:
+        def __init__(self):
+            self.calls = 0
+
+        def write(self, data):
+            self.calls += 1
+            if self.calls == 1:
+                return real.write(bytes(data)[:5])  # a short write, then an error
+            raise OSError("I/O error")
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    log._fh = Torn()
+    with pytest.raises(OSError):
+        log.append({"op": "advance", "t": 2.0})
+    log._fh = real
+    log.append({"op": "advance", "t": 3.0})
+    log.close()
+    assert [cmd["t"] for _, cmd in Log(tmp_path, "never").recover(0)] == [1.0, 3.0]
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_entered_positions_of_shallow_and_deep_top_k(deep):
+    from skype.service.state import _entered_positions
+
+    rng = np.random.default_rng(11)
+    lens = [3000] if deep else rng.integers(0, 12, 300).tolist()
+    indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+    span = 10**15 if deep else 5000  # wide ids: binary search; narrow: the lookup table
+    ids = np.concatenate([rng.choice(span, n, replace=False) for n in lens]).astype(np.int64)
+    pick = np.sort(rng.choice(len(ids), min(len(ids), 2000), replace=False))  # entries that entered
+    rows = np.searchsorted(indptr, pick, side="right") - 1
+    order = rng.permutation(len(pick))  # any order in, sorted positions out
+    got = _entered_positions(indptr, ids, rows[order], ids[pick][order])
+    assert got.tolist() == pick.tolist()

@@ -43,23 +43,28 @@ def snapshots(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any, str]],
+def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any, str]] | Path,
           window: tuple[Any, Any, list]) -> Path:
-    """Write a snapshot covering the log records before ``log_index``; returns its path."""
+    """Write a snapshot covering the log records before ``log_index``; returns its path.
+    ``subs`` may be the ``subscriptions.parquet`` of an earlier snapshot when no subscription
+    changed since: it is copied, not encoded again."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"snap-{log_index:016d}"
     tmp = directory / f"snap-{log_index:016d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     dumps = json.dumps
-    sub_table = pa.table({"id": pa.array([s[0] for s in subs], pa.int64()),
-                          "record": pa.array([s[1] if isinstance(s[1], str) else dumps(s[1]) for s in subs],
-                                             pa.string()),
-                          "token": pa.array([s[2] for s in subs], pa.string())})
+    if isinstance(subs, Path):  # a copy, not a link: damage to one snapshot must not reach the other
+        shutil.copyfile(subs, tmp / "subscriptions.parquet")
+    else:
+        sub_table = pa.table({"id": pa.array([s[0] for s in subs], pa.int64()),
+                              "record": pa.array([s[1] if isinstance(s[1], str) else dumps(s[1]) for s in subs],
+                                                 pa.string()),
+                              "token": pa.array([s[2] for s in subs], pa.string())})
+        pq.write_table(sub_table, tmp / "subscriptions.parquet")
     ids, ts, texts = window  # columns (WindowRecords.columns): a record's text may lack its t
     win_table = pa.table({"id": pa.array(ids, pa.int64()), "t": pa.array(ts, pa.float64()),
                           "record": pa.chunked_array(texts, pa.large_binary())})
-    pq.write_table(sub_table, tmp / "subscriptions.parquet")
     pq.write_table(win_table, tmp / "window.parquet")
     meta = dict(meta, log_index=log_index, crc={name: _crc(tmp / name)
                                                 for name in ("subscriptions.parquet", "window.parquet")})

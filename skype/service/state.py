@@ -49,6 +49,43 @@ _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
 
 
+def _entered_positions(indptr: np.ndarray, ids: np.ndarray, rows: np.ndarray, msgs: np.ndarray) -> np.ndarray:
+    """Where each entered message ``msgs[j]`` stands in the top-k CSR ``(indptr, ids)`` (it is
+    in row ``rows[j]``: it entered and is there after the write), as positions into ``ids``,
+    sorted: by row, then rank (CSR rows hold their entries in ranking order).
+
+    The entered messages are few next to the top-k entries: each entry looks its id up among
+    the distinct entered messages (a lookup table over their id range when it is narrow, as a
+    stream's ids are; else a binary search), and only the entries found there are matched as
+    (row, message rank) pairs against the entered pairs."""
+    if len(rows) == 0:
+        return _EMPTY_I
+    distinct = np.unique(msgs)
+    lo, span = int(distinct[0]), int(distinct[-1]) - int(distinct[0]) + 1
+    if span <= 8 * (len(ids) + len(distinct)) + 4096:  # ids close together: a lookup table
+        table = np.full(span, -1, np.int64)
+        table[distinct - lo] = np.arange(len(distinct))
+        inside = np.flatnonzero((ids >= distinct[0]) & (ids <= distinct[-1]))
+        rank = np.full(len(ids), -1, np.int64)
+        rank[inside] = table[ids[inside] - lo]
+        candidate = np.flatnonzero(rank >= 0)  # entries whose id entered somewhere
+        msg_rank = table[msgs - lo]
+    else:
+        rank = np.minimum(np.searchsorted(distinct, ids), len(distinct) - 1)
+        candidate = np.flatnonzero(distinct[rank] == ids)
+        msg_rank = np.searchsorted(distinct, msgs)
+    row_of = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    width = len(distinct)
+    key_entry = row_of[candidate] * width + rank[candidate]
+    order = np.argsort(key_entry)
+    key_entry = key_entry[order]  # ascending: by row, then id
+    key_entered = rows * width + msg_rank
+    found = np.searchsorted(key_entry, key_entered)
+    assert np.array_equal(key_entry[np.minimum(found, len(key_entry) - 1)], key_entered), \
+        "an entered message is missing from its top-k"
+    return np.sort(candidate[order[found]])
+
+
 def _pack(rec: dict) -> bytes:
     return json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -68,6 +105,7 @@ class State:
         self.records: dict[int, bytes] = {}  # subscription id -> its record (as PUT), compact JSON
         self.tokens: dict[int, str] = {}     # subscription id -> owner token
         self.other_kinds: set[int] = set()   # the subscriptions of another kind than topk
+        self.subs_version = 0                # changes with every change of ``records`` or ``tokens``
         self.position = 0                    # messages accepted so far
         self.seq = 0                         # seq of the last event emitted
         self.ingest = ingest                 # "columnar" (design 2) or "records" (design 1)
@@ -225,6 +263,7 @@ class State:
             raise
         self.records[sid] = _pack(rec)
         self.tokens[sid] = self.tokens.get(sid, token) if old is not None else token
+        self.subs_version += 1
         kind = self.engine.kind_of(sid)
         if kind == "topk":
             self.other_kinds.discard(sid)
@@ -248,6 +287,7 @@ class State:
         del self.records[sid]
         self.tokens.pop(sid, None)
         self.other_kinds.discard(sid)
+        self.subs_version += 1
         return {"id": sid, "position": self.position}, [EventBlock.single(self._event(sid, [], left, removed=True))]
 
     def _advance(self, t: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
@@ -289,7 +329,7 @@ class State:
             s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
         else:
             s, m, e = _EMPTY_I, _EMPTY_I, np.zeros(0, bool)
-        subs = np.union1d(np.unique(s), ended)
+        subs = np.union1d(np.unique(s), ended) if len(ended) else np.unique(s)
         count = len(subs)
         if count == 0:
             return []
@@ -308,16 +348,7 @@ class State:
         # the subscriptions are known (they just changed): no need for topk_arrays' own check
         indptr, ids, scores = self.engine._topk_arrays(subs[topk_ev]) if len(topk_ev) else (
             np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F)
-        row_len = np.diff(indptr)
-        row_ev = np.repeat(topk_ev, row_len)
-        rank = np.arange(len(ids)) - np.repeat(indptr[:-1], row_len)
-        id_space, dense = np.unique(np.r_[ids, ent_msg], return_inverse=True)
-        key_a = row_ev * len(id_space) + dense[:len(ids)]
-        key_b = ent_ev * len(id_space) + dense[len(ids):]
-        order_a = np.argsort(key_a)
-        at = order_a[np.searchsorted(key_a[order_a], key_b)]  # every entered message is in the top-k
-        ranked = np.lexsort((rank[at], ent_ev))
-        at = at[ranked]
+        at = _entered_positions(indptr, ids, np.searchsorted(topk_ev, ent_ev), ent_msg)
         ent_ptr = np.zeros(count + 1, np.int64)
         np.cumsum(np.bincount(ent_ev, minlength=count), out=ent_ptr[1:])
         left_ev, left_ids = ev[~e], m[~e]
@@ -340,6 +371,7 @@ class State:
                 self.records.pop(sid, None)
                 self.tokens.pop(sid, None)
                 self.other_kinds.discard(sid)
+                self.subs_version += 1
             else:
                 after = io.answer_entries(kind, self.engine.result(sid))
                 obj.update(entered=[x for x in after if ENTRY_KEY[kind](x) in entered_keys], left=left_l)

@@ -81,6 +81,7 @@ class Worker:
         self.thread = threading.Thread(target=self._run, name="skype-engine", daemon=True)
         self.snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix="skype-snapshot")
         self.pending: Future | None = None  # the snapshot being written
+        self.subs_written: tuple[int, Path] | None = None  # (State.subs_version, its file) of the last snapshot
 
     # ------------------------------------------------------------------ loop side
     def start(self) -> None:
@@ -256,7 +257,13 @@ class Worker:
         st = self.state
         self.log.sync()
         index = self.log.next_index
-        subs = [(sid, rec.decode(), st.tokens.get(sid, "")) for sid, rec in sorted(st.records.items())]
+        subs: list | Path
+        if self.subs_written is not None and self.subs_written[0] == st.subs_version \
+                and self.subs_written[1].exists():
+            subs = self.subs_written[1]  # no subscription changed: link the last file
+        else:
+            subs = [(sid, rec.decode(), st.tokens.get(sid, "")) for sid, rec in sorted(st.records.items())]
+        version = st.subs_version
         meta = st.meta()
         meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
         window = st.window.columns()
@@ -264,16 +271,17 @@ class Worker:
         self.since_snapshot = 0
         self.last_snapshot = time.time()
         if wait:
-            self._write_snapshot(index, meta, subs, window)
+            self._write_snapshot(index, meta, subs, window, version)
         else:
-            self.pending = self.snapshot_thread.submit(self._write_snapshot, index, meta, subs, window)
+            self.pending = self.snapshot_thread.submit(self._write_snapshot, index, meta, subs, window, version)
 
-    def _write_snapshot(self, index: int, meta: dict, subs: list, window: tuple) -> None:
+    def _write_snapshot(self, index: int, meta: dict, subs: list | Path, window: tuple, version: int) -> None:
         try:
-            snapshot.write(self.snap_dir, index, meta, subs, window)
+            path = snapshot.write(self.snap_dir, index, meta, subs, window)
         except Exception as err:  # the log still holds everything: the next snapshot retries
             print(f"skype serve: snapshot at record {index} failed: {err!r}", file=sys.stderr)
             return
+        self.subs_written = (version, path / "subscriptions.parquet")
         oldest = snapshot.oldest_kept(self.snap_dir)
         if oldest is not None:
             self.log.drop_before(oldest)
