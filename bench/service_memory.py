@@ -36,6 +36,9 @@ from skype.service.hub import Hub
 from skype.service.state import State
 from skype.text import Vocabulary
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_profile import tweets_lines  # noqa: E402
+
 
 def traced(build) -> tuple[object, int]:
     """(what ``build()`` returns, the bytes it allocated and still holds)."""
@@ -87,16 +90,9 @@ def main() -> None:
     ap.add_argument("--retain", type=int, default=100_000, help="the server's --retain-events default")
     ap.add_argument("--batch", type=int, default=1000)
     a = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="skype-memory-"))
-    m, s = tmp / "m.jsonl", tmp / "s.jsonl"
-    subprocess.run([sys.executable, "-m", "skype.run", "generate", "--dataset", "tweets", "--num-subs", str(a.subs),
-                    "--num-messages", str(a.messages), "--messages-out", str(m), "--subscriptions-out", str(s)],
-                   check=True, capture_output=True)
-    sub_lines = open(s, "rb").readlines()
-    lines = open(m, "rb").readlines()
+    sub_lines, lines = tweets_lines(a.subs, a.messages, Path(tempfile.mkdtemp(prefix="skype-memory-")))
     tracemalloc.start()
     state = State(lambda v: Engine(window=a.window, vocabulary=v), Vocabulary())
-    state.engine.publish_batch  # noqa: B018 (built)
 
     def register():
         for line in sub_lines:

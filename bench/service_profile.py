@@ -80,6 +80,15 @@ def run(design: str, subs: list[bytes], batches: list[bytes], window: int, tmp: 
                          "term_lookups": c.term_lookups, "term_misses": c.term_misses}}
 
 
+def tweets_lines(subs: int, messages: int, tmp: Path) -> tuple[list[bytes], list[bytes]]:
+    """The lines of a generated tweets workload: (subscription records, message records)."""
+    m, s = tmp / "m.jsonl", tmp / "s.jsonl"
+    subprocess.run([sys.executable, "-m", "skype.run", "generate", "--dataset", "tweets", "--num-subs", str(subs),
+                    "--num-messages", str(messages), "--messages-out", str(m), "--subscriptions-out", str(s)],
+                   check=True, capture_output=True)
+    return open(s, "rb").readlines(), open(m, "rb").readlines()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subs", type=int, default=10_000)
@@ -89,12 +98,7 @@ def main() -> None:
     ap.add_argument("--design", choices=("records", "columnar", "both"), default="both")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="skype-profile-"))
-    m, s = tmp / "m.jsonl", tmp / "s.jsonl"
-    subprocess.run([sys.executable, "-m", "skype.run", "generate", "--dataset", "tweets", "--num-subs", str(a.subs),
-                    "--num-messages", str(a.messages), "--messages-out", str(m), "--subscriptions-out", str(s)],
-                   check=True, capture_output=True)
-    subs = open(s, "rb").readlines()
-    lines = open(m, "rb").readlines()
+    subs, lines = tweets_lines(a.subs, a.messages, tmp)
     batches = [b"".join(lines[i:i + a.batch]) for i in range(0, len(lines), a.batch)]
     designs = ("records", "columnar") if a.design == "both" else (a.design,)
     out = [run(d, subs, batches, a.window, tmp) for d in designs]

@@ -12,7 +12,14 @@ what makes a log replay (and a snapshot followed by a replay) reproduce the stat
 Events are net per command: for each subscription whose result differs before and after a
 command, the entries that entered (shaped as in the results file, taken from the result after
 the command) and the ids that left (terms for ``terms``).  Subscriptions in ascending id
-order; ``seq`` increases by one per event.
+order; ``seq`` increases by one per event.  A command's events are one
+:class:`~skype.service.events.EventBlock` (columns, built with numpy from the engine's change
+log and one ``topk_arrays`` call: no Python object per top-k event).
+
+A message batch is either records (``{"op": "msgs", "recs"}``: design 1, validated record by
+record) or an NDJSON body (``{"op": "msgs", "ndjson"}``: design 2, :mod:`skype.service.ingest`,
+which hands a batch it refuses to design 1 to name the error).  ``apply``'s ``before`` hook (the
+log append) runs after every check and before the engine changes (see :meth:`State.apply`).
 """
 
 from __future__ import annotations
