@@ -234,10 +234,12 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
             for sid in s.subs:
                 if sid not in final:
                     final[sid] = (await http.get(f"/v1/subscriptions/{sid}")).json()["result"]["topk"]
-        lost = dupes = bad_folds = 0
+        lost = dupes = bad_folds = resets = 0
         replays = await asyncio.gather(*(replay(url, http, s) for s in streams))
         for s, replayed in zip(streams, replays):
-            seqs = [ev["seq"] for ev in s.events]
+            # resets share the seq their results correspond to (docs/service.md): not events
+            seqs = [ev["seq"] for ev in s.events if "reset" not in ev]
+            resets += len(s.events) - len(seqs)
             dupes += len(seqs) - len(set(seqs))
             lost += len(set(replayed) - set(seqs))
             state: dict[int, list] = {}
@@ -266,7 +268,7 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
         "ack_p50_ms": 1e3 * ack50, "ack_p99_ms": 1e3 * ack99,
         "push_p50_ms": 1e3 * push50, "push_p99_ms": 1e3 * push99,
         "events_received": sum(len(s.events) for s in streams), "events_measured": len(push),
-        "events_lost": lost, "events_duplicated": dupes, "folds_differing": bad_folds,
+        "events_lost": lost, "events_duplicated": dupes, "resets_received": resets, "folds_differing": bad_folds,
         "reconnects": sum(s.reconnects for s in streams),
     }
 

@@ -8,6 +8,7 @@ latency p50/p99, the peak RSS of both processes, and the time the service takes 
 SIGTERM (from the snapshot it wrote).  Loopback only; stops by itself.
 
     PYTHONPATH=. python bench/service_throughput.py --subs 20000 --messages 60000 --window 20000
+    PYTHONPATH=. python bench/service_throughput.py ... --ingest records   # design 1, to compare
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=20_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--fsync", default="batch")
+    ap.add_argument("--ingest", choices=("columnar", "records"), default="columnar",
+                    help="the server's --ingest: design 2 (columnar, default) or design 1 (records), to A/B them")
     ap.add_argument("--snapshot-every", type=int, default=20_000,
                     help="the server's option (default: its default); a huge value times a full log replay")
     a = ap.parse_args()
@@ -85,7 +88,8 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = ["--window", str(a.window), "--fsync", a.fsync, "--snapshot-every", str(a.snapshot_every)]
+    args = ["--window", str(a.window), "--fsync", a.fsync, "--snapshot-every", str(a.snapshot_every),
+            "--ingest", a.ingest]
     proc = start(tmp / "data", port, args)
     session = requests.Session()
     t0 = time.perf_counter()
@@ -119,7 +123,7 @@ def main() -> None:
     proc.wait()
     serve_tp = len(lines) / stream_s
     print(json.dumps({
-        "subscriptions": a.subs, "messages": len(lines), "window": a.window, "batch": a.batch, "fsync": a.fsync,
+        "subscriptions": a.subs, "messages": len(lines), "window": a.window, "batch": a.batch, "fsync": a.fsync, "ingest": a.ingest,
         "simulate_msgs_per_s": round(sim["throughput_msgs_per_s"]), "serve_msgs_per_s": round(serve_tp),
         "ratio": round(serve_tp / sim["throughput_msgs_per_s"], 3),
         "ack_p50_ms": round(1e3 * float(np.percentile(acks, 50)), 2),

@@ -167,14 +167,21 @@ def test_torn_and_corrupt_log_tail(tmp_path):
     assert "torn or corrupt tail" in s.log.read_text()
 
 
+def _snapshots(data) -> list:
+    return sorted(p for p in (data / "snapshots").glob("snap-*") if not p.name.endswith(".tmp"))
+
+
 def test_damaged_snapshot_falls_back(tmp_path):
     rng = random.Random(9)
     data = tmp_path / "data"
     writes: list = []
     with Server(data, "--window", "30", "--snapshot-every", "4") as s:
         mid = _load(s.url, rng, writes, 12)
+        deadline = time.monotonic() + 30  # snapshots are written on their own thread
+        while len(_snapshots(data)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         s.stop(signal.SIGKILL)
-    snaps = sorted(p for p in (data / "snapshots").glob("snap-*") if not p.name.endswith(".tmp"))
+    snaps = _snapshots(data)
     assert len(snaps) == 2  # the newest two (a SIGKILL may also leave a half-written .tmp)
     target = snaps[-1] / "window.parquet"
     raw = bytearray(target.read_bytes())

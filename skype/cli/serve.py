@@ -77,7 +77,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     hub = Hub(args.retain_events)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    worker = Worker(data_dir, State(make_engine, vocabulary), fsync=args.fsync, queue_size=args.queue_size,
+    state = State(make_engine, vocabulary, ingest=args.ingest, max_records=args.max_records)
+    worker = Worker(data_dir, state, fsync=args.fsync, queue_size=args.queue_size,
                     snapshot_every=args.snapshot_every, snapshot_seconds=args.snapshot_seconds, metrics=metrics,
                     loop=loop, publish=hub.publish, start_at=hub.start_at)
     limits = Limits(args.max_body_bytes, args.max_records, args.max_connections, args.max_streams_per_connection,
@@ -122,6 +123,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--fsync", choices=("always", "batch", "never"), default="batch",
                    help="log durability before an acknowledgement: fsync per write, one fsync per group of "
                         "writes (default), or none (the OS's page cache only)")
+    s.add_argument("--ingest", choices=("columnar", "records"), default="columnar",
+                   help="how NDJSON message batches are read: decoded and validated by columns (default), or "
+                        "record by record in Python (the first design, kept to compare)")
     s.add_argument("--queue-size", type=int, default=1024, help="engine jobs waiting before 429 (default: %(default)s)")
     s.add_argument("--max-body-bytes", type=int, default=16 << 20, help="request body limit (default: 16 MiB)")
     s.add_argument("--max-records", type=int, default=100_000, help="records per request (default: %(default)s)")

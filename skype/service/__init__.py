@@ -15,7 +15,13 @@ commits/s for small records and 231 vs 215 for batches of 1,000 messages
 
 Modules: :mod:`~skype.service.app` (routes, auth, limits, streams), :mod:`~skype.service.worker`
 (the single engine thread, group commit), :mod:`~skype.service.state` (commands to engine calls
-and events), :mod:`~skype.service.hub` (event ring and fan-out), :mod:`~skype.service.wal` (the
-checksummed log), :mod:`~skype.service.snapshot` (Parquet snapshots),
-:mod:`~skype.service.auth` and :mod:`~skype.service.metrics`.
+and events), :mod:`~skype.service.ingest` (an NDJSON batch decoded and validated by columns),
+:mod:`~skype.service.events` (a write's events as columns), :mod:`~skype.service.window` (the
+window's records as the batches' bodies), :mod:`~skype.service.hub` (event ring and fan-out),
+:mod:`~skype.service.wal` (the checksummed log), :mod:`~skype.service.snapshot` (Parquet
+snapshots), :mod:`~skype.service.auth` and :mod:`~skype.service.metrics`.
+
+Message batches: design 2 (columnar decode and checks, events kept as columns and serialised only
+when a stream sends them) replaced design 1 (a dict per record and per event); ``--ingest
+records`` keeps design 1's record-by-record validation to compare (``docs/service.md``).
 """

@@ -2,7 +2,8 @@
 
 A snapshot is a directory ``snap-<log record>/`` (the first log record it does not contain):
 ``subscriptions.parquet`` (id, record JSON, owner token), ``window.parquet`` (id, t, record
-JSON of the messages in the window, oldest first) and ``meta.json`` (position, event seq,
+JSON of the messages in the window, oldest first: the bytes of its line in the batch that brought
+it, so its own ``t`` may be missing; the column ``t`` is the one) and ``meta.json`` (position, event seq,
 clock, vocabulary, and the CRC32 of each Parquet file).  It is written under a temporary name,
 every file fsynced, then renamed into place and the directory fsynced: a snapshot either exists
 whole or not at all.  The newest two are kept; :func:`load_newest` returns the newest one whose
@@ -42,22 +43,28 @@ def snapshots(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, dict, str]],
-          window: list[tuple[int, float, dict]]) -> Path:
-    """Write a snapshot covering the log records before ``log_index``; returns its path."""
+def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any, str]] | Path,
+          window: tuple[Any, Any, list]) -> Path:
+    """Write a snapshot covering the log records before ``log_index``; returns its path.
+    ``subs`` may be the ``subscriptions.parquet`` of an earlier snapshot when no subscription
+    changed since: it is copied, not encoded again."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"snap-{log_index:016d}"
     tmp = directory / f"snap-{log_index:016d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     dumps = json.dumps
-    sub_table = pa.table({"id": pa.array([s[0] for s in subs], pa.int64()),
-                          "record": pa.array([dumps(s[1]) for s in subs], pa.string()),
-                          "token": pa.array([s[2] for s in subs], pa.string())})
-    win_table = pa.table({"id": pa.array([w[0] for w in window], pa.int64()),
-                          "t": pa.array([w[1] for w in window], pa.float64()),
-                          "record": pa.array([dumps(w[2]) for w in window], pa.string())})
-    pq.write_table(sub_table, tmp / "subscriptions.parquet")
+    if isinstance(subs, Path):  # a copy, not a link: damage to one snapshot must not reach the other
+        shutil.copyfile(subs, tmp / "subscriptions.parquet")
+    else:
+        sub_table = pa.table({"id": pa.array([s[0] for s in subs], pa.int64()),
+                              "record": pa.array([s[1] if isinstance(s[1], str) else dumps(s[1]) for s in subs],
+                                                 pa.string()),
+                              "token": pa.array([s[2] for s in subs], pa.string())})
+        pq.write_table(sub_table, tmp / "subscriptions.parquet")
+    ids, ts, texts = window  # columns (WindowRecords.columns): a record's text may lack its t
+    win_table = pa.table({"id": pa.array(ids, pa.int64()), "t": pa.array(ts, pa.float64()),
+                          "record": pa.chunked_array(texts, pa.large_binary())})
     pq.write_table(win_table, tmp / "window.parquet")
     meta = dict(meta, log_index=log_index, crc={name: _crc(tmp / name)
                                                 for name in ("subscriptions.parquet", "window.parquet")})
@@ -74,8 +81,9 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, dic
     return final
 
 
-def read(path: Path) -> tuple[dict, list[tuple[dict, str]], list[dict]]:
-    """(meta, [(subscription record, owner token)], [window message records]); raises on damage."""
+def read(path: Path) -> tuple[dict, list[tuple[dict, str]], tuple[list[bytes], list[float]]]:
+    """(meta, [(subscription record, owner token)], (window records' JSON texts, their t));
+    raises on damage."""
     meta = json.loads((path / "meta.json").read_text())
     for name, crc in meta["crc"].items():
         if _crc(path / name) != crc:
@@ -83,7 +91,7 @@ def read(path: Path) -> tuple[dict, list[tuple[dict, str]], list[dict]]:
     subs = pq.read_table(path / "subscriptions.parquet").to_pydict()
     win = pq.read_table(path / "window.parquet").to_pydict()
     return (meta, [(json.loads(r), t) for r, t in zip(subs["record"], subs["token"])],
-            [json.loads(r) for r in win["record"]])
+            ([r if isinstance(r, bytes) else r.encode() for r in win["record"]], win["t"]))
 
 
 def load_newest(directory: Path) -> tuple[Any, ...] | None:

@@ -12,14 +12,20 @@ what makes a log replay (and a snapshot followed by a replay) reproduce the stat
 Events are net per command: for each subscription whose result differs before and after a
 command, the entries that entered (shaped as in the results file, taken from the result after
 the command) and the ids that left (terms for ``terms``).  Subscriptions in ascending id
-order; ``seq`` increases by one per event.
+order; ``seq`` increases by one per event.  A command's events are one
+:class:`~skype.service.events.EventBlock` (columns, built with numpy from the engine's change
+log and one ``topk_arrays`` call: no Python object per top-k event).
+
+A message batch is either records (``{"op": "msgs", "recs"}``: design 1, validated record by
+record) or an NDJSON body (``{"op": "msgs", "ndjson"}``: design 2, :mod:`skype.service.ingest`,
+which hands a batch it refuses to design 1 to name the error).  ``apply``'s ``before`` hook (the
+log append) runs after every check and before the engine changes (see :meth:`State.apply`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections import deque
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +35,10 @@ from skype.api import ChangeLog, EngineBase
 from skype.workload import messages_batch, subscriptions_batch
 from skype.errors import InputError
 from skype.model import Subscription
+from skype.service import ingest
+from skype.service.ingest import Counters
+from skype.service.events import EventBlock
+from skype.service.window import WindowRecords
 from skype.text import Vocabulary
 
 ENTRY_KEY = {"topk": lambda e: e["id"], "knn": lambda e: e["id"], "range": lambda e: e,
@@ -42,37 +52,105 @@ def _line_error(err: InputError, line: int) -> InputError:
     return err.located(line=line)
 
 
+_EMPTY_I = np.zeros(0, np.int64)
+_EMPTY_F = np.zeros(0, np.float64)
+
+
+def _entered_positions(indptr: np.ndarray, ids: np.ndarray, rows: np.ndarray, msgs: np.ndarray) -> np.ndarray:
+    """Where each entered message ``msgs[j]`` stands in the top-k CSR ``(indptr, ids)`` (it is
+    in row ``rows[j]``: it entered and is there after the write), as positions into ``ids``,
+    sorted: by row, then rank (CSR rows hold their entries in ranking order).
+
+    The entered messages are few next to the top-k entries: each entry looks its id up among
+    the distinct entered messages (a lookup table over their id range when it is narrow, as a
+    stream's ids are; else a binary search), and only the entries found there are matched as
+    (row, message rank) pairs against the entered pairs."""
+    if len(rows) == 0:
+        return _EMPTY_I
+    distinct = np.unique(msgs)
+    lo, span = int(distinct[0]), int(distinct[-1]) - int(distinct[0]) + 1
+    if span <= 8 * (len(ids) + len(distinct)) + 4096:  # ids close together: a lookup table
+        table = np.full(span, -1, np.int64)
+        table[distinct - lo] = np.arange(len(distinct))
+        inside = np.flatnonzero((ids >= distinct[0]) & (ids <= distinct[-1]))
+        rank = np.full(len(ids), -1, np.int64)
+        rank[inside] = table[ids[inside] - lo]
+        candidate = np.flatnonzero(rank >= 0)  # entries whose id entered somewhere
+        msg_rank = table[msgs - lo]
+    else:
+        rank = np.minimum(np.searchsorted(distinct, ids), len(distinct) - 1)
+        candidate = np.flatnonzero(distinct[rank] == ids)
+        msg_rank = np.searchsorted(distinct, msgs)
+    row_of = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    width = len(distinct)
+    key_entry = row_of[candidate] * width + rank[candidate]
+    order = np.argsort(key_entry)
+    key_entry = key_entry[order]  # ascending: by row, then id
+    key_entered = rows * width + msg_rank
+    found = np.searchsorted(key_entry, key_entered)
+    assert np.array_equal(key_entry[np.minimum(found, len(key_entry) - 1)], key_entered), \
+        "an entered message is missing from its top-k"
+    return np.sort(candidate[order[found]])
+
+
+def _pack(rec: dict) -> bytes:
+    return json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _nothing(cmd: dict) -> None:
+    return None
+
+
 class State:
     """Engine, subscription records and event numbering (see module docstring)."""
 
-    def __init__(self, make_engine: Callable[[Vocabulary], EngineBase], vocabulary: Vocabulary | None = None) -> None:
+    def __init__(self, make_engine: Callable[[Vocabulary], EngineBase], vocabulary: Vocabulary | None = None,
+                 ingest: str = "columnar", max_records: int = 100_000) -> None:
         self.make_engine = make_engine
         self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
         self.engine = make_engine(self.vocabulary)
-        self.records: dict[int, dict] = {}   # subscription id -> its record (as PUT)
+        self.records: dict[int, bytes] = {}  # subscription id -> its record (as PUT), compact JSON
         self.tokens: dict[int, str] = {}     # subscription id -> owner token
+        self.other_kinds: set[int] = set()   # the subscriptions of another kind than topk
+        self.subs_version = 0                # changes with every change of ``records`` or ``tokens``
         self.position = 0                    # messages accepted so far
         self.seq = 0                         # seq of the last event emitted
-        self.window_size = 0                 # messages in the window
-        # messages possibly still in the window, oldest first: (id, t, record with t)
-        self.recent: deque[tuple[int, float, dict]] = deque(maxlen=self.engine.window)
+        self.ingest = ingest                 # "columnar" (design 2) or "records" (design 1)
+        self.max_records = max_records       # records per NDJSON batch (E092)
+        self.counters = Counters()           # per-message Python work of the ingest
+        # the records of the messages in the window, oldest first
+        self.window = WindowRecords(self.engine.window, self.engine.window_seconds)
+
+    @property
+    def window_size(self) -> int:
+        """Messages in the window (kept by :class:`WindowRecords`, no engine call)."""
+        return len(self.window)
 
     # ------------------------------------------------------------------ commands
-    def apply(self, cmd: dict, lines: list[int] | None = None) -> tuple[Any, list[dict]]:
+    def apply(self, cmd: dict, lines: list[int] | None = None,
+              before: Callable[[dict], object] | None = None) -> tuple[Any, list[EventBlock]]:
         """Apply one command; returns (reply, events).  Raises InputError changing nothing
-        (naming, for messages, the record's line: ``lines[i]``, default ``i + 1``)."""
+        (naming, for messages, the record's line: ``lines[i]``, default ``i + 1``).
+
+        ``before(cmd)`` (the log append) runs once the command is known to be valid and before
+        the engine changes, for messages and advances; for a subscription change it runs after
+        the engine applied it, and an exception from it undoes the change.  Either way, when
+        ``before`` raises, the state is as it was."""
         op = cmd["op"]
         mark = len(self.vocabulary._terms)
+        before = before or _nothing
         try:
             if op == "msgs":
-                return self._messages(cmd["recs"], lines)
+                if "ndjson" in cmd:
+                    return self._messages_ndjson(cmd["ndjson"].encode(), before, cmd)
+                return self._messages(cmd["recs"], lines, before, cmd)
             if op == "sub":
-                return self._subscribe(cmd["rec"], cmd.get("token", ""))
+                return self._subscribe(cmd["rec"], cmd.get("token", ""), before, cmd)
             if op == "unsub":
-                return self._unsubscribe(cmd["id"])
+                return self._unsubscribe(cmd["id"], before, cmd)
             if op == "advance":
-                return self._advance(cmd["t"])
-        except InputError:
+                return self._advance(cmd["t"], before, cmd)
+        except BaseException:
             self._rollback_vocabulary(mark)
             raise
         raise InputError("E018", op=op)
@@ -84,7 +162,8 @@ class State:
         del v._terms[mark:]
         del v._df[mark:]
 
-    def _messages(self, recs: list, numbers: list[int] | None) -> tuple[Any, list[dict]]:
+    def _check_records(self, recs: list, numbers: list[int] | None) -> tuple[list[tuple], dict[int, int]]:
+        """Design 1: every record parsed and validated in Python, in order."""
         rows: list[tuple] = []
         lines: dict[int, int] = {}
         last_t = self.engine.clock
@@ -105,39 +184,76 @@ class State:
             last_t = row[3]
             lines[row[0]] = line
             rows.append(row)
+        self.counters.fallback_records += len(rows)
+        return rows, lines
+
+    def _messages(self, recs: list, numbers: list[int] | None, before: Callable[[dict], object],
+                  cmd: dict) -> tuple[Any, list[EventBlock]]:
+        rows, lines = self._check_records(recs, numbers)
         if not rows:
             return {"accepted": 0, "position": self.position}, []
         batch = messages_batch(rows)
+        log = self._publish(batch, lambda rid: lines.get(rid), before, cmd)
+        self.window.add(batch.ids, batch.t, recs=recs)
+        return self._published(log)
+
+    def _messages_ndjson(self, raw: bytes, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
+        """Design 2 (:mod:`skype.service.ingest`); a batch it refuses goes through design 1,
+        which names the error (or, should it accept the batch, publishes it)."""
+        starts, numbers = ingest.record_lines(raw)
+        if len(starts) > self.max_records:
+            raise InputError("E092", n=f"more than {self.max_records}", limit=self.max_records)
+        if len(starts) == 0:
+            raise InputError("E105", expected="NDJSON message records")
+        batch = None
+        if self.ingest == "columnar":
+            mark = len(self.vocabulary._terms)
+            try:
+                batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, self.engine.bounds, self.position,
+                                              self.engine.clock, self.counters)
+            except ingest.Rejected:
+                self._rollback_vocabulary(mark)
+        if batch is None:
+            recs, lines = ingest.parse_records(raw)
+            rows, _ = self._check_records(recs, lines)
+            batch = messages_batch(rows)
+        ids = batch.ids
+        line_of = lambda rid: int(numbers[int(np.flatnonzero(ids == rid)[0])])  # noqa: E731 (errors only)
+        log = self._publish(batch, line_of, before, cmd)
+        self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
+        return self._published(log)
+
+    def _publish(self, batch: Any, line_of: Callable[[int], int | None], before: Callable[[dict], object],
+                 cmd: dict) -> ChangeLog:
+        """The engine's own checks that need its window (an id still in it: E019), then
+        ``before`` (the log append), then the engine's batch call."""
+        in_window = self.engine._window_has(batch.ids)
+        if in_window.any():
+            dup = int(batch.ids[np.argmax(in_window)])
+            raise _line_error(InputError("E019", id=dup, record_id=dup), line_of(dup) or 1)
+        before(cmd)
         try:
-            log = self.engine.publish_batch(batch)
-        except InputError as err:
-            at = lines.get(err.record_id) if isinstance(err.record_id, int) else None
+            return self.engine.publish_batch(batch)
+        except InputError as err:  # its checks are the ones above: not expected
+            at = line_of(err.record_id) if isinstance(err.record_id, int) else None
             raise (_line_error(err, at) if at else err) from None
-        self.position += len(rows)
-        for row, obj in zip(rows, recs):
-            rec = dict(obj)
-            rec["t"] = row[3]
-            self.recent.append((row[0], row[3], rec))
-        self._trim_recent()
-        self.window_size = len(self.engine.window_ids())
-        return {"accepted": len(rows), "position": self.position}, self._events(log)
 
-    def _trim_recent(self) -> None:
-        if self.engine.window_seconds is not None:
-            horizon = self.engine.clock - self.engine.window_seconds
-            while self.recent and self.recent[0][1] <= horizon:
-                self.recent.popleft()
+    def _published(self, log: ChangeLog) -> tuple[Any, list[EventBlock]]:
+        n = len(self.window.chunks[-1].ids)
+        self.position += n
+        self.window.trim(self.engine.clock)
+        return {"accepted": n, "position": self.position}, self._events(log)
 
-    def _subscribe(self, rec: Any, token: str) -> tuple[Any, list[dict]]:
+    def _subscribe(self, rec: Any, token: str, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         if not isinstance(rec, dict):
             raise InputError("E033", kind="subscription", value=rec)
         sub = io.subscription_from_obj(rec)
         sid = validate.check_id(rec["id"])
-        events: list[dict] = []
-        old = self.records.get(sid)
-        before: list = []
+        events: list[EventBlock] = []
+        old = self.record(sid)
+        old_keys: list = []
         if old is not None:
-            before = self._entries(sid)
+            old_keys = self._entries(sid)
             self.engine.unsubscribe(sid)
         try:
             self.engine.subscribe(sub)
@@ -145,33 +261,51 @@ class State:
             if old is not None:
                 self.engine.subscribe(io.subscription_from_obj(old))
             raise
-        self.records[sid] = dict(rec)
+        try:
+            before(cmd)
+        except BaseException:  # not logged: undo
+            self.engine.unsubscribe(sid)
+            if old is not None:
+                self.engine.subscribe(io.subscription_from_obj(old))
+            raise
+        self.records[sid] = _pack(rec)
         self.tokens[sid] = self.tokens.get(sid, token) if old is not None else token
+        self.subs_version += 1
         kind = self.engine.kind_of(sid)
+        if kind == "topk":
+            self.other_kinds.discard(sid)
+        else:
+            self.other_kinds.add(sid)
         after = io.answer_entries(kind, self.engine.result(sid))
-        left = [k for k in before if k not in {ENTRY_KEY[kind](e) for e in after}] if old is not None else []
-        kept = set(before) if old is not None else set()
+        left = [k for k in old_keys if k not in {ENTRY_KEY[kind](e) for e in after}] if old is not None else []
+        kept = set(old_keys) if old is not None else set()
         entered = [e for e in after if ENTRY_KEY[kind](e) not in kept]
-        events.append(self._event(sid, entered, left))
+        events.append(EventBlock.single(self._event(sid, entered, left)))
         reply = {"id": sid, "position": self.position, "token": self.tokens[sid], "created": old is None}
         return reply, events
 
-    def _unsubscribe(self, sid: Any) -> tuple[Any, list[dict]]:
+    def _unsubscribe(self, sid: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         sid = validate.check_id(sid)
         if sid not in self.records:
             raise InputError("E020", id=sid, record_id=sid)
         left = self._entries(sid)
+        before(cmd)
         self.engine.unsubscribe(sid)
         del self.records[sid]
         self.tokens.pop(sid, None)
-        return {"id": sid, "position": self.position}, [self._event(sid, [], left, removed=True)]
+        self.other_kinds.discard(sid)
+        self.subs_version += 1
+        return {"id": sid, "position": self.position}, [EventBlock.single(self._event(sid, [], left, removed=True))]
 
-    def _advance(self, t: Any) -> tuple[Any, list[dict]]:
+    def _advance(self, t: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         if self.engine.window_seconds is None:
             raise InputError("E023", what="advance", expected="used with a time window (--window-seconds)", value=t)
+        ft = validate.check_timestamp(t)  # the engine's checks, before the log append
+        if ft < self.engine.clock:
+            raise InputError("E009", t=ft, prev=self.engine.clock)
+        before(cmd)
         log = self.engine.advance_log(t)
-        self._trim_recent()
-        self.window_size = len(self.engine.window_ids())
+        self.window.trim(self.engine.clock)
         return {"t": self.engine.clock, "position": self.position}, self._events(log)
 
     # ------------------------------------------------------------------ events and results
@@ -187,55 +321,75 @@ class State:
             ev["removed"] = True
         return ev
 
-    def _events(self, log: ChangeLog) -> list[dict]:
+    def _events(self, log: ChangeLog) -> list[EventBlock]:
+        """The net changes of a command as one :class:`EventBlock` (module docstring): columns
+        for top-k subscriptions, objects for the other kinds and for ended subscriptions of
+        other kinds; no Python object per top-k event."""
         n = len(log)
-        ended = {sid for sid in self.engine._ended if sid in self.records}
-        if n == 0:
-            return [self._ended_event(sid, []) for sid in sorted(ended)]
-        order = np.lexsort((np.arange(n), log.msg, log.sub))  # by sub, then message, then time
-        sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
-        starts = np.flatnonzero(np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])])
-        ends = np.r_[starts[1:], n] - 1
-        changed = ent[starts] == ent[ends]  # in before and out after, or the reverse
-        s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
-        subs, first = np.unique(s, return_index=True)
-        bounds = dict(zip(subs.tolist(), zip(first.tolist(), np.r_[first[1:], len(s)].tolist())))
-        m_list, e_list = m.tolist(), e.tolist()
-        # the current top-k of the changed topk subscriptions, in one call
-        topk = [sid for sid in bounds if sid not in ended and self.records.get(sid, {}).get("kind", "topk") == "topk"]
-        rows: dict[int, tuple[list, list]] = {}
-        if topk:
-            indptr, ids, scores = self.engine.topk_arrays(np.array(topk, np.int64))
-            ids_l, scores_l, ptr = ids.tolist(), scores.tolist(), indptr.tolist()
-            rows = {sid: (ids_l[ptr[i]:ptr[i + 1]], scores_l[ptr[i]:ptr[i + 1]]) for i, sid in enumerate(topk)}
-        events = []
-        for sid in sorted(set(bounds) | ended):
-            a, b = bounds.get(sid, (0, 0))
-            entered_ids = [m_list[i] for i in range(a, b) if e_list[i]]
-            left_ids = [m_list[i] for i in range(a, b) if not e_list[i]]
-            kind = self.records.get(sid, {}).get("kind", "topk")
+        ended = np.array(sorted(sid for sid in self.engine._ended if sid in self.records), np.int64)
+        if n:
+            order = np.lexsort((log.msg, log.sub))  # by sub, then message, then time (a stable sort)
+            sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
+            starts = np.flatnonzero(np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])])
+            ends = np.r_[starts[1:], n] - 1
+            changed = ent[starts] == ent[ends]  # in before and out after, or the reverse
+            s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
+        else:
+            s, m, e = _EMPTY_I, _EMPTY_I, np.zeros(0, bool)
+        subs = np.union1d(np.unique(s), ended) if len(ended) else np.unique(s)
+        count = len(subs)
+        if count == 0:
+            return []
+        seq0 = self.seq + 1
+        self.seq += count
+        ev = np.searchsorted(subs, s)  # the event of each net change
+        is_ended = np.isin(subs, ended)
+        other = np.isin(subs, np.fromiter(self.other_kinds, np.int64, len(self.other_kinds))) \
+            if self.other_kinds else np.zeros(count, bool)
+        topk_ev = np.flatnonzero(~is_ended & ~other)
+        # entered entries of top-k events: their rank and score in the current top-k
+        is_topk = np.zeros(count, bool)
+        is_topk[topk_ev] = True
+        pick = e & is_topk[ev]
+        ent_ev, ent_msg = ev[pick], m[pick]
+        # the subscriptions are known (they just changed): no need for topk_arrays' own check
+        indptr, ids, scores = self.engine._topk_arrays(subs[topk_ev]) if len(topk_ev) else (
+            np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F)
+        at = _entered_positions(indptr, ids, np.searchsorted(topk_ev, ent_ev), ent_msg)
+        ent_ptr = np.zeros(count + 1, np.int64)
+        np.cumsum(np.bincount(ent_ev, minlength=count), out=ent_ptr[1:])
+        left_ev, left_ids = ev[~e], m[~e]
+        left_ptr = np.zeros(count + 1, np.int64)
+        np.cumsum(np.bincount(left_ev, minlength=count), out=left_ptr[1:])
+        objects: dict[int, dict] = {}
+        for i in np.flatnonzero(other | is_ended).tolist():
+            sid = int(subs[i])
+            kind = json.loads(self.records[sid]).get("kind", "topk")
+            mine = ev == i
+            entered_ids, left_l = m[mine & e].tolist(), m[mine & ~e].tolist()
             if kind == "terms":
-                term = self.vocabulary.term
-                entered_keys = {term(i) for i in entered_ids}
-                left_ids = [term(i) for i in left_ids]
+                entered_keys: set = {self.vocabulary.term(t) for t in entered_ids}
+                left_l = [self.vocabulary.term(t) for t in left_l]
             else:
                 entered_keys = set(entered_ids)
-            if sid in ended:
-                events.append(self._ended_event(sid, left_ids))
-            elif sid in rows:
-                ids_l, scores_l = rows[sid]
-                at = sorted(ids_l.index(i) for i in entered_ids)  # ranking order
-                entered = [{"id": ids_l[j], "score": scores_l[j]} for j in at]
-                events.append(self._event(sid, entered, left_ids))
+            obj: dict[str, Any] = {"sub": sid, "seq": seq0 + i, "position": self.position}
+            if is_ended[i]:
+                obj.update(entered=[], left=left_l, removed=True)
+                self.records.pop(sid, None)
+                self.tokens.pop(sid, None)
+                self.other_kinds.discard(sid)
+                self.subs_version += 1
             else:
                 after = io.answer_entries(kind, self.engine.result(sid))
-                events.append(self._event(sid, [x for x in after if ENTRY_KEY[kind](x) in entered_keys], left_ids))
-        return events
+                obj.update(entered=[x for x in after if ENTRY_KEY[kind](x) in entered_keys], left=left_l)
+            objects[i] = obj
+        return [EventBlock(seq0, subs, self.position, ent_ptr=ent_ptr, ent_ids=ids[at], ent_scores=scores[at],
+                           left_ptr=left_ptr, left_ids=left_ids, removed=is_ended, objects=objects)]
 
-    def _ended_event(self, sid: int, left: list) -> dict:
-        self.records.pop(sid, None)
-        self.tokens.pop(sid, None)
-        return self._event(sid, [], left, removed=True)
+    def record(self, sid: int) -> dict | None:
+        """Subscription ``sid``'s record as it was PUT, or None."""
+        packed = self.records.get(sid)
+        return None if packed is None else json.loads(packed)
 
     def result_line(self, sid: int) -> dict:
         sid = validate.check_id(sid)
@@ -267,37 +421,38 @@ class State:
     # ------------------------------------------------------------------ snapshots
     def window_records(self) -> list[tuple[int, float, dict]]:
         """The records of the messages in the window, oldest first."""
-        live = set(int(i) for i in self.engine.window_ids())
-        return [r for r in self.recent if r[0] in live]
+        return self.window.records()
 
     def last_messages(self, n: int) -> list[dict]:
         """The records of the newest ``n`` messages in the window, oldest first, shaped as
         message records: ``id``, ``x``, ``y``, ``t`` and ``text`` or ``terms``."""
         if n <= 0:
             return []
-        live = set(self.engine.window_ids().tolist())
-        newest: list[dict] = []
-        for mid, _, rec in reversed(self.recent):
-            if mid in live:
-                newest.append({k: rec[k] for k in MESSAGE_FIELDS if k in rec})
-                if len(newest) == n:
-                    break
-        newest.reverse()
-        return newest
+        return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.newest(n)]
 
-    def restore(self, meta: dict, subs: list[tuple[dict, str]], window: list[dict]) -> None:
+    def restore(self, meta: dict, subs: list[tuple[dict, str]], window: tuple[list[bytes], Any]) -> None:
         """Rebuild from a snapshot: the window's messages first, then every subscription in
         bulk (topk through ``subscribe_batch``)."""
         self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
-        self.recent = deque(maxlen=engine.window)
-        rows = []
-        for obj in window:
-            msg = io.message_from_obj(obj)
-            rows.append(validate.check_message(msg, self.vocabulary, engine.bounds, default_t=0.0))
-            self.recent.append((rows[-1][0], rows[-1][3], obj))
-        for start in range(0, len(rows), 10_000):
-            engine.publish_batch(messages_batch(rows[start:start + 10_000]))
+        self.window = WindowRecords(engine.window, engine.window_seconds)
+        texts, ts = window
+        if texts:  # the columnar path, as the batches were published (design 1 if it refuses)
+            raw = b"\n".join(texts)
+            starts, _ = ingest.record_lines(raw)
+            t = np.asarray(ts, np.float64)
+            mark = len(self.vocabulary._terms)
+            try:
+                batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, engine.bounds, 0, -math.inf, t=t)
+            except ingest.Rejected:
+                self._rollback_vocabulary(mark)
+                rows = [validate.check_message(io.message_from_obj(dict(json.loads(text), t=float(tm))),
+                                               self.vocabulary, engine.bounds, default_t=0.0)
+                        for text, tm in zip(texts, t.tolist())]
+                batch = messages_batch(rows)
+            for start in range(0, len(batch.ids), 10_000):
+                engine.publish_batch(batch.slice(start, min(start + 10_000, len(batch.ids))))
+            self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
         clock = float(meta["clock"]) if meta["clock"] is not None else -math.inf
         if engine.window_seconds is not None and clock > engine.clock:
             engine.advance_log(clock)
@@ -312,13 +467,13 @@ class State:
                 topk_rows.append(row + (queries.check_until(sub.until, clock),))
             else:
                 others.append(sub)
-            self.records[int(rec["id"])] = rec
+                self.other_kinds.add(int(rec["id"]))
+            self.records[int(rec["id"])] = _pack(rec)
             self.tokens[int(rec["id"])] = token
         if topk_rows:
             engine.subscribe_batch(subscriptions_batch(topk_rows))
         if others:
             engine.subscribe_many(others)
-        self.window_size = len(engine.window_ids())
 
     def meta(self) -> dict:
         clock = self.engine.clock

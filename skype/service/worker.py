@@ -11,12 +11,20 @@ every event, follows the log write that makes it durable.
 Startup (status ``recovering``; the HTTP routes answer 503) loads the newest good snapshot and
 replays the log after it.  Snapshots are taken every ``snapshot_every`` records (messages,
 subscription changes, advances) or ``snapshot_seconds`` seconds (when something changed) and
-when the worker stops, so a restart replays at most about ``snapshot_every`` records.
+when the worker stops, so a restart replays at most about ``snapshot_every`` records (a little
+more while a snapshot is still being written: the next waits for it).  The state is captured on
+the engine thread and written on a snapshot thread (Parquet and fsync release the GIL).
+
+Order of a write: validated, appended to the log, applied (``State.apply``'s ``before`` hook),
+and acknowledged after the group's fsync.  A failed append changes nothing (500); a failed fsync
+leaves the engine ahead of the disk, so the worker stops (503 from then on: a restart recovers
+exactly the durable log).
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future, ThreadPoolExecutor
 import queue
 import sys
 import threading
@@ -33,8 +41,11 @@ GROUP = 256
 
 
 def _records(cmd: dict) -> int:
-    """What a command weighs towards the next snapshot: its messages, or 1."""
-    return len(cmd["recs"]) if cmd["op"] == "msgs" else 1
+    """What a command weighs towards the next snapshot: its messages (a reply's ``accepted``),
+    or 1."""
+    if "accepted" in cmd:
+        return int(cmd["accepted"])
+    return len(cmd["recs"]) if cmd.get("op") == "msgs" and "recs" in cmd else 1
 
 
 class Busy(Exception):
@@ -68,6 +79,9 @@ class Worker:
         self.since_snapshot = 0
         self.last_snapshot = time.time()
         self.thread = threading.Thread(target=self._run, name="skype-engine", daemon=True)
+        self.snapshot_thread = ThreadPoolExecutor(1, thread_name_prefix="skype-snapshot")
+        self.pending: Future | None = None  # the snapshot being written
+        self.subs_written: tuple[int, Path] | None = None  # (State.subs_version, its file) of the last snapshot
 
     # ------------------------------------------------------------------ loop side
     def start(self) -> None:
@@ -108,7 +122,11 @@ class Worker:
             return
         self.loop.call_soon_threadsafe(setattr, self, "status", "ok")  # after the replayed events
         while True:
-            batch = [self.jobs.get()]
+            try:  # a snapshot put off while the previous one was written is taken when idle
+                batch = [self.jobs.get(timeout=0.05 if self._snapshot_due() else None)]
+            except queue.Empty:
+                self.take_snapshot()
+                continue
             while len(batch) < GROUP:
                 try:
                     batch.append(self.jobs.get_nowait())
@@ -118,6 +136,13 @@ class Worker:
             stop = self._process(batch)
             if stop:
                 break
+        if self.error is not None:  # failed: answer what is still queued
+            while True:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                self.loop.call_soon_threadsafe(self._deliver, [(job.future, False, self.error)], [])
 
     def _process(self, batch: list[Job]) -> bool:
         replies, events, stop = [], [], False
@@ -134,37 +159,46 @@ class Worker:
                 if job.kind == "cmd":
                     wrote = True
                     if self.log.fsync == "always":
-                        self.log.sync()
+                        self.log.sync()  # an error: handled with the group's sync below
             except InputError as err:
                 replies.append((job.future, False, err))
             except Exception as err:  # a bug: answer 500, keep serving
                 print(f"skype serve: {job.kind} failed: {err!r}", file=sys.stderr)
                 replies.append((job.future, False, err))
         if wrote:
-            self.log.sync()
+            try:
+                self.log.sync()
+            except OSError as err:
+                # the engine has applied writes the disk may not hold: stop serving (503) so
+                # that a restart recovers the durable state from the log
+                print(f"skype serve: log fsync failed, stopping: {err!r}", file=sys.stderr)
+                self.error = err
+                self.loop.call_soon_threadsafe(setattr, self, "status", "failed")
+                replies = [(fut, False, err) if ok else (fut, ok, value) for fut, ok, value in replies]
+                self.loop.call_soon_threadsafe(self._deliver, replies, [])
+                return True  # no snapshot: the state may be ahead of the log
             self.metrics.log_bytes.set(self.log.bytes_written)
         self.loop.call_soon_threadsafe(self._deliver, replies, events)
-        if stop or (self.since_snapshot and (self.since_snapshot >= self.snapshot_every
-                                             or time.time() - self.last_snapshot >= self.snapshot_seconds)):
-            self.take_snapshot()
+        if stop or self._snapshot_due():
+            self.take_snapshot(wait=stop)
         if stop:
             self.log.close()
+            self.snapshot_thread.shutdown()
         return stop
 
     def _do(self, job: Job) -> tuple[Any, list]:
         st = self.state
         if job.kind == "cmd":
             cmd, lines = job.payload if isinstance(job.payload, tuple) else (job.payload, None)
-            value, evs = st.apply(cmd, lines)
-            self.log.append(cmd)
-            self.since_snapshot += _records(cmd)
+            value, evs = st.apply(cmd, lines, before=self.log.append)  # logged before it applies
+            self.since_snapshot += _records(value if cmd["op"] == "msgs" else cmd)
             if cmd["op"] == "msgs":
                 self.metrics.messages.inc(value["accepted"])
             self.metrics.subscriptions.set(len(st.records))
             return value, evs
         if job.kind == "result":
             sid = job.payload
-            return {"subscription": st.records.get(sid), "result": st.result_line(sid), "seq": st.seq}, []
+            return {"subscription": st.record(sid), "result": st.result_line(sid), "seq": st.seq}, []
         if job.kind == "results":
             return st.results_ndjson(), []
         if job.kind == "query":
@@ -189,13 +223,13 @@ class Worker:
         chunk: list = []
         for _, cmd in self.log.recover(start):
             try:
-                _, evs = self.state.apply(cmd)
+                value, evs = self.state.apply(cmd)
             except InputError as err:  # cannot happen for a log this code wrote
                 print(f"skype serve: log record skipped on replay: {err}", file=sys.stderr)
                 continue
-            self.since_snapshot += _records(cmd)
+            self.since_snapshot += _records(value if cmd["op"] == "msgs" else cmd)
             chunk.extend(evs)
-            if len(chunk) >= 10_000:
+            if len(chunk) >= 100:  # blocks: one per command
                 self.loop.call_soon_threadsafe(self.publish, chunk, None)
                 chunk = []
         if chunk:
@@ -206,16 +240,49 @@ class Worker:
             print(f"skype serve: recovered after cutting {self.log.truncated_bytes} bytes of damaged log",
                   file=sys.stderr)
 
-    def take_snapshot(self) -> None:
+    def _snapshot_due(self) -> bool:
+        return bool(self.since_snapshot) and (self.since_snapshot >= self.snapshot_every
+                                              or time.time() - self.last_snapshot >= self.snapshot_seconds)
+
+    def take_snapshot(self, wait: bool = False) -> None:
+        """Capture the state (cheap: the window's records are shared, immutable buffers) and
+        rotate the log at it on this thread; write the Parquet files and fsync them on the
+        snapshot thread (``wait``: here), so the engine goes on meanwhile.  The log segments
+        before the oldest kept snapshot are deleted only once the new one is whole on disk."""
+        if self.pending is not None:
+            if not wait and not self.pending.done():
+                return  # the previous one is still being written: try again after the next job
+            self.pending.result()
+            self.pending = None
         st = self.state
         self.log.sync()
         index = self.log.next_index
-        subs = [(sid, rec, st.tokens.get(sid, "")) for sid, rec in sorted(st.records.items())]
-        snapshot.write(self.snap_dir, index, st.meta(), subs, st.window_records())
+        subs: list | Path
+        if self.subs_written is not None and self.subs_written[0] == st.subs_version \
+                and self.subs_written[1].exists():
+            subs = self.subs_written[1]  # no subscription changed: link the last file
+        else:
+            subs = [(sid, rec.decode(), st.tokens.get(sid, "")) for sid, rec in sorted(st.records.items())]
+        version = st.subs_version
+        meta = st.meta()
+        meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
+        window = st.window.columns()
         self.log.rotate()
+        self.since_snapshot = 0
+        self.last_snapshot = time.time()
+        if wait:
+            self._write_snapshot(index, meta, subs, window, version)
+        else:
+            self.pending = self.snapshot_thread.submit(self._write_snapshot, index, meta, subs, window, version)
+
+    def _write_snapshot(self, index: int, meta: dict, subs: list | Path, window: tuple, version: int) -> None:
+        try:
+            path = snapshot.write(self.snap_dir, index, meta, subs, window)
+        except Exception as err:  # the log still holds everything: the next snapshot retries
+            print(f"skype serve: snapshot at record {index} failed: {err!r}", file=sys.stderr)
+            return
+        self.subs_written = (version, path / "subscriptions.parquet")
         oldest = snapshot.oldest_kept(self.snap_dir)
         if oldest is not None:
             self.log.drop_before(oldest)
-        self.since_snapshot = 0
-        self.last_snapshot = time.time()
-        self.metrics.snapshot_time.set(self.last_snapshot)
+        self.metrics.snapshot_time.set(time.time())
