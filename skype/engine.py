@@ -125,9 +125,9 @@ class Engine(EngineBase):
         False: entries stay until the message expires, and expiry checks every one.
     registration
         how a registration batch of at least 2,000 subscriptions into a non-empty window finds
-        each subscription's first messages: ``"replay"`` (default) the window through a
-        temporary subscription index, or ``"search"`` a static index of the window per
-        subscription (``docs/engine.md``, "Registration by search").  The buffers are identical.
+        each subscription's first messages: ``"search"`` (default) a static index of the window
+        per subscription, or ``"replay"`` the window through a temporary subscription index
+        (``docs/engine.md``, "Registration by search").  The buffers are identical.
     timers
         per-phase clocks in ``stats()["phases"]["seconds"]`` (enter, disseminate, scan, verify,
         admit, expire, re-evaluate, flush).  Off by default: they cost two clock reads a phase.
@@ -177,7 +177,7 @@ class Engine(EngineBase):
         reverse_map: bool = True,
         exact_holders: bool = True,
         timers: bool = False,
-        registration: str = "replay",
+        registration: str = "search",
         snapshots: bool = False,
         term_trees: str = "lazy",
         query_grid: int = 64,

@@ -1,4 +1,5 @@
 # Registration by search: a static per-term index of the window, top-C per subscription (regsearch.pyx).
+cimport cython
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, RectC, SubTermC
@@ -49,6 +50,7 @@ cdef struct ScoredC:             # a scored message in the top-C heap (worst at 
     seq_t seq
 
 
+@cython.final
 cdef class RegistrationIndex:
     cdef WindowStore window
     cdef double max_dist

@@ -47,6 +47,7 @@ fewer than C matches nothing is pruned (pruning needs a full heap), so every mat
 full run (C kept) is marked truncated, as the replay marks a full heap: a scan needing more
 falls back to the message index in ``Buffers._next``, identically.
 """
+cimport cython
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt
@@ -68,7 +69,7 @@ cdef double BAND_RATIO = 0.97  # a band's weights are >= BAND_RATIO times its la
 cdef enum:
     MIN_BAND = 64            # ... unless it has fewer than MIN_BAND entries
     SUPER = 256              # entries per superblock (a Z-run inside a band)
-    BLOCK = 16               # entries per block (a Z-run inside a superblock)
+    BLOCK = 8               # entries per block (a Z-run inside a superblock)
     LEVEL_BAND = 0
     LEVEL_SUPER = 1
     LEVEL_BLOCK = 2
@@ -112,8 +113,17 @@ cdef bint z_before(const SEntryC& a, const SEntryC& b) noexcept nogil:
     return a.zkey < b.zkey
 
 
-cdef bint ranks_before(const ScoredC& a, const ScoredC& b) noexcept nogil:
-    return a.score > b.score or (a.score == b.score and a.seq > b.seq)
+cdef extern from *:
+    """
+    #include <algorithm>
+    /* sort into ranking order: score desc, then newer first (the comparison inlined) */
+    template <class T> static inline void skype_sort_ranked(T* first, T* last) {
+        std::sort(first, last, [](const T& a, const T& b) {
+            return a.score > b.score || (a.score == b.score && a.seq > b.seq);
+        });
+    }
+    """
+    void sort_ranked "skype_sort_ranked"(ScoredC* first, ScoredC* last) noexcept nogil
 
 
 cdef inline bint worse(const ScoredC* a, double score, seq_t seq) noexcept nogil:
@@ -150,6 +160,7 @@ cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
     return a < b
 
 
+@cython.final
 cdef class RegistrationIndex:
     def __cinit__(self, WindowStore window, double max_dist):
         self.window = window
@@ -328,6 +339,8 @@ cdef class RegistrationIndex:
         cdef ScoredC* hp
         cdef ScoredC v
         cdef size_t i, c, n = self.best.size()
+        if n == cap and score < self.best[0].score:
+            return
         if n < cap:
             v = ScoredC(score, seq)
             self.best.push_back(v)
@@ -471,7 +484,7 @@ cdef class RegistrationIndex:
                     continue
                 self.n_scored += 1
                 self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, m.x, m.y, self.max_dist), acc), seq)
-        std_sort(self.best.begin(), self.best.end(), ranks_before)
+        sort_ranked(self.best.data(), self.best.data() + self.best.size())
         for r in range(self.best.size()):
             out.push_back(RankedC(self.best[r].score, <uint32_t>self.best[r].seq))
 
