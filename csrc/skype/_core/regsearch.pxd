@@ -66,7 +66,7 @@ cdef class RegistrationIndex:
     cdef vector[double] q_rest               # per query term: norm of the later terms' weights
     cdef vector[uint64_t] q_before, q_after  # per query term: term bits of the earlier / later terms
     # counters
-    cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries
+    cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
     cdef double build_ns
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
@@ -75,6 +75,8 @@ cdef class RegistrationIndex:
                            const SBoxC* box) noexcept nogil
     cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil
     cdef SItemC _pop(self) noexcept nogil
+    cdef void _score_message(self, const SubHotC* h, const SubTermC* terms, uint32_t qi, seq_t seq,
+                             uint32_t cap) noexcept nogil
     cdef void _offer(self, uint32_t cap, double score, seq_t seq) noexcept nogil
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil

@@ -22,21 +22,22 @@ Search (``top_c``): a max-heap of items keyed by an upper bound of their message
 bands of every term of s first, a popped band pushes its superblocks, a superblock its blocks,
 and a popped block scores its entries into a bounded min-heap of the best C by the full ranking
 key.  A message is *designated* to the first term of s (in s's term order) that it holds, and is
-scored only when reached through that term's list, so it is offered once.  A message designated
-to term t_i holds none of t_0..t_{i-1}, so (Cauchy-Schwarz on the later terms, a message's
-weights having norm 1) TSim <= w(t_i,s) * W + |(w(t_j,s))_{j>i}|, at most 1, for entries of
-weight <= W; for the last term of s that is w(t_i,s) * W, tight (most of a subscription's
-matches are in its most frequent term's list and hold no other term of it).  With R the item's
-bounding box, the key is
+scored only when reached through that term's list, so it is offered once.  An entry of term t_i
+whose Bloom mask has a bit of a later term of s (it may hold one) is an *entry item* of its own,
+pushed at the start with the bound of a message that holds none of t_0..t_{i-1}: by
+Cauchy-Schwarz on the later terms (a message's weights have norm 1), TSim <= w(t_i,s) * w +
+|(w(t_j,s))_{j>i}|, at most 1.  The blocks then hold, for this search, only messages without a
+later term of s, designated to t_i or not at all, so TSim = w(t_i,s) * w(t_i,m) <= w(t_i,s) * W
+for a header of largest weight W: tight.  With R the item's bounding box, the key is
 
     alpha * (1 - MINDIST(s, R) / MaxDist) + (1 - alpha) * TSim bound + 1e-12
 
 (MINDIST, the division and the combination are monotone under rounding, so the computed key
 is at least the computed score of each of its messages; the slack covers the rounding of the
-text sum).  An entry whose mask holds no bit of s's other terms holds none of them: it is
-designated to t_i and scored from the entry alone, TSim = w(t_i,s) * w(t_i,m), with the
-operations of ``scoring.score_pair`` (bit-identical).  Otherwise (a real or a false Bloom
-match) its message's terms are read from the window for the designation and the exact score.
+text sum).  A block entry whose mask has no bit of s's other terms holds none of them: it is
+scored from the entry alone, TSim = w(t_i,s) * w(t_i,m), with the operations of
+``scoring.score_pair`` (bit-identical).  Otherwise (a real or a false Bloom match) the message's
+terms are read from the window for the designation and the exact score.
 
 Exactness.  The search stops when the heap of C is full and the largest key left is strictly
 below its worst score (or nothing is left).  Every message not yet scored has score <= some key
@@ -61,6 +62,7 @@ from skype._core.buffers cimport Buffers, RankedC
 from skype._core.bufstore cimport SubBufC
 from skype._core.arena cimport BufEntryC
 from skype._core.bulk cimport bulk_capacity
+from skype._core.blocks cimport spread16
 
 cdef double BOUND_SLACK = 1e-12
 
@@ -73,22 +75,13 @@ cdef enum:
     LEVEL_BAND = 0
     LEVEL_SUPER = 1
     LEVEL_BLOCK = 2
+    LEVEL_ENTRY = 3
 
 
 cdef inline double now_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec * 1e9 + ts.tv_nsec
-
-
-cdef inline uint32_t spread16(uint32_t v) noexcept nogil:
-    """The 16 low bits of v at the even bit positions."""
-    v &= 0xFFFF
-    v = (v | (v << 8)) & 0x00FF00FF
-    v = (v | (v << 4)) & 0x0F0F0F0F
-    v = (v | (v << 2)) & 0x33333333
-    v = (v | (v << 1)) & 0x55555555
-    return v
 
 
 cdef inline uint64_t term_bit(term_t t) noexcept nogil:
@@ -166,7 +159,7 @@ cdef class RegistrationIndex:
         self.window = window
         self.max_dist = max_dist
         self.n_searches = self.n_items = self.n_blocks = self.n_scored = self.n_fetched = 0
-        self.n_pruned_entries = 0
+        self.n_pruned_entries = self.n_entry_items = 0
         self.build_ns = 0
 
     # ------------------------------------------------------------------ build
@@ -299,8 +292,37 @@ cdef class RegistrationIndex:
 
     cdef double _box_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
                            const SBoxC* box) noexcept nogil:
-        return combine(h.alpha, 1.0 - mindist(&box.r, h.x, h.y) / self.max_dist,
-                       self._text_bound(terms, qi, box.maxw)) + BOUND_SLACK
+        """Bound of the block entries scored through the box: messages designated to qi that
+        hold no later term of s (the others are entry items), so TSim = w(qi,s) * w <= w(qi,s) * W."""
+        cdef double tub = terms[qi].w * box.maxw
+        if tub > 1.0:
+            tub = 1.0
+        return combine(h.alpha, 1.0 - mindist(&box.r, h.x, h.y) / self.max_dist, tub) + BOUND_SLACK
+
+    cdef void _score_message(self, const SubHotC* h, const SubTermC* terms, uint32_t qi, seq_t seq,
+                             uint32_t cap) noexcept nogil:
+        """Offer message seq, read from the window, if qi is its designated term (the first term
+        of s it holds), with its exact score (the operations of ranking.WindowRanking._offer)."""
+        cdef MsgC* m = win_get(self.window, seq)
+        cdef const MsgTermC* mt = win_terms(self.window, m)
+        cdef int a = 0, bi = 0, first = -1, nq = h.nterms
+        cdef double acc = 0.0
+        self.n_fetched += 1
+        while a < nq and bi < <int>m.nterms:
+            if terms[a].term == mt[bi].term:
+                acc += terms[a].w * mt[bi].w
+                if first < 0:
+                    first = a
+                a += 1
+                bi += 1
+            elif terms[a].term < mt[bi].term:
+                a += 1
+            else:
+                bi += 1
+        if first != <int>qi:
+            return
+        self.n_scored += 1
+        self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, m.x, m.y, self.max_dist), acc), seq)
 
     cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil:
         cdef SItemC item = SItemC(key, pos, band, <uint16_t>qterm, <uint16_t>level)
@@ -375,7 +397,7 @@ cdef class RegistrationIndex:
                     vector[RankedC]* out) noexcept nogil:
         """The first ``cap`` messages of the subscription's ranking order (all matches if fewer),
         appended to ``out`` in that order."""
-        cdef int nq = h.nterms, i, a, bi, first
+        cdef int nq = h.nterms, i
         cdef double rest, key, acc
         cdef uint64_t mask, before, after
         cdef STermC* st
@@ -384,8 +406,6 @@ cdef class RegistrationIndex:
         cdef const SBandC* band
         cdef const SEntryC* e
         cdef seq_t oldest = self.window.oldest_seq, seq
-        cdef MsgC* m
-        cdef const MsgTermC* mt
         cdef size_t r
         cdef int32_t slot
         self.n_searches += 1
@@ -414,11 +434,25 @@ cdef class RegistrationIndex:
             st = &self.terms[slot]
             for p in range(st.band0, st.band0 + st.nbands):
                 self._push(self._box_bound(h, terms, i, &self.bands[p].box), <uint32_t>p, <uint32_t>p, i, LEVEL_BAND)
+            after = self.q_after[i]
+            if after == 0:
+                continue
+            # entries that may hold a later term of s: items of their own, with the loose bound
+            for p in range(st.first, st.stop):
+                e = &self.entries[p]
+                if e.mask & after:
+                    self.n_entry_items += 1
+                    self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
+                                       self._text_bound(terms, i, e.w)) + BOUND_SLACK, <uint32_t>p, 0, i, LEVEL_ENTRY)
         while self.queue.size():
             if self.best.size() == cap and self.queue[0].key < self.best[0].score:
                 break
             it = self._pop()
             self.n_items += 1
+            if it.level == LEVEL_ENTRY:
+                e = &self.entries[it.pos]
+                self._score_message(h, terms, it.qterm, oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), cap)
+                continue
             band = &self.bands[it.band]
             if it.level == LEVEL_BAND:
                 j0 = band.super0
@@ -447,43 +481,26 @@ cdef class RegistrationIndex:
             after = self.q_after[it.qterm]
             for p in range(p0, p1):
                 e = &self.entries[p]
+                if e.mask & after:
+                    continue                        # an entry item of its own
                 seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
-                if (e.mask & (before | after)) == 0:
+                if (e.mask & before) == 0:
                     # no other term of s: designated here, TSim = w(t,s) * w(t,m) (scoring.text_sim)
                     acc = 0.0
                     acc += terms[it.qterm].w * e.w
                     self.n_scored += 1
                     self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc), seq)
                     continue
+                # may hold an earlier term (then designated there); holds no later one
                 if self.best.size() == cap:
-                    key = combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
-                                  self._text_bound(terms, it.qterm, e.w)) + BOUND_SLACK
+                    acc = terms[it.qterm].w * e.w
+                    if acc > 1.0:
+                        acc = 1.0
+                    key = combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc) + BOUND_SLACK
                     if key < self.best[0].score:
                         self.n_pruned_entries += 1
                         continue
-                # the message's terms: designated here if it holds no earlier term of s
-                self.n_fetched += 1
-                m = win_get(self.window, seq)
-                mt = win_terms(self.window, m)
-                a = 0
-                bi = 0
-                first = -1
-                acc = 0.0
-                while a < nq and bi < <int>m.nterms:
-                    if terms[a].term == mt[bi].term:
-                        acc += terms[a].w * mt[bi].w
-                        if first < 0:
-                            first = a
-                        a += 1
-                        bi += 1
-                    elif terms[a].term < mt[bi].term:
-                        a += 1
-                    else:
-                        bi += 1
-                if first != <int>it.qterm:
-                    continue
-                self.n_scored += 1
-                self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, m.x, m.y, self.max_dist), acc), seq)
+                self._score_message(h, terms, it.qterm, seq, cap)
         sort_ranked(self.best.data(), self.best.data() + self.best.size())
         for r in range(self.best.size()):
             out.push_back(RankedC(self.best[r].score, <uint32_t>self.best[r].seq))
@@ -497,6 +514,7 @@ cdef class RegistrationIndex:
     def stats(self):
         return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
                 "scored": self.n_scored, "fetched": self.n_fetched, "entries_pruned": self.n_pruned_entries,
+                "entry_items": self.n_entry_items,
                 "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
 
 
