@@ -399,7 +399,8 @@ cdef class CoreEngine:
                 self.index.add_many(&sids[0], n)
 
     cdef void _subscribe_bulk(self, vector[sid_t]& sids):
-        """Initialise the buffers of a large batch by replaying the window (bulk.pyx)."""
+        """Initialise the buffers of a large batch from runs found by replaying the window
+        (bulk.pyx) or by searching a static index of it (regsearch.pyx, ``reg_search``)."""
         cdef size_t n = sids.size(), i, start, stride, SAMPLE = 32
         cdef uint64_t used
         cdef vector[sid_t] rest
