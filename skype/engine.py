@@ -59,6 +59,7 @@ DEFAULT_COST = {
     "refresh_factor": 3.0,  # re-evaluate a complete (theta = 0) buffer beyond this many times k
 }
 TERM_ID_LIMIT = 2**32 - 1  # 32-bit term ids; the largest value marks "no term" in the block index
+REGISTRATIONS = ("replay", "search")  # how bulk registration finds the runs (docs/engine.md)
 BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT index, times leaf_capacity
 
 
@@ -122,6 +123,11 @@ class Engine(EngineBase):
         True (default): a buffer that drops a message clears its reverse-map entry, so an
         expiry visits only the buffers that still hold the message (``docs/engine.md``).
         False: entries stay until the message expires, and expiry checks every one.
+    registration
+        how a registration batch of at least 2,000 subscriptions into a non-empty window finds
+        each subscription's first messages: ``"search"`` (default) a static index of the window
+        per subscription, or ``"replay"`` the window through a temporary subscription index
+        (``docs/engine.md``, "Registration by search").  The buffers are identical.
     timers
         per-phase clocks in ``stats()["phases"]["seconds"]`` (enter, disseminate, scan, verify,
         admit, expire, re-evaluate, flush).  Off by default: they cost two clock reads a phase.
@@ -171,6 +177,7 @@ class Engine(EngineBase):
         reverse_map: bool = True,
         exact_holders: bool = True,
         timers: bool = False,
+        registration: str = "search",
         snapshots: bool = False,
         term_trees: str = "lazy",
         query_grid: int = 64,
@@ -277,6 +284,10 @@ class Engine(EngineBase):
             bool(reverse_map), message_index, bool(exact_holders),
         )
         self._core.set_micro_batch(self.params["micro_batch"])
+        if registration not in REGISTRATIONS:
+            raise invalid_choice("registration", registration, REGISTRATIONS)
+        self.params["registration"] = registration
+        self._core.set_registration(registration)
         self._core.set_timers(bool(timers))
         self.params["query_grid"] = _positive("query_grid", query_grid, int, 1, strict=False)
         self.params["knn_buffer"] = _positive("knn_buffer", knn_buffer, int, 1, strict=False)

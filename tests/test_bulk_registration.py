@@ -62,6 +62,7 @@ def reference(seed, window, split):
 
 def core(seed, window, split, *, budget=1 << 20, factor=2, **kw):
     vocab, subs, msgs = workload(seed)
+    kw.setdefault("registration", "replay")  # regsearch.pyx: tests/test_registration_search.py
     eng = Engine(bounds=BOUNDS, vocabulary=vocab, **WINDOWS[window], **kw)
     eng._core.configure_bulk(1, budget, factor, True)
     got = drive(eng, subs, msgs, split=split)
@@ -104,7 +105,7 @@ def test_short_runs_fall_back_to_the_message_index_exactly(buffer):
     # hot-term workload: long runs of equal scores, so runs of k + 16 are often too short
     vocab, subs, msgs = dense_workload(seed=3, num_subs=160, num_messages=900, vocab_size=6, zipf=2.0)
     ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=300)
-    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=300, buffer=buffer, leaf_capacity=8)
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=300, buffer=buffer, leaf_capacity=8, registration="replay")
     eng._core.configure_bulk(1, 1 << 20, 1, True)
     want = drive(ref, subs, msgs)
     assert drive(eng, subs, msgs) == want

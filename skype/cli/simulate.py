@@ -69,6 +69,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--exact-holders", action=argparse.BooleanOptionalAction, default=True,
                    help="clear a message's reverse-map entry when a buffer drops it, so that expiry visits only "
                         "the buffers still holding it (default); --no-exact-holders keeps entries until expiry")
+    g.add_argument("--registration", choices=("replay", "search"), default="search",
+                   help="how a large registration batch finds each subscription's first messages: search a "
+                        "static index of the window (default) or replay the window through a temporary index")
     g.add_argument("--timers", action="store_true",
                    help="per-phase clocks in the engine's stats and the metrics (off by default: they cost a "
                         "little on every phase)")
@@ -76,10 +79,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 def engine_options(args: argparse.Namespace) -> dict:
     """Keyword arguments of skype.Engine from the engine options."""
-    return dict(index=args.index, buffer=args.buffer, kmax=args.kmax, skyband_ratio=args.skyband_ratio,
-                block_size=args.block_size, bands=args.bands, leaf_capacity=args.leaf_capacity, groups=args.groups,
-                reverse_map=args.reverse_map, message_index=args.message_index, micro_batch=args.micro_batch,
-                exact_holders=args.exact_holders, timers=args.timers)
+    options = dict(index=args.index, buffer=args.buffer, kmax=args.kmax, skyband_ratio=args.skyband_ratio,
+                   block_size=args.block_size, bands=args.bands, leaf_capacity=args.leaf_capacity, groups=args.groups,
+                   reverse_map=args.reverse_map, message_index=args.message_index, micro_batch=args.micro_batch,
+                   exact_holders=args.exact_holders, timers=args.timers)
+    if args.registration != "search":  # the default stays out of saved plans
+        options["registration"] = args.registration
+    return options
 
 
 def make_engine(args: argparse.Namespace, inputs: Inputs) -> EngineBase:

@@ -34,6 +34,8 @@ from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
 from skype._core.bulk cimport bulk_capacity, bulk_replay
+from skype._core.regsearch cimport RegistrationIndex, search_register
+from skype._core.regsearch import buffer_state
 from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
@@ -99,6 +101,8 @@ cdef class CoreEngine:
         self.bulk_build_ns = 0
         self.bulk_offers = 0
         self.bulk_counters = {}
+        self.reg_search = False
+        self.search_stats = {}
         self.micro_batch = 1
         self.batch_rescored = 0
         self.timed = False
@@ -395,11 +399,13 @@ cdef class CoreEngine:
                 self.index.add_many(&sids[0], n)
 
     cdef void _subscribe_bulk(self, vector[sid_t]& sids):
-        """Initialise the buffers of a large batch by replaying the window (bulk.pyx)."""
+        """Initialise the buffers of a large batch from runs found by replaying the window
+        (bulk.pyx) or by searching a static index of it (regsearch.pyx, ``reg_search``)."""
         cdef size_t n = sids.size(), i, start, stride, SAMPLE = 32
         cdef uint64_t used
         cdef vector[sid_t] rest
         cdef SubscriptionIndex tmp
+        cdef RegistrationIndex search = None
         cdef double t0 = now_ns()
         cdef double worst = 0.0
         cdef vector[double] ratios
@@ -422,6 +428,13 @@ cdef class CoreEngine:
             worst = ratios[(ratios.size() * 3) // 4]
         if stride and self.bulk_adapt and <int>(1.25 * worst + 1.0) > self.buffers.bulk_factor:
             self.buffers.bulk_factor = <int>(1.25 * worst + 1.0)
+        # registration by search (regsearch.pyx): one static index of the window for the batch,
+        # the same passes, runs and build order as the replay
+        search = None
+        if self.reg_search and rest.size():
+            search = RegistrationIndex(self.window, self.max_dist)
+            with nogil:
+                search.build(self.table, rest.data(), rest.size())
         start = 0
         while start < rest.size():
             used = 0
@@ -431,6 +444,13 @@ cdef class CoreEngine:
                 if used > self.bulk_budget and i > start:
                     break
                 i += 1
+            if search is not None:
+                with nogil:
+                    self.bulk_offers += search_register(self.buffers, search, self.table, &rest[start], i - start,
+                                                        &self.bulk_build_ns)
+                self.bulk_passes += 1
+                start = i
+                continue
             tmp = self.index_factory()
             with nogil:
                 self.bulk_offers += bulk_replay(self.buffers, tmp, self.table, self.window, &rest[start],
@@ -441,8 +461,21 @@ cdef class CoreEngine:
             tmp = None
             self.bulk_passes += 1
             start = i
+        if search is not None:
+            for key, v in search.stats().items():
+                self.search_stats[key] = self.search_stats.get(key, 0) + v
+            search = None
         self.bulk_subscriptions += n
         self.bulk_ns += now_ns() - t0
+
+    def buffer_state(self, int64_t ext_id):
+        """A subscription's whole buffer state (regsearch.buffer_state): tests compare paths."""
+        return buffer_state(self.buffers, self.table.by_ext[ext_id])
+
+    def set_registration(self, str mode):
+        """How a bulk registration finds each subscription's run: ``replay`` the window through a
+        temporary index (bulk.pyx) or ``search`` a static index of the window (regsearch.pyx)."""
+        self.reg_search = mode == "search"
 
     def configure_bulk(self, size_t min_batch, uint64_t budget_entries, int bulk_factor, bint skyband=False):
         """Bulk registration knobs: the smallest batch that uses it, the heap entries of one
@@ -569,7 +602,9 @@ cdef class CoreEngine:
             "bulk_registration": {"subscriptions": self.bulk_subscriptions, "passes": self.bulk_passes,
                                   "run_factor": self.buffers.bulk_factor,
                                   "seconds": self.bulk_ns / 1e9, "build_seconds": self.bulk_build_ns / 1e9,
-                                  "offers": self.bulk_offers, "dissemination": dict(self.bulk_counters)},
+                                  "offers": self.bulk_offers, "dissemination": dict(self.bulk_counters),
+                                  "mode": "search" if self.reg_search else "replay",
+                                  "search": dict(self.search_stats)},
             "dissemination": self.index.counters(),
             "phases": self._phases(b),
             "message_index": self.msgs.stats(),

@@ -1,0 +1,86 @@
+# Registration by search: a static per-term index of the window, top-C per subscription (regsearch.pyx).
+cimport cython
+from libcpp.vector cimport vector
+from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
+from skype._core.types cimport sid_t, seq_t, RectC, SubTermC
+from skype._core.window cimport WindowStore
+from skype._core.subindex cimport SubTable, SubHotC
+from skype._core.buffers cimport Buffers, RankedC
+
+
+cdef struct SEntryC:             # a window message in a term's list (40 bytes)
+    double w                     # its weight for the term (exact)
+    double x                     # its location (exact)
+    double y
+    uint64_t mask                # a 64-bit Bloom filter of all its terms (regsearch.term_bit)
+    uint32_t seq_lo              # low 32 bits of its seq
+    uint32_t zkey                # Z-order of its location (the order inside a band)
+
+
+cdef struct SBoxC:               # bounds of a band or block: exact bounding box and max weight
+    RectC r
+    double maxw
+
+
+cdef struct STermC:              # one term's list: entries [first, stop), bands [band0, band0 + nbands)
+    uint64_t first
+    uint64_t stop
+    uint32_t band0
+    uint32_t nbands
+
+
+cdef struct SBandC:              # entries [first, stop) of one weight range, in Z-order
+    SBoxC box
+    uint64_t first
+    uint64_t stop
+    uint32_t super0              # its superblock s covers [first + s*SUPER, ...): supers[super0 + s]
+    uint32_t block0              # its block j covers [first + j*BLOCK, ...): blocks[block0 + j]
+
+
+cdef struct SItemC:              # best-first queue item (max-heap on key)
+    double key                   # upper bound of the scores of the item's messages
+    uint32_t pos                 # its index in bands, supers or blocks
+    uint32_t band                # the band it lies in
+    uint16_t qterm               # the query term (index into the subscription's terms)
+    uint16_t level               # LEVEL_BAND, LEVEL_SUPER or LEVEL_BLOCK
+
+
+cdef struct ScoredC:             # a scored message in the top-C heap (worst at the root)
+    double score
+    seq_t seq
+
+
+@cython.final
+cdef class RegistrationIndex:
+    cdef WindowStore window
+    cdef double max_dist
+    cdef vector[int32_t] term_slot           # term id -> index into terms, -1: not indexed
+    cdef vector[STermC] terms
+    cdef vector[SEntryC] entries
+    cdef vector[SBandC] bands
+    cdef vector[SBoxC] supers
+    cdef vector[SBoxC] blocks
+    # query state
+    cdef vector[SItemC] queue
+    cdef vector[ScoredC] best
+    cdef vector[double] q_rest               # per query term: norm of the later terms' weights
+    cdef vector[uint64_t] q_before, q_after  # per query term: term bits of the earlier / later terms
+    # counters
+    cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
+    cdef double build_ns
+
+    cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
+    cdef double _text_bound(self, const SubTermC* terms, uint32_t qi, double w) noexcept nogil
+    cdef double _box_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
+                           const SBoxC* box) noexcept nogil
+    cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil
+    cdef SItemC _pop(self) noexcept nogil
+    cdef void _score_message(self, const SubHotC* h, const SubTermC* terms, uint32_t qi, seq_t seq,
+                             uint32_t cap) noexcept nogil
+    cdef void _offer(self, uint32_t cap, double score, seq_t seq) noexcept nogil
+    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
+                    vector[RankedC]* out) noexcept nogil
+
+
+cdef uint64_t search_register(Buffers b, RegistrationIndex idx, SubTable table, const sid_t* sids,
+                              size_t n, double* build_ns) noexcept nogil

@@ -1,0 +1,573 @@
+# cython: language_level=3
+"""Registration by search: each new subscription's top-C found by a best-first search of a
+static index of the window, instead of replaying the window (bulk.pyx).
+
+Both produce, for a batch of subscriptions registering into a non-empty window, the run that
+``Buffers.init_sub_from`` scans: the first C_s messages of s's ranking order (score desc, then
+newer first), C_s = ``bulk.bulk_capacity``, or every match when fewer match.  Runs, capacities,
+pass boundaries and the order of the ``init_sub_from`` calls are the replay's, so the buffers
+(and the reverse map's holder order) are identical; only how the runs are found differs.
+
+Structure (``RegistrationIndex.build``, once per batch; the window does not change during a
+registration).  For every term of the batch's subscriptions that the window holds, its window
+messages (exact weight and location, seq, and a 64-bit Bloom mask of all the message's terms) in
+one array, sorted by weight descending and cut into *bands* (a weight range: every weight >=
+BAND_RATIO times the band's largest, or at least MIN_BAND entries); each band is sorted by the
+Z-order of the locations and cut into superblocks of SUPER and blocks of BLOCK entries.  Every
+band, superblock and block has a header: the exact bounding box of its locations and its
+largest weight.  Build cost: two passes over the window's (term, message) pairs, one sort per
+term and one per band.
+
+Search (``top_c``): a max-heap of items keyed by an upper bound of their messages' scores; the
+bands of every term of s first, a popped band pushes its superblocks, a superblock its blocks,
+and a popped block scores its entries into a bounded min-heap of the best C by the full ranking
+key.  A message is *designated* to the first term of s (in s's term order) that it holds, and is
+scored only when reached through that term's list, so it is offered once.  An entry of term t_i
+whose Bloom mask has a bit of a later term of s (it may hold one) is an *entry item* of its own,
+pushed at the start with the bound of a message that holds none of t_0..t_{i-1}: by
+Cauchy-Schwarz on the later terms (a message's weights have norm 1), TSim <= w(t_i,s) * w +
+|(w(t_j,s))_{j>i}|, at most 1.  The blocks then hold, for this search, only messages without a
+later term of s, designated to t_i or not at all, so TSim = w(t_i,s) * w(t_i,m) <= w(t_i,s) * W
+for a header of largest weight W: tight.  With R the item's bounding box, the key is
+
+    alpha * (1 - MINDIST(s, R) / MaxDist) + (1 - alpha) * TSim bound + 1e-12
+
+(MINDIST, the division and the combination are monotone under rounding, so the computed key
+is at least the computed score of each of its messages; the slack covers the rounding of the
+text sum).  A block entry whose mask has no bit of s's other terms holds none of them: it is
+scored from the entry alone, TSim = w(t_i,s) * w(t_i,m), with the operations of
+``scoring.score_pair`` (bit-identical).  Otherwise (a real or a false Bloom match) the message's
+terms are read from the window for the designation and the exact score.
+
+Exactness.  The search stops when the heap of C is full and the largest key left is strictly
+below its worst score (or nothing is left).  Every message not yet scored has score <= some key
+left < the worst kept score, so it ranks below all C kept messages: the kept set is the first C
+of the ranking order (a total order: seqs are unique).  An entry or item whose bound is below
+the worst kept score is skipped for the same reason (the worst kept score only rises).  With
+fewer than C matches nothing is pruned (pruning needs a full heap), so every match is kept.  A
+full run (C kept) is marked truncated, as the replay marks a full heap: a scan needing more
+falls back to the message index in ``Buffers._next``, identically.
+"""
+cimport cython
+from libcpp.vector cimport vector
+from libcpp.algorithm cimport sort as std_sort
+from libc.math cimport sqrt
+from libc.stdint cimport int32_t, uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from skype._core.types cimport term_t, sid_t, seq_t, SubTermC, MsgTermC
+from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
+from skype._core.scoring cimport combine, spatial_sim, mindist
+from skype._core.subindex cimport SubTable, SubHotC
+from skype._core.buffers cimport Buffers, RankedC
+from skype._core.bufstore cimport SubBufC
+from skype._core.arena cimport BufEntryC
+from skype._core.bulk cimport bulk_capacity
+from skype._core.blocks cimport spread16
+
+cdef double BOUND_SLACK = 1e-12
+
+cdef double BAND_RATIO = 0.97  # a band's weights are >= BAND_RATIO times its largest ...
+
+cdef enum:
+    MIN_BAND = 64            # ... unless it has fewer than MIN_BAND entries
+    SUPER = 256              # entries per superblock (a Z-run inside a band)
+    BLOCK = 8               # entries per block (a Z-run inside a superblock)
+    LEVEL_BAND = 0
+    LEVEL_SUPER = 1
+    LEVEL_BLOCK = 2
+    LEVEL_ENTRY = 3
+
+
+cdef inline double now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1e9 + ts.tv_nsec
+
+
+cdef inline uint64_t term_bit(term_t t) noexcept nogil:
+    """A term's bit in a message's term mask (a 64-bit Bloom filter of its terms)."""
+    return (<uint64_t>1) << ((t * 0x9E3779B97F4A7C15ull) >> 58)
+
+
+cdef inline uint32_t quantize(double v, double lo, double span) noexcept nogil:
+    cdef double q = (v - lo) / span * 65535.0 if span > 0 else 0.0
+    if q < 0:
+        q = 0
+    if q > 65535:
+        q = 65535
+    return <uint32_t>q
+
+
+cdef bint heavier(const SEntryC& a, const SEntryC& b) noexcept nogil:
+    return a.w > b.w
+
+
+cdef bint z_before(const SEntryC& a, const SEntryC& b) noexcept nogil:
+    return a.zkey < b.zkey
+
+
+cdef extern from *:
+    """
+    #include <algorithm>
+    /* sort into ranking order: score desc, then newer first (the comparison inlined) */
+    template <class T> static inline void skype_sort_ranked(T* first, T* last) {
+        std::sort(first, last, [](const T& a, const T& b) {
+            return a.score > b.score || (a.score == b.score && a.seq > b.seq);
+        });
+    }
+    """
+    void sort_ranked "skype_sort_ranked"(ScoredC* first, ScoredC* last) noexcept nogil
+
+
+cdef inline bint worse(const ScoredC* a, double score, seq_t seq) noexcept nogil:
+    """a ranks below (score, seq)."""
+    return a.score < score or (a.score == score and a.seq < seq)
+
+
+cdef inline void box_start(SBoxC* b, const SEntryC* e) noexcept nogil:
+    b.r.minx = e.x
+    b.r.maxx = e.x
+    b.r.miny = e.y
+    b.r.maxy = e.y
+    b.maxw = e.w
+
+
+cdef inline void box_widen(SBoxC* b, double minx, double miny, double maxx, double maxy, double w) noexcept nogil:
+    if minx < b.r.minx:
+        b.r.minx = minx
+    if maxx > b.r.maxx:
+        b.r.maxx = maxx
+    if miny < b.r.miny:
+        b.r.miny = miny
+    if maxy > b.r.maxy:
+        b.r.maxy = maxy
+    if w > b.maxw:
+        b.maxw = w
+
+
+cdef inline void box_join(SBoxC* b, const SBoxC* o) noexcept nogil:
+    box_widen(b, o.r.minx, o.r.miny, o.r.maxx, o.r.maxy, o.maxw)
+
+
+cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
+    return a < b
+
+
+@cython.final
+cdef class RegistrationIndex:
+    def __cinit__(self, WindowStore window, double max_dist):
+        self.window = window
+        self.max_dist = max_dist
+        self.n_searches = self.n_items = self.n_blocks = self.n_scored = self.n_fetched = 0
+        self.n_pruned_entries = self.n_entry_items = 0
+        self.build_ns = 0
+
+    # ------------------------------------------------------------------ build
+    cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
+        """Index the window's messages under the terms of sids[0:n]."""
+        cdef double t0 = now_ns()
+        cdef size_t i, q, j, nt
+        cdef uint32_t u
+        cdef term_t t, maxt = 0
+        cdef const SubHotC* h
+        cdef vector[uint64_t] counts
+        cdef MsgC* m
+        cdef const MsgTermC* mt
+        cdef seq_t oldest = self.window.oldest_seq
+        cdef double minx = 0, miny = 0, maxx = 0, maxy = 0, spanx, spany
+        cdef uint64_t total = 0, p, b, nb, blk, stop
+        cdef STermC* st
+        cdef SEntryC* e
+        cdef SBoxC box
+        cdef SBandC band
+        cdef uint64_t mask
+        self.term_slot.clear()
+        self.terms.clear()
+        self.entries.clear()
+        self.bands.clear()
+        self.supers.clear()
+        self.blocks.clear()
+        for i in range(n):
+            h = &table.hot[sids[i]]
+            for u in range(h.nterms):
+                if table.terms[h.term_off + u].term > maxt:
+                    maxt = table.terms[h.term_off + u].term
+        self.term_slot.assign(<size_t>maxt + 1, -1)
+        counts.assign(<size_t>maxt + 1, 0)
+        for i in range(n):
+            h = &table.hot[sids[i]]
+            for u in range(h.nterms):
+                self.term_slot[table.terms[h.term_off + u].term] = 0
+        # pass 1: postings per wanted term, and the locations' extent
+        for q in range(self.window.count):
+            m = win_get(self.window, oldest + q)
+            if q == 0 or m.x < minx:
+                minx = m.x
+            if q == 0 or m.x > maxx:
+                maxx = m.x
+            if q == 0 or m.y < miny:
+                miny = m.y
+            if q == 0 or m.y > maxy:
+                maxy = m.y
+            mt = win_terms(self.window, m)
+            for j in range(m.nterms):
+                t = mt[j].term
+                if t <= maxt and self.term_slot[t] == 0:
+                    counts[t] += 1
+        for t in range(<size_t>maxt + 1):
+            if self.term_slot[t] == 0 and counts[t] > 0:
+                self.term_slot[t] = <int32_t>self.terms.size()
+                self.terms.push_back(STermC(total, total, 0, 0))
+                total += counts[t]
+            else:
+                self.term_slot[t] = -1
+        # pass 2: the entries (stop is the fill cursor)
+        self.entries.resize(total)
+        spanx = maxx - minx
+        spany = maxy - miny
+        for q in range(self.window.count):
+            m = win_get(self.window, oldest + q)
+            mt = win_terms(self.window, m)
+            mask = 0
+            for j in range(m.nterms):
+                mask |= term_bit(mt[j].term)
+            for j in range(m.nterms):
+                t = mt[j].term
+                if t <= maxt and self.term_slot[t] >= 0:
+                    st = &self.terms[self.term_slot[t]]
+                    e = &self.entries[st.stop]
+                    e.w = mt[j].w
+                    e.x = m.x
+                    e.y = m.y
+                    e.seq_lo = <uint32_t>(oldest + q)
+                    e.mask = mask
+                    e.zkey = spread16(quantize(m.x, minx, spanx)) | (spread16(quantize(m.y, miny, spany)) << 1)
+                    st.stop += 1
+        # per term: weight order, bands of a weight range in Z-order, headers
+        e = self.entries.data()
+        for nt in range(self.terms.size()):
+            st = &self.terms[nt]
+            std_sort(e + st.first, e + st.stop, heavier)
+            st.band0 = <uint32_t>self.bands.size()
+            b = st.first
+            while b < st.stop:
+                nb = b + 1
+                while nb < st.stop and (e[nb].w >= BAND_RATIO * e[b].w or nb - b < MIN_BAND):
+                    nb += 1
+                std_sort(e + b, e + nb, z_before)
+                band.first = b
+                band.stop = nb
+                band.super0 = <uint32_t>self.supers.size()
+                band.block0 = <uint32_t>self.blocks.size()
+                blk = b
+                while blk < nb:
+                    stop = blk + BLOCK if blk + BLOCK < nb else nb
+                    box_start(&box, &e[blk])
+                    for p in range(blk + 1, stop):
+                        box_widen(&box, e[p].x, e[p].y, e[p].x, e[p].y, e[p].w)
+                    if (blk - b) % SUPER == 0:
+                        self.supers.push_back(box)
+                    else:
+                        box_join(&self.supers.back(), &box)
+                    if blk == b:
+                        band.box = box
+                    else:
+                        box_join(&band.box, &box)
+                    self.blocks.push_back(box)
+                    blk = stop
+                self.bands.push_back(band)
+                b = nb
+            st.nbands = <uint32_t>(self.bands.size() - st.band0)
+        self.build_ns += now_ns() - t0
+
+    # ------------------------------------------------------------------ search
+    cdef double _text_bound(self, const SubTermC* terms, uint32_t qi, double w) noexcept nogil:
+        """TSim of messages designated to query term qi (they hold none of the terms before it)
+        whose weight for it is <= w: w(qi) * w plus, by Cauchy-Schwarz, the norm of the
+        subscription's later terms (a message's weights have norm 1), at most 1."""
+        cdef double tub = terms[qi].w * w + self.q_rest[qi]
+        if tub > 1.0:
+            tub = 1.0
+        return tub
+
+    cdef double _box_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
+                           const SBoxC* box) noexcept nogil:
+        """Bound of the block entries scored through the box: messages designated to qi that
+        hold no later term of s (the others are entry items), so TSim = w(qi,s) * w <= w(qi,s) * W."""
+        cdef double tub = terms[qi].w * box.maxw
+        if tub > 1.0:
+            tub = 1.0
+        return combine(h.alpha, 1.0 - mindist(&box.r, h.x, h.y) / self.max_dist, tub) + BOUND_SLACK
+
+    cdef void _score_message(self, const SubHotC* h, const SubTermC* terms, uint32_t qi, seq_t seq,
+                             uint32_t cap) noexcept nogil:
+        """Offer message seq, read from the window, if qi is its designated term (the first term
+        of s it holds), with its exact score (the operations of ranking.WindowRanking._offer)."""
+        cdef MsgC* m = win_get(self.window, seq)
+        cdef const MsgTermC* mt = win_terms(self.window, m)
+        cdef int a = 0, bi = 0, first = -1, nq = h.nterms
+        cdef double acc = 0.0
+        self.n_fetched += 1
+        while a < nq and bi < <int>m.nterms:
+            if terms[a].term == mt[bi].term:
+                acc += terms[a].w * mt[bi].w
+                if first < 0:
+                    first = a
+                a += 1
+                bi += 1
+            elif terms[a].term < mt[bi].term:
+                a += 1
+            else:
+                bi += 1
+        if first != <int>qi:
+            return
+        self.n_scored += 1
+        self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, m.x, m.y, self.max_dist), acc), seq)
+
+    cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil:
+        cdef SItemC item = SItemC(key, pos, band, <uint16_t>qterm, <uint16_t>level)
+        cdef size_t i = self.queue.size(), parent
+        self.queue.push_back(item)
+        while i > 0:
+            parent = (i - 1) >> 1
+            if self.queue[parent].key >= key:
+                break
+            self.queue[i] = self.queue[parent]
+            i = parent
+        self.queue[i] = item
+
+    cdef SItemC _pop(self) noexcept nogil:
+        cdef SItemC top = self.queue[0]
+        cdef SItemC last = self.queue.back()
+        cdef size_t i = 0, c, n
+        self.queue.pop_back()
+        n = self.queue.size()
+        if n:
+            while True:
+                c = 2 * i + 1
+                if c >= n:
+                    break
+                if c + 1 < n and self.queue[c + 1].key > self.queue[c].key:
+                    c += 1
+                if self.queue[c].key <= last.key:
+                    break
+                self.queue[i] = self.queue[c]
+                i = c
+            self.queue[i] = last
+        return top
+
+    cdef void _offer(self, uint32_t cap, double score, seq_t seq) noexcept nogil:
+        """Keep the best cap (score, seq) by the ranking key: a min-heap, the worst at the root."""
+        cdef ScoredC* hp
+        cdef ScoredC v
+        cdef size_t i, c, n = self.best.size()
+        if n == cap and score < self.best[0].score:
+            return
+        if n < cap:
+            v = ScoredC(score, seq)
+            self.best.push_back(v)
+            hp = self.best.data()
+            i = n
+            while i > 0:
+                c = (i - 1) >> 1
+                if not worse(&v, hp[c].score, hp[c].seq):
+                    break
+                hp[i] = hp[c]
+                i = c
+            hp[i] = v
+            return
+        hp = self.best.data()
+        if not worse(&hp[0], score, seq):
+            return
+        v = ScoredC(score, seq)
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and worse(&hp[c + 1], hp[c].score, hp[c].seq):
+                c += 1
+            if not worse(&hp[c], v.score, v.seq):
+                break
+            hp[i] = hp[c]
+            i = c
+        hp[i] = v
+
+    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
+                    vector[RankedC]* out) noexcept nogil:
+        """The first ``cap`` messages of the subscription's ranking order (all matches if fewer),
+        appended to ``out`` in that order."""
+        cdef int nq = h.nterms, i
+        cdef double rest, key, acc
+        cdef uint64_t mask, before, after
+        cdef STermC* st
+        cdef SItemC it
+        cdef uint64_t p, p0, p1, j0, j1
+        cdef const SBandC* band
+        cdef const SEntryC* e
+        cdef seq_t oldest = self.window.oldest_seq, seq
+        cdef size_t r
+        cdef int32_t slot
+        self.n_searches += 1
+        self.queue.clear()
+        self.best.clear()
+        self.q_rest.resize(nq)
+        self.q_before.resize(nq)
+        self.q_after.resize(nq)
+        mask = 0
+        for i in range(nq):
+            self.q_before[i] = mask
+            mask |= term_bit(terms[i].term)
+        mask = 0
+        rest = 0.0
+        for i in range(nq - 1, -1, -1):
+            self.q_after[i] = mask
+            self.q_rest[i] = sqrt(rest)
+            mask |= term_bit(terms[i].term)
+            rest += terms[i].w * terms[i].w
+        for i in range(nq):
+            if terms[i].term >= self.term_slot.size():
+                continue
+            slot = self.term_slot[terms[i].term]
+            if slot < 0:
+                continue
+            st = &self.terms[slot]
+            for p in range(st.band0, st.band0 + st.nbands):
+                self._push(self._box_bound(h, terms, i, &self.bands[p].box), <uint32_t>p, <uint32_t>p, i, LEVEL_BAND)
+            after = self.q_after[i]
+            if after == 0:
+                continue
+            # entries that may hold a later term of s: items of their own, with the loose bound
+            for p in range(st.first, st.stop):
+                e = &self.entries[p]
+                if e.mask & after:
+                    self.n_entry_items += 1
+                    self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
+                                       self._text_bound(terms, i, e.w)) + BOUND_SLACK, <uint32_t>p, 0, i, LEVEL_ENTRY)
+        while self.queue.size():
+            if self.best.size() == cap and self.queue[0].key < self.best[0].score:
+                break
+            it = self._pop()
+            self.n_items += 1
+            if it.level == LEVEL_ENTRY:
+                e = &self.entries[it.pos]
+                self._score_message(h, terms, it.qterm, oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), cap)
+                continue
+            band = &self.bands[it.band]
+            if it.level == LEVEL_BAND:
+                j0 = band.super0
+                j1 = j0 + (band.stop - band.first + SUPER - 1) // SUPER
+                for p in range(j0, j1):
+                    key = self._box_bound(h, terms, it.qterm, &self.supers[p])
+                    if self.best.size() == cap and key < self.best[0].score:
+                        continue
+                    self._push(key, <uint32_t>p, it.band, it.qterm, LEVEL_SUPER)
+                continue
+            if it.level == LEVEL_SUPER:
+                j0 = band.block0 + (it.pos - band.super0) * (SUPER // BLOCK)
+                j1 = band.block0 + (band.stop - band.first + BLOCK - 1) // BLOCK
+                if j0 + SUPER // BLOCK < j1:
+                    j1 = j0 + SUPER // BLOCK
+                for p in range(j0, j1):
+                    key = self._box_bound(h, terms, it.qterm, &self.blocks[p])
+                    if self.best.size() == cap and key < self.best[0].score:
+                        continue
+                    self._push(key, <uint32_t>p, it.band, it.qterm, LEVEL_BLOCK)
+                continue
+            self.n_blocks += 1
+            p0 = band.first + <uint64_t>(it.pos - band.block0) * BLOCK
+            p1 = p0 + BLOCK if p0 + BLOCK < band.stop else band.stop
+            before = self.q_before[it.qterm]
+            after = self.q_after[it.qterm]
+            for p in range(p0, p1):
+                e = &self.entries[p]
+                if e.mask & after:
+                    continue                        # an entry item of its own
+                seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
+                if (e.mask & before) == 0:
+                    # no other term of s: designated here, TSim = w(t,s) * w(t,m) (scoring.text_sim)
+                    acc = 0.0
+                    acc += terms[it.qterm].w * e.w
+                    self.n_scored += 1
+                    self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc), seq)
+                    continue
+                # may hold an earlier term (then designated there); holds no later one
+                if self.best.size() == cap:
+                    acc = terms[it.qterm].w * e.w
+                    if acc > 1.0:
+                        acc = 1.0
+                    key = combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc) + BOUND_SLACK
+                    if key < self.best[0].score:
+                        self.n_pruned_entries += 1
+                        continue
+                self._score_message(h, terms, it.qterm, seq, cap)
+        sort_ranked(self.best.data(), self.best.data() + self.best.size())
+        for r in range(self.best.size()):
+            out.push_back(RankedC(self.best[r].score, <uint32_t>self.best[r].seq))
+
+    # ------------------------------------------------------------------ Python access
+    def memory_bytes(self):
+        return (self.entries.capacity() * sizeof(SEntryC) + self.bands.capacity() * sizeof(SBandC)
+                + (self.supers.capacity() + self.blocks.capacity()) * sizeof(SBoxC)
+                + self.terms.capacity() * sizeof(STermC) + self.term_slot.capacity() * 4)
+
+    def stats(self):
+        return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
+                "scored": self.n_scored, "fetched": self.n_fetched, "entries_pruned": self.n_pruned_entries,
+                "entry_items": self.n_entry_items,
+                "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
+
+
+cdef uint64_t search_register(Buffers b, RegistrationIndex idx, SubTable table, const sid_t* sids,
+                              size_t n, double* build_ns) noexcept nogil:
+    """Initialise the buffers of sids[0:n] (in the table, in no index) from runs found by
+    search (``idx`` built over their terms), in the order given.  The searches run in the order
+    of the subscriptions' most frequent term (their lists stay in cache), the buffers are then
+    built in the given order.  Returns the (s, m) pairs scored; adds the build time to build_ns."""
+    cdef vector[uint64_t] order
+    cdef vector[RankedC] runs
+    cdef vector[uint64_t] start, length
+    cdef vector[uint32_t] caps
+    cdef size_t i, r
+    cdef sid_t sid
+    cdef const SubHotC* h
+    cdef uint64_t before = idx.n_scored
+    cdef double t0
+    order.resize(n)
+    start.resize(n)
+    length.resize(n)
+    caps.resize(n)
+    for i in range(n):
+        h = &table.hot[sids[i]]
+        # terms are sorted by id, ids by document frequency: the last is the most frequent
+        order[i] = ((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | i) if h.nterms else i
+        caps[i] = bulk_capacity(b, h.k)
+    std_sort(order.begin(), order.end(), by_key)
+    for r in range(n):
+        i = <size_t>(order[r] & 0xFFFFFFFFu)
+        sid = sids[i]
+        h = &table.hot[sid]
+        start[i] = runs.size()
+        idx.top_c(h, &table.terms[h.term_off], caps[i], &runs)
+        length[i] = runs.size() - start[i]
+    t0 = now_ns()
+    for i in range(n):
+        sid = sids[i]
+        table.hot[sid].theta = 0.0
+        table.theta_idx[sid] = 0.0
+        b.init_sub_from(sid, runs.data() + start[i], length[i], length[i] == caps[i])
+    build_ns[0] += now_ns() - t0
+    return idx.n_scored - before
+
+
+def buffer_state(Buffers b, sid_t sid):
+    """A buffer's whole state, for comparing registration paths in tests: its entries
+    (seq_lo, score, dominance count), complete flag, k, the cost model's C_q, the refresh,
+    retune and plan fields, and the subscription's threshold."""
+    cdef SubBufC* sb = &b.buf[sid]
+    cdef const BufEntryC* B = b._entries(sb)
+    cdef size_t i
+    entries = [(B[i].seq_lo, B[i].score, B[i].dc) for i in range(sb.size)]
+    return {"entries": entries, "complete": bool(sb.complete), "k": sb.k, "cq": sb.cq,
+            "refresh_at": sb.refresh_at, "retune_at": sb.retune_at, "p_theta": sb.p_theta, "born": sb.born,
+            "theta": b.table.hot[sid].theta}

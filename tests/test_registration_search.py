@@ -1,0 +1,147 @@
+"""Registration by search (csrc/skype/_core/regsearch.pyx) against the replay and the reference.
+
+The search must hand ``Buffers.init_sub_from`` exactly the runs the replay (bulk.pyx) hands it,
+so every buffer (entries, dominance counters, thresholds, plans) is identical between the two
+registration paths; and the results before and after the stream equal the reference engine's.
+Adversarial inputs: tied scores (few distinct weights, grid locations), alpha 0 and 1,
+subscriptions whose terms the window never holds, k larger than the matches, and several
+passes (a small heap budget).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adversarial import BOUNDS, dense_workload
+from skype import Engine, ReferenceEngine
+from skype.engine import BUFFERS
+from skype.errors import InputError
+from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
+from skype.text import Vocabulary, normalize_rows
+from test_bulk_registration import FILL, INDEXES, WINDOWS, drive, reference, results, workload
+
+
+def engine(vocab, registration, *, buffer, budget=1 << 20, factor=2, **kw):
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, buffer=buffer, registration=registration, **kw)
+    eng._core.configure_bulk(1, budget, factor, True)
+    return eng
+
+
+def states(eng, ids):
+    return [eng._core.buffer_state(int(i)) for i in ids]
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("index", INDEXES)
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_search_registration_equals_reference(buffer, index, window):
+    vocab, subs, msgs = workload(1)
+    eng = engine(vocab, "search", buffer=buffer, budget=600, factor=1, index=index, **WINDOWS[window],
+                 **INDEXES[index])
+    assert drive(eng, subs, msgs) == reference(1, window, None)
+    assert eng.check_invariants()
+    b = eng.stats()["bulk_registration"]
+    assert b["mode"] == "search" and b["passes"] > 1 and b["search"]["searches"] > 0
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_search_registration_mid_stream_equals_reference(buffer, window):
+    vocab, subs, msgs = workload(2)
+    eng = engine(vocab, "search", buffer=buffer, leaf_capacity=8, **WINDOWS[window])
+    assert drive(eng, subs, msgs, split=60) == reference(2, window, 60)
+    assert eng.stats()["bulk_registration"]["subscriptions"] == 160
+
+
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_buffers_identical_to_the_replay(buffer):
+    """Same runs, same passes, same build order: every buffer's whole state is the replay's,
+    right after registration and after a stream that re-evaluates some of them."""
+    vocab, subs, msgs = workload(5)
+    got = {}
+    for mode in ("replay", "search"):
+        eng = engine(vocab, mode, buffer=buffer, budget=700, factor=1, window=150)
+        eng.publish_batch(msgs.slice(0, FILL))
+        eng.subscribe_batch(subs)
+        after = states(eng, subs.ids)
+        eng.publish_batch(msgs.slice(FILL, len(msgs)))
+        got[mode] = (after, states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
+    assert got["search"] == got["replay"]
+
+
+def test_short_runs_fall_back_identically():
+    # hot terms, tied scores: runs of k + 16 are too short for many skyband scans
+    vocab, subs, msgs = dense_workload(seed=3, num_subs=160, num_messages=900, vocab_size=6, zipf=2.0)
+    got = {}
+    for mode in ("replay", "search"):
+        eng = engine(vocab, mode, buffer="skyband", factor=1, window=300)
+        eng.publish_batch(msgs.slice(0, FILL))
+        eng.subscribe_batch(subs)
+        got[mode] = (states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
+    assert got["search"] == got["replay"]
+    assert got["search"][1] > 0
+
+
+def test_unknown_registration_mode_is_refused():
+    with pytest.raises(InputError):
+        Engine(bounds=BOUNDS, window=10, registration="guess")
+
+
+def _matrix(rows, vocab_size, max_terms, weights, draw):
+    r, ids, raw = [], [], []
+    for i in range(rows):
+        chosen = sorted(set(draw(st.lists(st.integers(0, vocab_size - 1), min_size=1, max_size=max_terms))))
+        r.extend([i] * len(chosen))
+        ids.extend(chosen)
+        raw.extend(draw(st.sampled_from(weights)) for _ in chosen)
+    r_a = np.array(r, np.int64)
+    w = normalize_rows(r_a, np.array(raw, float), rows)
+    indptr = np.zeros(rows + 1, np.int64)
+    np.cumsum(np.bincount(r_a, minlength=rows), out=indptr[1:])
+    return TermMatrix(indptr, np.array(ids, np.int64), w)
+
+
+@st.composite
+def adversarial(draw):
+    """A window over message terms [0, v) and subscriptions over [0, v + 3): some subscription
+    terms are absent from the window; grid locations and few weights tie scores; alphas include
+    0 and 1; k up to 40 (often above the matches)."""
+    v = draw(st.integers(1, 6))
+    n_msgs = draw(st.integers(1, 120))
+    n_subs = draw(st.integers(1, 40))
+    grid = st.integers(0, 4).map(lambda c: c * 4.0)
+    weights = [1.0, 2.0] if draw(st.booleans()) else [1.0, 2.0, 0.5, 3.0, 0.7]
+    msgs = MessageBatch(np.arange(n_msgs, dtype=np.int64) * 5 + 1,
+                        np.array(draw(st.lists(grid, min_size=n_msgs, max_size=n_msgs))),
+                        np.array(draw(st.lists(grid, min_size=n_msgs, max_size=n_msgs))),
+                        np.arange(n_msgs, dtype=float), _matrix(n_msgs, v, 4, weights, draw))
+    alpha = st.sampled_from([0.0, 1.0, 0.5, 0.25, 1e-9])
+    subs = SubscriptionBatch(np.arange(n_subs, dtype=np.int64) * 3 + 2,
+                             np.array(draw(st.lists(grid, min_size=n_subs, max_size=n_subs))),
+                             np.array(draw(st.lists(grid, min_size=n_subs, max_size=n_subs))),
+                             np.array(draw(st.lists(st.integers(1, 40), min_size=n_subs, max_size=n_subs)), np.int64),
+                             np.array(draw(st.lists(alpha, min_size=n_subs, max_size=n_subs))),
+                             _matrix(n_subs, v + 3, 3, weights, draw))
+    vocab = Vocabulary.from_document_frequencies({f"w{i}": v + 3 - i for i in range(v + 3)}, n_msgs)
+    return vocab, subs, msgs, draw(st.sampled_from(BUFFERS)), draw(st.integers(1, 3))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(adversarial())
+def test_search_equals_replay_and_reference_on_adversarial_windows(case):
+    vocab, subs, msgs, buffer, factor = case
+    window = max(1, len(msgs) // 2)
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=window)
+    ref.publish_batch(msgs)
+    ref.subscribe_batch(subs)
+    got = {}
+    for mode in ("replay", "search"):
+        eng = engine(vocab, mode, buffer=buffer, factor=factor, window=window)
+        eng.publish_batch(msgs)
+        eng.subscribe_batch(subs)
+        got[mode] = states(eng, subs.ids)
+        assert results(eng) == results(ref)
+    assert got["search"] == got["replay"]
