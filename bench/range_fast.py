@@ -17,6 +17,7 @@ and ``--rounds R`` the runs alternate, so both see the same machine load.
 
     python bench/range_fast.py                           # all and any, the default index, one round
     python bench/range_fast.py --index keyword,grid --rounds 3      # A/B, interleaved
+    python bench/range_fast.py --continuous --measured 10000      # 100k/100k tweets, any: both indexes
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*QueryCore*publish_batch*' \\
         python bench/range_fast.py --match all --measured 3000      # instruction counts of the core's stream
 """
@@ -64,6 +65,44 @@ def run_once(m: Path, s: Path, window: int, index: str) -> dict:
             "range_index_mb": round(q["range_index_bytes"] / 2**20, 1)}
 
 
+def continuous_100k(subs: int, window: int, measured: int, chunk: int = 250) -> dict:
+    """Issue 12's continuous ``range`` workload (tweets, ``subs`` subscriptions of 1% area, 1-3
+    terms, ``any``, seeds of ``bench/test_queries.py``): both indexes in one process, fed the same
+    chunks taking turns first; process CPU time per message (the machine is shared)."""
+    import numpy as np
+
+    from skype import Engine
+    from skype.data import make_workload
+    from skype.data.peer_workloads import peer_subscriptions
+    from skype.querykinds import CoreQueryKinds
+
+    w = make_workload("tweets", num_subs=1, num_messages=window + measured, seed=11)
+    _, specs = peer_subscriptions(w.messages.slice(0, window), w.vocabulary, subs, np.random.default_rng(12),
+                                  kinds={"range": 1.0}, area=0.01, sub_terms=(1, 3), match="any", bounds=w.bounds)
+    engines = {}
+    for index in ("keyword", "grid"):
+        CoreQueryKinds.RANGE_INDEX = index
+        e = Engine(window=window, vocabulary=w.vocabulary.copy(), bounds=w.bounds, snapshots=True)
+        for c in w.messages.slice(0, window).batches(10_000):
+            e.publish_batch(c)
+        e.subscribe_many(specs)
+        engines[index] = e
+    spent = dict.fromkeys(engines, 0.0)
+    names = list(engines)
+    for i, c in enumerate(w.messages.slice(window, window + measured).batches(chunk)):
+        for name in names if i % 2 == 0 else names[::-1]:
+            t0 = time.process_time()
+            engines[name].publish_batch(c)
+            spent[name] += time.process_time() - t0
+    out: dict = {}
+    for name, e in engines.items():
+        k = e.stats()["queries"]["kinds"]["range"]
+        out[name] = {"cpu_msgs_per_s": round(measured / spent[name]), "cpu_us_per_msg": round(spent[name] / measured * 1e6, 2),
+                     "matches": k["matches"], "probed": k["probed"],
+                     "range_index_mb": round(e.stats()["queries"]["range_index_bytes"] / 2**20, 1)}
+    return out
+
+
 def cli(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--match", default="all,any", help="comma-separated: all, any (default: both)")
@@ -75,7 +114,12 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--measured", type=int, default=30_000)
     p.add_argument("--workdir", default=None, help="where the generated workload is kept (default: a temp folder)")
     p.add_argument("--json", default=None, help="write every run's figures here")
+    p.add_argument("--continuous", action="store_true",
+                   help="instead: issue 12's 100k/100k continuous range workload, both indexes interleaved")
     a = p.parse_args(argv)
+    if a.continuous:
+        print(json.dumps(continuous_100k(100_000, 100_000, a.measured), indent=1))
+        return 0
     tmp = tempfile.TemporaryDirectory() if a.workdir is None else None
     folder = Path(a.workdir or tmp.name)  # type: ignore[union-attr]
     folder.mkdir(parents=True, exist_ok=True)

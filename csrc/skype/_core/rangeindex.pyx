@@ -462,7 +462,8 @@ cdef class KeywordRangeIndex:
         """Append the ids of the subscriptions the message at (x, y) with these terms (ascending)
         matches; returns how many."""
         cdef uint64_t mb = 0
-        cdef size_t before = out.size(), lo, hi, j
+        cdef size_t before = out.size(), lo, hi, j, base, got
+        cdef int64_t* dst
         cdef int i
         cdef uint32_t raw, slot, k, cell
         cdef term_t t
@@ -493,6 +494,10 @@ cdef class KeywordRangeIndex:
                 cell = kw_cell(y, g.box.miny, g.inv_h, g.gy) * g.gx + kw_cell(x, g.box.minx, g.inv_w, g.gx)
                 lo, hi = self.starts[t][cell], self.starts[t][cell + 1]
             self.candidates += hi - lo
+            base = out.size()                # room for every record of the cell, cut to the matches
+            out.resize(base + hi - lo)
+            dst = out.data() + base
+            got = 0
             for j in range(lo, hi):
                 rec = &rs[j]
                 raw = rec.slot
@@ -530,7 +535,9 @@ cdef class KeywordRangeIndex:
                 if (raw & KW_EXPR) and not eval_program(self.progs[slot].data(), self.plens[slot], terms, n,
                                                         &self.stack):
                     continue
-                out.push_back(rec.ext_id)
+                dst[got] = rec.ext_id
+                got += 1
+            out.resize(base + got)
         for i in range(n):
             t = terms[i].term
             if t < self.mark.size():
