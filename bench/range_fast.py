@@ -9,8 +9,8 @@ messages are measured: each arrives and pushes the oldest out.
 Reported per measured message, for each ``match`` and each range index (``--index``):
 ``amp_us`` (the engine's time per arriving message: the window insertion and the probe of the
 range index, what the issue compares with FAST), ``emp_us`` (per expiring message), ``range_us``
-(the range kind's share of both, its probes and events), ``cpu_us`` (process CPU time of the
-measured stream, Python included, per message), the counters (``probed``, ``matches``) and the
+(the range kind's share of both, its probes and events), ``cpu_us`` / ``wall_us`` (process CPU
+time / wall time of the measured ``publish_batch`` calls, Python's change log included), the counters (``probed``, ``matches``) and the
 range index's memory.  ``--index`` ``keyword`` is the keyword-first index (the default),
 ``grid`` the older per-term grid lists (``CoreQueryKinds.RANGE_INDEX``); with several indexes
 and ``--rounds R`` the runs alternate, so both see the same machine load.
@@ -43,8 +43,10 @@ def workload(folder: Path, match: str, seed: int, subs: int, window: int, measur
     return m, s
 
 
-def run_once(m: Path, s: Path, window: int, index: str) -> dict:
-    from skype.cli.simulate import load_inputs, make_engine, run_stream, window_of
+def run_once(m: Path, s: Path, window: int, index: str, batch: int = 1000) -> dict:
+    """``simulate --fill-window --turnover 0``'s protocol, with the process CPU time of the
+    measured ``publish_batch`` calls alone (the machine is shared: CPU time is steadier than wall)."""
+    from skype.cli.simulate import _counts, load_inputs, make_engine, split_fill, window_of
     from skype.querykinds import CoreQueryKinds
 
     args = build_parser().parse_args(["simulate", "--messages", str(m), "--subscriptions", str(s), "--window",
@@ -52,16 +54,33 @@ def run_once(m: Path, s: Path, window: int, index: str) -> dict:
     CoreQueryKinds.RANGE_INDEX = index
     inputs = load_inputs(args)
     engine = make_engine(args, inputs)
-    c0 = time.process_time()
-    d = run_stream(engine, inputs, batch_size=args.batch_size, progress=False, fill_window=window_of(args),
-                   turnover=0)
-    cpu = time.process_time() - c0
-    q = d["engine_stats"]["queries"]
+    fill, steps = split_fill(inputs.steps, window_of(args))
+    for part in fill:
+        for c in part.batches(batch):
+            engine.publish_batch(c)
+    engine.subscribe_batch(inputs.subscriptions)
+    engine.subscribe_many(inputs.others)
+    before = _counts(engine)
+    q0 = engine.stats()["queries"]["kinds"]["range"]
+    cpu, wall, n = 0.0, 0.0, 0
+    for op, payload in steps:
+        assert op == "msgs"
+        for c in payload.batches(batch):
+            c0, w0 = time.process_time(), time.perf_counter()
+            engine.publish_batch(c)
+            cpu += time.process_time() - c0
+            wall += time.perf_counter() - w0
+            n += len(c)
+    after = _counts(engine)
+    q = engine.stats()["queries"]
     k = q["kinds"]["range"]
-    n = d["messages"]
-    return {"amp_us": d["amp_us"], "emp_us": d["emp_us"], "range_us": k["time_s"] / n * 1e6,
-            "stream_us": d["stream_s"] / n * 1e6, "cpu_us_upper": cpu / n * 1e6,
-            "probed": k["probed"], "matches": k["matches"], "messages": n,
+    arrivals = after["arrivals"] - before["arrivals"]
+    expirations = after["expirations"] - before["expirations"]
+    return {"amp_us": (after["arrival_us"] - before["arrival_us"]) / arrivals,
+            "emp_us": (after["expiry_us"] - before["expiry_us"]) / expirations,
+            "range_us": (k["time_s"] - q0["time_s"]) / n * 1e6,
+            "cpu_us": cpu / n * 1e6, "wall_us": wall / n * 1e6,
+            "probed": k["probed"] - q0["probed"], "matches": k["matches"] - q0["matches"], "messages": n,
             "range_index_mb": round(q["range_index_bytes"] / 2**20, 1)}
 
 
@@ -134,12 +153,12 @@ def cli(argv: list[str] | None = None) -> int:
                 runs.append(fig)
                 print(json.dumps(fig), flush=True)
     print("\nmedian over rounds (us per measured message; wall unless noted; indicative on a shared machine)")
-    print(f"{'match':6} {'index':8} {'AMP':>7} {'EMP':>7} {'range':>7} {'matches/msg':>12}")
+    print(f"{'match':6} {'index':8} {'AMP':>7} {'EMP':>7} {'range':>7} {'CPU':>7} {'matches/msg':>12}")
     for match in a.match.split(","):
         for index in a.index.split(","):
             sel = [f for f in runs if f["match"] == match and f["index"] == index]
-            med = {key: statistics.median(f[key] for f in sel) for key in ("amp_us", "emp_us", "range_us")}
-            print(f"{match:6} {index:8} {med['amp_us']:7.2f} {med['emp_us']:7.2f} {med['range_us']:7.2f} "
+            med = {key: statistics.median(f[key] for f in sel) for key in ("amp_us", "emp_us", "range_us", "cpu_us")}
+            print(f"{match:6} {index:8} {med['amp_us']:7.2f} {med['emp_us']:7.2f} {med['range_us']:7.2f} {med['cpu_us']:7.2f} "
                   f"{sel[0]['matches'] / sel[0]['messages']:12.1f}")
     if a.json:
         Path(a.json).write_text(json.dumps(runs, indent=1) + "\n")

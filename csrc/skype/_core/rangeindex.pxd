@@ -56,19 +56,18 @@ cdef class RectSubIndex:
 
 
 # ---------------------------------------------------------------- keyword-first (range kind)
-cdef struct KwRecC:               # a range subscription in one cell of one term's grid (32 bytes)
+cdef struct KwRecC:               # a range subscription in one cell of one term's grid (16 bytes)
     int64_t ext_id
-    uint64_t bloom                 # a bit per check term (kw_bit)
-    uint32_t slot                  # slot | KW_INSIDE | KW_NONE | KW_EXPR | KW_SPILL
-    uint32_t nchk                  # check terms
-    uint32_t chk[2]                # the first two check terms (all of them unless KW_SPILL)
+    uint32_t slot                  # slot | KW_INSIDE | KW_NONE | KW_EXPR | KW_ONE | KW_POOL
+    uint32_t chk                   # KW_ONE: the check term; KW_POOL: its offset in the term's pool
 
 cdef enum:
     KW_INSIDE = 0x80000000         # the cell lies inside the rectangle: no location test
     KW_NONE = 0x40000000           # accept when the message holds NONE of the check terms (else: all)
     KW_EXPR = 0x20000000           # then the predicate program too
-    KW_SPILL = 0x10000000          # more than two check terms: read them from the slot's array
-    KW_SLOT = 0x0FFFFFFF
+    KW_ONE = 0x10000000            # one check term, in chk
+    KW_POOL = 0x08000000           # several: pool[chk] is their count, the terms follow
+    KW_SLOT = 0x07FFFFFF
 
 
 cdef struct KwGridC:               # one term's grid over the bounding box of its rectangles
@@ -92,6 +91,7 @@ cdef class KeywordRangeIndex:
     cdef vector[KwGridC] grids          # by term
     cdef vector[vector[KwRecC]] recs    # by term: records, grouped by cell
     cdef vector[vector[uint32_t]] starts    # by term: first record of each cell (gx * gy + 1)
+    cdef vector[vector[uint32_t]] pools     # by term: check terms of its records with several
     cdef vector[uint8_t] mark           # by term: held by the message being probed
     cdef vector[uint8_t] stack
     cdef uint64_t records, candidates, builds

@@ -28,7 +28,7 @@ one of the rectangle's cells.  Nothing is stored per (subscription, message).
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t
 from skype._core.types cimport term_t, RectC, MsgTermC, prefetch, PREFETCH_AHEAD
 from skype._core.predicate cimport eval_program, OP_AND, OP_OR
 
@@ -224,10 +224,6 @@ cdef enum:
     KW_MAXG = 64                        # cells per side at most
 
 
-cdef inline uint64_t kw_bit(term_t t) noexcept nogil:
-    return (<uint64_t>1) << ((<uint64_t>t * 0x9E3779B97F4A7C15ULL) >> 58)
-
-
 cdef inline uint32_t kw_cell(double v, double lo, double inv, uint32_t g) noexcept nogil:
     """Monotone in v: a point inside a rectangle lies between the cells of its edges."""
     cdef double c = (v - lo) * inv
@@ -255,17 +251,17 @@ cdef class KeywordRangeIndex:
     conjunction sits only under its rarest term; a disjunction or an expression under each of
     its cover terms.  Each term has its own grid over the bounding box of its rectangles, its
     resolution chosen from how many they are and how large (rare terms: one cell, a plain list).
-    A record carries what the probe needs: the subscription's id, whether the cell is inside
-    the rectangle, and its *check terms* (inline up to two, with a 64-bit signature):
+    A record (16 bytes) carries what the probe needs: the subscription's id, whether the cell is
+    inside the rectangle, and its *check terms* (one inline; several in the term's pool):
 
     * a conjunction: the other terms, all of which the message must hold;
     * a disjunction or an expression under cover term t: the cover terms before t, none of which
       the message may hold, so that a message reaches it through its first held cover term only
       (reported once without a per-subscription stamp); an expression then runs its program.
 
-    Probe of a message: its terms are marked; for each term, the records of the message's cell
-    in the term's grid; a rectangle test for border cells, the signature then the marks for
-    the check terms.  Exact: every point inside a rectangle falls in one of its cells (cells are
+    Probe of a message: its terms are marked (a byte per term); for each term, the records of the
+    message's cell in the term's grid; a rectangle test for border cells, the marks of the check
+    terms.  Exact: every point inside a rectangle falls in one of its cells (cells are
     monotone in the coordinates), a matching message holds its rarest term / a cover term.
     Invariant: every live subscription has one record per cell its rectangle meets in the grid
     of each term it sits under, once that term's grid is built (``dirty`` until then)."""
@@ -344,6 +340,7 @@ cdef class KeywordRangeIndex:
             self.grids.resize(t + 1)
             self.recs.resize(t + 1)
             self.starts.resize(t + 1)
+            self.pools.resize(t + 1)
             if self.members.size() <= t:
                 self.members.resize(t + 1)
         self.members[t].push_back(slot)
@@ -387,9 +384,12 @@ cdef class KeywordRangeIndex:
         cdef const RectC* r
         cdef KwRecC rec
         cdef vector[uint32_t]* chk
+        cdef vector[uint32_t]* pool = &self.pools[t]
+        cdef uint32_t nchk
         self.records -= out.size()
         out.clear()
         st.clear()
+        pool.clear()
         g.dirty = 0
         self.builds += 1
         if n == 0:
@@ -432,18 +432,22 @@ cdef class KeywordRangeIndex:
             chk = &self.checks[slot]
             mode = (<uint32_t>self.modes[slot]) << 24
             rec.ext_id = self.ext_ids[slot]
-            rec.nchk = <uint32_t>chk.size()
+            nchk = <uint32_t>chk.size()
             if mode & KW_NONE:               # the cover terms before t
-                rec.nchk = 0
-                while rec.nchk < chk.size() and chk[0][rec.nchk] < t:
-                    rec.nchk += 1
-            rec.bloom = 0
-            rec.chk[0] = rec.chk[1] = 0
-            for k in range(rec.nchk):
-                rec.bloom |= kw_bit(chk[0][k])
-                if k < 2:
-                    rec.chk[k] = chk[0][k]
-            rec.slot = slot | mode | (KW_SPILL if rec.nchk > 2 else 0)
+                nchk = 0
+                while nchk < chk.size() and chk[0][nchk] < t:
+                    nchk += 1
+            rec.chk = 0
+            if nchk == 1:
+                mode |= KW_ONE
+                rec.chk = chk[0][0]
+            elif nchk > 1:
+                mode |= KW_POOL
+                rec.chk = <uint32_t>pool.size()
+                pool.push_back(nchk)
+                for k in range(nchk):
+                    pool.push_back(chk[0][k])
+            rec.slot = slot | mode
             x0, x1 = kw_cell(r.minx, box.minx, g.inv_w, g.gx), kw_cell(r.maxx, box.minx, g.inv_w, g.gx)
             y0, y1 = kw_cell(r.miny, box.miny, g.inv_h, g.gy), kw_cell(r.maxy, box.miny, g.inv_h, g.gy)
             for cy in range(y0, y1 + 1):
@@ -461,7 +465,6 @@ cdef class KeywordRangeIndex:
                             vector[int64_t]* out) noexcept nogil:
         """Append the ids of the subscriptions the message at (x, y) with these terms (ascending)
         matches; returns how many."""
-        cdef uint64_t mb = 0
         cdef size_t before = out.size(), lo, hi, j, base, got
         cdef int64_t* dst
         cdef int i
@@ -472,12 +475,12 @@ cdef class KeywordRangeIndex:
         cdef const KwRecC* rec
         cdef const RectC* rc
         cdef const uint32_t* chk
-        cdef bint held
+        cdef const uint32_t* pool
+        cdef bint held_any, held_all
         for i in range(n):
             t = terms[i].term
             if t < self.mark.size():
                 self.mark[t] = 1
-            mb |= kw_bit(t)
         for i in range(n):
             t = terms[i].term
             if t >= self.grids.size() or (i and terms[i - 1].term == t):
@@ -488,6 +491,7 @@ cdef class KeywordRangeIndex:
             if self.recs[t].size() == 0 or not (g.box.minx <= x <= g.box.maxx and g.box.miny <= y <= g.box.maxy):
                 continue
             rs = self.recs[t].data()
+            pool = self.pools[t].data()
             if g.gx == 1 and g.gy == 1:
                 lo, hi = 0, self.recs[t].size()
             else:
@@ -502,36 +506,27 @@ cdef class KeywordRangeIndex:
                 rec = &rs[j]
                 raw = rec.slot
                 slot = raw & KW_SLOT
+                if j + PREFETCH_AHEAD < hi:      # border records read their rectangle
+                    prefetch(&self.rects[rs[j + PREFETCH_AHEAD].slot & KW_SLOT])
                 if not (raw & KW_INSIDE):
                     rc = &self.rects[slot]
                     if not (rc.minx <= x <= rc.maxx and rc.miny <= y <= rc.maxy):
                         continue
-                if rec.nchk:
-                    if raw & KW_NONE:
-                        if rec.bloom & mb:
-                            chk = &rec.chk[0]
-                            if raw & KW_SPILL:
-                                chk = self.checks[slot].data()
-                            held = False
-                            for k in range(rec.nchk):
-                                if self.mark[chk[k]]:
-                                    held = True
-                                    break
-                            if held:
-                                continue     # reported through an earlier cover term
+                if raw & (KW_ONE | KW_POOL):
+                    if raw & KW_ONE:
+                        held_any = self.mark[rec.chk]
+                        held_all = held_any
                     else:
-                        if rec.bloom & ~mb:
-                            continue
-                        chk = &rec.chk[0]
-                        if raw & KW_SPILL:
-                            chk = self.checks[slot].data()
-                        held = True
-                        for k in range(rec.nchk):
-                            if not self.mark[chk[k]]:
-                                held = False
-                                break
-                        if not held:
-                            continue
+                        chk = pool + rec.chk + 1
+                        held_any = False
+                        held_all = True
+                        for k in range(pool[rec.chk]):
+                            if self.mark[chk[k]]:
+                                held_any = True
+                            else:
+                                held_all = False
+                    if (held_any if raw & KW_NONE else not held_all):
+                        continue             # NONE: reported through an earlier cover term
                 if (raw & KW_EXPR) and not eval_program(self.progs[slot].data(), self.plens[slot], terms, n,
                                                         &self.stack):
                     continue
@@ -559,4 +554,6 @@ cdef class KeywordRangeIndex:
         cdef size_t t, extra = 0
         for t in range(self.starts.size()):
             extra += self.starts[t].capacity() * 4 + self.members[t].capacity() * 4
+        for t in range(self.pools.size()):
+            extra += self.pools[t].capacity() * 4
         return self.records * sizeof(KwRecC) + self.rects.size() * (sizeof(RectC) + 96) + extra
