@@ -123,6 +123,7 @@ class CoreQueryKinds(QueryKinds):
     KNN_INDEX = True  # knn candidates from the grid of k-th distance boxes (False: per cover term lists)
     TERMS_GRID = 64   # terms: cells per side of the shared per-cell term counts (0: design 1 alone)
     TERMS_GRID_TABLES = (32, 16)  # a term has a table of counts from 32 window messages until below 16
+    RANGE_INDEX = "keyword"  # range subscriptions keyword first ("grid": the per-term lists of one grid)
 
     def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,
                  *, grid: int = 64, knn_factor: int = 2, leaf_capacity: int = 64, term_trees: str = "lazy") -> None:
@@ -132,7 +133,7 @@ class CoreQueryKinds(QueryKinds):
         self._labels = NameLabels()
         self._core = SnapshotCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity,
-                               knn_index=self.KNN_INDEX)
+                               knn_index=self.KNN_INDEX, range_keyword=self.RANGE_INDEX == "keyword")
         self._core.set_terms_grid(self.TERMS_GRID, *self.TERMS_GRID_TABLES)
         if term_trees == "eager":
             self._core.need_term_trees()

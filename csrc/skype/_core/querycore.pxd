@@ -2,7 +2,7 @@
 from libcpp.vector cimport vector
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
-from skype._core.rangeindex cimport RectSubIndex
+from skype._core.rangeindex cimport RectSubIndex, KeywordRangeIndex
 from skype._core.termsquery cimport TermsCore
 
 
@@ -24,7 +24,9 @@ cdef struct KnnSubC:
 
 
 cdef class QueryCore(TermsCore):
-    cdef RectSubIndex ranges               # range subscriptions
+    cdef RectSubIndex ranges               # range subscriptions (range_keyword off)
+    cdef KeywordRangeIndex kw_ranges       # range subscriptions, keyword first (range_keyword on)
+    cdef bint range_keyword
     # knn subscriptions, by slot
     cdef vector[KnnSubC] knn
     cdef vector[vector[int64_t]] knn_prog  # predicate program, then cover terms
@@ -56,6 +58,8 @@ cdef class QueryCore(TermsCore):
     cdef double range_ns, knn_ns, terms_ns, window_ns
 
     cdef void _expire_oldest(self, int64_t at) noexcept nogil
+    cdef void _range_probe(self, int64_t at, double x, double y, const MsgTermC* mt, uint32_t nterms,
+                           int64_t msg, bint entered) noexcept nogil
     cdef void _arrive(self, int64_t at, int64_t ext_id, double x, double y, double t,
                       const uint32_t* terms, const double* w, int n) noexcept nogil
     cdef void _knn_touch(self, uint32_t slot) noexcept nogil

@@ -4,11 +4,11 @@
 One step = one arriving message (or a clock advance): expirations first, then the arrival,
 then the netted events of the step.
 
-* ``range``: the :class:`RectSubIndex` probe of a message gives exactly the subscriptions it
-  matches.  It enters their results on arrival; at expiry the *same probe* (the message's
-  terms and location have not changed) gives exactly the subscriptions it leaves.  A result is
-  recomputed from the window when asked for (``range_result``), so nothing is stored per
-  (subscription, message).
+* ``range``: the :class:`KeywordRangeIndex` probe (``range_keyword``, the default; else the
+  :class:`RectSubIndex` grid) of a message gives exactly the subscriptions it matches.  It
+  enters their results on arrival; at expiry the *same probe* (the message's terms and location
+  have not changed) gives exactly the subscriptions it leaves.  A result is recomputed from the
+  window when asked for (``range_result``), so nothing is stored per (subscription, message).
 * ``knn``: a bounded buffer per subscription of capacity ``cap = knn_factor * k``, sorted by
   (distance, newest first).  Invariant: the buffer is the exact prefix of the ranked matching
   window messages, and it holds all of them when ``complete``; not complete implies at least k
@@ -38,7 +38,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
 from skype._core.querywindow cimport QueryWindow, ALL_TERM
-from skype._core.rangeindex cimport RectSubIndex, RectSubC
+from skype._core.rangeindex cimport RectSubIndex, RectSubC, KeywordRangeIndex
 from skype._core.termsquery cimport TermsCore
 from skype._core.predicate cimport eval_program, point_distance, OP_AND
 
@@ -67,9 +67,11 @@ cdef class QueryCore(TermsCore):
     def __cinit__(self, double minx, double miny, double maxx, double maxy, double max_dist,
                   uint64_t count_window, double time_window, uint32_t grid=64, uint32_t knn_factor=2,
                   uint32_t leaf_capacity=64, bint timers=True, bint knn_index=True,
-                  uint32_t knn_grid=16):
+                  uint32_t knn_grid=16, bint range_keyword=True):
         self.qw = QueryWindow(minx, miny, maxx, maxy, max_dist, count_window, time_window, leaf_capacity)
         self.ranges = RectSubIndex(minx, miny, maxx, maxy, grid)
+        self.kw_ranges = KeywordRangeIndex()
+        self.range_keyword = range_keyword
         self.regions = RectSubIndex(minx, miny, maxx, maxy, grid)
         self.knn_factor = knn_factor
         self.knn_index = knn_index
@@ -90,6 +92,9 @@ cdef class QueryCore(TermsCore):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
         cdef Py_ssize_t i
         cdef bint implied = True                 # no AND: every cover term satisfies the predicate
+        if self.range_keyword:
+            return self.kw_ranges.c_add(ext_id, &r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
+                                        &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0])
         for i in range(prog.shape[0]):
             if prog[i] == OP_AND:
                 implied = False
@@ -99,10 +104,14 @@ cdef class QueryCore(TermsCore):
     def prepare(self):
         """Sort the subscription indexes' lists now (after a bulk registration)."""
         self.ranges.sort_all()
+        self.kw_ranges.sort_all()
         self.regions.sort_all()
 
     def unsubscribe_range(self, uint32_t slot):
-        self.ranges.c_remove(slot)
+        if self.range_keyword:
+            self.kw_ranges.c_remove(slot)
+        else:
+            self.ranges.c_remove(slot)
 
     def subscribe_knn(self, int64_t ext_id, double x, double y, uint32_t k, const int64_t[::1] prog,
                       const int64_t[::1] cover):
@@ -283,11 +292,7 @@ cdef class QueryCore(TermsCore):
         cdef vector[uint32_t] refill
         cdef double start = now_ns()
         cdef double t0 = start, t1
-        self.hits.clear()
-        self.ranges.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
-        for i in range(self.hits.size()):
-            self._emit(at, self.ranges.hot[self.hits[i]].ext_id, m.ext_id, False)
-        self.range_matches += self.hits.size()
+        self._range_probe(at, m.x, m.y, mt, m.nterms, m.ext_id, False)
         if self.timers:
             t1 = now_ns()
             self.range_ns += t1 - t0
@@ -350,6 +355,25 @@ cdef class QueryCore(TermsCore):
         self.expirations += 1
         self.expiry_ns += now_ns() - start
 
+    cdef void _range_probe(self, int64_t at, double x, double y, const MsgTermC* mt, uint32_t nterms,
+                           int64_t msg, bint entered) noexcept nogil:
+        """The range subscriptions the message matches enter (arrival) or leave (expiry)."""
+        cdef size_t i, n0 = self.out_sub.size(), k
+        cdef uint8_t e = entered
+        if self.range_keyword:               # ids straight into the change log's columns
+            k = self.kw_ranges.c_probe_ids(x, y, mt, nterms, &self.out_sub)
+            if k:
+                self.out_at.resize(n0 + k, at)
+                self.out_entry.resize(n0 + k, msg)
+                self.out_entered.resize(n0 + k, e)
+            self.range_matches += k
+            return
+        self.hits.clear()
+        self.ranges.c_probe(x, y, mt, nterms, &self.hits)
+        for i in range(self.hits.size()):
+            self._emit(at, self.ranges.hot[self.hits[i]].ext_id, msg, entered)
+        self.range_matches += self.hits.size()
+
     cdef void _arrive(self, int64_t at, int64_t ext_id, double x, double y, double t,
                       const uint32_t* terms, const double* w, int n) noexcept nogil:
         cdef double start = now_ns()
@@ -362,11 +386,7 @@ cdef class QueryCore(TermsCore):
         cdef double t0 = now_ns(), t1
         if self.timers:
             self.window_ns += t0 - start      # the message into the window and its trees
-        self.hits.clear()
-        self.ranges.c_probe(x, y, mt, m.nterms, &self.hits)
-        for i in range(self.hits.size()):
-            self._emit(at, self.ranges.hot[self.hits[i]].ext_id, ext_id, True)
-        self.range_matches += self.hits.size()
+        self._range_probe(at, x, y, mt, m.nterms, ext_id, True)
         if self.timers:
             t1 = now_ns()
             self.range_ns += t1 - t0
@@ -512,6 +532,11 @@ cdef class QueryCore(TermsCore):
     # ------------------------------------------------------------------ results
     def range_result(self, uint32_t slot):
         """Message ids of a range subscription's current result, newest first."""
+        cdef vector[int64_t]* kp
+        if self.range_keyword:
+            kp = &self.kw_ranges.progs[slot]
+            return self._range(&self.kw_ranges.rects[slot], kp.data(), self.kw_ranges.plens[slot],
+                               kp.data() + self.kw_ranges.plens[slot], self.kw_ranges.ncovers[slot], 0.0, 0.0)
         cdef RectSubC* s = &self.ranges.subs[slot]
         cdef vector[int64_t]* p = &self.ranges.progs[slot]
         cdef int ncover = <int>s.cover_len if p[0][s.cover_pos] != ALL_TERM or s.prog_len else 0
@@ -564,12 +589,15 @@ cdef class QueryCore(TermsCore):
             "amp_us": self.arrival_ns / 1e3 / self.arrivals if self.arrivals else 0.0,
             "emp_us": self.expiry_ns / 1e3 / self.expirations if self.expirations else 0.0,
             "knn_reevaluations": self.reevaluations,
-            "range_postings": self.ranges.postings, "range_candidates": self.ranges.candidates,
+            "range_postings": self.kw_ranges.records if self.range_keyword else self.ranges.postings,
+            "range_candidates": self.kw_ranges.candidates if self.range_keyword else self.ranges.candidates,
             "terms_candidates": self.regions.candidates, "terms_refills": self.region_refills,
             "terms_walks": self.region_walks,
             "kinds": {
-                "range": {"subscriptions": self.ranges.size(), "probed": self.ranges.candidates,
-                          "matches": self.range_matches, "time_s": self.range_ns / 1e9},
+                "range": {"subscriptions": (self.kw_ranges if self.range_keyword else self.ranges).size(),
+                          "probed": self.kw_ranges.candidates if self.range_keyword else self.ranges.candidates,
+                          "matches": self.range_matches, "index": "keyword" if self.range_keyword else "grid",
+                          "grid_builds": self.kw_ranges.builds, "time_s": self.range_ns / 1e9},
                 "knn": {"subscriptions": self.knn.size() - self.knn_free.size(), "probed": self.knn_probed,
                         "matches": self.knn_matches, "removed": self.knn_removed,
                         "reevaluations": self.reevaluations, "index": bool(self.knn_index),
@@ -584,6 +612,6 @@ cdef class QueryCore(TermsCore):
             },
             "window_upkeep_s": self.window_ns / 1e9,   # the window's insertions and removals
             "timers": bool(self.timers),
-            "range_index_bytes": self.ranges.memory_bytes(),
+            "range_index_bytes": (self.kw_ranges if self.range_keyword else self.ranges).memory_bytes(),
             "term_trees": bool(self.qw.term_trees),
         }
