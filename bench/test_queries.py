@@ -237,8 +237,10 @@ def _cli_run(tmp_path, benchmark, generate: list[str], window: int) -> dict:
 
     m, s, out = tmp_path / "m.jsonl", tmp_path / "s.jsonl", tmp_path / "metrics.json"
     assert main(["generate", *generate, "--messages-out", str(m), "--subscriptions-out", str(s)]) in (0, None)
+    # --turnover 0: the protocol (measure right after the fill); the default turnover of one
+    # window would use up the whole stream before anything is measured.
     run = ["simulate", "--messages", str(m), "--subscriptions", str(s), "--window", str(window), "--fill-window",
-           "--no-progress", "--metrics-out", str(out)]
+           "--turnover", "0", "--no-progress", "--metrics-out", str(out)]
     benchmark.pedantic(lambda: main(run), rounds=1, iterations=1)
     d = json.loads(out.read_text())
     kinds = d["engine_stats"].get("queries", {}).get("kinds", {})
