@@ -300,14 +300,20 @@ def test_spark_queries_refused_where_no_exact_answer_is_served(method, kind, eve
 
 
 def test_spark_queries_refused_on_prefix_with_keyword_summaries_before_spark_starts(keyed_events, tmp_path):
-    """prefix on a count window routes by keyword summaries (its default): refused after planning,
-    before a session is made (no ``spark`` is given, none is started)."""
+    """prefix on a count window routes by keyword summaries (its default): refused before planning
+    (nothing staged, no run.json recording the settings) and before a session is made (no
+    ``spark`` is given, none is started); the fix the error names, ``--summaries off`` on the same
+    run directory, then plans (no E028 for changed settings)."""
     from skype import spark as dskype_on_spark
+    from skype.dskype.plan import plan_run
 
     inputs, settings = _settings(keyed_events, "prefix", ["--window", str(WINDOW)], summaries="active")
     with pytest.raises(InputError) as err:
         dskype_on_spark.run(settings, inputs, None, run_dir=tmp_path / "run", master="no-such-master")
     assert err.value.code == "E135" and "summaries" in str(err.value)
+    assert not (tmp_path / "run").exists()
+    inputs, settings = _settings(keyed_events, "prefix", ["--window", str(WINDOW)], summaries="off")
+    assert [pipe.method for pipe in plan_run(tmp_path / "run", settings, inputs).pipelines] == ["prefix"]
 
 
 def test_spark_queries_answers_out_needs_a_staged_stream_and_the_file_sink(events, tmp_path):

@@ -210,11 +210,27 @@ def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
     return str(rebalance_dir(plan.run_dir, pipe.method)) if routes_everywhere(pipe.distribution) else None
 
 
+def activates(settings: RunSettings, caps) -> bool:
+    """Whether a method of capabilities ``caps`` runs the loose-prefix activation under
+    ``settings`` (:func:`activation_config`); from the settings alone, before planning."""
+    return bool(caps.activation) and settings.window.kind == "count" and settings.source == "files"
+
+
+def summarised_methods(settings: RunSettings) -> list[str]:
+    """The methods of ``settings`` whose partitions route messages by keyword summaries
+    (:func:`summary_dir_of`), known before planning."""
+    from skype.partitioning import capabilities_of
+
+    if settings.summaries == "off":
+        return []
+    return [method for method in settings.methods if activates(settings, capabilities_of(method))]
+
+
 def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
     """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.dskype.activation`): count
     windows only (a batch's expiries are bounded by its size, ``--batch-size``); other
     methods and time windows run every replica (exact mode)."""
-    if not dist.capabilities.activation or settings.window.kind != "count" or settings.source != "files":
+    if not activates(settings, dist.capabilities):
         return None
     return ActivationConfig(tuple(int(x) for x in dist.starts), settings.batch_size, int(settings.window.size))
 
