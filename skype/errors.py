@@ -115,7 +115,7 @@ class Errors:
     E114 = "{what} must be {expected}, got {value!r}"
     # E130-E134: memory of a DSkype run on Spark (skype.spark.runtime, issue 25)
     E130 = "{setting}={value} holds about {commands} subscription commands per micro-batch, too few: {advice}"
-    E131 = "the run ran out of memory in batch {batch} ({where}): {advice}"
+    E131 = "the run failed in batch {batch}, {where}: {advice}"
     # E135-E139: snapshot queries on Spark (issue 25; skype.dskype.snapshots, docs/queries.md)
     E135 = "distributed (method {method}) cannot answer snapshot query {qid!r} ({kind}) exactly: {reason}"
     E136 = "{what} needs a staged stream run to its end (--answers-out): {detail}"
