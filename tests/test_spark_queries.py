@@ -444,11 +444,20 @@ def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestio
     from skype.dskype.routing import screen
     from skype.dskype.staging import _id_only
 
+    from skype.dskype.snapshots import lower_query
+
     w = tweets_small
-    cmds = Commands([0, 1], [5, 6], [OP_QUERY, OP_QUERY], _id_only(0).take(np.array([0, 0])), [0, 0],
-                    np.array([None, '{"query": 1}'], object))
+    b = w.bounds
+    spec, _ = lower_query({"kind": "range", "rect": [b.minx, b.miny, b.maxx, b.maxy]}, 1,
+                          w.vocabulary, w.bounds, 0, [])
+    # none, a truncated spec (it would crash the partition that answers it), a field missing, whole
+    specs = [None, spec[:40], json.dumps({k: v for k, v in json.loads(spec).items() if k != "program"}), spec]
+    cmds = Commands([0, 1, 2, 3], [5, 6, 7, 8], [OP_QUERY] * 4, _id_only(0).take(np.zeros(4, np.int64)), [0] * 4,
+                    np.array(specs, object))
     _, _, kept, dead = screen(w.messages.slice(0, 10), np.arange(10), cmds, w.bounds)
-    assert kept.cseq.tolist() == [1] and [(d["position"], d["code"]) for d in dead] == [(0, "E138")]
+    assert kept.cseq.tolist() == [3]
+    assert [(d["position"], d["code"]) for d in dead] == [(0, "E138"), (1, "E138"), (2, "E138")]
+    assert "does not parse" in dead[1]["error"] and "program" in dead[2]["error"]
     with pytest.raises(InputError) as err:
         _command_row({"op": "query", "kind": "range", "rect": [0, 0, 1, 1]}, w.vocabulary, w.bounds, 0)
     assert err.value.code == "E138" and "staged" in str(err.value)

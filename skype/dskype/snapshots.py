@@ -124,6 +124,18 @@ def is_query(spec: object) -> bool:
     return isinstance(spec, str) and spec.startswith('{"query"')
 
 
+def query_error(spec: object) -> str | None:
+    """Why a command's spec is not a compiled query (:func:`query_json`) an executor can answer,
+    or None: checked where records are screened, before it reaches a partition."""
+    if not is_query(spec):
+        return "it lacks the compiled spec the driver writes when it stages the stream"
+    try:
+        spec_of(json.loads(str(spec)))
+    except (ValueError, KeyError, TypeError, IndexError) as err:
+        return f"its compiled spec does not parse ({type(err).__name__}: {str(err)[:80]})"
+    return None
+
+
 def spec_of(d: dict) -> QuerySpec:
     return QuerySpec(d["kind"], rect=tuple(d["rect"]), x=d["x"], y=d["y"], k=d["k"], alpha=d["alpha"],
                      program=np.array(d["program"], np.int64), cover=np.array(d["cover"], np.int64),
