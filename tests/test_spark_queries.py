@@ -17,6 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from skype import io
 from skype.cli.inputs import load_inputs
@@ -487,3 +490,37 @@ def test_spark_queries_stopped_and_resumed_run_on_a_term_method(spark, tmp_path)
     assert run_distributed(build_parser().parse_args(run), spark=spark) == 0
     got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
     assert len(want) == 20 and got == want, _first_difference(got, want)
+
+
+def test_spark_queries_late_query_names_the_users_qid():
+    """A query that reaches a partition after the batch holding its position (an open stream's
+    late write) is E138 naming the user's ``qid``, not the internal ordinal."""
+    from types import SimpleNamespace
+
+    from skype.dskype.codec import OP_QUERY, Commands
+    from skype.dskype.snapshots import answer_at
+    from skype.dskype.staging import _id_only
+
+    spec = json.dumps({"query": 3, "qid": "late-one", "kind": "range"})
+    queries = Commands([7], [50], [OP_QUERY], _id_only(3), [0], np.array([spec], object))
+    core = SimpleNamespace(hwm_seq=99, config=SimpleNamespace(partition=2))
+    with pytest.raises(InputError) as err:
+        answer_at(core, queries, 0, None, np.arange(0), np.arange(0), 0, None, {}, [], [])
+    assert err.value.code == "E138" and "'late-one'" in str(err.value) and "partition 2" in str(err.value)
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40), st.integers(1, 6), st.data())
+@hypothesis_settings(max_examples=200, deadline=None)
+def test_spark_queries_first_fresh_message_equals_the_brute_force(steps, chunks, data):
+    """``last`` on a count window: the first fresh message, searched chunk by chunk, is the first
+    one ``reference_queries.fresh`` accepts (timestamps with ties, chunks of any size)."""
+    from skype.dskype.snapshots import _first_fresh
+    from skype.reference_queries import fresh
+
+    t = np.cumsum(np.array(steps, np.float64)) / 4
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(t) - 1), max_size=chunks)))) if len(t) > 1 else []
+    times = [c for c in np.split(t, cuts) if len(c)]
+    last = data.draw(st.sampled_from([0.25, 0.5, 1.0, 1.1, 3.0, 100.0]))
+    now = float(t[-1])
+    expected = next((i for i in range(len(t)) if fresh(float(t[i]), now, last)), len(t))
+    assert _first_fresh(times, len(t), now, last) == expected
