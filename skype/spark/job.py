@@ -85,8 +85,8 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
                          value=results_out)
     raw = isinstance(workload, RawStreams)
     if answers_out and (raw or settings.messages_dir or settings.source != "files" or settings.sink == "console"):
-        raise InputError("E136", what="--answers-out", detail="the driver stages the workload (no --vocabulary, "
-                         "--messages-dir or Kafka) and the sink writes files (not --sink console)")
+        raise InputError("E136", what="--answers-out",
+                         detail="no --vocabulary, --messages-dir or Kafka, and not --sink console")
     rebalancing.check_rebalance(settings.rebalance, settings.methods,
                                 staged=not (raw or settings.messages_dir or settings.source != "files"))
     # the executors see a relative run directory from their own working directory: resolve it here
