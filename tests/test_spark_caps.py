@@ -119,6 +119,8 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     logged = [i for key in pipe.plan.pipelines[0].partition_keys
               for i in processors.Meta.from_blob(pipe.snapshot_state(key)["meta"][0]).log_ids]
     assert any(i < 0 for i in logged)  # further pieces were written
+    last = {m["partition"]: m["log_entries"] for ms in pipe.metrics for m in ms if m["stage"] == "partition"}
+    assert sum(last.values()) == sum(1 for i in logged if i >= 0)  # entries, not their pieces
     rebuilt = [m for ms in pipe.metrics for m in ms if m["stage"] == "partition" and not m["hit"]]
     assert len(rebuilt) >= 2 * settings.partitions
 
