@@ -115,10 +115,10 @@ class Errors:
     E114 = "{what} must be {expected}, got {value!r}"
     # E130-E134: memory of a DSkype run on Spark (skype.spark.runtime, issue 25)
     E130 = "{setting}={value} holds about {commands} subscription commands per micro-batch, too few: {advice}"
-    E131 = "the run ran out of memory in batch {batch} ({where}): {advice}"
+    E131 = "the run failed in batch {batch}, {where}: {advice}"
     # E135-E139: snapshot queries on Spark (issue 25; skype.dskype.snapshots, docs/queries.md)
     E135 = "distributed (method {method}) cannot answer snapshot query {qid!r} ({kind}) exactly: {reason}"
-    E136 = "{what} needs a staged stream run to its end (--answers-out): {detail}"
+    E136 = "{what} needs a stream the driver stages and the file sink: {detail}"
     E137 = "the answers of snapshot queries {missing} are missing from {path!r}: the run directory is incomplete"
     E138 = "{where} cannot answer snapshot queries: {reason}"
 

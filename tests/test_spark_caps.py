@@ -119,6 +119,8 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     logged = [i for key in pipe.plan.pipelines[0].partition_keys
               for i in processors.Meta.from_blob(pipe.snapshot_state(key)["meta"][0]).log_ids]
     assert any(i < 0 for i in logged)  # further pieces were written
+    last = {m["partition"]: m["log_entries"] for ms in pipe.metrics for m in ms if m["stage"] == "partition"}
+    assert sum(last.values()) == sum(1 for i in logged if i >= 0)  # entries, not their pieces
     rebuilt = [m for ms in pipe.metrics for m in ms if m["stage"] == "partition" and not m["hit"]]
     assert len(rebuilt) >= 2 * settings.partitions
 
@@ -231,20 +233,31 @@ def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
 
 @pytest.mark.spark
 def test_out_of_memory_in_a_run_becomes_e131(spark):
+    """E131 names the batch by Spark's ids (a resumed run's continue past this process's batches),
+    says "probably" where the cause is a guess, and keeps the error it replaces as its cause."""
     from skype.errors import InputError
     from skype.spark.runtime import out_of_memory_as_error
 
-    class Sink:
-        batches = [0, 1]
+    class Sink:  # a resumed run: this process wrote batch 7, then failed writing batch 8
+        batches = [7]
+        running: int | None = 8
 
+    class Query:
+        lastProgress = {"batchId": 7}
+
+    heap = RuntimeError("Job aborted\njava.lang.OutOfMemoryError: Java heap space\n\tat org.apache...")
     with pytest.raises(InputError) as err:
-        with out_of_memory_as_error(spark, Sink()):
-            raise RuntimeError("Job aborted\njava.lang.OutOfMemoryError: Java heap space\n\tat org.apache...")
-    assert err.value.code == "E131" and "batch 2" in str(err.value) and "Java heap space" in str(err.value)
+        with out_of_memory_as_error(spark, Sink(), Query()):
+            raise heap
+    assert err.value.code == "E131" and "batch 8," in str(err.value) and "Java heap space" in str(err.value)
+    assert err.value.__cause__ is heap
+    Sink.running = None  # failed after batch 7's sink, before batch 8's
     with pytest.raises(InputError) as err:  # the state server's thread died: the task sees a closed socket
-        with out_of_memory_as_error(spark, Sink()):
+        with out_of_memory_as_error(spark, Sink(), Query()):
             raise RuntimeError('File "stateful_processor_api_client.py", in _receive_proto_message\nEOFError')
-    assert err.value.code == "E131" and "state server" in str(err.value)
+    text = str(err.value)
+    assert err.value.code == "E131" and "batch 8," in text and "probably out of memory" in text
+    assert "spark.driver.memory" in text or "spark.executor.memory" in text
     with pytest.raises(RuntimeError, match="other"):
-        with out_of_memory_as_error(spark, Sink()):
+        with out_of_memory_as_error(spark, Sink(), Query()):
             raise RuntimeError("other")

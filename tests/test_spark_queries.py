@@ -17,6 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from skype import io
 from skype.cli.inputs import load_inputs
@@ -300,14 +303,20 @@ def test_spark_queries_refused_where_no_exact_answer_is_served(method, kind, eve
 
 
 def test_spark_queries_refused_on_prefix_with_keyword_summaries_before_spark_starts(keyed_events, tmp_path):
-    """prefix on a count window routes by keyword summaries (its default): refused after planning,
-    before a session is made (no ``spark`` is given, none is started)."""
+    """prefix on a count window routes by keyword summaries (its default): refused before planning
+    (nothing staged, no run.json recording the settings) and before a session is made (no
+    ``spark`` is given, none is started); the fix the error names, ``--summaries off`` on the same
+    run directory, then plans (no E028 for changed settings)."""
     from skype import spark as dskype_on_spark
+    from skype.dskype.plan import plan_run
 
     inputs, settings = _settings(keyed_events, "prefix", ["--window", str(WINDOW)], summaries="active")
     with pytest.raises(InputError) as err:
         dskype_on_spark.run(settings, inputs, None, run_dir=tmp_path / "run", master="no-such-master")
     assert err.value.code == "E135" and "summaries" in str(err.value)
+    assert not (tmp_path / "run").exists()
+    inputs, settings = _settings(keyed_events, "prefix", ["--window", str(WINDOW)], summaries="off")
+    assert [pipe.method for pipe in plan_run(tmp_path / "run", settings, inputs).pipelines] == ["prefix"]
 
 
 def test_spark_queries_answers_out_needs_a_staged_stream_and_the_file_sink(events, tmp_path):
@@ -438,11 +447,20 @@ def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestio
     from skype.dskype.routing import screen
     from skype.dskype.staging import _id_only
 
+    from skype.dskype.snapshots import lower_query
+
     w = tweets_small
-    cmds = Commands([0, 1], [5, 6], [OP_QUERY, OP_QUERY], _id_only(0).take(np.array([0, 0])), [0, 0],
-                    np.array([None, '{"query": 1}'], object))
+    b = w.bounds
+    spec, _ = lower_query({"kind": "range", "rect": [b.minx, b.miny, b.maxx, b.maxy]}, 1,
+                          w.vocabulary, w.bounds, 0, [])
+    # none, a truncated spec (it would crash the partition that answers it), a field missing, whole
+    specs = [None, spec[:40], json.dumps({k: v for k, v in json.loads(spec).items() if k != "program"}), spec]
+    cmds = Commands([0, 1, 2, 3], [5, 6, 7, 8], [OP_QUERY] * 4, _id_only(0).take(np.zeros(4, np.int64)), [0] * 4,
+                    np.array(specs, object))
     _, _, kept, dead = screen(w.messages.slice(0, 10), np.arange(10), cmds, w.bounds)
-    assert kept.cseq.tolist() == [1] and [(d["position"], d["code"]) for d in dead] == [(0, "E138")]
+    assert kept.cseq.tolist() == [3]
+    assert [(d["position"], d["code"]) for d in dead] == [(0, "E138"), (1, "E138"), (2, "E138")]
+    assert "does not parse" in dead[1]["error"] and "program" in dead[2]["error"]
     with pytest.raises(InputError) as err:
         _command_row({"op": "query", "kind": "range", "rect": [0, 0, 1, 1]}, w.vocabulary, w.bounds, 0)
     assert err.value.code == "E138" and "staged" in str(err.value)
@@ -472,3 +490,37 @@ def test_spark_queries_stopped_and_resumed_run_on_a_term_method(spark, tmp_path)
     assert run_distributed(build_parser().parse_args(run), spark=spark) == 0
     got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
     assert len(want) == 20 and got == want, _first_difference(got, want)
+
+
+def test_spark_queries_late_query_names_the_users_qid():
+    """A query that reaches a partition after the batch holding its position (an open stream's
+    late write) is E138 naming the user's ``qid``, not the internal ordinal."""
+    from types import SimpleNamespace
+
+    from skype.dskype.codec import OP_QUERY, Commands
+    from skype.dskype.snapshots import answer_at
+    from skype.dskype.staging import _id_only
+
+    spec = json.dumps({"query": 3, "qid": "late-one", "kind": "range"})
+    queries = Commands([7], [50], [OP_QUERY], _id_only(3), [0], np.array([spec], object))
+    core = SimpleNamespace(hwm_seq=99, config=SimpleNamespace(partition=2))
+    with pytest.raises(InputError) as err:
+        answer_at(core, queries, 0, None, np.arange(0), np.arange(0), 0, None, {}, [], [])
+    assert err.value.code == "E138" and "'late-one'" in str(err.value) and "partition 2" in str(err.value)
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40), st.integers(1, 6), st.data())
+@hypothesis_settings(max_examples=200, deadline=None)
+def test_spark_queries_first_fresh_message_equals_the_brute_force(steps, chunks, data):
+    """``last`` on a count window: the first fresh message, searched chunk by chunk, is the first
+    one ``reference_queries.fresh`` accepts (timestamps with ties, chunks of any size)."""
+    from skype.dskype.snapshots import _first_fresh
+    from skype.reference_queries import fresh
+
+    t = np.cumsum(np.array(steps, np.float64)) / 4
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(t) - 1), max_size=chunks)))) if len(t) > 1 else []
+    times = [c for c in np.split(t, cuts) if len(c)]
+    last = data.draw(st.sampled_from([0.25, 0.5, 1.0, 1.1, 3.0, 100.0]))
+    now = float(t[-1])
+    expected = next((i for i in range(len(t)) if fresh(float(t[i]), now, last)), len(t))
+    assert _first_fresh(times, len(t), now, last) == expected

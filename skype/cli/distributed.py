@@ -75,7 +75,8 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--summaries", choices=("active", "hosted", "off"), default="active",
                    help="prefix on a count window: keyword summaries, a message goes to a partition only for its "
                         "terms some replica there holds; 'active': awake replicas (the paper's loose prefixes), "
-                        "'hosted': every hosted record, 'off': every term (default: %(default)s; docs/spark.md)")
+                        "'hosted': every hosted record, 'off': every term (default: %(default)s; "
+                        "docs/spark-design.md, 'Keyword summaries')")
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")

@@ -61,7 +61,6 @@ replicas' sleeps and wakes) and the window segments.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -301,7 +300,8 @@ class PartitionCore:
         qi = 0  # the next query to answer
         for j in range(len(due)):
             while qi < len(queries) and (query_pos[qi], queries.cseq[qi]) < (positions[j], due.cseq[j]):
-                published = self._answer(queries, qi, batch, seq, times, published, due, run, logs, answers)
+                published = snapshots.answer_at(self, queries, qi, batch, seq, times, published, due, run, logs,
+                                                answers)
                 qi += 1
             cut = int(np.searchsorted(seq, positions[j], side="left"))
             if cut > published:
@@ -325,7 +325,8 @@ class PartitionCore:
                 run[sid] = j
         self._flush_subscribes(due, run)
         for qi in range(qi, len(queries)):
-            published = self._answer(queries, qi, batch, seq, times, published, due, run, logs, answers)
+            published = snapshots.answer_at(self, queries, qi, batch, seq, times, published, due, run, logs,
+                                                answers)
         if published < len(batch):
             logs.append(self._publish(batch, seq, times, published, len(batch)))
         self.hwm_seq, self.hwm_t = hwm_seq, hwm_t
@@ -364,28 +365,6 @@ class PartitionCore:
                      "backfill_s": t_backfill,
                      **(self.handover.metrics if self.handover is not None else {})},
         )
-
-    def _answer(self, queries: Commands, qi: int, batch: MessageBatch, seq: np.ndarray, times: np.ndarray,
-                published: int, due: Commands, run: dict[int, int], logs: list[ChangeLog], answers: list[str]) -> int:
-        """Answer query row ``qi`` at its position: publish the messages before it, set the engine's
-        clock to the query's (:mod:`skype.dskype.snapshots`); returns the messages now published."""
-        at = int(queries.at[qi])
-        if at <= self.hwm_seq:  # an open stream's producer wrote it late: its window is gone
-            raise InputError("E138", where=f"partition {self.config.partition}",
-                             reason=f"query {int(queries.subs.ids[qi])} at position {at} arrived after the batch "
-                                    f"that holds its position")
-        cut = int(np.searchsorted(seq, at, side="left"))
-        if cut > published:
-            self._flush_subscribes(due, run)
-            logs.append(self._publish(batch, seq, times, published, cut))
-            published = cut
-        d = json.loads(queries.spec[qi])
-        clock = snapshots.query_clock(d, at, self.config.window.kind)
-        if clock is not None and self.config.advances() and clock > self.engine.clock:
-            logs.append(self.engine.advance_log(clock))
-        answers.append(snapshots.answer(self.engine, d, at, self.config.window.kind, self.config.partition,
-                                        self.window.seq_of))
-        return published
 
     # ------------------------------------------------------------------ keyword summaries
     def _hold(self, sid: int, delta: int, *, record: bool, engine: bool) -> None:

@@ -47,7 +47,7 @@ from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
 from skype.dskype.handover import routes_everywhere
-from skype.dskype.snapshots import is_query
+from skype.dskype.snapshots import query_error
 
 if TYPE_CHECKING:
     from skype.dskype.summaries import SummaryTables
@@ -346,12 +346,12 @@ def screen(messages: MessageBatch, seq: np.ndarray, commands: Commands, bounds) 
     if len(commands):
         has_record = np.diff(commands.subs.terms.indptr) > 0
         asked = np.flatnonzero(commands.op == OP_QUERY)
-        # the spec the driver compiles when it stages a query (skype.dskype.snapshots)
-        bad = [j for j in asked.tolist() if not is_query(commands.spec[j])]
+        # the spec the driver compiles when it stages a query (skype.dskype.snapshots), whole
+        why = {j: query_error(commands.spec[j]) for j in asked.tolist()}
+        bad = [j for j, reason in why.items() if reason is not None]
         for j in bad:
-            dead.append(_dead("command", int(commands.cseq[j]), int(commands.subs.ids[j]), InputError(
-                "E138", where="a query command", reason="it lacks the compiled spec the driver writes when it "
-                                                        "stages the stream")))
+            dead.append(_dead("command", int(commands.cseq[j]), int(commands.subs.ids[j]),
+                              InputError("E138", where="a query command", reason=why[j])))
         if bad:
             commands = commands.take(np.setdiff1d(np.arange(len(commands)), bad))
         sub = commands.op == OP_SUB

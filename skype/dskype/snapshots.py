@@ -98,16 +98,22 @@ def asked_queries(inputs) -> list[dict]:
 
 def _first_fresh(times: list[np.ndarray], at: int, now: float, last: float) -> int:
     """The first sequence number whose message has ``now - t < last`` (exactly): the stream's
-    timestamps do not decrease, so the fresh messages are a suffix."""
-    flat = np.concatenate(times) if len(times) > 1 else times[0]
-    pos = int(np.searchsorted(flat, now - last, side="right"))  # near the border; settled exactly below
-    pos = min(max(pos, 0), at)
-    fresh = lambda i: Fraction(now) - Fraction(float(flat[i])) < Fraction(last)  # noqa: E731
-    while pos > 0 and fresh(pos - 1):
-        pos -= 1
-    while pos < at and not fresh(pos):
-        pos += 1
-    return pos
+    timestamps do not decrease, so the fresh messages are a suffix.  Searched chunk by chunk
+    from the newest: a query's work is the chunks its fresh suffix spans, not the stream so far."""
+    fresh = lambda t: Fraction(now) - Fraction(float(t)) < Fraction(last)  # noqa: E731
+    end = at
+    for chunk in reversed(times):
+        start = end - len(chunk)
+        if not fresh(chunk[0]):  # the border is in this chunk
+            pos = int(np.searchsorted(chunk, now - last, side="right"))  # near it; settled exactly below
+            pos = min(max(pos, 1), len(chunk))
+            while pos > 1 and fresh(chunk[pos - 1]):
+                pos -= 1
+            while pos < len(chunk) and not fresh(chunk[pos]):
+                pos += 1
+            return start + pos
+        end = start
+    return 0
 
 
 def query_json(spec: QuerySpec, n: int, qid: Any, now_t: float | None, from_seq: int | None) -> str:
@@ -122,6 +128,18 @@ def query_json(spec: QuerySpec, n: int, qid: Any, now_t: float | None, from_seq:
 def is_query(spec: object) -> bool:
     """Whether a command's spec is a compiled query (:func:`query_json`)."""
     return isinstance(spec, str) and spec.startswith('{"query"')
+
+
+def query_error(spec: object) -> str | None:
+    """Why a command's spec is not a compiled query (:func:`query_json`) an executor can answer,
+    or None: checked where records are screened, before it reaches a partition."""
+    if not is_query(spec):
+        return "it lacks the compiled spec the driver writes when it stages the stream"
+    try:
+        spec_of(json.loads(str(spec)))
+    except (ValueError, KeyError, TypeError, IndexError) as err:
+        return f"its compiled spec does not parse ({type(err).__name__}: {str(err)[:80]})"
+    return None
 
 
 def spec_of(d: dict) -> QuerySpec:
@@ -193,6 +211,30 @@ def answer(engine, d: dict, at: int, window_kind: str, partition: int, seq_of) -
            [int(e.id) for e in result] if spec.kind != "terms" else [])
     seq = seq_of(np.array(ids, np.int64)).tolist() if ids else []
     return json.dumps({"n": d["query"], "p": partition, "answer": io.answer_entries(spec.kind, result), "seq": seq})
+
+
+def answer_at(core, queries, qi: int, batch, seq: np.ndarray, times: np.ndarray, published: int, due,
+              run: dict[int, int], logs: list, answers: list[str]) -> int:
+    """A :class:`~skype.dskype.partition.PartitionCore` answers query row ``qi`` of its batch at
+    its position: it publishes the messages before it, sets its engine's clock to the query's
+    (:func:`query_clock`) and appends the answer line to ``answers``; returns the messages of
+    ``batch`` now published."""
+    at = int(queries.at[qi])
+    d = json.loads(queries.spec[qi])
+    if at <= core.hwm_seq:  # an open stream's producer wrote it late: its window is gone
+        raise InputError("E138", where=f"partition {core.config.partition}",
+                         reason=f"query {d.get('qid')!r} at position {at} arrived after the batch that holds "
+                                f"its position")
+    cut = int(np.searchsorted(seq, at, side="left"))
+    if cut > published:
+        core._flush_subscribes(due, run)
+        logs.append(core._publish(batch, seq, times, published, cut))
+        published = cut
+    clock = query_clock(d, at, core.config.window.kind)
+    if clock is not None and core.config.advances() and clock > core.engine.clock:
+        logs.append(core.engine.advance_log(clock))
+    answers.append(answer(core.engine, d, at, core.config.window.kind, core.config.partition, core.window.seq_of))
+    return published
 
 
 # --------------------------------------------------------------------------- merge

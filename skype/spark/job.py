@@ -85,8 +85,8 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
                          value=results_out)
     raw = isinstance(workload, RawStreams)
     if answers_out and (raw or settings.messages_dir or settings.source != "files" or settings.sink == "console"):
-        raise InputError("E136", what="--answers-out", detail="the driver stages the workload (no --vocabulary, "
-                         "--messages-dir or Kafka) and the sink writes files (not --sink console)")
+        raise InputError("E136", what="--answers-out",
+                         detail="no --vocabulary, --messages-dir or Kafka, and not --sink console")
     rebalancing.check_rebalance(settings.rebalance, settings.methods,
                                 staged=not (raw or settings.messages_dir or settings.source != "files"))
     # the executors see a relative run directory from their own working directory: resolve it here
@@ -123,8 +123,9 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
             asked = snapshots.asked_queries(inputs)
         if settings.engine == "core":
             settings.engine_options.update(kinds.engine_options(inputs))
+        # before planning: planning stages the stream and records the settings (run.json)
+        snapshots.refuse_summaries(inputs, runtime.summarised_methods(settings))
         plan = plan_run(run_path, settings, inputs)
-        snapshots.refuse_summaries(inputs, [pipe.method for pipe in plan.pipelines if runtime.summary_dir_of(plan, pipe)])
         plan.rebalancers = rebalancing.attach(plan, settings.rebalance, inputs, settings.rebalance_load)
         description = inputs.description
     t_plan = time.perf_counter() - t0

@@ -163,6 +163,15 @@ def piece_id(logged: int) -> int:
     return logged if logged >= 0 else -logged - 1
 
 
+def log_entry_count(log_ids: list[int]) -> int:
+    """The log entries ``meta.log_ids`` holds (its further pieces, ``< 0``, are not entries).
+
+    >>> log_entry_count([0, -2, -3, 3])
+    2
+    """
+    return sum(1 for logged in log_ids if logged >= 0)
+
+
 def join_pieces(log_ids: list[int], values: dict[int, bytes]) -> list[bytes]:
     """The log entries from their stored pieces, in log order.
 
@@ -289,7 +298,7 @@ class PartitionProcessor(_HostedProcessor):
                     yield Row(key=bucket_key, pipeline=pipeline, kind=RESULTS_REQUEST, payload=b"")
         metrics = dict(output.metrics, pipeline=pipeline, stage=PARTITION, partition=config.partition, upto=output.upto,
                        hit=info["hit"], cold=info["cold"], rebuild_s=info["rebuild_s"], host_pid=info["host_pid"],
-                       state_bytes_written=written, segments=len(meta.seg_ids), log_entries=len(meta.log_ids),
+                       state_bytes_written=written, segments=len(meta.seg_ids), log_entries=log_entry_count(meta.log_ids),
                        snapshot=snapshot is not None, read_s=t_read - t0, host_s=t_host - t_read,
                        write_s=t_emit - t_write, rpc_s=(t_host - t_read) - output.metrics["engine_s"]
                        - output.metrics["report_s"] - info["rebuild_s"],
@@ -344,6 +353,6 @@ class MergeProcessor(_HostedProcessor):
                 raise HostError(f"no merge state for the final results of key {key}")
             yield Row(pipeline=pipeline, kind="results", payload=reply[1])
         metrics = dict(metrics, stage=MERGE, pipeline=pipeline, bucket=bucket, hit=info["hit"], cold=info["cold"],
-                       rebuild_s=info["rebuild_s"], state_bytes_written=written, log_entries=len(meta.log_ids),
+                       rebuild_s=info["rebuild_s"], state_bytes_written=written, log_entries=log_entry_count(meta.log_ids),
                        task_s=time.perf_counter() - t0, spark_partition=_task_partition())
         yield Row(pipeline=pipeline, kind="metrics", payload=json.dumps(metrics).encode())

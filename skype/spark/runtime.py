@@ -210,11 +210,27 @@ def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
     return str(rebalance_dir(plan.run_dir, pipe.method)) if routes_everywhere(pipe.distribution) else None
 
 
+def activates(settings: RunSettings, caps) -> bool:
+    """Whether a method of capabilities ``caps`` runs the loose-prefix activation under
+    ``settings`` (:func:`activation_config`); from the settings alone, before planning."""
+    return bool(caps.activation) and settings.window.kind == "count" and settings.source == "files"
+
+
+def summarised_methods(settings: RunSettings) -> list[str]:
+    """The methods of ``settings`` whose partitions route messages by keyword summaries
+    (:func:`summary_dir_of`), known before planning."""
+    from skype.partitioning import capabilities_of
+
+    if settings.summaries == "off":
+        return []
+    return [method for method in settings.methods if activates(settings, capabilities_of(method))]
+
+
 def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
     """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.dskype.activation`): count
     windows only (a batch's expiries are bounded by its size, ``--batch-size``); other
     methods and time windows run every replica (exact mode)."""
-    if not dist.capabilities.activation or settings.window.kind != "count" or settings.source != "files":
+    if not activates(settings, dist.capabilities):
         return None
     return ActivationConfig(tuple(int(x) for x in dist.starts), settings.batch_size, int(settings.window.size))
 
@@ -265,10 +281,21 @@ def build_query(spark, plan: Plan, token: str, sink):
 OUT_OF_MEMORY = ("java.lang.OutOfMemoryError", "MemoryError", "Cannot allocate memory", "_receive_proto_message")
 
 
+def failing_batch(sink: EventSink, query) -> str:
+    """The id of the batch a run failed in: the one the sink was writing, else the one after the
+    last that completed (Spark's progress; its ids continue across a resumed run's processes)."""
+    if sink.running is not None:
+        return str(sink.running)
+    last = query.lastProgress if query is not None else None
+    done = [int(last["batchId"])] if last and last.get("batchId") is not None else []
+    done += sink.batches[-1:]
+    return str(max(done) + 1) if done else "the first of this process"
+
+
 @contextmanager
-def out_of_memory_as_error(spark, sink: EventSink) -> Iterator[None]:
-    """A run that fails for want of memory raises E131 (what to set) instead of the JVM's and the
-    workers' traces; other failures pass unchanged."""
+def out_of_memory_as_error(spark, sink: EventSink, query) -> Iterator[None]:
+    """A run that fails for want of memory raises E131 (the batch, what to set), chained to the
+    JVM's or the workers' error; other failures pass unchanged."""
     try:
         yield
     except Exception as err:
@@ -277,12 +304,15 @@ def out_of_memory_as_error(spark, sink: EventSink) -> Iterator[None]:
         if found is None:
             raise
         key, heap = batch_heap(spark)
-        line = next((ln.strip() for ln in text.splitlines() if found in ln), found)[:160]
         if found == "_receive_proto_message":
-            line = "the transformWithState state server closed its connection, as it does when the JVM heap runs out"
-        raise InputError("E131", batch=len(sink.batches), where=line,
+            where = ("probably out of memory (a transformWithState task lost its state server's connection, "
+                     "as it does when the server's thread dies of java.lang.OutOfMemoryError; the JVM's stderr "
+                     "says which)")
+        else:
+            where = "out of memory (" + next((ln.strip() for ln in text.splitlines() if found in ln), found)[:160] + ")"
+        raise InputError("E131", batch=failing_batch(sink, query), where=where,
                          advice=f"raise {key} (now {heap >> 20}m; --driver-memory in local mode) or lower "
-                                "--commands-per-batch and --batch-size") from None
+                                "--commands-per-batch and --batch-size") from err
 
 
 def run_query(spark, plan: Plan) -> RunOutcome:
@@ -296,7 +326,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     stopped = False
     offsets = OffsetCheck(s)
     try:
-        with out_of_memory_as_error(spark, sink):
+        with out_of_memory_as_error(spark, sink, query):
             while query.isActive:
                 query.awaitTermination(0.25)
                 if not offsets.passes(query):
@@ -315,7 +345,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     if not offsets.passes(query):  # the batches that ended after the last poll
         offsets.raise_error()
     if query.exception() is not None:
-        with out_of_memory_as_error(spark, sink):
+        with out_of_memory_as_error(spark, sink, query):
             raise query.exception()
     progress = [p for p in query.recentProgress if p.get("batchId") is not None]
     if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):

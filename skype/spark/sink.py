@@ -61,10 +61,12 @@ class EventSink:
         self.kafka = ((plan.settings.kafka_bootstrap, plan.settings.events_topic) if plan.settings.sink == "kafka"
                       else None)
         self.methods = {pipe.index: pipe.method for pipe in plan.pipelines}
-        self.batches: list[int] = []
+        self.batches: list[int] = []  # the batch ids this process wrote (a resumed run's continue Spark's)
+        self.running: int | None = None  # the batch being written, until it is recorded
         self.rebalancers = plan.rebalancers  # skype.dskype.rebalancing, one per adaptive pipeline
 
     def __call__(self, df, batch_id: int) -> None:
+        self.running = int(batch_id)
         t0 = time.perf_counter()
         events = {pipeline: 0 for pipeline in self.events_dirs}
         if self.console:
@@ -102,6 +104,7 @@ class EventSink:
             record["rebalance"] = rebalance
         write_atomic(self.metrics_dir / f"batch-{batch_id:08d}.json", json.dumps(record))
         self.batches.append(int(batch_id))
+        self.running = None
 
 
 def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, results_dirs: dict[int, str], batches):
