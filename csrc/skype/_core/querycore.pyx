@@ -9,23 +9,13 @@ then the netted events of the step.
   enters their results on arrival; at expiry the *same probe* (the message's terms and location
   have not changed) gives exactly the subscriptions it leaves.  A result is recomputed from the
   window when asked for (``range_result``), so nothing is stored per (subscription, message).
-* ``knn``: a bounded buffer per subscription of capacity ``cap = knn_factor * k``, sorted by
-  (distance, newest first).  Invariant: the buffer is the exact prefix of the ranked matching
-  window messages, and it holds all of them when ``complete``; not complete implies at least k
-  entries.  An arrival is inserted when it ranks before the buffer's last entry (or the buffer
-  is complete), the buffer truncated to ``cap``.  An expiring entry is removed; a buffer that
-  drops below k and is not complete is re-evaluated from the message index (a best-first kNN
-  search for ``cap`` messages).  Candidates come from ``near``, a :class:`RectSubIndex` in which
-  each subscription is posted (with its predicate and cover terms) under the box of its k-th
-  distance circle: the last entry's distance, the whole plane while complete.  Invariant: the
-  posted box holds that circle.  Between refills the radius only shrinks, so the box is kept; a
-  refill that widens it reposts the subscription.  A probe gives exactly the subscriptions whose
-  box holds the message and whose predicate it satisfies; on expiry the same probe reaches every
-  buffer that may hold it.  (``knn_index=False``: per-term lists of the cover terms instead.)
+* ``knn``: the base class :class:`~skype._core.knnquery.KnnCore` (``knnquery.pyx``): bounded
+  buffers of the nearest matching messages, candidates from the ``near`` index of k-th distance
+  boxes, refills from the message index.
 * ``terms``: the base class :class:`~skype._core.termsquery.TermsCore` (``termsquery.pyx``):
   per-subscription buffers of exact counts, a bound, bounded tree walks, remembered bounds.
-* Events of knn and terms subscriptions are netted per step: their top-k before the step's
-  first change to them is compared with the top-k after the step.
+* Events of knn and terms subscriptions are netted per step (``_knn_net``, ``_terms_net``):
+  their top-k before the step's first change to them is compared with the top-k after the step.
 
 The snapshot queries are a subclass's (``querysnapshots.pyx``).
 """
@@ -35,23 +25,18 @@ from libcpp.algorithm cimport sort as std_sort
 from libcpp.functional cimport greater
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
+from skype._core.types cimport seq_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
 from skype._core.querywindow cimport QueryWindow, ALL_TERM
 from skype._core.rangeindex cimport RectSubIndex, RectSubC, KeywordRangeIndex
-from skype._core.termsquery cimport TermsCore
-from skype._core.predicate cimport eval_program, point_distance, OP_AND
+from skype._core.knnquery cimport KnnCore
+from skype._core.predicate cimport OP_AND
 
 
 cdef inline double now_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec * 1e9 + ts.tv_nsec
-
-
-cdef inline bint near_less(double d1, seq_t s1, double d2, seq_t s2) noexcept nogil:
-    """(d1, s1) ranks before (d2, s2): nearer, then newer."""
-    return d1 < d2 or (d1 == d2 and s1 > s2)
 
 
 def _arr(vector[int64_t]& v):
@@ -63,7 +48,7 @@ def _arr(vector[int64_t]& v):
     return out
 
 
-cdef class QueryCore(TermsCore):
+cdef class QueryCore(KnnCore):
     def __cinit__(self, double minx, double miny, double maxx, double maxy, double max_dist,
                   uint64_t count_window, double time_window, uint32_t grid=64, uint32_t knn_factor=2,
                   uint32_t leaf_capacity=64, bint timers=True, bint knn_index=True,
@@ -113,182 +98,13 @@ cdef class QueryCore(TermsCore):
         else:
             self.ranges.c_remove(slot)
 
-    def subscribe_knn(self, int64_t ext_id, double x, double y, uint32_t k, const int64_t[::1] prog,
-                      const int64_t[::1] cover):
-        cdef uint32_t slot, i
-        cdef term_t t
-        if self.knn_free.size():
-            slot = self.knn_free.back()
-            self.knn_free.pop_back()
-        else:
-            slot = <uint32_t>self.knn.size()
-            self.knn.resize(slot + 1)
-            self.knn_prog.resize(slot + 1)
-            self.knn_plen.resize(slot + 1)
-            self.knn_buf.resize(slot + 1)
-            self.knn_stamp.resize(slot + 1, 0)
-            self.knn_touch_step.resize(slot + 1, 0)
-            self.knn_before.resize(slot + 1)
-            self.knn_before_ids.resize(slot + 1)
-        self.qw.c_need_term_trees()         # refills search them
-        self.knn[slot] = KnnSubC(x, y, ext_id, k, k * self.knn_factor, 0, 1, 0, -1.0)
-        self.knn_prog[slot].clear()
-        for i in range(prog.shape[0]):
-            self.knn_prog[slot].push_back(prog[i])
-        self.knn_plen[slot] = prog.shape[0]
-        for i in range(cover.shape[0]):
-            self.knn_prog[slot].push_back(cover[i])
-        for i in range(max(<uint32_t>cover.shape[0], 1)):
-            if self.knn_index:
-                break
-            t = <term_t>cover[i] if cover.shape[0] else ALL_TERM
-            if t >= self.knn_lists.size():
-                self.knn_lists.resize(t + 1)
-            self.knn_lists[t].push_back(slot)
-        self._knn_refill(slot)
-        self._knn_post(slot)
-        return slot
-
-    def unsubscribe_knn(self, uint32_t slot):
-        cdef size_t i, j
-        cdef uint32_t ncover = self.knn_prog[slot].size() - self.knn_plen[slot]
-        cdef term_t t
-        if self.knn[slot].posted >= 0.0:
-            self.near.c_remove(self.knn[slot].post)
-            self.knn[slot].posted = -1.0
-        for i in range(max(ncover, 1)):
-            if self.knn_index:
-                break
-            t = <term_t>self.knn_prog[slot][self.knn_plen[slot] + i] if ncover else ALL_TERM
-            for j in range(self.knn_lists[t].size()):
-                if self.knn_lists[t][j] == slot:
-                    self.knn_lists[t][j] = self.knn_lists[t].back()
-                    self.knn_lists[t].pop_back()
-                    break
-        self.knn[slot].alive = 0
-        self.knn_buf[slot].clear()
-        self.knn_free.push_back(slot)
-
     # ------------------------------------------------------------------ knn and terms state
-    cdef void _knn_refill(self, uint32_t slot) noexcept nogil:
-        cdef KnnSubC* s = &self.knn[slot]
-        cdef vector[int64_t]* p = &self.knn_prog[slot]
-        cdef uint32_t plen = self.knn_plen[slot]
-        cdef int ncover = <int>(p.size() - plen)
-        cdef size_t i
-        cdef NearEntryC e
-        self.seqs.clear()
-        self.dists.clear()
-        self.qw.c_knn(s.x, s.y, s.cap, p.data(), plen, p.data() + plen, ncover, 0.0, 0.0, &self.seqs, &self.dists)
-        self.knn_buf[slot].clear()
-        for i in range(self.seqs.size()):
-            e.dist = self.dists[i]
-            e.seq = self.seqs[i]
-            self.knn_buf[slot].push_back(e)
-        s.complete = self.seqs.size() < s.cap
-        self.reevaluations += 1
-
-    cdef void _knn_post(self, uint32_t slot) noexcept nogil:
-        """Post the subscription in ``near`` with the box of its k-th distance circle (the whole
-        plane while its buffer is complete), unless the box it is posted with already holds it:
-        a radius only shrinks between refills, so a posted box stays a superset."""
-        cdef KnnSubC* s = &self.knn[slot]
-        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
-        cdef vector[int64_t]* p = &self.knn_prog[slot]
-        cdef uint32_t plen = self.knn_plen[slot]
-        cdef double r = 1e300, pad
-        cdef RectC box
-        cdef bint implied = True
-        cdef uint32_t i
-        if not self.knn_index:
-            return
-        if not s.complete and b.size():
-            r = b.back().dist
-        if s.posted >= 0.0 and r <= s.posted:
-            return
-        if s.posted >= 0.0:
-            self.near.c_remove(s.post)
-        if r >= 1e300:
-            box = RectC(-1e300, -1e300, 1e300, 1e300)
-        else:
-            pad = r * 1e-9 + 1e-9          # a distance <= r puts each coordinate inside, rounding included
-            box = RectC(s.x - r - pad, s.y - r - pad, s.x + r + pad, s.y + r + pad)
-        for i in range(plen):
-            if p[0][i] == OP_AND:
-                implied = False
-        s.post = self.near.c_add(<int64_t>slot, &box, p.data(), plen, p.data() + plen, <int>(p.size() - plen),
-                                 implied)
-        s.posted = r
-        self.knn_posts += 1
-
-    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms,
-                         bint checked) noexcept nogil:
-        """An arriving message, its predicate already checked or not: into the buffer if it ranks."""
-        cdef KnnSubC* s = &self.knn[slot]
-        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
-        cdef double d = point_distance(s.x, s.y, x, y)     # the cheap test first: most are too far
-        cdef size_t pos
-        cdef NearEntryC e
-        self.knn_probed += 1
-        if not s.complete and (b.size() == 0 or not near_less(d, seq, b.back().dist, b.back().seq)):
-            return
-        if not checked and not eval_program(self.knn_prog[slot].data(), self.knn_plen[slot], mt, nterms,
-                                            &self.qw.stack):
-            return
-        self.knn_matches += 1
-        pos = b.size()
-        while pos > 0 and near_less(d, seq, b[0][pos - 1].dist, b[0][pos - 1].seq):
-            pos -= 1
-        if pos < s.k:                # after the k-th entry it leaves the top-k as it was
-            self._knn_touch(slot)
-        e.dist = d
-        e.seq = seq
-        b.insert(b.begin() + pos, e)
-        if b.size() > s.cap:
-            b.pop_back()
-            s.complete = False
-
-    cdef bint _knn_drop(self, uint32_t slot, seq_t seq) noexcept nogil:
-        """An expiring message leaves the buffer if there; True when the buffer needs a refill."""
-        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
-        cdef size_t i
-        self.knn_probed += 1
-        for i in range(b.size()):
-            if b[0][i].seq == seq:
-                self.knn_removed += 1
-                if i < self.knn[slot].k:
-                    self._knn_touch(slot)
-                b.erase(b.begin() + i)
-                return not self.knn[slot].complete and b.size() < self.knn[slot].k
-        return False
-
-    cdef void _knn_touch(self, uint32_t slot) noexcept nogil:
-        cdef size_t i
-        cdef vector[NearEntryC]* b
-        if self.knn_touch_step[slot] == self.step:
-            return
-        self.knn_touch_step[slot] = self.step
-        self.knn_touched.push_back(slot)
-        b = &self.knn_buf[slot]
-        self.knn_before[slot].clear()
-        self.knn_before_ids[slot].clear()
-        for i in range(min(<size_t>self.knn[slot].k, b.size())):
-            self.knn_before[slot].push_back(<int64_t>b[0][i].seq)
-            self.knn_before_ids[slot].push_back(win_get(self.qw.window, b[0][i].seq).ext_id)
-
     # ------------------------------------------------------------------ the stream
-    cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil:
-        self.out_at.push_back(at)
-        self.out_sub.push_back(sub)
-        self.out_entry.push_back(entry)
-        self.out_entered.push_back(entered)
-
     cdef void _expire_oldest(self, int64_t at) noexcept nogil:
         cdef MsgC* m = win_oldest(self.qw.window)
         cdef const MsgTermC* mt = win_terms(self.qw.window, m)
-        cdef size_t i, j
-        cdef uint32_t slot, ti
-        cdef term_t t
+        cdef size_t i
+        cdef uint32_t slot
         cdef vector[uint32_t] refill
         cdef double start = now_ns()
         cdef double t0 = start, t1
@@ -311,25 +127,7 @@ cdef class QueryCore(TermsCore):
             t1 = now_ns()
             self.terms_ns += t1 - t0
             t0 = t1
-        self.knn_probes += 1
-        if self.knn_index:                   # a buffered message lies in the posted box
-            self.near_hits.clear()
-            self.near.c_probe(m.x, m.y, mt, m.nterms, &self.near_hits)
-            for j in range(self.near_hits.size()):
-                slot = <uint32_t>self.near.hot[self.near_hits[j]].ext_id
-                if self._knn_drop(slot, m.seq):
-                    refill.push_back(slot)
-        for ti in range(m.nterms):
-            t = mt[ti].term
-            if self.knn_index or t >= self.knn_lists.size():
-                continue
-            for j in range(self.knn_lists[t].size()):
-                slot = self.knn_lists[t][j]
-                if self.knn_stamp[slot] == self.knn_probes:
-                    continue
-                self.knn_stamp[slot] = self.knn_probes
-                if self._knn_drop(slot, m.seq):
-                    refill.push_back(slot)
+        self._knn_expiring(m, mt, &refill)
         if self.timers:
             t1 = now_ns()
             self.knn_ns += t1 - t0
@@ -346,9 +144,7 @@ cdef class QueryCore(TermsCore):
             t1 = now_ns()
             self.terms_ns += t1 - t0
             t0 = t1
-        for i in range(refill.size()):
-            self._knn_refill(refill[i])
-            self._knn_post(refill[i])
+        self._knn_refilled(&refill)
         if self.timers:
             t1 = now_ns()
             self.knn_ns += t1 - t0
@@ -380,9 +176,8 @@ cdef class QueryCore(TermsCore):
         cdef seq_t seq = self.qw.c_append(ext_id, x, y, t, terms, w, n)
         cdef MsgC* m = win_get(self.qw.window, seq)
         cdef const MsgTermC* mt = win_terms(self.qw.window, m)
-        cdef size_t i, j
-        cdef uint32_t slot, ti
-        cdef term_t term
+        cdef size_t i
+        cdef uint32_t slot
         cdef double t0 = now_ns(), t1
         if self.timers:
             self.window_ns += t0 - start      # the message into the window and its trees
@@ -407,82 +202,15 @@ cdef class QueryCore(TermsCore):
             t1 = now_ns()
             self.terms_ns += t1 - t0
             t0 = t1
-        self.knn_probes += 1
-        if self.knn_index:                   # only subscriptions whose k-th distance it may beat
-            self.near_hits.clear()
-            self.near.c_probe(x, y, mt, m.nterms, &self.near_hits)
-            for j in range(self.near_hits.size()):
-                self._knn_offer(<uint32_t>self.near.hot[self.near_hits[j]].ext_id, x, y, seq, mt, m.nterms, True)
-        for ti in range(m.nterms):
-            term = mt[ti].term
-            if self.knn_index or term >= self.knn_lists.size():
-                continue
-            for j in range(self.knn_lists[term].size()):
-                slot = self.knn_lists[term][j]
-                if self.knn_stamp[slot] == self.knn_probes:
-                    continue
-                self.knn_stamp[slot] = self.knn_probes
-                self._knn_offer(slot, x, y, seq, mt, m.nterms, False)
+        self._knn_arriving(x, y, seq, mt, m.nterms)
         if self.timers:
             self.knn_ns += now_ns() - t0
         self.arrivals += 1
         self.arrival_ns += now_ns() - start
 
     cdef void _flush(self, int64_t at) noexcept nogil:
-        cdef size_t i, j, a, n
-        cdef uint32_t slot
-        cdef bint found
-        cdef vector[NearEntryC]* b
-        cdef vector[term_t]* top
-        for i in range(self.knn_touched.size()):
-            slot = self.knn_touched[i]
-            b = &self.knn_buf[slot]
-            n = min(<size_t>self.knn[slot].k, b.size())
-            if n == self.knn_before[slot].size():     # the common case: the same top-k
-                a = 0
-                while a < n and <seq_t>self.knn_before[slot][a] == b[0][a].seq:
-                    a += 1
-                if a == n:
-                    continue
-            for a in range(n):                    # entered: in the top-k now, not before
-                found = False
-                for j in range(self.knn_before[slot].size()):
-                    if <seq_t>self.knn_before[slot][j] == b[0][a].seq:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.knn[slot].ext_id, win_get(self.qw.window, b[0][a].seq).ext_id, True)
-            for j in range(self.knn_before[slot].size()):   # left: before, not now
-                found = False
-                for a in range(n):
-                    if <seq_t>self.knn_before[slot][j] == b[0][a].seq:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.knn[slot].ext_id, self.knn_before_ids[slot][j], False)
-        for i in range(self.region_touched.size()):
-            slot = self.region_touched[i]
-            top = &self.region_top[slot]
-            if top[0] == self.region_before[slot]:   # the common case: counts moved, not the top-k
-                continue
-            for a in range(top.size()):
-                found = False
-                for j in range(self.region_before[slot].size()):
-                    if self.region_before[slot][j] == top[0][a]:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.region[slot].ext_id, <int64_t>top[0][a] - 1, True)
-            for j in range(self.region_before[slot].size()):
-                found = False
-                for a in range(top.size()):
-                    if self.region_before[slot][j] == top[0][a]:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.region[slot].ext_id, <int64_t>self.region_before[slot][j] - 1, False)
-        self.knn_touched.clear()
-        self.region_touched.clear()
+        self._knn_net(at)
+        self._terms_net(at)
         self.step += 1
 
     def _take_output(self):
@@ -541,16 +269,6 @@ cdef class QueryCore(TermsCore):
         cdef vector[int64_t]* p = &self.ranges.progs[slot]
         cdef int ncover = <int>s.cover_len if p[0][s.cover_pos] != ALL_TERM or s.prog_len else 0
         return self._range(&s.rect, p.data(), s.prog_len, p.data() + s.cover_pos, ncover, 0.0, 0.0)
-
-    def knn_result(self, uint32_t slot):
-        cdef vector[NearEntryC]* b = &self.knn_buf[slot]
-        cdef size_t i, n = min(<size_t>self.knn[slot].k, b.size())
-        ids = np.empty(n, dtype=np.int64)
-        dist = np.empty(n, dtype=np.float64)
-        for i in range(n):
-            ids[i] = win_get(self.qw.window, b[0][i].seq).ext_id
-            dist[i] = b[0][i].dist
-        return ids, dist
 
     # ------------------------------------------------------------------ a range answer (snapshots too)
     cdef object _range(self, const RectC* r, const int64_t* prog, int plen, const int64_t* cover, int ncover,

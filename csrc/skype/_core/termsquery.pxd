@@ -58,6 +58,12 @@ cdef class TermsCore:
     cdef TermGrid grid
     cdef vector[CellRangeC] region_cells   # by slot: the grid cells its rectangle meets
     cdef uint64_t region_grid_checks, region_grid_bounded
+    # the change log of the kinds, in columns (range, knn and terms all emit into it)
+    cdef vector[int64_t] out_at, out_sub, out_entry
+    cdef vector[uint8_t] out_entered
+
+    cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil
+    cdef void _terms_net(self, int64_t at) noexcept nogil
 
     cdef void _region_touch(self, uint32_t slot) noexcept nogil
     cdef void _terms_window(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil

@@ -318,3 +318,39 @@ cdef class TermsCore:
             ids[i] = <int64_t>top[0][i] - 1
             counts[i] = key_count(self.region_buf[slot][i].first)
         return ids, counts
+
+    # ------------------------------------------------------------------ the change log
+    cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil:
+        self.out_at.push_back(at)
+        self.out_sub.push_back(sub)
+        self.out_entry.push_back(entry)
+        self.out_entered.push_back(entered)
+
+    cdef void _terms_net(self, int64_t at) noexcept nogil:
+        """The step's events: a term entered (in the top-k now, not before) or left."""
+        cdef size_t i, j, a
+        cdef uint32_t slot
+        cdef bint found
+        cdef vector[term_t]* top
+        for i in range(self.region_touched.size()):
+            slot = self.region_touched[i]
+            top = &self.region_top[slot]
+            if top[0] == self.region_before[slot]:   # the common case: counts moved, not the top-k
+                continue
+            for a in range(top.size()):
+                found = False
+                for j in range(self.region_before[slot].size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.region[slot].ext_id, <int64_t>top[0][a] - 1, True)
+            for j in range(self.region_before[slot].size()):
+                found = False
+                for a in range(top.size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.region[slot].ext_id, <int64_t>self.region_before[slot][j] - 1, False)
+        self.region_touched.clear()

@@ -1,0 +1,59 @@
+# The continuous knn kind: the base class of QueryCore (bounded buffers, the `near` index).
+from libcpp.vector cimport vector
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from skype._core.types cimport seq_t, MsgTermC
+from skype._core.window cimport MsgC
+from skype._core.rangeindex cimport RectSubIndex
+from skype._core.termsquery cimport TermsCore
+
+
+cdef struct NearEntryC:            # a kNN buffer entry
+    double dist
+    seq_t seq
+
+
+cdef struct KnnSubC:
+    double x
+    double y
+    int64_t ext_id
+    uint32_t k
+    uint32_t cap                   # buffer capacity (>= k)
+    uint8_t complete               # the buffer holds every matching window message
+    uint8_t alive
+    uint32_t post                  # its slot in the `near` index (with knn_index)
+    double posted                  # the radius it is posted with there (-1: not posted)
+
+
+cdef class KnnCore(TermsCore):
+    # knn subscriptions, by slot
+    cdef vector[KnnSubC] knn
+    cdef vector[vector[int64_t]] knn_prog  # predicate program, then cover terms
+    cdef vector[uint32_t] knn_plen
+    cdef vector[vector[NearEntryC]] knn_buf
+    cdef vector[uint32_t] knn_free
+    cdef vector[vector[uint32_t]] knn_lists    # by cover term: knn slots (ALL_TERM: no predicate)
+    cdef vector[uint64_t] knn_stamp
+    cdef uint64_t knn_probes
+    cdef bint knn_index                    # candidates from `near` (else from knn_lists)
+    cdef RectSubIndex near                 # knn subscriptions by their k-th distance circle's box
+    cdef vector[uint32_t] near_hits
+    cdef uint64_t knn_posts
+    # one step's netting: touched knn slots and their top-k before the step
+    cdef vector[uint64_t] knn_touch_step
+    cdef vector[uint32_t] knn_touched
+    cdef vector[vector[int64_t]] knn_before       # seqs
+    cdef vector[vector[int64_t]] knn_before_ids   # their ids
+    cdef vector[seq_t] seqs                # scratch of a refill
+    cdef vector[double] dists
+    cdef uint64_t reevaluations, knn_probed, knn_matches, knn_removed
+
+    cdef void _knn_arriving(self, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms) noexcept nogil
+    cdef void _knn_expiring(self, const MsgC* m, const MsgTermC* mt, vector[uint32_t]* refill) noexcept nogil
+    cdef void _knn_refilled(self, const vector[uint32_t]* refill) noexcept nogil
+    cdef void _knn_net(self, int64_t at) noexcept nogil
+    cdef void _knn_touch(self, uint32_t slot) noexcept nogil
+    cdef void _knn_refill(self, uint32_t slot) noexcept nogil
+    cdef void _knn_post(self, uint32_t slot) noexcept nogil
+    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms,
+                         bint checked) noexcept nogil
+    cdef bint _knn_drop(self, uint32_t slot, seq_t seq) noexcept nogil
