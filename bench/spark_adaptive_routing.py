@@ -1,0 +1,106 @@
+"""Deterministic counters of the adaptive methods' routing on Spark: what the runtime routes today
+against routing by ownership and keyword summaries (issue 25, deliverable 2).
+
+For each adaptive method and partition count the distribution is built exactly as
+``python -m skype.run distributed`` builds it (:func:`skype.dskype.plan.build_distribution_for`:
+exact mode, ``theta = 0``), then two routings of the same stream are counted:
+
+* ``today``: the runtime's :class:`skype.dskype.routing.Router` (the ``everywhere`` mode): message
+  rows routed per message, and the records each partition keeps (its *ledger*: every live
+  subscription) next to those it hosts (owner of the home unit under version 0);
+* ``by_summaries``: the distribution layer's own routing (:mod:`skype.partitioning.units`), which
+  is what routing by ownership and summaries sends: each subscription to the owners of its units
+  (its replicas), each message to the partitions whose summary holds one of its terms (the
+  meeting argument of ``units.py`` makes this exact); the records hosted per partition, the
+  replication ratio, and the message rows per message.
+
+The targets of issue 25 at P = 16 on tweets: rows per message <= P/2 and the busiest partition's
+records <= 1.5 x S/P x replication ratio (``meets_*`` columns).  Counters only: no timing, no
+Spark session, the same figures on every machine for a seed.  Usage::
+
+    nice python bench/spark_adaptive_routing.py --num-subs 20000 --num-messages 20000 \\
+        --partitions 2,4,8,16 [--methods agrid,kdt,qt,aqwa] [--json out.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def counters(method: str, partitions: int, args, inputs) -> dict:
+    """The two routings' counters for one method and partition count (module docstring)."""
+    from skype.cli.distributed import settings_from_args
+    from skype.dskype.codec import OP_SUB, Commands
+    from skype.dskype.handover import UnitLocator
+    from skype.dskype.plan import build_distribution_for
+    from skype.dskype.routing import Router, routing_copy
+
+    args.method, args.partitions = (method,), partitions
+    settings = settings_from_args(args, inputs.bounds)
+    t0 = time.perf_counter()
+    dist = build_distribution_for(settings, method, inputs)
+    build_s = time.perf_counter() - t0
+    subs = inputs.subscriptions
+    messages = inputs.messages()
+    S, M, P = len(subs), len(messages), partitions
+
+    # today: every message and every command to every partition; the ledger on each is S
+    router = Router(routing_copy(dist), list(range(P)))
+    n = len(subs)
+    cmds = Commands(np.arange(n, dtype=np.int64), np.full(n, -1, np.int64), np.full(n, OP_SUB, np.int8), subs,
+                    np.zeros(n, np.int32), None)
+    parts = router.route(messages, np.arange(M, dtype=np.int64), cmds)
+    today_rows = sum(p.num_messages for p in parts.values())
+    hosted_today = np.bincount(UnitLocator.of(dist).home_partitions(subs), minlength=P)
+
+    # by ownership and summaries: the distribution layer's placements and summary routing
+    placed = dist.route_subscriptions(subs, None)  # the same ids again: the same placements
+    _, pparts = placed.pairs()
+    hosted = np.bincount(pparts.astype(np.int64), minlength=P)
+    replication = float(len(pparts)) / max(S, 1)
+    routed = dist.route_messages(messages)
+    per_message = float(routed.counts().sum()) / max(M, 1)
+    bound = 1.5 * S / P * replication
+    return {"method": method, "partitions": P, "subscriptions": S, "messages": M, "build_s": round(build_s, 1),
+            "today_rows_per_message": today_rows / max(M, 1), "today_commands_per_subscribe":
+                sum(len(Commands.unpack(p.commands)) for p in parts.values() if p.commands) / max(S, 1),
+            "today_ledger_per_partition": S, "today_hosted_max": int(hosted_today.max()),
+            "rows_per_message": round(per_message, 3), "replication": round(replication, 3),
+            "hosted_max": int(hosted.max()), "hosted_mean": round(float(hosted.mean()), 1),
+            "hosted_bound": round(bound, 1), "meets_rows": bool(per_message <= P / 2), "meets_hosted": bool(hosted.max() <= bound)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from skype.cli.inputs import load_inputs
+    from skype.run import build_parser
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--num-subs", type=int, default=20_000)
+    p.add_argument("--num-messages", type=int, default=20_000)
+    p.add_argument("--partitions", default="2,4,8,16")
+    p.add_argument("--dataset", default="tweets")
+    p.add_argument("--methods", default="agrid,kdt,qt,aqwa")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="also append the rows to this JSON-lines file")
+    a = p.parse_args(argv)
+    args = build_parser().parse_args(["distributed", "--dataset", a.dataset, "--num-subs", str(a.num_subs),
+                                      "--num-messages", str(a.num_messages), "--window", "10000",
+                                      "--seed", str(a.seed)])
+    inputs = load_inputs(args)
+    print(f"# {a.dataset}, {a.num_subs:,} subscriptions, {a.num_messages:,} messages, seed {a.seed}")
+    for method in a.methods.split(","):
+        for parts in (int(x) for x in a.partitions.split(",")):
+            row = counters(method, parts, args, inputs)
+            print(json.dumps(row), flush=True)
+            if a.json:
+                with open(a.json, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
