@@ -12,7 +12,12 @@ exact mode, ``theta = 0``), then two routings of the same stream are counted:
   is what routing by ownership and summaries sends: each subscription to the owners of its units
   (its replicas), each message to the partitions whose summary holds one of its terms (the
   meeting argument of ``units.py`` makes this exact); the records hosted per partition, the
-  replication ratio, and the message rows per message.
+  replication ratio, and the message rows per message;
+* ``prefix_*``: the same with *loose prefixes* (``theta_s`` estimated over a warm-up window of
+  ``--window`` messages, as ``partition-sim`` does): only a subscription's loose-prefix terms are
+  live.  On Spark that needs an activation scheme like ``prefix``'s (thresholds proven by the
+  engine, :mod:`skype.dskype.activation`), which the adaptive methods do not have: the column
+  says what it would buy.
 
 The targets of issue 25 at P = 16 on tweets: rows per message <= P/2 and the busiest partition's
 records <= 1.5 x S/P x replication ratio (``meets_*`` columns).  Counters only: no timing, no
@@ -29,6 +34,31 @@ import json
 import time
 
 import numpy as np
+
+
+def thresholds(inputs, window: int) -> np.ndarray:
+    """theta_s of every initial subscription after a warm-up window (partition-sim's estimate)."""
+    from skype.partitioning import estimate_thresholds
+
+    messages = inputs.messages()
+    warm = messages.slice(0, min(window, len(messages)))
+    return estimate_thresholds(inputs.subscriptions, warm, inputs.vocabulary, len(warm), bounds=inputs.bounds)
+
+
+def prefix_counters(method: str, partitions: int, inputs, theta: np.ndarray, sample_size: int) -> dict:
+    """Rows per message and replication when only loose-prefix terms are live."""
+    from skype.partitioning import build_distribution
+
+    messages = inputs.messages()
+    dist = build_distribution(method, partitions, inputs.subscriptions, messages.slice(0, sample_size),
+                              inputs.vocabulary, theta)
+    placed = dist.route_subscriptions(inputs.subscriptions, theta)
+    _, pparts = placed.pairs()
+    hosted = np.bincount(pparts.astype(np.int64), minlength=partitions)
+    replication = float(len(pparts)) / max(len(inputs.subscriptions), 1)
+    per_message = float(dist.route_messages(messages).counts().sum()) / max(len(messages), 1)
+    return {"prefix_rows_per_message": round(per_message, 3), "prefix_replication": round(replication, 3),
+            "prefix_hosted_max": int(hosted.max())}
 
 
 def counters(method: str, partitions: int, args, inputs) -> dict:
@@ -85,16 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="tweets")
     p.add_argument("--methods", default="agrid,kdt,qt,aqwa")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--window", type=int, default=10_000, help="warm-up window of the loose-prefix estimate")
+    p.add_argument("--no-prefix", action="store_true", help="skip the loose-prefix columns")
     p.add_argument("--json", default=None, help="also append the rows to this JSON-lines file")
     a = p.parse_args(argv)
     args = build_parser().parse_args(["distributed", "--dataset", a.dataset, "--num-subs", str(a.num_subs),
-                                      "--num-messages", str(a.num_messages), "--window", "10000",
+                                      "--num-messages", str(a.num_messages), "--window", str(a.window),
                                       "--seed", str(a.seed)])
     inputs = load_inputs(args)
     print(f"# {a.dataset}, {a.num_subs:,} subscriptions, {a.num_messages:,} messages, seed {a.seed}")
+    theta = None if a.no_prefix else thresholds(inputs, a.window)
     for method in a.methods.split(","):
         for parts in (int(x) for x in a.partitions.split(",")):
             row = counters(method, parts, args, inputs)
+            if theta is not None:
+                row.update(prefix_counters(method, parts, inputs, theta, args.sample_size))
             print(json.dumps(row), flush=True)
             if a.json:
                 with open(a.json, "a") as fh:

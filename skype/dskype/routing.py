@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,7 +51,7 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
-from skype.dskype.handover import routes_everywhere
+from skype.dskype.handover import routes_everywhere, write_replacing
 from skype.dskype.snapshots import query_error
 
 if TYPE_CHECKING:
@@ -465,10 +466,8 @@ def write_dead_letters(directory: str, dead: list[dict]) -> None:
     os.makedirs(directory, exist_ok=True)
     for kind, rows in by_kind.items():
         path = os.path.join(directory, f"{kind}-{min(r['position'] for r in rows):012d}.jsonl")
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in rows)
-        os.replace(tmp, path)
+        # a temporary name unique to the attempt; a duplicate attempt replaces the file whole
+        write_replacing(Path(path), "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
 
 
 def route_arrow(routers, batches, bounds=None, dead_letters: str | None = None):
