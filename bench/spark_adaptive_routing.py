@@ -24,7 +24,7 @@ records <= 1.5 x S/P x replication ratio (``meets_*`` columns).  Counters only: 
 Spark session, the same figures on every machine for a seed.  Usage::
 
     nice python bench/spark_adaptive_routing.py --num-subs 20000 --num-messages 20000 \\
-        --partitions 2,4,8,16 [--methods agrid,kdt,qt,aqwa] [--json out.jsonl]
+        --partitions 2,4,8,16 [--methods agrid,kdt,qt,aqwa] [--text-first] [--json out.jsonl]
 """
 
 from __future__ import annotations
@@ -59,6 +59,26 @@ def prefix_counters(method: str, partitions: int, inputs, theta: np.ndarray, sam
     per_message = float(dist.route_messages(messages).counts().sum()) / max(len(messages), 1)
     return {"prefix_rows_per_message": round(per_message, 3), "prefix_replication": round(replication, 3),
             "prefix_hosted_max": int(hosted.max())}
+
+
+def text_first_counters(partitions: int, inputs, sample_size: int) -> dict:
+    """The same counters for a text-first layout, for reference: ``keyword`` with keyword
+    summaries (a subscription on the partition of each of its terms, a message where one of its
+    terms is live)."""
+    from skype.partitioning import build_distribution
+
+    subs, messages = inputs.subscriptions, inputs.messages()
+    dist = build_distribution("keyword", partitions, subs, messages.slice(0, sample_size), inputs.vocabulary, None,
+                              summary=True)
+    _, pparts = dist.route_subscriptions(subs, None).pairs()
+    hosted = np.bincount(pparts.astype(np.int64), minlength=partitions)
+    replication = float(len(pparts)) / max(len(subs), 1)
+    per_message = float(dist.route_messages(messages).counts().sum()) / max(len(messages), 1)
+    bound = 1.5 * len(subs) / partitions * replication
+    return {"method": "keyword+summaries", "partitions": partitions, "subscriptions": len(subs),
+            "messages": len(messages), "rows_per_message": round(per_message, 3), "replication": round(replication, 3),
+            "hosted_max": int(hosted.max()), "hosted_bound": round(bound, 1),
+            "meets_rows": bool(per_message <= partitions / 2), "meets_hosted": bool(hosted.max() <= bound)}
 
 
 def counters(method: str, partitions: int, args, inputs) -> dict:
@@ -117,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", type=int, default=10_000, help="warm-up window of the loose-prefix estimate")
     p.add_argument("--no-prefix", action="store_true", help="skip the loose-prefix columns")
+    p.add_argument("--text-first", action="store_true",
+                   help="also count keyword with summaries (a text-first layout), for reference")
     p.add_argument("--json", default=None, help="also append the rows to this JSON-lines file")
     a = p.parse_args(argv)
     args = build_parser().parse_args(["distributed", "--dataset", a.dataset, "--num-subs", str(a.num_subs),
@@ -134,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
             if a.json:
                 with open(a.json, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
+    for parts in (int(x) for x in a.partitions.split(",")) if a.text_first else ():
+        row = text_first_counters(parts, inputs, args.sample_size)
+        print(json.dumps(row), flush=True)
+        if a.json:
+            with open(a.json, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
     return 0
 
 

@@ -130,6 +130,9 @@ def test_the_offset_records_the_version_and_a_replayed_batch_keeps_it(tmp_path):
     last = reader.latestOffset(reader.latestOffset(nxt, None), None)
     write_version(tables, TableVersion(2, 30, 2, _locator(shift=2)))
     assert reader.latestOffset(last, None) == last
+    # an offset logged before versions were recorded (an older run directory): the newest
+    legacy = {"messages": 10, "commands": 4}
+    assert versions_read({"messages": 0, "commands": 0}, legacy) == {(0, 2)}
 
 
 def test_every_partition_gets_the_stamp_and_a_batch_without_one_is_refused(tmp_path):

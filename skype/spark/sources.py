@@ -355,7 +355,13 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         pieces = []
-        tables = tuple(sorted((int(p), int(v)) for p, v in end.get("tables", {}).items()))
+        logged = end.get("tables")
+        if logged is None and self.tables:
+            # an offset logged before versions were recorded (an older run directory): the newest
+            # versions, as that run used them; a version decided after this batch has an
+            # effective position beyond its messages, so the batch does not apply it
+            logged = newest_tables(self.tables, {})
+        tables = tuple(sorted((int(p), int(v)) for p, v in (logged or {}).items()))
         for lane, reader in self.lanes.items():
             lo, hi = (int(start[lane]) if start else 0), int(end[lane])
             if lo < hi:
