@@ -221,6 +221,15 @@ class Handover:
     def _zero() -> dict:
         return {"handover_in": 0, "handover_out": 0, "handover_bytes": 0, "handover_versions": 0}
 
+    def stamped(self, stamps) -> int:
+        """The table version a batch's routed rows carry (E115 without: module docstring)."""
+        from skype.dskype.routing import stamped_tables  # routing imports this module
+
+        version = stamped_tables(stamps)
+        if version is None:
+            raise InputError("E115", partition=self.partition)
+        return version
+
     def _mine(self, subs: SubscriptionBatch, version: int) -> np.ndarray:
         return self.versions.tables[version].locator.home_partitions(subs) == self.partition
 

@@ -80,7 +80,6 @@ from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands
 from skype.dskype.handover import Handover
 from skype.dskype.hosted import APPLIED, Hosted, replay_commands
 from skype.dskype.kinds import NameRanks, read_vocabulary, result_arrays
-from skype.dskype.routing import stamped_tables
 from skype.dskype.reports import (DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, net_changes, pack_results,
                                  pair_keys)
 from skype.dskype.summaries import Coverage, MessageReadBack
@@ -197,13 +196,6 @@ class PartitionCore:
         self.coverage = (Coverage(config)
                          if config.summary_dir is not None and config.activation is not None else None)
 
-    def _tables(self, stamps) -> int:
-        """The table version the batch's routed rows carry (adaptive pipelines, E115 without)."""
-        version = stamped_tables(stamps)
-        if version is None:
-            raise InputError("E115", partition=self.config.partition)
-        return version
-
     def active(self, sub_id: int) -> bool:
         """Hosted and in the engine (not a dormant prefix replica)."""
         return sub_id in self.hosted and (self.activation is None or sub_id not in self.activation.dormant)
@@ -240,7 +232,7 @@ class PartitionCore:
         due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
         replay_commands(core.hosted, due, core.activation)
         if core.handover is not None:  # the log is the pipeline's ledger: host what the tables give here
-            core.hosted = core.handover.adopt(core.hosted, int(hwm_seq), core._tables(stamps))
+            core.hosted = core.handover.adopt(core.hosted, int(hwm_seq), core.handover.stamped(stamps))
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
         if running:
@@ -279,7 +271,7 @@ class PartitionCore:
             keep = np.flatnonzero(~(requests | asked))
             due, positions = due.take(keep), positions[keep]
         if self.handover is not None:  # the rows this partition owns, and the hand-overs of new table versions
-            due, positions = self.handover.resolve(due, positions, hwm_seq, self._tables(inp.stamps))
+            due, positions = self.handover.resolve(due, positions, hwm_seq, self.handover.stamped(inp.stamps))
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
         before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)
