@@ -113,6 +113,9 @@ class Errors:
     E112 = "the server at {url} kept refusing for {seconds} s (backpressure or recovery): {detail}"
     E113 = "the server at {url} sent something that is not an event object: {detail}"
     E114 = "{what} must be {expected}, got {value!r}"
+    # E115-E122: adaptive methods on Spark, versions through the stream (issue 25; skype.dskype.handover)
+    E115 = ("partition {partition} of an adaptive pipeline received a batch without its table version: "
+            "the stream must come from the staged source, which records the version in its offsets")
     # E130-E134: memory of a DSkype run on Spark (skype.spark.runtime, issue 25)
     E130 = "{setting}={value} holds about {commands} subscription commands per micro-batch, too few: {advice}"
     E131 = "the run failed in batch {batch}, {where}: {advice}"

@@ -198,8 +198,14 @@ class LocalPipeline:
         self.plan = plan_run(run_dir, settings, inputs)
         self.settings = settings
         token = hosts.new_token()
-        self.routers = [Router(routing_copy(pipe.distribution), pipe.partition_keys, summary_dir_of(self.plan, pipe))
-                        for pipe in self.plan.pipelines]
+        self.routers = [Router(routing_copy(pipe.distribution), pipe.partition_keys, summary_dir_of(self.plan, pipe),
+                               pipeline=pipe.index) for pipe in self.plan.pipelines]
+        from skype.spark.runtime import rebalance_dir_of
+
+        # adaptive pipelines: table versions recorded when a batch is planned, as the source does
+        self.table_dirs = {pipe.index: d for pipe in self.plan.pipelines
+                           if (d := rebalance_dir_of(self.plan, pipe)) is not None}
+        self.tables: dict = {}
         self.partitions = TwsTester(PartitionProcessor(token, partition_configs(self.plan), engine_cache))
         buckets = {key: (pipe.index, b) for pipe in self.plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
         self.merge = TwsTester(MergeProcessor(token, buckets, engine_cache))
@@ -229,8 +235,8 @@ class LocalPipeline:
         """Routed rows of the next batch, grouped by partition key (two input partitions)."""
         from pyspark.sql import Row
 
-        from skype.dskype.routing import route_arrow
-        from skype.spark.sources import to_events
+        from skype.dskype.routing import route_arrow, tables_events
+        from skype.spark.sources import newest_tables, to_events
 
         end = min(self.position + self.settings.batch_size, self.messages.num_rows)
         half = (self.position + end) // 2
@@ -239,6 +245,10 @@ class LocalPipeline:
         if not self.commands_sent and self.commands is not None:
             inputs.append(self.commands)
             self.commands_sent = True
+        if self.table_dirs:  # the control events of the batch's table versions, in every piece
+            self.tables = newest_tables(self.table_dirs, self.tables)
+            control = tables_events({int(p): v for p, v in self.tables.items()})
+            inputs = [b for piece in inputs for b in (control, piece)]
         self.position = end
         grouped: dict[int, list] = {}
         for out in route_arrow(self.routers, iter(inputs)):
@@ -319,7 +329,7 @@ def rotate_owners(directory, version: int, effective: int, shift: int) -> None:
 
     from skype.dskype.handover import TableVersion, VersionLog, write_version
 
-    base = VersionLog(str(directory)).refresh()[0].locator
+    base = VersionLog(str(directory)).upto(0)[0].locator
     P = int(base.owner.max()) + 1
     locator = dataclasses.replace(base, owner=((base.owner + shift) % P).astype(np.int32))
     write_version(directory, TableVersion(version, effective, -1, locator))

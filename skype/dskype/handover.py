@@ -14,21 +14,33 @@ by *units* whose owner a rebalancing policy may change at runtime.  On Spark the
   under the version in force (the invariant ``hosted == owned(ledger, version)``); one replica per
   subscription (``nrep = 1``), so each replica's list is the global top-k.
 * **Versions** are files ``version-<v>.pkl`` in the run directory (``DIR/rebalance/<method>/``),
-  written atomically by the driver after batch b and before batch b+1 starts, each with its
-  *effective position* ``e = h_b + 1`` (b's high-water mark + 1) and the whole locator (owners and,
-  for AQWA, the changed tree).  Version 0 is the build.  A partition applies version v in the first
-  batch whose messages reach ``e`` (``e <= hwm``), after the commands positioned at ``e`` or before
-  and before message ``e``: a re-run of batch b (``hwm = h_b < e``) never applies it.
+  written by the driver after batch b and before batch b+1 starts (each once: a duplicate
+  attempt finds the file and keeps it, :func:`write_version`), each with its *effective position*
+  ``e = h_b + 1`` (b's high-water mark + 1) and the whole locator (owners and, for AQWA, the
+  changed tree).  Version 0 is the build.
+* **The version travels with the stream.**  Which versions a batch may use is decided once, on
+  the driver, when the source plans the batch: :func:`newest_version` probes ``version-<v+1>``
+  by name (no directory listing), the number goes into the source's offset
+  (:class:`skype.spark.sources.PairedStreamReader`, ``"tables"``), and Spark logs that offset
+  before the batch runs, so a replayed batch reads its first attempt's number.  The reader puts
+  it in every input piece as a control event (``KIND_TABLES``), the router stamps every routed
+  row with it (``tables:<v>``, :func:`skype.dskype.routing.tables_stamp`), and a partition loads
+  exactly the files ``0..v`` by name.  It applies version ``w <= v`` in the first batch whose
+  messages reach ``e_w`` (``e_w <= hwm``), after the commands positioned at ``e_w`` or before
+  and before message ``e_w``: a re-run of batch b (``hwm = h_b < e``) never applies it.
 * **The hand-over** at ``e``: a partition that loses s unsubscribes it (silently, it is in the
   batch's command-touched set), the one that gains s subscribes it from its ledger record; its
   engine scores s over its window share, the whole window, so the new replica's list is the global
   top-k at ``e`` exactly.  Both report STATE rows in the same batch to the same merge bucket,
   which merges them into the subscription's net change in the batch: no event comes from the
   switch itself (:mod:`skype.dskype.merge`).
-* **Restart.**  The versions are files of the run directory, so a batch Spark re-runs sees the
-  same files and applies the same versions at the same positions.  A rebuilt partition replays its
-  command log into the ledger and takes ``owned(ledger, newest version with e <= hwm)``: the
-  invariant makes the hosted set independent of the order in which the log is replayed.
+* **Restart.**  A batch Spark re-runs carries the version number of its first attempt, and a
+  version file, once written, never changes, so it applies the same versions at the same
+  positions.  A rebuilt partition replays its command log into the ledger and takes
+  ``owned(ledger, newest version w <= v with e_w <= hwm)`` (``v``: the batch's stamp; a version
+  newer than the committed batch's was decided after it, so its ``e`` exceeds the committed
+  ``hwm``): the invariant makes the hosted set independent of the order in which the log is
+  replayed.
 
 What a move costs here: nothing crosses the network at the move (records and window are already
 everywhere); the price is paid before, P copies of every message and command.  The metrics count
@@ -39,6 +51,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,48 +121,89 @@ def version_path(directory: str | Path, version: int) -> Path:
     return Path(directory) / f"{VERSION_PREFIX}{version:06d}.pkl"
 
 
-def write_version(directory: str | Path, table: TableVersion) -> None:
-    """Write a version atomically (a batch that re-runs finds the same file)."""
+def write_version(directory: str | Path, table: TableVersion) -> bool:
+    """Write a version once (:func:`write_once`; the decision is deterministic, so the first
+    file is the one every reader must see).  Returns whether this call wrote it."""
     path = version_path(directory, table.version)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return write_once(path, pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _attempt_tmp(path: Path) -> Path:
+    """A temporary name unique to this attempt (a speculative or zombie attempt has its own)."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+
+
+def write_once(path: Path, blob: bytes) -> bool:
+    """Commit ``blob`` as ``path`` unless an attempt did first: written under a temporary name
+    unique to this attempt, then linked to its final name (``os.link`` fails on an existing
+    name, so two attempts never tear or replace each other's file).  Returns whether this call
+    committed it."""
+    if path.exists():
+        return False
+    tmp = _attempt_tmp(path)
     with open(tmp, "wb") as fh:
-        pickle.dump(table, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        fh.write(blob)
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def write_replacing(path: Path, blob: bytes) -> None:
+    """Commit ``blob`` as ``path``, replacing it atomically (a re-run's record of the same
+    decision), from a temporary name unique to this attempt."""
+    tmp = _attempt_tmp(path)
+    with open(tmp, "wb") as fh:
+        fh.write(blob)
     os.replace(tmp, path)
 
 
+def newest_version(directory: str | Path, known: int = 0) -> int:
+    """The newest version written, probed by name from ``known`` on (versions are numbered
+    without gaps); -1 when not even version 0 is there.  Called where a batch is planned: its
+    answer is recorded in the source's offset (module docstring)."""
+    v = max(int(known), 0)
+    if not version_path(directory, v).exists():
+        return -1 if v == 0 else v - 1  # a known version never disappears: an unreadable directory
+    while version_path(directory, v + 1).exists():
+        v += 1
+    return v
+
+
 class VersionLog:
-    """The versions of a run directory, loaded once each (a directory listing per batch)."""
+    """The versions ``0..v`` of a run directory, each loaded once, by name."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.tables: list[TableVersion] = []
 
-    def refresh(self) -> list[TableVersion]:
-        try:
-            names = sorted(n for n in os.listdir(self.directory) if n.startswith(VERSION_PREFIX) and n.endswith(".pkl"))
-        except OSError as err:
-            raise InputError("E064", path=self.directory, detail=str(err)) from None
-        for name in names[len(self.tables):]:
+    def upto(self, version: int) -> list[TableVersion]:
+        """The versions ``0..version`` (loaded by name; a missing one is an error, ``E064``)."""
+        for v in range(len(self.tables), int(version) + 1):
+            path = version_path(self.directory, v)
             try:
-                with open(os.path.join(self.directory, name), "rb") as fh:
+                with open(path, "rb") as fh:
                     table = pickle.load(fh)
             except (OSError, pickle.UnpicklingError, EOFError) as err:
-                raise InputError("E064", path=self.directory, detail=f"{name}: {err}") from None
-            if table.version != len(self.tables):
-                raise InputError("E064", path=self.directory, detail=f"{name} holds version {table.version}")
+                raise InputError("E064", path=self.directory, detail=f"{path.name}: {err}") from None
+            if table.version != v:
+                raise InputError("E064", path=self.directory, detail=f"{path.name} holds version {table.version}")
             self.tables.append(table)
         if not self.tables:
             raise InputError("E064", path=self.directory, detail="no version 0")
-        return self.tables
+        return self.tables[:int(version) + 1]
 
-    def in_force(self, position: int) -> int:
-        """The newest version whose effective position is at most ``position``."""
-        tables = self.refresh()
-        v = 0
-        while v + 1 < len(tables) and tables[v + 1].effective <= position:
-            v += 1
-        return v
+    def in_force(self, position: int, version: int) -> int:
+        """The newest version ``w <= version`` whose effective position is at most ``position``."""
+        tables = self.upto(version)
+        w = 0
+        while w + 1 < len(tables) and tables[w + 1].effective <= position:
+            w += 1
+        return w
 
 
 class Handover:
@@ -167,17 +221,27 @@ class Handover:
     def _zero() -> dict:
         return {"handover_in": 0, "handover_out": 0, "handover_bytes": 0, "handover_versions": 0}
 
+    def stamped(self, stamps) -> int:
+        """The table version a batch's routed rows carry (E115 without: module docstring)."""
+        from skype.dskype.routing import stamped_tables  # routing imports this module
+
+        version = stamped_tables(stamps)
+        if version is None:
+            raise InputError("E115", partition=self.partition)
+        return version
+
     def _mine(self, subs: SubscriptionBatch, version: int) -> np.ndarray:
         return self.versions.tables[version].locator.home_partitions(subs) == self.partition
 
-    def resolve(self, due: Commands, positions: np.ndarray, upto: int) -> tuple[Commands, np.ndarray]:
+    def resolve(self, due: Commands, positions: np.ndarray, upto: int,
+                version: int) -> tuple[Commands, np.ndarray]:
         """The rows this partition applies to its hosted set, in order, from the pipeline's due
         commands (sorted by position): its own subscribes, unsubscribes of ids it hosts, a
         subscribe of an id it hosts that now belongs elsewhere as an unsubscribe, and at each
-        version that comes into force (``effective <= upto``) the hand-over rows.  Updates the
-        ledger.  Returns (rows, their positions)."""
+        version up to the batch's stamp ``version`` that comes into force (``effective <= upto``)
+        the hand-over rows.  Updates the ledger.  Returns (rows, their positions)."""
         self.metrics = self._zero()
-        tables = self.versions.refresh()
+        tables = self.versions.upto(max(version, self.applied))
         coming = [v for v in range(self.applied + 1, len(tables)) if tables[v].effective <= upto]
         parts: list[Commands] = []
         pos_parts: list[np.ndarray] = []
@@ -248,11 +312,12 @@ class Handover:
         return Commands(np.full(n, -1, np.int64), np.full(n, -1, np.int64), op, batch.take(rows),
                         np.ones(n, np.int32), spec)
 
-    def adopt(self, ledger, hwm_seq: int):
+    def adopt(self, ledger, hwm_seq: int, version: int):
         """After a rebuild replayed the command log into ``ledger`` (every record): the version
-        in force at ``hwm_seq`` and the hosted set it implies (the invariant)."""
+        in force at ``hwm_seq`` among ``0..version`` (the stamp of the batch that rebuilds) and
+        the hosted set it implies (the invariant)."""
         self.ledger = ledger
-        self.applied = self.versions.in_force(hwm_seq)
+        self.applied = self.versions.in_force(hwm_seq, version)
         ids = sorted(ledger.rows)
         hosted = Hosted()
         if ids:

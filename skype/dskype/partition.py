@@ -203,9 +203,10 @@ class PartitionCore:
     # ------------------------------------------------------------------ rebuild
     @classmethod
     def rebuild(cls, config: PartitionConfig, hwm_seq: int, hwm_t: float, log: list[bytes],
-                segments: list[bytes]) -> PartitionCore:
+                segments: list[bytes], stamps: tuple = ()) -> PartitionCore:
         """The core at a committed state: replay the command log (snapshot first), then subscribe
-        the hosted subscriptions and publish the live window messages in ``seq`` order."""
+        the hosted subscriptions and publish the live window messages in ``seq`` order.
+        ``stamps``: those of the batch that rebuilds it (an adaptive pipeline's table version)."""
         core = cls(config)
         for blob in log:
             cols = codec.unpack(blob)
@@ -231,7 +232,7 @@ class PartitionCore:
         due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
         replay_commands(core.hosted, due, core.activation)
         if core.handover is not None:  # the log is the pipeline's ledger: host what the tables give here
-            core.hosted = core.handover.adopt(core.hosted, int(hwm_seq))
+            core.hosted = core.handover.adopt(core.hosted, int(hwm_seq), core.handover.stamped(stamps))
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
         if running:
@@ -270,7 +271,7 @@ class PartitionCore:
             keep = np.flatnonzero(~(requests | asked))
             due, positions = due.take(keep), positions[keep]
         if self.handover is not None:  # the rows this partition owns, and the hand-overs of new table versions
-            due, positions = self.handover.resolve(due, positions, hwm_seq)
+            due, positions = self.handover.resolve(due, positions, hwm_seq, self.handover.stamped(inp.stamps))
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
         before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)

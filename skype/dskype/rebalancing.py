@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import pickle
 import time
 from pathlib import Path
@@ -45,7 +44,8 @@ import numpy as np
 from skype.errors import InputError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
-from skype.dskype.handover import TableVersion, UnitLocator, routes_everywhere, version_path, write_version
+from skype.dskype.handover import (TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
+                                   write_replacing, write_version)
 from skype.dskype.results import partition_work
 
 
@@ -143,10 +143,7 @@ class Rebalancer:
 
     def _save(self, state: dict) -> None:
         path = self._state_path(state["batch"])
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
+        write_replacing(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
         old = self._state_path(state["batch"] - 2)
         if old.exists():
             old.unlink()
@@ -205,17 +202,14 @@ class Rebalancer:
         if path.exists():
             return np.asarray(json.loads(path.read_text()), np.float64)
         loads = partition_work([m for m in stages if m.get("pipeline") == self.pipeline], num_partitions)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(loads.tolist()))
-        os.replace(tmp, path)
+        if not write_once(path, json.dumps(loads.tolist()).encode()):  # a duplicate attempt wrote them first
+            return np.asarray(json.loads(path.read_text()), np.float64)
         return loads
 
     def _record(self, record: dict) -> dict:
         """Write the decision of a batch atomically (a re-run batch replaces it)."""
         name = f"decision-{record['batch']:08d}.json"
-        tmp = self.directory / f".{name}.tmp"
-        tmp.write_text(json.dumps(record, default=float))
-        os.replace(tmp, self.directory / name)
+        write_replacing(self.directory / name, json.dumps(record, default=float).encode())
         return record
 
     def _decision(self, batch: int) -> dict | None:

@@ -18,7 +18,11 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   placements, never commands x P;
 * the adaptive methods (agrid, kdt, qt, aqwa) route in the ``everywhere`` mode: every message and
   every command to every partition, which hosts what the versioned ownership tables give it
-  (:mod:`skype.dskype.handover`: live rebalancing moves subscriptions without re-routing them);
+  (:mod:`skype.dskype.handover`: live rebalancing moves subscriptions without re-routing them).
+  Which table versions a batch may use comes with the stream: a control event (``KIND_TABLES``,
+  ``id`` = the pipeline, ``seq`` = the newest version the source's offset recorded) in every
+  input piece; the router stamps each of the pipeline's routed rows with it (``summary`` =
+  :func:`tables_stamp`) and sends one to every partition, so every partition learns it;
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,7 +51,7 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
-from skype.dskype.handover import routes_everywhere
+from skype.dskype.handover import routes_everywhere, write_replacing
 from skype.dskype.snapshots import query_error
 
 if TYPE_CHECKING:
@@ -57,6 +62,8 @@ KIND_SUBSCRIBE = 1
 KIND_UNSUBSCRIBE = 2
 KIND_RESULTS = 3  # a results request (no record): to every partition
 KIND_QUERY = 4  # a snapshot query (no record): to one partition of a whole-window method, else everywhere
+KIND_TABLES = 5  # control: the table versions a batch may use (id: pipeline, seq: newest version)
+TABLES_STAMP = "tables:"
 
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
@@ -71,6 +78,49 @@ def event_arrow_schema():
                       ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), ("k", pa.int64()),
                       ("alpha", pa.float64()), ("term_ids", pa.list_(pa.int64())), ("weights", pa.list_(pa.float64())),
                       ("spec", pa.string())])
+
+
+def tables_stamp(version: int) -> str:
+    """The stamp of a routed row of an adaptive pipeline: the table versions its batch may use.
+
+    >>> tables_stamp(3), stamped_tables((tables_stamp(3),)), stamped_tables(("",))
+    ('tables:3', 3, None)
+    """
+    return f"{TABLES_STAMP}{int(version)}"
+
+
+def stamped_tables(stamps) -> int | None:
+    """The table version a partition's rows carry (the newest of their stamps), None if none."""
+    versions = [int(s[len(TABLES_STAMP):]) for s in stamps if s and s.startswith(TABLES_STAMP)]
+    return max(versions) if versions else None
+
+
+def tables_events(versions: dict[int, int]):
+    """The control events of a batch's table versions (pipeline -> newest version), in the
+    stream-event schema (:data:`KIND_TABLES`)."""
+    import pyarrow as pa
+
+    pipes = sorted(versions)
+    n = len(pipes)
+    cols = {"kind": pa.array(np.full(n, KIND_TABLES, np.int8)),
+            "seq": pa.array([int(versions[p]) for p in pipes], pa.int64()),
+            "id": pa.array([int(p) for p in pipes], pa.int64())}
+    schema = event_arrow_schema()
+    return pa.RecordBatch.from_arrays([cols.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
+
+
+def tables_from_arrow(batch) -> dict[int, int]:
+    """Pipeline -> table version of the control events in an Arrow batch of stream events."""
+    kind = np.asarray(batch.column("kind"), dtype=np.int8)
+    rows = np.flatnonzero(kind == KIND_TABLES)
+    if not len(rows):
+        return {}
+    pipes = np.asarray(batch.column("id").fill_null(0))[rows]
+    versions = np.asarray(batch.column("seq").fill_null(0))[rows]
+    out: dict[int, int] = {}
+    for p, v in zip(pipes.tolist(), versions.tolist()):
+        out[int(p)] = max(out.get(int(p), -1), int(v))
+    return out
 
 
 @dataclass
@@ -88,8 +138,10 @@ class RoutedPart:
 class Router:
     """Routes messages and commands with a distribution built in exact mode (see module docstring)."""
 
-    def __init__(self, dist: Distribution, keys: list[int], summary_dir: str | None = None) -> None:
+    def __init__(self, dist: Distribution, keys: list[int], summary_dir: str | None = None,
+                 pipeline: int = 0) -> None:
         self.dist = dist
+        self.pipeline = pipeline  # the run's method index: which control events are this router's
         self.num_partitions = dist.num_partitions
         self.keys = list(keys)
         self.summary_dir = summary_dir
@@ -98,8 +150,10 @@ class Router:
         # owns under the versioned tables (skype.dskype.handover)
         self.everywhere = routes_everywhere(dist)
 
-    def route(self, messages: MessageBatch, seq: np.ndarray, commands: Commands) -> dict[int, RoutedPart]:
-        """Partition -> what it receives; every partition gets a part when there are messages."""
+    def route(self, messages: MessageBatch, seq: np.ndarray, commands: Commands,
+              tables: int | None = None) -> dict[int, RoutedPart]:
+        """Partition -> what it receives; every partition gets a part when there are messages,
+        or when the batch carries this pipeline's table version ``tables`` (stamped on every part)."""
         P = self.num_partitions
         msg_rows: list[np.ndarray] = [np.zeros(0, np.int64)] * P
         stamps = [""] * P
@@ -114,10 +168,12 @@ class Router:
         out: dict[int, RoutedPart] = {}
         hwm_seq = int(seq.max()) if len(seq) else -1
         hwm_t = float(messages.t.max()) if len(messages) else -np.inf
+        if tables is not None:
+            stamps = [tables_stamp(tables)] * P
         for p in range(P):
             rows = msg_rows[p]
             cmds = cmd_parts[p]
-            if not len(messages) and not len(cmds):
+            if not len(messages) and not len(cmds) and tables is None:
                 continue
             out[p] = RoutedPart(codec.pack_messages(messages.take(rows), seq[rows]) if len(rows) else b"",
                                 cmds.pack() if len(cmds) else b"", hwm_seq, hwm_t, len(rows), stamps[p])
@@ -232,7 +288,7 @@ def events_from_arrow(batch) -> tuple[MessageBatch, np.ndarray, Commands]:
     _, weights = _list_column(batch.column("weights"))
     terms = TermMatrix(indptr, term_ids, weights)
     msg = np.flatnonzero(kind == KIND_MESSAGE)
-    cmd = np.flatnonzero(kind != KIND_MESSAGE)
+    cmd = np.flatnonzero((kind != KIND_MESSAGE) & (kind != KIND_TABLES))  # control events: tables_from_arrow
     messages = MessageBatch(cols["id"][msg], cols["x"][msg], cols["y"][msg], cols["t"][msg], terms.take(msg))
     seq = cols["seq"][msg].astype(np.int64)
     if len(msg) > 1 and (np.diff(seq) < 0).any():
@@ -292,7 +348,8 @@ class ShippedRouters:
             import pickle
 
             dists = pickle.loads(self.broadcast.value)
-            cached = [Router(d, k, sd) for d, k, sd in zip(dists, self.keys, self.summary_dirs)]
+            cached = [Router(d, k, sd, pipeline=i)
+                      for i, (d, k, sd) in enumerate(zip(dists, self.keys, self.summary_dirs))]
             _shipped.clear()
             _shipped[self.token] = cached
         return cached
@@ -409,10 +466,8 @@ def write_dead_letters(directory: str, dead: list[dict]) -> None:
     os.makedirs(directory, exist_ok=True)
     for kind, rows in by_kind.items():
         path = os.path.join(directory, f"{kind}-{min(r['position'] for r in rows):012d}.jsonl")
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in rows)
-        os.replace(tmp, path)
+        # a temporary name unique to the attempt; a duplicate attempt replaces the file whole
+        write_replacing(Path(path), "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
 
 
 def route_arrow(routers, batches, bounds=None, dead_letters: str | None = None):
@@ -426,12 +481,13 @@ def route_arrow(routers, batches, bounds=None, dead_letters: str | None = None):
         if batch.num_rows == 0:
             continue
         messages, seq, commands = events_from_arrow(batch)
+        tables = tables_from_arrow(batch)
         if bounds is not None:
             messages, seq, commands, dead = screen(messages, seq, commands, bounds)
             if dead and dead_letters:
                 write_dead_letters(dead_letters, dead)
         for router in routers:
-            yield from _routed_batch(router, router.route(messages, seq, commands))
+            yield from _routed_batch(router, router.route(messages, seq, commands, tables.get(router.pipeline)))
 
 
 def _routed_batch(router: Router, parts: dict[int, RoutedPart]):

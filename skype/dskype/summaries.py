@@ -43,12 +43,16 @@ sets are computed in full.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
+from skype.dskype.handover import write_replacing
 
 ALL = "*"  # a routed row's stamp when the router had no table for the partition: every term routed
 _NAME = re.compile(r"^p(\d+)-(\d+)\.npy$")
@@ -92,10 +96,12 @@ def publish(directory: str, partition: int, version: int, terms: np.ndarray) -> 
     terms = np.ascontiguousarray(terms, np.int64)
     os.makedirs(directory, exist_ok=True)
     path = _file(directory, partition, version)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, terms, allow_pickle=False)
-    os.replace(tmp, path)
+    # a temporary name unique to the attempt (two executors' pids may collide on a shared file
+    # system); a duplicate attempt replaces the file whole, and the digest the router stamps
+    # tells a partition which content it was routed by
+    buf = io.BytesIO()
+    np.save(buf, terms, allow_pickle=False)
+    write_replacing(Path(path), buf.getvalue())
     for old in _versions(directory).get(partition, [])[:-KEEP_VERSIONS]:
         try:
             os.remove(_file(directory, partition, old))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -200,7 +201,8 @@ class TermClaims:
         data = term.encode("utf-8")
         if not os.path.exists(path):
             os.makedirs(folder, exist_ok=True)
-            tmp = os.path.join(folder, f".{term_id}.{os.getpid()}.{id(self)}.tmp")
+            # unique to the attempt: process ids collide across executors sharing the directory
+            tmp = os.path.join(folder, f".{term_id}.{uuid.uuid4().hex}.tmp")
             with open(tmp, "wb") as fh:
                 fh.write(data)
             try:

@@ -157,7 +157,9 @@ def source_events(spark, plan: Plan):
                                         dense=s.window.kind == "count", dead_letters=dead)
         commands = sources.kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", dead_letters=dead)
         return messages.unionByName(commands)
-    return sources.paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s))
+    tables = {pipe.index: d for pipe in plan.pipelines if (d := rebalance_dir_of(plan, pipe)) is not None}
+    return sources.paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s),
+                                 tables=tables)
 
 
 def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:

@@ -13,6 +13,14 @@ so the batches are exactly those of a live run; a replayed batch reads the offse
 attempt logged.  New files may be added while the query runs; they must sort after the files
 already seen (checked) and appear complete (written under a hidden name and renamed).
 
+**Table versions in the offset.**  With adaptive pipelines (option ``tables``: pipeline ->
+its rebalance directory) the offset also records, per pipeline, the newest ownership-table
+version written when the batch was planned (``"tables"``, probed by name:
+:func:`skype.dskype.handover.newest_version`), and every input piece of the batch carries it as
+a control event (:func:`skype.dskype.routing.tables_events`).  Spark logs the offset before the
+batch runs, so a replayed batch uses exactly its first attempt's versions; an offset whose
+records do not advance keeps its versions too (no batch of versions alone).
+
 **Kafka (optional): :func:`kafka_events`.**  Each record's value is one stream-file record as
 JSON.  A message's ``seq`` is its Kafka offset, so the messages topic must have one partition (a
 total order); commands' ``cseq`` is their offset likewise.  Needs Spark's Kafka connector on the
@@ -21,6 +29,7 @@ classpath (``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark versio
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +40,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from skype.errors import InputError
 from skype.dskype.routing import (EVENT_SCHEMA_DDL, KIND_MESSAGE, KIND_QUERY, KIND_RESULTS, KIND_SUBSCRIBE,
-                                 KIND_UNSUBSCRIBE, event_arrow_schema)
+                                 KIND_UNSUBSCRIBE, event_arrow_schema, tables_events)
 
 SOURCE_NAME = "skype_stream"
 KINDS = ("messages", "commands")
@@ -279,6 +288,15 @@ def plan_batch(start: tuple[int, int], available: tuple[int, int], due_by: np.nd
 class LanePiece:
     lane: str  # "messages" or "commands"
     piece: object
+    tables: tuple = ()  # (pipeline, table version) pairs the batch may use: control events first
+
+
+def newest_tables(dirs: dict[int, str], known: dict) -> dict[str, int]:
+    """Pipeline (as a JSON key) -> the newest table version written in its directory, probed
+    by name from the version ``known`` (the start offset's) on."""
+    from skype.dskype.handover import newest_version
+
+    return {str(p): newest_version(d, int(known.get(str(p), 0))) for p, d in sorted(dirs.items())}
 
 
 class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -289,8 +307,9 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     records.  The driver keeps each command's position (8 bytes a command) to plan the batches."""
 
     def __init__(self, messages: StreamFilesReader, commands: StreamFilesReader,
-                 max_messages: int | None, max_commands: int | None) -> None:
+                 max_messages: int | None, max_commands: int | None, tables: dict[int, str] | None = None) -> None:
         self.lanes = {"messages": messages, "commands": commands}
+        self.tables = dict(tables or {})  # adaptive pipeline -> its rebalance directory (module docstring)
         self.max_messages, self.max_commands = max_messages, max_commands
         self.positions: list[np.ndarray] = []  # per command file, in name order
         self.due_by = np.zeros(0, np.int64)
@@ -313,7 +332,7 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return dict(self.__dict__, positions=[], due_by=np.zeros(0, np.int64))
 
     def initialOffset(self) -> dict:
-        return {"messages": 0, "commands": 0}
+        return {"messages": 0, "commands": 0, **({"tables": newest_tables(self.tables, {})} if self.tables else {})}
 
     def getDefaultReadLimit(self):
         return ReadAllAvailable()  # the caps are this reader's own (plan_batch)
@@ -327,19 +346,33 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             total_m, total_c = min(total_m, self.target[0]), min(total_c, self.target[1])
         begin = (int(start["messages"]), int(start["commands"])) if start else (0, 0)
         m1, c1 = plan_batch(begin, (total_m, total_c), self.due_by, self.max_messages, self.max_commands)
-        return {"messages": m1, "commands": c1}
+        if not self.tables:
+            return {"messages": m1, "commands": c1}
+        known = dict(start.get("tables", {})) if start else {}
+        if start and (m1, c1) == begin:  # nothing to read: the offset stands, versions included
+            return {"messages": m1, "commands": c1, "tables": known or newest_tables(self.tables, {})}
+        return {"messages": m1, "commands": c1, "tables": newest_tables(self.tables, known)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         pieces = []
+        logged = end.get("tables")
+        if logged is None and self.tables:
+            # an offset logged before versions were recorded (an older run directory): the newest
+            # versions, as that run used them; a version decided after this batch has an
+            # effective position beyond its messages, so the batch does not apply it
+            logged = newest_tables(self.tables, {})
+        tables = tuple(sorted((int(p), int(v)) for p, v in (logged or {}).items()))
         for lane, reader in self.lanes.items():
             lo, hi = (int(start[lane]) if start else 0), int(end[lane])
             if lo < hi:
-                pieces += [InputPartition(LanePiece(lane, p.value))
+                pieces += [InputPartition(LanePiece(lane, p.value, tables))
                            for p in reader.partitions({"records": lo}, {"records": hi})]
         return pieces
 
     def read(self, partition: InputPartition):
         piece: LanePiece = partition.value
+        if piece.tables:  # every piece: each routed Arrow batch then stamps every partition
+            yield tables_events(dict(piece.tables))
         yield from self.lanes[piece.lane].read(InputPartition(piece.piece))
 
     def commit(self, end: dict) -> None:
@@ -366,8 +399,9 @@ class PairedStreamSource(DataSource):
             lanes = [raw_reader(o, o[kind], kind) for kind in KINDS]
         else:
             lanes = [StreamFilesReader(o[kind], kind, None) for kind in KINDS]
+        tables = {int(p): d for p, d in json.loads(o["tables"]).items()} if o.get("tables") else None
         return PairedStreamReader(lanes[0], lanes[1], _positive(o.get("maxRecordsPerTrigger")),
-                                  _positive(o.get("maxCommandsPerTrigger")))
+                                  _positive(o.get("maxCommandsPerTrigger")), tables)
 
 
 def _positive(value) -> int | None:
@@ -375,12 +409,15 @@ def _positive(value) -> int | None:
 
 
 def paired_events(spark, messages: str, commands: str, max_messages: int | None, max_commands: int | None,
-                  **raw_options):
+                  tables: dict[int, str] | None = None, **raw_options):
     """A streaming DataFrame of both streams' events, batches cut by :func:`plan_batch`;
+    ``tables``: adaptive pipeline -> its rebalance directory (versions in the offsets);
     ``raw_options`` (``vocabulary``, ``bounds``, ...) make the executors read raw files."""
     spark.dataSource.register(PairedStreamSource)
     reader = (spark.readStream.format(SOURCE_NAME).option("messages", os.path.abspath(messages))
               .option("commands", os.path.abspath(commands)))
+    if tables:
+        reader = reader.option("tables", json.dumps({str(p): os.path.abspath(d) for p, d in tables.items()}))
     options = {"maxRecordsPerTrigger": max_messages, "maxCommandsPerTrigger": max_commands, **raw_options}
     for name, value in options.items():
         if value is not None:
