@@ -6,7 +6,7 @@ bands before it orders space, so a subscription whose alpha makes distance domin
 near block in every band and opens one in each: its work grows with the window.  Here every
 term's list (the same entries: exact weight, location, seq, Bloom mask of the message's terms)
 is one k-d tree whose splits choose, node by node, the dimension that spreads most: x or y
-(divided by MaxDist, as the spatial score is) or the weight (times ``weight_scale``).  A
+(divided by MaxDist, as the spatial score is) or the weight (times ``WEIGHT_SCALE``).  A
 spread-out list splits by location first; a city's cluster, where all locations are close,
 then splits by weight.  So a node's box and largest weight are tight in whichever dimension
 still matters, for any alpha: one structure serves distance-led and text-led subscriptions.
@@ -44,7 +44,7 @@ from skype._core.scoring cimport combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
 cdef double NORM_SLACK = 1e-9    # a message's weights have norm 1 up to rounding: their squares sum below 1 + this
-cdef double WEIGHT_SCALE = 0.5  # a weight extent counts as this much location extent / MaxDist
+cdef double WEIGHT_SCALE = 1.0  # a weight extent counts as this much location extent / MaxDist (tuned: docs/results.md)
 
 cdef enum:
     BLOCK = 8                # entries per leaf
