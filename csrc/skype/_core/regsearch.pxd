@@ -70,24 +70,50 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef double build_ns
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
+
+    @cython.final
     cdef void _collect(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
+
+    @cython.final
     cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil
+
+    @cython.final
     cdef int32_t _slot(self, term_t t) noexcept nogil
+
     cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
                                 const STermC* st) noexcept nogil
+
+    @cython.final
     cdef void _score_entry_item(self, const SubHotC* h, const SubTermC* terms, const SItemC* it,
                                 uint32_t cap) noexcept nogil
+
+    @cython.final
     cdef void _score_block(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
                            uint64_t p0, uint64_t p1, uint32_t cap) noexcept nogil
+
+    @cython.final
     cdef void _emit(self, vector[RankedC]* out) noexcept nogil
+
+    @cython.final
     cdef double _text_bound(self, const SubTermC* terms, uint32_t qi, double w) noexcept nogil
+
+    @cython.final
     cdef double _box_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
                            const SBoxC* box) noexcept nogil
+
+    @cython.final
     cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil
+
+    @cython.final
     cdef SItemC _pop(self) noexcept nogil
+
+    @cython.final
     cdef void _score_message(self, const SubHotC* h, const SubTermC* terms, uint32_t qi, seq_t seq,
                              uint32_t cap) noexcept nogil
+
+    @cython.final
     cdef void _offer(self, uint32_t cap, double score, seq_t seq) noexcept nogil
+
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil
 
