@@ -59,7 +59,7 @@ DEFAULT_COST = {
     "refresh_factor": 3.0,  # re-evaluate a complete (theta = 0) buffer beyond this many times k
 }
 TERM_ID_LIMIT = 2**32 - 1  # 32-bit term ids; the largest value marks "no term" in the block index
-REGISTRATIONS = ("replay", "search")  # how bulk registration finds the runs (docs/engine.md)
+REGISTRATIONS = ("replay", "search", "search-bands")  # how bulk registration finds the runs (docs/engine.md)
 BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT index, times leaf_capacity
 
 
@@ -126,7 +126,8 @@ class Engine(EngineBase):
     registration
         how a registration batch of at least 2,000 subscriptions into a non-empty window finds
         each subscription's first messages: ``"search"`` (default) a static index of the window
-        per subscription, or ``"replay"`` the window through a temporary subscription index
+        per subscription (per-term k-d trees; ``"search-bands"``: the earlier weight-band layout),
+        or ``"replay"`` the window through a temporary subscription index
         (``docs/engine.md``, "Registration by search").  The buffers are identical.
     timers
         per-phase clocks in ``stats()["phases"]["seconds"]`` (enter, disseminate, scan, verify,

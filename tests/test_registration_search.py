@@ -1,11 +1,14 @@
-"""Registration by search (csrc/skype/_core/regsearch.pyx) against the replay and the reference.
+"""Registration by search against the replay and the reference: the default layout, per-term
+k-d trees (csrc/skype/_core/regtree.pyx, ``registration="search"``), and the weight-band layout
+(csrc/skype/_core/regsearch.pyx, ``registration="search-bands"``).
 
 The search must hand ``Buffers.init_sub_from`` exactly the runs the replay (bulk.pyx) hands it,
 so every buffer (entries, dominance counters, thresholds, plans) is identical between the two
 registration paths; and the results before and after the stream equal the reference engine's.
 Adversarial inputs: tied scores (few distinct weights, grid locations), alpha 0 and 1,
-subscriptions whose terms the window never holds, k larger than the matches, and several
-passes (a small heap budget).
+subscriptions whose terms the window never holds, k larger than the matches, several passes
+(a small heap budget); for the trees also crowded locations (splits on equal coordinates,
+points on node borders), terms with one message, an empty and a one-message window.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary, normalize_rows
 from test_bulk_registration import FILL, INDEXES, WINDOWS, drive, reference, results, workload
 
+SEARCHES = ("search", "search-bands")
+MODES = ("replay",) + SEARCHES
+
 
 def engine(vocab, registration, *, buffer, budget=1 << 20, factor=2, **kw):
     eng = Engine(bounds=BOUNDS, vocabulary=vocab, buffer=buffer, registration=registration, **kw)
@@ -34,12 +40,13 @@ def states(eng, ids):
     return [eng._core.buffer_state(int(i)) for i in ids]
 
 
+@pytest.mark.parametrize("mode", SEARCHES)
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("index", INDEXES)
 @pytest.mark.parametrize("buffer", BUFFERS)
-def test_search_registration_equals_reference(buffer, index, window):
+def test_search_registration_equals_reference(buffer, index, window, mode):
     vocab, subs, msgs = workload(1)
-    eng = engine(vocab, "search", buffer=buffer, budget=600, factor=1, index=index, **WINDOWS[window],
+    eng = engine(vocab, mode, buffer=buffer, budget=600, factor=1, index=index, **WINDOWS[window],
                  **INDEXES[index])
     assert drive(eng, subs, msgs) == reference(1, window, None)
     assert eng.check_invariants()
@@ -47,11 +54,12 @@ def test_search_registration_equals_reference(buffer, index, window):
     assert b["mode"] == "search" and b["passes"] > 1 and b["search"]["searches"] > 0
 
 
+@pytest.mark.parametrize("mode", SEARCHES)
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("buffer", BUFFERS)
-def test_search_registration_mid_stream_equals_reference(buffer, window):
+def test_search_registration_mid_stream_equals_reference(buffer, window, mode):
     vocab, subs, msgs = workload(2)
-    eng = engine(vocab, "search", buffer=buffer, leaf_capacity=8, **WINDOWS[window])
+    eng = engine(vocab, mode, buffer=buffer, leaf_capacity=8, **WINDOWS[window])
     assert drive(eng, subs, msgs, split=60) == reference(2, window, 60)
     assert eng.stats()["bulk_registration"]["subscriptions"] == 160
 
@@ -62,26 +70,26 @@ def test_buffers_identical_to_the_replay(buffer):
     right after registration and after a stream that re-evaluates some of them."""
     vocab, subs, msgs = workload(5)
     got = {}
-    for mode in ("replay", "search"):
+    for mode in MODES:
         eng = engine(vocab, mode, buffer=buffer, budget=700, factor=1, window=150)
         eng.publish_batch(msgs.slice(0, FILL))
         eng.subscribe_batch(subs)
         after = states(eng, subs.ids)
         eng.publish_batch(msgs.slice(FILL, len(msgs)))
         got[mode] = (after, states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
-    assert got["search"] == got["replay"]
+    assert got["search"] == got["replay"] == got["search-bands"]
 
 
 def test_short_runs_fall_back_identically():
     # hot terms, tied scores: runs of k + 16 are too short for many skyband scans
     vocab, subs, msgs = dense_workload(seed=3, num_subs=160, num_messages=900, vocab_size=6, zipf=2.0)
     got = {}
-    for mode in ("replay", "search"):
+    for mode in MODES:
         eng = engine(vocab, mode, buffer="skyband", factor=1, window=300)
         eng.publish_batch(msgs.slice(0, FILL))
         eng.subscribe_batch(subs)
         got[mode] = (states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
-    assert got["search"] == got["replay"]
+    assert got["search"] == got["replay"] == got["search-bands"]
     assert got["search"][1] > 0
 
 
@@ -107,12 +115,16 @@ def _matrix(rows, vocab_size, max_terms, weights, draw):
 @st.composite
 def adversarial(draw):
     """A window over message terms [0, v) and subscriptions over [0, v + 3): some subscription
-    terms are absent from the window; grid locations and few weights tie scores; alphas include
-    0 and 1; k up to 40 (often above the matches)."""
+    terms are absent from the window (and rare ones have a single message); grid locations and
+    few weights tie scores; alphas include 0 and 1; k up to 40 (often above the matches)."""
     v = draw(st.integers(1, 6))
-    n_msgs = draw(st.integers(1, 120))
+    n_msgs = draw(st.integers(1, 240))
     n_subs = draw(st.integers(1, 40))
-    grid = st.integers(0, 4).map(lambda c: c * 4.0)
+    # a 5 x 5 grid, one or two crowded points (the trees split on weights, medians on equal
+    # coordinates, points on node borders), or a finer grid (deeper spatial splits)
+    cells = draw(st.sampled_from([5, 1, 2, 23]))
+    step = 4.0 if cells <= 5 else 0.7
+    grid = st.integers(0, cells - 1).map(lambda c: c * step)
     weights = [1.0, 2.0] if draw(st.booleans()) else [1.0, 2.0, 0.5, 3.0, 0.7]
     msgs = MessageBatch(np.arange(n_msgs, dtype=np.int64) * 5 + 1,
                         np.array(draw(st.lists(grid, min_size=n_msgs, max_size=n_msgs))),
@@ -138,10 +150,44 @@ def test_search_equals_replay_and_reference_on_adversarial_windows(case):
     ref.publish_batch(msgs)
     ref.subscribe_batch(subs)
     got = {}
-    for mode in ("replay", "search"):
+    for mode in MODES:
         eng = engine(vocab, mode, buffer=buffer, factor=factor, window=window)
         eng.publish_batch(msgs)
         eng.subscribe_batch(subs)
         got[mode] = states(eng, subs.ids)
         assert results(eng) == results(ref)
-    assert got["search"] == got["replay"]
+    assert got["search"] == got["replay"] == got["search-bands"]
+
+
+@pytest.mark.parametrize("fill", [0, 1])
+@pytest.mark.parametrize("mode", MODES)
+def test_registration_into_an_empty_or_one_message_window(mode, fill):
+    vocab, subs, msgs = workload(3)
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=150)
+    eng = engine(vocab, mode, buffer="cskyband", window=150)
+    for e in (ref, eng):
+        e.publish_batch(msgs.slice(0, fill))
+        e.subscribe_batch(subs)
+    assert results(eng) == results(ref)
+    for e in (ref, eng):
+        e.publish_batch(msgs.slice(fill, FILL))
+    assert results(eng) == results(ref)
+    assert eng.check_invariants()
+
+
+def test_tree_layout_counters():
+    """The default search builds one k-d tree per term (leaves of up to 8 entries, so at least
+    entries / 8 leaves and fewer than 2 nodes per leaf) and counts its descents and scans."""
+    vocab, subs, msgs = workload(4)
+    eng = engine(vocab, "search", buffer="cskyband", window=300)
+    eng.publish_batch(msgs.slice(0, FILL))
+    eng.subscribe_batch(subs)
+    search = eng.stats()["bulk_registration"]["search"]
+    leaves_at_least = search["entries"] / 8
+    assert leaves_at_least <= search["nodes"] < 4 * leaves_at_least + 2 * 20
+    # cSkyband initialises 32 sampled subscriptions per subscription first (the cost model)
+    assert search["searches"] == len(subs) - 32 and search["descents"] > 0 and search["entry_scans"] > 0
+    bands = engine(vocab, "search-bands", buffer="cskyband", window=300)
+    bands.publish_batch(msgs.slice(0, FILL))
+    bands.subscribe_batch(subs)
+    assert "nodes" not in bands.stats()["bulk_registration"]["search"]

@@ -36,6 +36,7 @@ from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, pre
 from skype._core.bulk cimport bulk_capacity, bulk_replay
 from skype._core.regsearch cimport RegistrationIndex, search_register
 from skype._core.regsearch import buffer_state
+from skype._core.regtree cimport RegistrationTree
 from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
@@ -432,7 +433,8 @@ cdef class CoreEngine:
         # the same passes, runs and build order as the replay
         search = None
         if self.reg_search and rest.size():
-            search = RegistrationIndex(self.window, self.max_dist)
+            search = (RegistrationIndex(self.window, self.max_dist) if self.reg_bands
+                      else RegistrationTree(self.window, self.max_dist))
             with nogil:
                 search.build(self.table, rest.data(), rest.size())
         start = 0
@@ -474,8 +476,10 @@ cdef class CoreEngine:
 
     def set_registration(self, str mode):
         """How a bulk registration finds each subscription's run: ``replay`` the window through a
-        temporary index (bulk.pyx) or ``search`` a static index of the window (regsearch.pyx)."""
-        self.reg_search = mode == "search"
+        temporary index (bulk.pyx) or search a static index of the window: ``search``, per-term
+        k-d trees (regtree.pyx), or ``search-bands``, weight bands in Z-order (regsearch.pyx)."""
+        self.reg_search = mode == "search" or mode == "search-bands"
+        self.reg_bands = mode == "search-bands"
 
     def configure_bulk(self, size_t min_batch, uint64_t budget_entries, int bulk_factor, bint skyband=False):
         """Bulk registration knobs: the smallest batch that uses it, the heap entries of one

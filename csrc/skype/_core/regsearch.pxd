@@ -2,7 +2,8 @@
 cimport cython
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, seq_t, RectC, SubTermC
+from skype._core.types cimport term_t, sid_t, seq_t, RectC, SubTermC
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers, RankedC
@@ -50,8 +51,7 @@ cdef struct ScoredC:             # a scored message in the top-C heap (worst at 
     seq_t seq
 
 
-@cython.final
-cdef class RegistrationIndex:
+cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTree (regtree.pyx) extends it
     cdef WindowStore window
     cdef double max_dist
     cdef vector[int32_t] term_slot           # term id -> index into terms, -1: not indexed
@@ -70,17 +70,85 @@ cdef class RegistrationIndex:
     cdef double build_ns
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
+
+    @cython.final
+    cdef void _collect(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
+
+    @cython.final
+    cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil
+
+    @cython.final
+    cdef int32_t _slot(self, term_t t) noexcept nogil
+
+    cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
+                                const STermC* st) noexcept nogil
+
+    @cython.final
+    cdef void _score_entry_item(self, const SubHotC* h, const SubTermC* terms, const SItemC* it,
+                                uint32_t cap) noexcept nogil
+
+    @cython.final
+    cdef void _score_block(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
+                           uint64_t p0, uint64_t p1, uint32_t cap) noexcept nogil
+
+    @cython.final
+    cdef void _emit(self, vector[RankedC]* out) noexcept nogil
+
+    @cython.final
     cdef double _text_bound(self, const SubTermC* terms, uint32_t qi, double w) noexcept nogil
+
+    @cython.final
     cdef double _box_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
                            const SBoxC* box) noexcept nogil
+
+    @cython.final
     cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil
+
+    @cython.final
     cdef SItemC _pop(self) noexcept nogil
+
+    @cython.final
     cdef void _score_message(self, const SubHotC* h, const SubTermC* terms, uint32_t qi, seq_t seq,
                              uint32_t cap) noexcept nogil
+
+    @cython.final
     cdef void _offer(self, uint32_t cap, double score, seq_t seq) noexcept nogil
+
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil
 
 
 cdef uint64_t search_register(Buffers b, RegistrationIndex idx, SubTable table, const sid_t* sids,
                               size_t n, double* build_ns) noexcept nogil
+
+
+cdef inline double now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1e9 + ts.tv_nsec
+
+
+cdef inline void box_start(SBoxC* b, const SEntryC* e) noexcept nogil:
+    b.r.minx = e.x
+    b.r.maxx = e.x
+    b.r.miny = e.y
+    b.r.maxy = e.y
+    b.maxw = e.w
+
+
+cdef inline void box_widen(SBoxC* b, double minx, double miny, double maxx, double maxy, double w) noexcept nogil:
+    if minx < b.r.minx:
+        b.r.minx = minx
+    if maxx > b.r.maxx:
+        b.r.maxx = maxx
+    if miny < b.r.miny:
+        b.r.miny = miny
+    if maxy > b.r.maxy:
+        b.r.maxy = maxy
+    if w > b.maxw:
+        b.maxw = w
+
+
+cdef inline uint64_t term_bit(term_t t) noexcept nogil:
+    """A term's bit in a message's term mask (a 64-bit Bloom filter of its terms)."""
+    return (<uint64_t>1) << ((t * 0x9E3779B97F4A7C15ull) >> 58)

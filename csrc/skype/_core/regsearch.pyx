@@ -48,12 +48,10 @@ fewer than C matches nothing is pruned (pruning needs a full heap), so every mat
 full run (C kept) is marked truncated, as the replay marks a full heap: a scan needing more
 falls back to the message index in ``Buffers._next``, identically.
 """
-cimport cython
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt
 from libc.stdint cimport int32_t, uint32_t, uint64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport term_t, sid_t, seq_t, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.scoring cimport combine, spatial_sim, mindist
@@ -76,17 +74,6 @@ cdef enum:
     LEVEL_SUPER = 1
     LEVEL_BLOCK = 2
     LEVEL_ENTRY = 3
-
-
-cdef inline double now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1e9 + ts.tv_nsec
-
-
-cdef inline uint64_t term_bit(term_t t) noexcept nogil:
-    """A term's bit in a message's term mask (a 64-bit Bloom filter of its terms)."""
-    return (<uint64_t>1) << ((t * 0x9E3779B97F4A7C15ull) >> 58)
 
 
 cdef inline uint32_t quantize(double v, double lo, double span) noexcept nogil:
@@ -124,27 +111,6 @@ cdef inline bint worse(const ScoredC* a, double score, seq_t seq) noexcept nogil
     return a.score < score or (a.score == score and a.seq < seq)
 
 
-cdef inline void box_start(SBoxC* b, const SEntryC* e) noexcept nogil:
-    b.r.minx = e.x
-    b.r.maxx = e.x
-    b.r.miny = e.y
-    b.r.maxy = e.y
-    b.maxw = e.w
-
-
-cdef inline void box_widen(SBoxC* b, double minx, double miny, double maxx, double maxy, double w) noexcept nogil:
-    if minx < b.r.minx:
-        b.r.minx = minx
-    if maxx > b.r.maxx:
-        b.r.maxx = maxx
-    if miny < b.r.miny:
-        b.r.miny = miny
-    if maxy > b.r.maxy:
-        b.r.maxy = maxy
-    if w > b.maxw:
-        b.maxw = w
-
-
 cdef inline void box_join(SBoxC* b, const SBoxC* o) noexcept nogil:
     box_widen(b, o.r.minx, o.r.miny, o.r.maxx, o.r.maxy, o.maxw)
 
@@ -153,7 +119,6 @@ cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
     return a < b
 
 
-@cython.final
 cdef class RegistrationIndex:
     def __cinit__(self, WindowStore window, double max_dist):
         self.window = window
@@ -164,9 +129,59 @@ cdef class RegistrationIndex:
 
     # ------------------------------------------------------------------ build
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
-        """Index the window's messages under the terms of sids[0:n]."""
+        """Index the window's messages under the terms of sids[0:n]: weight bands in Z-order."""
         cdef double t0 = now_ns()
-        cdef size_t i, q, j, nt
+        cdef size_t nt
+        cdef uint64_t b, nb, blk, stop, p
+        cdef STermC* st
+        cdef SEntryC* e
+        cdef SBoxC box
+        cdef SBandC band
+        self._collect(table, sids, n)
+        self.bands.clear()
+        self.supers.clear()
+        self.blocks.clear()
+        # per term: weight order, bands of a weight range in Z-order, headers
+        e = self.entries.data()
+        for nt in range(self.terms.size()):
+            st = &self.terms[nt]
+            std_sort(e + st.first, e + st.stop, heavier)
+            st.band0 = <uint32_t>self.bands.size()
+            b = st.first
+            while b < st.stop:
+                nb = b + 1
+                while nb < st.stop and (e[nb].w >= BAND_RATIO * e[b].w or nb - b < MIN_BAND):
+                    nb += 1
+                std_sort(e + b, e + nb, z_before)
+                band.first = b
+                band.stop = nb
+                band.super0 = <uint32_t>self.supers.size()
+                band.block0 = <uint32_t>self.blocks.size()
+                blk = b
+                while blk < nb:
+                    stop = blk + BLOCK if blk + BLOCK < nb else nb
+                    box_start(&box, &e[blk])
+                    for p in range(blk + 1, stop):
+                        box_widen(&box, e[p].x, e[p].y, e[p].x, e[p].y, e[p].w)
+                    if (blk - b) % SUPER == 0:
+                        self.supers.push_back(box)
+                    else:
+                        box_join(&self.supers.back(), &box)
+                    if blk == b:
+                        band.box = box
+                    else:
+                        box_join(&band.box, &box)
+                    self.blocks.push_back(box)
+                    blk = stop
+                self.bands.push_back(band)
+                b = nb
+            st.nbands = <uint32_t>(self.bands.size() - st.band0)
+        self.build_ns += now_ns() - t0
+
+    cdef void _collect(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
+        """Every window message under each term of sids[0:n] that the window holds: the entries
+        of a term contiguous (in window order), with their Z-order keys."""
+        cdef size_t i, q, j
         cdef uint32_t u
         cdef term_t t, maxt = 0
         cdef const SubHotC* h
@@ -175,18 +190,13 @@ cdef class RegistrationIndex:
         cdef const MsgTermC* mt
         cdef seq_t oldest = self.window.oldest_seq
         cdef double minx = 0, miny = 0, maxx = 0, maxy = 0, spanx, spany
-        cdef uint64_t total = 0, p, b, nb, blk, stop
+        cdef uint64_t total = 0
         cdef STermC* st
         cdef SEntryC* e
-        cdef SBoxC box
-        cdef SBandC band
         cdef uint64_t mask
         self.term_slot.clear()
         self.terms.clear()
         self.entries.clear()
-        self.bands.clear()
-        self.supers.clear()
-        self.blocks.clear()
         for i in range(n):
             h = &table.hot[sids[i]]
             for u in range(h.nterms):
@@ -243,42 +253,6 @@ cdef class RegistrationIndex:
                     e.mask = mask
                     e.zkey = spread16(quantize(m.x, minx, spanx)) | (spread16(quantize(m.y, miny, spany)) << 1)
                     st.stop += 1
-        # per term: weight order, bands of a weight range in Z-order, headers
-        e = self.entries.data()
-        for nt in range(self.terms.size()):
-            st = &self.terms[nt]
-            std_sort(e + st.first, e + st.stop, heavier)
-            st.band0 = <uint32_t>self.bands.size()
-            b = st.first
-            while b < st.stop:
-                nb = b + 1
-                while nb < st.stop and (e[nb].w >= BAND_RATIO * e[b].w or nb - b < MIN_BAND):
-                    nb += 1
-                std_sort(e + b, e + nb, z_before)
-                band.first = b
-                band.stop = nb
-                band.super0 = <uint32_t>self.supers.size()
-                band.block0 = <uint32_t>self.blocks.size()
-                blk = b
-                while blk < nb:
-                    stop = blk + BLOCK if blk + BLOCK < nb else nb
-                    box_start(&box, &e[blk])
-                    for p in range(blk + 1, stop):
-                        box_widen(&box, e[p].x, e[p].y, e[p].x, e[p].y, e[p].w)
-                    if (blk - b) % SUPER == 0:
-                        self.supers.push_back(box)
-                    else:
-                        box_join(&self.supers.back(), &box)
-                    if blk == b:
-                        band.box = box
-                    else:
-                        box_join(&band.box, &box)
-                    self.blocks.push_back(box)
-                    blk = stop
-                self.bands.push_back(band)
-                b = nb
-            st.nbands = <uint32_t>(self.bands.size() - st.band0)
-        self.build_ns += now_ns() - t0
 
     # ------------------------------------------------------------------ search
     cdef double _text_bound(self, const SubTermC* terms, uint32_t qi, double w) noexcept nogil:
@@ -393,65 +367,122 @@ cdef class RegistrationIndex:
             i = c
         hp[i] = v
 
-    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
-                    vector[RankedC]* out) noexcept nogil:
-        """The first ``cap`` messages of the subscription's ranking order (all matches if fewer),
-        appended to ``out`` in that order."""
-        cdef int nq = h.nterms, i
-        cdef double rest, key, acc
-        cdef uint64_t mask, before, after
-        cdef STermC* st
-        cdef SItemC it
-        cdef uint64_t p, p0, p1, j0, j1
-        cdef const SBandC* band
-        cdef const SEntryC* e
-        cdef seq_t oldest = self.window.oldest_seq, seq
-        cdef size_t r
-        cdef int32_t slot
+    cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil:
+        """A new search: empty queue and heap; per query term, the bits of the earlier and later
+        terms and the norm of the later terms' weights."""
+        cdef int i
+        cdef uint64_t mask = 0
+        cdef double rest = 0.0
         self.n_searches += 1
         self.queue.clear()
         self.best.clear()
         self.q_rest.resize(nq)
         self.q_before.resize(nq)
         self.q_after.resize(nq)
-        mask = 0
         for i in range(nq):
             self.q_before[i] = mask
             mask |= term_bit(terms[i].term)
         mask = 0
-        rest = 0.0
         for i in range(nq - 1, -1, -1):
             self.q_after[i] = mask
             self.q_rest[i] = sqrt(rest)
             mask |= term_bit(terms[i].term)
             rest += terms[i].w * terms[i].w
-        for i in range(nq):
-            if terms[i].term >= self.term_slot.size():
+
+    cdef int32_t _slot(self, term_t t) noexcept nogil:
+        """The index of term t's list, -1 if the window holds none of it (or it is not indexed)."""
+        if t >= self.term_slot.size():
+            return -1
+        return self.term_slot[t]
+
+    cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
+                                const STermC* st) noexcept nogil:
+        """The entries of term qi's list that may hold a later term of s: items of their own,
+        with the loose bound (_text_bound)."""
+        cdef uint64_t p, after = self.q_after[qi]
+        cdef const SEntryC* e
+        if after == 0:
+            return
+        for p in range(st.first, st.stop):
+            e = &self.entries[p]
+            if e.mask & after:
+                self.n_entry_items += 1
+                self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
+                                   self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
+
+    cdef void _score_entry_item(self, const SubHotC* h, const SubTermC* terms, const SItemC* it,
+                                uint32_t cap) noexcept nogil:
+        cdef const SEntryC* e = &self.entries[it.pos]
+        cdef seq_t oldest = self.window.oldest_seq
+        self._score_message(h, terms, it.qterm, oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), cap)
+
+    cdef void _score_block(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
+                           uint64_t p0, uint64_t p1, uint32_t cap) noexcept nogil:
+        """Score the entries [p0, p1) of query term qi's list designated to qi and holding no
+        later term of s (those are entry items)."""
+        cdef uint64_t p
+        cdef uint64_t before = self.q_before[qi], after = self.q_after[qi]
+        cdef const SEntryC* e
+        cdef seq_t oldest = self.window.oldest_seq, seq
+        cdef double acc, key
+        self.n_blocks += 1
+        for p in range(p0, p1):
+            e = &self.entries[p]
+            if e.mask & after:
+                continue                        # an entry item of its own
+            seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
+            if (e.mask & before) == 0:
+                # no other term of s: designated here, TSim = w(t,s) * w(t,m) (scoring.text_sim)
+                acc = 0.0
+                acc += terms[qi].w * e.w
+                self.n_scored += 1
+                self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc), seq)
                 continue
-            slot = self.term_slot[terms[i].term]
+            # may hold an earlier term (then designated there); holds no later one
+            if self.best.size() == cap:
+                acc = terms[qi].w * e.w
+                if acc > 1.0:
+                    acc = 1.0
+                key = combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc) + BOUND_SLACK
+                if key < self.best[0].score:
+                    self.n_pruned_entries += 1
+                    continue
+            self._score_message(h, terms, qi, seq, cap)
+
+    cdef void _emit(self, vector[RankedC]* out) noexcept nogil:
+        """Append the kept messages to out in ranking order."""
+        cdef size_t r
+        sort_ranked(self.best.data(), self.best.data() + self.best.size())
+        for r in range(self.best.size()):
+            out.push_back(RankedC(self.best[r].score, <uint32_t>self.best[r].seq))
+
+    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
+                    vector[RankedC]* out) noexcept nogil:
+        """The first ``cap`` messages of the subscription's ranking order (all matches if fewer),
+        appended to ``out`` in that order."""
+        cdef int nq = h.nterms, i
+        cdef double key
+        cdef STermC* st
+        cdef SItemC it
+        cdef uint64_t p, p0, p1, j0, j1
+        cdef const SBandC* band
+        cdef int32_t slot
+        self._prepare(terms, nq)
+        for i in range(nq):
+            slot = self._slot(terms[i].term)
             if slot < 0:
                 continue
             st = &self.terms[slot]
             for p in range(st.band0, st.band0 + st.nbands):
                 self._push(self._box_bound(h, terms, i, &self.bands[p].box), <uint32_t>p, <uint32_t>p, i, LEVEL_BAND)
-            after = self.q_after[i]
-            if after == 0:
-                continue
-            # entries that may hold a later term of s: items of their own, with the loose bound
-            for p in range(st.first, st.stop):
-                e = &self.entries[p]
-                if e.mask & after:
-                    self.n_entry_items += 1
-                    self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
-                                       self._text_bound(terms, i, e.w)) + BOUND_SLACK, <uint32_t>p, 0, i, LEVEL_ENTRY)
+            self._push_entry_items(h, terms, i, st)
         while self.queue.size():
             if self.best.size() == cap and self.queue[0].key < self.best[0].score:
                 break
             it = self._pop()
             self.n_items += 1
             if it.level == LEVEL_ENTRY:
-                e = &self.entries[it.pos]
-                self._score_message(h, terms, it.qterm, oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), cap)
+                self._score_entry_item(h, terms, &it, cap)
                 continue
             band = &self.bands[it.band]
             if it.level == LEVEL_BAND:
@@ -474,36 +505,10 @@ cdef class RegistrationIndex:
                         continue
                     self._push(key, <uint32_t>p, it.band, it.qterm, LEVEL_BLOCK)
                 continue
-            self.n_blocks += 1
             p0 = band.first + <uint64_t>(it.pos - band.block0) * BLOCK
             p1 = p0 + BLOCK if p0 + BLOCK < band.stop else band.stop
-            before = self.q_before[it.qterm]
-            after = self.q_after[it.qterm]
-            for p in range(p0, p1):
-                e = &self.entries[p]
-                if e.mask & after:
-                    continue                        # an entry item of its own
-                seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
-                if (e.mask & before) == 0:
-                    # no other term of s: designated here, TSim = w(t,s) * w(t,m) (scoring.text_sim)
-                    acc = 0.0
-                    acc += terms[it.qterm].w * e.w
-                    self.n_scored += 1
-                    self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc), seq)
-                    continue
-                # may hold an earlier term (then designated there); holds no later one
-                if self.best.size() == cap:
-                    acc = terms[it.qterm].w * e.w
-                    if acc > 1.0:
-                        acc = 1.0
-                    key = combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), acc) + BOUND_SLACK
-                    if key < self.best[0].score:
-                        self.n_pruned_entries += 1
-                        continue
-                self._score_message(h, terms, it.qterm, seq, cap)
-        sort_ranked(self.best.data(), self.best.data() + self.best.size())
-        for r in range(self.best.size()):
-            out.push_back(RankedC(self.best[r].score, <uint32_t>self.best[r].seq))
+            self._score_block(h, terms, it.qterm, p0, p1, cap)
+        self._emit(out)
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):

@@ -1,0 +1,24 @@
+# Registration by search over a per-term k-d tree of (x, y, weight) (regtree.pyx).
+cimport cython
+from libcpp.vector cimport vector
+from libc.stdint cimport uint32_t, uint64_t
+from skype._core.types cimport sid_t, SubTermC
+from skype._core.subindex cimport SubTable, SubHotC
+from skype._core.buffers cimport RankedC
+from skype._core.regsearch cimport RegistrationIndex, SBoxC, STermC
+
+
+cdef struct TNodeC:              # a k-d tree node of one term's list (56 bytes)
+    SBoxC box                    # exact bounding box of its entries' locations, their largest weight
+    uint64_t first               # its entries: [first, first + count)
+    uint32_t count
+    uint32_t child               # its children: nodes[child], nodes[child + 1]; 0: a leaf
+
+
+@cython.final
+cdef class RegistrationTree(RegistrationIndex):
+    cdef vector[TNodeC] nodes
+    cdef double weight_scale     # a weight extent against a location extent / MaxDist, when splitting
+    cdef uint64_t n_descents, n_entry_scans
+
+    cdef void _split(self, uint32_t node) noexcept nogil

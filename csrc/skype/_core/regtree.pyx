@@ -1,0 +1,232 @@
+# cython: language_level=3
+"""Registration by search over a per-term k-d tree of (x, y, weight): the default layout.
+
+The band layout (regsearch.pyx, ``registration="search-bands"``) cuts a term's list into weight
+bands before it orders space, so a subscription whose alpha makes distance dominate finds a
+near block in every band and opens one in each: its work grows with the window.  Here every
+term's list (the same entries: exact weight, location, seq, Bloom mask of the message's terms)
+is one k-d tree whose splits choose, node by node, the dimension that spreads most: x or y
+(divided by MaxDist, as the spatial score is) or the weight (times ``WEIGHT_SCALE``).  A
+spread-out list splits by location first; a city's cluster, where all locations are close,
+then splits by weight.  So a node's box and largest weight are tight in whichever dimension
+still matters, for any alpha: one structure serves distance-led and text-led subscriptions.
+
+Layout.  A term's entries are permuted in place so that every node covers a contiguous run
+[first, first + count); a node of more than BLOCK entries splits at a multiple of BLOCK (the
+median of its dimension, by ``nth_element``), so leaves hold BLOCK entries (the last one of a
+term up to BLOCK).  Children are stored side by side.  Each node has the exact bounding box of
+its entries' locations and their largest weight: the header of regsearch's blocks.  Build cost:
+the collection of regsearch (two passes over the window) and O(n log n) per term.
+
+Search.  regsearch's best-first search, with the tree's root per query term in place of its
+bands: the same keys (``_box_bound``: MINDIST to the box, w(t,s) times the largest weight),
+the same entry items for entries that may hold a later term of s, the same block scoring and
+designation, the same stopping rule.  A popped node descends into its better child while that
+child's key is at least the queue's top, pushing the other child (a key below the worst kept
+score, once C are kept, is dropped): fewer heap operations, the same set of items examined in
+key order up to ties.  Exactness is regsearch's argument unchanged: every unscored message lies
+under an item (queued, being descended, or dropped with a key below the worst kept score, which
+only rises) whose key bounds its score, so the search stops with the first C of the ranking
+order, which is a total order (seqs are unique); the order in which items are examined does not
+change the kept set.
+"""
+cimport cython
+from libcpp.vector cimport vector
+from libc.math cimport sqrt
+from libc.stdint cimport int32_t, uint32_t, uint64_t
+from skype._core.types cimport sid_t, SubTermC
+from skype._core.window cimport WindowStore
+from skype._core.subindex cimport SubTable, SubHotC
+from skype._core.buffers cimport RankedC
+from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start,
+                                    box_widen, term_bit)
+from skype._core.scoring cimport combine, spatial_sim
+
+cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
+cdef double NORM_SLACK = 1e-9    # a message's weights have norm 1 up to rounding: their squares sum below 1 + this
+cdef double WEIGHT_SCALE = 1.0  # a weight extent counts as this much location extent / MaxDist (tuned: docs/results.md)
+
+cdef enum:
+    BLOCK = 8                # entries per leaf
+    LEVEL_NODE = 4           # an item's level: a tree node (regsearch uses 0..3)
+    LEVEL_ENTRY = 3          # regsearch's entry items
+
+
+cdef extern from *:
+    """
+    #include <algorithm>
+    /* partial sort of a term's entries around nth by one coordinate: 0 x, 1 y, 2 weight */
+    template <class T> static inline void skype_nth_by(T* first, T* nth, T* last, int dim) {
+        if (dim == 0)
+            std::nth_element(first, nth, last, [](const T& a, const T& b) { return a.x < b.x; });
+        else if (dim == 1)
+            std::nth_element(first, nth, last, [](const T& a, const T& b) { return a.y < b.y; });
+        else
+            std::nth_element(first, nth, last, [](const T& a, const T& b) { return a.w > b.w; });
+    }
+    """
+    void nth_by "skype_nth_by"(SEntryC* first, SEntryC* nth, SEntryC* last, int dim) noexcept nogil
+
+
+@cython.final
+cdef class RegistrationTree(RegistrationIndex):
+    def __cinit__(self, WindowStore window, double max_dist):
+        self.weight_scale = WEIGHT_SCALE
+        self.n_descents = self.n_entry_scans = 0
+
+    cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
+        """Index the window's messages under the terms of sids[0:n]: one k-d tree per term."""
+        cdef double t0 = now_ns()
+        cdef size_t nt
+        cdef uint32_t root, top
+        cdef vector[uint32_t] todo
+        cdef STermC* st
+        cdef TNodeC node
+        self._collect(table, sids, n)
+        self.nodes.clear()
+        self.nodes.reserve(self.entries.size() // 4 + 2 * self.terms.size())
+        for nt in range(self.terms.size()):
+            st = &self.terms[nt]
+            root = top = <uint32_t>self.nodes.size()
+            node.first = st.first
+            node.count = <uint32_t>(st.stop - st.first)
+            node.child = 0
+            self.nodes.push_back(node)
+            todo.push_back(root)
+            while todo.size():
+                root = todo.back()
+                todo.pop_back()
+                self._split(root)
+                if self.nodes[root].child:
+                    todo.push_back(self.nodes[root].child)
+                    todo.push_back(self.nodes[root].child + 1)
+            st.band0 = top                          # the band fields name the tree: its root
+            st.nbands = <uint32_t>(self.nodes.size() - top)     # and its node count
+        self.build_ns += now_ns() - t0
+
+    cdef void _split(self, uint32_t at) noexcept nogil:
+        """The header of node ``at``; over BLOCK entries, its children (split at a multiple of
+        BLOCK along its widest dimension)."""
+        cdef TNodeC* nd = &self.nodes[at]
+        cdef SEntryC* e = self.entries.data() + nd.first
+        cdef uint32_t i, count = nd.count, half
+        cdef uint64_t first = nd.first
+        cdef double minw, ex, ey, ew
+        cdef int dim
+        cdef TNodeC child
+        box_start(&nd.box, &e[0])
+        minw = e[0].w
+        for i in range(1, count):
+            box_widen(&nd.box, e[i].x, e[i].y, e[i].x, e[i].y, e[i].w)
+            if e[i].w < minw:
+                minw = e[i].w
+        if count <= BLOCK:
+            return
+        ex = (nd.box.r.maxx - nd.box.r.minx) / self.max_dist
+        ey = (nd.box.r.maxy - nd.box.r.miny) / self.max_dist
+        ew = (nd.box.maxw - minw) * self.weight_scale
+        dim = 0 if ex >= ey else 1
+        if ew > (ex if ex >= ey else ey):
+            dim = 2
+        half = ((count + BLOCK - 1) // BLOCK + 1) // 2 * BLOCK
+        nth_by(e, e + half, e + count, dim)
+        nd.child = <uint32_t>self.nodes.size()
+        child.first = nd.first
+        child.count = half
+        child.child = 0
+        self.nodes.push_back(child)                 # nd may move: not used below
+        child.first = first + half
+        child.count = count - half
+        self.nodes.push_back(child)
+
+    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
+                    vector[RankedC]* out) noexcept nogil:
+        """The first ``cap`` messages of the subscription's ranking order (all matches if fewer),
+        appended to ``out`` in that order."""
+        cdef int nq = h.nterms, i
+        cdef int32_t slot
+        cdef STermC* st
+        cdef SItemC it
+        cdef const TNodeC* nd
+        cdef uint32_t at, better, other
+        cdef double kl, kr, kb, ko
+        self._prepare(terms, nq)
+        for i in range(nq):
+            slot = self._slot(terms[i].term)
+            if slot < 0:
+                continue
+            st = &self.terms[slot]
+            self._push(self._box_bound(h, terms, i, &self.nodes[st.band0].box), st.band0, 0, i, LEVEL_NODE)
+            self._push_entry_items(h, terms, i, st)
+        while self.queue.size():
+            if self.best.size() == cap and self.queue[0].key < self.best[0].score:
+                break
+            it = self._pop()
+            self.n_items += 1
+            if it.level == LEVEL_ENTRY:
+                self._score_entry_item(h, terms, &it, cap)
+                continue
+            at = it.pos
+            while True:
+                nd = &self.nodes[at]
+                if nd.child == 0:
+                    self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap)
+                    break
+                kl = self._box_bound(h, terms, it.qterm, &self.nodes[nd.child].box)
+                kr = self._box_bound(h, terms, it.qterm, &self.nodes[nd.child + 1].box)
+                if kl >= kr:
+                    better, other, kb, ko = nd.child, nd.child + 1, kl, kr
+                else:
+                    better, other, kb, ko = nd.child + 1, nd.child, kr, kl
+                if self.best.size() < cap or ko >= self.best[0].score:
+                    self._push(ko, other, 0, it.qterm, LEVEL_NODE)
+                if self.best.size() == cap and kb < self.best[0].score:
+                    break
+                if self.queue.size() and self.queue[0].key > kb:
+                    self._push(kb, better, 0, it.qterm, LEVEL_NODE)
+                    break
+                self.n_descents += 1
+                at = better
+        self._emit(out)
+
+    cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
+                                const STermC* st) noexcept nogil:
+        """regsearch's entry items (entries of term qi's list that may hold a later term of s),
+        with a tighter bound: such a message holds none of s's earlier terms (it is designated to
+        qi) and, of its later terms, at most those whose bits its mask has, so by Cauchy-Schwarz
+        on them TSim <= w(qi,s) * w + |(w(t_j,s)) for later j with a bit in the mask| *
+        sqrt(1 - w^2): the message's other weights have norm sqrt(1 - w^2)."""
+        cdef uint64_t p, after = self.q_after[qi]
+        cdef const SEntryC* e
+        cdef int j, nq = h.nterms
+        cdef double r2, other, tub
+        if after == 0:
+            return
+        for p in range(st.first, st.stop):
+            e = &self.entries[p]
+            self.n_entry_scans += 1
+            if (e.mask & after) == 0:
+                continue
+            r2 = 0.0
+            for j in range(qi + 1, nq):
+                if e.mask & term_bit(terms[j].term):
+                    r2 += terms[j].w * terms[j].w
+            other = 1.0 + NORM_SLACK - e.w * e.w
+            other = sqrt(other) if other > 0.0 else 0.0
+            tub = terms[qi].w * e.w + sqrt(r2) * other
+            if tub > 1.0:
+                tub = 1.0
+            self.n_entry_items += 1
+            self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), tub) + BOUND_SLACK,
+                       <uint32_t>p, 0, qi, LEVEL_ENTRY)
+
+    # ------------------------------------------------------------------ Python access
+    def memory_bytes(self):
+        return RegistrationIndex.memory_bytes(self) + self.nodes.capacity() * sizeof(TNodeC)
+
+    def stats(self):
+        out = RegistrationIndex.stats(self)
+        out["nodes"] = self.nodes.size()
+        out["descents"] = self.n_descents
+        out["entry_scans"] = self.n_entry_scans
+        return out
