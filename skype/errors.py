@@ -113,6 +113,9 @@ class Errors:
     E112 = "the server at {url} kept refusing for {seconds} s (backpressure or recovery): {detail}"
     E113 = "the server at {url} sent something that is not an event object: {detail}"
     E114 = "{what} must be {expected}, got {value!r}"
+    # E123-E129: DSkype on Spark at scale (skype.spark.runtime, issue 25: 1M subscriptions on defaults)
+    E123 = ("the machine's available memory fell to {available} MB (floor {floor} MB) in batch {batch}, with "
+            "{hosted} subscription replicas in the engines ({hosts} MB in the engine hosts): {advice}")
     # E130-E134: memory of a DSkype run on Spark (skype.spark.runtime, issue 25)
     E130 = "{setting}={value} holds about {commands} subscription commands per micro-batch, too few: {advice}"
     E131 = "the run failed in batch {batch}, {where}: {advice}"

@@ -325,6 +325,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     t0 = time.perf_counter()
     stopped = False
     offsets = OffsetCheck(s)
+    guard = MemoryGuard.of(spark)
     try:
         with out_of_memory_as_error(spark, sink, query):
             while query.isActive:
@@ -332,6 +333,11 @@ def run_query(spark, plan: Plan) -> RunOutcome:
                 if not offsets.passes(query):
                     query.stop()
                     offsets.raise_error()
+                if guard is not None and not guard.passes():
+                    query.stop()
+                    if s.engine_cache == "process":
+                        stop_local_hosts(plan, token)  # they hold the engines' memory
+                    guard.raise_error(sink, query)
                 if s.stop_after_batches is not None and len(sink.batches) >= s.stop_after_batches:
                     query.stop()
                     stopped = True
@@ -351,6 +357,69 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
         stop_local_hosts(plan, token)
     return RunOutcome(plan, sink.batches, progress, wall, stopped, driver_peak_rss_bytes(spark))
+
+
+# --------------------------------------------------------------------------- memory of the engines
+
+# In local mode the engine hosts run on the driver's machine and hold every hosted subscription:
+# their memory grows with the subscriptions, not with the batch (docs/results-spark.md, 1M run).
+# The driver stops the run while the machine still has MEMORY_FLOOR_SHARE of its memory
+# available (at least MEMORY_FLOOR_MIN_MB), rather than let the kernel's OOM killer end a process.
+MEMORY_FLOOR_CONF = "spark.skype.memoryFloorMB"  # 0 turns the guard off
+MEMORY_FLOOR_SHARE = 0.05
+MEMORY_FLOOR_MIN_MB = 256
+
+
+def meminfo_mb() -> dict[str, int]:
+    """``/proc/meminfo`` in MB (empty where there is none)."""
+    out = {}
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                name, _, rest = line.partition(":")
+                fields = rest.split()
+                if fields:
+                    out[name] = int(fields[0]) >> 10
+    except OSError:
+        pass
+    return out
+
+
+class MemoryGuard:
+    """Stops a local-mode run before the machine runs out of memory (E123, which says what to
+    set).  Invariant: checked between the driver's polls (every 0.25 s), so a run stops within a
+    poll of crossing the floor; the batch then running is not committed and a resumed run redoes it."""
+
+    def __init__(self, floor_mb: int) -> None:
+        self.floor_mb = floor_mb
+        self.available_mb = 0
+
+    @classmethod
+    def of(cls, spark) -> MemoryGuard | None:
+        """The guard of a session: local masters only (executors elsewhere have their own limits),
+        floor from ``spark.skype.memoryFloorMB`` (default: 5% of the machine, at least 256 MB)."""
+        if not spark.conf.get("spark.master", "").startswith("local"):
+            return None
+        info = meminfo_mb()
+        if "MemAvailable" not in info:
+            return None
+        default = max(MEMORY_FLOOR_MIN_MB, int(info.get("MemTotal", 0) * MEMORY_FLOOR_SHARE))
+        floor = int(spark.conf.get(MEMORY_FLOOR_CONF, str(default)))
+        return cls(floor) if floor > 0 else None
+
+    def passes(self) -> bool:
+        self.available_mb = meminfo_mb().get("MemAvailable", self.floor_mb + 1)
+        return self.available_mb > self.floor_mb
+
+    def raise_error(self, sink: EventSink, query) -> None:
+        hosted, hosts = sink.held()
+        raise InputError("E123", available=self.available_mb, floor=self.floor_mb, batch=failing_batch(sink, query),
+                         hosted=f"{hosted:,}" if hosted else "an unknown number of",
+                         hosts=hosts >> 20,
+                         advice="the engines hold every subscription in memory on this machine: run on a cluster "
+                                "whose executors together hold them (--master spark://..., spark.executor.memory; "
+                                "docs/spark.md, Memory), or fewer subscriptions; the run directory resumes a "
+                                f"stopped run (--conf {MEMORY_FLOOR_CONF}=MB sets the floor, 0 turns it off)")
 
 
 class OffsetCheck:
