@@ -132,3 +132,29 @@ def test_memory_guard_passes_above_its_floor_and_is_off_when_asked_or_on_a_clust
     assert guard is not None and guard.floor_mb == runtime.MEMORY_FLOOR_MIN_MB and guard.passes()
     assert runtime.MemoryGuard.of(_FakeSpark({"spark.master": "local[2]", runtime.MEMORY_FLOOR_CONF: "0"})) is None
     assert runtime.MemoryGuard.of(_FakeSpark({"spark.master": "spark://h:7077"})) is None
+
+
+def test_a_context_stopped_by_out_of_memory_becomes_e131_without_asking_the_jvm():
+    """The 1M run's failure: a task died of OutOfMemoryError, local mode's handler stopped the
+    SparkContext and the query failed on the missing scheduler; E131 must come out of it with the
+    heap setting read before the run (the JVM cannot be asked any more) and the batch the sink was in."""
+    from skype.spark.runtime import out_of_memory_as_error
+
+    class Sink:
+        batches = [14]
+        running: int | None = None
+
+    class DeadQuery:
+        @property
+        def lastProgress(self):
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    gone = RuntimeError('[STREAM_FAILED] terminated with exception: Cannot invoke '
+                        '"org.apache.spark.scheduler.DAGScheduler.cleanupQueryJobs(long)" because the return value of '
+                        '"org.apache.spark.SparkContext.dagScheduler()" is null')
+    with pytest.raises(InputError) as err:
+        with out_of_memory_as_error(None, Sink(), DeadQuery(), ("spark.driver.memory", 1 << 30)):
+            raise gone
+    text = str(err.value)
+    assert err.value.code == "E131" and "batch 15," in text and "probably out of memory" in text
+    assert "spark.driver.memory (now 1024m" in text and err.value.__cause__ is gone

@@ -278,7 +278,12 @@ def build_query(spark, plan: Plan, token: str, sink):
 # what a failure for want of memory looks like from the driver: the JVM's error, Python's, or a
 # transformWithState task whose state server closed its connection (the server's thread dies of
 # java.lang.OutOfMemoryError, which only the JVM's stderr shows)
-OUT_OF_MEMORY = ("java.lang.OutOfMemoryError", "MemoryError", "Cannot allocate memory", "_receive_proto_message")
+OUT_OF_MEMORY = ("java.lang.OutOfMemoryError", "MemoryError", "Cannot allocate memory", "_receive_proto_message",
+                 "DAGScheduler.cleanupQueryJobs")
+# the SparkContext stopped under a running query: in local mode Spark's uncaught-exception handler
+# stops it when a task dies of java.lang.OutOfMemoryError (the 1M run, docs/results-spark.md), and
+# the query then fails on the missing scheduler, without the OOM in its message
+CONTEXT_GONE = "DAGScheduler.cleanupQueryJobs"
 
 
 def failing_batch(sink: EventSink, query) -> str:
@@ -286,16 +291,21 @@ def failing_batch(sink: EventSink, query) -> str:
     last that completed (Spark's progress; its ids continue across a resumed run's processes)."""
     if sink.running is not None:
         return str(sink.running)
-    last = query.lastProgress if query is not None else None
+    try:
+        last = query.lastProgress if query is not None else None
+    except Exception:  # noqa: BLE001 - the JVM may be gone (a run that died of want of memory)
+        last = None
     done = [int(last["batchId"])] if last and last.get("batchId") is not None else []
     done += sink.batches[-1:]
     return str(max(done) + 1) if done else "the first of this process"
 
 
 @contextmanager
-def out_of_memory_as_error(spark, sink: EventSink, query) -> Iterator[None]:
+def out_of_memory_as_error(spark, sink: EventSink, query, heap_setting: tuple[str, int] | None = None
+                           ) -> Iterator[None]:
     """A run that fails for want of memory raises E131 (the batch, what to set), chained to the
-    JVM's or the workers' error; other failures pass unchanged."""
+    JVM's or the workers' error; other failures pass unchanged.  ``heap_setting``: the
+    :func:`batch_heap` of the session, read before the run (a JVM that died cannot be asked)."""
     try:
         yield
     except Exception as err:
@@ -303,8 +313,11 @@ def out_of_memory_as_error(spark, sink: EventSink, query) -> Iterator[None]:
         found = next((mark for mark in OUT_OF_MEMORY if mark in text), None)
         if found is None:
             raise
-        key, heap = batch_heap(spark)
-        if found == "_receive_proto_message":
+        key, heap = heap_setting or batch_heap(spark)
+        if found == CONTEXT_GONE:
+            where = ("probably out of memory (the SparkContext stopped under the query, as local mode does when a "
+                     "task dies of java.lang.OutOfMemoryError; the JVM's stderr says which)")
+        elif found == "_receive_proto_message":
             where = ("probably out of memory (a transformWithState task lost its state server's connection, "
                      "as it does when the server's thread dies of java.lang.OutOfMemoryError; the JVM's stderr "
                      "says which)")
@@ -326,8 +339,9 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     stopped = False
     offsets = OffsetCheck(s)
     guard = MemoryGuard.of(spark)
+    heap_setting = batch_heap(spark)
     try:
-        with out_of_memory_as_error(spark, sink, query):
+        with out_of_memory_as_error(spark, sink, query, heap_setting):
             while query.isActive:
                 query.awaitTermination(0.25)
                 if not offsets.passes(query):
@@ -351,7 +365,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     if not offsets.passes(query):  # the batches that ended after the last poll
         offsets.raise_error()
     if query.exception() is not None:
-        with out_of_memory_as_error(spark, sink, query):
+        with out_of_memory_as_error(spark, sink, query, heap_setting):
             raise query.exception()
     progress = [p for p in query.recentProgress if p.get("batchId") is not None]
     if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
