@@ -158,3 +158,27 @@ def test_a_context_stopped_by_out_of_memory_becomes_e131_without_asking_the_jvm(
     text = str(err.value)
     assert err.value.code == "E131" and "batch 15," in text and "probably out of memory" in text
     assert "spark.driver.memory (now 1024m" in text and err.value.__cause__ is gone
+
+
+@settings(max_examples=30, deadline=None)
+@given(lists=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.booleans(), st.booleans()), max_size=40),
+       size=st.integers(min_value=1, max_value=4000))
+def test_events_split_into_pieces_read_back_as_the_same_rows(lists, size):
+    """A batch's events leave a task in pieces of bounded size; the sink's table of the pieces
+    equals the table of the whole blob, row for row."""
+    pytest.importorskip("pyspark")
+    import pyarrow as pa
+
+    from skype.dskype.reports import EventBuilder, events_to_arrow
+    from skype.spark.processors import split_events
+
+    events = EventBuilder(upto=77)
+    for i, (n_in, n_left, created, removed) in enumerate(lists):
+        entered = (np.arange(n_in, dtype=np.int64) + 10 * i, np.linspace(0.1, 0.9, n_in), np.full(n_in, i, np.int64))
+        events.add(1000 + i, entered, np.arange(n_left, dtype=np.int64) + 100 * i, created=created, removed=removed)
+    blob = events.rows().pack(77)
+    pieces = split_events(blob, size)
+    assert (len(pieces) == 1) == (len(blob) <= size) or len(lists) <= 1
+    whole = pa.Table.from_batches([events_to_arrow(blob)])
+    joined = pa.Table.from_batches([events_to_arrow(p) for p in pieces], schema=whole.schema)
+    assert joined.equals(whole)
