@@ -116,6 +116,9 @@ class Errors:
     # E115-E122: adaptive methods on Spark, versions through the stream (issue 25; skype.dskype.handover)
     E115 = ("partition {partition} of an adaptive pipeline received a batch without its table version: "
             "the stream must come from the staged source, which records the version in its offsets")
+    # E123-E129: DSkype on Spark at scale (skype.spark.runtime, issue 25: 1M subscriptions on defaults)
+    E123 = ("the machine's available memory fell to {available} MB (floor {floor} MB) in batch {batch}, with "
+            "{hosted} subscription replicas in the engines ({hosts} MB in the engine hosts): {advice}")
     # E130-E134: memory of a DSkype run on Spark (skype.spark.runtime, issue 25)
     E130 = "{setting}={value} holds about {commands} subscription commands per micro-batch, too few: {advice}"
     E131 = "the run failed in batch {batch}, {where}: {advice}"

@@ -84,6 +84,7 @@ from skype.dskype.reports import (DELTA, EMPTY_LIST, STATE, ReportBuilder, Repor
                                  pair_keys)
 from skype.dskype.summaries import Coverage, MessageReadBack
 from skype.dskype.window import WindowShare, WindowSpec
+from skype.dskype.work import counter_delta, engine_counters
 
 @dataclass(frozen=True)
 class PartitionConfig:
@@ -259,6 +260,7 @@ class PartitionCore:
     # ------------------------------------------------------------------ one batch
     def apply(self, inp: PartitionInput) -> PartitionOutput:
         t0 = time.perf_counter()
+        work_before = engine_counters(self.engine)
         spec = self.config.window
         lo = self.hwm_seq + 1
         hwm_seq = max(self.hwm_seq, int(inp.hwm_seq))
@@ -336,6 +338,7 @@ class PartitionCore:
             logs.append(self.engine.advance_log(clock))
         self.window.expire(spec, clock)
         t_engine = time.perf_counter() - t0
+        work = counter_delta(work_before, engine_counters(self.engine))
 
         woken_here = [s for s in woken if s not in before_meta]  # a command's row reports the others
         report_rows = self._report_rows(logs, cmd_subs, before, before_meta, woken_here, restated)
@@ -363,7 +366,7 @@ class PartitionCore:
                      "results_requested": bool(requests.any()), "live_terms": live_terms, "queries": len(answers),
                      "backfill_messages": len(codec.unpack_messages(backfill)[1]) if backfill else 0,
                      "backfill_rebuilds": int(rebuilt),
-                     "backfill_s": t_backfill,
+                     "backfill_s": t_backfill, "engine_cpu_s": work.pop("cpu_ns") / 1e9, "work": work,
                      **(self.handover.metrics if self.handover is not None else {})},
         )
 

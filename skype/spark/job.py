@@ -151,7 +151,13 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
                     per_method(answers_out, pipe.method, several), plan.answers_dir_of(pipe), asked,
                     settings.partitions, pipe.distribution.capabilities.whole_window, not outcome.stopped_early)
             runs.append(metrics)
-    finally:
-        if own:
-            spark.stop()
+    except BaseException:
+        if own:  # a JVM that died (of want of memory) cannot be stopped: keep the run's own error
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001, S110 - the error being raised says what happened
+                pass
+        raise
+    if own:
+        spark.stop()
     return runs[0] if not several else {"runs": runs}

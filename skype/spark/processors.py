@@ -157,6 +157,32 @@ def split_pieces(blob: bytes, size: int | None = None) -> list[bytes]:
     return [blob[i:i + size] for i in range(0, len(blob), size)] or [blob]
 
 
+# A batch's events leave a task as rows of at most about this many bytes: a partition's events as
+# one value (every one of 490,000 subscriptions getting its first top-k) ran a 1 GB driver out of
+# heap in the row writer at 1M subscriptions (docs/results-spark.md).  The sink concatenates the
+# pieces in order, so its files are the same.
+EVENT_PIECE_BYTES = 16 << 20
+
+
+def split_events(blob: bytes, size: int | None = None) -> list[bytes]:
+    """An events blob (:class:`skype.dskype.reports.EventRows`) as blobs of consecutive rows of
+    at most about ``size`` bytes each (one, unless it is larger), same columns, same ``upto``."""
+    size = size or EVENT_PIECE_BYTES
+    if len(blob) <= size:
+        return [blob]
+    c = codec.unpack(blob)
+    n = len(c["sub"])
+    pieces = min(n, -(-len(blob) // size)) if n else 1
+    bounds = np.linspace(0, n, pieces + 1).astype(np.int64)
+    out = []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        e0, e1, l0, l1 = int(c["e_ptr"][a]), int(c["e_ptr"][b]), int(c["l_ptr"][a]), int(c["l_ptr"][b])
+        out.append(codec.pack(upto=c["upto"], sub=c["sub"][a:b], created=c["created"][a:b], removed=c["removed"][a:b],
+                              e_ptr=c["e_ptr"][a:b + 1] - e0, e_id=c["e_id"][e0:e1], e_score=c["e_score"][e0:e1],
+                              e_seq=c["e_seq"][e0:e1], l_ptr=c["l_ptr"][a:b + 1] - l0, l_id=c["l_id"][l0:l1]))
+    return out
+
+
 def piece_id(logged: int) -> int:
     """The state key of a logged id: ``meta.log_ids`` holds an entry's first piece as its key
     ``k`` and each further piece as ``-k - 1``."""
@@ -276,8 +302,9 @@ class PartitionProcessor(_HostedProcessor):
             # them into events (no merge stage)
             events, _, merge_metrics = MergeCore().apply(list(output.reports.values()))
             if events is not None:  # keyed like the metrics: a merge operator, if any, passes it through
-                yield Row(key=config.bucket_keys[config.partition % len(config.bucket_keys)], pipeline=pipeline,
-                          kind="events", payload=events)
+                for piece in split_events(events):
+                    yield Row(key=config.bucket_keys[config.partition % len(config.bucket_keys)], pipeline=pipeline,
+                              kind="events", payload=piece)
             output.metrics["events"] = merge_metrics["events"]
         else:
             for bucket, blob in sorted(output.reports.items()):
@@ -346,7 +373,8 @@ class MergeProcessor(_HostedProcessor):
         self.meta_state.update((meta_blob,))
         written += len(meta_blob)
         if events is not None:
-            yield Row(pipeline=pipeline, kind="events", payload=events)
+            for piece in split_events(events):
+                yield Row(pipeline=pipeline, kind="events", payload=piece)
         if final:  # after this batch's reports: the merged top-k of the bucket's subscriptions
             reply = self._hosts.call(self.stage, key, ("results", self.stage, key, new))
             if reply[0] != "ok":

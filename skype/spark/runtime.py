@@ -280,7 +280,12 @@ def build_query(spark, plan: Plan, token: str, sink):
 # what a failure for want of memory looks like from the driver: the JVM's error, Python's, or a
 # transformWithState task whose state server closed its connection (the server's thread dies of
 # java.lang.OutOfMemoryError, which only the JVM's stderr shows)
-OUT_OF_MEMORY = ("java.lang.OutOfMemoryError", "MemoryError", "Cannot allocate memory", "_receive_proto_message")
+OUT_OF_MEMORY = ("java.lang.OutOfMemoryError", "MemoryError", "Cannot allocate memory", "_receive_proto_message",
+                 "DAGScheduler.cleanupQueryJobs")
+# the SparkContext stopped under a running query: in local mode Spark's uncaught-exception handler
+# stops it when a task dies of java.lang.OutOfMemoryError (the 1M run, docs/results-spark.md), and
+# the query then fails on the missing scheduler, without the OOM in its message
+CONTEXT_GONE = "DAGScheduler.cleanupQueryJobs"
 
 
 def failing_batch(sink: EventSink, query) -> str:
@@ -288,16 +293,21 @@ def failing_batch(sink: EventSink, query) -> str:
     last that completed (Spark's progress; its ids continue across a resumed run's processes)."""
     if sink.running is not None:
         return str(sink.running)
-    last = query.lastProgress if query is not None else None
+    try:
+        last = query.lastProgress if query is not None else None
+    except Exception:  # noqa: BLE001 - the JVM may be gone (a run that died of want of memory)
+        last = None
     done = [int(last["batchId"])] if last and last.get("batchId") is not None else []
     done += sink.batches[-1:]
     return str(max(done) + 1) if done else "the first of this process"
 
 
 @contextmanager
-def out_of_memory_as_error(spark, sink: EventSink, query) -> Iterator[None]:
+def out_of_memory_as_error(spark, sink: EventSink, query, heap_setting: tuple[str, int] | None = None
+                           ) -> Iterator[None]:
     """A run that fails for want of memory raises E131 (the batch, what to set), chained to the
-    JVM's or the workers' error; other failures pass unchanged."""
+    JVM's or the workers' error; other failures pass unchanged.  ``heap_setting``: the
+    :func:`batch_heap` of the session, read before the run (a JVM that died cannot be asked)."""
     try:
         yield
     except Exception as err:
@@ -305,8 +315,11 @@ def out_of_memory_as_error(spark, sink: EventSink, query) -> Iterator[None]:
         found = next((mark for mark in OUT_OF_MEMORY if mark in text), None)
         if found is None:
             raise
-        key, heap = batch_heap(spark)
-        if found == "_receive_proto_message":
+        key, heap = heap_setting or batch_heap(spark)
+        if found == CONTEXT_GONE:
+            where = ("probably out of memory (the SparkContext stopped under the query, as local mode does when a "
+                     "task dies of java.lang.OutOfMemoryError; the JVM's stderr says which)")
+        elif found == "_receive_proto_message":
             where = ("probably out of memory (a transformWithState task lost its state server's connection, "
                      "as it does when the server's thread dies of java.lang.OutOfMemoryError; the JVM's stderr "
                      "says which)")
@@ -327,13 +340,20 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     t0 = time.perf_counter()
     stopped = False
     offsets = OffsetCheck(s)
+    guard = MemoryGuard.of(spark)
+    heap_setting = batch_heap(spark)
     try:
-        with out_of_memory_as_error(spark, sink, query):
+        with out_of_memory_as_error(spark, sink, query, heap_setting):
             while query.isActive:
                 query.awaitTermination(0.25)
                 if not offsets.passes(query):
                     query.stop()
                     offsets.raise_error()
+                if guard is not None and not guard.passes():
+                    query.stop()
+                    if s.engine_cache == "process":
+                        stop_local_hosts(plan, token)  # they hold the engines' memory
+                    guard.raise_error(sink, query)
                 if s.stop_after_batches is not None and len(sink.batches) >= s.stop_after_batches:
                     query.stop()
                     stopped = True
@@ -347,12 +367,75 @@ def run_query(spark, plan: Plan) -> RunOutcome:
     if not offsets.passes(query):  # the batches that ended after the last poll
         offsets.raise_error()
     if query.exception() is not None:
-        with out_of_memory_as_error(spark, sink, query):
+        with out_of_memory_as_error(spark, sink, query, heap_setting):
             raise query.exception()
     progress = [p for p in query.recentProgress if p.get("batchId") is not None]
     if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
         stop_local_hosts(plan, token)
     return RunOutcome(plan, sink.batches, progress, wall, stopped, driver_peak_rss_bytes(spark))
+
+
+# --------------------------------------------------------------------------- memory of the engines
+
+# In local mode the engine hosts run on the driver's machine and hold every hosted subscription:
+# their memory grows with the subscriptions, not with the batch (docs/results-spark.md, 1M run).
+# The driver stops the run while the machine still has MEMORY_FLOOR_SHARE of its memory
+# available (at least MEMORY_FLOOR_MIN_MB), rather than let the kernel's OOM killer end a process.
+MEMORY_FLOOR_CONF = "spark.skype.memoryFloorMB"  # 0 turns the guard off
+MEMORY_FLOOR_SHARE = 0.05
+MEMORY_FLOOR_MIN_MB = 256
+
+
+def meminfo_mb() -> dict[str, int]:
+    """``/proc/meminfo`` in MB (empty where there is none)."""
+    out = {}
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                name, _, rest = line.partition(":")
+                fields = rest.split()
+                if fields:
+                    out[name] = int(fields[0]) >> 10
+    except OSError:
+        pass
+    return out
+
+
+class MemoryGuard:
+    """Stops a local-mode run before the machine runs out of memory (E123, which says what to
+    set).  Invariant: checked between the driver's polls (every 0.25 s), so a run stops within a
+    poll of crossing the floor; the batch then running is not committed and a resumed run redoes it."""
+
+    def __init__(self, floor_mb: int) -> None:
+        self.floor_mb = floor_mb
+        self.available_mb = 0
+
+    @classmethod
+    def of(cls, spark) -> MemoryGuard | None:
+        """The guard of a session: local masters only (executors elsewhere have their own limits),
+        floor from ``spark.skype.memoryFloorMB`` (default: 5% of the machine, at least 256 MB)."""
+        if not spark.conf.get("spark.master", "").startswith("local"):
+            return None
+        info = meminfo_mb()
+        if "MemAvailable" not in info:
+            return None
+        default = max(MEMORY_FLOOR_MIN_MB, int(info.get("MemTotal", 0) * MEMORY_FLOOR_SHARE))
+        floor = int(spark.conf.get(MEMORY_FLOOR_CONF, str(default)))
+        return cls(floor) if floor > 0 else None
+
+    def passes(self) -> bool:
+        self.available_mb = meminfo_mb().get("MemAvailable", self.floor_mb + 1)
+        return self.available_mb > self.floor_mb
+
+    def raise_error(self, sink: EventSink, query) -> None:
+        hosted, hosts = sink.held()
+        raise InputError("E123", available=self.available_mb, floor=self.floor_mb, batch=failing_batch(sink, query),
+                         hosted=f"{hosted:,}" if hosted else "an unknown number of",
+                         hosts=hosts >> 20,
+                         advice="the engines hold every subscription in memory on this machine: run on a cluster "
+                                "whose executors together hold them (--master spark://..., spark.executor.memory; "
+                                "docs/spark.md, Memory), or fewer subscriptions; the run directory resumes a "
+                                f"stopped run (--conf {MEMORY_FLOOR_CONF}=MB sets the floor, 0 turns it off)")
 
 
 class OffsetCheck:

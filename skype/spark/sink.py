@@ -64,6 +64,12 @@ class EventSink:
         self.batches: list[int] = []  # the batch ids this process wrote (a resumed run's continue Spark's)
         self.running: int | None = None  # the batch being written, until it is recorded
         self.rebalancers = plan.rebalancers  # skype.dskype.rebalancing, one per adaptive pipeline
+        self.hosted: dict[tuple[int, int], int] = {}  # (pipeline, partition) -> replicas, as last reported
+        self.host_rss: dict[int, int] = {}  # engine host pid -> its peak RSS, as last reported
+
+    def held(self) -> tuple[int, int]:
+        """Subscription replicas the partitions last reported, and the engine hosts' peak RSS (bytes)."""
+        return sum(self.hosted.values()), sum(self.host_rss.values())
 
     def __call__(self, df, batch_id: int) -> None:
         self.running = int(batch_id)
@@ -92,12 +98,20 @@ class EventSink:
             write = partial(write_events_arrow, dirs, int(batch_id), suffix(self.format), self.results_dirs)
             rows = df.mapInArrow(write, "pipeline int, kind string, payload binary").collect()
             t_pipeline = time.perf_counter() - t0
+        events_write_s = 0.0  # the executors' time writing event files (summed over tasks)
         for r in rows:
             if r.kind == "written":
-                events[r.pipeline] += int(json.loads(bytes(r.payload))["rows"])
+                written = json.loads(bytes(r.payload))
+                events[r.pipeline] += int(written["rows"])
+                events_write_s += float(written.get("write_s", 0.0))
         metrics = [json.loads(bytes(r.payload)) for r in rows if r.kind == "metrics"]
+        for m in metrics:
+            if m.get("stage") == "partition":
+                ident = (int(m["pipeline"]), int(m["partition"]))
+                self.hosted[ident] = int(m.get("hosted", 0))
+                self.host_rss[int(m.get("host_pid", 0))] = int(m.get("host_peak_rss_bytes", 0))
         record = {"batch": int(batch_id), "stages": metrics, "sink_s": time.perf_counter() - t0,
-                  "pipeline_s": t_pipeline, "events": events}
+                  "pipeline_s": t_pipeline, "events": events, "events_write_s": events_write_s}
         # adaptive pipelines: the next table version, written before the next batch starts
         rebalance = {pipe: rb.after_batch(int(batch_id), metrics) for pipe, rb in self.rebalancers.items()}
         if rebalance:
@@ -118,12 +132,14 @@ def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, results_di
     part = _task_partition()
     out_pipeline, out_kind, out_payload = passed
     for pipeline, parts in sorted(blobs.items()):
+        t0 = time.perf_counter()
         table = events_table(parts, batch_id)
         write_table(table, Path(dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.{fmt}", fmt,
                     drop_nulls=False)
         out_pipeline.append(pipeline)
         out_kind.append("written")
-        out_payload.append(json.dumps({"rows": table.num_rows, "part": part}).encode())
+        out_payload.append(json.dumps({"rows": table.num_rows, "part": part,
+                                       "write_s": time.perf_counter() - t0}).encode())
     _write_final(final, results_dirs, batch_id, part)
     yield pa.RecordBatch.from_arrays(
         [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary())],
