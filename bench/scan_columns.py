@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     p.add_argument("--chunk", type=int, default=500)
     p.add_argument("--turnover", type=int, default=None, help="messages after registration (default: --window)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help="comma-separated subset of %(default)s (one alone: for callgrind)")
     p.add_argument("--json", help="write the rows to this file")
     args = p.parse_args(argv)
     window = args.window or args.num_subs
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
     assert isinstance(prep.engine, Engine)
     index = prep.engine._index
     print(f"prepared in {time.perf_counter() - t0:.1f} s; kernels: {', '.join(blockindex.available_scan_kernels())}")
-    variants = [v for v in VARIANTS
+    variants = [v for v in args.variants.split(",")
                 if v.startswith("fat") or v[8:].split("+")[0] in blockindex.available_scan_kernels()]
     seconds = dict.fromkeys(variants, 0.0)
     found = dict.fromkeys(variants, 0)
@@ -69,9 +71,9 @@ def main(argv=None) -> int:
             seconds[v] += s
             found[v] += n
     blockindex.set_scan_kernel("auto")
-    blockindex.set_scan_prefetch(True)
+    blockindex.set_scan_prefetch(False)
     after = index.counters()
-    assert len(set(found.values())) == 1, f"variants found different first meetings: {found}"
+    assert variants and len(set(found.values())) == 1, f"variants found different first meetings: {found}"
     visited = (after["entries_visited"] - before["entries_visited"]) / len(variants) / args.measured
     ncol = sum(v.startswith("columns") for v in variants)
     kept = (after["column_kept"] - before["column_kept"]) / max(ncol, 1) / args.measured

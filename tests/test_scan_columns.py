@@ -159,3 +159,29 @@ def test_engine_with_the_column_test_equals_the_reference(kernel, buffer, worklo
     if buffer == "cskyband":  # thresholds above 0 (kmax's stay 0 on these small streams)
         assert a["column_kept"] < a["entries_visited"], "the column test never pruned"
     assert b["column_kept"] == 0
+
+
+@pytest.mark.parametrize("columns", [False, True])
+def test_the_scan_prefetch_changes_no_answer(columns):
+    blockindex.set_scan_prefetch(True)
+    try:
+        on = run_core("hot-term", "time", buffer="cskyband", block_size=8, column_test=columns)
+    finally:
+        blockindex.set_scan_prefetch(False)
+    off = run_core("hot-term", "time", buffer="cskyband", block_size=8, column_test=columns)
+    assert on.stats()["dissemination"] == off.stats()["dissemination"]
+
+
+def test_scan_only_finds_what_disseminate_scans_and_needs_the_columns():
+    eng = run_core("hot-term", "count", buffer="cskyband", block_size=8, column_test=True)
+    plain = run_core("hot-term", "count", buffer="cskyband", block_size=8)
+    x = np.array([0.0, 10.0, -20.0])
+    y = np.array([0.0, 5.0, 30.0])
+    terms = np.array([0, 1, 2, 1, 3], np.uint32)
+    weights = np.array([0.6, 0.8, 1.0, 0.6, 0.8])
+    indptr = np.array([0, 2, 3, 5], np.int64)
+    found = {c: eng._index.scan_only(indptr, terms, weights, x, y, c)[1] for c in (False, True)}
+    assert found[False] == found[True]
+    with pytest.raises(InputError) as err:
+        plain._index.scan_only(indptr, terms, weights, x, y, True)
+    assert err.value.code == "E056"

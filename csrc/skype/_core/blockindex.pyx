@@ -21,6 +21,12 @@ subscription met under an earlier term are bounded by nothing here and skipped: 
 meeting decided them (a skip there was a proof that they cannot qualify).  Each surviving entry
 is tested with its own f32 bound, then verified with the exact double score (``_verify``); no
 candidate state, no hash table.
+
+Column test (``column_test=True``).  A visited block is first filtered over the band's compact
+hot columns (blocks.pxd ``ColGroupC``, scankernel.h): the same own bound in float arithmetic over
+conservative 16-bit codes, with COLUMN_SLACK + ALPHA_CODE_SLACK more margin, so it keeps every
+posting the exact own test keeps; the survivors (a compressed index list, no branch per posting)
+take that exact test.  The kernel (AVX2 or portable, the same mask) is chosen at run time.
 """
 from libcpp.algorithm cimport sort as std_sort
 from libcpp.vector cimport vector
@@ -42,8 +48,9 @@ cdef double ALPHA_CODE_SLACK = 1e-5     # alpha's 16-bit code: |error| <= 0.5 / 
 # the column kernel every BlockIndex uses: the CPU's best (AVX2 when it has it) unless a test
 # forces the portable one (set_scan_kernel)
 cdef int SCAN_KERNEL = scan_kernel()
-# software prefetch of the next term's band records and this term's first lines (set_scan_prefetch)
-cdef bint SCAN_PREFETCH = True
+# software prefetch of the next term's band records and this term's first lines (set_scan_prefetch;
+# off: it has not won an A/B)
+cdef bint SCAN_PREFETCH = False
 
 cdef enum:
     VISIT_REMOVED = 0

@@ -17,6 +17,8 @@ Invariants.
 * an entry's theta is <= the table's theta_idx <= theta_s (decreases applied at once, raises
   lazily past ``theta_refresh``); a header's minima are <= and its maxima >= those of its live
   entries (removals and raises may leave them loose, never wrong);
+* with ``column_test``, lane i % 8 of the band's column group i / 8 holds entry i's location and
+  the conservative codes of its bound fields (scankernel.h; lanes past the last entry: removed);
 * ``slack`` covers every rounding of the f32 bounds: locations (at most max|coord| * FLT_EPSILON
   away, divided by MaxDist), alpha (6e-8) and the double arithmetic; weights are rounded up and
   thresholds down.  A bound only skips below theta - slack.
