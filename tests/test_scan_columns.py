@@ -185,3 +185,12 @@ def test_scan_only_finds_what_disseminate_scans_and_needs_the_columns():
     with pytest.raises(InputError) as err:
         plain._index.scan_only(indptr, terms, weights, x, y, True)
     assert err.value.code == "E056"
+
+
+@pytest.mark.parametrize("window", ["count", "time"])
+def test_micro_batches_with_the_column_test_equal_the_reference(kernel, window):
+    """disseminate_batch scans term-major through the same band scan: the columns there too."""
+    on = run_core("hot-term", window, buffer="cskyband", block_size=5, column_test=True, micro_batch=7)
+    off = run_core("hot-term", window, buffer="cskyband", block_size=5, micro_batch=7)
+    assert on.stats()["dissemination"]["candidates"] == off.stats()["dissemination"]["candidates"]
+    assert 0 < on.stats()["dissemination"]["column_kept"] < on.stats()["dissemination"]["entries_visited"]
