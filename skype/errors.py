@@ -63,6 +63,9 @@ class Errors:
     E049 = "until must be a finite number, got {value!r}"
     E050 = "snapshot queries and the kinds {kinds} need the engine's query window (snapshots=True)"
     E051 = "the spec of subscription {id} in a command stream is invalid: {detail}"
+    # E055-E058: the block index's scan kernels (issue 23)
+    E055 = "scan kernel {kernel!r} is not available on this CPU; available: {available}"
+    E056 = "the column scan is not available: {detail}"
     # E060-E079: adaptive partitioning, rebalancing and drift (issue 13)
     E060 = "{what} must be {expected}, got {value!r}"
     E061 = "rebalancing move rejected: {detail}"

@@ -17,6 +17,8 @@ Invariants.
 * an entry's theta is <= the table's theta_idx <= theta_s (decreases applied at once, raises
   lazily past ``theta_refresh``); a header's minima are <= and its maxima >= those of its live
   entries (removals and raises may leave them loose, never wrong);
+* with ``column_test``, lane i % 8 of the band's column group i / 8 holds entry i's location and
+  the conservative codes of its bound fields (scankernel.h; lanes past the last entry: removed);
 * ``slack`` covers every rounding of the f32 bounds: locations (at most max|coord| * FLT_EPSILON
   away, divided by MaxDist), alpha (6e-8) and the double arithmetic; weights are rounded up and
   thresholds down.  A bound only skips below theta - slack.
@@ -32,7 +34,8 @@ from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, Counters
 from skype._core.scoring cimport round_up, round_down
 from skype._core.blocks cimport (BlockEntryC, BlockHeadC, BandC, TermListC, alpha_slack, spread16,
                                  head_clear, entry_a, entry_b, head_merge, theta_bucket, head_covers,
-                                 mirror_matches)
+                                 mirror_matches, ColGroupC, col_set, col_pad, code_theta,
+                                 SCAN_THETA_REMOVED)
 
 cdef uint32_t NO_TERM = 0xFFFFFFFFu
 cdef double ARITH_SLACK = 1e-9          # double arithmetic of the bounds
@@ -171,12 +174,12 @@ cdef class BlockLayout(SubscriptionIndex):
     cdef inline void _mirror_push(self, BandC* band, const BlockEntryC* e) noexcept nogil:
         if not self.column_test:
             return
-        band.col_x.push_back(e.x)
-        band.col_y.push_back(e.y)
-        band.col_alpha.push_back(e.alpha)
-        band.col_theta.push_back(e.theta)
-        band.col_w.push_back(e.w)
-        band.col_rest.push_back(e.rest)
+        cdef size_t i = band.entries.size() - 1      # e is (a copy of) the band's last entry
+        cdef ColGroupC fresh
+        if i >> 3 >= band.cols.size():
+            col_pad(&fresh)
+            band.cols.push_back(fresh)
+        col_set(band.cols.data(), i, e)
 
     cdef void _rebuild(self, BandC* band, int g) noexcept nogil:
         """Drop removed entries, sort the rest in the band's order, rebuild headers and locators."""
@@ -206,20 +209,14 @@ cdef class BlockLayout(SubscriptionIndex):
             self.loc[self.loc_off[e.sid] + e.pos] = <uint32_t>i
             out.push_back(e[0])
         band.entries.swap(out)
-        band.col_x.clear()
-        band.col_y.clear()
-        band.col_alpha.clear()
-        band.col_theta.clear()
-        band.col_w.clear()
-        band.col_rest.clear()
-        for i in range(band.entries.size()):
-            self._mirror_push(band, &band.entries[i])
-        band.col_x.shrink_to_fit()
-        band.col_y.shrink_to_fit()
-        band.col_alpha.shrink_to_fit()
-        band.col_theta.shrink_to_fit()
-        band.col_w.shrink_to_fit()
-        band.col_rest.shrink_to_fit()
+        band.cols.clear()
+        if self.column_test:
+            band.cols.resize((band.entries.size() + 7) >> 3)
+            for i in range(band.cols.size()):
+                col_pad(&band.cols[i])
+            for i in range(band.entries.size()):
+                col_set(band.cols.data(), i, &band.entries[i])
+        band.cols.shrink_to_fit()
         band.sorted_n = <uint32_t>band.entries.size()
         band.dead = 0
         band.head_stale = 0
@@ -307,11 +304,13 @@ cdef class BlockLayout(SubscriptionIndex):
         cdef int pos
         cdef int g = self._band_of(h.alpha)
         cdef BandC* band
+        cdef uint32_t i
         for pos in range(h.nterms):
             band = self._band(self.table.terms[h.term_off + pos].term, g)
             band.entries[self.loc[self.loc_off[sid] + pos]].theta = INFINITY
             if self.column_test:
-                band.col_theta[self.loc[self.loc_off[sid] + pos]] = INFINITY
+                i = self.loc[self.loc_off[sid] + pos]
+                band.cols[i >> 3].theta[i & 7] = SCAN_THETA_REMOVED
             band.dead += 1
             self.postings -= 1
         self.loc_waste += self.loc_n[sid]
@@ -348,7 +347,7 @@ cdef class BlockLayout(SubscriptionIndex):
             prev = band.entries[i].theta
             band.entries[i].theta = v
             if self.column_test:
-                band.col_theta[i] = v
+                band.cols[i >> 3].theta[i & 7] = code_theta(v)
             b = i // self.block_size
             bh = &band.heads[b]
             if entry_a(&band.entries[i]) < bh.a_min:
@@ -372,7 +371,7 @@ cdef class BlockLayout(SubscriptionIndex):
             for g in range(self.lists[t].bands.size()):
                 total += self.lists[t].bands[g].entries.capacity() * sizeof(BlockEntryC)
                 total += self.lists[t].bands[g].heads.capacity() * sizeof(BlockHeadC)
-                total += 6 * self.lists[t].bands[g].col_theta.capacity() * sizeof(float)
+                total += self.lists[t].bands[g].cols.capacity() * sizeof(ColGroupC)
         total += (self.loc.capacity() + self.loc_off.capacity()) * sizeof(uint32_t)
         return total
 

@@ -9,6 +9,32 @@ from skype._core.types cimport MsgTermC
 from skype._core.scoring cimport round_up, round_down
 
 
+cdef extern from "skype/_core/scankernel.h" nogil:
+    ctypedef struct skype_scan_query:
+        float fx, fy, wm, mx, margin, max_dist2
+    ctypedef struct ColGroupC "skype_col_group":
+        float x[8]
+        float y[8]
+        uint16_t w[8]              # w rounded up
+        uint16_t rest[8]           # rest rounded up
+        uint16_t alpha[8]          # alpha rounded to nearest
+        uint16_t theta[8]          # theta rounded down; SCAN_THETA_REMOVED: removed or padding
+    uint16_t SCAN_THETA_REMOVED "SKYPE_THETA_REMOVED"
+    uint16_t code_w "skype_code_w"(double w)
+    uint16_t code_rest "skype_code_rest"(double rest)
+    uint16_t code_alpha "skype_code_alpha"(double alpha)
+    uint16_t code_theta "skype_code_theta"(double theta)
+    float decode_w "skype_decode_w"(uint16_t c)
+    float decode_rest "skype_decode_rest"(uint16_t c)
+    float decode_alpha "skype_decode_alpha"(uint16_t c)
+    float decode_theta "skype_decode_theta"(uint16_t c)
+    int scan_has_avx2 "skype_scan_has_avx2"()
+    void scan_force "skype_scan_force"(int kernel)
+    int scan_kernel "skype_scan_kernel"()
+    size_t scan_block "skype_scan_block"(int kernel, const ColGroupC* groups, size_t start, size_t end,
+                                         const skype_scan_query* q, uint32_t* out)
+
+
 cdef struct BlockEntryC:         # one subscription in a (term, band) list ("fat posting", 40 bytes)
     uint32_t sid
     float x                      # location as f32 (the bounds allow for the rounding)
@@ -39,13 +65,10 @@ cdef struct BlockHeadC:          # bounds over the live entries of one block (or
 
 cdef struct BandC:               # one alpha-band of one term's posting list
     vector[BlockEntryC] entries  # block b holds entries[b * B, (b + 1) * B)
-    # a column mirror of the postings' bound fields, tested branch-free a block at a time
-    vector[float] col_x
-    vector[float] col_y
-    vector[float] col_alpha
-    vector[float] col_theta      # +inf for a removed posting, as in the entry
-    vector[float] col_w
-    vector[float] col_rest
+    # compact hot columns (column_test): the postings' f32 locations and 16-bit conservative codes
+    # of their bound fields (scankernel.h), in groups of 8 (posting i: group i / 8, lane i % 8),
+    # filtered a block at a time by a vector kernel
+    vector[ColGroupC] cols
     vector[BlockHeadC] heads     # one header per block
     BlockHeadC head              # bounds over the whole band
     uint32_t sorted_n            # entries[0, sorted_n) are in the band's sort order
@@ -172,5 +195,31 @@ cdef inline bint head_covers(const BlockHeadC* h, const BlockEntryC* e) noexcept
 
 cdef inline bint mirror_matches(const BandC* band, size_t i) noexcept nogil:
     cdef const BlockEntryC* e = &band.entries[i]
-    return (band.col_theta[i] == e.theta and band.col_x[i] == e.x and band.col_y[i] == e.y
-            and band.col_alpha[i] == e.alpha and band.col_w[i] == e.w and band.col_rest[i] == e.rest)
+    cdef const ColGroupC* c = &band.cols[i >> 3]
+    cdef size_t lane = i & 7
+    return (c.theta[lane] == code_theta(e.theta) and c.x[lane] == e.x and c.y[lane] == e.y
+            and c.alpha[lane] == code_alpha(e.alpha) and c.w[lane] == code_w(e.w)
+            and c.rest[lane] == code_rest(e.rest))
+
+
+cdef inline void col_set(ColGroupC* groups, size_t i, const BlockEntryC* e) noexcept nogil:
+    cdef ColGroupC* c = &groups[i >> 3]
+    cdef size_t lane = i & 7
+    c.x[lane] = e.x
+    c.y[lane] = e.y
+    c.w[lane] = code_w(e.w)
+    c.rest[lane] = code_rest(e.rest)
+    c.alpha[lane] = code_alpha(e.alpha)
+    c.theta[lane] = code_theta(e.theta)
+
+
+cdef inline void col_pad(ColGroupC* c) noexcept nogil:
+    """A fresh group: every lane a removed posting (never kept by the kernels)."""
+    cdef int lane
+    for lane in range(8):
+        c.x[lane] = 0.0
+        c.y[lane] = 0.0
+        c.w[lane] = 0
+        c.rest[lane] = 0
+        c.alpha[lane] = 0
+        c.theta[lane] = SCAN_THETA_REMOVED
