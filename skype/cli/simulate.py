@@ -281,7 +281,7 @@ def _kind_counts(engine: EngineBase) -> dict[str, int]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    inputs = load_inputs(args)
+    inputs = load_inputs(args, stream=args.stream)
     engine = make_engine(args, inputs)
     metrics = run_stream(engine, inputs, batch_size=args.batch_size, progress=args.progress, changes_out=args.changes_out,
                          fill_window=window_of(args) if args.fill_window else None, answers_out=args.answers_out,
@@ -340,6 +340,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--turnover", type=float, default=1.0, metavar="W",
                    help="with --fill-window: windows of messages published after the registration and before "
                         "the measured stream, so that it runs in steady state (default: %(default)s)")
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True,
+                   help="generate a tweets workload chunk by chunk as the engine reads it (default), the same "
+                        "messages; --no-stream holds the whole stream in memory first")
     o = p.add_argument_group("output")
     o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
     o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")
