@@ -145,11 +145,14 @@ def _counts(engine: EngineBase) -> dict[str, float]:
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
                changes_out: str | None = None, fill_window: dict[str, Any] | None = None,
-               answers_out: str | None = None, turnover: float = 1.0) -> dict[str, Any]:
+               answers_out: str | None = None, turnover: float = 1.0,
+               release_subscriptions: bool = False) -> dict[str, Any]:
     """Register the subscriptions, stream every step through ``engine``; returns run metrics.
     With ``fill_window`` (the window, as :func:`window_of` returns it), the window is filled
     first, then ``turnover`` windows of messages go through unmeasured, and only the messages after
-    them are measured (see the module docstring)."""
+    them are measured (see the module docstring).  ``release_subscriptions``: once registered,
+    ``inputs.subscriptions`` is replaced by an empty batch (the engine holds its own copy), so
+    that a large registration does not stay in memory through the stream."""
     steps = inputs.steps
     fill_s = 0.0
     fill_n = 0
@@ -165,6 +168,8 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_many(inputs.others)
     t_subscribe = time.perf_counter() - t0
+    if release_subscriptions:
+        inputs.subscriptions = inputs.subscriptions.slice(0, 0)
     turnover_s, turnover_n = 0.0, 0
     if fill_window is not None and turnover > 0:
         size = fill_window.get("window")
@@ -285,7 +290,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     engine = make_engine(args, inputs)
     metrics = run_stream(engine, inputs, batch_size=args.batch_size, progress=args.progress, changes_out=args.changes_out,
                          fill_window=window_of(args) if args.fill_window else None, answers_out=args.answers_out,
-                         turnover=args.turnover)
+                         turnover=args.turnover, release_subscriptions=args.stream)
     metrics["engine"] = args.engine if args.engine == "reference" else f"core ({args.index}, {args.buffer})"
     metrics.update(window_of(args))
     if args.results_out:
