@@ -12,6 +12,10 @@ the head of the stream only: with ``--events`` they stop at the first subscribe 
 event.  So a count window of N with ``--fill-window`` measures the messages after the first
 (1 + W) * N.
 
+A generated ``tweets`` workload is streamed: its messages are generated chunk by chunk as the
+engine reads them (:mod:`skype.data.streaming`, the same messages as ``--no-stream``, which holds
+the whole stream first), and the subscriptions' arrays are dropped once registered.
+
 Metrics (``--metrics-out``, JSON): ``messages`` (measured), ``fill_messages``, ``turnover_messages``,
 ``turnover_s``, ``subscriptions``,
 ``amp_us`` (mean time per arriving message), ``emp_us`` (mean time per expiring message),
