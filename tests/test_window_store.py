@@ -109,3 +109,27 @@ def test_window_store_engine_equals_reference(buffer, window):
         results.append({sid: [(m.id, round(m.score, 12)) for m in ms] for sid, ms in engine.results()})
     assert logs[0] == logs[1]
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("seed, window, lo, hi", [(0, 55, 300, 300), (0, 60, 250, 300), (1, 64, 250, 300),
+                                                    (2, 64, 250, 300), (3, 20, 1, 300)])
+def test_term_ring_wraps_keep_every_live_block(seed, window, lo, hi):
+    """Windows of large messages that fill the initial term ring (16,384 terms) to within a
+    block: the ring wraps with the oldest block near its start, and relays out; after every
+    arrival each live message's terms must still be its own."""
+    rng = np.random.default_rng(seed)
+    base = stream(seed, 600, 1)
+    rows = []
+    for _ in range(len(base)):
+        m = int(rng.integers(lo, hi + 1))
+        rows.append((np.sort(rng.choice(VOCAB, size=m, replace=False)).astype(np.int64), np.full(m, m ** -0.5)))
+    msgs = MessageBatch(base.ids, base.x, base.y, base.t, TermMatrix.from_rows(rows))
+    engine = Engine(bounds=BOUNDS, vocabulary=vocabulary(), window=window)
+    store = window_store(engine)
+    for i in range(len(msgs)):
+        engine.publish_batch(msgs.slice(i, i + 1))
+        first = max(0, i + 1 - window)
+        for j, (ids, w) in zip(range(first, i + 1), store.term_rows()):
+            want_ids, want_w = msgs.terms.row(j)
+            assert ids.tolist() == want_ids.tolist() and w.tolist() == want_w.tolist()
+    store.check_invariants()
