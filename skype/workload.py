@@ -20,6 +20,7 @@ import numpy as np
 
 from skype import io, queries, validate
 from skype.data.drift import make_drift
+from skype.data.streaming import StreamedMessages, TweetsStream
 from skype.data.workloads import make_subscriptions, make_workload
 from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, Subscription, SubscriptionBatch, TermMatrix
@@ -84,7 +85,8 @@ class Inputs:
         return sum(len(b) for op, b in self.steps if op == "msgs")
 
     def messages(self) -> MessageBatch:
-        return MessageBatch.concat([b for op, b in self.steps if op == "msgs"])
+        return MessageBatch.concat([b.materialize() if isinstance(b, StreamedMessages) else b
+                                    for op, b in self.steps if op == "msgs"])
 
     def steps_upto(self, cursor: tuple[int, int, int], end: int) -> tuple[list[tuple[str, Any]], tuple[int, int, int]]:
         """The steps of a micro-batch that ends after ``end`` messages, from ``cursor`` (step index,
@@ -254,13 +256,21 @@ def messages_batch(rows: list[tuple]) -> MessageBatch:
     return MessageBatch(ids, x, y, t, _terms(rows, 4))
 
 
-def load_workload(spec: WorkloadSpec) -> Inputs:
-    """The workload ``spec`` describes, its records validated once (see the module's comment)."""
+def load_workload(spec: WorkloadSpec, *, stream: bool = False) -> Inputs:
+    """The workload ``spec`` describes, its records validated once (see the module's comment).
+    With ``stream``, a generated ``tweets`` workload without drift keeps its messages as a
+    :class:`skype.data.streaming.StreamedMessages` step (generated chunk by chunk as it is read,
+    the same messages); every other workload is materialised as without it."""
     bounds = spec.bounds
     if not (spec.messages or spec.subscriptions or spec.events):
         if spec.vocabulary:
             raise InputError("E023", what="--vocabulary", expected="used with workload files (a generated dataset "
                                                                    "has its own vocabulary)", value=spec.vocabulary)
+        if stream and spec.dataset == "tweets" and spec.drift == "none" and bounds == DEFAULT_BOUNDS:
+            ts = TweetsStream(spec.num_messages, spec.seed, bounds)
+            subs = ts.subscriptions(spec.num_subs, sub_terms=spec.sub_terms, k=spec.k, sub_keywords=spec.sub_keywords)
+            return Inputs(ts.vocabulary, subs, [("msgs", StreamedMessages(ts))], bounds,
+                          f"{spec.dataset} (seed {spec.seed})")
         w = make_workload(spec.dataset, num_subs=spec.num_subs, num_messages=spec.num_messages, seed=spec.seed,
                           sub_terms=spec.sub_terms, k=spec.k, sub_keywords=spec.sub_keywords, bounds=bounds)
         desc = f"{spec.dataset} (seed {spec.seed})"

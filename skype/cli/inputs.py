@@ -96,9 +96,10 @@ def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
         vocabulary=getattr(args, "vocabulary", None), bounds=getattr(args, "bounds", DEFAULT_BOUNDS))
 
 
-def load_inputs(args: argparse.Namespace) -> Inputs:
-    """The workload of a subcommand's options (:func:`skype.workload.load_workload`)."""
-    return load_workload(workload_spec(args))
+def load_inputs(args: argparse.Namespace, *, stream: bool = False) -> Inputs:
+    """The workload of a subcommand's options (:func:`skype.workload.load_workload`; ``stream``:
+    a generated tweets stream stays generated chunk by chunk)."""
+    return load_workload(workload_spec(args), stream=stream)
 
 
 def write_drift_files(args, workload) -> int:

@@ -12,8 +12,13 @@ the head of the stream only: with ``--events`` they stop at the first subscribe 
 event.  So a count window of N with ``--fill-window`` measures the messages after the first
 (1 + W) * N.
 
+A generated ``tweets`` workload is streamed: its messages are generated chunk by chunk as the
+engine reads them (:mod:`skype.data.streaming`, the same messages as ``--no-stream``, which holds
+the whole stream first), and the subscriptions' arrays are dropped once registered.
+
 Metrics (``--metrics-out``, JSON): ``messages`` (measured), ``fill_messages``, ``turnover_messages``,
-``turnover_s``, ``subscriptions``,
+``turnover_s``, ``subscriptions``, ``generate_s`` (seconds spent generating the measured messages
+of a streamed workload, left out of ``stream_s`` and the throughput),
 ``amp_us`` (mean time per arriving message), ``emp_us`` (mean time per expiring message),
 ``throughput_msgs_per_s`` (measured messages per wall second, arrival and expiry together),
 ``subscribe_s`` (the registration time), ``fill_s``, ``peak_rss_bytes``, ``reevaluations``,
@@ -30,6 +35,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -145,11 +151,14 @@ def _counts(engine: EngineBase) -> dict[str, float]:
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
                changes_out: str | None = None, fill_window: dict[str, Any] | None = None,
-               answers_out: str | None = None, turnover: float = 1.0) -> dict[str, Any]:
+               answers_out: str | None = None, turnover: float = 1.0,
+               release_subscriptions: bool = False) -> dict[str, Any]:
     """Register the subscriptions, stream every step through ``engine``; returns run metrics.
     With ``fill_window`` (the window, as :func:`window_of` returns it), the window is filled
     first, then ``turnover`` windows of messages go through unmeasured, and only the messages after
-    them are measured (see the module docstring)."""
+    them are measured (see the module docstring).  ``release_subscriptions``: once registered,
+    ``inputs.subscriptions`` is replaced by an empty batch (the engine holds its own copy), so
+    that a large registration does not stay in memory through the stream."""
     steps = inputs.steps
     fill_s = 0.0
     fill_n = 0
@@ -165,6 +174,8 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_many(inputs.others)
     t_subscribe = time.perf_counter() - t0
+    if release_subscriptions:
+        inputs.subscriptions = inputs.subscriptions.slice(0, 0)
     turnover_s, turnover_n = 0.0, 0
     if fill_window is not None and turnover > 0:
         size = fill_window.get("window")
@@ -186,6 +197,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
     bar = progress_bar(total=measured, desc="messages", enabled=progress)
     published = fill_n + turnover_n
     query_s, n_queries = 0.0, 0
+    generate = [0.0]
     t0 = time.perf_counter()
     try:
         for op, payload in steps:
@@ -205,7 +217,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
                     answers.write(json.dumps({"qid": payload["qid"], "after": published, "kind": payload["kind"],
                                               "answer": io.answer_entries(payload["kind"], answer)}) + "\n")
             else:
-                for chunk in payload.batches(batch_size):
+                for chunk in _timed(payload.batches(batch_size), generate):
                     log = engine.publish_batch(chunk)
                     changes += len(log)
                     published += len(chunk)
@@ -218,7 +230,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         for fh in (sink, answers):
             if fh is not None:
                 fh.close()
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0 - generate[0]    # a streamed workload's generation is not the engine's
     stats = engine.stats()
     after = _counts(engine)
     n = measured
@@ -237,6 +249,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "emp_us": (after["expiry_us"] - before["expiry_us"]) / expirations if expirations else 0.0,
         "throughput_msgs_per_s": n / wall if wall > 0 else 0.0,
         "stream_s": wall,
+        "generate_s": generate[0],
         "fill_s": fill_s,
         "subscribe_s": t_subscribe,
         "peak_rss_bytes": peak_rss_bytes(),
@@ -251,6 +264,17 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "phases": _phase_delta(phases_before, _phase_counts(engine)),
         "engine_stats": stats,
     }
+
+
+def _timed(chunks: Iterator[Any], total: list[float]) -> Iterator[Any]:
+    """The items of ``chunks``, adding the seconds spent producing them to ``total[0]``."""
+    while True:
+        t0 = time.perf_counter()
+        item = next(chunks, None)
+        total[0] += time.perf_counter() - t0
+        if item is None:
+            return
+        yield item
 
 
 def _phase_counts(engine: EngineBase) -> dict[str, Any]:
@@ -281,11 +305,11 @@ def _kind_counts(engine: EngineBase) -> dict[str, int]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    inputs = load_inputs(args)
+    inputs = load_inputs(args, stream=args.stream)
     engine = make_engine(args, inputs)
     metrics = run_stream(engine, inputs, batch_size=args.batch_size, progress=args.progress, changes_out=args.changes_out,
                          fill_window=window_of(args) if args.fill_window else None, answers_out=args.answers_out,
-                         turnover=args.turnover)
+                         turnover=args.turnover, release_subscriptions=args.stream)
     metrics["engine"] = args.engine if args.engine == "reference" else f"core ({args.index}, {args.buffer})"
     metrics.update(window_of(args))
     if args.results_out:
@@ -340,6 +364,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--turnover", type=float, default=1.0, metavar="W",
                    help="with --fill-window: windows of messages published after the registration and before "
                         "the measured stream, so that it runs in steady state (default: %(default)s)")
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=True,
+                   help="generate a tweets workload chunk by chunk as the engine reads it (default), the same "
+                        "messages; --no-stream holds the whole stream in memory first")
     o = p.add_argument_group("output")
     o.add_argument("--results-out", metavar="FILE", help="final top-k of every subscription (JSONL or Parquet)")
     o.add_argument("--metrics-out", metavar="FILE", help="run metrics as JSON")

@@ -1,6 +1,5 @@
 # Window store: the messages of the sliding window, oldest first, in arrival order.
 from libcpp.vector cimport vector
-from libcpp.unordered_set cimport unordered_set
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t, MsgTermC
 
@@ -18,13 +17,16 @@ cdef extern from *:
     const uint32_t HOLD_MASK "SKYPE_HOLD_MASK"
 
 
+ctypedef vector[sid_t]* HolderListP     # an extra-holder list
+
+
 cdef struct MsgC:
     seq_t seq              # arrival number (dense: the window holds seq oldest..oldest+count-1)
     ext_id_t ext_id        # user-visible id
     double x
     double y
     double t               # timestamp
-    uint64_t term_pos      # absolute position of its first term in the term ring
+    uint64_t term_pos      # slot of its first term in the term ring (its terms never wrap)
     uint64_t hold_pos      # absolute position of its first admission holder in the holder ring
     uint32_t nterms
     uint32_t hold_n        # subscriptions that admitted it on arrival
@@ -32,23 +34,35 @@ cdef struct MsgC:
 
 cdef class WindowStore:
     cdef vector[MsgC] ring                 # message ring, capacity a power of two
-    cdef vector[vector[sid_t]] extra       # per ring slot: holders added by re-evaluations
+    cdef vector[uint32_t] extra_of         # per ring slot: 0, or 1 + its list in extra_pool
+    cdef vector[HolderListP] extra_pool    # holders added by re-evaluations (stable addresses)
+    cdef vector[uint32_t] extra_free       # unused lists of extra_pool
+    cdef vector[sid_t] no_extra            # always empty: the extra list of most messages
     cdef uint64_t head                     # ring index of the oldest message
     cdef uint64_t count                    # messages in the window
     cdef seq_t oldest_seq                  # seq of the oldest message (next seq = oldest_seq + count)
     cdef vector[MsgTermC] term_ring        # term ring (bip buffer: a message's terms never wrap)
-    cdef uint64_t term_head                # absolute position of the oldest live term
-    cdef uint64_t term_tail                # absolute position one past the newest term
+    cdef uint64_t term_head                # slot of the oldest message's first term
+    cdef uint64_t term_tail                # slot one past the newest message's terms
+    cdef uint64_t live_terms               # terms of the window's messages
+    cdef bint term_wrapped                 # the live terms run past the ring's end to its start
+    cdef seq_t term_wrap_seq               # if so: the first message stored at the start
     cdef vector[sid_t] hold_ring           # admission holders, message after message (FIFO)
     cdef uint64_t hold_head
     cdef uint64_t hold_tail
-    cdef unordered_set[int64_t] ids        # external ids in the window (duplicate detection)
+    cdef vector[uint32_t] id_slots         # open-addressing set of ring slots keyed by ext_id
+    cdef uint64_t id_mask                  # id_slots.size() - 1 (twice the ring's capacity)
 
     cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil
     cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil
     cdef void _grow_ring(self) noexcept nogil
     cdef void _grow_holders(self) noexcept nogil
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil
+    cdef uint64_t _term_room(self, uint64_t n) noexcept nogil
+    cdef void _id_insert(self, uint32_t slot) noexcept nogil
+    cdef void _id_erase(self, uint32_t slot) noexcept nogil
+    cdef bint _id_contains(self, int64_t ext_id) noexcept nogil
+    cdef void _id_rebuild(self) noexcept nogil
     cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
                       const MsgTermC* terms, uint32_t n) noexcept nogil
     cdef void pop_oldest(self) noexcept nogil
@@ -68,11 +82,14 @@ cdef inline MsgC* win_oldest(WindowStore w) noexcept nogil:
 
 
 cdef inline const MsgTermC* win_terms(WindowStore w, const MsgC* m) noexcept nogil:
-    return &w.term_ring[m.term_pos & (w.term_ring.size() - 1)]
+    return w.term_ring.data() + m.term_pos
 
 
 cdef inline vector[sid_t]* win_extra_holders(WindowStore w, seq_t seq) noexcept nogil:
-    return &w.extra[(w.head + (seq - w.oldest_seq)) & (w.ring.size() - 1)]
+    cdef uint32_t e = w.extra_of[(w.head + (seq - w.oldest_seq)) & (w.ring.size() - 1)]
+    if e == 0:
+        return &w.no_extra
+    return w.extra_pool[e - 1]
 
 
 cdef inline sid_t win_holder_at(WindowStore w, uint64_t pos) noexcept nogil:

@@ -4,54 +4,130 @@
 Invariants:
 * The window holds the dense run of arrival numbers ``oldest_seq .. oldest_seq + count - 1``;
   ``get(seq)`` is O(1) for any seq in that run.  Messages leave in arrival order only.
-* Each message's terms (ascending ids) and unit weights sit contiguously in the term ring: when
-  a block would wrap past the end of the ring, the tail skips to the ring's start (the skipped
-  tail is dead space), so kernels always get plain pointers.
+* Each message's terms (ascending ids) and unit weights sit contiguously in the term ring, a bip
+  buffer of any capacity: ``term_pos`` is the slot of a message's first term.  The live terms run
+  from the oldest message's slot ``term_head`` to ``term_tail``; when a block does not fit before
+  the ring's end it starts at slot 0 (the skipped tail is dead space) and the live run is
+  ``wrapped`` until its first message (``term_wrap_seq``) becomes the oldest.  When no free run
+  is long enough, the live blocks are copied compactly into a ring with an eighth of headroom,
+  so the ring stays near the window's term count (no power-of-two rounding) and kernels always
+  get plain pointers.
+* Duplicate detection (``contains_ids``) reads an open-addressing set (linear probing, deletion
+  by backward shift, no tombstones) of ring slots keyed by the slot's external id, twice the
+  ring's capacity so that its load stays at most a half: 8 bytes per slot, no node per message.
 * The reverse map of spec §2 (which subscriptions hold a message in their result buffer) has
   two parts.  Admissions on arrival happen while the message is the newest, so they append to a
   FIFO holder ring: each message owns the block ``[hold_pos, hold_pos + hold_n)``, and blocks
   leave with their messages.  Holders added later (re-evaluations re-admit older messages) go to
-  a small per-message ``extra`` list.  ``add_holder`` returns a handle to the entry, and the
+  a per-message ``extra`` list, allocated only for messages that get one (``extra_of`` maps a ring
+  slot to its list, 0 for none; the lists live at stable addresses and are recycled).
+  ``add_holder`` returns a handle to the entry, and the
   buffer stores it beside the message: when the buffer drops the message (eviction, a
   re-evaluation, the subscription's removal) ``drop_holder`` overwrites the entry with
   NO_HOLDER, so the live entries of a message are exactly the buffers holding it (buffers.pyx).
   Handles: the low 31 bits of a ring position (the ring's live span stays below 2^31 entries),
   or HOLD_EXTRA | the index in the extra list (which only grows while its message lives).
-* Rings double when full; positions are absolute (a ring slot is ``pos & (capacity - 1)``), so
-  growth copies each live slot to its new slot and nothing is rebased (terms are re-laid out
-  compactly because their blocks must stay contiguous).
+* The message and holder rings double when full; holder positions are absolute (a slot is
+  ``pos & (capacity - 1)``), so growth copies each live slot to its new slot and nothing is
+  rebased.
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
-from skype._core.window cimport win_next_seq, win_get, win_extra_holders, NO_HOLDER, HOLD_EXTRA, HOLD_MASK
+from skype._core.window cimport win_next_seq, win_get, NO_HOLDER, HOLD_EXTRA, HOLD_MASK
 
 cdef enum:
     INITIAL_RING = 1024
     INITIAL_TERMS = 16384
     INITIAL_HOLDERS = 16384
+    KEEP_EXTRA = 16             # a recycled extra list keeps at most this many entries' storage
+
+cdef uint32_t NO_SLOT = 0xFFFFFFFFu
+
+
+cdef inline uint64_t id_hash(int64_t ext_id) noexcept nogil:
+    cdef uint64_t k = <uint64_t>ext_id * 0x9E3779B97F4A7C15ULL
+    return k ^ (k >> 29)
 
 
 cdef class WindowStore:
     def __cinit__(self):
         self.ring.resize(INITIAL_RING)
-        self.extra.resize(INITIAL_RING)
+        self.extra_of.resize(INITIAL_RING, 0)
         self.term_ring.resize(INITIAL_TERMS)
         self.hold_ring.resize(INITIAL_HOLDERS)
+        self.id_slots.resize(2 * INITIAL_RING, NO_SLOT)
+        self.id_mask = 2 * INITIAL_RING - 1
         self.head = 0
         self.count = 0
         self.oldest_seq = 0
         self.term_head = 0
         self.term_tail = 0
+        self.live_terms = 0
+        self.term_wrapped = False
+        self.term_wrap_seq = 0
         self.hold_head = 0
         self.hold_tail = 0
 
+    def __dealloc__(self):
+        cdef size_t i
+        for i in range(self.extra_pool.size()):
+            del self.extra_pool[i]
+
+    # ------------------------------------------------------------------ duplicate detection
+    cdef void _id_insert(self, uint32_t slot) noexcept nogil:
+        cdef uint64_t i = id_hash(self.ring[slot].ext_id) & self.id_mask
+        while self.id_slots[i] != NO_SLOT:
+            i = (i + 1) & self.id_mask
+        self.id_slots[i] = slot
+
+    cdef void _id_erase(self, uint32_t slot) noexcept nogil:
+        """Remove ring slot ``slot`` (still holding its message) from the set."""
+        cdef uint64_t i = id_hash(self.ring[slot].ext_id) & self.id_mask, j, home
+        while self.id_slots[i] != slot:
+            i = (i + 1) & self.id_mask
+        j = i
+        while True:                 # backward shift: no entry may sit before its home slot's run
+            j = (j + 1) & self.id_mask
+            if self.id_slots[j] == NO_SLOT:
+                break
+            home = id_hash(self.ring[self.id_slots[j]].ext_id) & self.id_mask
+            if ((j - home) & self.id_mask) >= ((j - i) & self.id_mask):
+                self.id_slots[i] = self.id_slots[j]
+                i = j
+        self.id_slots[i] = NO_SLOT
+
+    cdef bint _id_contains(self, int64_t ext_id) noexcept nogil:
+        cdef uint64_t i = id_hash(ext_id) & self.id_mask
+        while self.id_slots[i] != NO_SLOT:
+            if self.ring[self.id_slots[i]].ext_id == ext_id:
+                return True
+            i = (i + 1) & self.id_mask
+        return False
+
+    cdef void _id_rebuild(self) noexcept nogil:
+        cdef uint64_t i
+        self.id_slots.assign(2 * self.ring.size(), NO_SLOT)
+        self.id_mask = 2 * self.ring.size() - 1
+        for i in range(self.count):
+            self._id_insert(<uint32_t>((self.head + i) & (self.ring.size() - 1)))
+
+    # ------------------------------------------------------------------ holders
     cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
         """Register sid as a holder of seq (a window message); returns the entry's handle."""
         cdef MsgC* m
         cdef vector[sid_t]* extra
+        cdef uint64_t slot
         if seq + 1 != win_next_seq(self):
-            extra = win_extra_holders(self, seq)
+            slot = (self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)
+            if self.extra_of[slot] == 0:
+                if self.extra_free.size():
+                    self.extra_of[slot] = self.extra_free.back() + 1
+                    self.extra_free.pop_back()
+                else:
+                    self.extra_pool.push_back(new vector[sid_t]())
+                    self.extra_of[slot] = <uint32_t>self.extra_pool.size()
+            extra = self.extra_pool[self.extra_of[slot] - 1]
             extra.push_back(sid)
             return HOLD_EXTRA | <uint32_t>(extra.size() - 1)
         if self.hold_tail - self.hold_head == self.hold_ring.size():
@@ -65,8 +141,10 @@ cdef class WindowStore:
     cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil:
         """The holder entry ``handle`` of seq (a window message) no longer holds it."""
         cdef uint64_t pos
+        cdef uint64_t slot
         if handle & HOLD_EXTRA:
-            win_extra_holders(self, seq)[0][handle & HOLD_MASK] = NO_HOLDER
+            slot = (self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)
+            self.extra_pool[self.extra_of[slot] - 1][0][handle & HOLD_MASK] = NO_HOLDER
             return
         # the newest ring position whose low 31 bits are the handle's (the entry is live, so
         # within 2^31 of the tail)
@@ -81,56 +159,76 @@ cdef class WindowStore:
             ring[pos & (2 * cap - 1)] = self.hold_ring[pos & (cap - 1)]
         self.hold_ring.swap(ring)
 
+    # ------------------------------------------------------------------ rings
     cdef void _grow_ring(self) noexcept nogil:
         cdef uint64_t cap = self.ring.size(), i
         cdef vector[MsgC] ring
-        cdef vector[vector[sid_t]] extra
+        cdef vector[uint32_t] extra_of
         ring.resize(cap * 2)
-        extra.resize(cap * 2)
+        extra_of.resize(cap * 2, 0)
         for i in range(self.count):
             ring[i] = self.ring[(self.head + i) & (cap - 1)]
-            extra[i].swap(self.extra[(self.head + i) & (cap - 1)])
+            extra_of[i] = self.extra_of[(self.head + i) & (cap - 1)]
         self.ring.swap(ring)
-        self.extra.swap(extra)
+        self.extra_of.swap(extra_of)
         self.head = 0
+        self._id_rebuild()
 
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil:
-        """Copy live term blocks compactly into a ring with room for ``need`` more terms."""
-        cdef uint64_t cap = self.term_ring.size(), live = self.term_tail - self.term_head
-        cdef uint64_t new_cap = cap, i, j, pos = 0
+        """Copy the live term blocks compactly to the start of a ring with room for ``need``
+        more terms and an eighth of headroom."""
+        cdef uint64_t cap = self.term_ring.size(), want = self.live_terms + need, i, j, pos = 0
         cdef vector[MsgTermC] ring
         cdef MsgC* m
-        while new_cap < (5 * (live + need)) // 4 + 64:   # a quarter of headroom for wraps
-            new_cap *= 2
-        ring.resize(new_cap)
+        if want + want // 8 + 1024 > cap:
+            cap = want + want // 8 + 1024
+        ring.resize(cap)
         for i in range(self.count):
             m = &self.ring[(self.head + i) & (self.ring.size() - 1)]
             for j in range(m.nterms):
-                ring[pos + j] = self.term_ring[(m.term_pos + j) & (cap - 1)]
+                ring[pos + j] = self.term_ring[m.term_pos + j]
             m.term_pos = pos
             pos += m.nterms
         self.term_ring.swap(ring)
         self.term_head = 0
         self.term_tail = pos
+        self.term_wrapped = False
+
+    cdef uint64_t _term_room(self, uint64_t n) noexcept nogil:
+        """The slot where the next message's ``n`` terms go (relaying out the ring if no free
+        run is long enough)."""
+        cdef uint64_t cap = self.term_ring.size()
+        if self.count == 0:
+            self.term_head = 0
+            self.term_tail = 0
+            self.term_wrapped = False
+            if n <= cap:
+                return 0
+        elif not self.term_wrapped:
+            if self.term_tail + n <= cap:
+                return self.term_tail
+            if n <= self.term_head:
+                self.term_wrapped = True
+                self.term_wrap_seq = self.oldest_seq + self.count
+                return 0
+        elif self.term_tail + n <= self.term_head:
+            return self.term_tail
+        self._relayout_terms(n)
+        return self.term_tail
 
     cdef seq_t append(self, ext_id_t ext_id, double x, double y, double t,
                       const MsgTermC* terms, uint32_t n) noexcept nogil:
-        cdef uint64_t cap, start, j
+        cdef uint64_t start, j, slot
         cdef MsgC* m
         if self.count == self.ring.size():
             self._grow_ring()
-        cap = self.term_ring.size()
-        start = self.term_tail
-        if (start & (cap - 1)) + n > cap:          # would wrap: skip to the ring's start
-            start = (start | (cap - 1)) + 1
-        if start + n - self.term_head > cap:
-            self._relayout_terms(n)
-            cap = self.term_ring.size()
-            start = self.term_tail
+        start = self._term_room(n)
         for j in range(n):
-            self.term_ring[(start + j) & (cap - 1)] = terms[j]
+            self.term_ring[start + j] = terms[j]
         self.term_tail = start + n
-        m = &self.ring[(self.head + self.count) & (self.ring.size() - 1)]
+        self.live_terms += n
+        slot = (self.head + self.count) & (self.ring.size() - 1)
+        m = &self.ring[slot]
         m.seq = self.oldest_seq + self.count
         m.ext_id = ext_id
         m.x = x
@@ -140,24 +238,34 @@ cdef class WindowStore:
         m.nterms = n
         m.hold_pos = self.hold_tail
         m.hold_n = 0
-        self.extra[(self.head + self.count) & (self.ring.size() - 1)].clear()
+        self.extra_of[slot] = 0
         self.count += 1
-        self.ids.insert(ext_id)
+        self._id_insert(<uint32_t>slot)
         return m.seq
 
     cdef void pop_oldest(self) noexcept nogil:
         cdef MsgC* m = &self.ring[self.head]
+        cdef uint32_t e = self.extra_of[self.head]
         cdef vector[sid_t] empty
-        self.ids.erase(m.ext_id)
-        self.extra[self.head].swap(empty)          # release the memory
+        self._id_erase(<uint32_t>self.head)
+        if e:                                       # recycle its extra list
+            if self.extra_pool[e - 1].capacity() > KEEP_EXTRA:
+                self.extra_pool[e - 1].swap(empty)  # release the memory
+            self.extra_pool[e - 1].clear()
+            self.extra_free.push_back(e - 1)
+            self.extra_of[self.head] = 0
         self.hold_head = m.hold_pos + m.hold_n
+        self.live_terms -= m.nterms
         self.head = (self.head + 1) & (self.ring.size() - 1)
         self.count -= 1
         self.oldest_seq += 1
         if self.count == 0:
             self.term_head = self.term_tail
+            self.term_wrapped = False
         else:
             self.term_head = self.ring[self.head].term_pos
+            if self.term_wrapped and self.oldest_seq == self.term_wrap_seq:
+                self.term_wrapped = False
 
     # ------------------------------------------------------------------ Python access
     def __len__(self):
@@ -168,7 +276,7 @@ cdef class WindowStore:
         out = np.zeros(ids.shape[0], dtype=bool)
         cdef Py_ssize_t i
         for i in range(ids.shape[0]):
-            out[i] = self.ids.count(ids[i]) > 0
+            out[i] = self._id_contains(ids[i])
         return out
 
     def ext_ids(self):
@@ -181,10 +289,58 @@ cdef class WindowStore:
             o[i] = self.ring[(self.head + i) & (self.ring.size() - 1)].ext_id
         return out
 
+    def term_rows(self):
+        """(term ids, weights) of each window message, oldest first (a test hook)."""
+        import numpy as np
+        out = []
+        cdef uint64_t i, j
+        cdef MsgC* m
+        for i in range(self.count):
+            m = &self.ring[(self.head + i) & (self.ring.size() - 1)]
+            ids = np.empty(m.nterms, dtype=np.int64)
+            w = np.empty(m.nterms, dtype=np.float64)
+            for j in range(m.nterms):
+                ids[j] = self.term_ring[m.term_pos + j].term
+                w[j] = self.term_ring[m.term_pos + j].w
+            out.append((ids, w))
+        return out
+
+    def memory_parts(self):
+        """Bytes by component: message records, term ring, holder ring, extra holder lists,
+        duplicate-detection set."""
+        cdef uint64_t extra = self.extra_of.capacity() * sizeof(uint32_t) + self.extra_pool.capacity() * 8
+        cdef size_t i
+        for i in range(self.extra_pool.size()):
+            extra += 24 + self.extra_pool[i].capacity() * sizeof(sid_t)
+        return {"messages": self.ring.capacity() * sizeof(MsgC),
+                "terms": self.term_ring.capacity() * sizeof(MsgTermC),
+                "holders": self.hold_ring.capacity() * sizeof(sid_t),
+                "extra_holders": extra,
+                "ids": self.id_slots.capacity() * sizeof(uint32_t)}
+
     def memory_bytes(self):
-        cdef uint64_t total = (self.ring.capacity() * (sizeof(MsgC) + 24) + self.term_ring.capacity() * sizeof(MsgTermC)
-                               + self.hold_ring.capacity() * sizeof(sid_t))
-        cdef uint64_t i
-        for i in range(self.extra.size()):
-            total += self.extra[i].capacity() * sizeof(sid_t)
-        return total + self.ids.size() * 32
+        return sum(self.memory_parts().values())
+
+    def check_invariants(self):
+        """Test hook: every live term block lies inside the ring, the live blocks follow each
+        other in arrival order (wrapping at most once), and the id set holds each slot once."""
+        cdef uint64_t i, slot, cap = self.term_ring.size(), prev_end = 0, wraps = 0, found = 0
+        cdef MsgC* m
+        cdef uint64_t terms = 0
+        for i in range(self.count):
+            slot = (self.head + i) & (self.ring.size() - 1)
+            m = &self.ring[slot]
+            assert m.seq == self.oldest_seq + i
+            assert m.term_pos + m.nterms <= cap
+            if i and m.term_pos < prev_end:
+                wraps += 1
+                assert m.term_pos == 0
+            prev_end = m.term_pos + m.nterms
+            terms += m.nterms
+            assert self._id_contains(m.ext_id)
+        assert wraps <= 1 and (wraps == 1) == bool(self.term_wrapped and self.count)
+        assert terms == self.live_terms
+        for i in range(self.id_slots.size()):
+            if self.id_slots[i] != NO_SLOT:
+                found += 1
+        assert found == self.count

@@ -1,0 +1,44 @@
+"""The window store's bytes by component (issue 23, deliverable 7), after the paper's protocol:
+fill a count window of N tweets, register N subscriptions, publish two more windows.
+
+    PYTHONPATH=. python bench/window_memory.py --size 200000 [--seed 0]
+
+Prints ``WindowStore.memory_parts()`` in MB and in bytes per window message, and the engine's
+``stats()["memory_bytes"]``.  Deterministic for a seed (the sizes do not depend on timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+
+from skype.engine import Engine
+from skype.workload import WorkloadSpec, load_workload
+
+
+def window_store(engine):
+    return next(o for o in gc.get_referents(engine._core) if type(o).__name__ == "WindowStore")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", type=int, default=200_000, help="subscriptions and window (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    n = args.size
+    inputs = load_workload(WorkloadSpec(dataset="tweets", num_subs=n, num_messages=3 * n, seed=args.seed), stream=True)
+    engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, window=n)
+    messages = inputs.steps[0][1]
+    for batch in messages.slice(0, n).batches(1000):
+        engine.publish_batch(batch)
+    engine.subscribe_batch(inputs.subscriptions)
+    for batch in messages.slice(n, 3 * n).batches(1000):
+        engine.publish_batch(batch)
+    parts = window_store(engine).memory_parts()
+    print("window (MB):       ", {k: round(v / 2**20, 1) for k, v in parts.items()})
+    print("window (B/message):", {k: round(v / n, 1) for k, v in parts.items()})
+    print("engine (MB):       ", {k: round(v / 2**20, 1) for k, v in engine.stats()["memory_bytes"].items()})
+
+
+if __name__ == "__main__":
+    main()
