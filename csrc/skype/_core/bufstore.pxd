@@ -51,6 +51,8 @@ cdef class BufferStore:
     cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil
     cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil
     cdef void _release(self, SubBufC* sb) noexcept nogil
+    cdef void _give(self, SlotC slot) noexcept nogil
+    cdef uint32_t _owner(self, const SubBufC* sb) noexcept nogil
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
     cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil
     cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil

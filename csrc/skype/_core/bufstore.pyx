@@ -3,7 +3,8 @@
 
 Each subscription has a SubBufC record (``buf[sid]``) whose entries live in one slot of the
 arena (arena.pyx), sorted by (score desc, seq desc).  ``_room`` moves a buffer to a larger slot
-class only when it outgrows its own; ``_store`` puts a rebuilt buffer in the smallest class that
+class only when it outgrows its own (a slot given back is filled by its class's last slot, whose
+record ``_give`` updates: arena.pyx); ``_store`` puts a rebuilt buffer in the smallest class that
 holds one more entry.  Invariants kept here:
 
 * Reverse map (``track_holders``): every entry of every buffer has a live entry in the window's
@@ -21,7 +22,7 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from skype._core.arena cimport NO_SLOT
+from skype._core.arena cimport NO_SLOT, NO_OWNER
 
 
 cdef class BufferStore:
@@ -38,11 +39,11 @@ cdef class BufferStore:
         cdef BufEntryC* moved
         if sb.slot.cls != NO_SLOT and self.arena.cap[sb.slot.cls] >= n:
             return old
-        slot = self.arena.take(self.arena.class_for(n))
+        slot = self.arena.take(self.arena.class_for(n), self._owner(sb))
         moved = slot_entries(self.arena, slot)
         if sb.size:
             memcpy(moved, old, sb.size * sizeof(BufEntryC))
-        self.arena.give(sb.slot)
+        self._give(sb.slot)
         sb.slot = slot
         return moved
 
@@ -50,14 +51,23 @@ cdef class BufferStore:
         """Replace the entries by src[0:n], in the smallest class that holds one more."""
         cdef uint16_t cls = self.arena.class_for(n + 1)
         if sb.slot.cls != cls:
-            self.arena.give(sb.slot)
-            sb.slot = self.arena.take(cls)
+            self._give(sb.slot)
+            sb.slot = self.arena.take(cls, self._owner(sb))
         if n:
             memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
         sb.size = <uint32_t>n
 
+    cdef void _give(self, SlotC slot) noexcept nogil:
+        """Give a slot back; the buffer whose slot fills the hole (arena.pyx) follows it."""
+        cdef uint32_t moved = self.arena.give(slot)
+        if moved != NO_OWNER:
+            self.buf[moved].slot.index = slot.index
+
+    cdef inline uint32_t _owner(self, const SubBufC* sb) noexcept nogil:
+        return <uint32_t>(sb - self.buf.data())
+
     cdef void _release(self, SubBufC* sb) noexcept nogil:
-        self.arena.give(sb.slot)
+        self._give(sb.slot)
         sb.slot.cls = NO_SLOT
         sb.slot.index = 0
         sb.size = 0
