@@ -498,6 +498,7 @@ cdef class Buffers(BufferStore):
         if p == n:
             return False                           # stale reverse-map entry
         if <int32_t>p < k:
+            self._note_gone(seq)
             self._event(sid, -1, lo)
         n -= 1
         memmove(B + p, B + p + 1, (n - p) * sizeof(BufEntryC))

@@ -2,7 +2,7 @@
 # entries in the arena, the holder handles, the top-k events and theta publication.
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, seq_t, ext_id_t
+from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
 from skype._core.arena cimport BufEntryC, SlotC, EntryArena, slot_entries
 from skype._core.window cimport WindowStore, win_next_seq, win_get
 from skype._core.subindex cimport SubTable, SubscriptionIndex
@@ -11,7 +11,7 @@ from skype._core.subindex cimport SubTable, SubscriptionIndex
 cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1) sid's top-k
     sid_t sid
     int32_t delta
-    ext_id_t msg
+    ext_id_t msg                  # the message's window seq until resolve_events, then its external id
 
 
 cdef struct SubBufC:              # one subscription's result buffer (44 bytes)
@@ -36,6 +36,8 @@ cdef class BufferStore:
     cdef vector[SubBufC] buf                 # per sid
     cdef EntryArena arena                    # every buffer's entries
     cdef vector[EventC] events               # events of the current operation
+    cdef vector[seq_t] gone_seq              # messages that left the window during it, with
+    cdef vector[ext_id_t] gone_ext           # their external ids (resolve_events)
     cdef bint track_holders                  # register holders in the window's reverse map
     cdef bint exact_holders                  # ... and drop them when the message leaves the buffer
     cdef uint64_t n_holders_dropped
@@ -58,6 +60,8 @@ cdef class BufferStore:
     cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil
     cdef void _hand_over_holds(self, sid_t sid) noexcept nogil
     cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil
+    cdef void resolve_events(self) noexcept nogil
+    cdef void _note_gone(self, seq_t seq) noexcept nogil
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil
 
     # hot helpers, inlined into their callers (buffers.pyx, engine.pyx)
@@ -72,8 +76,9 @@ cdef class BufferStore:
         return win_get(self.window, self._full_seq(lo)).ext_id
 
     cdef inline void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil:
+        # the message's seq: its external id (a random window record) is read at the flush
         cdef EventC e
         e.sid = sid
         e.delta = delta
-        e.msg = self._ext(lo)
+        e.msg = <ext_id_t>self._full_seq(lo)
         self.events.push_back(e)

@@ -13,8 +13,12 @@ holds one more entry.  Invariants kept here:
   (``_drop_entry``), so at expiry the live holder entries are exactly the buffers that still hold
   the message.  A rebuild hands the handles over (``_remember_holds`` before, ``_hand_over_holds``
   after): kept messages keep their handle, new ones get one, lost ones are dropped.
-* Events: every change of a top-k appends (sid, +1/-1, message) to ``events``; the engine nets
-  them per message (flush.pyx).
+* Events: every change of a top-k appends (sid, +1/-1, message seq) to ``events``; the engine
+  resolves the seqs to external ids once per message (``resolve_events``: one prefetched pass
+  over the window records, instead of a random read on every admission's critical path) and
+  nets them (flush.pyx).  Every seq an event names is in the window at the flush, except the
+  messages that expired during the operation: ``_note_gone`` keeps their ids (buffers.pyx calls
+  it before an expiring message's event).
 * Theta: ``_set_theta`` is the only writer of a subscription's threshold; during a micro-batch
   (engine.pyx) it records every subscription whose theta fell, once per batch.
 """
@@ -142,6 +146,34 @@ cdef class BufferStore:
         if lo < self.old_keys.size() and <uint32_t>(self.old_keys[lo] >> 32) == seq_lo:
             return lo
         return self.old_keys.size()
+
+    # ------------------------------------------------------------------ events
+    cdef void _note_gone(self, seq_t seq) noexcept nogil:
+        """seq (still in the window) is expiring and an event names it: keep its external id."""
+        if self.gone_seq.size() and self.gone_seq.back() == seq:
+            return
+        self.gone_seq.push_back(seq)
+        self.gone_ext.push_back(win_get(self.window, seq).ext_id)
+
+    cdef void resolve_events(self) noexcept nogil:
+        """Replace every event's message seq by the message's external id (at the flush)."""
+        cdef size_t i, j, n = self.events.size(), ng = self.gone_seq.size()
+        cdef seq_t s, oldest = self.window.oldest_seq
+        for i in range(n):
+            s = <seq_t>self.events[i].msg
+            if s >= oldest:
+                prefetch(win_get(self.window, s))
+        for i in range(n):
+            s = <seq_t>self.events[i].msg
+            if s >= oldest:
+                self.events[i].msg = win_get(self.window, s).ext_id
+            else:
+                j = 0
+                while j + 1 < ng and self.gone_seq[j] != s:
+                    j += 1
+                self.events[i].msg = self.gone_ext[j]
+        self.gone_seq.clear()
+        self.gone_ext.clear()
 
     # ------------------------------------------------------------------ reading
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
