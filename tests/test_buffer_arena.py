@@ -77,3 +77,12 @@ def test_arena_gives_pages_back_when_buffers_shrink(buffer):
     assert after["pages"] <= after["paged_classes"] <= full["paged_classes"]
     assert after["page_bytes"] < full["page_bytes"]
     assert_dense(engine)
+
+
+def test_buffer_records_are_one_cache_line_each():
+    vocab, subs, msgs = dense_workload(seed=3, num_subs=300, num_messages=200, vocab_size=6)
+    engine = Engine(bounds=BOUNDS, vocabulary=vocab, window=100)
+    engine.subscribe_batch(subs)
+    engine.publish_batch(msgs)
+    s = engine.stats()
+    assert s["buffer_record_bytes"] == 64 and s["buffer_records_aligned"]

@@ -520,7 +520,7 @@ cdef class Buffers(BufferStore):
 
     def stats(self):
         cdef size_t total = 0, live = 0, sid
-        for sid in range(self.buf.size()):
+        for sid in range(self.buf_n):
             if sid < self.table.hot.size() and self.table.hot[sid].alive:
                 total += self.buf[sid].size
                 live += 1
@@ -532,4 +532,5 @@ cdef class Buffers(BufferStore):
             "avg_buffer_size": <double>total / live if live else 0.0, "buffered_entries": total,
             "admits_in_topk": self.n_admits_topk, "holders_dropped": self.n_holders_dropped,
             "exact_holders": bool(self.exact_holders), "reevaluate_seconds": self.reeval_ns / 1e9,
+            "buffer_record_bytes": sizeof(SubBufC), "buffer_records_aligned": <size_t>self.buf % 64 == 0,
         }

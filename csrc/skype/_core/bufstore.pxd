@@ -14,7 +14,9 @@ cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1)
     ext_id_t msg                  # the message's window seq until resolve_events, then its external id
 
 
-cdef struct SubBufC:              # one subscription's result buffer (44 bytes)
+# One subscription's result buffer: 64 bytes, one cache line (buf is 64-byte aligned); its 41
+# bytes of fields at 44 bytes a record straddled two lines in 10 records of 16.
+cdef struct SubBufC:
     SlotC slot                    # its entries in the arena, sorted by (score desc, seq desc):
     uint32_t size                 # the top-k is the first k of the size held
     int32_t k
@@ -27,13 +29,15 @@ cdef struct SubBufC:              # one subscription's result buffer (44 bytes)
     # complete = 1: holds every match (skyband kinds: the k-skyband of every match), so
     # theta = 0 and expiry never re-evaluates
     uint8_t complete
+    uint8_t spare[23]             # pads the record to its line
 
 
 cdef class BufferStore:
     cdef SubTable table
     cdef SubscriptionIndex index
     cdef WindowStore window
-    cdef vector[SubBufC] buf                 # per sid
+    cdef SubBufC* buf                        # per sid, buf_n records, 64-byte aligned (ensure)
+    cdef size_t buf_n, buf_cap
     cdef EntryArena arena                    # every buffer's entries
     cdef vector[EventC] events               # events of the current operation
     cdef vector[seq_t] gone_seq              # messages that left the window during it, with

@@ -24,16 +24,38 @@ holds one more entry.  Invariants kept here:
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
+from libc.stdlib cimport free, abort
+from posix.stdlib cimport posix_memalign
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from skype._core.arena cimport NO_SLOT, NO_OWNER
 
 
 cdef class BufferStore:
     # ------------------------------------------------------------------ storage
+    def __dealloc__(self):
+        free(self.buf)
+
     cdef void ensure(self, sid_t sid) noexcept nogil:
-        if self.buf.size() <= sid:
-            self.buf.resize(sid + 1)
+        """Records up to sid exist (new ones zeroed: no slot, empty).  Records move when the
+        array grows, as a vector's do."""
+        cdef size_t cap
+        cdef void* grown = NULL
+        if sid < self.buf_n:
+            return
+        if sid >= self.buf_cap:
+            cap = 2 * self.buf_cap if 2 * self.buf_cap > sid + 1 else sid + 1
+            if cap < 64:
+                cap = 64
+            if posix_memalign(&grown, 64, cap * sizeof(SubBufC)) != 0:
+                abort()                         # out of memory inside nogil code
+            if self.buf_n:
+                memcpy(grown, self.buf, self.buf_n * sizeof(SubBufC))
+            free(self.buf)
+            self.buf = <SubBufC*>grown
+            self.buf_cap = cap
+        memset(&self.buf[self.buf_n], 0, (sid + 1 - self.buf_n) * sizeof(SubBufC))
+        self.buf_n = sid + 1
 
     cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil:
         """The buffer's entries, in a slot that holds at least n (moved to the smallest class
@@ -68,7 +90,7 @@ cdef class BufferStore:
             self.buf[moved].slot.index = slot.index
 
     cdef inline uint32_t _owner(self, const SubBufC* sb) noexcept nogil:
-        return <uint32_t>(sb - self.buf.data())
+        return <uint32_t>(sb - self.buf)
 
     cdef void _release(self, SubBufC* sb) noexcept nogil:
         self._give(sb.slot)
@@ -203,9 +225,9 @@ cdef class BufferStore:
         """(buffer size, complete flag) of every live subscription, by slot."""
         import numpy as np
         cdef size_t sid
-        live = [sid for sid in range(self.buf.size()) if sid < self.table.hot.size() and self.table.hot[sid].alive]
+        live = [sid for sid in range(self.buf_n) if sid < self.table.hot.size() and self.table.hot[sid].alive]
         return (np.array([self.buf[sid].size for sid in live], dtype=np.int64),
                 np.array([self.buf[sid].complete for sid in live], dtype=bool))
 
     def memory_bytes(self):
-        return self.buf.capacity() * sizeof(SubBufC) + self.arena.memory_bytes()
+        return self.buf_cap * sizeof(SubBufC) + self.arena.memory_bytes()
