@@ -32,6 +32,13 @@ cdef struct SubBufC:
     uint8_t spare[23]             # pads the record to its line
 
 
+cdef inline bint slot_loose(uint32_t cap, uint32_t size) noexcept nogil:
+    """_shrink's rule: a slot of cap entries is loose for a buffer of size entries when it is at
+    least 1.5 times what the buffer needs (size + 1); the hysteresis keeps a buffer that hovers
+    around a class boundary from moving back and forth."""
+    return 2 * <uint64_t>cap >= 3 * (<uint64_t>size + 1)
+
+
 cdef class BufferStore:
     cdef SubTable table
     cdef SubscriptionIndex index
@@ -58,6 +65,7 @@ cdef class BufferStore:
     cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil
     cdef void _release(self, SubBufC* sb) noexcept nogil
     cdef void _give(self, SlotC slot) noexcept nogil
+    cdef void _shrink(self, SubBufC* sb) noexcept nogil
     cdef uint32_t _owner(self, const SubBufC* sb) noexcept nogil
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
     cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil

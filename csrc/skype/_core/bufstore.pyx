@@ -5,7 +5,9 @@ Each subscription has a SubBufC record (``buf[sid]``) whose entries live in one 
 arena (arena.pyx), sorted by (score desc, seq desc).  ``_room`` moves a buffer to a larger slot
 class only when it outgrows its own (a slot given back is filled by its class's last slot, whose
 record ``_give`` updates: arena.pyx); ``_store`` puts a rebuilt buffer in the smallest class that
-holds one more entry.  Invariants kept here:
+holds one more entry; ``_shrink`` moves a buffer that lost entries there once its slot is loose
+(``slot_loose``: 1.5 times what it needs).  The records are 64-byte lines in one aligned array
+(``ensure``).  Invariants kept here:
 
 * Reverse map (``track_holders``): every entry of every buffer has a live entry in the window's
   holder list of its message, whose handle is the entry's ``hold``.  With ``exact_holders`` an
@@ -82,6 +84,22 @@ cdef class BufferStore:
         if n:
             memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
         sb.size = <uint32_t>n
+
+    cdef void _shrink(self, SubBufC* sb) noexcept nogil:
+        """After a buffer lost entries: a loose slot (slot_loose) moves to the smallest class
+        that holds one more entry."""
+        cdef uint16_t cls
+        cdef SlotC slot
+        if sb.slot.cls == NO_SLOT or not slot_loose(self.arena.cap[sb.slot.cls], sb.size):
+            return
+        cls = self.arena.class_for(sb.size + 1)
+        if cls == sb.slot.cls:
+            return
+        slot = self.arena.take(cls, self._owner(sb))
+        if sb.size:
+            memcpy(slot_entries(self.arena, slot), self._entries(sb), sb.size * sizeof(BufEntryC))
+        self._give(sb.slot)
+        sb.slot = slot
 
     cdef void _give(self, SlotC slot) noexcept nogil:
         """Give a slot back; the buffer whose slot fills the hole (arena.pyx) follows it."""
