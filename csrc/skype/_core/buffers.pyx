@@ -542,5 +542,6 @@ cdef class Buffers(BufferStore):
             "avg_buffer_size": <double>total / live if live else 0.0, "buffered_entries": total,
             "admits_in_topk": self.n_admits_topk, "holders_dropped": self.n_holders_dropped,
             "exact_holders": bool(self.exact_holders), "reevaluate_seconds": self.reeval_ns / 1e9,
-            "loose_slots": loose, "buffer_record_bytes": sizeof(SubBufC), "buffer_records_aligned": <size_t>self.buf % 64 == 0,
+            "loose_slots": loose, "buffer_record_bytes": sizeof(SubBufC),
+            "buffer_records_aligned": <size_t>self.buf % 64 == 0,
         }
