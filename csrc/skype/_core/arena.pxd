@@ -1,4 +1,5 @@
-# Entry arena: every result buffer's entries in fixed-capacity slots of a few size classes.
+# Entry arena: every result buffer's entries in fixed-capacity slots of a few size classes, each
+# class dense (a slot given back is filled by the class's last slot, see arena.pyx).
 from libcpp.vector cimport vector
 from libc.stdint cimport uint16_t, uint32_t, uint64_t
 
@@ -18,6 +19,7 @@ cdef struct SlotC:               # where one buffer's entries live (8 bytes)
 
 cdef enum:
     NO_SLOT = 0                  # class 0 is never handed out
+    NO_OWNER = 0xFFFFFFFF        # give(): no other slot moved
     PAGE_BYTES = 1 << 18         # a page holds a power-of-two number of slots of about this size
 
 
@@ -25,15 +27,17 @@ cdef class EntryArena:
     cdef vector[uint32_t] cap                  # per class: entries per slot
     cdef vector[uint32_t] page_shift           # per class: log2(slots per page)
     cdef vector[vector[BufEntryC*]] pages      # per class: its pages (never moved or freed early)
-    cdef vector[vector[uint32_t]] free_slots   # per class: slots given back
-    cdef vector[uint32_t] handed               # per class: slots ever handed out (high water)
+    cdef vector[vector[uint32_t]] owner        # per class, per live slot: its owner (a buffer's sid)
+    cdef vector[uint32_t] handed               # per class: live slots (they are slots 0 .. handed - 1)
     cdef uint64_t live_slots
     cdef uint64_t live_bytes                   # bytes of the slots handed out and not given back
     cdef uint64_t page_bytes
 
     cdef uint16_t class_for(self, size_t n) noexcept nogil
-    cdef SlotC take(self, uint16_t cls) noexcept nogil
-    cdef void give(self, SlotC slot) noexcept nogil
+    cdef SlotC take(self, uint16_t cls, uint32_t owner) noexcept nogil
+    cdef uint32_t give(self, SlotC slot) noexcept nogil
+    cdef BufEntryC* _at(self, uint16_t cls, uint32_t index) noexcept nogil
+    cdef size_t _page_bytes(self, uint16_t cls) noexcept nogil
 
 
 cdef inline BufEntryC* slot_entries(EntryArena a, SlotC slot) noexcept nogil:

@@ -5,12 +5,19 @@ Size classes grow by about a quarter (4, 5, 6, 7, 8, 10, 12, 15, 18, 22, ...), s
 the smallest class that fits wastes under a quarter of its slot.  A class's slots sit in pages of
 a power-of-two number of slots (about PAGE_BYTES each, or one slot when a slot is larger), so a
 slot's address is two small-array loads and a shift away: the buffer record says (class, slot).
-Pages are never moved, so an entry pointer stays valid until its own buffer changes slot.  Slots
-given back are reused by their class; pages are freed with the arena.  Entries are 14-byte packed
-records (score, low seq bits, a 16-bit dominance counter), against 16 bytes plus a 24-byte vector
-header and an allocator header per buffer before.
+Entries are 18-byte packed records (score, low seq bits, holder handle, dominance counter).
+
+Invariant: every class is dense, its live slots are 0 .. handed - 1.  ``give`` fills the hole
+with the class's last slot (one slot copy) and returns that slot's owner, whose record must then
+name the hole (bufstore.pyx does it); pages past the last live slot are freed, all but one.  So
+the arena holds the live slots plus at most two pages per class, whatever the history of buffer
+sizes: with free lists instead, every class kept its high-water mark of slots, and buffers that
+move between classes (a rebuild, a growth) left most of the arena free (measured in
+docs/results.md, "Compact buffers").  An entry pointer stays valid until the next ``give`` in
+its class: callers hold one only for their own buffer, between two calls that may move it.
 """
 from libc.stdlib cimport malloc, free, abort
+from libc.string cimport memcpy
 from libc.stdint cimport uint16_t, uint32_t
 
 cdef uint32_t MAX_CAPACITY = 1u << 31
@@ -33,7 +40,7 @@ cdef class EntryArena:
                 break
             c = c + (c >> 2 if c >= 8 else 1)
         self.pages.resize(self.cap.size())
-        self.free_slots.resize(self.cap.size())
+        self.owner.resize(self.cap.size())
         self.handed.resize(self.cap.size(), 0)
         self.live_slots = 0
         self.live_bytes = 0
@@ -56,43 +63,79 @@ cdef class EntryArena:
                 hi = mid
         return <uint16_t>lo
 
-    cdef SlotC take(self, uint16_t cls) noexcept nogil:
+    cdef SlotC take(self, uint16_t cls, uint32_t owner) noexcept nogil:
+        """A new slot of class cls for ``owner``: the class's next slot."""
         cdef SlotC slot
         cdef size_t nbytes
         cdef BufEntryC* page
         slot.cls = cls
         slot.pad = 0
-        if self.free_slots[cls].size():
-            slot.index = self.free_slots[cls].back()
-            self.free_slots[cls].pop_back()
-        else:
-            slot.index = self.handed[cls]
-            if (slot.index >> self.page_shift[cls]) == self.pages[cls].size():
-                nbytes = (<size_t>1 << self.page_shift[cls]) * self.cap[cls] * sizeof(BufEntryC)
-                page = <BufEntryC*>malloc(nbytes)
-                if page == NULL:
-                    abort()                         # out of memory inside nogil code
-                self.pages[cls].push_back(page)
-                self.page_bytes += nbytes
-            self.handed[cls] += 1
+        slot.index = self.handed[cls]
+        if (slot.index >> self.page_shift[cls]) == self.pages[cls].size():
+            nbytes = self._page_bytes(cls)
+            page = <BufEntryC*>malloc(nbytes)
+            if page == NULL:
+                abort()                         # out of memory inside nogil code
+            self.pages[cls].push_back(page)
+            self.page_bytes += nbytes
+        self.handed[cls] += 1
+        if self.owner[cls].size() < self.handed[cls]:
+            self.owner[cls].resize(self.handed[cls])
+        self.owner[cls][slot.index] = owner
         self.live_slots += 1
         self.live_bytes += self.cap[cls] * sizeof(BufEntryC)
         return slot
 
-    cdef void give(self, SlotC slot) noexcept nogil:
-        if slot.cls == NO_SLOT:
-            return
-        self.free_slots[slot.cls].push_back(slot.index)
+    cdef uint32_t give(self, SlotC slot) noexcept nogil:
+        """Give a slot back: the class's last slot moves into it.  Returns the moved slot's
+        owner (its record must now name ``slot.index``), or NO_OWNER when none moved."""
+        cdef uint16_t cls = slot.cls
+        cdef uint32_t last, moved = NO_OWNER
+        cdef size_t keep
+        if cls == NO_SLOT:
+            return NO_OWNER
+        last = self.handed[cls] - 1
+        if slot.index != last:
+            moved = self.owner[cls][last]
+            memcpy(slot_entries(self, slot), self._at(cls, last), self.cap[cls] * sizeof(BufEntryC))
+            self.owner[cls][slot.index] = moved
+        self.handed[cls] = last
         self.live_slots -= 1
-        self.live_bytes -= self.cap[slot.cls] * sizeof(BufEntryC)
+        self.live_bytes -= self.cap[cls] * sizeof(BufEntryC)
+        # free the pages past the live ones, but one (a class at a page boundary would churn)
+        keep = ((<size_t>last + (<size_t>1 << self.page_shift[cls]) - 1) >> self.page_shift[cls]) + 1
+        while self.pages[cls].size() > keep:
+            free(self.pages[cls].back())
+            self.pages[cls].pop_back()
+            self.page_bytes -= self._page_bytes(cls)
+        return moved
+
+    cdef BufEntryC* _at(self, uint16_t cls, uint32_t index) noexcept nogil:
+        cdef SlotC s
+        s.cls = cls
+        s.index = index
+        s.pad = 0
+        return slot_entries(self, s)
+
+    cdef size_t _page_bytes(self, uint16_t cls) noexcept nogil:
+        return (<size_t>1 << self.page_shift[cls]) * self.cap[cls] * sizeof(BufEntryC)
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
         cdef size_t total = self.page_bytes, c
         for c in range(self.cap.size()):
-            total += self.pages[c].capacity() * sizeof(void*) + self.free_slots[c].capacity() * 4
+            total += self.pages[c].capacity() * sizeof(void*) + self.owner[c].capacity() * 4
         return total
 
     def stats(self):
+        """Counters; ``loose_classes``: classes holding more pages than their live slots need
+        plus one (0 while every class is dense, the invariant above)."""
+        cdef size_t c, loose = 0, per_page, pages = 0, paged = 0
+        for c in range(1, self.cap.size()):
+            pages += self.pages[c].size()
+            paged += self.pages[c].size() > 0
+            per_page = <size_t>1 << self.page_shift[c]
+            if self.pages[c].size() > (self.handed[c] + per_page - 1) // per_page + 1:
+                loose += 1
         return {"live_slots": self.live_slots, "live_bytes": self.live_bytes, "page_bytes": self.page_bytes,
-                "classes": self.cap.size() - 1}
+                "classes": self.cap.size() - 1, "loose_classes": loose, "pages": pages, "paged_classes": paged}

@@ -43,7 +43,8 @@ from libc.string cimport memmove
 from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport sid_t, seq_t
-from skype._core.arena cimport EntryArena
+from skype._core.arena cimport EntryArena, NO_SLOT
+from skype._core.bufstore cimport slot_loose
 from skype._core.window cimport WindowStore, win_next_seq
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
@@ -484,6 +485,8 @@ cdef class Buffers(BufferStore):
                 sb.admits > 3.0 * sb.p_theta * <uint32_t>(<uint32_t>seq - sb.born) + 2 * k):
             self._reevaluate(sid, True, True)
             self.n_refreshes += 1
+        elif w < n:
+            self._shrink(sb)                        # evictions: the slot may now be loose
 
     cdef bint expire(self, sid_t sid, seq_t seq) noexcept nogil:
         """The window's oldest message ``seq`` expires; ``sid`` is one of its holders.  False:
@@ -498,6 +501,7 @@ cdef class Buffers(BufferStore):
         if p == n:
             return False                           # stale reverse-map entry
         if <int32_t>p < k:
+            self._note_gone(seq)
             self._event(sid, -1, lo)
         n -= 1
         memmove(B + p, B + p + 1, (n - p) * sizeof(BufEntryC))
@@ -509,6 +513,7 @@ cdef class Buffers(BufferStore):
             self.n_reevaluations += 1
         else:
             self._update_theta(sid)
+            self._shrink(sb)
         return True
 
     # ------------------------------------------------------------------ Python access
@@ -518,11 +523,17 @@ cdef class Buffers(BufferStore):
         self.model.p_expiry = p_expiry
 
     def stats(self):
-        cdef size_t total = 0, live = 0, sid
-        for sid in range(self.buf.size()):
+        cdef size_t total = 0, live = 0, sid, loose = 0
+        cdef const SubBufC* sb
+        for sid in range(self.buf_n):
             if sid < self.table.hot.size() and self.table.hot[sid].alive:
-                total += self.buf[sid].size
+                sb = &self.buf[sid]
+                total += sb.size
                 live += 1
+                # _shrink's rule (bufstore.pxd): no slot is loose unless it is the smallest that fits
+                if (sb.slot.cls != NO_SLOT and slot_loose(self.arena.cap[sb.slot.cls], sb.size)
+                        and sb.slot.cls != self.arena.class_for(sb.size + 1)):
+                    loose += 1
         return {
             "reevaluations": self.n_reevaluations, "threshold_refreshes": self.n_refreshes,
             "initializations": self.n_initializations, "admits": self.n_admits,
@@ -531,4 +542,6 @@ cdef class Buffers(BufferStore):
             "avg_buffer_size": <double>total / live if live else 0.0, "buffered_entries": total,
             "admits_in_topk": self.n_admits_topk, "holders_dropped": self.n_holders_dropped,
             "exact_holders": bool(self.exact_holders), "reevaluate_seconds": self.reeval_ns / 1e9,
+            "loose_slots": loose, "buffer_record_bytes": sizeof(SubBufC),
+            "buffer_records_aligned": <size_t>self.buf % 64 == 0,
         }

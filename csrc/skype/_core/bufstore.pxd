@@ -2,7 +2,7 @@
 # entries in the arena, the holder handles, the top-k events and theta publication.
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, seq_t, ext_id_t
+from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
 from skype._core.arena cimport BufEntryC, SlotC, EntryArena, slot_entries
 from skype._core.window cimport WindowStore, win_next_seq, win_get
 from skype._core.subindex cimport SubTable, SubscriptionIndex
@@ -11,10 +11,12 @@ from skype._core.subindex cimport SubTable, SubscriptionIndex
 cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1) sid's top-k
     sid_t sid
     int32_t delta
-    ext_id_t msg
+    ext_id_t msg                  # the message's window seq until resolve_events, then its external id
 
 
-cdef struct SubBufC:              # one subscription's result buffer (44 bytes)
+# One subscription's result buffer: 64 bytes, one cache line (buf is 64-byte aligned); its 41
+# bytes of fields at 44 bytes a record straddled two lines in 10 records of 16.
+cdef struct SubBufC:
     SlotC slot                    # its entries in the arena, sorted by (score desc, seq desc):
     uint32_t size                 # the top-k is the first k of the size held
     int32_t k
@@ -27,15 +29,26 @@ cdef struct SubBufC:              # one subscription's result buffer (44 bytes)
     # complete = 1: holds every match (skyband kinds: the k-skyband of every match), so
     # theta = 0 and expiry never re-evaluates
     uint8_t complete
+    uint8_t spare[23]             # pads the record to its line
+
+
+cdef inline bint slot_loose(uint32_t cap, uint32_t size) noexcept nogil:
+    """_shrink's rule: a slot of cap entries is loose for a buffer of size entries when it is at
+    least 1.5 times what the buffer needs (size + 1); the hysteresis keeps a buffer that hovers
+    around a class boundary from moving back and forth."""
+    return 2 * <uint64_t>cap >= 3 * (<uint64_t>size + 1)
 
 
 cdef class BufferStore:
     cdef SubTable table
     cdef SubscriptionIndex index
     cdef WindowStore window
-    cdef vector[SubBufC] buf                 # per sid
+    cdef SubBufC* buf                        # per sid, buf_n records, 64-byte aligned (ensure)
+    cdef size_t buf_n, buf_cap
     cdef EntryArena arena                    # every buffer's entries
     cdef vector[EventC] events               # events of the current operation
+    cdef vector[seq_t] gone_seq              # messages that left the window during it, with
+    cdef vector[ext_id_t] gone_ext           # their external ids (resolve_events)
     cdef bint track_holders                  # register holders in the window's reverse map
     cdef bint exact_holders                  # ... and drop them when the message leaves the buffer
     cdef uint64_t n_holders_dropped
@@ -51,11 +64,16 @@ cdef class BufferStore:
     cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil
     cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil
     cdef void _release(self, SubBufC* sb) noexcept nogil
+    cdef void _give(self, SlotC slot) noexcept nogil
+    cdef void _shrink(self, SubBufC* sb) noexcept nogil
+    cdef uint32_t _owner(self, const SubBufC* sb) noexcept nogil
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
     cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil
     cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil
     cdef void _hand_over_holds(self, sid_t sid) noexcept nogil
     cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil
+    cdef void resolve_events(self) noexcept nogil
+    cdef void _note_gone(self, seq_t seq) noexcept nogil
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil
 
     # hot helpers, inlined into their callers (buffers.pyx, engine.pyx)
@@ -70,8 +88,9 @@ cdef class BufferStore:
         return win_get(self.window, self._full_seq(lo)).ext_id
 
     cdef inline void _event(self, sid_t sid, int32_t delta, uint32_t lo) noexcept nogil:
+        # the message's seq: its external id (a random window record) is read at the flush
         cdef EventC e
         e.sid = sid
         e.delta = delta
-        e.msg = self._ext(lo)
+        e.msg = <ext_id_t>self._full_seq(lo)
         self.events.push_back(e)

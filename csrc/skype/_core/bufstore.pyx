@@ -3,8 +3,11 @@
 
 Each subscription has a SubBufC record (``buf[sid]``) whose entries live in one slot of the
 arena (arena.pyx), sorted by (score desc, seq desc).  ``_room`` moves a buffer to a larger slot
-class only when it outgrows its own; ``_store`` puts a rebuilt buffer in the smallest class that
-holds one more entry.  Invariants kept here:
+class only when it outgrows its own (a slot given back is filled by its class's last slot, whose
+record ``_give`` updates: arena.pyx); ``_store`` puts a rebuilt buffer in the smallest class that
+holds one more entry; ``_shrink`` moves a buffer that lost entries there once its slot is loose
+(``slot_loose``: 1.5 times what it needs).  The records are 64-byte lines in one aligned array
+(``ensure``).  Invariants kept here:
 
 * Reverse map (``track_holders``): every entry of every buffer has a live entry in the window's
   holder list of its message, whose handle is the entry's ``hold``.  With ``exact_holders`` an
@@ -12,23 +15,49 @@ holds one more entry.  Invariants kept here:
   (``_drop_entry``), so at expiry the live holder entries are exactly the buffers that still hold
   the message.  A rebuild hands the handles over (``_remember_holds`` before, ``_hand_over_holds``
   after): kept messages keep their handle, new ones get one, lost ones are dropped.
-* Events: every change of a top-k appends (sid, +1/-1, message) to ``events``; the engine nets
-  them per message (flush.pyx).
+* Events: every change of a top-k appends (sid, +1/-1, message seq) to ``events``; the engine
+  resolves the seqs to external ids once per message (``resolve_events``: one prefetched pass
+  over the window records, instead of a random read on every admission's critical path) and
+  nets them (flush.pyx).  Every seq an event names is in the window at the flush, except the
+  messages that expired during the operation: ``_note_gone`` keeps their ids (buffers.pyx calls
+  it before an expiring message's event).
 * Theta: ``_set_theta`` is the only writer of a subscription's threshold; during a micro-batch
   (engine.pyx) it records every subscription whose theta fell, once per batch.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
+from libc.stdlib cimport free, abort
+from posix.stdlib cimport posix_memalign
 from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from skype._core.arena cimport NO_SLOT
+from skype._core.arena cimport NO_SLOT, NO_OWNER
 
 
 cdef class BufferStore:
     # ------------------------------------------------------------------ storage
+    def __dealloc__(self):
+        free(self.buf)
+
     cdef void ensure(self, sid_t sid) noexcept nogil:
-        if self.buf.size() <= sid:
-            self.buf.resize(sid + 1)
+        """Records up to sid exist (new ones zeroed: no slot, empty).  Records move when the
+        array grows, as a vector's do."""
+        cdef size_t cap
+        cdef void* grown = NULL
+        if sid < self.buf_n:
+            return
+        if sid >= self.buf_cap:
+            cap = 2 * self.buf_cap if 2 * self.buf_cap > sid + 1 else sid + 1
+            if cap < 64:
+                cap = 64
+            if posix_memalign(&grown, 64, cap * sizeof(SubBufC)) != 0:
+                abort()                         # out of memory inside nogil code
+            if self.buf_n:
+                memcpy(grown, self.buf, self.buf_n * sizeof(SubBufC))
+            free(self.buf)
+            self.buf = <SubBufC*>grown
+            self.buf_cap = cap
+        memset(&self.buf[self.buf_n], 0, (sid + 1 - self.buf_n) * sizeof(SubBufC))
+        self.buf_n = sid + 1
 
     cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil:
         """The buffer's entries, in a slot that holds at least n (moved to the smallest class
@@ -38,11 +67,11 @@ cdef class BufferStore:
         cdef BufEntryC* moved
         if sb.slot.cls != NO_SLOT and self.arena.cap[sb.slot.cls] >= n:
             return old
-        slot = self.arena.take(self.arena.class_for(n))
+        slot = self.arena.take(self.arena.class_for(n), self._owner(sb))
         moved = slot_entries(self.arena, slot)
         if sb.size:
             memcpy(moved, old, sb.size * sizeof(BufEntryC))
-        self.arena.give(sb.slot)
+        self._give(sb.slot)
         sb.slot = slot
         return moved
 
@@ -50,14 +79,39 @@ cdef class BufferStore:
         """Replace the entries by src[0:n], in the smallest class that holds one more."""
         cdef uint16_t cls = self.arena.class_for(n + 1)
         if sb.slot.cls != cls:
-            self.arena.give(sb.slot)
-            sb.slot = self.arena.take(cls)
+            self._give(sb.slot)
+            sb.slot = self.arena.take(cls, self._owner(sb))
         if n:
             memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
         sb.size = <uint32_t>n
 
+    cdef void _shrink(self, SubBufC* sb) noexcept nogil:
+        """After a buffer lost entries: a loose slot (slot_loose) moves to the smallest class
+        that holds one more entry."""
+        cdef uint16_t cls
+        cdef SlotC slot
+        if sb.slot.cls == NO_SLOT or not slot_loose(self.arena.cap[sb.slot.cls], sb.size):
+            return
+        cls = self.arena.class_for(sb.size + 1)
+        if cls == sb.slot.cls:
+            return
+        slot = self.arena.take(cls, self._owner(sb))
+        if sb.size:
+            memcpy(slot_entries(self.arena, slot), self._entries(sb), sb.size * sizeof(BufEntryC))
+        self._give(sb.slot)
+        sb.slot = slot
+
+    cdef void _give(self, SlotC slot) noexcept nogil:
+        """Give a slot back; the buffer whose slot fills the hole (arena.pyx) follows it."""
+        cdef uint32_t moved = self.arena.give(slot)
+        if moved != NO_OWNER:
+            self.buf[moved].slot.index = slot.index
+
+    cdef inline uint32_t _owner(self, const SubBufC* sb) noexcept nogil:
+        return <uint32_t>(sb - self.buf)
+
     cdef void _release(self, SubBufC* sb) noexcept nogil:
-        self.arena.give(sb.slot)
+        self._give(sb.slot)
         sb.slot.cls = NO_SLOT
         sb.slot.index = 0
         sb.size = 0
@@ -133,6 +187,34 @@ cdef class BufferStore:
             return lo
         return self.old_keys.size()
 
+    # ------------------------------------------------------------------ events
+    cdef void _note_gone(self, seq_t seq) noexcept nogil:
+        """seq (still in the window) is expiring and an event names it: keep its external id."""
+        if self.gone_seq.size() and self.gone_seq.back() == seq:
+            return
+        self.gone_seq.push_back(seq)
+        self.gone_ext.push_back(win_get(self.window, seq).ext_id)
+
+    cdef void resolve_events(self) noexcept nogil:
+        """Replace every event's message seq by the message's external id (at the flush)."""
+        cdef size_t i, j, n = self.events.size(), ng = self.gone_seq.size()
+        cdef seq_t s, oldest = self.window.oldest_seq
+        for i in range(n):
+            s = <seq_t>self.events[i].msg
+            if s >= oldest:
+                prefetch(win_get(self.window, s))
+        for i in range(n):
+            s = <seq_t>self.events[i].msg
+            if s >= oldest:
+                self.events[i].msg = win_get(self.window, s).ext_id
+            else:
+                j = 0
+                while j + 1 < ng and self.gone_seq[j] != s:
+                    j += 1
+                self.events[i].msg = self.gone_ext[j]
+        self.gone_seq.clear()
+        self.gone_ext.clear()
+
     # ------------------------------------------------------------------ reading
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
         """Append the top-k of ``sid`` (ids and scores, ranking order)."""
@@ -161,9 +243,9 @@ cdef class BufferStore:
         """(buffer size, complete flag) of every live subscription, by slot."""
         import numpy as np
         cdef size_t sid
-        live = [sid for sid in range(self.buf.size()) if sid < self.table.hot.size() and self.table.hot[sid].alive]
+        live = [sid for sid in range(self.buf_n) if sid < self.table.hot.size() and self.table.hot[sid].alive]
         return (np.array([self.buf[sid].size for sid in live], dtype=np.int64),
                 np.array([self.buf[sid].complete for sid in live], dtype=bool))
 
     def memory_bytes(self):
-        return self.buf.capacity() * sizeof(SubBufC) + self.arena.memory_bytes()
+        return self.buf_cap * sizeof(SubBufC) + self.arena.memory_bytes()

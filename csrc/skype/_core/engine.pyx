@@ -329,6 +329,7 @@ cdef class CoreEngine:
         if ev.size() == 0:
             return
         start = now_ns() if self.timed else 0
+        self.buffers.resolve_events()          # events carry seqs until here (bufstore.pyx)
         self.flushed_events += ev.size()
         self.flushed_changes += self.changes.net(ev, at, self.table.ext_id.data())
         if self.timed:
