@@ -9,8 +9,10 @@ and the largest w), and every run of GROUP = 4096 positions has one too.  A wind
 oldest message first, and the oldest message holding t heads t's list, so an expiry advances each
 of its terms' heads by one: O(1) per term, no search, no rebalancing.  Headers are only ever
 widened, so a header whose run lost messages to expiry still bounds the live ones.  Storage is
-dropped a chunk at a time once the dead prefix is half the list (amortised O(1)), and an empty
-list is reset.
+dropped a chunk at a time once the dead prefix is a quarter of the list (amortised O(1): a
+compaction moves at most three live entries per expired one), a full long list's storage grows
+by a quarter rather than doubling (so a steady list holds at most about 5/3 of its live entries'
+bytes), and an empty list is reset.
 
 Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups of
 entries are a term's groups, then chunks (bound from the header's box and largest w), then single
@@ -31,6 +33,7 @@ from skype._core.ranking cimport HeapItemC, WindowRanking
 cdef double BOUND_SLACK = 1e-12
 cdef double FLOAT_ROUNDING = 1.0 / (1 << 23)    # > |v - float(v)| / |float(v)|, twice over
 cdef size_t KEEP_CAPACITY = 1024        # an emptied list keeps at most this many entries' storage
+cdef size_t GROW_SLOWLY = 1024          # a list this long grows by a quarter (shorter ones double)
 
 cdef enum:                              # heap item tags (HeapItemC.node)
     ITEM_GROUP = 1
@@ -116,6 +119,8 @@ cdef class TermLists(WindowRanking):
             if lst.head == lst.end:
                 self.live_lists += 1
             e.w = round_up(terms[j].w)
+            if lst.entries.size() >= GROW_SLOWLY and lst.entries.size() == lst.entries.capacity():
+                lst.entries.reserve(lst.entries.size() + lst.entries.size() // 4)   # a quarter, not double
             lst.entries.push_back(e)
             if lst.end % CHUNK == 0:
                 header_start(&h, m, e.w)
@@ -143,7 +148,7 @@ cdef class TermLists(WindowRanking):
             if lst.head == lst.end:
                 list_reset(lst)
                 self.live_lists -= 1
-            elif lst.head - lst.off >= CHUNK and 2 * (lst.head - lst.off) >= lst.end - lst.off:
+            elif lst.head - lst.off >= CHUNK and 4 * (lst.head - lst.off) >= lst.end - lst.off:
                 list_compact(lst)
 
     # ------------------------------------------------------------------ best-first retrieval
