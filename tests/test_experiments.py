@@ -44,6 +44,9 @@ def test_quick_run_writes_results_report_and_every_figure(quick_run):
         else:
             assert 200 <= metrics["messages"] <= 500
         assert metrics["amp_us"] > 0 and metrics["avg_buffer_size"] >= 0
+        if metrics["spec"]["engine"] == "core":  # the phase clocks: the index's part and the admissions' part of AMP
+            assert 0 < metrics["disseminate_us"] < metrics["amp_us"]
+            assert 0 <= metrics["admit_us"] < metrics["amp_us"]
         assert sum(row["messages"] for row in metrics["trace"]) == metrics["messages"]
     declared = {f for e in EXPERIMENTS.values() for f in e.figures}
     assert EXPECTED_FIGURES <= declared
@@ -60,6 +63,7 @@ def test_quick_run_writes_results_report_and_every_figure(quick_run):
         assert f"]({name})" in report
     assert "## The paper's claims next to this run" in report
     assert "IGPT about 10x faster than CIQ in AMP (tweets, cSkyband)" in report
+    assert "dissemination alone" in report and "dissemination µs /arrival" in report
 
 
 def test_quick_run_shares_equal_runs_between_experiments(quick_run):

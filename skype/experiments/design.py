@@ -244,6 +244,8 @@ COLUMNS: dict[str, tuple[str, Callable[[Run, dict], str]]] = {
     "system": ("system", lambda r, m: r.series),
     "amp": ("AMP (µs)", lambda r, m: fmt(m["amp_us"])),
     "emp": ("EMP (µs)", lambda r, m: fmt(m["emp_us"])),
+    "dissem": ("dissemination µs /arrival", lambda r, m: fmt(m.get("disseminate_us", float("nan")))),
+    "admit": ("admissions µs /arrival", lambda r, m: fmt(m.get("admit_us", float("nan")))),
     "total": ("AMP+EMP (µs)", lambda r, m: fmt(total_us(m))),
     "wall": ("wall µs/msg", lambda r, m: fmt(m["us_per_msg"])),
     "reevals": ("re-evals /1000 msgs", lambda r, m: fmt(m["reevals_per_1000"])),

@@ -125,6 +125,15 @@ def present_groups(outcome: Outcome, out: Path, scale: Scale) -> Section:
 # ----------------------------------------------------------------------------- Fig. 12: IPT vs IGPT
 
 
+def dissemination_ratio(other: dict, igpt: dict) -> str:
+    """The index's own ratio: dissemination time alone, without the admissions every index pays
+    alike (runs measured before the phase clocks were on have no such figure)."""
+    if not other.get("disseminate_us") or not igpt.get("disseminate_us"):
+        return "dissemination alone: not measured"
+    return (f"dissemination alone {fmt_ratio(ratio(other['disseminate_us'], igpt['disseminate_us']))} "
+            f"({fmt(other['disseminate_us'])} vs {fmt(igpt['disseminate_us'])} µs)")
+
+
 def plan_pruning(scale: Scale) -> list[Run]:
     runs = []
     for ds in scale.datasets:
@@ -143,14 +152,16 @@ def present_pruning(outcome: Outcome, out: Path, scale: Scale) -> Section:
                    ylabel=label)
     sec.figures.append(plots.save(fig, out / "fig12_ipt_igpt.png"))
     sec.tables.append(metrics_table("IPT and IGPT", outcome, None,
-                                    ["dataset", "system", "amp", "emp", "entries", "groups_skipped", "candidates", "index", "load"]))
+                                    ["dataset", "system", "amp", "dissem", "admit", "emp", "entries", "groups_skipped",
+                                     "candidates", "index", "load"]))
     for ds in dss:
         ipt, igpt = outcome.one("IPT", dataset=ds), outcome.one("IGPT", dataset=ds)
         r = ratio(ipt["amp_us"], igpt["amp_us"])
         re = ratio(ipt["entries_visited_per_msg"], igpt["entries_visited_per_msg"])
         sec.claims.append(Claim(
             "pruning", f"IGPT >= 3x faster than IPT in AMP ({ds})", ">= 3x",
-            f"{fmt_ratio(r)} (AMP {fmt(ipt['amp_us'])} vs {fmt(igpt['amp_us'])} µs; {fmt_ratio(re)} fewer entries visited)",
+            f"{fmt_ratio(r)} (AMP {fmt(ipt['amp_us'])} vs {fmt(igpt['amp_us'])} µs; {fmt_ratio(re)} fewer entries visited; "
+            f"{dissemination_ratio(ipt, igpt)})",
             r >= 3.0, "IPT AMP / IGPT AMP >= 3"))
     return sec
 
@@ -177,15 +188,16 @@ def present_dissemination(outcome: Outcome, out: Path, scale: Scale) -> Section:
                ylabel="index bytes per subscription")
     sec.figures.append(plots.save(fig, out / "fig13_igpt_ciq.png"))
     sec.tables.append(metrics_table("IGPT and CIQ with the cSkyband and Kmax buffers", outcome, None,
-                                    ["dataset", "system", "amp", "emp", "candidates", "affected", "entries", "index",
-                                     "subscribe", "load"]))
+                                    ["dataset", "system", "amp", "dissem", "admit", "emp", "candidates", "affected",
+                                     "entries", "index", "subscribe", "load"]))
     for ds in dss:
         igpt, ciq = outcome.one("IGPT-cSkyband", dataset=ds), outcome.one("CIQ-cSkyband", dataset=ds)
         r = ratio(ciq["amp_us"], igpt["amp_us"])
         ri = ratio(ciq["index_bytes_per_sub"], igpt["index_bytes_per_sub"])
         sec.claims.append(Claim(
             "dissemination", f"IGPT about 10x faster than CIQ in AMP ({ds}, cSkyband)", "about 10x",
-            f"{fmt_ratio(r)} (AMP {fmt(ciq['amp_us'])} vs {fmt(igpt['amp_us'])} µs)", r >= 10.0,
+            f"{fmt_ratio(r)} (AMP {fmt(ciq['amp_us'])} vs {fmt(igpt['amp_us'])} µs; {dissemination_ratio(ciq, igpt)})",
+            r >= 10.0,
             "CIQ AMP / IGPT AMP >= 10 (the issue's target)"))
         sec.claims.append(Claim(
             "dissemination", f"IGPT's index is much smaller than CIQ's ({ds})", "smaller (one cell per subscription)",
