@@ -26,7 +26,7 @@ def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from skype.spark.runtime import make_session
 
-    session = make_session("local[2]", app_name="skype-tests",
+    session = make_session("local[2]", app_name="skype-tests", driver_memory="1g",
                            extra={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield session
     session.stop()

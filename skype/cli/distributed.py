@@ -87,7 +87,8 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     s = p.add_argument_group("spark")
     if master:
         s.add_argument("--master", default="local[*]", help="Spark master (default: %(default)s)")
-        s.add_argument("--driver-memory", default="1g", help="driver memory (default: %(default)s)")
+        s.add_argument("--driver-memory", default=None,
+                       help="driver memory (default: in local mode a quarter of the machine's memory, 1g-8g; else 1g)")
     s.add_argument("--batch-size", type=int, default=10_000, help="messages per micro-batch (default: %(default)s)")
     s.add_argument("--commands-per-batch", type=int, metavar="N",
                    help="subscription commands per micro-batch, at most (default: from the driver memory; 0: no cap)")
@@ -180,7 +181,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     out = dskype_on_spark.run(settings, workload, spark, run_dir=run_dir, results_out=args.results_out,
                               answers_out=args.answers_out,
                               master=getattr(args, "master", "local[*]"),
-                              driver_memory=getattr(args, "driver_memory", "1g"), conf=dict(args.conf))
+                              driver_memory=getattr(args, "driver_memory", None), conf=dict(args.conf))
     if args.metrics_out:
         Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.metrics_out).write_text(json.dumps(dict(out, machine=machine_info()), indent=2, default=float) + "\n")

@@ -60,12 +60,13 @@ def per_method(path: str, method: str, several: bool) -> str:
 
 def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None, *,
         run_dir: str | Path | None = None, results_out: str | None = None, master: str = "local[*]",
-        driver_memory: str = "1g", conf: dict[str, str] | None = None, answers_out: str | None = None) -> dict:
+        driver_memory: str | None = None, conf: dict[str, str] | None = None, answers_out: str | None = None) -> dict:
     """Plan, stream and measure one run; returns its metrics (``docs/spark.md``): a method's
     metrics dict, or ``{"runs": [one per method]}`` when ``settings.methods`` has several.
 
     ``spark``: an existing session (the Spark app, tests); else one is made from ``master``,
-    ``driver_memory`` and ``conf`` and stopped at the end.  ``run_dir`` (default
+    ``driver_memory`` (None: a quarter of the machine's memory in local mode, between 1g and 8g) and
+    ``conf`` and stopped at the end.  ``run_dir`` (default
     ``out/dskype-<time>``) holds the checkpoint, stream files, events and results; the same
     directory resumes a stopped run.  ``results_out``: write every subscription's final result
     there (the records of ``simulate --results-out``; one file per method when there are

@@ -31,14 +31,34 @@ from skype.spark.sink import EventSink
 # --------------------------------------------------------------------------- the session
 
 
-def session_conf(master: str | None, driver_memory: str = "1g") -> dict[str, str]:
+def default_driver_memory(master: str | None) -> str:
+    """The driver memory when none is given.  In local mode the executors run inside the driver's
+    JVM, so its heap holds every batch's state traffic and events: a quarter of the machine's
+    memory, between 1g and 8g (Spark's fixed 1g ran out in a 1M-subscription batch,
+    docs/results-spark.md).  Elsewhere the executors have their own heaps: Spark's 1g.
+
+    >>> default_driver_memory("spark://host:7077")
+    '1g'
+    >>> default_driver_memory("local[2]") in {f"{g}g" for g in range(1, 9)}
+    True
+    """
+    if not (master or "").startswith("local"):
+        return "1g"
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return "1g"
+    return f"{max(1, min(8, (total // 4) >> 30))}g"
+
+
+def session_conf(master: str | None, driver_memory: str | None = None) -> dict[str, str]:
     """Spark settings the job needs (TWS requires RocksDB; see platform notes).  ``master`` None:
-    left to spark-submit."""
+    left to spark-submit.  ``driver_memory`` None: :func:`default_driver_memory`."""
     return {
         **({"spark.master": master} if master else {}),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": driver_memory,
+        "spark.driver.memory": driver_memory or default_driver_memory(master),
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
@@ -47,7 +67,7 @@ def session_conf(master: str | None, driver_memory: str = "1g") -> dict[str, str
     }
 
 
-def make_session(master: str | None = "local[*]", app_name: str = "skype-dskype", driver_memory: str = "1g",
+def make_session(master: str | None = "local[*]", app_name: str = "skype-dskype", driver_memory: str | None = None,
                  extra: dict[str, str] | None = None):
     """One SparkSession for a run; executors use this interpreter unless told otherwise."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
