@@ -262,7 +262,11 @@ class PartitionProcessor(_HostedProcessor):
         t_host = time.perf_counter()
 
         t_write = time.perf_counter()
-        written = self._write_log(meta, delta, snapshot)
+        written = 0
+        if output.handover_entry is not None and snapshot is None:
+            # an adaptive partition's switch at the batch's start: logged before the batch's commands
+            written += self._write_log(meta, output.handover_entry, None)
+        written += self._write_log(meta, delta, snapshot)
         entry = output.activation_entry
         if entry is not None and snapshot is None:
             # prefix replicas that slept or woke (skype.dskype.activation): logged after the commands

@@ -253,7 +253,8 @@ def build_query(spark, plan: Plan, token: str, sink):
     configure(spark, plan)
     shipped, plan.routing_table_bytes = ship_routers(spark, [pipe.distribution for pipe in plan.pipelines],
                                                      [pipe.partition_keys for pipe in plan.pipelines],
-                                                     [summary_dir_of(plan, pipe) for pipe in plan.pipelines])
+                                                     [summary_dir_of(plan, pipe) for pipe in plan.pipelines],
+                                                     [rebalance_dir_of(plan, pipe) for pipe in plan.pipelines])
     route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
     plan.routing_bytes = closure_bytes(route)
     routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)
