@@ -82,8 +82,8 @@ VERSION_PREFIX = "version-"
 
 
 def routes_everywhere(dist) -> bool:
-    """Whether the runtime sends every message and command of this distribution to every
-    partition (the adaptive methods: ownership is decided at the partitions, module docstring)."""
+    """Whether the runtime sends every message of this distribution to every partition and each
+    command to its record's owner under the versioned tables (the adaptive methods, module docstring)."""
     return dist.capabilities.routes_everywhere
 
 
@@ -232,9 +232,10 @@ class Handover:
     """A partition's ownership under the versioned tables, and the record transfer of a hand-over
     (module docstring): the partition keeps only what it owns, records and pending commands."""
 
-    def __init__(self, directory: str, partition: int) -> None:
+    def __init__(self, directory: str, partition: int, num_partitions: int = 0) -> None:
         self.directory = directory
         self.partition = partition
+        self._num_partitions = int(num_partitions)  # 0: the build's owners tell (every partition owns a unit)
         self.versions = VersionLog(directory)
         self.applied = 0  # the version in force in the partition's state
         self.metrics = self._zero()
@@ -319,7 +320,7 @@ class Handover:
         exactly the files ``(version, q)``, by name (every partition writes its file, empty or
         not, in the batch that announces the version)."""
         records, pending = [], []
-        for q in range(self.num_partitions(version)):
+        for q in range(self.num_partitions()):
             if q == self.partition:
                 continue
             path = handover_path(self.directory, version, q)
@@ -335,8 +336,11 @@ class Handover:
                 pending.append(Commands.unpack(mine[1]))
         return Commands.stack(records), Commands.concat(pending)
 
-    def num_partitions(self, version: int) -> int:
-        return int(self.versions.upto(0)[0].locator.owner.max()) + 1 if version >= 0 else 0
+    def num_partitions(self) -> int:
+        """The pipeline's partitions: every one writes a file per version it announces."""
+        if self._num_partitions <= 0:
+            self._num_partitions = int(self.versions.upto(0)[0].locator.owner.max()) + 1
+        return self._num_partitions
 
     # ------------------------------------------------------------------ the announce (batch end)
     def announce(self, hosted: Hosted, pending: Commands, stamp: tuple[int, int]) -> bool:

@@ -105,6 +105,7 @@ class PartitionConfig:
                                    # (high-water mark + 1 reaching it) writes the final top-k
     vocabulary_file: str | None = None  # term names by id: terms subscriptions order by name
     rebalance_dir: str | None = None  # adaptive methods: the versioned ownership tables (skype.dskype.handover)
+    num_partitions: int = 0  # the pipeline's partitions (adaptive: whose hand-over files to read); 0: unknown
     summary_dir: str | None = None  # prefix: keyword summaries published here (skype.dskype.summaries)
     summary_mode: str = "active"  # which replicas' terms are live: "active" or "hosted"
     backfill: MessageReadBack | None = None  # where window messages are read back (skype.spark.backfill)
@@ -193,7 +194,8 @@ class PartitionCore:
         self.hwm_t = -math.inf
         self.activation = Activation(config.activation, config.partition) if config.activation else None
         self._name_rank = NameRanks(self.engine.vocabulary)
-        self.handover = Handover(config.rebalance_dir, config.partition) if config.rebalance_dir else None
+        self.handover = (Handover(config.rebalance_dir, config.partition, config.num_partitions)
+                         if config.rebalance_dir else None)
         self._reach: dict[int, float] = {}  # prefix: each hosted record's reach here (see _reach_of)
         self.coverage = (Coverage(config)
                          if config.summary_dir is not None and config.activation is not None else None)
@@ -205,10 +207,10 @@ class PartitionCore:
     # ------------------------------------------------------------------ rebuild
     @classmethod
     def rebuild(cls, config: PartitionConfig, hwm_seq: int, hwm_t: float, log: list[bytes],
-                segments: list[bytes], stamps: tuple = ()) -> PartitionCore:
-        """The core at a committed state: replay the command log (snapshot first), then subscribe
-        the hosted subscriptions and publish the live window messages in ``seq`` order.
-        ``stamps``: those of the batch that rebuilds it (an adaptive pipeline's table version)."""
+                segments: list[bytes]) -> PartitionCore:
+        """The core at a committed state: replay the command log (snapshot first; an adaptive
+        partition's switches in place), then subscribe the hosted subscriptions and publish the
+        live window messages in ``seq`` order."""
         core = cls(config)
         for blob in log:
             cols = codec.unpack(blob)

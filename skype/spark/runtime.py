@@ -180,6 +180,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
                                            final_upto=plan.stream_messages,
                                            vocabulary_file=str(vocab) if vocab.exists() else None,
                                            rebalance_dir=rebalance_dir_of(plan, pipe),
+                                           num_partitions=len(pipe.partition_keys),
                                            summary_dir=summaries, summary_mode=s.summaries,
                                            backfill=backfill_source(plan) if summaries else None)
     return configs
