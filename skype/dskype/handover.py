@@ -366,7 +366,7 @@ class Handover:
                                     pending.take(np.flatnonzero(pend_owner == q)).pack())
         wrote = write_once(handover_path(self.directory, target, self.partition),
                            pickle.dumps(sections, protocol=pickle.HIGHEST_PROTOCOL))
-        self.metrics["handover_written"] += int(sum(len(Commands.unpack(r)) for r, _ in sections.values()))
+        self.metrics["handover_written"] += int((rec_owner != self.partition).sum())
         return wrote
 
     # ------------------------------------------------------------------ rebuild
