@@ -112,6 +112,30 @@ def test_spark_handover_exact_through_forced_moves_cache_loss_and_lost_commit(me
         assert any(m["snapshot"] for b in range(3, 8) for m in pipe.metrics[b] if m["stage"] == "partition")
 
 
+def test_spark_handover_a_stamp_that_jumps_versions_puts_the_newest_in_force(workload, tmp_path):
+    """Two versions written between two batch plannings: the batch announces the newest, the old
+    owners write their files for it only, and the next batch puts it in force (the first is never
+    in force); exact after every batch, hosted == owned."""
+    from skype.dskype.handover import handover_path
+    from skype.dskype.rebalancing import attach, rebalance_dir
+
+    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), "--window", "500"]))
+    settings = _settings("kdt", inputs, ["--window", "500"], batch=HANDOVER_BATCH)
+    want = centralized_by_batch(inputs, settings.window.centralized(), HANDOVER_BATCH)
+    pipe = LocalPipeline(tmp_path / "run", settings, inputs)
+    attach(pipe.plan, "never", inputs)
+    directory = rebalance_dir(pipe.plan.run_dir, "kdt")
+    for b in range(len(want)):
+        if b == 2:
+            rotate_owners(directory, 1, pipe.position, 1)
+            rotate_owners(directory, 2, pipe.position, 2)
+        got = pipe.step()
+        assert got == want[b], f"batch {b}: {first_difference(got, want[b])}"
+        check_ownership(pipe, directory, set(want[b]), 2 if b >= 3 else 0)
+    assert not handover_path(directory, 1, 0).exists() and handover_path(directory, 2, 0).exists()
+    assert sum(m["handover_in"] for m in pipe.metrics[3] if m["stage"] == "partition") > 50
+
+
 def check_ownership(pipe, directory, live: set[int], version: int) -> None:
     """Each partition's engine hosts exactly the live subscriptions that table ``version`` places on
     it, its pending commands are its own, and its durable state, rebuilt alone, hosts the same
