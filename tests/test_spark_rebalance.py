@@ -1,5 +1,7 @@
-"""Live rebalancing (issue 13, deliverable 5): adaptive methods on the streaming job, their
-subscriptions handed over between partitions at batch boundaries, exact after every batch.
+"""Live rebalancing (issue 13, deliverable 5; issue 25, deliverable 2): adaptive methods on the
+streaming job, each command sent to its record's owner only, the records and pending commands of
+the units that move transferred through named hand-over files (written by the batch that
+announces a version, read at the start of the next), exact after every batch.
 
 JVM-free (the job's own code, ``spark_fixtures.LocalPipeline``): forced moves with subscribes,
 unsubscribes and a re-subscribe mid-stream, a lost cache and a lost commit in the middle of a
