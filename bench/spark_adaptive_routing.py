@@ -5,9 +5,11 @@ For each adaptive method and partition count the distribution is built exactly a
 ``python -m skype.run distributed`` builds it (:func:`skype.dskype.plan.build_distribution_for`:
 exact mode, ``theta = 0``), then two routings of the same stream are counted:
 
-* ``today``: the runtime's :class:`skype.dskype.routing.Router` (the ``everywhere`` mode): message
-  rows routed per message, and the records each partition keeps (its *ledger*: every live
-  subscription) next to those it hosts (owner of the home unit under version 0);
+* ``today``: the runtime's :class:`skype.dskype.routing.Router` (the ``everywhere`` mode, table
+  version 0): message rows routed per message (every message to every partition), command rows
+  per subscribe (each to its record's owner), and the records the busiest partition keeps, those
+  it hosts (owner of the home unit under version 0; until issue 25's deliverable 2 every
+  partition also kept a ledger of all S records, ``bench/spark_adaptive_records.py`` counts both);
 * ``by_summaries``: the distribution layer's own routing (:mod:`skype.partitioning.units`), which
   is what routing by ownership and summaries sends: each subscription to the owners of its units
   (its replicas), each message to the partitions whose summary holds one of its terms (the
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -85,7 +89,7 @@ def counters(method: str, partitions: int, args, inputs) -> dict:
     """The two routings' counters for one method and partition count (module docstring)."""
     from skype.cli.distributed import settings_from_args
     from skype.dskype.codec import OP_SUB, Commands
-    from skype.dskype.handover import UnitLocator
+    from skype.dskype.handover import TableVersion, UnitLocator, write_version
     from skype.dskype.plan import build_distribution_for
     from skype.dskype.routing import Router, routing_copy
 
@@ -98,12 +102,15 @@ def counters(method: str, partitions: int, args, inputs) -> dict:
     messages = inputs.messages()
     S, M, P = len(subs), len(messages), partitions
 
-    # today: every message and every command to every partition; the ledger on each is S
-    router = Router(routing_copy(dist), list(range(P)))
+    # today: every message to every partition, each command to its owner under version 0
+    tables = tempfile.mkdtemp(prefix="adaptive-routing-")
+    write_version(tables, TableVersion(0, 0, -1, UnitLocator.of(dist)))
+    router = Router(routing_copy(dist), list(range(P)), tables_dir=tables)
     n = len(subs)
     cmds = Commands(np.arange(n, dtype=np.int64), np.full(n, -1, np.int64), np.full(n, OP_SUB, np.int8), subs,
                     np.zeros(n, np.int32), None)
-    parts = router.route(messages, np.arange(M, dtype=np.int64), cmds)
+    parts = router.route(messages, np.arange(M, dtype=np.int64), cmds, (0, 0))
+    shutil.rmtree(tables)
     today_rows = sum(p.num_messages for p in parts.values())
     hosted_today = np.bincount(UnitLocator.of(dist).home_partitions(subs), minlength=P)
 
@@ -118,7 +125,7 @@ def counters(method: str, partitions: int, args, inputs) -> dict:
     return {"method": method, "partitions": P, "subscriptions": S, "messages": M, "build_s": round(build_s, 1),
             "today_rows_per_message": today_rows / max(M, 1), "today_commands_per_subscribe":
                 sum(len(Commands.unpack(p.commands)) for p in parts.values() if p.commands) / max(S, 1),
-            "today_ledger_per_partition": S, "today_hosted_max": int(hosted_today.max()),
+            "today_kept_max": int(hosted_today.max()), "today_hosted_max": int(hosted_today.max()),
             "rows_per_message": round(per_message, 3), "replication": round(replication, 3),
             "hosted_max": int(hosted.max()), "hosted_mean": round(float(hosted.mean()), 1),
             "hosted_bound": round(bound, 1), "meets_rows": bool(per_message <= P / 2), "meets_hosted": bool(hosted.max() <= bound)}

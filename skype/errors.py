@@ -119,6 +119,10 @@ class Errors:
     # E115-E122: adaptive methods on Spark, versions through the stream (issue 25; skype.dskype.handover)
     E115 = ("partition {partition} of an adaptive pipeline received a batch without its table version: "
             "the stream must come from the staged source, which records the version in its offsets")
+    E116 = ("the hand-over of table version {version} from partition {sender} cannot be read in {path!r}: "
+            "{detail}")
+    E117 = ("partition {partition} of an adaptive pipeline received a command for subscription {sub} that "
+            "table version {version} places on partition {owner}")
     # E123-E129: DSkype on Spark at scale (skype.spark.runtime, issue 25: 1M subscriptions on defaults)
     E123 = ("the machine's available memory fell to {available} MB (floor {floor} MB) in batch {batch}, with "
             "{hosted} subscription replicas in the engines ({hosts} MB in the engine hosts): {advice}")

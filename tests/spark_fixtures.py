@@ -198,9 +198,11 @@ class LocalPipeline:
         self.plan = plan_run(run_dir, settings, inputs)
         self.settings = settings
         token = hosts.new_token()
-        self.routers = [Router(routing_copy(pipe.distribution), pipe.partition_keys, summary_dir_of(self.plan, pipe),
-                               pipeline=pipe.index) for pipe in self.plan.pipelines]
         from skype.spark.runtime import rebalance_dir_of
+
+        self.routers = [Router(routing_copy(pipe.distribution), pipe.partition_keys, summary_dir_of(self.plan, pipe),
+                               pipeline=pipe.index, tables_dir=rebalance_dir_of(self.plan, pipe))
+                        for pipe in self.plan.pipelines]
 
         # adaptive pipelines: table versions recorded when a batch is planned, as the source does
         self.table_dirs = {pipe.index: d for pipe in self.plan.pipelines
@@ -246,8 +248,9 @@ class LocalPipeline:
             inputs.append(self.commands)
             self.commands_sent = True
         if self.table_dirs:  # the control events of the batch's table versions, in every piece
+            before = self.tables  # in force during the batch: what the previous batch announced
             self.tables = newest_tables(self.table_dirs, self.tables)
-            control = tables_events({int(p): v for p, v in self.tables.items()})
+            control = tables_events({int(p): (int(before.get(p, v)), v) for p, v in self.tables.items()})
             inputs = [b for piece in inputs for b in (control, piece)]
         self.position = end
         grouped: dict[int, list] = {}

@@ -92,7 +92,6 @@ def test_version_log_loads_exactly_the_stamped_versions(tmp_path):
     write_version(tmp_path, TableVersion(2, 80, 1, _locator(shift=2)))
     log = VersionLog(str(tmp_path))
     assert len(log.upto(1)) == 2 and len(log.tables) == 2, "version 2 is not read for a batch stamped 1"
-    assert log.in_force(100, 1) == 1 and log.in_force(39, 2) == 0 and log.in_force(100, 2) == 2
     with pytest.raises(InputError, match="E064"):
         VersionLog(str(tmp_path)).upto(3)
 
@@ -123,16 +122,18 @@ def test_the_offset_records_the_version_and_a_replayed_batch_keeps_it(tmp_path):
         return got
 
     # the replay of the first batch reads the logged offsets: still version 0
-    assert versions_read(start, end) == {(0, 0)}
+    assert versions_read(start, end) == {(0, (0, 0))}
     nxt = reader.latestOffset(end, None)
-    assert nxt["tables"] == {"0": 1} and versions_read(end, nxt) == {(0, 1)}
+    # announced by the next batch, in force from the one after: (in force, newest)
+    assert nxt["tables"] == {"0": 1} and versions_read(end, nxt) == {(0, (0, 1))}
+    assert versions_read(nxt, reader.latestOffset(nxt, None)) == {(0, (1, 1))}
     # no records left to read: the offset does not move, a new version alone makes no batch
     last = reader.latestOffset(reader.latestOffset(nxt, None), None)
     write_version(tables, TableVersion(2, 30, 2, _locator(shift=2)))
     assert reader.latestOffset(last, None) == last
     # an offset logged before versions were recorded (an older run directory): the newest
     legacy = {"messages": 10, "commands": 4}
-    assert versions_read({"messages": 0, "commands": 0}, legacy) == {(0, 2)}
+    assert versions_read({"messages": 0, "commands": 0}, legacy) == {(0, (2, 2))}
 
 
 def test_every_partition_gets_the_stamp_and_a_batch_without_one_is_refused(tmp_path):
@@ -142,11 +143,12 @@ def test_every_partition_gets_the_stamp_and_a_batch_without_one_is_refused(tmp_p
     dist = _dist(3)
     router = Router(routing_copy(dist), [0, 1, 2], pipeline=1)
     control = tables_events({0: 5, 1: 2})
-    assert tables_from_arrow(control) == {0: 5, 1: 2}
+    assert tables_from_arrow(control) == {0: (5, 5), 1: (2, 2)}
+    assert tables_from_arrow(tables_events({0: (4, 5)})) == {0: (4, 5)}
     messages, seq, commands = events_from_arrow(control)
     assert len(messages) == 0 and len(commands) == 0, "control events are neither messages nor commands"
     parts = router.route(messages, seq, commands, 2)
-    assert sorted(parts) == [0, 1, 2] and {stamped_tables((p.summary,)) for p in parts.values()} == {2}
+    assert sorted(parts) == [0, 1, 2] and {stamped_tables((p.summary,)) for p in parts.values()} == {(2, 2)}
     assert router.route(messages, seq, commands) == {}
 
     write_version(tmp_path, TableVersion(0, 0, -1, UnitLocator.of(dist)))
@@ -159,3 +161,43 @@ def test_every_partition_gets_the_stamp_and_a_batch_without_one_is_refused(tmp_p
     out = core.apply(PartitionInput(messages, seq, commands, -1, -np.inf, ("tables:0",)))
     assert out.metrics["hosted"] == 0
     assert pickle.loads(version_path(tmp_path, 0).read_bytes()).version == 0
+
+
+def test_commands_go_to_their_owner_and_a_foreign_command_or_a_missing_hand_over_is_refused(tmp_path):
+    """Under the version in force, a subscribe reaches its record's owner only (an id-only
+    unsubscribe every partition); a partition given a record another owns refuses it (E117); a
+    switch whose hand-over file is missing stops with E116 (the new owner reads files by name)."""
+    from skype.data import make_workload
+    from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands
+    from skype.dskype.partition import PartitionConfig, PartitionCore, PartitionInput
+    from skype.dskype.staging import _id_only
+    from skype.dskype.window import WindowSpec
+
+    dist = _dist(3)
+    write_version(tmp_path, TableVersion(0, 0, -1, UnitLocator.of(dist)))
+    write_version(tmp_path, TableVersion(1, 0, 0, _locator(shift=1)))
+    subs = make_workload("tweets", num_subs=30, num_messages=10, seed=3).subscriptions
+    n = len(subs)
+    cmds = Commands(np.arange(n), np.full(n, 5), np.full(n, OP_SUB, np.int8), subs, np.zeros(n, np.int32))
+    blind = Commands([n], [5], [OP_UNSUB], _id_only(7), [0])
+    router = Router(routing_copy(dist), [0, 1, 2], tables_dir=str(tmp_path))
+    owners = UnitLocator.of(dist).home_partitions(subs)
+    for version, shift in ((0, 0), (1, 1)):
+        parts = router.route(*events_from_arrow(tables_events({0: version}))[:2],
+                             Commands.concat([cmds, blind]), (version, version))
+        for p in range(3):
+            got = Commands.unpack(parts[p].commands)
+            placed = sorted(got.subs.ids[got.op == OP_SUB].tolist())
+            assert placed == sorted(subs.ids[(owners + shift) % 3 == p].tolist())
+            assert got.subs.ids[got.op == OP_UNSUB].tolist() == [7]
+    assert len(set(owners.tolist())) > 1
+    config = PartitionConfig(partition=0, num_buckets=2, window=WindowSpec("count", 100), bounds=(0, 0, 1, 1),
+                             rebalance_dir=str(tmp_path))
+    empty = events_from_arrow(tables_events({0: 0}))[:2]
+    foreign = cmds.take(np.flatnonzero(owners != 0)[:1])
+    with pytest.raises(InputError, match="E117"):
+        PartitionCore(config).apply(PartitionInput(*empty, foreign, -1, -np.inf, ("tables:0:0",)))
+    core = PartitionCore(config)
+    core.apply(PartitionInput(*empty, Commands.empty(), -1, -np.inf, ("tables:0:1",)))  # announces version 1
+    with pytest.raises(InputError, match="E116"):  # partitions 1 and 2 never wrote theirs
+        core.apply(PartitionInput(*empty, Commands.empty(), -1, -np.inf, ("tables:1:1",)))

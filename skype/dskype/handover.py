@@ -1,50 +1,63 @@
-"""Live rebalancing on the partitions: versioned ownership tables and the hand-over of subscriptions.
+"""Live rebalancing on the partitions: versioned ownership tables and the hand-over as a record transfer.
 
 The adaptive methods (agrid, kdt, qt, aqwa: :mod:`skype.partitioning.units`) place a subscription
 by *units* whose owner a rebalancing policy may change at runtime.  On Spark they run as follows
 (the driver's half, deciding the moves, is :mod:`skype.dskype.rebalancing`):
 
-* **Every partition receives every message and every command** of the pipeline (the router's
-  ``everywhere`` mode, :func:`routes_everywhere`).  So every partition's window share is the whole
-  window, and every partition keeps the *ledger*: every live subscription record of the pipeline
-  (ids, records, pending commands: the existing durable log, unchanged).
-* **Ownership is a pure function of the record and the table version in force**: subscription s
-  belongs to ``owner[home_unit(s)]``, ``home_unit`` = the unit of its cell's region and its first
-  term (:class:`UnitLocator`).  A partition hosts in its engine exactly the ledger records it owns
-  under the version in force (the invariant ``hosted == owned(ledger, version)``); one replica per
-  subscription (``nrep = 1``), so each replica's list is the global top-k.
+* **Ownership is a pure function of the record and a table version**: subscription s belongs to
+  ``owner[home_unit(s)]``, ``home_unit`` = the unit of its cell's region and its first term
+  (:class:`UnitLocator`); one replica per subscription (``nrep = 1``).
+* **Every message goes to every partition** (the router's ``everywhere`` mode), so every
+  partition's window share is the whole window: a subscription registered anywhere, at any
+  position, gets the global top-k at once.  **A command goes only to the owner of its record**
+  under the version in force at the batch's start (:func:`owner_routed`: subscribes and
+  unsubscribes carrying their record; id-only unsubscribes and results requests still go to
+  every partition, which ignores an id it does not hold).  A partition keeps only what it owns:
+  its hosted records and its pending commands (``hosted == owned(live, version in force)``), in
+  memory and in its durable log; nothing grows with the pipeline's S.
 * **Versions** are files ``version-<v>.pkl`` in the run directory (``DIR/rebalance/<method>/``),
-  written by the driver after batch b and before batch b+1 starts (each once: a duplicate
-  attempt finds the file and keeps it, :func:`write_version`), each with its *effective position*
-  ``e = h_b + 1`` (b's high-water mark + 1) and the whole locator (owners and, for AQWA, the
-  changed tree).  Version 0 is the build.
-* **The version travels with the stream.**  Which versions a batch may use is decided once, on
-  the driver, when the source plans the batch: :func:`newest_version` probes ``version-<v+1>``
-  by name (no directory listing), the number goes into the source's offset
-  (:class:`skype.spark.sources.PairedStreamReader`, ``"tables"``), and Spark logs that offset
-  before the batch runs, so a replayed batch reads its first attempt's number.  The reader puts
-  it in every input piece as a control event (``KIND_TABLES``), the router stamps every routed
-  row with it (``tables:<v>``, :func:`skype.dskype.routing.tables_stamp`), and a partition loads
-  exactly the files ``0..v`` by name.  It applies version ``w <= v`` in the first batch whose
-  messages reach ``e_w`` (``e_w <= hwm``), after the commands positioned at ``e_w`` or before
-  and before message ``e_w``: a re-run of batch b (``hwm = h_b < e``) never applies it.
-* **The hand-over** at ``e``: a partition that loses s unsubscribes it (silently, it is in the
-  batch's command-touched set), the one that gains s subscribes it from its ledger record; its
-  engine scores s over its window share, the whole window, so the new replica's list is the global
-  top-k at ``e`` exactly.  Both report STATE rows in the same batch to the same merge bucket,
-  which merges them into the subscription's net change in the batch: no event comes from the
-  switch itself (:mod:`skype.dskype.merge`).
-* **Restart.**  A batch Spark re-runs carries the version number of its first attempt, and a
-  version file, once written, never changes, so it applies the same versions at the same
-  positions.  A rebuilt partition replays its command log into the ledger and takes
-  ``owned(ledger, newest version w <= v with e_w <= hwm)`` (``v``: the batch's stamp; a version
-  newer than the committed batch's was decided after it, so its ``e`` exceeds the committed
-  ``hwm``): the invariant makes the hosted set independent of the order in which the log is
-  replayed.
+  each written once (:func:`write_version`) by the driver after a batch, with the whole locator.
+  Version 0 is the build.
+* **Versions travel with the stream.**  When the source plans a batch it probes ``version-<v+1>``
+  by name (no directory listing) and records the newest version in the batch's offset; Spark logs
+  the offset before the batch runs.  Every input piece carries a control event with that
+  *newest* version v and the version *in force* u, the start offset's (the previous batch's
+  newest); the router routes the piece's commands under u and stamps every partition's row
+  ``tables:<u>:<v>`` (:func:`skype.dskype.routing.tables_stamp`).  A replayed batch has its
+  first attempt's offsets, hence the same (u, v).  A partition without a stamp refuses the
+  batch (E115); one that gets a command whose record u places elsewhere raises E117.
+* **The hand-over** of a version v decided after batch b takes two batches:
 
-What a move costs here: nothing crosses the network at the move (records and window are already
-everywhere); the price is paid before, P copies of every message and command.  The metrics count
-the state the new owners take over (record, terms, top-k entries: ``handover_bytes``).
+  1. *announce* (batch b+1, stamped ``(u, v)``, ``v > u``): the batch runs under u; at its end
+     each partition writes, once, the records it hosts and the pending commands it holds that v
+     places elsewhere, grouped by new owner, as ``handover-<v>-from-<p>.pkl``
+     (:func:`handover_path`, :meth:`Handover.announce`, :func:`write_once`; every partition
+     writes its file, empty or not);
+  2. *switch* (batch b+2, stamped ``(v, .)``): at its start, before any of its commands
+     (they were routed under v), each partition reads exactly the P - 1 files ``(v, q)`` by name
+     (no listing), unsubscribes the hosted records it lost, subscribes the records it gained
+     over its window (the whole window at the switch position: the global top-k, exactly the
+     list the old owner held), drops the pending commands it lost and adopts those it gained.
+     Old and new owner report STATE rows of the subscription in the same batch to the same
+     merge bucket, which nets them into the subscription's change in the batch: the switch
+     itself emits nothing (:mod:`skype.dskype.merge`).
+
+  A stamp may jump several versions (versions written faster than batches are planned): the
+  intermediate ones are never in force, and the files are those of the newest.
+* **Durable log.**  A partition's log holds the commands it received, and for each switch an
+  entry ``(v, lo, records received, pending commands received)`` (:func:`switch_entry`) before
+  the batch's commands; a snapshot records the version in force.  Replaying the log rebuilds the
+  state exactly: at a switch entry, the pending commands due by ``lo`` first, then the records and
+  commands v places elsewhere dropped (a pure function of the record and v) and the received
+  ones added (:meth:`Handover.replay_switch`).  So a rebuilt partition (a lost cache, a lost
+  executor, a restarted driver) reproduces the same state; a lost commit re-runs a batch from the
+  committed state, which computes the same hand-over file (a duplicate attempt keeps the first)
+  or reads the same files.  Hand-over files are never removed.
+
+What a move costs: the records and pending commands that change owner, written once and read
+once by their new owner (each new owner reads the P - 1 files of the version, in which its share
+is one section), plus the re-registration of the received records over the window
+(``handover_in``, ``handover_bytes``, ``handover_written``, ``handover_read_bytes``).
 """
 
 from __future__ import annotations
@@ -58,8 +71,9 @@ from pathlib import Path
 import numpy as np
 
 from skype.errors import InputError
-from skype.model import SubscriptionBatch
+from skype.model import SubscriptionBatch, TermMatrix
 from skype.partitioning.units import Grid, UnitDistribution, subscription_bytes
+from skype.dskype import codec
 from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands
 from skype.dskype.hosted import Hosted
 
@@ -68,8 +82,8 @@ VERSION_PREFIX = "version-"
 
 
 def routes_everywhere(dist) -> bool:
-    """Whether the runtime sends every message and command of this distribution to every
-    partition (the adaptive methods: ownership is decided at the partitions, module docstring)."""
+    """Whether the runtime sends every message of this distribution to every partition and each
+    command to its record's owner under the versioned tables (the adaptive methods, module docstring)."""
     return dist.capabilities.routes_everywhere
 
 
@@ -197,133 +211,198 @@ class VersionLog:
             raise InputError("E064", path=self.directory, detail="no version 0")
         return self.tables[:int(version) + 1]
 
-    def in_force(self, position: int, version: int) -> int:
-        """The newest version ``w <= version`` whose effective position is at most ``position``."""
-        tables = self.upto(version)
-        w = 0
-        while w + 1 < len(tables) and tables[w + 1].effective <= position:
-            w += 1
-        return w
+
+HANDOVER_PREFIX = "handover-"
+
+
+def handover_path(directory: str | Path, version: int, source: int) -> Path:
+    """The records partition ``source`` hands over when ``version`` comes into force."""
+    return Path(directory) / f"{HANDOVER_PREFIX}{int(version):06d}-from-{int(source):05d}.pkl"
+
+
+def owner_routed(cmds: Commands) -> np.ndarray:
+    """The commands that go to the owner of their record: subscribes, and unsubscribes that carry
+    the record they remove (the others, id-only unsubscribes and results requests, go to every
+    partition; a partition that does not hold the id ignores them)."""
+    has_record = np.diff(cmds.subs.terms.indptr) > 0
+    return (cmds.op == OP_SUB) | ((cmds.op == OP_UNSUB) & has_record)
 
 
 class Handover:
-    """A partition's ledger and its ownership under the versioned tables (module docstring)."""
+    """A partition's ownership under the versioned tables, and the record transfer of a hand-over
+    (module docstring): the partition keeps only what it owns, records and pending commands."""
 
-    def __init__(self, directory: str, partition: int) -> None:
+    def __init__(self, directory: str, partition: int, num_partitions: int = 0) -> None:
+        self.directory = directory
         self.partition = partition
+        self._num_partitions = int(num_partitions)  # 0: the build's owners tell (every partition owns a unit)
         self.versions = VersionLog(directory)
-        self.ledger = Hosted()  # every live record of the pipeline
-        self.owned: set[int] = set()  # the ids this partition hosts (== its Hosted set)
-        self.applied = 0  # the version in force
+        self.applied = 0  # the version in force in the partition's state
         self.metrics = self._zero()
 
     @staticmethod
     def _zero() -> dict:
-        return {"handover_in": 0, "handover_out": 0, "handover_bytes": 0, "handover_versions": 0}
+        return {"handover_in": 0, "handover_out": 0, "handover_bytes": 0, "handover_versions": 0,
+                "handover_written": 0, "handover_read_bytes": 0, "handover_pending_in": 0}
 
-    def stamped(self, stamps) -> int:
-        """The table version a batch's routed rows carry (E115 without: module docstring)."""
+    def stamped(self, stamps) -> tuple[int, int]:
+        """(in force, newest): the table versions a batch's routed rows carry (E115 without)."""
         from skype.dskype.routing import stamped_tables  # routing imports this module
 
-        version = stamped_tables(stamps)
-        if version is None:
+        pair = stamped_tables(stamps)
+        if pair is None:
             raise InputError("E115", partition=self.partition)
-        return version
+        return pair
 
-    def _mine(self, subs: SubscriptionBatch, version: int) -> np.ndarray:
-        return self.versions.tables[version].locator.home_partitions(subs) == self.partition
+    def owners(self, subs: SubscriptionBatch, version: int) -> np.ndarray:
+        return self.versions.upto(version)[version].locator.home_partitions(subs)
 
-    def resolve(self, due: Commands, positions: np.ndarray, upto: int,
-                version: int) -> tuple[Commands, np.ndarray]:
-        """The rows this partition applies to its hosted set, in order, from the pipeline's due
-        commands (sorted by position): its own subscribes, unsubscribes of ids it hosts, a
-        subscribe of an id it hosts that now belongs elsewhere as an unsubscribe, and at each
-        version up to the batch's stamp ``version`` that comes into force (``effective <= upto``)
-        the hand-over rows.  Updates the ledger.  Returns (rows, their positions)."""
+    def _foreign(self, cmds: Commands, version: int) -> np.ndarray:
+        """Rows of ``cmds`` routed by their record whose owner under ``version`` is elsewhere."""
+        routed = np.flatnonzero(owner_routed(cmds))
+        if not len(routed):
+            return routed
+        owners = self.owners(cmds.subs.take(routed), version)
+        return routed[owners != self.partition]
+
+    def check(self, cmds: Commands) -> None:
+        """Every owner-routed command that reaches this partition is its own under the version in
+        force (a routing fault otherwise: E117)."""
+        bad = self._foreign(cmds, self.applied)
+        if len(bad):
+            j = int(bad[0])
+            owner = int(self.owners(cmds.subs.take(np.array([j])), self.applied)[0])
+            raise InputError("E117", partition=self.partition, sub=int(cmds.subs.ids[j]), version=self.applied,
+                             owner=owner)
+
+    # ------------------------------------------------------------------ the switch (batch start)
+    def switch(self, hosted: Hosted, pending: Commands, stamp: tuple[int, int],
+               lo: int) -> tuple[Commands, Commands, bytes | None]:
+        """At the start of a batch whose in-force version ``stamp[0]`` is newer than the applied
+        one: the hand-over rows (unsubscribes of the hosted ids this partition loses, subscribes
+        of the records it gains, read from the named files the old owners wrote), the new pending
+        commands (those it loses dropped, those it gains added) and the durable log entry of the
+        switch.  ``hosted`` is not changed: the batch's loop applies the rows."""
         self.metrics = self._zero()
-        tables = self.versions.upto(max(version, self.applied))
-        coming = [v for v in range(self.applied + 1, len(tables)) if tables[v].effective <= upto]
-        parts: list[Commands] = []
-        pos_parts: list[np.ndarray] = []
-        start = 0
-        for v in coming + [None]:
-            end = len(due) if v is None else int(np.searchsorted(positions, tables[v].effective, side="right"))
-            if end > start:
-                rows = np.arange(start, end)
-                out, keep = self._commands(due.take(rows))
-                parts.append(out)
-                pos_parts.append(positions[rows][keep])
-            start = end
-            if v is not None:
-                out = self._switch(v)
-                parts.append(out)
-                pos_parts.append(np.full(len(out), tables[v].effective, np.int64))
-        rows_out = Commands.stack(parts)
-        return rows_out, (np.concatenate(pos_parts) if pos_parts else np.zeros(0, np.int64))
-
-    def _commands(self, cmds: Commands) -> tuple[Commands, np.ndarray]:
-        mine = self._mine(cmds.subs, self.applied)
-        keep = np.zeros(len(cmds), bool)
-        op = cmds.op.copy()
-        for j in range(len(cmds)):
-            sid = int(cmds.subs.ids[j])
-            if cmds.op[j] == OP_SUB:
-                self.ledger.add_from(cmds, j)
-                if mine[j]:
-                    keep[j] = True
-                    self.owned.add(sid)
-                    continue
-            else:
-                self.ledger.remove(sid)
-            if sid in self.owned:  # it leaves this partition (unsubscribed, or its new record is elsewhere)
-                keep[j] = True
-                op[j] = OP_UNSUB
-                self.owned.discard(sid)
-        rows = np.flatnonzero(keep)
-        out = Commands(cmds.cseq[rows], cmds.at[rows], op[rows], cmds.subs.take(rows), np.ones(len(rows), np.int32),
-                       cmds.spec[rows])
-        return out, rows
-
-    def _switch(self, version: int) -> Commands:
-        """The hand-over rows of a version coming into force: unsubscribes of the ids this
-        partition loses, subscribes (from the ledger) of those it gains."""
-        ids = sorted(self.ledger.rows)
-        self.applied = version
-        self.metrics["handover_versions"] += 1
-        if not ids:
-            return Commands.empty()
-        batch = self.ledger.batch(ids)
-        mine = self._mine(batch, version)
-        held = np.fromiter((i in self.owned for i in ids), bool, len(ids))
-        gained, lost = np.flatnonzero(mine & ~held), np.flatnonzero(~mine & held)
-        rows = np.r_[lost, gained]
-        op = np.r_[np.full(len(lost), OP_UNSUB, np.int8), np.full(len(gained), OP_SUB, np.int8)]
-        for j in lost.tolist():
-            self.owned.discard(ids[j])
-        for j in gained.tolist():
-            self.owned.add(ids[j])
-        self.metrics["handover_out"] += len(lost)
-        self.metrics["handover_in"] += len(gained)
-        if len(gained):
-            sizes = subscription_bytes(batch.terms.lengths()[gained], batch.k[gained])
-            self.metrics["handover_bytes"] += int(sizes.sum())
-        n = len(rows)
-        spec = np.array([self.ledger.spec(ids[j]) for j in rows.tolist()], object)
-        return Commands(np.full(n, -1, np.int64), np.full(n, -1, np.int64), op, batch.take(rows),
-                        np.ones(n, np.int32), spec)
-
-    def adopt(self, ledger, hwm_seq: int, version: int):
-        """After a rebuild replayed the command log into ``ledger`` (every record): the version
-        in force at ``hwm_seq`` among ``0..version`` (the stamp of the batch that rebuilds) and
-        the hosted set it implies (the invariant)."""
-        self.ledger = ledger
-        self.applied = self.versions.in_force(hwm_seq, version)
-        ids = sorted(ledger.rows)
-        hosted = Hosted()
+        target = stamp[0]
+        if target <= self.applied:
+            return Commands.empty(), pending, None
+        self.versions.upto(target)
+        gained_records, gained_pending = self._read(target)
+        ids = sorted(hosted.rows)
+        lost = np.zeros(0, np.int64)
         if ids:
-            mine = self._mine(ledger.batch(ids), self.applied)
-            for j in np.flatnonzero(mine).tolist():
-                hosted.rows[ids[j]] = ledger.rows[ids[j]]
-                hosted.inverse += 1.0
-        self.owned = set(hosted.rows)
-        return hosted
+            owners = self.owners(hosted.batch(ids), target)
+            lost = np.array(ids, np.int64)[owners != self.partition]
+        keep = np.setdiff1d(np.arange(len(pending)), self._foreign(pending, target))
+        pending = Commands.concat([pending.take(keep), gained_pending])
+        self.applied = target
+        self.metrics["handover_versions"] += 1
+        self.metrics["handover_out"] += len(lost)
+        self.metrics["handover_in"] += len(gained_records)
+        self.metrics["handover_pending_in"] += len(gained_pending)
+        if len(gained_records):
+            sizes = subscription_bytes(gained_records.subs.terms.lengths(), gained_records.subs.k)
+            self.metrics["handover_bytes"] += int(sizes.sum())
+        n = len(lost)
+        z = np.zeros(n)
+        drops = Commands(np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, OP_UNSUB, np.int8),
+                         SubscriptionBatch(lost, z, z, np.zeros(n, np.int64), z, TermMatrix(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(0))),
+                         np.ones(n, np.int32))
+        m = len(gained_records)
+        gains = Commands(np.full(m, -1, np.int64), np.full(m, -1, np.int64), np.full(m, OP_SUB, np.int8),
+                         gained_records.subs, np.ones(m, np.int32), gained_records.spec)
+        entry = switch_entry(target, lo, gained_records, gained_pending)
+        return Commands.stack([drops, gains]), pending, entry
+
+    def _read(self, version: int) -> tuple[Commands, Commands]:
+        """The records and pending commands the other partitions hand this one at ``version``:
+        exactly the files ``(version, q)``, by name (every partition writes its file, empty or
+        not, in the batch that announces the version)."""
+        records, pending = [], []
+        for q in range(self.num_partitions()):
+            if q == self.partition:
+                continue
+            path = handover_path(self.directory, version, q)
+            try:
+                blob = path.read_bytes()
+                sections = pickle.loads(blob)
+            except (OSError, pickle.UnpicklingError, EOFError) as err:
+                raise InputError("E116", version=version, sender=q, path=self.directory, detail=str(err)) from None
+            self.metrics["handover_read_bytes"] += len(blob)
+            mine = sections.get(self.partition)
+            if mine is not None:
+                records.append(Commands.unpack(mine[0]))
+                pending.append(Commands.unpack(mine[1]))
+        return Commands.stack(records), Commands.concat(pending)
+
+    def num_partitions(self) -> int:
+        """The pipeline's partitions: every one writes a file per version it announces."""
+        if self._num_partitions <= 0:
+            self._num_partitions = int(self.versions.upto(0)[0].locator.owner.max()) + 1
+        return self._num_partitions
+
+    # ------------------------------------------------------------------ the announce (batch end)
+    def announce(self, hosted: Hosted, pending: Commands, stamp: tuple[int, int]) -> bool:
+        """At the end of the batch that announces version ``stamp[1]`` (newer than the one in
+        force): write, once, the records and pending commands this partition loses under it,
+        grouped by their new owner (:func:`write_once`: a duplicate attempt, which computes the
+        same file from the same committed state, keeps the first).  Returns whether it wrote."""
+        target = stamp[1]
+        if target <= self.applied:
+            return False
+        self.versions.upto(target)
+        sections: dict[int, tuple[bytes, bytes]] = {}
+        ids = sorted(hosted.rows)
+        rec_owner = self.owners(hosted.batch(ids), target) if ids else np.zeros(0, np.int64)
+        records = hosted.as_commands()  # sorted ids, like ``ids``
+        routed = np.flatnonzero(owner_routed(pending))
+        pend_owner = np.full(len(pending), self.partition, np.int64)
+        if len(routed):
+            pend_owner[routed] = self.owners(pending.subs.take(routed), target)
+        for q in sorted(set(rec_owner.tolist()) | set(pend_owner.tolist())):
+            if q != self.partition:
+                sections[int(q)] = (records.take(np.flatnonzero(rec_owner == q)).pack(),
+                                    pending.take(np.flatnonzero(pend_owner == q)).pack())
+        wrote = write_once(handover_path(self.directory, target, self.partition),
+                           pickle.dumps(sections, protocol=pickle.HIGHEST_PROTOCOL))
+        self.metrics["handover_written"] += int((rec_owner != self.partition).sum())
+        return wrote
+
+    # ------------------------------------------------------------------ rebuild
+    def replay_switch(self, hosted: Hosted, pending: Commands, cols: dict) -> Commands:
+        """Replay a switch entry of the durable log onto a rebuilt partition's hosted set (in
+        place) and pending commands (returned): drop what the version places elsewhere, add what
+        the entry says was received."""
+        target = int(cols["switch"][0])
+        ids = sorted(hosted.rows)
+        if ids:
+            owners = self.owners(hosted.batch(ids), target)
+            for sid, q in zip(ids, owners.tolist()):
+                if q != self.partition:
+                    hosted.remove(sid)
+        gained = Commands.from_columns({k[len("rec_"):]: v for k, v in cols.items() if k.startswith("rec_")})
+        for j in range(len(gained)):
+            hosted.add_from(gained, j)
+        keep = np.setdiff1d(np.arange(len(pending)), self._foreign(pending, target))
+        pending = Commands.concat([pending.take(keep), Commands.from_columns(
+            {k[len("pen_"):]: v for k, v in cols.items() if k.startswith("pen_")})])
+        self.applied = target
+        return pending
+
+
+def command_columns(cmds: Commands, prefix: str = "") -> dict[str, np.ndarray]:
+    """The columns of a command batch for :func:`skype.dskype.codec.pack`, names prefixed."""
+    s = cmds.subs
+    cols: dict[str, np.ndarray] = {
+        "cseq": cmds.cseq, "at": cmds.at, "op": cmds.op, "ids": s.ids, "x": s.x, "y": s.y, "k": s.k, "alpha": s.alpha,
+        "nrep": cmds.nrep, "indptr": s.terms.indptr, "terms": s.terms.ids, "weights": s.terms.weights,
+        **codec.spec_columns(cmds.spec)}
+    return {prefix + k: v for k, v in cols.items()}
+
+
+def switch_entry(version: int, lo: int, records: Commands, pending: Commands) -> bytes:
+    """The durable log entry of a switch: the version that came into force at the start of the
+    batch whose first position is ``lo``, the records and pending commands received."""
+    return codec.pack(switch=np.array([version], np.int64), lo=np.array([lo], np.int64),
+                      **command_columns(records, "rec_"), **command_columns(pending, "pen_"))

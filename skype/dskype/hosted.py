@@ -1,8 +1,8 @@
 """The subscriptions a partition hosts, and the replay of the command log onto them.
 
 :class:`Hosted` maps a subscription id to its record (nrep, x, y, k, alpha, term ids, weights,
-spec): what a partition's engine holds (:mod:`skype.dskype.partition`), and what the adaptive
-methods' ledger of every live record holds (:mod:`skype.dskype.handover`).  Invariant: ``inverse``
+spec): what a partition's engine holds (:mod:`skype.dskype.partition`; an adaptive partition's
+hand-overs move its rows, :mod:`skype.dskype.handover`).  Invariant: ``inverse``
 is the sum of ``1 / nrep`` over the rows, kept with every add and remove.  :func:`replay_commands`
 applies due commands to a set without an engine (a rebuild from the durable log): a subscribe
 replaces the id's record, an unsubscribe removes it, a results request changes nothing.

@@ -77,7 +77,7 @@ from skype.dskype import codec
 from skype.dskype.activation import Activation, ActivationConfig
 from skype.dskype import snapshots
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands
-from skype.dskype.handover import Handover
+from skype.dskype.handover import Handover, command_columns
 from skype.dskype.hosted import APPLIED, Hosted, replay_commands
 from skype.dskype.kinds import NameRanks, read_vocabulary, result_arrays
 from skype.dskype.reports import (DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, net_changes, pack_results,
@@ -105,6 +105,7 @@ class PartitionConfig:
                                    # (high-water mark + 1 reaching it) writes the final top-k
     vocabulary_file: str | None = None  # term names by id: terms subscriptions order by name
     rebalance_dir: str | None = None  # adaptive methods: the versioned ownership tables (skype.dskype.handover)
+    num_partitions: int = 0  # the pipeline's partitions (adaptive: whose hand-over files to read); 0: unknown
     summary_dir: str | None = None  # prefix: keyword summaries published here (skype.dskype.summaries)
     summary_mode: str = "active"  # which replicas' terms are live: "active" or "hosted"
     backfill: MessageReadBack | None = None  # where window messages are read back (skype.spark.backfill)
@@ -177,6 +178,7 @@ class PartitionOutput:
     activation_entry: bytes | None = None  # the batch's sleeps and wakes, for the durable log
     backfill: bytes | None = None  # window messages read back for newly live terms: one more segment
     answers: bytes | None = None  # the batch's snapshot query answers, JSON lines (skype.dskype.snapshots)
+    handover_entry: bytes | None = None  # adaptive: the switch at the batch's start, for the durable log
 
 
 class PartitionCore:
@@ -192,7 +194,8 @@ class PartitionCore:
         self.hwm_t = -math.inf
         self.activation = Activation(config.activation, config.partition) if config.activation else None
         self._name_rank = NameRanks(self.engine.vocabulary)
-        self.handover = Handover(config.rebalance_dir, config.partition) if config.rebalance_dir else None
+        self.handover = (Handover(config.rebalance_dir, config.partition, config.num_partitions)
+                         if config.rebalance_dir else None)
         self._reach: dict[int, float] = {}  # prefix: each hosted record's reach here (see _reach_of)
         self.coverage = (Coverage(config)
                          if config.summary_dir is not None and config.activation is not None else None)
@@ -204,10 +207,10 @@ class PartitionCore:
     # ------------------------------------------------------------------ rebuild
     @classmethod
     def rebuild(cls, config: PartitionConfig, hwm_seq: int, hwm_t: float, log: list[bytes],
-                segments: list[bytes], stamps: tuple = ()) -> PartitionCore:
-        """The core at a committed state: replay the command log (snapshot first), then subscribe
-        the hosted subscriptions and publish the live window messages in ``seq`` order.
-        ``stamps``: those of the batch that rebuilds it (an adaptive pipeline's table version)."""
+                segments: list[bytes]) -> PartitionCore:
+        """The core at a committed state: replay the command log (snapshot first; an adaptive
+        partition's switches in place), then subscribe the hosted subscriptions and publish the
+        live window messages in ``seq`` order."""
         core = cls(config)
         for blob in log:
             cols = codec.unpack(blob)
@@ -218,6 +221,13 @@ class PartitionCore:
                 assert core.activation is not None  # only prefix partitions log activation entries
                 core.activation.replay(cols)
                 continue
+            if "switch" in cols:  # an adaptive partition's hand-over at the start of a batch
+                assert core.handover is not None  # only adaptive partitions log switches
+                lo = int(cols["lo"][0])
+                due, _, core.pending = plan_commands(core.pending, Commands.empty(), lo, lo - 1)
+                replay_commands(core.hosted, due)
+                core.pending = core.handover.replay_switch(core.hosted, core.pending, cols)
+                continue
             cmds = Commands.from_columns(cols)
             if "snapshot" in cols:
                 applied = cmds.at == APPLIED
@@ -226,14 +236,14 @@ class PartitionCore:
                 core.pending = cmds.take(np.flatnonzero(~applied))
                 if core.activation is not None:
                     core.activation.load(cols)
+                if core.handover is not None and "tables_applied" in cols:
+                    core.handover.applied = int(cols["tables_applied"][0])
             else:
                 due, _, core.pending = plan_commands(core.pending, cmds, int(cols["lo"][0]), int(cols["hwm_seq"][0]))
                 replay_commands(core.hosted, due, core.activation)
         # batches without commands log nothing, but their messages made pending commands due
         due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
         replay_commands(core.hosted, due, core.activation)
-        if core.handover is not None:  # the log is the pipeline's ledger: host what the tables give here
-            core.hosted = core.handover.adopt(core.hosted, int(hwm_seq), core.handover.stamped(stamps))
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
         if running:
@@ -252,10 +262,11 @@ class PartitionCore:
 
     def snapshot(self) -> bytes:
         """Hosted subscriptions and pending commands as one log entry (it replaces the log)."""
-        hosted = self.handover.ledger if self.handover is not None else self.hosted
-        cmds = Commands.stack([hosted.as_commands(), self.pending])
+        cmds = Commands.stack([self.hosted.as_commands(), self.pending])
         dormant = self.activation.columns() if self.activation is not None else {}
-        return codec.pack(snapshot=np.ones(1, bool), **_command_columns(cmds), **dormant)
+        tables = ({"tables_applied": np.array([self.handover.applied], np.int64)} if self.handover is not None
+                  else {})
+        return codec.pack(snapshot=np.ones(1, bool), **command_columns(cmds), **dormant, **tables)
 
     # ------------------------------------------------------------------ one batch
     def apply(self, inp: PartitionInput) -> PartitionOutput:
@@ -265,6 +276,11 @@ class PartitionCore:
         lo = self.hwm_seq + 1
         hwm_seq = max(self.hwm_seq, int(inp.hwm_seq))
         hwm_t = max(self.hwm_t, float(inp.hwm_t))
+        switching, handover_entry, stamp = Commands.empty(), None, (0, 0)
+        if self.handover is not None:  # a version coming into force: the hand-over, at the batch's start
+            stamp = self.handover.stamped(inp.stamps)
+            switching, self.pending, handover_entry = self.handover.switch(self.hosted, self.pending, stamp, lo)
+            self.handover.check(inp.commands)
         due, positions, self.pending = plan_commands(self.pending, inp.commands, lo, hwm_seq)
         requests = due.op == OP_RESULTS
         asked = due.op == OP_QUERY  # snapshot queries: answered in the loop below, at their positions
@@ -272,8 +288,9 @@ class PartitionCore:
         if requests.any() or asked.any():  # requests are answered after the batch (skype.spark.processors)
             keep = np.flatnonzero(~(requests | asked))
             due, positions = due.take(keep), positions[keep]
-        if self.handover is not None:  # the rows this partition owns, and the hand-overs of new table versions
-            due, positions = self.handover.resolve(due, positions, hwm_seq, self.handover.stamped(inp.stamps))
+        if len(switching):  # before every command of the batch (they were routed under the new version)
+            due = Commands.stack([switching, due])
+            positions = np.r_[np.full(len(switching), lo, np.int64), positions]
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
         before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)
@@ -337,6 +354,8 @@ class PartitionCore:
         if self.config.advances() and hwm_seq >= 0 and clock > self.engine.clock:
             logs.append(self.engine.advance_log(clock))
         self.window.expire(spec, clock)
+        if self.handover is not None:  # a version announced: write what this partition will hand over
+            self.handover.announce(self.hosted, self.pending, stamp)
         t_engine = time.perf_counter() - t0
         work = counter_delta(work_before, engine_counters(self.engine))
 
@@ -355,7 +374,7 @@ class PartitionCore:
         reports, rows = self._pack_reports(report_rows)
         dormant = len(self.activation.dormant) if self.activation is not None else 0
         return PartitionOutput(
-            reports=reports, upto=hwm_seq + 1, activation_entry=entry, backfill=backfill,
+            reports=reports, upto=hwm_seq + 1, activation_entry=entry, backfill=backfill, handover_entry=handover_entry,
             answers="".join(a + "\n" for a in answers).encode() if answers else None,
             metrics={"first_seq": lo, "messages": len(inp.messages), "commands": len(inp.commands),
                      "due_commands": len(due), "pending_commands": len(self.pending), "hosted": len(self.hosted),
@@ -586,14 +605,7 @@ class PartitionCore:
                           (msg[left], np.zeros(n_left), np.zeros(n_left, np.int64)))
 
 
-def _command_columns(cmds: Commands) -> dict[str, np.ndarray]:
-    s = cmds.subs
-    return {"cseq": cmds.cseq, "at": cmds.at, "op": cmds.op, "ids": s.ids, "x": s.x, "y": s.y, "k": s.k,
-            "alpha": s.alpha, "nrep": cmds.nrep, "indptr": s.terms.indptr, "terms": s.terms.ids,
-            "weights": s.terms.weights, **codec.spec_columns(cmds.spec)}
-
-
 def command_log_entry(cmds: Commands, lo: int, hwm_seq: int) -> bytes:
     """The durable log entry of one batch: the commands it brought, with the batch's first and
     last sequence numbers (what :func:`plan_commands` needs to replay it)."""
-    return codec.pack(lo=np.array([lo], np.int64), hwm_seq=np.array([hwm_seq], np.int64), **_command_columns(cmds))
+    return codec.pack(lo=np.array([lo], np.int64), hwm_seq=np.array([hwm_seq], np.int64), **command_columns(cmds))

@@ -249,7 +249,8 @@ def rebalancing_report(plan, outcome, pipeline) -> dict:
         d = json.loads(path.read_text())
         if d.get("version") is None:
             continue
-        applied = next((b for b in sorted(handed) if b > d["batch"]), None)
+        # announced by the next batch, in force (handed over) from the one after (skype.dskype.handover)
+        applied = next((b for b in sorted(handed) if b >= d["batch"] + 2), None)
         h = handed.get(applied, {}) if applied is not None else {}
         spike = latency.get(applied) if applied is not None else None
         moves.append({"version": d["version"], "decided_after_batch": d["batch"], "effective": d["effective"],

@@ -16,13 +16,16 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   preceded by an unsubscribe carrying the old record (staging writes one,
   :mod:`skype.dskype.staging`).  The cost of a batch of commands is therefore the sum of their
   placements, never commands x P;
-* the adaptive methods (agrid, kdt, qt, aqwa) route in the ``everywhere`` mode: every message and
-  every command to every partition, which hosts what the versioned ownership tables give it
-  (:mod:`skype.dskype.handover`: live rebalancing moves subscriptions without re-routing them).
-  Which table versions a batch may use comes with the stream: a control event (``KIND_TABLES``,
-  ``id`` = the pipeline, ``seq`` = the newest version the source's offset recorded) in every
-  input piece; the router stamps each of the pipeline's routed rows with it (``summary`` =
-  :func:`tables_stamp`) and sends one to every partition, so every partition learns it;
+* the adaptive methods (agrid, kdt, qt, aqwa) route in the ``everywhere`` mode: every message to
+  every partition, and each subscribe (or unsubscribe carrying its record) only to the owner of
+  its record under the table version in force at the batch's start; id-only unsubscribes and
+  results requests to every partition (:mod:`skype.dskype.handover`: a hand-over transfers the
+  records and pending commands of the units that move).  Which table versions a batch uses comes
+  with the stream: a control event (``KIND_TABLES``, ``id`` = the pipeline, ``seq`` = the newest
+  version the source's offset recorded, ``at`` = the one in force, the start offset's) first in
+  every input piece; the router routes the piece's commands under the version in force, stamps
+  each of the pipeline's routed rows with both (``summary`` = :func:`tables_stamp`) and sends one
+  to every partition, so every partition learns them;
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
   calls every partition and each takes the maximum over its ticks: the global high-water mark.
@@ -51,7 +54,7 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
-from skype.dskype.handover import routes_everywhere, write_replacing
+from skype.dskype.handover import VersionLog, owner_routed, routes_everywhere, write_replacing
 from skype.dskype.snapshots import query_error
 
 if TYPE_CHECKING:
@@ -80,46 +83,59 @@ def event_arrow_schema():
                       ("spec", pa.string())])
 
 
-def tables_stamp(version: int) -> str:
-    """The stamp of a routed row of an adaptive pipeline: the table versions its batch may use.
+def tables_stamp(version: int, in_force: int | None = None) -> str:
+    """The stamp of a routed row of an adaptive pipeline: the table version in force at the
+    batch's start and the newest one its offset recorded (announced, in force from the next batch).
 
-    >>> tables_stamp(3), stamped_tables((tables_stamp(3),)), stamped_tables(("",))
-    ('tables:3', 3, None)
+    >>> tables_stamp(3, 2), stamped_tables((tables_stamp(3, 2),)), stamped_tables(("tables:4",))
+    ('tables:2:3', (2, 3), (4, 4))
+    >>> stamped_tables(("",)) is None
+    True
     """
-    return f"{TABLES_STAMP}{int(version)}"
+    return f"{TABLES_STAMP}{int(version if in_force is None else in_force)}:{int(version)}"
 
 
-def stamped_tables(stamps) -> int | None:
-    """The table version a partition's rows carry (the newest of their stamps), None if none."""
-    versions = [int(s[len(TABLES_STAMP):]) for s in stamps if s and s.startswith(TABLES_STAMP)]
-    return max(versions) if versions else None
+def stamped_tables(stamps) -> tuple[int, int] | None:
+    """(in force, newest): the table versions a partition's rows carry, None if none."""
+    pairs = []
+    for s in stamps:
+        if s and s.startswith(TABLES_STAMP):
+            parts = s[len(TABLES_STAMP):].split(":")
+            pairs.append((int(parts[0]), int(parts[-1])))
+    return max(pairs) if pairs else None
 
 
-def tables_events(versions: dict[int, int]):
-    """The control events of a batch's table versions (pipeline -> newest version), in the
-    stream-event schema (:data:`KIND_TABLES`)."""
+def tables_events(versions: dict):
+    """The control events of a batch's table versions, in the stream-event schema
+    (:data:`KIND_TABLES`): pipeline -> newest version, or -> (in force, newest) (``seq``: the
+    newest, ``at``: the one in force at the batch's start)."""
     import pyarrow as pa
 
     pipes = sorted(versions)
+    pairs = [versions[p] if isinstance(versions[p], tuple) else (versions[p], versions[p]) for p in pipes]
     n = len(pipes)
     cols = {"kind": pa.array(np.full(n, KIND_TABLES, np.int8)),
-            "seq": pa.array([int(versions[p]) for p in pipes], pa.int64()),
+            "seq": pa.array([int(v) for _, v in pairs], pa.int64()),
+            "at": pa.array([int(u) for u, _ in pairs], pa.int64()),
             "id": pa.array([int(p) for p in pipes], pa.int64())}
     schema = event_arrow_schema()
     return pa.RecordBatch.from_arrays([cols.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
 
 
-def tables_from_arrow(batch) -> dict[int, int]:
-    """Pipeline -> table version of the control events in an Arrow batch of stream events."""
+def tables_from_arrow(batch) -> dict[int, tuple[int, int]]:
+    """Pipeline -> (in force, newest) table versions of the control events in an Arrow batch of
+    stream events (an event without ``at``: both the newest)."""
     kind = np.asarray(batch.column("kind"), dtype=np.int8)
     rows = np.flatnonzero(kind == KIND_TABLES)
     if not len(rows):
         return {}
     pipes = np.asarray(batch.column("id").fill_null(0))[rows]
     versions = np.asarray(batch.column("seq").fill_null(0))[rows]
-    out: dict[int, int] = {}
-    for p, v in zip(pipes.tolist(), versions.tolist()):
-        out[int(p)] = max(out.get(int(p), -1), int(v))
+    in_force = np.asarray(batch.column("at").fill_null(-1))[rows]
+    out: dict[int, tuple[int, int]] = {}
+    for p, u, v in zip(pipes.tolist(), in_force.tolist(), versions.tolist()):
+        pair = (int(u) if u >= 0 else int(v), int(v))
+        out[int(p)] = max(out.get(int(p), pair), pair)
     return out
 
 
@@ -139,21 +155,29 @@ class Router:
     """Routes messages and commands with a distribution built in exact mode (see module docstring)."""
 
     def __init__(self, dist: Distribution, keys: list[int], summary_dir: str | None = None,
-                 pipeline: int = 0) -> None:
+                 pipeline: int = 0, tables_dir: str | None = None) -> None:
         self.dist = dist
         self.pipeline = pipeline  # the run's method index: which control events are this router's
         self.num_partitions = dist.num_partitions
         self.keys = list(keys)
         self.summary_dir = summary_dir
         self._summaries: SummaryTables | None = None  # the tables, opened on first use (a router is pickled to executors)
-        # adaptive methods: every message and command to every partition, which decides what it
-        # owns under the versioned tables (skype.dskype.handover)
+        # adaptive methods: every message to every partition, each command to the owner of its
+        # record under the table version in force at the batch's start (skype.dskype.handover)
         self.everywhere = routes_everywhere(dist)
+        self.tables_dir = tables_dir
+        self._versions: VersionLog | None = None  # opened on first use (a router is pickled to executors)
 
     def route(self, messages: MessageBatch, seq: np.ndarray, commands: Commands,
-              tables: int | None = None) -> dict[int, RoutedPart]:
+              tables: int | tuple[int, int] | None = None, in_force: int | None = None) -> dict[int, RoutedPart]:
         """Partition -> what it receives; every partition gets a part when there are messages,
-        or when the batch carries this pipeline's table version ``tables`` (stamped on every part)."""
+        or when the batch carries this pipeline's table versions ``tables`` (in force, newest;
+        stamped on every part).  ``in_force``: the version in force of an adaptive pipeline when
+        its control event came earlier in the same input piece."""
+        if isinstance(tables, int):
+            tables = (tables, tables)
+        if tables is not None:
+            in_force = tables[0]
         P = self.num_partitions
         msg_rows: list[np.ndarray] = [np.zeros(0, np.int64)] * P
         stamps = [""] * P
@@ -164,12 +188,12 @@ class Router:
         elif len(messages):
             by_part = self.dist.route_messages(messages).by_partition(P)
             msg_rows = [by_part.row(p).astype(np.int64) for p in range(P)]
-        cmd_parts = self._route_commands(commands)
+        cmd_parts = self._route_commands(commands, in_force)
         out: dict[int, RoutedPart] = {}
         hwm_seq = int(seq.max()) if len(seq) else -1
         hwm_t = float(messages.t.max()) if len(messages) else -np.inf
         if tables is not None:
-            stamps = [tables_stamp(tables)] * P
+            stamps = [tables_stamp(tables[1], tables[0])] * P
         for p in range(P):
             rows = msg_rows[p]
             cmds = cmd_parts[p]
@@ -199,7 +223,7 @@ class Router:
         by_part = Routing.from_pairs(rows[keep], parts[keep], len(messages)).by_partition(self.num_partitions)
         return [by_part.row(p).astype(np.int64) for p in range(self.num_partitions)], stamps
 
-    def _route_commands(self, commands: Commands) -> list[Commands]:
+    def _route_commands(self, commands: Commands, in_force: int | None = None) -> list[Commands]:
         P = self.num_partitions
         if len(commands) == 0:
             return [Commands.empty()] * P
@@ -207,7 +231,7 @@ class Router:
         if asked.any() and self.dist.capabilities.whole_window:
             # every partition holds the whole window: query n goes to partition n mod P alone
             # (skype.dskype.snapshots; a query's id is its ordinal)
-            out = list(self._route_commands(commands.take(np.flatnonzero(~asked))))
+            out = list(self._route_commands(commands.take(np.flatnonzero(~asked)), in_force))
             rows = np.flatnonzero(asked)
             owner = commands.subs.ids[rows] % P
             for p in np.unique(owner).tolist():
@@ -215,15 +239,36 @@ class Router:
                 out[p] = Commands.concat([out[p], queries]) if len(out[p]) else queries
             return out
         if self.everywhere:
-            return [Commands(commands.cseq, commands.at, commands.op, commands.subs, np.ones(len(commands), np.int32),
-                             commands.spec)] * P
-        rows, parts, nrep = self.placements(commands)
+            rows, parts, nrep = self.owner_placements(commands, in_force)
+        else:
+            rows, parts, nrep = self.placements(commands)
         order = np.argsort(parts, kind="stable")
         rows, parts = rows[order], parts[order]
         cuts = np.searchsorted(parts, np.arange(P + 1))
         cmds = Commands(commands.cseq, commands.at, commands.op, commands.subs, nrep, commands.spec)
         return [cmds.take(rows[cuts[p]:cuts[p + 1]]) if cuts[p + 1] > cuts[p] else Commands.empty()
                 for p in range(P)]
+
+    def owner_placements(self, commands: Commands, in_force: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """An adaptive pipeline's (command row, partition) pairs: a subscribe, or an unsubscribe
+        carrying its record, to the record's owner under the table version in force at the
+        batch's start (``in_force``, from the batch's control event; later versions move the
+        pending ones, :mod:`skype.dskype.handover`); id-only unsubscribes and results requests
+        to every partition."""
+        P = self.num_partitions
+        if in_force is None:
+            raise InputError("E115", partition=-1)
+        if self._versions is None:
+            if self.tables_dir is None:
+                raise TypeError(f"the router of adaptive method {self.dist.name!r} needs its tables directory")
+            self._versions = VersionLog(self.tables_dir)
+        routed = owner_routed(commands)
+        placed = np.flatnonzero(routed)
+        blind = np.flatnonzero(~routed)
+        owners = self._versions.upto(in_force)[in_force].locator.home_partitions(commands.subs.take(placed))
+        rows = np.concatenate([placed, np.repeat(blind, P)])
+        parts = np.concatenate([owners.astype(np.int64), np.tile(np.arange(P, dtype=np.int64), len(blind))])
+        return rows, parts, np.ones(len(commands), np.int32)
 
     def placements(self, commands: Commands) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(command row, partition) pairs of every command, and each subscribe's ``nrep``.
@@ -332,12 +377,14 @@ class ShippedRouters:
     pickled into the ``mapInArrow`` closure: the closure holds only this handle.  Each Python
     worker unpickles them once and keeps them (module cache by broadcast id)."""
 
-    def __init__(self, broadcast, keys: list[list[int]], summary_dirs: list[str | None] | None = None) -> None:
+    def __init__(self, broadcast, keys: list[list[int]], summary_dirs: list[str | None] | None = None,
+                 tables_dirs: list[str | None] | None = None) -> None:
         import secrets
 
         self.broadcast = broadcast
         self.keys = keys
         self.summary_dirs = summary_dirs or [None] * len(keys)
+        self.tables_dirs = tables_dirs or [None] * len(keys)
         # the cache key: a worker is reused across queries, and a broadcast object seen in a
         # worker carries no id of its own (its Python id() can be reused after it is freed)
         self.token = secrets.token_hex(8)
@@ -348,8 +395,8 @@ class ShippedRouters:
             import pickle
 
             dists = pickle.loads(self.broadcast.value)
-            cached = [Router(d, k, sd, pipeline=i)
-                      for i, (d, k, sd) in enumerate(zip(dists, self.keys, self.summary_dirs))]
+            cached = [Router(d, k, sd, pipeline=i, tables_dir=td)
+                      for i, (d, k, sd, td) in enumerate(zip(dists, self.keys, self.summary_dirs, self.tables_dirs))]
             _shipped.clear()
             _shipped[self.token] = cached
         return cached
@@ -358,14 +405,15 @@ class ShippedRouters:
 _shipped: dict = {}
 
 
-def ship_routers(spark, dists: list, keys: list[list[int]],
-                 summary_dirs: list[str | None] | None = None) -> tuple[ShippedRouters, int]:
+def ship_routers(spark, dists: list, keys: list[list[int]], summary_dirs: list[str | None] | None = None,
+                 tables_dirs: list[str | None] | None = None) -> tuple[ShippedRouters, int]:
     """Broadcast the compact routing tables; returns the handle and the broadcast's bytes.
-    ``summary_dirs``: per pipeline, where its partitions publish keyword summaries (or None)."""
+    ``summary_dirs``: per pipeline, where its partitions publish keyword summaries (or None);
+    ``tables_dirs``: per adaptive pipeline, its versioned ownership tables (or None)."""
     import pickle
 
     blob = pickle.dumps([routing_copy(d) for d in dists], protocol=pickle.HIGHEST_PROTOCOL)
-    return ShippedRouters(spark.sparkContext.broadcast(blob), keys, summary_dirs), len(blob)
+    return ShippedRouters(spark.sparkContext.broadcast(blob), keys, summary_dirs, tables_dirs), len(blob)
 
 
 # --------------------------------------------------------------------------- poison records
@@ -477,17 +525,21 @@ def route_arrow(routers, batches, bounds=None, dead_letters: str | None = None):
     out (:func:`screen`) and written to ``dead_letters`` (a directory), if given."""
     if isinstance(routers, ShippedRouters):
         routers = routers.routers()
+    known: dict[int, tuple[int, int]] = {}  # the piece's control events come first (skype.spark.sources)
     for batch in batches:
         if batch.num_rows == 0:
             continue
         messages, seq, commands = events_from_arrow(batch)
         tables = tables_from_arrow(batch)
+        known.update(tables)
         if bounds is not None:
             messages, seq, commands, dead = screen(messages, seq, commands, bounds)
             if dead and dead_letters:
                 write_dead_letters(dead_letters, dead)
         for router in routers:
-            yield from _routed_batch(router, router.route(messages, seq, commands, tables.get(router.pipeline)))
+            in_force = known[router.pipeline][0] if router.pipeline in known else None
+            yield from _routed_batch(router, router.route(messages, seq, commands, tables.get(router.pipeline),
+                                                          in_force))
 
 
 def _routed_batch(router: Router, parts: dict[int, RoutedPart]):

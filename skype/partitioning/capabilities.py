@@ -4,8 +4,9 @@ One row per method (:data:`CAPABILITIES`), read through :attr:`Distribution.capa
 <skype.partitioning.base.Distribution.capabilities>` or :func:`capabilities_of`.  Invariants: every
 method of :data:`skype.partitioning.METHODS` has a row; a method that is not ``replicated``
 places each subscription on exactly one partition (its reports are final: no merge stage); one
-that ``routes_everywhere`` gets every message and command on every partition, ownership being
-decided at the partitions (the adaptive methods on Spark); ``kinds`` are served exactly beside
+that ``routes_everywhere`` gets every message on every partition and each command on the owner
+of its record under the versioned ownership tables (the adaptive methods on Spark,
+:mod:`skype.dskype.handover`); ``kinds`` are served exactly beside
 topk, ``kinds_with_terms`` only when the subscription carries terms (a text predicate places it).
 Snapshot queries (``{"op": "query"}``, :mod:`skype.dskype.snapshots`): ``snapshot_kinds`` are
 answered exactly, ``snapshot_kinds_with_terms`` only when the query carries terms; a method whose
@@ -32,7 +33,7 @@ class Capabilities:
     """What one method declares (see the module's comment)."""
 
     replicated: bool  # may place a subscription on several partitions: an exact merge follows
-    routes_everywhere: bool = False  # every message and command to every partition (adaptive ownership)
+    routes_everywhere: bool = False  # every message to every partition, commands to their owner (adaptive ownership)
     kinds: tuple[str, ...] = ALL_KINDS  # range/knn/terms subscriptions served exactly
     kinds_with_terms: tuple[str, ...] = ()  # served only with terms (placed by their text)
     activation: bool = False  # loose-prefix activation and keyword summaries (skype.dskype.activation)

@@ -98,7 +98,7 @@ class HostedObjects:
             _, stage, key, ident, durable, new, inputs, want_snapshot = request
             self.objects.pop((stage, key), None)
             t0 = time.perf_counter()
-            core = build_core(stage, ident, durable, inputs)
+            core = build_core(stage, ident, durable)
             rebuild_s = time.perf_counter() - t0
             return self._apply(stage, key, ident, core, new, inputs, want_snapshot, rebuilt=True, rebuild_s=rebuild_s)
         if op in ("snapshot", "results"):  # of the object at exactly this stamp
@@ -129,15 +129,14 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def build_core(stage: str, ident: tuple, durable: tuple, inputs=None):
-    """A core from durable state (see :meth:`PartitionCore.rebuild`, :meth:`MergeCore.rebuild`);
-    ``inputs``: the batch that rebuilds it (its stamps name an adaptive pipeline's table version)."""
+def build_core(stage: str, ident: tuple, durable: tuple):
+    """A core from durable state (see :meth:`PartitionCore.rebuild`, :meth:`MergeCore.rebuild`)."""
     if stage == PARTITION:
         from skype.dskype.partition import PartitionCore
 
         config = ident[1]
         hwm_seq, hwm_t, log, segments = durable
-        return PartitionCore.rebuild(config, hwm_seq, hwm_t, log, segments, getattr(inputs, "stamps", ()))
+        return PartitionCore.rebuild(config, hwm_seq, hwm_t, log, segments)
     from skype.dskype.merge import MergeCore
 
     return MergeCore.rebuild(list(durable))

@@ -262,7 +262,15 @@ class PartitionProcessor(_HostedProcessor):
         t_host = time.perf_counter()
 
         t_write = time.perf_counter()
-        written = self._write_log(meta, delta, snapshot)
+        written = 0
+        switch = output.handover_entry  # an adaptive partition's switch at the batch's start
+        if switch is not None and snapshot is None:
+            if wants_snapshot(meta, len(switch) + (len(delta) if delta is not None else 0)):
+                reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
+                snapshot = reply[1] if reply[0] == "ok" else None
+            if snapshot is None:  # logged before the batch's commands
+                written += self._write_log(meta, switch, None)
+        written += self._write_log(meta, delta, snapshot)
         entry = output.activation_entry
         if entry is not None and snapshot is None:
             # prefix replicas that slept or woke (skype.dskype.activation): logged after the commands

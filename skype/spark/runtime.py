@@ -200,6 +200,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
                                            final_upto=plan.stream_messages,
                                            vocabulary_file=str(vocab) if vocab.exists() else None,
                                            rebalance_dir=rebalance_dir_of(plan, pipe),
+                                           num_partitions=len(pipe.partition_keys),
                                            summary_dir=summaries, summary_mode=s.summaries,
                                            backfill=backfill_source(plan) if summaries else None)
     return configs
@@ -273,7 +274,8 @@ def build_query(spark, plan: Plan, token: str, sink):
     configure(spark, plan)
     shipped, plan.routing_table_bytes = ship_routers(spark, [pipe.distribution for pipe in plan.pipelines],
                                                      [pipe.partition_keys for pipe in plan.pipelines],
-                                                     [summary_dir_of(plan, pipe) for pipe in plan.pipelines])
+                                                     [summary_dir_of(plan, pipe) for pipe in plan.pipelines],
+                                                     [rebalance_dir_of(plan, pipe) for pipe in plan.pipelines])
     route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
     plan.routing_bytes = closure_bytes(route)
     routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)

@@ -17,9 +17,12 @@ already seen (checked) and appear complete (written under a hidden name and rena
 its rebalance directory) the offset also records, per pipeline, the newest ownership-table
 version written when the batch was planned (``"tables"``, probed by name:
 :func:`skype.dskype.handover.newest_version`), and every input piece of the batch carries it as
-a control event (:func:`skype.dskype.routing.tables_events`).  Spark logs the offset before the
-batch runs, so a replayed batch uses exactly its first attempt's versions; an offset whose
-records do not advance keeps its versions too (no batch of versions alone).
+a control event (:func:`skype.dskype.routing.tables_events`), together with the start offset's
+version: the one in force during the batch (a version is announced by the first batch whose
+offset records it and comes into force at the start of the next, :mod:`skype.dskype.handover`).
+Spark logs the offsets before the batch runs, so a replayed batch uses exactly its first
+attempt's versions; an offset whose records do not advance keeps its versions too (no batch of
+versions alone).
 
 **Kafka (optional): :func:`kafka_events`.**  Each record's value is one stream-file record as
 JSON.  A message's ``seq`` is its Kafka offset, so the messages topic must have one partition (a
@@ -288,7 +291,7 @@ def plan_batch(start: tuple[int, int], available: tuple[int, int], due_by: np.nd
 class LanePiece:
     lane: str  # "messages" or "commands"
     piece: object
-    tables: tuple = ()  # (pipeline, table version) pairs the batch may use: control events first
+    tables: tuple = ()  # (pipeline, version in force, newest version) of the batch: control events first
 
 
 def newest_tables(dirs: dict[int, str], known: dict) -> dict[str, int]:
@@ -361,7 +364,10 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # versions, as that run used them; a version decided after this batch has an
             # effective position beyond its messages, so the batch does not apply it
             logged = newest_tables(self.tables, {})
-        tables = tuple(sorted((int(p), int(v)) for p, v in (logged or {}).items()))
+        # the version in force at the batch's start is the one the previous batch announced
+        # (its offset, ``start``); the batch announces ``end``'s (skype.dskype.handover)
+        before = (start or {}).get("tables") or logged or {}
+        tables = tuple(sorted((int(p), int(before.get(p, v)), int(v)) for p, v in (logged or {}).items()))
         for lane, reader in self.lanes.items():
             lo, hi = (int(start[lane]) if start else 0), int(end[lane])
             if lo < hi:
@@ -372,7 +378,7 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition):
         piece: LanePiece = partition.value
         if piece.tables:  # every piece: each routed Arrow batch then stamps every partition
-            yield tables_events(dict(piece.tables))
+            yield tables_events({p: (u, v) for p, u, v in piece.tables})
         yield from self.lanes[piece.lane].read(InputPartition(piece.piece))
 
     def commit(self, end: dict) -> None:
