@@ -78,3 +78,22 @@ def test_tweets_generated_in_chunks_equal_one_pass(chunk):
                  (one[3].ids, parts[3].ids), (one[3].weights, parts[3].weights)]:
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert one[2].to_dict() == parts[2].to_dict()
+
+
+def test_english_words_cache_returns_wordfreqs_words(tmp_path, monkeypatch):
+    """The on-disk cache of the vocabulary gives back exactly what wordfreq gives, and a corrupt
+    cache file is rebuilt, not trusted."""
+    from skype.data import workloads
+
+    monkeypatch.setenv("SKYPE_CACHE_DIR", str(tmp_path))
+    workloads.english_words.cache_clear()
+    fresh_words, fresh_freq = workloads.english_words(2_000)  # from wordfreq, then written
+    (cached,) = tmp_path.glob("english-words-2000-*.npz")
+    workloads.english_words.cache_clear()
+    words, freq = workloads.english_words(2_000)              # from the file
+    assert words == fresh_words and isinstance(words[0], str)
+    assert np.array_equal(freq, fresh_freq) and freq.sum() == pytest.approx(1.0)
+    cached.write_bytes(b"not an npz file")
+    workloads.english_words.cache_clear()
+    assert workloads.english_words(2_000)[0] == fresh_words
+    workloads.english_words.cache_clear()

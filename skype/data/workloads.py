@@ -21,6 +21,7 @@ changes the messages.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -96,13 +97,32 @@ def geonames_messages(num_messages: int, rng: np.random.Generator, bounds: Bound
 @lru_cache(maxsize=2)
 def english_words(size: int = 100_000) -> tuple[list[str], np.ndarray]:
     """The ``size`` most frequent English words of ``wordfreq`` that survive the tokenizer
-    (no stopwords, no punctuation), with their frequencies normalised to sum to 1."""
+    (no stopwords, no punctuation), with their frequencies normalised to sum to 1.
+
+    Cached on disk per size and ``wordfreq`` version (``skype.data.geonames.cache_dir``): loading
+    wordfreq's tables costs about 2 s and leaves about 100 MB in the process (its own caches and
+    the heap its half-million temporary objects fragment), which a large simulation then carries."""
+    from importlib.metadata import version
+
+    from skype.data.geonames import cache_dir
+
+    path = cache_dir() / f"english-words-{size}-wordfreq-{version('wordfreq')}-v1.npz"
+    if path.exists():
+        try:
+            with np.load(path) as z:
+                return z["words"].tolist(), z["freq"]
+        except (OSError, KeyError, ValueError):
+            path.unlink(missing_ok=True)  # a corrupt cache is rebuilt, never trusted
     import wordfreq
 
     words = [w for w in wordfreq.top_n_list("en", int(size * 1.2)) if w not in STOPWORDS and tokenize(w) == [w]]
     words = words[:size]
     freq = np.array([wordfreq.word_frequency(w, "en") for w in words], dtype=np.float64)
-    return words, freq / freq.sum()
+    freq = freq / freq.sum()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, words=np.array(words, dtype=str), freq=freq)
+    os.replace(tmp, path)
+    return words, freq
 
 
 def tweets_messages(num_messages: int, rng: np.random.Generator, bounds: Bounds = DEFAULT_BOUNDS,
