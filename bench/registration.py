@@ -37,7 +37,7 @@ def register(w, window: int, mode: str, buffer: str, subs=None):
 
 def per_subscription(search: dict) -> dict:
     n = max(1, search["searches"])
-    keys = ("scored", "blocks", "items", "fetched", "entry_items", "entry_scans")
+    keys = ("scored", "blocks", "items", "fetched", "fetched_alone", "entry_items", "entry_scans")
     return {k: round(search[k] / n, 1) for k in keys if k in search}
 
 

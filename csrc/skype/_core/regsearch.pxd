@@ -9,13 +9,18 @@ from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers, RankedC
 
 
-cdef struct SEntryC:             # a window message in a term's list (40 bytes)
+cdef struct SEntryC:             # a window message in a term's list (48 bytes)
     double w                     # its weight for the term (exact)
     double x                     # its location (exact)
     double y
-    uint64_t mask                # a 64-bit Bloom filter of all its terms (regsearch.term_bit)
+    uint64_t mask[2]             # a Bloom filter of its terms (term_bits): bits 0-63, 64-127
     uint32_t seq_lo              # low 32 bits of its seq
     uint32_t zkey                # Z-order of its location (the order inside a band)
+
+
+cdef struct TermBitsC:           # a term's bits in an entry's mask (term_bits)
+    uint64_t lo
+    uint64_t hi
 
 
 cdef struct SBoxC:               # bounds of a band or block: exact bounding box and max weight
@@ -64,9 +69,13 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[SItemC] queue
     cdef vector[ScoredC] best
     cdef vector[double] q_rest               # per query term: norm of the later terms' weights
-    cdef vector[uint64_t] q_before, q_after  # per query term: term bits of the earlier / later terms
+    cdef vector[TermBitsC] q_bits            # per query term: its bits (term_bits)
+    cdef vector[TermBitsC] q_before, q_after  # per query term: union of the earlier / later terms' bits
+    cdef public bint wide_mask               # masks: 128 bits, MASK_HASHES a term, the batch's terms
+                                             # only (default); False: 64 bits, one a term, every term
     # counters
     cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
+    cdef uint64_t n_fetched_alone           # window reads of a message holding no term of s but the searched one
     cdef double build_ns
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
@@ -76,6 +85,9 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
 
     @cython.final
     cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil
+
+    @cython.final
+    cdef bint _may_hold(self, const SEntryC* e, int j0, int j1, TermBitsC any) noexcept nogil
 
     @cython.final
     cdef int32_t _slot(self, term_t t) noexcept nogil
@@ -149,6 +161,43 @@ cdef inline void box_widen(SBoxC* b, double minx, double miny, double maxx, doub
         b.maxw = w
 
 
+cdef enum:
+    MASK_HASHES = 4              # bits a term sets in a wide mask
+
+
 cdef inline uint64_t term_bit(term_t t) noexcept nogil:
-    """A term's bit in a message's term mask (a 64-bit Bloom filter of its terms)."""
+    """A term's bit in a narrow mask (64 bits, one bit a term)."""
     return (<uint64_t>1) << ((t * 0x9E3779B97F4A7C15ull) >> 58)
+
+
+cdef inline TermBitsC term_bits(term_t t, bint wide) noexcept nogil:
+    """A term's bits in an entry's mask, a Bloom filter of the message's terms: narrow, the one
+    bit of term_bit in the low word; wide, MASK_HASHES bits of 128 (7-bit fields of a mix of t).
+    A message's mask is the union of its terms' bits, so a message holding t has all of t's."""
+    cdef TermBitsC b
+    cdef uint64_t z
+    cdef int r
+    b.lo = 0
+    b.hi = 0
+    if not wide:
+        b.lo = term_bit(t)
+        return b
+    z = (<uint64_t>t + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull   # splitmix64's finaliser
+    z = (z ^ (z >> 31)) * 0x94D049BB133111EBull
+    z = z ^ (z >> 29)
+    for r in range(MASK_HASHES):
+        if (z >> (7 * r)) & 64:
+            b.hi |= (<uint64_t>1) << ((z >> (7 * r)) & 63)
+        else:
+            b.lo |= (<uint64_t>1) << ((z >> (7 * r)) & 63)
+    return b
+
+
+cdef inline bint holds_bits(const uint64_t* mask, TermBitsC b) noexcept nogil:
+    """The mask has every bit of b (a message with this mask may hold the term)."""
+    return (mask[0] & b.lo) == b.lo and (mask[1] & b.hi) == b.hi
+
+
+cdef inline bint meets_bits(const uint64_t* mask, TermBitsC b) noexcept nogil:
+    """The mask shares a bit with b."""
+    return (mask[0] & b.lo) != 0 or (mask[1] & b.hi) != 0

@@ -124,8 +124,9 @@ cdef class RegistrationIndex:
         self.window = window
         self.max_dist = max_dist
         self.n_searches = self.n_items = self.n_blocks = self.n_scored = self.n_fetched = 0
-        self.n_pruned_entries = self.n_entry_items = 0
+        self.n_pruned_entries = self.n_entry_items = self.n_fetched_alone = 0
         self.build_ns = 0
+        self.wide_mask = True
 
     # ------------------------------------------------------------------ build
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
@@ -193,7 +194,8 @@ cdef class RegistrationIndex:
         cdef uint64_t total = 0
         cdef STermC* st
         cdef SEntryC* e
-        cdef uint64_t mask
+        cdef uint64_t mask[2]
+        cdef TermBitsC tb
         self.term_slot.clear()
         self.terms.clear()
         self.entries.clear()
@@ -238,9 +240,14 @@ cdef class RegistrationIndex:
         for q in range(self.window.count):
             m = win_get(self.window, oldest + q)
             mt = win_terms(self.window, m)
-            mask = 0
+            mask[0] = mask[1] = 0
             for j in range(m.nterms):
-                mask |= term_bit(mt[j].term)
+                t = mt[j].term
+                # a wide mask holds the batch's terms only: no other term is ever tested
+                if not self.wide_mask or (t <= maxt and self.term_slot[t] >= 0):
+                    tb = term_bits(t, self.wide_mask)
+                    mask[0] |= tb.lo
+                    mask[1] |= tb.hi
             for j in range(m.nterms):
                 t = mt[j].term
                 if t <= maxt and self.term_slot[t] >= 0:
@@ -250,7 +257,8 @@ cdef class RegistrationIndex:
                     e.x = m.x
                     e.y = m.y
                     e.seq_lo = <uint32_t>(oldest + q)
-                    e.mask = mask
+                    e.mask[0] = mask[0]
+                    e.mask[1] = mask[1]
                     e.zkey = spread16(quantize(m.x, minx, spanx)) | (spread16(quantize(m.y, miny, spany)) << 1)
                     st.stop += 1
 
@@ -279,12 +287,13 @@ cdef class RegistrationIndex:
         of s it holds), with its exact score (the operations of ranking.WindowRanking._offer)."""
         cdef MsgC* m = win_get(self.window, seq)
         cdef const MsgTermC* mt = win_terms(self.window, m)
-        cdef int a = 0, bi = 0, first = -1, nq = h.nterms
+        cdef int a = 0, bi = 0, first = -1, nq = h.nterms, matched = 0
         cdef double acc = 0.0
         self.n_fetched += 1
         while a < nq and bi < <int>m.nterms:
             if terms[a].term == mt[bi].term:
                 acc += terms[a].w * mt[bi].w
+                matched += 1
                 if first < 0:
                     first = a
                 a += 1
@@ -293,6 +302,8 @@ cdef class RegistrationIndex:
                 a += 1
             else:
                 bi += 1
+        if matched == 1:
+            self.n_fetched_alone += 1
         if first != <int>qi:
             return
         self.n_scored += 1
@@ -371,23 +382,39 @@ cdef class RegistrationIndex:
         """A new search: empty queue and heap; per query term, the bits of the earlier and later
         terms and the norm of the later terms' weights."""
         cdef int i
-        cdef uint64_t mask = 0
+        cdef TermBitsC mask
         cdef double rest = 0.0
         self.n_searches += 1
         self.queue.clear()
         self.best.clear()
         self.q_rest.resize(nq)
+        self.q_bits.resize(nq)
         self.q_before.resize(nq)
         self.q_after.resize(nq)
+        mask.lo = mask.hi = 0
         for i in range(nq):
+            self.q_bits[i] = term_bits(terms[i].term, self.wide_mask)
             self.q_before[i] = mask
-            mask |= term_bit(terms[i].term)
-        mask = 0
+            mask.lo |= self.q_bits[i].lo
+            mask.hi |= self.q_bits[i].hi
+        mask.lo = mask.hi = 0
         for i in range(nq - 1, -1, -1):
             self.q_after[i] = mask
             self.q_rest[i] = sqrt(rest)
-            mask |= term_bit(terms[i].term)
+            mask.lo |= self.q_bits[i].lo
+            mask.hi |= self.q_bits[i].hi
             rest += terms[i].w * terms[i].w
+
+    cdef bint _may_hold(self, const SEntryC* e, int j0, int j1, TermBitsC any) noexcept nogil:
+        """The entry's message may hold one of the query terms j0..j1-1 (``any``: the union of
+        their bits): its mask has all the bits of one of them.  False: it holds none of them."""
+        cdef int j
+        if not meets_bits(e.mask, any):
+            return False
+        for j in range(j0, j1):
+            if holds_bits(e.mask, self.q_bits[j]):
+                return True
+        return False
 
     cdef int32_t _slot(self, term_t t) noexcept nogil:
         """The index of term t's list, -1 if the window holds none of it (or it is not indexed)."""
@@ -399,13 +426,15 @@ cdef class RegistrationIndex:
                                 const STermC* st) noexcept nogil:
         """The entries of term qi's list that may hold a later term of s: items of their own,
         with the loose bound (_text_bound)."""
-        cdef uint64_t p, after = self.q_after[qi]
+        cdef uint64_t p
+        cdef TermBitsC after = self.q_after[qi]
+        cdef int nq = h.nterms
         cdef const SEntryC* e
-        if after == 0:
+        if after.lo == 0 and after.hi == 0:
             return
         for p in range(st.first, st.stop):
             e = &self.entries[p]
-            if e.mask & after:
+            if self._may_hold(e, qi + 1, nq, after):
                 self.n_entry_items += 1
                 self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
                                    self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
@@ -421,17 +450,18 @@ cdef class RegistrationIndex:
         """Score the entries [p0, p1) of query term qi's list designated to qi and holding no
         later term of s (those are entry items)."""
         cdef uint64_t p
-        cdef uint64_t before = self.q_before[qi], after = self.q_after[qi]
+        cdef TermBitsC before = self.q_before[qi], after = self.q_after[qi]
+        cdef int nq = h.nterms
         cdef const SEntryC* e
         cdef seq_t oldest = self.window.oldest_seq, seq
         cdef double acc, key
         self.n_blocks += 1
         for p in range(p0, p1):
             e = &self.entries[p]
-            if e.mask & after:
+            if self._may_hold(e, qi + 1, nq, after):
                 continue                        # an entry item of its own
             seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
-            if (e.mask & before) == 0:
+            if not self._may_hold(e, 0, qi, before):
                 # no other term of s: designated here, TSim = w(t,s) * w(t,m) (scoring.text_sim)
                 acc = 0.0
                 acc += terms[qi].w * e.w
@@ -519,7 +549,7 @@ cdef class RegistrationIndex:
     def stats(self):
         return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
                 "scored": self.n_scored, "fetched": self.n_fetched, "entries_pruned": self.n_pruned_entries,
-                "entry_items": self.n_entry_items,
+                "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone,
                 "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
 
 

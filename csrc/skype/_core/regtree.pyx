@@ -39,7 +39,7 @@ from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
 from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start,
-                                    box_widen, term_bit)
+                                    box_widen, TermBitsC, holds_bits)
 from skype._core.scoring cimport combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
@@ -196,20 +196,21 @@ cdef class RegistrationTree(RegistrationIndex):
         qi) and, of its later terms, at most those whose bits its mask has, so by Cauchy-Schwarz
         on them TSim <= w(qi,s) * w + |(w(t_j,s)) for later j with a bit in the mask| *
         sqrt(1 - w^2): the message's other weights have norm sqrt(1 - w^2)."""
-        cdef uint64_t p, after = self.q_after[qi]
+        cdef uint64_t p
+        cdef TermBitsC after = self.q_after[qi]
         cdef const SEntryC* e
         cdef int j, nq = h.nterms
         cdef double r2, other, tub
-        if after == 0:
+        if after.lo == 0 and after.hi == 0:
             return
         for p in range(st.first, st.stop):
             e = &self.entries[p]
             self.n_entry_scans += 1
-            if (e.mask & after) == 0:
+            if not self._may_hold(e, qi + 1, nq, after):
                 continue
             r2 = 0.0
             for j in range(qi + 1, nq):
-                if e.mask & term_bit(terms[j].term):
+                if holds_bits(e.mask, self.q_bits[j]):
                     r2 += terms[j].w * terms[j].w
             other = 1.0 + NORM_SLACK - e.w * e.w
             other = sqrt(other) if other > 0.0 else 0.0
