@@ -9,11 +9,10 @@ from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers, RankedC
 
 
-cdef struct SEntryC:             # a window message in a term's list (48 bytes)
+cdef struct SEntryC:             # a window message in a term's list (32 bytes; its mask: masks[p])
     double w                     # its weight for the term (exact)
     double x                     # its location (exact)
     double y
-    uint64_t mask[2]             # a Bloom filter of its terms (term_bits): bits 0-63, 64-127
     uint32_t seq_lo              # low 32 bits of its seq
     uint32_t zkey                # Z-order of its location (the order inside a band)
 
@@ -62,6 +61,9 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[int32_t] term_slot           # term id -> index into terms, -1: not indexed
     cdef vector[STermC] terms
     cdef vector[SEntryC] entries
+    cdef vector[TermBitsC] masks             # per entry (masks[p]: entries[p]'s message), a Bloom filter of
+                                             # its terms (term_bits), apart so the entry-item scan reads 16 B
+    cdef vector[TermBitsC] msg_masks         # per window message (seq - oldest), while building
     cdef vector[SBandC] bands
     cdef vector[SBoxC] supers
     cdef vector[SBoxC] blocks
@@ -87,7 +89,7 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil
 
     @cython.final
-    cdef bint _may_hold(self, const SEntryC* e, int j0, int j1, TermBitsC any) noexcept nogil
+    cdef void _gather_masks(self) noexcept nogil
 
     @cython.final
     cdef int32_t _slot(self, term_t t) noexcept nogil
@@ -193,11 +195,19 @@ cdef inline TermBitsC term_bits(term_t t, bint wide) noexcept nogil:
     return b
 
 
-cdef inline bint holds_bits(const uint64_t* mask, TermBitsC b) noexcept nogil:
+cdef inline bint holds_bits(const TermBitsC* mask, const TermBitsC* b) noexcept nogil:
     """The mask has every bit of b (a message with this mask may hold the term)."""
-    return (mask[0] & b.lo) == b.lo and (mask[1] & b.hi) == b.hi
+    return (mask.lo & b.lo) == b.lo and (mask.hi & b.hi) == b.hi
 
 
-cdef inline bint meets_bits(const uint64_t* mask, TermBitsC b) noexcept nogil:
-    """The mask shares a bit with b."""
-    return (mask[0] & b.lo) != 0 or (mask[1] & b.hi) != 0
+cdef inline bint may_hold(const TermBitsC* mask, const TermBitsC* q_bits, int j0, int j1,
+                          const TermBitsC* any) noexcept nogil:
+    """A message with this mask may hold one of the query terms j0..j1-1 (``any``: the union of
+    their bits): the mask has all the bits of one of them.  False: it holds none of them."""
+    cdef int j
+    if (mask.lo & any.lo) == 0 and (mask.hi & any.hi) == 0:
+        return False
+    for j in range(j0, j1):
+        if holds_bits(mask, &q_bits[j]):
+            return True
+    return False

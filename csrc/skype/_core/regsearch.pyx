@@ -177,6 +177,7 @@ cdef class RegistrationIndex:
                 self.bands.push_back(band)
                 b = nb
             st.nbands = <uint32_t>(self.bands.size() - st.band0)
+        self._gather_masks()
         self.build_ns += now_ns() - t0
 
     cdef void _collect(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
@@ -194,11 +195,12 @@ cdef class RegistrationIndex:
         cdef uint64_t total = 0
         cdef STermC* st
         cdef SEntryC* e
-        cdef uint64_t mask[2]
-        cdef TermBitsC tb
+        cdef TermBitsC tb, mask
         self.term_slot.clear()
         self.terms.clear()
         self.entries.clear()
+        self.masks.clear()
+        self.msg_masks.resize(self.window.count)
         for i in range(n):
             h = &table.hot[sids[i]]
             for u in range(h.nterms):
@@ -240,14 +242,15 @@ cdef class RegistrationIndex:
         for q in range(self.window.count):
             m = win_get(self.window, oldest + q)
             mt = win_terms(self.window, m)
-            mask[0] = mask[1] = 0
+            mask.lo = mask.hi = 0
             for j in range(m.nterms):
                 t = mt[j].term
                 # a wide mask holds the batch's terms only: no other term is ever tested
                 if not self.wide_mask or (t <= maxt and self.term_slot[t] >= 0):
                     tb = term_bits(t, self.wide_mask)
-                    mask[0] |= tb.lo
-                    mask[1] |= tb.hi
+                    mask.lo |= tb.lo
+                    mask.hi |= tb.hi
+            self.msg_masks[q] = mask
             for j in range(m.nterms):
                 t = mt[j].term
                 if t <= maxt and self.term_slot[t] >= 0:
@@ -257,8 +260,6 @@ cdef class RegistrationIndex:
                     e.x = m.x
                     e.y = m.y
                     e.seq_lo = <uint32_t>(oldest + q)
-                    e.mask[0] = mask[0]
-                    e.mask[1] = mask[1]
                     e.zkey = spread16(quantize(m.x, minx, spanx)) | (spread16(quantize(m.y, miny, spany)) << 1)
                     st.stop += 1
 
@@ -405,16 +406,15 @@ cdef class RegistrationIndex:
             mask.hi |= self.q_bits[i].hi
             rest += terms[i].w * terms[i].w
 
-    cdef bint _may_hold(self, const SEntryC* e, int j0, int j1, TermBitsC any) noexcept nogil:
-        """The entry's message may hold one of the query terms j0..j1-1 (``any``: the union of
-        their bits): its mask has all the bits of one of them.  False: it holds none of them."""
-        cdef int j
-        if not meets_bits(e.mask, any):
-            return False
-        for j in range(j0, j1):
-            if holds_bits(e.mask, self.q_bits[j]):
-                return True
-        return False
+    cdef void _gather_masks(self) noexcept nogil:
+        """Once the entries are in place: each entry's mask, from its message's."""
+        cdef size_t p
+        cdef seq_t oldest = self.window.oldest_seq
+        self.masks.resize(self.entries.size())
+        for p in range(self.entries.size()):
+            self.masks[p] = self.msg_masks[<uint32_t>(self.entries[p].seq_lo - <uint32_t>oldest)]
+        self.msg_masks.clear()
+        self.msg_masks.shrink_to_fit()
 
     cdef int32_t _slot(self, term_t t) noexcept nogil:
         """The index of term t's list, -1 if the window holds none of it (or it is not indexed)."""
@@ -433,8 +433,8 @@ cdef class RegistrationIndex:
         if after.lo == 0 and after.hi == 0:
             return
         for p in range(st.first, st.stop):
-            e = &self.entries[p]
-            if self._may_hold(e, qi + 1, nq, after):
+            if may_hold(&self.masks[p], self.q_bits.data(), qi + 1, nq, &after):
+                e = &self.entries[p]
                 self.n_entry_items += 1
                 self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
                                    self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
@@ -458,10 +458,10 @@ cdef class RegistrationIndex:
         self.n_blocks += 1
         for p in range(p0, p1):
             e = &self.entries[p]
-            if self._may_hold(e, qi + 1, nq, after):
+            if may_hold(&self.masks[p], self.q_bits.data(), qi + 1, nq, &after):
                 continue                        # an entry item of its own
             seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
-            if not self._may_hold(e, 0, qi, before):
+            if not may_hold(&self.masks[p], self.q_bits.data(), 0, qi, &before):
                 # no other term of s: designated here, TSim = w(t,s) * w(t,m) (scoring.text_sim)
                 acc = 0.0
                 acc += terms[qi].w * e.w
@@ -542,7 +542,8 @@ cdef class RegistrationIndex:
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
-        return (self.entries.capacity() * sizeof(SEntryC) + self.bands.capacity() * sizeof(SBandC)
+        return (self.entries.capacity() * sizeof(SEntryC) + self.masks.capacity() * sizeof(TermBitsC)
+                + self.bands.capacity() * sizeof(SBandC)
                 + (self.supers.capacity() + self.blocks.capacity()) * sizeof(SBoxC)
                 + self.terms.capacity() * sizeof(STermC) + self.term_slot.capacity() * 4)
 

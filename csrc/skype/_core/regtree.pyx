@@ -39,7 +39,7 @@ from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
 from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start,
-                                    box_widen, TermBitsC, holds_bits)
+                                    box_widen, TermBitsC, holds_bits, may_hold)
 from skype._core.scoring cimport combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
@@ -102,6 +102,7 @@ cdef class RegistrationTree(RegistrationIndex):
                     todo.push_back(self.nodes[root].child + 1)
             st.band0 = top                          # the band fields name the tree: its root
             st.nbands = <uint32_t>(self.nodes.size() - top)     # and its node count
+        self._gather_masks()
         self.build_ns += now_ns() - t0
 
     cdef void _split(self, uint32_t at) noexcept nogil:
@@ -204,13 +205,13 @@ cdef class RegistrationTree(RegistrationIndex):
         if after.lo == 0 and after.hi == 0:
             return
         for p in range(st.first, st.stop):
-            e = &self.entries[p]
             self.n_entry_scans += 1
-            if not self._may_hold(e, qi + 1, nq, after):
+            if not may_hold(&self.masks[p], self.q_bits.data(), qi + 1, nq, &after):
                 continue
+            e = &self.entries[p]
             r2 = 0.0
             for j in range(qi + 1, nq):
-                if holds_bits(e.mask, self.q_bits[j]):
+                if holds_bits(&self.masks[p], &self.q_bits[j]):
                     r2 += terms[j].w * terms[j].w
             other = 1.0 + NORM_SLACK - e.w * e.w
             other = sqrt(other) if other > 0.0 else 0.0
