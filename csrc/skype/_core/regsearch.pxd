@@ -32,6 +32,7 @@ cdef struct STermC:              # one term's list: entries [first, stop), bands
     uint64_t stop
     uint32_t band0
     uint32_t nbands
+    uint64_t slice0              # its masks bit-sliced: slices[slice0 + b * words + w] (NO_SLICE: none)
 
 
 cdef struct SBandC:              # entries [first, stop) of one weight range, in Z-order
@@ -64,6 +65,9 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[TermBitsC] masks             # per entry (masks[p]: entries[p]'s message), a Bloom filter of
                                              # its terms (term_bits), apart so the entry-item scan reads 16 B
     cdef vector[TermBitsC] msg_masks         # per window message (seq - oldest), while building
+    cdef vector[uint64_t] slices             # per scanned term: 128 rows (a mask bit each) of a bit per entry
+    cdef vector[uint64_t] cand               # the entry items of one query term (_scan_entry_items)
+    cdef vector[int] q_pos                   # per query term: its mask bits' positions (4 a term, -1: none)
     cdef vector[SBandC] bands
     cdef vector[SBoxC] supers
     cdef vector[SBoxC] blocks
@@ -77,6 +81,7 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
                                              # only (default); False: 64 bits, one a term, every term
     # counters
     cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
+    cdef uint64_t n_entry_scans             # list entries covered by the entry-item scans
     cdef uint64_t n_fetched_alone           # window reads of a message holding no term of s but the searched one
     cdef double build_ns
 
@@ -90,6 +95,9 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
 
     @cython.final
     cdef void _gather_masks(self) noexcept nogil
+
+    @cython.final
+    cdef void _scan_entry_items(self, int qi, int nq, const STermC* st) noexcept nogil
 
     @cython.final
     cdef int32_t _slot(self, term_t t) noexcept nogil

@@ -10,20 +10,29 @@ pass boundaries and the order of the ``init_sub_from`` calls are the replay's, s
 
 Structure (``RegistrationIndex.build``, once per batch; the window does not change during a
 registration).  For every term of the batch's subscriptions that the window holds, its window
-messages (exact weight and location, seq, and a 64-bit Bloom mask of all the message's terms) in
-one array, sorted by weight descending and cut into *bands* (a weight range: every weight >=
+messages (exact weight and location, seq) in one array, sorted by weight descending and cut into *bands* (a weight range: every weight >=
 BAND_RATIO times the band's largest, or at least MIN_BAND entries); each band is sorted by the
 Z-order of the locations and cut into superblocks of SUPER and blocks of BLOCK entries.  Every
 band, superblock and block has a header: the exact bounding box of its locations and its
 largest weight.  Build cost: two passes over the window's (term, message) pairs, one sort per
 term and one per band.
 
+Masks (both layouts).  Beside the entries, ``masks[p]``: a Bloom filter of the terms of entry
+p's message (``term_bits``; wide, the default: 128 bits, MASK_HASHES = 4 bits a term, over the
+batch's terms only, since no other term is ever tested; narrow, ``wide_mask`` False: 64 bits,
+one a term, every term).  A message holding t has all of t's bits (no false negatives), so
+"the mask holds t's bits" means *may hold t* and its negation *holds no t*: every rule below
+uses only that.  For the terms before the last of some subscription (their lists are scanned
+for entry items) the list's masks are also bit-sliced (``slices``: row b has bit p - first
+for each entry p whose mask has bit b), so ``_scan_entry_items`` finds the entries that may
+hold a later term, 64 at a time, by the same test.
+
 Search (``top_c``): a max-heap of items keyed by an upper bound of their messages' scores; the
 bands of every term of s first, a popped band pushes its superblocks, a superblock its blocks,
 and a popped block scores its entries into a bounded min-heap of the best C by the full ranking
 key.  A message is *designated* to the first term of s (in s's term order) that it holds, and is
 scored only when reached through that term's list, so it is offered once.  An entry of term t_i
-whose Bloom mask has a bit of a later term of s (it may hold one) is an *entry item* of its own,
+whose mask has all the bits of a later term of s (it may hold one) is an *entry item* of its own,
 pushed at the start with the bound of a message that holds none of t_0..t_{i-1}: by
 Cauchy-Schwarz on the later terms (a message's weights have norm 1), TSim <= w(t_i,s) * w +
 |(w(t_j,s))_{j>i}|, at most 1.  The blocks then hold, for this search, only messages without a
@@ -34,7 +43,7 @@ for a header of largest weight W: tight.  With R the item's bounding box, the ke
 
 (MINDIST, the division and the combination are monotone under rounding, so the computed key
 is at least the computed score of each of its messages; the slack covers the rounding of the
-text sum).  A block entry whose mask has no bit of s's other terms holds none of them: it is
+text sum).  A block entry whose mask holds the bits of none of s's other terms holds none: it is
 scored from the entry alone, TSim = w(t_i,s) * w(t_i,m), with the operations of
 ``scoring.score_pair`` (bit-identical).  Otherwise (a real or a false Bloom match) the message's
 terms are read from the window for the designation and the exact score.
@@ -63,6 +72,7 @@ from skype._core.bulk cimport bulk_capacity
 from skype._core.blocks cimport spread16
 
 cdef double BOUND_SLACK = 1e-12
+cdef uint64_t NO_SLICE = 0xFFFFFFFFFFFFFFFFull  # STermC.slice0 of a term whose list is never scanned
 
 cdef double BAND_RATIO = 0.97  # a band's weights are >= BAND_RATIO times its largest ...
 
@@ -115,6 +125,13 @@ cdef inline void box_join(SBoxC* b, const SBoxC* o) noexcept nogil:
     box_widen(b, o.r.minx, o.r.miny, o.r.maxx, o.r.maxy, o.maxw)
 
 
+cdef extern from *:
+    """
+    static inline int skype_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
+    """
+    int ctz64 "skype_ctz64"(uint64_t x) noexcept nogil
+
+
 cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
     return a < b
 
@@ -124,7 +141,7 @@ cdef class RegistrationIndex:
         self.window = window
         self.max_dist = max_dist
         self.n_searches = self.n_items = self.n_blocks = self.n_scored = self.n_fetched = 0
-        self.n_pruned_entries = self.n_entry_items = self.n_fetched_alone = 0
+        self.n_pruned_entries = self.n_entry_items = self.n_fetched_alone = self.n_entry_scans = 0
         self.build_ns = 0
         self.wide_mask = True
 
@@ -211,7 +228,12 @@ cdef class RegistrationIndex:
         for i in range(n):
             h = &table.hot[sids[i]]
             for u in range(h.nterms):
-                self.term_slot[table.terms[h.term_off + u].term] = 0
+                t = table.terms[h.term_off + u].term
+                # 1: a term before the last of a subscription, whose list is scanned for entry items
+                if u + 1 < h.nterms:
+                    self.term_slot[t] = 1
+                elif self.term_slot[t] < 0:
+                    self.term_slot[t] = 0
         # pass 1: postings per wanted term, and the locations' extent
         for q in range(self.window.count):
             m = win_get(self.window, oldest + q)
@@ -226,12 +248,12 @@ cdef class RegistrationIndex:
             mt = win_terms(self.window, m)
             for j in range(m.nterms):
                 t = mt[j].term
-                if t <= maxt and self.term_slot[t] == 0:
+                if t <= maxt and self.term_slot[t] >= 0:
                     counts[t] += 1
         for t in range(<size_t>maxt + 1):
-            if self.term_slot[t] == 0 and counts[t] > 0:
-                self.term_slot[t] = <int32_t>self.terms.size()
-                self.terms.push_back(STermC(total, total, 0, 0))
+            if self.term_slot[t] >= 0 and counts[t] > 0:
+                self.terms.push_back(STermC(total, total, 0, 0, 0 if self.term_slot[t] == 1 else NO_SLICE))
+                self.term_slot[t] = <int32_t>self.terms.size() - 1
                 total += counts[t]
             else:
                 self.term_slot[t] = -1
@@ -382,7 +404,8 @@ cdef class RegistrationIndex:
     cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil:
         """A new search: empty queue and heap; per query term, the bits of the earlier and later
         terms and the norm of the later terms' weights."""
-        cdef int i
+        cdef int i, r
+        cdef uint64_t bits
         cdef TermBitsC mask
         cdef double rest = 0.0
         self.n_searches += 1
@@ -390,11 +413,23 @@ cdef class RegistrationIndex:
         self.best.clear()
         self.q_rest.resize(nq)
         self.q_bits.resize(nq)
+        self.q_pos.assign(nq * MASK_HASHES, -1)
         self.q_before.resize(nq)
         self.q_after.resize(nq)
         mask.lo = mask.hi = 0
         for i in range(nq):
             self.q_bits[i] = term_bits(terms[i].term, self.wide_mask)
+            r = 0
+            bits = self.q_bits[i].lo
+            while bits:
+                self.q_pos[i * MASK_HASHES + r] = ctz64(bits)
+                r += 1
+                bits &= bits - 1
+            bits = self.q_bits[i].hi
+            while bits:
+                self.q_pos[i * MASK_HASHES + r] = 64 + ctz64(bits)
+                r += 1
+                bits &= bits - 1
             self.q_before[i] = mask
             mask.lo |= self.q_bits[i].lo
             mask.hi |= self.q_bits[i].hi
@@ -407,14 +442,65 @@ cdef class RegistrationIndex:
             rest += terms[i].w * terms[i].w
 
     cdef void _gather_masks(self) noexcept nogil:
-        """Once the entries are in place: each entry's mask, from its message's."""
-        cdef size_t p
+        """Once the entries are in place: each entry's mask, from its message's; then, for every
+        term scanned for entry items (a term before the last of some subscription), its list's
+        masks bit-sliced: row b (a mask bit) holds bit p - first for every entry p whose mask
+        has bit b, so the entries whose masks hold all of a term's bits are an AND of its rows."""
+        cdef size_t p, nt
         cdef seq_t oldest = self.window.oldest_seq
+        cdef STermC* st
+        cdef uint64_t words, total = 0, bits, r, off
+        cdef uint64_t* rows
         self.masks.resize(self.entries.size())
         for p in range(self.entries.size()):
             self.masks[p] = self.msg_masks[<uint32_t>(self.entries[p].seq_lo - <uint32_t>oldest)]
         self.msg_masks.clear()
         self.msg_masks.shrink_to_fit()
+        for nt in range(self.terms.size()):
+            st = &self.terms[nt]
+            if st.slice0 != NO_SLICE:
+                st.slice0 = total
+                total += 128 * ((st.stop - st.first + 63) >> 6)
+        self.slices.assign(total, 0)
+        for nt in range(self.terms.size()):
+            st = &self.terms[nt]
+            if st.slice0 == NO_SLICE:
+                continue
+            words = (st.stop - st.first + 63) >> 6
+            rows = self.slices.data() + st.slice0
+            for p in range(st.first, st.stop):
+                off = (p - st.first) >> 6
+                r = (<uint64_t>1) << ((p - st.first) & 63)
+                bits = self.masks[p].lo
+                while bits:
+                    rows[<uint64_t>ctz64(bits) * words + off] |= r
+                    bits &= bits - 1
+                bits = self.masks[p].hi
+                while bits:
+                    rows[(64 + <uint64_t>ctz64(bits)) * words + off] |= r
+                    bits &= bits - 1
+
+    cdef void _scan_entry_items(self, int qi, int nq, const STermC* st) noexcept nogil:
+        """The entries of query term qi's list that may hold a later term of s (``may_hold``: the
+        mask has all the bits of one of them), in list order, into ``cand``: per 64 entries, the
+        OR over the later terms of the AND of their bits' rows."""
+        cdef uint64_t words = (st.stop - st.first + 63) >> 6, w, acc, x
+        cdef const uint64_t* rows = self.slices.data() + st.slice0
+        cdef int j, r, b
+        self.cand.clear()
+        self.n_entry_scans += st.stop - st.first
+        for w in range(words):
+            acc = 0
+            for j in range(qi + 1, nq):
+                x = ~(<uint64_t>0)
+                for r in range(MASK_HASHES):
+                    b = self.q_pos[j * MASK_HASHES + r]
+                    if b >= 0:
+                        x &= rows[<uint64_t>b * words + w]
+                acc |= x
+            while acc:
+                self.cand.push_back(st.first + w * 64 + <uint64_t>ctz64(acc))
+                acc &= acc - 1
 
     cdef int32_t _slot(self, term_t t) noexcept nogil:
         """The index of term t's list, -1 if the window holds none of it (or it is not indexed)."""
@@ -427,17 +513,18 @@ cdef class RegistrationIndex:
         """The entries of term qi's list that may hold a later term of s: items of their own,
         with the loose bound (_text_bound)."""
         cdef uint64_t p
-        cdef TermBitsC after = self.q_after[qi]
+        cdef size_t c
         cdef int nq = h.nterms
         cdef const SEntryC* e
-        if after.lo == 0 and after.hi == 0:
+        if qi + 1 >= nq:
             return
-        for p in range(st.first, st.stop):
-            if may_hold(&self.masks[p], self.q_bits.data(), qi + 1, nq, &after):
-                e = &self.entries[p]
-                self.n_entry_items += 1
-                self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
-                                   self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
+        self._scan_entry_items(qi, nq, st)
+        for c in range(self.cand.size()):
+            p = self.cand[c]
+            e = &self.entries[p]
+            self.n_entry_items += 1
+            self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
+                               self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
 
     cdef void _score_entry_item(self, const SubHotC* h, const SubTermC* terms, const SItemC* it,
                                 uint32_t cap) noexcept nogil:
@@ -550,7 +637,7 @@ cdef class RegistrationIndex:
     def stats(self):
         return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
                 "scored": self.n_scored, "fetched": self.n_fetched, "entries_pruned": self.n_pruned_entries,
-                "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone,
+                "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone, "entry_scans": self.n_entry_scans,
                 "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
 
 
