@@ -7,6 +7,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers, RankedC
+from skype._core.regmasks cimport TermBitsC
 
 
 cdef struct SEntryC:             # a window message in a term's list (32 bytes; its mask: masks[p])
@@ -15,11 +16,6 @@ cdef struct SEntryC:             # a window message in a term's list (32 bytes; 
     double y
     uint32_t seq_lo              # low 32 bits of its seq
     uint32_t zkey                # Z-order of its location (the order inside a band)
-
-
-cdef struct TermBitsC:           # a term's bits in an entry's mask (term_bits)
-    uint64_t lo
-    uint64_t hi
 
 
 cdef struct SBoxC:               # bounds of a band or block: exact bounding box and max weight
@@ -62,8 +58,8 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[int32_t] term_slot           # term id -> index into terms, -1: not indexed
     cdef vector[STermC] terms
     cdef vector[SEntryC] entries
-    cdef vector[TermBitsC] masks             # per entry (masks[p]: entries[p]'s message), a Bloom filter of
-                                             # its terms (term_bits), apart so the entry-item scan reads 16 B
+    # per entry (masks[p]: entries[p]'s message), a Bloom filter of its terms (term_bits)
+    cdef vector[TermBitsC] masks
     cdef vector[TermBitsC] msg_masks         # per window message (seq - oldest), while building
     cdef vector[uint64_t] slices             # per scanned term: 128 rows (a mask bit each) of a bit per entry
     cdef vector[uint64_t] cand               # the entry items of one query term (_scan_entry_items)
@@ -77,8 +73,9 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[double] q_rest               # per query term: norm of the later terms' weights
     cdef vector[TermBitsC] q_bits            # per query term: its bits (term_bits)
     cdef vector[TermBitsC] q_before, q_after  # per query term: union of the earlier / later terms' bits
-    cdef public bint wide_mask               # masks: 128 bits, MASK_HASHES a term, the batch's terms
-                                             # only (default); False: 64 bits, one a term, every term
+    # masks: 128 bits, MASK_HASHES a term, the batch's terms only (default); False: 64 bits, one a
+    # term, every term (registration="search-mask64")
+    cdef public bint wide_mask
     # counters
     cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
     cdef uint64_t n_entry_scans             # list entries covered by the entry-item scans
@@ -169,53 +166,3 @@ cdef inline void box_widen(SBoxC* b, double minx, double miny, double maxx, doub
         b.r.maxy = maxy
     if w > b.maxw:
         b.maxw = w
-
-
-cdef enum:
-    MASK_HASHES = 4              # bits a term sets in a wide mask
-
-
-cdef inline uint64_t term_bit(term_t t) noexcept nogil:
-    """A term's bit in a narrow mask (64 bits, one bit a term)."""
-    return (<uint64_t>1) << ((t * 0x9E3779B97F4A7C15ull) >> 58)
-
-
-cdef inline TermBitsC term_bits(term_t t, bint wide) noexcept nogil:
-    """A term's bits in an entry's mask, a Bloom filter of the message's terms: narrow, the one
-    bit of term_bit in the low word; wide, MASK_HASHES bits of 128 (7-bit fields of a mix of t).
-    A message's mask is the union of its terms' bits, so a message holding t has all of t's."""
-    cdef TermBitsC b
-    cdef uint64_t z
-    cdef int r
-    b.lo = 0
-    b.hi = 0
-    if not wide:
-        b.lo = term_bit(t)
-        return b
-    z = (<uint64_t>t + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull   # splitmix64's finaliser
-    z = (z ^ (z >> 31)) * 0x94D049BB133111EBull
-    z = z ^ (z >> 29)
-    for r in range(MASK_HASHES):
-        if (z >> (7 * r)) & 64:
-            b.hi |= (<uint64_t>1) << ((z >> (7 * r)) & 63)
-        else:
-            b.lo |= (<uint64_t>1) << ((z >> (7 * r)) & 63)
-    return b
-
-
-cdef inline bint holds_bits(const TermBitsC* mask, const TermBitsC* b) noexcept nogil:
-    """The mask has every bit of b (a message with this mask may hold the term)."""
-    return (mask.lo & b.lo) == b.lo and (mask.hi & b.hi) == b.hi
-
-
-cdef inline bint may_hold(const TermBitsC* mask, const TermBitsC* q_bits, int j0, int j1,
-                          const TermBitsC* any) noexcept nogil:
-    """A message with this mask may hold one of the query terms j0..j1-1 (``any``: the union of
-    their bits): the mask has all the bits of one of them.  False: it holds none of them."""
-    cdef int j
-    if (mask.lo & any.lo) == 0 and (mask.hi & any.hi) == 0:
-        return False
-    for j in range(j0, j1):
-        if holds_bits(mask, &q_bits[j]):
-            return True
-    return False

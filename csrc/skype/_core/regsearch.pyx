@@ -10,22 +10,19 @@ pass boundaries and the order of the ``init_sub_from`` calls are the replay's, s
 
 Structure (``RegistrationIndex.build``, once per batch; the window does not change during a
 registration).  For every term of the batch's subscriptions that the window holds, its window
-messages (exact weight and location, seq) in one array, sorted by weight descending and cut into *bands* (a weight range: every weight >=
-BAND_RATIO times the band's largest, or at least MIN_BAND entries); each band is sorted by the
-Z-order of the locations and cut into superblocks of SUPER and blocks of BLOCK entries.  Every
+messages (exact weight and location, seq) in one array, sorted by weight descending and cut
+into *bands* (a weight range: every weight >= BAND_RATIO times the band's largest, or at least
+MIN_BAND entries); each band is sorted by the Z-order of the locations and cut into superblocks
+of SUPER and blocks of BLOCK entries.  Every
 band, superblock and block has a header: the exact bounding box of its locations and its
 largest weight.  Build cost: two passes over the window's (term, message) pairs, one sort per
 term and one per band.
 
-Masks (both layouts).  Beside the entries, ``masks[p]``: a Bloom filter of the terms of entry
-p's message (``term_bits``; wide, the default: 128 bits, MASK_HASHES = 4 bits a term, over the
-batch's terms only, since no other term is ever tested; narrow, ``wide_mask`` False: 64 bits,
-one a term, every term).  A message holding t has all of t's bits (no false negatives), so
-"the mask holds t's bits" means *may hold t* and its negation *holds no t*: every rule below
-uses only that.  For the terms before the last of some subscription (their lists are scanned
-for entry items) the list's masks are also bit-sliced (``slices``: row b has bit p - first
-for each entry p whose mask has bit b), so ``_scan_entry_items`` finds the entries that may
-hold a later term, 64 at a time, by the same test.
+Masks (both layouts; regmasks.pyx).  Beside the entries, ``masks[p]``: a Bloom filter of the
+terms of entry p's message (no false negatives: "may hold t" or "holds no t").  The lists of
+the terms before the last of some subscription (scanned for entry items) are also bit-sliced,
+so ``_scan_entry_items`` finds their entries that may hold a later term 64 at a time, by the
+same test as ``may_hold`` on each entry.
 
 Search (``top_c``): a max-heap of items keyed by an upper bound of their messages' scores; the
 bands of every term of s first, a popped band pushes its superblocks, a superblock its blocks,
@@ -70,6 +67,8 @@ from skype._core.bufstore cimport SubBufC
 from skype._core.arena cimport BufEntryC
 from skype._core.bulk cimport bulk_capacity
 from skype._core.blocks cimport spread16
+from skype._core.regmasks cimport (MASK_HASHES, term_bits, may_hold, bit_positions, slice_list,
+                                   scan_slices)
 
 cdef double BOUND_SLACK = 1e-12
 cdef uint64_t NO_SLICE = 0xFFFFFFFFFFFFFFFFull  # STermC.slice0 of a term whose list is never scanned
@@ -123,13 +122,6 @@ cdef inline bint worse(const ScoredC* a, double score, seq_t seq) noexcept nogil
 
 cdef inline void box_join(SBoxC* b, const SBoxC* o) noexcept nogil:
     box_widen(b, o.r.minx, o.r.miny, o.r.maxx, o.r.maxy, o.maxw)
-
-
-cdef extern from *:
-    """
-    static inline int skype_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
-    """
-    int ctz64 "skype_ctz64"(uint64_t x) noexcept nogil
 
 
 cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
@@ -404,8 +396,7 @@ cdef class RegistrationIndex:
     cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil:
         """A new search: empty queue and heap; per query term, the bits of the earlier and later
         terms and the norm of the later terms' weights."""
-        cdef int i, r
-        cdef uint64_t bits
+        cdef int i
         cdef TermBitsC mask
         cdef double rest = 0.0
         self.n_searches += 1
@@ -419,17 +410,7 @@ cdef class RegistrationIndex:
         mask.lo = mask.hi = 0
         for i in range(nq):
             self.q_bits[i] = term_bits(terms[i].term, self.wide_mask)
-            r = 0
-            bits = self.q_bits[i].lo
-            while bits:
-                self.q_pos[i * MASK_HASHES + r] = ctz64(bits)
-                r += 1
-                bits &= bits - 1
-            bits = self.q_bits[i].hi
-            while bits:
-                self.q_pos[i * MASK_HASHES + r] = 64 + ctz64(bits)
-                r += 1
-                bits &= bits - 1
+            bit_positions(self.q_bits[i], &self.q_pos[i * MASK_HASHES])
             self.q_before[i] = mask
             mask.lo |= self.q_bits[i].lo
             mask.hi |= self.q_bits[i].hi
@@ -449,8 +430,7 @@ cdef class RegistrationIndex:
         cdef size_t p, nt
         cdef seq_t oldest = self.window.oldest_seq
         cdef STermC* st
-        cdef uint64_t words, total = 0, bits, r, off
-        cdef uint64_t* rows
+        cdef uint64_t total = 0
         self.masks.resize(self.entries.size())
         for p in range(self.entries.size()):
             self.masks[p] = self.msg_masks[<uint32_t>(self.entries[p].seq_lo - <uint32_t>oldest)]
@@ -464,43 +444,17 @@ cdef class RegistrationIndex:
         self.slices.assign(total, 0)
         for nt in range(self.terms.size()):
             st = &self.terms[nt]
-            if st.slice0 == NO_SLICE:
-                continue
-            words = (st.stop - st.first + 63) >> 6
-            rows = self.slices.data() + st.slice0
-            for p in range(st.first, st.stop):
-                off = (p - st.first) >> 6
-                r = (<uint64_t>1) << ((p - st.first) & 63)
-                bits = self.masks[p].lo
-                while bits:
-                    rows[<uint64_t>ctz64(bits) * words + off] |= r
-                    bits &= bits - 1
-                bits = self.masks[p].hi
-                while bits:
-                    rows[(64 + <uint64_t>ctz64(bits)) * words + off] |= r
-                    bits &= bits - 1
+            if st.slice0 != NO_SLICE:
+                slice_list(&self.masks[st.first], st.stop - st.first, self.slices.data() + st.slice0)
 
     cdef void _scan_entry_items(self, int qi, int nq, const STermC* st) noexcept nogil:
         """The entries of query term qi's list that may hold a later term of s (``may_hold``: the
         mask has all the bits of one of them), in list order, into ``cand``: per 64 entries, the
         OR over the later terms of the AND of their bits' rows."""
-        cdef uint64_t words = (st.stop - st.first + 63) >> 6, w, acc, x
-        cdef const uint64_t* rows = self.slices.data() + st.slice0
-        cdef int j, r, b
         self.cand.clear()
         self.n_entry_scans += st.stop - st.first
-        for w in range(words):
-            acc = 0
-            for j in range(qi + 1, nq):
-                x = ~(<uint64_t>0)
-                for r in range(MASK_HASHES):
-                    b = self.q_pos[j * MASK_HASHES + r]
-                    if b >= 0:
-                        x &= rows[<uint64_t>b * words + w]
-                acc |= x
-            while acc:
-                self.cand.push_back(st.first + w * 64 + <uint64_t>ctz64(acc))
-                acc &= acc - 1
+        scan_slices(self.slices.data() + st.slice0, st.stop - st.first, st.first, self.q_pos.data(), qi + 1, nq,
+                    &self.cand)
 
     cdef int32_t _slot(self, term_t t) noexcept nogil:
         """The index of term t's list, -1 if the window holds none of it (or it is not indexed)."""
@@ -637,7 +591,8 @@ cdef class RegistrationIndex:
     def stats(self):
         return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
                 "scored": self.n_scored, "fetched": self.n_fetched, "entries_pruned": self.n_pruned_entries,
-                "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone, "entry_scans": self.n_entry_scans,
+                "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone,
+                "entry_scans": self.n_entry_scans,
                 "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
 
 

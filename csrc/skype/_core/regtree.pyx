@@ -38,8 +38,8 @@ from skype._core.types cimport sid_t, SubTermC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
-from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start,
-                                    box_widen, holds_bits)
+from skype._core.regsearch cimport RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start, box_widen
+from skype._core.regmasks cimport holds_bits
 from skype._core.scoring cimport combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
