@@ -78,7 +78,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--registration", choices=("replay", "search", "search-bands", "search-mask64"), default="search",
                    help="how a large registration batch finds each subscription's first messages: search a "
                         "static index of the window, per-term k-d trees (default), or its older weight-band "
-                        "layout (search-bands), or replay the window through a temporary index")
+                        "layout (search-bands), or the trees with the earlier 64-bit entry masks (search-mask64), "
+                        "or replay the window through a temporary index")
     g.add_argument("--timers", action="store_true",
                    help="per-phase clocks in the engine's stats and the metrics (off by default: they cost a "
                         "little on every phase)")
