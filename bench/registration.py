@@ -6,7 +6,8 @@ Generates a workload (``--dataset``, seed 0), fills a count window of ``--window
 registration time (wall clock: indicative on a shared machine) with the deterministic counters
 of ``stats()["bulk_registration"]``.  ``--check`` also compares every buffer of the two modes
 (they must be identical).  The modes: ``replay``, ``search-bands`` (the weight-band layout,
-regsearch.pyx) and ``search`` (the default, per-term k-d trees, regtree.pyx).  Example (the lead's re-timing command)::
+regsearch.pyx), ``search`` (the default, per-term k-d trees, regtree.pyx, wide entry masks) and
+``search-mask64`` (the trees with the earlier 64-bit masks, regmasks.pyx).  Example (the lead's re-timing command)::
 
     python bench/registration.py --num-subs 200000 --rounds 2 --check
 
@@ -37,7 +38,7 @@ def register(w, window: int, mode: str, buffer: str, subs=None):
 
 def per_subscription(search: dict) -> dict:
     n = max(1, search["searches"])
-    keys = ("scored", "blocks", "items", "fetched", "entry_items", "entry_scans")
+    keys = ("scored", "blocks", "items", "fetched", "fetched_alone", "entry_items", "entry_scans")
     return {k: round(search[k] / n, 1) for k in keys if k in search}
 
 

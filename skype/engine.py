@@ -59,7 +59,7 @@ DEFAULT_COST = {
     "refresh_factor": 3.0,  # re-evaluate a complete (theta = 0) buffer beyond this many times k
 }
 TERM_ID_LIMIT = 2**32 - 1  # 32-bit term ids; the largest value marks "no term" in the block index
-REGISTRATIONS = ("replay", "search", "search-bands")  # how bulk registration finds the runs (docs/engine.md)
+REGISTRATIONS = ("replay", "search", "search-bands", "search-mask64")  # how bulk registration finds the runs (docs/engine.md)
 BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT index, times leaf_capacity
 
 
@@ -126,7 +126,8 @@ class Engine(EngineBase):
     registration
         how a registration batch of at least 2,000 subscriptions into a non-empty window finds
         each subscription's first messages: ``"search"`` (default) a static index of the window
-        per subscription (per-term k-d trees; ``"search-bands"``: the earlier weight-band layout),
+        per subscription (per-term k-d trees; ``"search-bands"``: the earlier weight-band layout;
+        ``"search-mask64"``: the trees with the earlier 64-bit entry masks),
         or ``"replay"`` the window through a temporary subscription index
         (``docs/engine.md``, "Registration by search").  The buffers are identical.
     timers

@@ -1,6 +1,7 @@
 """Registration by search against the replay and the reference: the default layout, per-term
 k-d trees (csrc/skype/_core/regtree.pyx, ``registration="search"``), and the weight-band layout
-(csrc/skype/_core/regsearch.pyx, ``registration="search-bands"``).
+(csrc/skype/_core/regsearch.pyx, ``registration="search-bands"``), and the trees with the
+earlier narrow entry masks (``registration="search-mask64"``).
 
 The search must hand ``Buffers.init_sub_from`` exactly the runs the replay (bulk.pyx) hands it,
 so every buffer (entries, dominance counters, thresholds, plans) is identical between the two
@@ -26,7 +27,7 @@ from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary, normalize_rows
 from test_bulk_registration import FILL, INDEXES, WINDOWS, drive, reference, results, workload
 
-SEARCHES = ("search", "search-bands")
+SEARCHES = ("search", "search-bands", "search-mask64")
 MODES = ("replay",) + SEARCHES
 
 
@@ -77,7 +78,7 @@ def test_buffers_identical_to_the_replay(buffer):
         after = states(eng, subs.ids)
         eng.publish_batch(msgs.slice(FILL, len(msgs)))
         got[mode] = (after, states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
-    assert got["search"] == got["replay"] == got["search-bands"]
+    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
 
 
 def test_short_runs_fall_back_identically():
@@ -89,7 +90,7 @@ def test_short_runs_fall_back_identically():
         eng.publish_batch(msgs.slice(0, FILL))
         eng.subscribe_batch(subs)
         got[mode] = (states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
-    assert got["search"] == got["replay"] == got["search-bands"]
+    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
     assert got["search"][1] > 0
 
 
@@ -156,7 +157,7 @@ def test_search_equals_replay_and_reference_on_adversarial_windows(case):
         eng.subscribe_batch(subs)
         got[mode] = states(eng, subs.ids)
         assert results(eng) == results(ref)
-    assert got["search"] == got["replay"] == got["search-bands"]
+    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
 
 
 @pytest.mark.parametrize("fill", [0, 1])
@@ -191,3 +192,74 @@ def test_tree_layout_counters():
     bands.publish_batch(msgs.slice(0, FILL))
     bands.subscribe_batch(subs)
     assert "nodes" not in bands.stats()["bulk_registration"]["search"]
+
+
+def _shared_terms_workload(seed, vocab_size, max_msg_terms, max_sub_terms, alphas, ks, n_msgs=300, n_subs=240):
+    """Messages and subscriptions over many shared terms, ties (grid locations, two weights):
+    many messages hold several terms of a subscription (designation, entry items), and the
+    entry masks collide (false matches) or saturate when messages hold many terms."""
+    rng = np.random.default_rng(seed)
+
+    def matrix(rows, max_terms):
+        counts = rng.integers(1, max_terms + 1, rows)
+        ids, r = [], []
+        for i, c in enumerate(counts):
+            chosen = np.unique(rng.zipf(1.3, c) % vocab_size)
+            ids.extend(chosen.tolist())
+            r.extend([i] * len(chosen))
+        r_a = np.array(r, np.int64)
+        w = normalize_rows(r_a, rng.choice([1.0, 2.0], len(r_a)), rows)
+        indptr = np.zeros(rows + 1, np.int64)
+        np.cumsum(np.bincount(r_a, minlength=rows), out=indptr[1:])
+        return TermMatrix(indptr, np.array(ids, np.int64), w)
+
+    grid = lambda n: rng.integers(0, 5, n) * 4.0  # noqa: E731  (BOUNDS: 0..16)
+    msgs = MessageBatch(np.arange(n_msgs, dtype=np.int64) + 1, grid(n_msgs), grid(n_msgs),
+                        np.arange(n_msgs, dtype=float), matrix(n_msgs, max_msg_terms))
+    subs = SubscriptionBatch(np.arange(n_subs, dtype=np.int64) + 1, grid(n_subs), grid(n_subs),
+                             rng.choice(ks, n_subs).astype(np.int64), rng.choice(alphas, n_subs),
+                             matrix(n_subs, max_sub_terms))
+    vocab = Vocabulary.from_document_frequencies({f"w{i}": vocab_size - i for i in range(vocab_size)}, n_msgs)
+    return vocab, subs, msgs
+
+
+@pytest.mark.parametrize("case", [
+    # (vocabulary, terms a message at most, terms a subscription at most)
+    (400, 12, 6),    # wide masks barely collide: the masks decide designation and entry items
+    (2000, 60, 8),   # messages of up to 60 terms: wide masks saturate, every test says "may hold"
+    (30, 10, 8),     # few terms, all shared: most messages hold several terms of a subscription
+])
+@pytest.mark.parametrize("alphas, ks", [([0.0], [1]), ([1.0], [500]), ([0.0, 0.5, 1.0, 0.3], [1, 3, 20, 500])])
+def test_entry_masks_on_shared_terms(case, alphas, ks):
+    """The entry masks (wide: 128 bits, 4 a term, the batch's terms only; narrow: 64 bits, one a
+    term, every term) only decide which messages are read from the window: every buffer equals
+    the replay's and every result the reference's, whichever mask, with many shared terms,
+    colliding and saturated masks, ties, alpha 0 and 1, k = 1 and k above the matches."""
+    vocab, subs, msgs = _shared_terms_workload(len(alphas) * 7 + case[0], *case, alphas, ks)
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=300)
+    ref.publish_batch(msgs)
+    ref.subscribe_batch(subs)
+    got = {}
+    for mode in MODES:
+        eng = engine(vocab, mode, buffer="cskyband", budget=2000, factor=1, window=300)
+        eng.publish_batch(msgs)
+        eng.subscribe_batch(subs)
+        got[mode] = states(eng, subs.ids)
+        assert results(eng) == results(ref)
+    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
+
+
+def test_wide_masks_read_fewer_messages():
+    """Messages of many terms from a large vocabulary: the narrow mask (64 bits) matches later
+    terms the messages do not hold, the wide one rarely; the reads that find no other term of the
+    subscription (``fetched_alone``) fall (deterministic counters, the same buffers)."""
+    vocab, subs, msgs = _shared_terms_workload(11, 3000, 14, 4, [0.0, 0.5, 1.0], [5, 20])
+    stats = {}
+    for mode in ("search", "search-mask64"):
+        eng = engine(vocab, mode, buffer="cskyband", window=300)
+        eng.publish_batch(msgs)
+        eng.subscribe_batch(subs)
+        stats[mode] = eng.stats()["bulk_registration"]["search"]
+    assert stats["search-mask64"]["fetched_alone"] > 0
+    assert stats["search"]["fetched_alone"] < stats["search-mask64"]["fetched_alone"] / 2
+    assert stats["search"]["entry_items"] < stats["search-mask64"]["entry_items"]

@@ -75,10 +75,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--exact-holders", action=argparse.BooleanOptionalAction, default=True,
                    help="clear a message's reverse-map entry when a buffer drops it, so that expiry visits only "
                         "the buffers still holding it (default); --no-exact-holders keeps entries until expiry")
-    g.add_argument("--registration", choices=("replay", "search", "search-bands"), default="search",
+    g.add_argument("--registration", choices=("replay", "search", "search-bands", "search-mask64"), default="search",
                    help="how a large registration batch finds each subscription's first messages: search a "
                         "static index of the window, per-term k-d trees (default), or its older weight-band "
-                        "layout (search-bands), or replay the window through a temporary index")
+                        "layout (search-bands), or the trees with the earlier 64-bit entry masks (search-mask64), "
+                        "or replay the window through a temporary index")
     g.add_argument("--timers", action="store_true",
                    help="per-phase clocks in the engine's stats and the metrics (off by default: they cost a "
                         "little on every phase)")

@@ -436,6 +436,7 @@ cdef class CoreEngine:
         if self.reg_search and rest.size():
             search = (RegistrationIndex(self.window, self.max_dist) if self.reg_bands
                       else RegistrationTree(self.window, self.max_dist))
+            search.wide_mask = not self.reg_narrow
             with nogil:
                 search.build(self.table, rest.data(), rest.size())
         start = 0
@@ -478,9 +479,11 @@ cdef class CoreEngine:
     def set_registration(self, str mode):
         """How a bulk registration finds each subscription's run: ``replay`` the window through a
         temporary index (bulk.pyx) or search a static index of the window: ``search``, per-term
-        k-d trees (regtree.pyx), or ``search-bands``, weight bands in Z-order (regsearch.pyx)."""
-        self.reg_search = mode == "search" or mode == "search-bands"
+        k-d trees (regtree.pyx), ``search-bands``, weight bands in Z-order (regsearch.pyx), or
+        ``search-mask64``, the trees with the earlier narrow entry masks (kept for the A/B)."""
+        self.reg_search = mode == "search" or mode == "search-bands" or mode == "search-mask64"
         self.reg_bands = mode == "search-bands"
+        self.reg_narrow = mode == "search-mask64"
 
     def configure_bulk(self, size_t min_batch, uint64_t budget_entries, int bulk_factor, bint skyband=False):
         """Bulk registration knobs: the smallest batch that uses it, the heap entries of one

@@ -7,13 +7,13 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers, RankedC
+from skype._core.regmasks cimport TermBitsC
 
 
-cdef struct SEntryC:             # a window message in a term's list (40 bytes)
+cdef struct SEntryC:             # a window message in a term's list (32 bytes; its mask: masks[p])
     double w                     # its weight for the term (exact)
     double x                     # its location (exact)
     double y
-    uint64_t mask                # a 64-bit Bloom filter of all its terms (regsearch.term_bit)
     uint32_t seq_lo              # low 32 bits of its seq
     uint32_t zkey                # Z-order of its location (the order inside a band)
 
@@ -28,6 +28,7 @@ cdef struct STermC:              # one term's list: entries [first, stop), bands
     uint64_t stop
     uint32_t band0
     uint32_t nbands
+    uint64_t slice0              # its masks bit-sliced: slices[slice0 + b * words + w] (NO_SLICE: none)
 
 
 cdef struct SBandC:              # entries [first, stop) of one weight range, in Z-order
@@ -57,6 +58,12 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[int32_t] term_slot           # term id -> index into terms, -1: not indexed
     cdef vector[STermC] terms
     cdef vector[SEntryC] entries
+    # per entry (masks[p]: entries[p]'s message), a Bloom filter of its terms (term_bits)
+    cdef vector[TermBitsC] masks
+    cdef vector[TermBitsC] msg_masks         # per window message (seq - oldest), while building
+    cdef vector[uint64_t] slices             # per scanned term: 128 rows (a mask bit each) of a bit per entry
+    cdef vector[uint64_t] cand               # the entry items of one query term (_scan_entry_items)
+    cdef vector[int] q_pos                   # per query term: its mask bits' positions (4 a term, -1: none)
     cdef vector[SBandC] bands
     cdef vector[SBoxC] supers
     cdef vector[SBoxC] blocks
@@ -64,9 +71,15 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[SItemC] queue
     cdef vector[ScoredC] best
     cdef vector[double] q_rest               # per query term: norm of the later terms' weights
-    cdef vector[uint64_t] q_before, q_after  # per query term: term bits of the earlier / later terms
+    cdef vector[TermBitsC] q_bits            # per query term: its bits (term_bits)
+    cdef vector[TermBitsC] q_before, q_after  # per query term: union of the earlier / later terms' bits
+    # masks: 128 bits, MASK_HASHES a term, the batch's terms only (default); False: 64 bits, one a
+    # term, every term (registration="search-mask64")
+    cdef public bint wide_mask
     # counters
     cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
+    cdef uint64_t n_entry_scans             # list entries covered by the entry-item scans
+    cdef uint64_t n_fetched_alone           # window reads of a message holding no term of s but the searched one
     cdef double build_ns
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
@@ -76,6 +89,12 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
 
     @cython.final
     cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil
+
+    @cython.final
+    cdef void _gather_masks(self) noexcept nogil
+
+    @cython.final
+    cdef void _scan_entry_items(self, int qi, int nq, const STermC* st) noexcept nogil
 
     @cython.final
     cdef int32_t _slot(self, term_t t) noexcept nogil
@@ -147,8 +166,3 @@ cdef inline void box_widen(SBoxC* b, double minx, double miny, double maxx, doub
         b.r.maxy = maxy
     if w > b.maxw:
         b.maxw = w
-
-
-cdef inline uint64_t term_bit(term_t t) noexcept nogil:
-    """A term's bit in a message's term mask (a 64-bit Bloom filter of its terms)."""
-    return (<uint64_t>1) << ((t * 0x9E3779B97F4A7C15ull) >> 58)

@@ -10,20 +10,26 @@ pass boundaries and the order of the ``init_sub_from`` calls are the replay's, s
 
 Structure (``RegistrationIndex.build``, once per batch; the window does not change during a
 registration).  For every term of the batch's subscriptions that the window holds, its window
-messages (exact weight and location, seq, and a 64-bit Bloom mask of all the message's terms) in
-one array, sorted by weight descending and cut into *bands* (a weight range: every weight >=
-BAND_RATIO times the band's largest, or at least MIN_BAND entries); each band is sorted by the
-Z-order of the locations and cut into superblocks of SUPER and blocks of BLOCK entries.  Every
+messages (exact weight and location, seq) in one array, sorted by weight descending and cut
+into *bands* (a weight range: every weight >= BAND_RATIO times the band's largest, or at least
+MIN_BAND entries); each band is sorted by the Z-order of the locations and cut into superblocks
+of SUPER and blocks of BLOCK entries.  Every
 band, superblock and block has a header: the exact bounding box of its locations and its
 largest weight.  Build cost: two passes over the window's (term, message) pairs, one sort per
 term and one per band.
+
+Masks (both layouts; regmasks.pyx).  Beside the entries, ``masks[p]``: a Bloom filter of the
+terms of entry p's message (no false negatives: "may hold t" or "holds no t").  The lists of
+the terms before the last of some subscription (scanned for entry items) are also bit-sliced,
+so ``_scan_entry_items`` finds their entries that may hold a later term 64 at a time, by the
+same test as ``may_hold`` on each entry.
 
 Search (``top_c``): a max-heap of items keyed by an upper bound of their messages' scores; the
 bands of every term of s first, a popped band pushes its superblocks, a superblock its blocks,
 and a popped block scores its entries into a bounded min-heap of the best C by the full ranking
 key.  A message is *designated* to the first term of s (in s's term order) that it holds, and is
 scored only when reached through that term's list, so it is offered once.  An entry of term t_i
-whose Bloom mask has a bit of a later term of s (it may hold one) is an *entry item* of its own,
+whose mask has all the bits of a later term of s (it may hold one) is an *entry item* of its own,
 pushed at the start with the bound of a message that holds none of t_0..t_{i-1}: by
 Cauchy-Schwarz on the later terms (a message's weights have norm 1), TSim <= w(t_i,s) * w +
 |(w(t_j,s))_{j>i}|, at most 1.  The blocks then hold, for this search, only messages without a
@@ -34,7 +40,7 @@ for a header of largest weight W: tight.  With R the item's bounding box, the ke
 
 (MINDIST, the division and the combination are monotone under rounding, so the computed key
 is at least the computed score of each of its messages; the slack covers the rounding of the
-text sum).  A block entry whose mask has no bit of s's other terms holds none of them: it is
+text sum).  A block entry whose mask holds the bits of none of s's other terms holds none: it is
 scored from the entry alone, TSim = w(t_i,s) * w(t_i,m), with the operations of
 ``scoring.score_pair`` (bit-identical).  Otherwise (a real or a false Bloom match) the message's
 terms are read from the window for the designation and the exact score.
@@ -61,8 +67,11 @@ from skype._core.bufstore cimport SubBufC
 from skype._core.arena cimport BufEntryC
 from skype._core.bulk cimport bulk_capacity
 from skype._core.blocks cimport spread16
+from skype._core.regmasks cimport (MASK_HASHES, term_bits, may_hold, bit_positions, slice_list,
+                                   scan_slices)
 
 cdef double BOUND_SLACK = 1e-12
+cdef uint64_t NO_SLICE = 0xFFFFFFFFFFFFFFFFull  # STermC.slice0 of a term whose list is never scanned
 
 cdef double BAND_RATIO = 0.97  # a band's weights are >= BAND_RATIO times its largest ...
 
@@ -124,8 +133,9 @@ cdef class RegistrationIndex:
         self.window = window
         self.max_dist = max_dist
         self.n_searches = self.n_items = self.n_blocks = self.n_scored = self.n_fetched = 0
-        self.n_pruned_entries = self.n_entry_items = 0
+        self.n_pruned_entries = self.n_entry_items = self.n_fetched_alone = self.n_entry_scans = 0
         self.build_ns = 0
+        self.wide_mask = True
 
     # ------------------------------------------------------------------ build
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
@@ -176,6 +186,7 @@ cdef class RegistrationIndex:
                 self.bands.push_back(band)
                 b = nb
             st.nbands = <uint32_t>(self.bands.size() - st.band0)
+        self._gather_masks()
         self.build_ns += now_ns() - t0
 
     cdef void _collect(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
@@ -193,10 +204,12 @@ cdef class RegistrationIndex:
         cdef uint64_t total = 0
         cdef STermC* st
         cdef SEntryC* e
-        cdef uint64_t mask
+        cdef TermBitsC tb, mask
         self.term_slot.clear()
         self.terms.clear()
         self.entries.clear()
+        self.masks.clear()
+        self.msg_masks.resize(self.window.count)
         for i in range(n):
             h = &table.hot[sids[i]]
             for u in range(h.nterms):
@@ -207,7 +220,12 @@ cdef class RegistrationIndex:
         for i in range(n):
             h = &table.hot[sids[i]]
             for u in range(h.nterms):
-                self.term_slot[table.terms[h.term_off + u].term] = 0
+                t = table.terms[h.term_off + u].term
+                # 1: a term before the last of a subscription, whose list is scanned for entry items
+                if u + 1 < h.nterms:
+                    self.term_slot[t] = 1
+                elif self.term_slot[t] < 0:
+                    self.term_slot[t] = 0
         # pass 1: postings per wanted term, and the locations' extent
         for q in range(self.window.count):
             m = win_get(self.window, oldest + q)
@@ -222,12 +240,12 @@ cdef class RegistrationIndex:
             mt = win_terms(self.window, m)
             for j in range(m.nterms):
                 t = mt[j].term
-                if t <= maxt and self.term_slot[t] == 0:
+                if t <= maxt and self.term_slot[t] >= 0:
                     counts[t] += 1
         for t in range(<size_t>maxt + 1):
-            if self.term_slot[t] == 0 and counts[t] > 0:
-                self.term_slot[t] = <int32_t>self.terms.size()
-                self.terms.push_back(STermC(total, total, 0, 0))
+            if self.term_slot[t] >= 0 and counts[t] > 0:
+                self.terms.push_back(STermC(total, total, 0, 0, 0 if self.term_slot[t] == 1 else NO_SLICE))
+                self.term_slot[t] = <int32_t>self.terms.size() - 1
                 total += counts[t]
             else:
                 self.term_slot[t] = -1
@@ -238,9 +256,15 @@ cdef class RegistrationIndex:
         for q in range(self.window.count):
             m = win_get(self.window, oldest + q)
             mt = win_terms(self.window, m)
-            mask = 0
+            mask.lo = mask.hi = 0
             for j in range(m.nterms):
-                mask |= term_bit(mt[j].term)
+                t = mt[j].term
+                # a wide mask holds the batch's terms only: no other term is ever tested
+                if not self.wide_mask or (t <= maxt and self.term_slot[t] >= 0):
+                    tb = term_bits(t, self.wide_mask)
+                    mask.lo |= tb.lo
+                    mask.hi |= tb.hi
+            self.msg_masks[q] = mask
             for j in range(m.nterms):
                 t = mt[j].term
                 if t <= maxt and self.term_slot[t] >= 0:
@@ -250,7 +274,6 @@ cdef class RegistrationIndex:
                     e.x = m.x
                     e.y = m.y
                     e.seq_lo = <uint32_t>(oldest + q)
-                    e.mask = mask
                     e.zkey = spread16(quantize(m.x, minx, spanx)) | (spread16(quantize(m.y, miny, spany)) << 1)
                     st.stop += 1
 
@@ -279,12 +302,13 @@ cdef class RegistrationIndex:
         of s it holds), with its exact score (the operations of ranking.WindowRanking._offer)."""
         cdef MsgC* m = win_get(self.window, seq)
         cdef const MsgTermC* mt = win_terms(self.window, m)
-        cdef int a = 0, bi = 0, first = -1, nq = h.nterms
+        cdef int a = 0, bi = 0, first = -1, nq = h.nterms, matched = 0
         cdef double acc = 0.0
         self.n_fetched += 1
         while a < nq and bi < <int>m.nterms:
             if terms[a].term == mt[bi].term:
                 acc += terms[a].w * mt[bi].w
+                matched += 1
                 if first < 0:
                     first = a
                 a += 1
@@ -293,6 +317,8 @@ cdef class RegistrationIndex:
                 a += 1
             else:
                 bi += 1
+        if matched == 1:
+            self.n_fetched_alone += 1
         if first != <int>qi:
             return
         self.n_scored += 1
@@ -371,23 +397,64 @@ cdef class RegistrationIndex:
         """A new search: empty queue and heap; per query term, the bits of the earlier and later
         terms and the norm of the later terms' weights."""
         cdef int i
-        cdef uint64_t mask = 0
+        cdef TermBitsC mask
         cdef double rest = 0.0
         self.n_searches += 1
         self.queue.clear()
         self.best.clear()
         self.q_rest.resize(nq)
+        self.q_bits.resize(nq)
+        self.q_pos.assign(nq * MASK_HASHES, -1)
         self.q_before.resize(nq)
         self.q_after.resize(nq)
+        mask.lo = mask.hi = 0
         for i in range(nq):
+            self.q_bits[i] = term_bits(terms[i].term, self.wide_mask)
+            bit_positions(self.q_bits[i], &self.q_pos[i * MASK_HASHES])
             self.q_before[i] = mask
-            mask |= term_bit(terms[i].term)
-        mask = 0
+            mask.lo |= self.q_bits[i].lo
+            mask.hi |= self.q_bits[i].hi
+        mask.lo = mask.hi = 0
         for i in range(nq - 1, -1, -1):
             self.q_after[i] = mask
             self.q_rest[i] = sqrt(rest)
-            mask |= term_bit(terms[i].term)
+            mask.lo |= self.q_bits[i].lo
+            mask.hi |= self.q_bits[i].hi
             rest += terms[i].w * terms[i].w
+
+    cdef void _gather_masks(self) noexcept nogil:
+        """Once the entries are in place: each entry's mask, from its message's; then, for every
+        term scanned for entry items (a term before the last of some subscription), its list's
+        masks bit-sliced: row b (a mask bit) holds bit p - first for every entry p whose mask
+        has bit b, so the entries whose masks hold all of a term's bits are an AND of its rows."""
+        cdef size_t p, nt
+        cdef seq_t oldest = self.window.oldest_seq
+        cdef STermC* st
+        cdef uint64_t total = 0
+        self.masks.resize(self.entries.size())
+        for p in range(self.entries.size()):
+            self.masks[p] = self.msg_masks[<uint32_t>(self.entries[p].seq_lo - <uint32_t>oldest)]
+        self.msg_masks.clear()
+        self.msg_masks.shrink_to_fit()
+        for nt in range(self.terms.size()):
+            st = &self.terms[nt]
+            if st.slice0 != NO_SLICE:
+                st.slice0 = total
+                total += 128 * ((st.stop - st.first + 63) >> 6)
+        self.slices.assign(total, 0)
+        for nt in range(self.terms.size()):
+            st = &self.terms[nt]
+            if st.slice0 != NO_SLICE:
+                slice_list(&self.masks[st.first], st.stop - st.first, self.slices.data() + st.slice0)
+
+    cdef void _scan_entry_items(self, int qi, int nq, const STermC* st) noexcept nogil:
+        """The entries of query term qi's list that may hold a later term of s (``may_hold``: the
+        mask has all the bits of one of them), in list order, into ``cand``: per 64 entries, the
+        OR over the later terms of the AND of their bits' rows."""
+        self.cand.clear()
+        self.n_entry_scans += st.stop - st.first
+        scan_slices(self.slices.data() + st.slice0, st.stop - st.first, st.first, self.q_pos.data(), qi + 1, nq,
+                    &self.cand)
 
     cdef int32_t _slot(self, term_t t) noexcept nogil:
         """The index of term t's list, -1 if the window holds none of it (or it is not indexed)."""
@@ -399,16 +466,19 @@ cdef class RegistrationIndex:
                                 const STermC* st) noexcept nogil:
         """The entries of term qi's list that may hold a later term of s: items of their own,
         with the loose bound (_text_bound)."""
-        cdef uint64_t p, after = self.q_after[qi]
+        cdef uint64_t p
+        cdef size_t c
+        cdef int nq = h.nterms
         cdef const SEntryC* e
-        if after == 0:
+        if qi + 1 >= nq:
             return
-        for p in range(st.first, st.stop):
+        self._scan_entry_items(qi, nq, st)
+        for c in range(self.cand.size()):
+            p = self.cand[c]
             e = &self.entries[p]
-            if e.mask & after:
-                self.n_entry_items += 1
-                self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
-                                   self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
+            self.n_entry_items += 1
+            self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
+                               self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
 
     cdef void _score_entry_item(self, const SubHotC* h, const SubTermC* terms, const SItemC* it,
                                 uint32_t cap) noexcept nogil:
@@ -421,17 +491,18 @@ cdef class RegistrationIndex:
         """Score the entries [p0, p1) of query term qi's list designated to qi and holding no
         later term of s (those are entry items)."""
         cdef uint64_t p
-        cdef uint64_t before = self.q_before[qi], after = self.q_after[qi]
+        cdef TermBitsC before = self.q_before[qi], after = self.q_after[qi]
+        cdef int nq = h.nterms
         cdef const SEntryC* e
         cdef seq_t oldest = self.window.oldest_seq, seq
         cdef double acc, key
         self.n_blocks += 1
         for p in range(p0, p1):
             e = &self.entries[p]
-            if e.mask & after:
+            if may_hold(&self.masks[p], self.q_bits.data(), qi + 1, nq, &after):
                 continue                        # an entry item of its own
             seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
-            if (e.mask & before) == 0:
+            if not may_hold(&self.masks[p], self.q_bits.data(), 0, qi, &before):
                 # no other term of s: designated here, TSim = w(t,s) * w(t,m) (scoring.text_sim)
                 acc = 0.0
                 acc += terms[qi].w * e.w
@@ -512,14 +583,16 @@ cdef class RegistrationIndex:
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
-        return (self.entries.capacity() * sizeof(SEntryC) + self.bands.capacity() * sizeof(SBandC)
+        return (self.entries.capacity() * sizeof(SEntryC) + self.masks.capacity() * sizeof(TermBitsC)
+                + self.bands.capacity() * sizeof(SBandC)
                 + (self.supers.capacity() + self.blocks.capacity()) * sizeof(SBoxC)
                 + self.terms.capacity() * sizeof(STermC) + self.term_slot.capacity() * 4)
 
     def stats(self):
         return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
                 "scored": self.n_scored, "fetched": self.n_fetched, "entries_pruned": self.n_pruned_entries,
-                "entry_items": self.n_entry_items,
+                "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone,
+                "entry_scans": self.n_entry_scans,
                 "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
 
 

@@ -19,6 +19,6 @@ cdef struct TNodeC:              # a k-d tree node of one term's list (56 bytes)
 cdef class RegistrationTree(RegistrationIndex):
     cdef vector[TNodeC] nodes
     cdef double weight_scale     # a weight extent against a location extent / MaxDist, when splitting
-    cdef uint64_t n_descents, n_entry_scans
+    cdef uint64_t n_descents
 
     cdef void _split(self, uint32_t node) noexcept nogil

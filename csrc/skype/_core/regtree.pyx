@@ -4,7 +4,7 @@
 The band layout (regsearch.pyx, ``registration="search-bands"``) cuts a term's list into weight
 bands before it orders space, so a subscription whose alpha makes distance dominate finds a
 near block in every band and opens one in each: its work grows with the window.  Here every
-term's list (the same entries: exact weight, location, seq, Bloom mask of the message's terms)
+term's list (the same entries: exact weight, location, seq; the same masks beside them)
 is one k-d tree whose splits choose, node by node, the dimension that spreads most: x or y
 (divided by MaxDist, as the spatial score is) or the weight (times ``WEIGHT_SCALE``).  A
 spread-out list splits by location first; a city's cluster, where all locations are close,
@@ -38,8 +38,8 @@ from skype._core.types cimport sid_t, SubTermC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
-from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start,
-                                    box_widen, term_bit)
+from skype._core.regsearch cimport RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start, box_widen
+from skype._core.regmasks cimport holds_bits
 from skype._core.scoring cimport combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
@@ -72,7 +72,7 @@ cdef extern from *:
 cdef class RegistrationTree(RegistrationIndex):
     def __cinit__(self, WindowStore window, double max_dist):
         self.weight_scale = WEIGHT_SCALE
-        self.n_descents = self.n_entry_scans = 0
+        self.n_descents = 0
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
         """Index the window's messages under the terms of sids[0:n]: one k-d tree per term."""
@@ -102,6 +102,7 @@ cdef class RegistrationTree(RegistrationIndex):
                     todo.push_back(self.nodes[root].child + 1)
             st.band0 = top                          # the band fields name the tree: its root
             st.nbands = <uint32_t>(self.nodes.size() - top)     # and its node count
+        self._gather_masks()
         self.build_ns += now_ns() - t0
 
     cdef void _split(self, uint32_t at) noexcept nogil:
@@ -196,20 +197,20 @@ cdef class RegistrationTree(RegistrationIndex):
         qi) and, of its later terms, at most those whose bits its mask has, so by Cauchy-Schwarz
         on them TSim <= w(qi,s) * w + |(w(t_j,s)) for later j with a bit in the mask| *
         sqrt(1 - w^2): the message's other weights have norm sqrt(1 - w^2)."""
-        cdef uint64_t p, after = self.q_after[qi]
+        cdef uint64_t p
+        cdef size_t c
         cdef const SEntryC* e
         cdef int j, nq = h.nterms
         cdef double r2, other, tub
-        if after == 0:
+        if qi + 1 >= nq:
             return
-        for p in range(st.first, st.stop):
+        self._scan_entry_items(qi, nq, st)
+        for c in range(self.cand.size()):
+            p = self.cand[c]
             e = &self.entries[p]
-            self.n_entry_scans += 1
-            if (e.mask & after) == 0:
-                continue
             r2 = 0.0
             for j in range(qi + 1, nq):
-                if e.mask & term_bit(terms[j].term):
+                if holds_bits(&self.masks[p], &self.q_bits[j]):
                     r2 += terms[j].w * terms[j].w
             other = 1.0 + NORM_SLACK - e.w * e.w
             other = sqrt(other) if other > 0.0 else 0.0
@@ -228,5 +229,4 @@ cdef class RegistrationTree(RegistrationIndex):
         out = RegistrationIndex.stats(self)
         out["nodes"] = self.nodes.size()
         out["descents"] = self.n_descents
-        out["entry_scans"] = self.n_entry_scans
         return out
