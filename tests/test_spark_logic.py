@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import time
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -472,7 +474,7 @@ def test_spark_kafka_sink_records_carry_the_file_sink_events(tmp_path):
     import pyarrow as pa
 
     from skype.dskype.reports import EventBuilder, pack_results
-    from skype.spark.sink import EVENT, kafka_records_arrow, write_events_arrow
+    from skype.spark.sink import EVENT, TaskFiles, kafka_records_arrow, write_task_files
 
     first, second = EventBuilder(40), EventBuilder(40)
     first.add(7, (np.array([3, 9]), np.array([0.75, 0.5]), np.array([3, 9])), np.array([1]), created=True)
@@ -481,10 +483,9 @@ def test_spark_kafka_sink_records_carry_the_file_sink_events(tmp_path):
     blobs = [first.rows().pack(40), second.rows().pack(40)]
     results = pack_results([2, 7], [(np.array([9]), np.array([0.5]), np.array([9])),
                                      (np.array([3]), np.array([0.75]), np.array([3]))])
-    files = {0: str(tmp_path / "files" / "events")}
-    out = list(write_events_arrow(files, 5, "jsonl", {0: str(tmp_path / "files" / "results")},
-                                  _sink_input(blobs, results)))
-    file_rows = pa.Table.from_batches(out).to_pylist()
+    files = TaskFiles({0: str(tmp_path / "files" / "events")}, {0: str(tmp_path / "files" / "results")}, "jsonl")
+    file_rows = [dict(zip(("pipeline", "kind", "payload"), row))
+                 for row in write_task_files(files, 5, "00000", _sink_input(blobs, results))]
     want = [json_mod.loads(line) for line in next((tmp_path / "files" / "events").glob("*.jsonl")).read_text().splitlines()]
     out = list(kafka_records_arrow({0: "keyword"}, 5, {0: str(tmp_path / "kafka" / "results")},
                                    _sink_input(blobs, results)))
@@ -527,3 +528,120 @@ def test_spark_kafka_sink_needs_its_topic_and_the_stages_results(workload, tmp_p
     results.mkdir(parents=True, exist_ok=True)
     (results / "batch-00000003-part-00000.jsonl").write_text("")
     check_results_visible(plan, pipe, 12)
+
+
+@pytest.mark.parametrize("method", ["keyword", "prefix", "agrid"])
+def test_spark_source_routes_as_the_map_in_arrow_would(workload, tmp_path, method):
+    """The stream files' source routing as it reads yields, piece by piece, exactly the rows the
+    ``mapInArrow`` makes of the same piece's events (screening and table stamps included)."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import InputPartition
+
+    from skype.dskype import rebalancing
+    from skype.dskype.plan import plan_run
+    from skype.dskype.routing import route_arrow, routers_from_file, write_routers_file
+    from skype.spark.runtime import rebalance_dir_of, summary_dir_of
+    from skype.spark.sources import PairedStreamReader, StreamFilesReader
+
+    _, inputs = _inputs(workload, ["--window", "300"])
+    plan = plan_run(tmp_path / "run", _settings(method, ["--window", "300"], inputs), inputs)
+    pipes = plan.pipelines
+    path, nbytes = write_routers_file(plan.run_dir / "routers", [p.distribution for p in pipes],
+                                      [p.partition_keys for p in pipes], [summary_dir_of(plan, p) for p in pipes],
+                                      [rebalance_dir_of(plan, p) for p in pipes])
+    assert nbytes > 0 and [p.name for p in (plan.run_dir / "routers").iterdir()] == [Path(path).name]
+    routing = {"routers": path, "bounds": list(plan.settings.bounds), "dead_letters": str(tmp_path / "dead")}
+    rebalancing.attach(plan, "never", inputs)  # an adaptive pipeline's version 0, as the job writes it
+    tables = {p.index: d for p in pipes if (d := rebalance_dir_of(plan, p)) is not None}
+
+    def reader(with_routing):
+        lanes = [StreamFilesReader(str(d), kind, None) for d, kind in ((plan.messages_dir, "messages"),
+                                                                        (plan.commands_dir, "commands"))]
+        return PairedStreamReader(*lanes, max_messages=BATCH, max_commands=None, tables=tables,
+                                  routing=routing if with_routing else None)
+
+    routed, plain = reader(True), reader(False)
+    start: dict = {}
+    rows_seen = 0
+    for _ in range(4):
+        end = plain.latestOffset(start, None)
+        for piece in plain.partitions(start, end):
+            got = [b for b in routed.read(InputPartition(piece.value))]
+            want = list(route_arrow(routers_from_file(path), plain.read(InputPartition(piece.value)),
+                                    bounds=tuple(plan.settings.bounds)))
+            got_rows = pa.Table.from_batches(got).to_pylist() if got else []
+            want_rows = pa.Table.from_batches(want).to_pylist() if want else []
+            assert got_rows == want_rows
+            rows_seen += len(got_rows)
+        start = end
+    assert rows_seen > 0
+
+
+def test_spark_task_writes_its_outputs_and_emits_written_rows(tmp_path, monkeypatch):
+    """With the files sink a stateful task writes its events, results and answers itself (one
+    file per grouping key, labelled by stage) and emits one ``written`` row per events file in
+    their place; metrics rows pass through unchanged."""
+    import json as json_mod
+
+    from pyspark.sql import Row
+
+    from skype.dskype.reports import EventBuilder, pack_results
+    from skype.spark import processors
+    from skype.spark.sink import TaskFiles
+
+    builder = EventBuilder(40)
+    builder.add(7, (np.array([3, 9]), np.array([0.75, 0.5]), np.array([3, 9])), np.array([1]), created=True)
+    results = pack_results([7], [(np.array([3]), np.array([0.75]), np.array([3]))])
+    emitted = [Row(key=11, pipeline=0, kind="events", payload=builder.rows().pack(40)),
+               Row(key=11, pipeline=0, kind="results", payload=results),
+               Row(key=11, pipeline=0, kind="metrics", payload=b'{"stage": "partition"}')]
+
+    class Fake(processors._HostedProcessor):
+        stage = "partition"
+
+        def _handle(self, key, rows):
+            assert key == 4
+            yield from emitted
+
+    files = TaskFiles({0: str(tmp_path / "events")}, {0: str(tmp_path / "results"), -1: str(tmp_path / "answers")},
+                      "jsonl")
+    monkeypatch.setattr(processors, "streaming_batch_id", lambda: 6)
+    out = list(Fake("token", files=files).handleInputRows((4,), iter([]), None))
+    assert [(r.key, r.kind) for r in out] == [(11, "written"), (11, "metrics")]
+    assert json_mod.loads(out[0].payload)["rows"] == 1 and out[1].payload == emitted[2].payload
+    (events,) = (tmp_path / "events").iterdir()
+    assert events.name == "batch-00000006-part-p00004.jsonl"
+    assert json_mod.loads(events.read_text())["sub"] == 7
+    (final,) = (tmp_path / "results").iterdir()
+    assert final.name == "batch-00000006-part-p00004.jsonl" and json_mod.loads(final.read_text())["id"] == 7
+    assert not list(tmp_path.glob("**/.*.tmp"))  # no temporary file left behind
+    # without files (console, Kafka, the JVM-free pipeline) the rows go out as they are
+    assert list(Fake("token").handleInputRows((4,), iter([]), None)) == emitted
+
+
+def test_spark_checkpoint_manager_default_keeps_a_users_choice():
+    """The run's default checkpoint file manager is set only where the user set none."""
+    from skype.spark.runtime import DEFAULT_SQL_CONF, configure
+
+    class Conf(dict):
+        def set(self, key, value):
+            self[key] = value
+
+        def get(self, key, default=None):
+            return dict.get(self, key, default)
+
+    class Spark:
+        def __init__(self, conf):
+            self.conf = Conf(conf)
+
+    class Plan:
+        host_slots = 1
+        shuffle_partitions = 2
+
+    (key, value), = DEFAULT_SQL_CONF.items()
+    spark = Spark({})
+    configure(spark, Plan())
+    assert spark.conf[key] == value and spark.conf["spark.sql.shuffle.partitions"] == "2"
+    mine = Spark({key: "my.Manager"})
+    configure(mine, Plan())
+    assert mine.conf[key] == "my.Manager"

@@ -163,7 +163,7 @@ def _answers_file(tmp_path: Path, pipe: LocalPipeline, inputs, index: int) -> li
     pipeline = pipe.plan.pipelines[index]
     directory = pipe.plan.answers_dir_of(pipeline)
     # every answering task's lines, as the sink writes them (a replayed batch's lines count once)
-    snapshots.write_part(directory, 0, 0, pipe.answers.get(index, []))
+    snapshots.write_part(directory, 0, "00000", pipe.answers.get(index, []))
     out = tmp_path / f"{pipeline.method}.answers.jsonl"
     asked = snapshots.asked_queries(inputs)
     n = snapshots.write_answers(out, directory, asked, pipe.settings.partitions,
@@ -333,7 +333,7 @@ def test_spark_queries_missing_answers_are_an_error_not_a_short_file(tmp_path):
     from skype.dskype import snapshots
 
     directory = tmp_path / "answers"
-    snapshots.write_part(directory, 3, 0, [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])
+    snapshots.write_part(directory, 3, "00000", [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])
     asked = [{"qid": 1, "after": 5, "kind": "range", "k": 0}, {"qid": 2, "after": 6, "kind": "range", "k": 0}]
     with pytest.raises(InputError) as err:
         snapshots.write_answers(tmp_path / "a.jsonl", directory, asked, 4, whole_window=True)
@@ -341,7 +341,7 @@ def test_spark_queries_missing_answers_are_an_error_not_a_short_file(tmp_path):
     with pytest.raises(InputError):  # a partitioned window needs every partition's answer
         snapshots.write_answers(tmp_path / "a.jsonl", directory, asked[:1], 4, whole_window=False)
     # a replayed batch rewrites its file under a fresh temporary name: no duplicate, no torn line
-    snapshots.write_part(directory, 3, 0, [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])
+    snapshots.write_part(directory, 3, "00000", [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])
     assert sorted(p.name for p in directory.iterdir()) == ["batch-00000003-part-00000.jsonl"]
     snapshots.write_answers(tmp_path / "a.jsonl", directory, asked[:1], 4, whole_window=True)
     assert json.loads((tmp_path / "a.jsonl").read_text()) == {"qid": 1, "after": 5, "kind": "range", "answer": [7]}

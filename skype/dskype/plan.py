@@ -7,12 +7,14 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
     DIR/stream/messages/      stream files (when the job stages its workload itself)
     DIR/stream/commands/
     DIR/spark/                Spark's checkpoint: offsets, commits, the state store (RocksDB)
-    DIR/events/<method>/batch-<id>-part-<p>.parquet   result-change events (or .jsonl), written by executors
-    DIR/results/<method>/batch-<id>-part-<p>.jsonl    the final top-k, sent by the stateful stages
+    DIR/events/<method>/batch-<id>-part-<p>.parquet   result-change events (or .jsonl), written by the
+                              stateful task that made them (<p>: p<key> a partition, m<key> a merge bucket)
+    DIR/results/<method>/batch-<id>-part-<p>.jsonl    the final top-k, written by the stateful stages
     DIR/answers/<method>/batch-<id>-part-<p>.jsonl    snapshot query answers of the partitions
     DIR/dead-letters/         records the engine rejected, with their error codes
     DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
     DIR/rebalance/<method>/   adaptive methods: table versions, the driver's decisions and state
+    DIR/routers/              the routing tables the stream files' source reads (one file per query start)
 
 A new run stages its workload, builds each method's distribution and fixes the grouping keys; a
 resumed run reloads them and refuses other settings.  This module knows nothing of Spark's query:

@@ -416,6 +416,52 @@ def ship_routers(spark, dists: list, keys: list[list[int]], summary_dirs: list[s
     return ShippedRouters(spark.sparkContext.broadcast(blob), keys, summary_dirs, tables_dirs), len(blob)
 
 
+class _Blob:
+    """The routing tables' bytes inside a routers file (what a broadcast's ``value`` is)."""
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+
+def write_routers_file(directory, dists: list, keys: list[list[int]], summary_dirs: list[str | None] | None = None,
+                       tables_dirs: list[str | None] | None = None) -> tuple[str, int]:
+    """The routers of a run as one file of the run directory, for a source that routes as it
+    reads (:mod:`skype.spark.sources`: a data source's options are strings, so it gets the path,
+    not a broadcast).  A fresh name per query start (a worker caches by path), the files of
+    earlier starts removed; returns the path and its bytes."""
+    import os
+    import pickle
+    import secrets
+
+    blob = pickle.dumps([routing_copy(d) for d in dists], protocol=pickle.HIGHEST_PROTOCOL)
+    handle = pickle.dumps(ShippedRouters(_Blob(blob), keys, summary_dirs, tables_dirs), protocol=pickle.HIGHEST_PROTOCOL)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(str(directory), f"routers-{secrets.token_hex(8)}.pkl")
+    with open(path + ".tmp", "wb") as fh:  # the name is already unique to this start
+        fh.write(handle)
+    os.replace(path + ".tmp", path)
+    for name in os.listdir(directory):
+        if name.startswith("routers-") and os.path.join(str(directory), name) != path:
+            os.remove(os.path.join(str(directory), name))
+    return path, len(handle)
+
+
+def routers_from_file(path: str) -> ShippedRouters:
+    """The handle :func:`write_routers_file` wrote (read once per worker and path)."""
+    handle = _from_file.get(path)
+    if handle is None:
+        import pickle
+
+        with open(path, "rb") as fh:
+            handle = pickle.load(fh)
+        _from_file.clear()
+        _from_file[path] = handle
+    return handle
+
+
+_from_file: dict = {}
+
+
 # --------------------------------------------------------------------------- poison records
 
 

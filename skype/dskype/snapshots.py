@@ -284,10 +284,10 @@ def answered(kind: str, answer_entries: list) -> list:
 # --------------------------------------------------------------------------- answers files
 
 
-def write_part(directory: str | Path, batch_id: int, part: int, lines: list[str]) -> None:
+def write_part(directory: str | Path, batch_id: int, part: str, lines: list[str]) -> None:
     """A task's answer lines as ``batch-<id>-part-<p>.jsonl``: written under a name unique to the
     attempt, then renamed (atomic); a replayed batch replaces the file with the same lines."""
-    path = Path(directory) / f"batch-{batch_id:08d}-part-{part:05d}.jsonl"
+    path = Path(directory) / f"batch-{batch_id:08d}-part-{part}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp")
     tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -59,13 +60,13 @@ def command_table(op: list[str], at: list[int | None], subs: SubscriptionBatch, 
 
 
 def write_table(table, path: Path, fmt: str, drop_nulls: bool = True) -> None:
-    """Write atomically (temporary name, then rename) as Parquet or JSONL.
+    """Write atomically (a temporary name unique to the attempt, then rename) as Parquet or JSONL.
 
     JSONL rows leave out null fields unless ``drop_nulls`` is false."""
     if fmt not in FORMATS:
         raise InputError("E022", what="stream file format", value=fmt, choices=", ".join(FORMATS))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp")
     if fmt == "parquet":
         import pyarrow.parquet as pq
 

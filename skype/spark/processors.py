@@ -21,7 +21,10 @@ Rows in: :data:`skype.dskype.routing.ROUTED_SCHEMA_DDL`.  Rows between the stage
 ``key, pipeline, kind, payload`` (kind ``reports``, ``metrics``, or ``events`` without a merge
 stage; in the stream's last batch also ``results`` and a ``results-request`` to every merge
 bucket; ``answers`` of snapshot queries).  Rows out: ``pipeline, kind, payload`` (kind ``events``,
-``metrics``, ``results`` or ``answers``).
+``metrics``, ``results`` or ``answers``).  With the files sink (``files``) a task writes its
+``events``, ``results`` and ``answers`` rows itself (:func:`skype.spark.sink.write_task_files`, one
+file per grouping key) and emits a ``written`` row in their place: the batch's event blobs never
+leave the task that made them, and the sink needs no Python stage.
 
 **Final results from the state.**  When the stream's length is known (``final_upto``: the job
 staged it), the batch whose high-water mark reaches its end is the last: each partition then
@@ -52,12 +55,14 @@ from skype.dskype.durable import Meta, wants_snapshot
 from skype.spark.hosts import MERGE, PARTITION, HostError, InProcessHosts, ProcessHosts
 from skype.dskype.merge import MergeCore
 from skype.dskype.partition import PartitionConfig, PartitionInput, command_log_entry
+from skype.spark.sink import TaskFiles, streaming_batch_id, write_task_files
 
 STAGE_SCHEMA_DDL = "key long, pipeline int, kind string, payload binary"
 RESULTS_REQUEST = "results-request"  # partition -> merge bucket: the stream ended, send the final top-k
 OUTPUT_SCHEMA_DDL = "pipeline int, kind string, payload binary"
 BLOB = "blob binary"
 ID = "id long"
+FILE_KINDS = ("events", "results", "answers")  # rows a task writes itself with the files sink
 
 
 def _new_tag() -> int:
@@ -80,11 +85,33 @@ class _HostedProcessor(StatefulProcessor):
     stage = ""
 
     def __init__(self, token: str, engine_cache: str = "process", idle_timeout: float = 600.0,
-                 slots: int | None = None) -> None:
+                 slots: int | None = None, files: TaskFiles | None = None) -> None:
         self.token = token
         self.engine_cache = engine_cache
         self.idle_timeout = idle_timeout
         self.slots = slots  # engine hosts per executor: its cores (set by the driver)
+        self.files = files  # the files sink: this task writes its events, results and answers
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        key = int(key[0])
+        out = self._handle(key, rows)
+        if self.files is None:  # console or Kafka sink, or a test driving the processor: rows out
+            yield from out
+            return
+        held: list[Row] = []
+        passed: list[Row] = []
+        for row in out:
+            (held if row.kind in FILE_KINDS else passed).append(row)
+        if held:
+            label = f"{self.stage[0]}{key:05d}"  # partition and bucket keys are numbered apart
+            written = write_task_files(self.files, streaming_batch_id(), label,
+                                       [(r.pipeline, r.kind, bytes(r.payload)) for r in held])
+            for pipeline, kind, payload in written:
+                yield Row(**{**held[0].asDict(), "pipeline": pipeline, "kind": kind, "payload": payload})
+        yield from passed
+
+    def _handle(self, key: int, rows) -> Iterator[Row]:
+        raise NotImplementedError
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.meta_state = handle.getValueState("meta", BLOB)
@@ -219,17 +246,16 @@ class PartitionProcessor(_HostedProcessor):
     stage = PARTITION
 
     def __init__(self, token: str, configs: dict[int, PartitionConfig], engine_cache: str = "process",
-                 idle_timeout: float = 600.0, slots: int | None = None) -> None:
-        super().__init__(token, engine_cache, idle_timeout, slots)
+                 idle_timeout: float = 600.0, slots: int | None = None, files: TaskFiles | None = None) -> None:
+        super().__init__(token, engine_cache, idle_timeout, slots, files)
         self.configs = configs
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
         self.segment_state = handle.getMapState("segments", ID, BLOB)
 
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+    def _handle(self, key: int, rows) -> Iterator[Row]:
         t0 = time.perf_counter()
-        key = int(key[0])
         config = self.configs[key]
         spec = config.window
         msg_parts, cmd_parts, stamps = [], [], set()
@@ -348,13 +374,12 @@ class MergeProcessor(_HostedProcessor):
     stage = MERGE
 
     def __init__(self, token: str, bucket_of_key: dict[int, tuple[int, int]], engine_cache: str = "process",
-                 idle_timeout: float = 600.0, slots: int | None = None) -> None:
-        super().__init__(token, engine_cache, idle_timeout, slots)
+                 idle_timeout: float = 600.0, slots: int | None = None, files: TaskFiles | None = None) -> None:
+        super().__init__(token, engine_cache, idle_timeout, slots, files)
         self.bucket_of_key = bucket_of_key  # grouping key -> (pipeline, bucket)
 
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+    def _handle(self, key: int, rows) -> Iterator[Row]:
         t0 = time.perf_counter()
-        key = int(key[0])
         pipeline, bucket = self.bucket_of_key[key]
         blobs, final = [], False
         for row in rows:

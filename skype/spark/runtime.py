@@ -3,15 +3,18 @@
 The plan (settings, pipelines, run directory layout) is :mod:`skype.dskype.plan`; results and
 metrics of a run are in :mod:`skype.dskype.results`, the sink in :mod:`skype.spark.sink` (all
 re-exported here; none of them imports this module).  The query (:func:`build_query`): both
-sources (stream-event schema) -> ``mapInArrow`` routing (+ ticks) -> ``transformWithState`` per
-subscription partition -> ``transformWithState`` per merge bucket -> ``foreachBatch`` sink.  The
-executors replace ``events/<method>/batch-<id>-part-<p>.<fmt>`` (and, in the stream's last batch,
-``results/<method>/...``) and the driver ``metrics/batch-<id>.json`` atomically, so a batch that
-Spark re-runs after a failure or a restart replaces its own output: nothing is delivered twice.
+sources (stream-event schema) -> ``mapInArrow`` routing (+ ticks; the staged files' source routes
+as it reads instead) -> ``transformWithState`` per
+subscription partition -> ``transformWithState`` per merge bucket -> ``foreachBatch`` sink.  With
+the files sink the stateful tasks replace ``events/<method>/batch-<id>-part-<p>.<fmt>`` (and, in the
+stream's last batch, ``results/<method>/...``) themselves, and the driver ``metrics/batch-<id>.json``,
+atomically, so a batch that Spark re-runs after a failure or a restart replaces its own output:
+nothing is delivered twice.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -26,7 +29,7 @@ from skype.dskype.kinds import VOCABULARY_FILE
 from skype.dskype.partition import PartitionConfig
 from skype.dskype.plan import Pipeline, Plan, RunOutcome, RunSettings
 from skype.dskype.results import driver_peak_rss_bytes
-from skype.spark.sink import EventSink
+from skype.spark.sink import EventSink, TaskFiles
 
 # --------------------------------------------------------------------------- the session
 
@@ -96,12 +99,26 @@ def executor_cores(spark) -> int | None:
     return None
 
 
+# Settings a run takes unless the user gave their own.  The checkpoint's offsets, commits and
+# state changelogs are written through Hadoop's FileSystem API rather than FileContext: on the
+# local or shared POSIX file system a run directory lives on (docs/spark-design.md), rename is
+# atomic under both, and FileContext's calls cost about 60 ms of every micro-batch here
+# (docs/results-spark.md, "The fixed cost of a batch").
+DEFAULT_SQL_CONF = {
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+
+
 def configure(spark, plan: Plan) -> None:
     """Session settings a query run needs (the shuffle partitions are frozen at the first run)."""
     if plan.host_slots is None:
         plan.host_slots = executor_cores(spark)
     for key, value in session_conf(None).items():
         if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+    for key, value in DEFAULT_SQL_CONF.items():
+        if not spark.conf.get(key, None):
             spark.conf.set(key, value)
     spark.conf.set("spark.sql.shuffle.partitions", str(plan.shuffle_partitions))
 
@@ -162,7 +179,14 @@ def conf_text(spark, key: str) -> str:
 # --------------------------------------------------------------------------- the query
 
 
-def source_events(spark, plan: Plan):
+def routes_in_source(settings: RunSettings) -> bool:
+    """Whether the source routes as it reads: the staged files' source (not raw files read by
+    the executors, not Kafka, whose reader is Spark's)."""
+    return settings.source == "files" and not settings.vocabulary
+
+
+def source_events(spark, plan: Plan, routing: dict | None = None):
+    """The stream's events; with ``routing`` (only where :func:`routes_in_source`) the routed rows."""
     from skype.spark import sources
 
     s = plan.settings
@@ -179,7 +203,7 @@ def source_events(spark, plan: Plan):
         return messages.unionByName(commands)
     tables = {pipe.index: d for pipe in plan.pipelines if (d := rebalance_dir_of(plan, pipe)) is not None}
     return sources.paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s),
-                                 tables=tables)
+                                 tables=tables, routing=routing)
 
 
 def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
@@ -268,20 +292,27 @@ def closure_bytes(fn) -> int:
 def build_query(spark, plan: Plan, token: str, sink):
     """The streaming query, ready to start (see module docstring)."""
     from skype.spark.processors import OUTPUT_SCHEMA_DDL, STAGE_SCHEMA_DDL, MergeProcessor, PartitionProcessor
-    from skype.dskype.routing import ROUTED_SCHEMA_DDL, route_arrow, ship_routers
+    from skype.dskype.routing import ROUTED_SCHEMA_DDL, route_arrow, ship_routers, write_routers_file
 
     s = plan.settings
     configure(spark, plan)
-    shipped, plan.routing_table_bytes = ship_routers(spark, [pipe.distribution for pipe in plan.pipelines],
-                                                     [pipe.partition_keys for pipe in plan.pipelines],
-                                                     [summary_dir_of(plan, pipe) for pipe in plan.pipelines],
-                                                     [rebalance_dir_of(plan, pipe) for pipe in plan.pipelines])
-    route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
-    plan.routing_bytes = closure_bytes(route)
-    routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)
+    tables = ([pipe.distribution for pipe in plan.pipelines], [pipe.partition_keys for pipe in plan.pipelines],
+              [summary_dir_of(plan, pipe) for pipe in plan.pipelines],
+              [rebalance_dir_of(plan, pipe) for pipe in plan.pipelines])
+    if routes_in_source(s):  # the staged files' source routes as it reads: one Python stage less
+        path, plan.routing_table_bytes = write_routers_file(plan.run_dir / "routers", *tables)
+        routing = {"routers": path, "bounds": list(s.bounds), "dead_letters": str(plan.dead_letters_dir)}
+        plan.routing_bytes = len(json.dumps(routing))
+        routed = source_events(spark, plan, routing)
+    else:
+        shipped, plan.routing_table_bytes = ship_routers(spark, *tables)
+        route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
+        plan.routing_bytes = closure_bytes(route)
+        routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)
+    files = TaskFiles.of(plan) if s.sink == "files" else None  # the stateful tasks write the outputs
     stage1 = routed.groupBy("key").transformWithState(
         PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout,
-                           slots=plan.host_slots),
+                           slots=plan.host_slots, files=files),
         STAGE_SCHEMA_DDL, "Update", "None")
     if all(pipe.inline_merge for pipe in plan.pipelines):
         output = stage1.select("pipeline", "kind", "payload")
@@ -291,7 +322,7 @@ def build_query(spark, plan: Plan, token: str, sink):
         # state stores, one engine host stamped by both)
         buckets = {key: (pipe.index, b) for pipe in plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
         output = stage1.groupBy("key").transformWithState(
-            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout, slots=plan.host_slots),
+            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout, slots=plan.host_slots, files=files),
             OUTPUT_SCHEMA_DDL, "Update", "None")
     writer = output.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
     if s.trigger_seconds:

@@ -1,10 +1,13 @@
 """The ``foreachBatch`` sink of the DSkype job: events written by the executors, metrics by the driver.
 
-**Files** (``--sink files``).  Each task of the batch's last stage writes the event blobs it holds
-as one file per method, ``events/<method>/batch-<id>-part-<spark partition>.<fmt>``, replaced
-atomically (temporary name, then rename).  Invariant: a batch Spark re-runs after a failure or a
-restart has the same partitions (the shuffle partitions are frozen by the checkpoint), so it
-rewrites exactly its own files and nothing is delivered twice.
+**Files** (``--sink files``).  The stateful task that makes a pipeline's events (the partition
+task of a method without a merge stage, else the merge bucket's task) writes them itself, one file
+per grouping key, ``events/<method>/batch-<id>-part-<key>.<fmt>`` (:class:`TaskFiles`,
+:func:`write_task_files`), replaced atomically under a name unique to the attempt, and returns
+only a ``written`` row; the sink then collects the small rows, with no Python stage of its own.
+Invariant: a batch Spark re-runs after a failure or a restart brings each key the same input and
+state, so its task rewrites exactly its own files with the same events and nothing is delivered
+twice; a speculative or zombie attempt cannot tear a file.
 
 **Kafka** (``--sink kafka``).  The tasks turn their event blobs into Kafka records, one per event:
 key ``<method>:<subscription id>`` (so one subscription's events stay in order on one topic
@@ -24,10 +27,13 @@ driver collects only the metrics rows and one row count per task and method, and
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import sys
 import time
 from functools import partial
 from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,14 +47,8 @@ if TYPE_CHECKING:
 class EventSink:
     """``foreachBatch``: the events are written by the executors, the driver collects only the
     small rows (metrics, and per written file its row count), then writes
-    ``metrics/batch-<id>.json``.
-
-    Each task of the batch's last stage writes the event blobs it holds as one file per pipeline,
-    ``events/<method>/batch-<id>-part-<spark partition>.<fmt>`` (:func:`write_events_arrow`),
-    replaced atomically: a batch Spark re-runs after a failure or a restart has the same
-    partitions (the shuffle partitions are frozen by the checkpoint) and rewrites exactly its own
-    files, so nothing is delivered twice.  ``--sink console`` collects the events to the driver
-    and prints them instead."""
+    ``metrics/batch-<id>.json`` (module docstring).  ``--sink console`` collects the events to the
+    driver and prints them instead."""
 
     def __init__(self, plan: Plan) -> None:
         self.events_dirs = {pipe.index: plan.events_dir_of(pipe) for pipe in plan.pipelines}
@@ -93,10 +93,8 @@ class EventSink:
             finally:
                 out.unpersist()
             t_pipeline = time.perf_counter() - t0
-        else:
-            dirs = {pipeline: str(directory) for pipeline, directory in self.events_dirs.items()}
-            write = partial(write_events_arrow, dirs, int(batch_id), suffix(self.format), self.results_dirs)
-            rows = df.mapInArrow(write, "pipeline int, kind string, payload binary").collect()
+        else:  # the stateful tasks wrote the batch's files (TaskFiles): only small rows come back
+            rows = df.collect()
             t_pipeline = time.perf_counter() - t0
         events_write_s = 0.0  # the executors' time writing event files (summed over tasks)
         for r in rows:
@@ -121,29 +119,54 @@ class EventSink:
         self.running = None
 
 
-def write_events_arrow(dirs: dict[int, str], batch_id: int, fmt: str, results_dirs: dict[int, str], batches):
-    """On an executor: write the event blobs of this task as one file per pipeline (see
-    :class:`EventSink`), and the final-results blobs (the stream's last batch) as
-    ``results/<method>/batch-<id>-part-<p>.jsonl``, lines of the results format sorted by id;
-    pass metrics rows through; one ``written`` row per events file."""
-    import pyarrow as pa
+@dataclass(frozen=True)
+class TaskFiles:
+    """Where the stateful tasks write a batch's outputs with the files sink: per pipeline its
+    events directory, its results directory and (keyed ``-1 - pipeline``) its answers directory,
+    and the events format (``parquet`` or ``jsonl``)."""
 
-    blobs, final, passed = _sorted_rows(batches)
-    part = _task_partition()
-    out_pipeline, out_kind, out_payload = passed
+    events: dict[int, str]
+    results: dict[int, str]
+    fmt: str
+
+    @classmethod
+    def of(cls, plan: Plan) -> TaskFiles:
+        results = {pipe.index: str(plan.results_dir_of(pipe)) for pipe in plan.pipelines}
+        results.update({-1 - pipe.index: str(plan.answers_dir_of(pipe)) for pipe in plan.pipelines})
+        return cls({pipe.index: str(plan.events_dir_of(pipe)) for pipe in plan.pipelines}, results,
+                   suffix(plan.settings.events_format))
+
+
+def write_task_files(files: TaskFiles, batch_id: int, part: str, rows) -> list[tuple[int, str, bytes]]:
+    """On an executor: write one task's (or one grouping key's) output rows ``(pipeline, kind,
+    payload)``: the event blobs as one file per pipeline, ``events/<method>/batch-<id>-part-<p>.<fmt>``
+    (``part``: the writer's label, e.g. ``p00003`` for the partition of grouping key 3),
+    the final-results blobs (the stream's last batch) as ``results/<method>/batch-<id>-part-<p>.jsonl``,
+    lines of the results format sorted by id, and snapshot answers likewise; each file is replaced
+    atomically under a name unique to the attempt.  Returns the other rows (metrics), passed
+    through, and one ``written`` row per events file."""
+    blobs, final, passed = _sorted_rows(rows)
+    out = list(zip(*passed))
     for pipeline, parts in sorted(blobs.items()):
         t0 = time.perf_counter()
         table = events_table(parts, batch_id)
-        write_table(table, Path(dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.{fmt}", fmt,
-                    drop_nulls=False)
-        out_pipeline.append(pipeline)
-        out_kind.append("written")
-        out_payload.append(json.dumps({"rows": table.num_rows, "part": part,
-                                       "write_s": time.perf_counter() - t0}).encode())
-    _write_final(final, results_dirs, batch_id, part)
-    yield pa.RecordBatch.from_arrays(
-        [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary())],
-        names=["pipeline", "kind", "payload"])
+        write_table(table, Path(files.events[pipeline]) / f"batch-{batch_id:08d}-part-{part}.{files.fmt}",
+                    files.fmt, drop_nulls=False)
+        out.append((pipeline, "written", json.dumps({"rows": table.num_rows, "part": part,
+                                                     "write_s": time.perf_counter() - t0}).encode()))
+    _write_final(final, files.results, batch_id, part)
+    return out
+
+
+def streaming_batch_id() -> int:
+    """The micro-batch a task runs for (Spark sets it on every task of a streaming batch)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    if value is None:
+        raise RuntimeError("not in a task of a streaming micro-batch: no streaming.sql.batchId")
+    return int(value)
 
 
 EVENT = "event"
@@ -168,7 +191,7 @@ def kafka_records_arrow(methods: dict[int, str], batch_id: int, results_dirs: di
         out_payload += [None] * len(key_of) + [json.dumps({"rows": len(key_of), "part": part}).encode()]
         keys += key_of + [None]
         values += value_of + [None]
-    _write_final(final, results_dirs, batch_id, part)
+    _write_final(final, results_dirs, batch_id, f"{part:05d}")
     yield pa.RecordBatch.from_arrays(
         [pa.array(out_pipeline, pa.int32()), pa.array(out_kind, pa.string()), pa.array(out_payload, pa.binary()),
          pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
@@ -198,20 +221,28 @@ def _sorted_rows(batches) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]
     out_pipeline: list = []
     out_kind: list = []
     out_payload: list = []
-    for batch in batches:
-        cols = batch.to_pydict()
-        for pipeline, kind, payload in zip(cols["pipeline"], cols["kind"], cols["payload"]):
-            if kind == "events":
-                blobs.setdefault(int(pipeline), []).append(bytes(payload))
-            elif kind == "results":
-                final.setdefault(int(pipeline), []).append(bytes(payload))
-            elif kind == "answers":  # snapshot query answers (JSON lines): written by _write_final
-                final.setdefault(-1 - int(pipeline), []).append(bytes(payload))
-            else:
-                out_pipeline.append(pipeline)
-                out_kind.append(kind)
-                out_payload.append(payload)
+    for pipeline, kind, payload in _row_tuples(batches):
+        if kind == "events":
+            blobs.setdefault(int(pipeline), []).append(bytes(payload))
+        elif kind == "results":
+            final.setdefault(int(pipeline), []).append(bytes(payload))
+        elif kind == "answers":  # snapshot query answers (JSON lines): written by _write_final
+            final.setdefault(-1 - int(pipeline), []).append(bytes(payload))
+        else:
+            out_pipeline.append(pipeline)
+            out_kind.append(kind)
+            out_payload.append(payload)
     return blobs, final, (out_pipeline, out_kind, out_payload)
+
+
+def _row_tuples(batches):
+    """``(pipeline, kind, payload)`` of Arrow record batches, or of such tuples as they are."""
+    for batch in batches:
+        if isinstance(batch, tuple):
+            yield batch
+            continue
+        cols = batch.to_pydict()
+        yield from zip(cols["pipeline"], cols["kind"], cols["payload"])
 
 
 def _task_partition() -> int:
@@ -221,7 +252,7 @@ def _task_partition() -> int:
     return int(ctx.partitionId()) if ctx is not None else 0
 
 
-def _write_final(final: dict[int, list[bytes]], results_dirs: dict[int, str], batch_id: int, part: int) -> None:
+def _write_final(final: dict[int, list[bytes]], results_dirs: dict[int, str], batch_id: int, part: str) -> None:
     """The final-results blobs of the stream's last batch, as ``results/<method>/`` parts."""
     from skype.dskype.reports import results_lines
     from skype.dskype.snapshots import write_part
@@ -231,13 +262,15 @@ def _write_final(final: dict[int, list[bytes]], results_dirs: dict[int, str], ba
             lines = [line for blob in parts for line in blob.decode().splitlines()]
             write_part(results_dirs[pipeline], batch_id, part, lines)
             continue
-        write_atomic(Path(results_dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part:05d}.jsonl",
+        write_atomic(Path(results_dirs[pipeline]) / f"batch-{batch_id:08d}-part-{part}.jsonl",
                      "".join(line + "\n" for line in results_lines(parts)))
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text``: written under a name unique to the attempt, then renamed (a
+    speculative or zombie attempt writing the same file cannot tear it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
 

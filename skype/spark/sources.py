@@ -13,6 +13,11 @@ so the batches are exactly those of a live run; a replayed batch reads the offse
 attempt logged.  New files may be added while the query runs; they must sort after the files
 already seen (checked) and appear complete (written under a hidden name and renamed).
 
+**Routing as it reads** (option ``routing``).  The reading task routes its piece itself
+(:func:`skype.dskype.routing.route_arrow`, with the routers from a file of the run directory), so
+the batch's first stage runs one Python evaluation, not a source and a ``mapInArrow`` after it;
+the rows are then the routed rows, exactly those the ``mapInArrow`` would make of the same piece.
+
 **Table versions in the offset.**  With adaptive pipelines (option ``tables``: pipeline ->
 its rebalance directory) the offset also records, per pipeline, the newest ownership-table
 version written when the batch was planned (``"tables"``, probed by name:
@@ -43,7 +48,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from skype.errors import InputError
 from skype.dskype.routing import (EVENT_SCHEMA_DDL, KIND_MESSAGE, KIND_QUERY, KIND_RESULTS, KIND_SUBSCRIBE,
-                                 KIND_UNSUBSCRIBE, event_arrow_schema, tables_events)
+                                 KIND_UNSUBSCRIBE, ROUTED_SCHEMA_DDL, event_arrow_schema, tables_events)
 
 SOURCE_NAME = "skype_stream"
 KINDS = ("messages", "commands")
@@ -310,8 +315,10 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     records.  The driver keeps each command's position (8 bytes a command) to plan the batches."""
 
     def __init__(self, messages: StreamFilesReader, commands: StreamFilesReader,
-                 max_messages: int | None, max_commands: int | None, tables: dict[int, str] | None = None) -> None:
+                 max_messages: int | None, max_commands: int | None, tables: dict[int, str] | None = None,
+                 routing: dict | None = None) -> None:
         self.lanes = {"messages": messages, "commands": commands}
+        self.routing = routing  # route as it reads: {"routers": file, "bounds", "dead_letters"} (module docstring)
         self.tables = dict(tables or {})  # adaptive pipeline -> its rebalance directory (module docstring)
         self.max_messages, self.max_commands = max_messages, max_commands
         self.positions: list[np.ndarray] = []  # per command file, in name order
@@ -376,7 +383,17 @@ class PairedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return pieces
 
     def read(self, partition: InputPartition):
-        piece: LanePiece = partition.value
+        events = self._events(partition.value)
+        if self.routing is None:
+            yield from events
+            return
+        from skype.dskype.routing import route_arrow, routers_from_file
+
+        bounds = self.routing.get("bounds")
+        yield from route_arrow(routers_from_file(self.routing["routers"]), events,
+                               bounds=tuple(bounds) if bounds else None, dead_letters=self.routing.get("dead_letters"))
+
+    def _events(self, piece: LanePiece):
         if piece.tables:  # every piece: each routed Arrow batch then stamps every partition
             yield tables_events({p: (u, v) for p, u, v in piece.tables})
         yield from self.lanes[piece.lane].read(InputPartition(piece.piece))
@@ -395,7 +412,7 @@ class PairedStreamSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return EVENT_SCHEMA_DDL
+        return ROUTED_SCHEMA_DDL if self.options.get("routing") else EVENT_SCHEMA_DDL
 
     def streamReader(self, schema):
         o = self.options
@@ -406,8 +423,9 @@ class PairedStreamSource(DataSource):
         else:
             lanes = [StreamFilesReader(o[kind], kind, None) for kind in KINDS]
         tables = {int(p): d for p, d in json.loads(o["tables"]).items()} if o.get("tables") else None
+        routing = json.loads(o["routing"]) if o.get("routing") else None
         return PairedStreamReader(lanes[0], lanes[1], _positive(o.get("maxRecordsPerTrigger")),
-                                  _positive(o.get("maxCommandsPerTrigger")), tables)
+                                  _positive(o.get("maxCommandsPerTrigger")), tables, routing)
 
 
 def _positive(value) -> int | None:
@@ -415,13 +433,17 @@ def _positive(value) -> int | None:
 
 
 def paired_events(spark, messages: str, commands: str, max_messages: int | None, max_commands: int | None,
-                  tables: dict[int, str] | None = None, **raw_options):
+                  tables: dict[int, str] | None = None, routing: dict | None = None, **raw_options):
     """A streaming DataFrame of both streams' events, batches cut by :func:`plan_batch`;
     ``tables``: adaptive pipeline -> its rebalance directory (versions in the offsets);
+    ``routing``: route as the source reads (``{"routers": file, "bounds", "dead_letters"}``, see
+    :func:`skype.dskype.routing.write_routers_file`): the frame has the routed rows' schema;
     ``raw_options`` (``vocabulary``, ``bounds``, ...) make the executors read raw files."""
     spark.dataSource.register(PairedStreamSource)
     reader = (spark.readStream.format(SOURCE_NAME).option("messages", os.path.abspath(messages))
               .option("commands", os.path.abspath(commands)))
+    if routing:
+        reader = reader.option("routing", json.dumps(routing))
     if tables:
         reader = reader.option("tables", json.dumps({str(p): os.path.abspath(d) for p, d in tables.items()}))
     options = {"maxRecordsPerTrigger": max_messages, "maxCommandsPerTrigger": max_commands, **raw_options}
