@@ -142,3 +142,37 @@ def test_reported_statistics_rebalance_exactly_and_a_rerun_decides_the_same(meth
     versions = sorted(p.name for p in directory.glob("version-*.pkl"))
     handed = sum(m.get("handover_in", 0) for ms in pipe.metrics for m in ms if m["stage"] == "partition")
     assert len(versions) > 1 and handed > 0
+
+
+def test_spark_rebalancing_over_stream_directories_from_reports(spark, tmp_path):
+    """On Spark, agrid with Tornado's policy over stream directories the driver did not stage
+    (``--messages-dir``/``--commands-dir``: an open stream, E063 before): the statistics come
+    from the partitions' reports, units move, and the events folded after every batch and the
+    final results equal the centralized engine's."""
+    import json
+
+    from spark_fixtures import fold_events_by_batch, results_of
+    from test_spark_rebalance import DRIFT_BATCH, _distributed, _events
+
+    from skype.dskype.staging import stage_inputs
+    from skype.run import main
+
+    central = tmp_path / "central.jsonl"
+    assert main(["simulate", *DRIFT, "--results-out", str(central)]) == 0
+    inputs = load_inputs(build_parser().parse_args(["simulate", *DRIFT]))
+    want = centralized_by_batch(inputs, {"window": 400}, DRIFT_BATCH)
+    streams = tmp_path / "in"
+    stage_inputs(inputs, streams / "messages", streams / "commands", file_records=DRIFT_BATCH)
+    run_dir = tmp_path / "run"
+    metrics = _distributed(spark, run_dir, "--method", "agrid", "--rebalance", "tornado", "--partitions", 3,
+                           "--messages-dir", streams / "messages", "--commands-dir", streams / "commands")
+    assert metrics["moves"] >= 1 and metrics["subscriptions_moved"] > 0
+    assert any(m["applied_in_batch"] is not None for m in metrics["rebalance_moves"])
+    assert sorted(p.name for p in (run_dir / "rebalance" / "agrid").glob("stats-*.pkl"))  # from the reports
+    got = fold_events_by_batch(_events(run_dir, "agrid"), len(want))
+    for b, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"batch {b}: {first_difference(g, w)}"
+    assert results_of(run_dir / "results.jsonl") == results_of(central)
+    record = json.loads(sorted((run_dir / "metrics").glob("batch-*.json"))[0].read_text())
+    parts = [m for m in record["stages"] if m["stage"] == "partition"]
+    assert all("load_stats" not in m and m["load_stats_bytes"] > 0 for m in parts)
