@@ -4,9 +4,13 @@ After each micro-batch b (in the ``foreachBatch`` sink, before batch b+1 starts)
 :class:`Rebalancer` of an adaptive pipeline:
 
 1. advances its own copy of the distribution (the build, with the subscriptions live at each
-   position registered) through the stream up to b's high-water mark ``h_b``: the commands
-   positioned at ``h_b + 1`` or before, and the batch's messages, routed with keyword summaries
-   exactly as ``partition-sim`` routes them, so the copy keeps the statistics its paper keeps;
+   position registered) up to b's high-water mark ``h_b``: the commands positioned at ``h_b + 1``
+   or before, and the batch's messages.  The statistics source ``replay`` (a staged stream)
+   routes them through the copy with keyword summaries exactly as ``partition-sim`` does;
+   ``reports`` (any other stream) applies what the partitions reported in their metrics rows
+   (:mod:`skype.dskype.loadstats`: the same copy, except the messages per partition), folded
+   and written once as ``stats-<b>.pkl`` before the decision, so that a re-run batch decides
+   from them again;
 2. folds them (``FADING[policy]``), asks the policy for a plan (:func:`skype.partitioning.rebalance.decide`)
    and applies it to the copy.  With ``--rebalance-load measured`` the policy plans with each
    partition's measured engine and report seconds of the batch instead of its paper's model
@@ -23,8 +27,10 @@ With ``never`` the driver keeps nothing: it records an empty decision per batch.
 **Restart.**  A batch that re-runs finds ``state-<b>.pkl`` (its decision was taken: the same
 version file stands) or takes the state of batch b-1 and decides again from the same statistics
 (the policies are deterministic; an existing version file of that batch is kept as it is).  The
-stream comes from the staged workload, which the driver loads on every start; live rebalancing
-therefore needs a staged run (``E063`` otherwise).  Only the last two states are kept.
+replay takes the stream from the staged workload, which the driver loads on every start; the
+reports come with the batch's rows, or from ``stats-<b>.pkl`` when the batch was decided before.
+Adaptive methods need the stream-files source, whose offsets carry the table versions (``E063``
+for Kafka and ``--vocabulary`` ingestion).  Only the last two states (and statistics) are kept.
 
 :func:`rebalancing_report` gathers, per move, the units and subscriptions the policy moved, the
 subscriptions the partitions handed over and the state bytes the new owners took over, and the
