@@ -59,7 +59,11 @@ SOURCES = ("auto", "replay", "reports")  # where the rebalancer's statistics com
 
 
 def stats_source(setting: str, staged: bool) -> str:
-    """The source a run uses: ``replay`` for a staged stream, ``reports`` otherwise, unless set."""
+    """The source a run uses: ``replay`` for a staged stream, ``reports`` otherwise, unless set.
+
+    >>> stats_source("auto", staged=True), stats_source("auto", staged=False), stats_source("reports", True)
+    ('replay', 'reports', 'reports')
+    """
     if setting == "auto":
         return "replay" if staged else "reports"
     return setting
@@ -105,7 +109,15 @@ def applied_commands(due: Commands, hosted_before: Callable[[int], bool | None],
 
 
 def routed_count(batch: MessageBatch, hosted_terms: np.ndarray) -> int:
-    """The batch's messages sharing a term with ``hosted_terms`` (sorted, distinct)."""
+    """The batch's messages sharing a term with ``hosted_terms`` (sorted, distinct): each counted
+    once, however many of its terms are hosted.
+
+    >>> from skype.model import TermMatrix
+    >>> z = np.zeros(3)
+    >>> batch = MessageBatch(np.arange(3), z, z, z, TermMatrix([0, 2, 3, 3], [1, 4, 7], [0.5, 0.5, 1.0]))
+    >>> routed_count(batch, np.array([1, 4])), routed_count(batch, np.array([7])), routed_count(batch, np.array([2]))
+    (1, 1, 0)
+    """
     if len(batch) == 0 or len(hosted_terms) == 0:
         return 0
     ids = batch.terms.ids
