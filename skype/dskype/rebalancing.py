@@ -238,6 +238,9 @@ class Rebalancer:
         mine = [m for m in stages if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline]
         reports = {int(m["partition"]): m[loadstats.STATS_KEY] for m in mine if loadstats.STATS_KEY in m}
         if not path.exists():
+            missing = sorted(set(range(num_partitions)) - set(reports))
+            if missing:  # a partial fold would be silently wrong (partition 0 holds the message side)
+                raise InputError("E067", batch=batch, pipeline=self.pipeline, missing=missing)
             stats = loadstats.fold_reports(reports, num_partitions)
             write_once(path, pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL))
         for m in mine:
