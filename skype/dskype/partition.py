@@ -293,8 +293,10 @@ class PartitionCore:
         if len(switching):  # before every command of the batch (they were routed under the new version)
             due = Commands.stack([switching, due])
             positions = np.r_[np.full(len(switching), lo, np.int64), positions]
+        t_applied = time.perf_counter()
         stats_rows = (loadstats.applied_commands(due, self._hosted_topk, len(switching)) if self.config.load_stats
                       else None)
+        t_applied = time.perf_counter() - t_applied
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
         before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)
@@ -378,7 +380,9 @@ class PartitionCore:
         reports, rows = self._pack_reports(report_rows)
         stats = {}
         if stats_rows is not None:  # the rebalancer's statistics (skype.dskype.loadstats)
+            t_stats = time.perf_counter()
             stats = {loadstats.STATS_KEY: self._load_stats(inp.messages, due, positions, stats_rows)}
+            stats["load_stats_s"] = time.perf_counter() - t_stats + t_applied
         dormant = len(self.activation.dormant) if self.activation is not None else 0
         return PartitionOutput(
             reports=reports, upto=hwm_seq + 1, activation_entry=entry, backfill=backfill, handover_entry=handover_entry,
