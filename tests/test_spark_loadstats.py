@@ -153,9 +153,10 @@ def test_reported_statistics_rebalance_exactly_and_a_rerun_decides_the_same(meth
 
 def test_spark_rebalancing_over_stream_directories_from_reports(spark, tmp_path):
     """On Spark, agrid with Tornado's policy over stream directories the driver did not stage
-    (``--messages-dir``/``--commands-dir``: an open stream, E063 before): the statistics come
-    from the partitions' reports, units move, and the events folded after every batch and the
-    final results equal the centralized engine's."""
+    (``--messages-dir``/``--commands-dir``: an open stream, E063 before), stopped after a batch
+    and resumed from the run directory: the statistics come from the partitions' reports, units
+    move, and the events folded after every batch and the final results equal the centralized
+    engine's."""
     import json
 
     from spark_fixtures import fold_events_by_batch, results_of
@@ -171,8 +172,12 @@ def test_spark_rebalancing_over_stream_directories_from_reports(spark, tmp_path)
     streams = tmp_path / "in"
     stage_inputs(inputs, streams / "messages", streams / "commands", file_records=DRIFT_BATCH)
     run_dir = tmp_path / "run"
-    metrics = _distributed(spark, run_dir, "--method", "agrid", "--rebalance", "tornado", "--partitions", 3,
-                           "--messages-dir", streams / "messages", "--commands-dir", streams / "commands")
+    args = ("--method", "agrid", "--rebalance", "tornado", "--partitions", 3,
+            "--messages-dir", streams / "messages", "--commands-dir", streams / "commands")
+    first = _distributed(spark, run_dir, *args, "--stop-after-batches", 1)  # stopped, then resumed
+    assert first["stopped_early"] and sorted((run_dir / "rebalance" / "agrid").glob("state-*.pkl"))
+    metrics = _distributed(spark, run_dir, *args)
+    assert metrics["resumed"] and not metrics["stopped_early"]
     assert metrics["moves"] >= 1 and metrics["subscriptions_moved"] > 0
     assert any(m["applied_in_batch"] is not None for m in metrics["rebalance_moves"])
     assert sorted(p.name for p in (run_dir / "rebalance" / "agrid").glob("stats-*.pkl"))  # from the reports
