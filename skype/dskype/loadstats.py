@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
@@ -53,6 +53,10 @@ from skype.model import MessageBatch
 from skype.partitioning.units import Grid, UnitDistribution, recent_sample
 from skype.dskype import codec
 from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands
+
+if TYPE_CHECKING:
+    from skype.dskype.handover import Handover
+    from skype.dskype.hosted import Hosted
 
 STATS_KEY = "load_stats"  # the metrics row's field holding a partition's report
 SOURCES = ("auto", "replay", "reports")  # where the rebalancer's statistics come from ("auto": by the stream)
@@ -85,11 +89,16 @@ def message_report(batch: MessageBatch, grid: Grid) -> dict[str, np.ndarray]:
             "m_cell_counts": cell_counts.astype(np.int64), "m_lengths": lengths, "m_ids": ids}
 
 
-def applied_commands(due: Commands, hosted_before: Callable[[int], bool | None], skip: int) -> np.ndarray:
+def applied_commands(due: Commands, hosted: Hosted, skip: int) -> np.ndarray:
     """Rows of ``due`` (applied in order by the partition) the subscription side reports: topk
-    subscribes, and unsubscribes that removed a topk record hosted at that point.
-    ``hosted_before(id)``: before the batch, whether the id is hosted as a topk record (None: not
-    hosted).  The first ``skip`` rows are a hand-over's drops and gains (applied, not reported)."""
+    subscribes, and unsubscribes that removed a topk record hosted at that point.  ``hosted``:
+    the partition's records before the batch (not changed).  The first ``skip`` rows are a
+    hand-over's drops and gains (applied, not reported)."""
+
+    def hosted_before(sid: int) -> bool | None:  # hosted as a topk record, as a kind, or not (None)
+        row = hosted.rows.get(sid)
+        return None if row is None else row[7] is None
+
     rows = []
     now: dict[int, bool | None] = {}  # the ids the batch's rows touched: topk, kind, or None (gone)
     for j in range(len(due)):
@@ -131,6 +140,19 @@ def hosted_terms(rows: Iterable[tuple]) -> np.ndarray:
     """The distinct terms of hosted topk records (:class:`skype.dskype.hosted.Hosted` rows)."""
     parts = [r[5] for r in rows if r[7] is None]
     return np.unique(np.concatenate(parts)).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def partition_report(partition: int, hosted: Hosted, handover: Handover, messages: MessageBatch, due: Commands,
+                     positions: np.ndarray, rows: np.ndarray) -> str:
+    """A partition's report of a batch (module docstring): the commands ``rows`` of ``due`` it
+    applied, the batch's messages sharing a term with the records it hosts now, and on partition
+    0 the message side on the grid of the version in force."""
+    routed = routed_count(messages, hosted_terms(hosted.rows.values()))
+    side = None
+    if partition == 0:
+        grid = handover.versions.upto(handover.applied)[handover.applied].locator.grid
+        side = message_report(messages, grid)
+    return encode(due, positions, rows, routed, side)
 
 
 def encode(due: Commands, positions: np.ndarray, rows: np.ndarray, routed: int,
@@ -199,33 +221,14 @@ def apply_commands(dist: UnitDistribution, cmds: Commands) -> None:
         j = end
 
 
-def observe_messages(dist: UnitDistribution, messages: dict[str, np.ndarray]) -> None:
-    """Add partition 0's message side to the copy's current statistics layer, exactly as
-    ``UnitDistribution._observe`` adds a routed batch (sparse counts scattered into the dense
-    arrays; the vocabulary grown as ``route_messages`` grows it)."""
-    count = int(messages["m_count"][0])
-    if count == 0:
-        return  # route_messages observes nothing of an empty batch
-    terms = np.asarray(messages["m_terms"], np.int64)
-    top = int(terms.max(initial=-1)) + 1
-    dist._grow_vocab(top)
-    dist.messages_seen += count
-    dist.recent_new.append((np.asarray(messages["m_lengths"], np.int64), np.asarray(messages["m_ids"], np.int64)))
-    dist.msgs_new += count
-    np.add.at(dist.cell_msgs_new, np.asarray(messages["m_cells"], np.int64),
-              np.asarray(messages["m_cell_counts"], np.float64))
-    width = max(len(dist.holders), top)
-    if width > len(dist.term_msgs_new):
-        grow = width - len(dist.term_msgs_new)
-        dist.term_msgs_new = np.r_[dist.term_msgs_new, np.zeros(grow)]
-        dist.term_msgs_old = np.r_[dist.term_msgs_old, np.zeros(grow)]
-    np.add.at(dist.term_msgs_new, terms, np.asarray(messages["m_term_counts"], np.float64))
-
-
 def advance(dist: UnitDistribution, stats: BatchStats) -> None:
     """Advance the copy by one batch's statistics: commands, then the message side and the
     messages per partition."""
     apply_commands(dist, stats.commands)
-    if stats.messages is not None:
-        observe_messages(dist, stats.messages)
-    dist.part_msgs_new = dist.part_msgs_new + stats.part_msgs
+    m = stats.messages
+    if m is None:  # no message side (a batch of ticks only): the per-partition counts are zeros
+        dist.observe_counts(0, np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0),
+                            (np.zeros(0, np.int64), np.zeros(0, np.int64)), stats.part_msgs)
+        return
+    dist.observe_counts(int(m["m_count"][0]), m["m_terms"], m["m_term_counts"], m["m_cells"], m["m_cell_counts"],
+                        (m["m_lengths"], m["m_ids"]), stats.part_msgs)

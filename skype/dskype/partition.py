@@ -294,7 +294,7 @@ class PartitionCore:
             due = Commands.stack([switching, due])
             positions = np.r_[np.full(len(switching), lo, np.int64), positions]
         t_applied = time.perf_counter()
-        stats_rows = (loadstats.applied_commands(due, self._hosted_topk, len(switching)) if self.config.load_stats
+        stats_rows = (loadstats.applied_commands(due, self.hosted, len(switching)) if self.config.load_stats
                       else None)
         t_applied = time.perf_counter() - t_applied
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
@@ -378,10 +378,12 @@ class PartitionCore:
             waking = [self.hosted.rows[sid][5] for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
             live_terms = self.coverage.publish(self.hwm_seq, waking)
         reports, rows = self._pack_reports(report_rows)
-        stats = {}
+        stats: dict[str, str | float] = {}
         if stats_rows is not None:  # the rebalancer's statistics (skype.dskype.loadstats)
             t_stats = time.perf_counter()
-            stats = {loadstats.STATS_KEY: self._load_stats(inp.messages, due, positions, stats_rows)}
+            assert self.handover is not None  # statistics are reported by adaptive partitions only
+            stats[loadstats.STATS_KEY] = loadstats.partition_report(
+                self.config.partition, self.hosted, self.handover, inp.messages, due, positions, stats_rows)
             stats["load_stats_s"] = time.perf_counter() - t_stats + t_applied
         dormant = len(self.activation.dormant) if self.activation is not None else 0
         return PartitionOutput(
@@ -399,24 +401,6 @@ class PartitionCore:
                      "backfill_s": t_backfill, "engine_cpu_s": work.pop("cpu_ns") / 1e9, "work": work,
                      **(self.handover.metrics if self.handover is not None else {}), **stats},
         )
-
-    # ------------------------------------------------------------------ rebalancing statistics
-    def _hosted_topk(self, sid: int) -> bool | None:
-        """Whether a hosted id is a topk record (None: not hosted)."""
-        row = self.hosted.rows.get(sid)
-        return None if row is None else row[7] is None
-
-    def _load_stats(self, messages: MessageBatch, due: Commands, positions: np.ndarray, rows: np.ndarray) -> str:
-        """This batch's report for the driver's rebalancer (:mod:`skype.dskype.loadstats`): the
-        commands applied, the messages sharing a term with the records hosted now, and on
-        partition 0 the message side on the grid of the version in force."""
-        routed = loadstats.routed_count(messages, loadstats.hosted_terms(self.hosted.rows.values()))
-        side = None
-        if self.config.partition == 0:
-            assert self.handover is not None  # statistics are reported by adaptive partitions only
-            grid = self.handover.versions.upto(self.handover.applied)[self.handover.applied].locator.grid
-            side = loadstats.message_report(messages, grid)
-        return loadstats.encode(due, positions, rows, routed, side)
 
     # ------------------------------------------------------------------ keyword summaries
     def _hold(self, sid: int, delta: int, *, record: bool, engine: bool) -> None:
