@@ -49,15 +49,23 @@ def _padded(a, n):
     ("agrid", DRIFT, BATCH),
     ("qt", ["--num-subs", "600", "--num-messages", "2000", "--drift", "inject", "--drift-start", "0",
             "--window", "500"], 250),
+    ("kdt", "events", 200),
 ])
 def test_reported_statistics_equal_the_replay(method, workload, batch, tmp_path):
     """No moves (the copies only observe): after every batch the copy advanced from the reports
     holds exactly the replay copy's statistics, and each partition's message count is the
-    batch's messages sharing a term with the live records it owns (version 0)."""
+    batch's messages sharing a term with the live records it owns (version 0).  Workloads: a
+    moving hot spot with departures, SSTD's injected subscriptions, and an events file with
+    unsubscribes, a re-subscribe with other terms, a replacement at one position and commands
+    after the last message."""
+    from spark_fixtures import events_workload
+
     from skype.dskype import loadstats
     from skype.dskype.handover import UnitLocator
     from skype.dskype.rebalancing import Rebalancer
 
+    if workload == "events":
+        workload = ["--events", str(events_workload(tmp_path / "events.jsonl")), "--window", "500"]
     pipe, inputs, settings = _pipeline(tmp_path, method, "tornado" if method == "agrid" else "sstd", workload, batch)
     base = pipe.plan.pipelines[0].distribution
     directory = tmp_path / "tables"
