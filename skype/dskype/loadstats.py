@@ -84,9 +84,16 @@ def message_report(batch: MessageBatch, grid: Grid) -> dict[str, np.ndarray]:
         lengths, ids = recent_sample([(batch.terms.lengths(), batch.terms.ids)])
     else:
         lengths, ids = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return {"m_count": np.array([len(batch)], np.int64), "m_terms": terms.astype(np.int64),
-            "m_term_counts": term_counts.astype(np.int64), "m_cells": cells.astype(np.int64),
-            "m_cell_counts": cell_counts.astype(np.int64), "m_lengths": lengths, "m_ids": ids}
+    return {"m_count": np.array([len(batch)], np.int64), "m_terms": _narrow(terms),
+            "m_term_counts": _narrow(term_counts), "m_cells": _narrow(cells), "m_cell_counts": _narrow(cell_counts),
+            "m_lengths": _narrow(lengths), "m_ids": _narrow(ids)}
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Non-negative integers as int32 when they fit (half the bytes on the wire), else int64;
+    the driver reads both as int64."""
+    values = np.asarray(values, np.int64)
+    return values.astype(np.int32) if len(values) == 0 or int(values.max()) < 2**31 else values
 
 
 def applied_commands(due: Commands, hosted: Hosted, skip: int) -> np.ndarray:
