@@ -179,6 +179,7 @@ class Rebalancer:
         """Decide after ``batch`` (its partitions' metrics rows give the high-water mark)."""
         if self.policy == "never":  # the build's tables stay: no statistics to keep
             return self._record({"batch": batch, "version": None})
+        reports = self._take_reports(stages)
         if self._state_path(batch).exists() and (self.state is None or self.state["batch"] != batch - 1):
             self.state = self._load(batch)  # a re-run batch: its decision stands
             return self._decision(batch) or {}
@@ -198,10 +199,10 @@ class Rebalancer:
         record: dict = {"batch": batch, "version": None}
         upto = max(ups) if ups else None
         if upto is not None and self.num_messages is not None and upto >= self.num_messages:
-            self._advance_batch(state, batch, stages, upto)  # the stream's end: nothing left to balance
+            self._advance_batch(state, batch, reports, upto)  # the stream's end: nothing left to balance
         elif upto is not None:
             dist = state["dist"]
-            self._advance_batch(state, batch, stages, upto)
+            self._advance_batch(state, batch, reports, upto)
             dist.fold_statistics(FADING[self.policy])
             loads = self._loads(batch, stages, dist.num_partitions) if self.load == "measured" else None
             t0 = time.perf_counter()
@@ -222,30 +223,34 @@ class Rebalancer:
         self.state = state
         return self._record(record)
 
-    def _advance_batch(self, state: dict, batch: int, stages: list[dict], upto: int) -> None:
+    def _take_reports(self, stages: list[dict]) -> dict[int, str]:
+        """Partition -> its statistics report (:mod:`skype.dskype.loadstats`), taken out of this
+        pipeline's rows: the metrics file keeps only their size (``load_stats_bytes``)."""
+        reports = {}
+        for m in stages:
+            if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline and loadstats.STATS_KEY in m:
+                reports[int(m["partition"])] = m.pop(loadstats.STATS_KEY)
+                m["load_stats_bytes"] = len(reports[int(m["partition"])])
+        return reports
+
+    def _advance_batch(self, state: dict, batch: int, reports: dict[int, str], upto: int) -> None:
         """Advance the copy through ``batch``: replay the staged stream up to ``upto``, or apply
         the batch's reported statistics (:mod:`skype.dskype.loadstats`)."""
         if self.source == "replay":
             state["cursor"] = self._advance(state["dist"], state["cursor"], upto)
         else:
-            loadstats.advance(state["dist"], self._batch_stats(batch, stages, state["dist"].num_partitions))
+            loadstats.advance(state["dist"], self._batch_stats(batch, reports, state["dist"].num_partitions))
 
-    def _batch_stats(self, batch: int, stages: list[dict], num_partitions: int) -> loadstats.BatchStats:
+    def _batch_stats(self, batch: int, reports: dict[int, str], num_partitions: int) -> loadstats.BatchStats:
         """The folded reports of ``batch``, written once before the decision (``stats-<b>.pkl``): a
-        batch that re-runs decides from the same statistics.  The reports leave the metrics rows
-        (the metrics file keeps their size, ``load_stats_bytes``)."""
+        batch that re-runs decides from the same statistics, whatever its rows hold."""
         path = self.directory / f"stats-{batch:08d}.pkl"
-        mine = [m for m in stages if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline]
-        reports = {int(m["partition"]): m[loadstats.STATS_KEY] for m in mine if loadstats.STATS_KEY in m}
         if not path.exists():
             missing = sorted(set(range(num_partitions)) - set(reports))
             if missing:  # a partial fold would be silently wrong (partition 0 holds the message side)
                 raise InputError("E067", batch=batch, pipeline=self.pipeline, missing=missing)
             stats = loadstats.fold_reports(reports, num_partitions)
             write_once(path, pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL))
-        for m in mine:
-            if loadstats.STATS_KEY in m:
-                m["load_stats_bytes"] = len(m.pop(loadstats.STATS_KEY))
         with open(path, "rb") as fh:  # the first attempt's file, whoever wrote it
             return pickle.load(fh)
 
