@@ -3,8 +3,10 @@
 The driver's :class:`skype.dskype.rebalancing.Rebalancer` keeps a copy of the pipeline's
 :class:`~skype.partitioning.units.UnitDistribution` whose statistics the policies read.  With the
 statistics source ``reports`` the copy is advanced after each batch from what the partitions
-report in their metrics rows (key :data:`STATS_KEY`), not by replaying the staged stream, so an
-open stream (Kafka, ``--messages-dir``, ``--vocabulary`` ingestion) can be rebalanced too.
+report in their metrics rows (key :data:`STATS_KEY`), not by replaying the staged stream, so the
+statistics need no staged stream (stream directories given with ``--messages-dir`` are
+rebalanced; Kafka and ``--vocabulary`` ingestion are refused for another reason, E063: their
+sources do not carry the table versions).
 
 **Message side** (:func:`message_report`, by partition 0 of the pipeline only).  Every partition
 of an adaptive pipeline receives every message, so one of them reports, per batch, exactly what
@@ -36,6 +38,8 @@ load model's message count of a partition when statistics come from reports.
 **Fold** (:func:`fold_reports`).  The reports of one batch become one :class:`BatchStats`; the
 rebalancer writes it once per batch (``stats-<b>.pkl``, :func:`skype.dskype.handover.write_once`)
 before deciding and decides from the file when it exists, so a re-run batch decides the same.
+:func:`advance` applies it to the copy: the commands in order, then the counts through
+:meth:`~skype.partitioning.units.UnitDistribution.observe_counts`.
 
 Everything a partition reports is one base64 string of :func:`skype.dskype.codec.pack` columns
 (the metrics rows travel as JSON); the rebalancer takes it out of the rows it consumes.
