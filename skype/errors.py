@@ -74,6 +74,8 @@ class Errors:
     E064 = "the routing tables of a live rebalancing run are missing or unreadable in {path!r}: {detail}"
     E065 = "the rebalancing state of batch {batch} is missing in {path!r}: the run directory is incomplete"
     E066 = "a unit of method {method!r} cannot be cut at runtime: {detail}"
+    E067 = ("the rebalancing statistics of batch {batch} (pipeline {pipeline}) lack the reports of partitions "
+            "{missing}: each partition of an adaptive pipeline reports in every batch")
     # E080-E089: ingestion and stream order on Spark (issue 11)
     E080 = ("unseen terms {first!r} and {second!r} share the hashed term id {term_id} (vocabulary key {key}, "
             "{slots} slots): rebuild the vocabulary from a sample that holds one of them, or with more slots")

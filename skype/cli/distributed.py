@@ -167,7 +167,8 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
 
     # refusals that need no workload, before it is loaded (skype.spark.run checks them again)
     rebalancing.check_rebalance(args.rebalance, args.method, staged=not (args.vocabulary or args.messages_dir
-                                                                         or args.source != "files"))
+                                                                         or args.source != "files"),
+                                versioned=not (args.vocabulary or args.source != "files"))
     workload: Inputs | RawStreams
     if args.vocabulary:
         check_ingest_args(args)

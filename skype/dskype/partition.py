@@ -74,6 +74,7 @@ from skype.errors import InputError
 from skype.model import MessageBatch
 from skype.dskype import activation as act
 from skype.dskype import codec
+from skype.dskype import loadstats
 from skype.dskype.activation import Activation, ActivationConfig
 from skype.dskype import snapshots
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands
@@ -109,6 +110,7 @@ class PartitionConfig:
     summary_dir: str | None = None  # prefix: keyword summaries published here (skype.dskype.summaries)
     summary_mode: str = "active"  # which replicas' terms are live: "active" or "hosted"
     backfill: MessageReadBack | None = None  # where window messages are read back (skype.spark.backfill)
+    load_stats: bool = False  # adaptive: report the rebalancer's statistics (skype.dskype.loadstats)
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -291,6 +293,10 @@ class PartitionCore:
         if len(switching):  # before every command of the batch (they were routed under the new version)
             due = Commands.stack([switching, due])
             positions = np.r_[np.full(len(switching), lo, np.int64), positions]
+        t_applied = time.perf_counter()
+        stats_rows = (loadstats.applied_commands(due, self.hosted, len(switching)) if self.config.load_stats
+                      else None)
+        t_applied = time.perf_counter() - t_applied
         cmd_subs = np.unique(due.subs.ids) if len(due) else np.zeros(0, np.int64)
         before = self._lists([int(s) for s in cmd_subs if self.active(int(s))])
         before_meta = {int(s): (self.active(int(s)), self.hosted.nrep(int(s)) if self.active(int(s)) else 0)
@@ -372,6 +378,13 @@ class PartitionCore:
             waking = [self.hosted.rows[sid][5] for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
             live_terms = self.coverage.publish(self.hwm_seq, waking)
         reports, rows = self._pack_reports(report_rows)
+        stats: dict[str, str | float] = {}
+        if stats_rows is not None:  # the rebalancer's statistics (skype.dskype.loadstats)
+            t_stats = time.perf_counter()
+            assert self.handover is not None  # statistics are reported by adaptive partitions only
+            stats[loadstats.STATS_KEY] = loadstats.partition_report(
+                self.config.partition, self.hosted, self.handover, inp.messages, due, positions, stats_rows)
+            stats["load_stats_s"] = time.perf_counter() - t_stats + t_applied
         dormant = len(self.activation.dormant) if self.activation is not None else 0
         return PartitionOutput(
             reports=reports, upto=hwm_seq + 1, activation_entry=entry, backfill=backfill, handover_entry=handover_entry,
@@ -386,7 +399,7 @@ class PartitionCore:
                      "backfill_messages": len(codec.unpack_messages(backfill)[1]) if backfill else 0,
                      "backfill_rebuilds": int(rebuilt),
                      "backfill_s": t_backfill, "engine_cpu_s": work.pop("cpu_ns") / 1e9, "work": work,
-                     **(self.handover.metrics if self.handover is not None else {})},
+                     **(self.handover.metrics if self.handover is not None else {}), **stats},
         )
 
     # ------------------------------------------------------------------ keyword summaries

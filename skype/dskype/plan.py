@@ -33,10 +33,11 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.dskype.keys import grouping_keys
+from skype.dskype.loadstats import SOURCES as STATS_SOURCES, stats_source
 from skype.dskype.window import WindowSpec
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
-                    "engine_options", "n1", "rebalance", "rebalance_load", "summaries")
+                    "engine_options", "n1", "rebalance", "rebalance_load", "rebalance_stats", "summaries")
 ENGINE_CACHES = ("process", "worker")
 SINKS = ("files", "console", "kafka")
 EVENT_FORMATS = ("json", "parquet")
@@ -83,6 +84,7 @@ class RunSettings:
     ingest_split: int = 10_000  # raw records per reading task
     rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.dskype.rebalancing)
     rebalance_load: str = "model"  # what the policy balances: its paper's model, or measured engine work
+    rebalance_stats: str = "auto"  # where the policy's statistics come from (skype.dskype.loadstats.SOURCES)
     summaries: str = "active"  # prefix: whose terms are live in the keyword summaries (or "off")
     commands_per_batch: int | None = None  # None: derived from the memory (skype.spark.runtime.commands_cap); 0: no cap
 
@@ -108,7 +110,8 @@ class RunSettings:
             raise InputError("E023", what="merge-buckets", expected="an integer >= 1", value=self.merge_buckets)
         for name, value, choices in (("engine cache", self.engine_cache, ENGINE_CACHES), ("sink", self.sink, SINKS),
                                      ("events format", self.events_format, EVENT_FORMATS),
-                                     ("source", self.source, SOURCES), ("summaries", self.summaries, SUMMARIES)):
+                                     ("source", self.source, SOURCES), ("summaries", self.summaries, SUMMARIES),
+                                     ("rebalancing statistics", self.rebalance_stats, STATS_SOURCES)):
             if value not in choices:
                 raise InputError("E022", what=name, value=value, choices=", ".join(choices))
         if self.source == "kafka" and not (self.kafka_bootstrap and self.messages_topic and self.commands_topic):
@@ -118,6 +121,16 @@ class RunSettings:
             raise InputError("E023", what="--sink kafka", expected="given with --kafka-bootstrap and --events-topic",
                              value=self.events_topic)
         self.window = WindowSpec(self.window_kind, float(self.window_size))
+
+    @property
+    def staged(self) -> bool:
+        """Whether the driver stages the stream itself (its workload is the whole stream)."""
+        return self.source == "files" and self.messages_dir is None
+
+    def statistics_source(self) -> str | None:
+        """Where the live rebalancer's statistics come from (:func:`skype.dskype.loadstats.stats_source`);
+        None without a policy."""
+        return None if self.rebalance == "never" else stats_source(self.rebalance_stats, self.staged)
 
     def checked(self) -> dict:
         d = asdict(self)
@@ -240,6 +253,7 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
         saved = json.loads(meta_path.read_text())
         saved["settings"].setdefault("rebalance", "never")  # run directories from before live rebalancing
         saved["settings"].setdefault("rebalance_load", "model")
+        saved["settings"].setdefault("rebalance_stats", "auto")  # run directories from before reported statistics
         # runs from before keyword summaries routed every term: any mode resumes them exactly
         saved["settings"].setdefault("summaries", settings.summaries)
         if saved["settings"] != settings.checked():

@@ -4,9 +4,13 @@ After each micro-batch b (in the ``foreachBatch`` sink, before batch b+1 starts)
 :class:`Rebalancer` of an adaptive pipeline:
 
 1. advances its own copy of the distribution (the build, with the subscriptions live at each
-   position registered) through the stream up to b's high-water mark ``h_b``: the commands
-   positioned at ``h_b + 1`` or before, and the batch's messages, routed with keyword summaries
-   exactly as ``partition-sim`` routes them, so the copy keeps the statistics its paper keeps;
+   position registered) up to b's high-water mark ``h_b``: the commands positioned at ``h_b + 1``
+   or before, and the batch's messages.  The statistics source ``replay`` (a staged stream)
+   routes them through the copy with keyword summaries exactly as ``partition-sim`` does;
+   ``reports`` (any other stream) applies what the partitions reported in their metrics rows
+   (:mod:`skype.dskype.loadstats`: the same copy, except the messages per partition), folded
+   and written once as ``stats-<b>.pkl`` before the decision, so that a re-run batch decides
+   from them again;
 2. folds them (``FADING[policy]``), asks the policy for a plan (:func:`skype.partitioning.rebalance.decide`)
    and applies it to the copy.  With ``--rebalance-load measured`` the policy plans with each
    partition's measured engine and report seconds of the batch instead of its paper's model
@@ -23,8 +27,10 @@ With ``never`` the driver keeps nothing: it records an empty decision per batch.
 **Restart.**  A batch that re-runs finds ``state-<b>.pkl`` (its decision was taken: the same
 version file stands) or takes the state of batch b-1 and decides again from the same statistics
 (the policies are deterministic; an existing version file of that batch is kept as it is).  The
-stream comes from the staged workload, which the driver loads on every start; live rebalancing
-therefore needs a staged run (``E063`` otherwise).  Only the last two states are kept.
+replay takes the stream from the staged workload, which the driver loads on every start; the
+reports come with the batch's rows, or from ``stats-<b>.pkl`` when the batch was decided before.
+Adaptive methods need the stream-files source, whose offsets carry the table versions (``E063``
+for Kafka and ``--vocabulary`` ingestion).  Only the last two states (and statistics) are kept.
 
 :func:`rebalancing_report` gathers, per move, the units and subscriptions the policy moved, the
 subscriptions the partitions handed over and the state bytes the new owners took over, and the
@@ -46,6 +52,7 @@ from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check
 from skype.partitioning.units import UnitDistribution
 from skype.dskype.handover import (TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
                                    write_replacing, write_version)
+from skype.dskype import loadstats
 from skype.dskype.results import partition_work
 
 
@@ -58,11 +65,16 @@ def policy_of(policy: str, method: str) -> str:
     return PAPER_POLICY[method] if policy == "paper" else policy
 
 
-def check_rebalance(policy: str, methods, staged: bool) -> None:
+def check_rebalance(policy: str, methods, staged: bool, versioned: bool | None = None,
+                    stats: str = "auto") -> None:
     """A policy other than ``never`` needs adaptive methods it serves; adaptive methods need a
-    staged stream (the driver replays it for the statistics)."""
+    source that carries the table versions in its offsets (``versioned``: the stream-files
+    source, staged by the driver or given with ``--messages-dir``; not Kafka or ``--vocabulary``
+    ingestion, whose sources do not carry them yet); statistics replayed by the driver
+    (``stats = "replay"``) need a staged stream, reported ones (:mod:`skype.dskype.loadstats`) do not."""
     from skype.partitioning import capabilities_of
 
+    versioned = staged if versioned is None else versioned
     adaptive = [m for m in methods if capabilities_of(m).adaptive]
     if policy != "never":
         static = [m for m in methods if not capabilities_of(m).adaptive]
@@ -71,9 +83,12 @@ def check_rebalance(policy: str, methods, staged: bool) -> None:
                                             f"(agrid, kdt, qt, aqwa); {static[0]!r} has none")
         for m in methods:
             check_policy(policy_of(policy, m), m)
-    if adaptive and not staged:
-        raise InputError("E063", detail=f"method {adaptive[0]!r} needs a staged stream (no --vocabulary, "
-                                        "--messages-dir or Kafka): the driver replays it for the policy's statistics")
+    if adaptive and not versioned:
+        raise InputError("E063", detail=f"method {adaptive[0]!r} needs the stream-files source (no --vocabulary "
+                                        "or Kafka): only its offsets carry the ownership table versions")
+    if adaptive and policy != "never" and not staged and stats == "replay":
+        raise InputError("E063", detail="statistics replayed by the driver need a staged stream (no --messages-dir): "
+                                        "use the partitions' reports (rebalance_stats 'reports' or 'auto')")
 
 
 LOADS = ("model", "measured")
@@ -83,13 +98,20 @@ class Rebalancer:
     """The driver's half of live rebalancing for one pipeline (module docstring)."""
 
     def __init__(self, directory: Path, dist: UnitDistribution, policy: str, inputs, pipeline: int,
-                 load: str = "model") -> None:
+                 load: str = "model", source: str = "replay", num_messages: int | None = None) -> None:
         if load not in LOADS:
             raise InputError("E022", what="rebalancing load", value=load, choices=", ".join(LOADS))
+        if source not in ("replay", "reports"):
+            raise InputError("E022", what="rebalancing statistics", value=source, choices="replay, reports")
+        if source == "replay" and inputs is None and policy != "never":
+            raise InputError("E063", detail="statistics replayed by the driver need the staged workload")
         self.directory = Path(directory)
         self.policy = policy
         self.load = load
+        self.source = source  # "replay": the staged stream; "reports": the partitions' metrics rows
         self.inputs = inputs
+        # the stream's length when known (its last batch decides nothing)
+        self.num_messages = int(inputs.num_messages) if inputs is not None else num_messages
         self.pipeline = pipeline
         self.base = dist
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -100,6 +122,10 @@ class Rebalancer:
     # ------------------------------------------------------------------ the driver's copy
     def _fresh(self) -> dict:
         dist = copy.deepcopy(self.base)
+        if self.source == "reports":  # every subscription comes as a reported command, batch 0's first
+            dist.remove_subscriptions(dist.table.records.ids[dist.table.alive])
+            dist.reset_statistics()
+            return {"batch": -1, "dist": dist, "cursor": (0, 0, 0), "versions": 1}
         ids = [self.inputs.subscriptions.ids] + [b.ids for op, b in self.inputs.steps if op == "sub"]
         dist.remove_subscriptions(np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64))
         dist.reset_statistics()
@@ -144,19 +170,22 @@ class Rebalancer:
     def _save(self, state: dict) -> None:
         path = self._state_path(state["batch"])
         write_replacing(path, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
-        old = self._state_path(state["batch"] - 2)
-        if old.exists():
-            old.unlink()
+        for old in (self._state_path(state["batch"] - 2), self.directory / f"stats-{state['batch'] - 2:08d}.pkl"):
+            if old.exists():
+                old.unlink()
 
     # ------------------------------------------------------------------ one batch
     def after_batch(self, batch: int, stages: list[dict]) -> dict:
         """Decide after ``batch`` (its partitions' metrics rows give the high-water mark)."""
         if self.policy == "never":  # the build's tables stay: no statistics to keep
             return self._record({"batch": batch, "version": None})
+        reports = self._take_reports(stages)
         if self._state_path(batch).exists() and (self.state is None or self.state["batch"] != batch - 1):
             self.state = self._load(batch)  # a re-run batch: its decision stands
             return self._decision(batch) or {}
         if self.state is None or self.state["batch"] != batch - 1:
+            if batch > 0 and self.source == "reports" and not any(self.directory.glob("state-*.pkl")):
+                raise InputError("E065", batch=batch - 1, path=str(self.directory))  # nothing to replay from
             if batch == 0 or not any(self.directory.glob("state-*.pkl")):
                 self.state = self._fresh()
                 if batch > 0:  # no decision was ever recorded: replay the stream up to here
@@ -169,11 +198,11 @@ class Rebalancer:
         ups = [m["upto"] for m in stages if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline]
         record: dict = {"batch": batch, "version": None}
         upto = max(ups) if ups else None
-        if upto is not None and upto >= self.inputs.num_messages:  # the stream's end: nothing left to balance
-            state["cursor"] = self._advance(state["dist"], state["cursor"], upto)
+        if upto is not None and self.num_messages is not None and upto >= self.num_messages:
+            self._advance_batch(state, batch, reports, upto)  # the stream's end: nothing left to balance
         elif upto is not None:
             dist = state["dist"]
-            state["cursor"] = self._advance(dist, state["cursor"], upto)
+            self._advance_batch(state, batch, reports, upto)
             dist.fold_statistics(FADING[self.policy])
             loads = self._loads(batch, stages, dist.num_partitions) if self.load == "measured" else None
             t0 = time.perf_counter()
@@ -193,6 +222,37 @@ class Rebalancer:
         self._save(state)
         self.state = state
         return self._record(record)
+
+    def _take_reports(self, stages: list[dict]) -> dict[int, str]:
+        """Partition -> its statistics report (:mod:`skype.dskype.loadstats`), taken out of this
+        pipeline's rows: the metrics file keeps only their size (``load_stats_bytes``)."""
+        reports = {}
+        for m in stages:
+            if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline and loadstats.STATS_KEY in m:
+                reports[int(m["partition"])] = m.pop(loadstats.STATS_KEY)
+                m["load_stats_bytes"] = len(reports[int(m["partition"])])
+        return reports
+
+    def _advance_batch(self, state: dict, batch: int, reports: dict[int, str], upto: int) -> None:
+        """Advance the copy through ``batch``: replay the staged stream up to ``upto``, or apply
+        the batch's reported statistics (:mod:`skype.dskype.loadstats`)."""
+        if self.source == "replay":
+            state["cursor"] = self._advance(state["dist"], state["cursor"], upto)
+        else:
+            loadstats.advance(state["dist"], self._batch_stats(batch, reports, state["dist"].num_partitions))
+
+    def _batch_stats(self, batch: int, reports: dict[int, str], num_partitions: int) -> loadstats.BatchStats:
+        """The folded reports of ``batch``, written once before the decision (``stats-<b>.pkl``): a
+        batch that re-runs decides from the same statistics, whatever its rows hold."""
+        path = self.directory / f"stats-{batch:08d}.pkl"
+        if not path.exists():
+            missing = sorted(set(range(num_partitions)) - set(reports))
+            if missing:  # a partial fold would be silently wrong (partition 0 holds the message side)
+                raise InputError("E067", batch=batch, pipeline=self.pipeline, missing=missing)
+            stats = loadstats.fold_reports(reports, num_partitions)
+            write_once(path, pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL))
+        with open(path, "rb") as fh:  # the first attempt's file, whoever wrote it
+            return pickle.load(fh)
 
     def _loads(self, batch: int, stages: list[dict], num_partitions: int) -> np.ndarray:
         """The measured loads batch ``batch``'s decision uses, written before the decision: a batch
@@ -218,13 +278,17 @@ class Rebalancer:
 
 
 def attach(plan, policy: str, inputs, load: str = "model") -> dict[int, Rebalancer]:
-    """One rebalancer per adaptive pipeline of a staged run (version 0 written before the query);
-    ``load``: plan with the policy's model of the load, or with the partitions' measured work."""
+    """One rebalancer per adaptive pipeline (version 0 written before the query); ``load``: plan
+    with the policy's model of the load, or with the partitions' measured work.  Its statistics
+    come from the run's source (``RunSettings.statistics_source``): a replay of the staged
+    ``inputs``, or the partitions' reports (``inputs`` may then be None)."""
+    source = plan.settings.statistics_source() or "replay"
     out = {}
     for pipe in plan.pipelines:
         if routes_everywhere(pipe.distribution):
             out[pipe.index] = Rebalancer(rebalance_dir(plan.run_dir, pipe.method), pipe.distribution,
-                                         policy_of(policy, pipe.method), inputs, pipe.index, load)
+                                         policy_of(policy, pipe.method), inputs if source == "replay" else None,
+                                         pipe.index, load, source, plan.stream_messages)
     return out
 
 

@@ -37,7 +37,10 @@ fading, §3.6; ``decay=0`` keeps only the last interval).  Each fold also record
 every unit, its replicas now minus at the previous fold (arrivals less departures over the last
 interval), which a policy may extrapolate one interval ahead, and keeps the term lists of the
 messages of the last interval (``RECENT_SAMPLE`` of them, evenly spaced), from which a policy may
-measure how many messages a partition's summary would meet after a move.
+measure how many messages a partition's summary would meet after a move.  A batch known only by
+its counts (the Spark partitions' reports, :mod:`skype.dskype.loadstats`) is added by
+:meth:`UnitDistribution.observe_counts`, exactly as routing it would add it, except the messages
+per partition, which the reports count their own way.
 """
 
 from __future__ import annotations
@@ -390,6 +393,31 @@ class UnitDistribution(Distribution):
             self.term_msgs_new = np.r_[self.term_msgs_new, np.zeros(grow)]
             self.term_msgs_old = np.r_[self.term_msgs_old, np.zeros(grow)]
         self.term_msgs_new[:len(freq)] += freq
+
+    def observe_counts(self, count: int, terms: np.ndarray, term_counts: np.ndarray, cells: np.ndarray,
+                       cell_counts: np.ndarray, sample: tuple[np.ndarray, np.ndarray],
+                       part_msgs: np.ndarray | None = None) -> None:
+        """Add a batch of messages known by its counts (the partitions' reports,
+        :mod:`skype.dskype.loadstats`) exactly as :meth:`route_messages` adds it: ``count``
+        messages, sparse term and cell counts, the batch's recent sample ``(lengths, term ids)``
+        and, when given, the messages per partition (the reports' count, not the summaries')."""
+        if part_msgs is not None:
+            self.part_msgs_new = self.part_msgs_new + np.asarray(part_msgs, np.float64)
+        if count == 0:
+            return  # route_messages observes nothing of an empty batch
+        terms = np.asarray(terms, np.int64)
+        top = int(terms.max(initial=-1)) + 1
+        self._grow_vocab(top)
+        self.messages_seen += int(count)
+        self.recent_new.append((np.asarray(sample[0], np.int64), np.asarray(sample[1], np.int64)))
+        self.msgs_new += int(count)
+        np.add.at(self.cell_msgs_new, np.asarray(cells, np.int64), np.asarray(cell_counts, np.float64))
+        width = max(len(self.holders), top)
+        if width > len(self.term_msgs_new):
+            grow = width - len(self.term_msgs_new)
+            self.term_msgs_new = np.r_[self.term_msgs_new, np.zeros(grow)]
+            self.term_msgs_old = np.r_[self.term_msgs_old, np.zeros(grow)]
+        np.add.at(self.term_msgs_new, terms, np.asarray(term_counts, np.float64))
 
     def fold_statistics(self, decay: float) -> None:
         """``old <- old * decay + new; new <- 0`` (AQWA §3.6 with ``decay = 1/c``)."""

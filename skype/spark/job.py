@@ -88,8 +88,11 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     if answers_out and (raw or settings.messages_dir or settings.source != "files" or settings.sink == "console"):
         raise InputError("E136", what="--answers-out",
                          detail="no --vocabulary, --messages-dir or Kafka, and not --sink console")
+    # adaptive methods: table versions travel in the stream-files source's offsets; statistics
+    # come from a replay of a staged stream or from the partitions' reports (skype.dskype.loadstats)
     rebalancing.check_rebalance(settings.rebalance, settings.methods,
-                                staged=not (raw or settings.messages_dir or settings.source != "files"))
+                                staged=not (raw or settings.messages_dir or settings.source != "files"),
+                                versioned=not (raw or settings.source != "files"), stats=settings.rebalance_stats)
     # the executors see a relative run directory from their own working directory: resolve it here
     run_path = Path(run_dir).resolve() if run_dir is not None else default_run_directory()
     t0 = time.perf_counter()

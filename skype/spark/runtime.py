@@ -212,6 +212,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     configs = {}
     assert s.merge_buckets is not None  # RunSettings sets it
     vocab = plan.run_dir / "stream" / VOCABULARY_FILE  # written by staging when terms subscriptions come
+    reported = s.statistics_source() == "reports"  # adaptive partitions report the rebalancer's statistics
     for pipe in plan.pipelines:
         native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
         activation = activation_config(s, pipe.distribution)
@@ -226,7 +227,8 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
                                            rebalance_dir=rebalance_dir_of(plan, pipe),
                                            num_partitions=len(pipe.partition_keys),
                                            summary_dir=summaries, summary_mode=s.summaries,
-                                           backfill=backfill_source(plan) if summaries else None)
+                                           backfill=backfill_source(plan) if summaries else None,
+                                           load_stats=reported and rebalance_dir_of(plan, pipe) is not None)
     return configs
 
 
