@@ -117,3 +117,26 @@ def test_an_open_stream_gets_its_results_from_the_stages_on_a_results_request(sp
         for part in first:
             got.update(results_of(part))
         assert got == want[200], f"{method}: {first_difference(got, want[200])}"
+
+
+def test_spark_adaptive_method_rebalances_over_executor_ingestion(spark, raw_files, tmp_path):
+    """An adaptive method with live rebalancing over raw files the executors tokenize: the table
+    versions travel in the source's offsets and the statistics come from the partitions' reports
+    (the driver has no workload to replay); the final results equal the centralized engine's."""
+    from skype.cli.distributed import run_distributed
+
+    d = raw_files
+    files = ["--messages", str(d / "msgs.jsonl"), "--subscriptions", str(d / "subs.jsonl"),
+             "--vocabulary", str(d / "vocab.json"), "--window", "300"]
+    assert main(["simulate", *files, "--results-out", str(tmp_path / "central.jsonl")]) == 0
+    want = results_of(tmp_path / "central.jsonl")
+    run_dir = tmp_path / "run"
+    args = build_parser().parse_args(["distributed", *files, "--batch-size", "100", "--method", "agrid",
+                                      "--rebalance", "tornado", "--partitions", "2", "--checkpoint", str(run_dir),
+                                      "--results-out", str(tmp_path / "r.jsonl"), "--metrics-out", str(tmp_path / "m.json")])
+    assert run_distributed(args, spark) == 0
+    got = results_of(tmp_path / "r.jsonl")
+    assert got == want, first_difference(got, want)
+    decisions = sorted((run_dir / "rebalance" / "agrid").glob("decision-*.json"))
+    assert len(decisions) >= 3 and all("upto" in json.loads(p.read_text()) for p in decisions[:-1])
+    assert not (run_dir / "stream" / "messages").exists()  # nothing staged by the driver

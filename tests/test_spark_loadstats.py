@@ -137,6 +137,11 @@ def test_reported_statistics_rebalance_exactly_and_a_rerun_decides_the_same(meth
         reported = sum("load_stats" in m for m in rows)
         decisions.append(rebalancer.after_batch(b, rows))
         assert reported == 3 and all("load_stats" not in m for m in rows)  # taken out of the metrics file
+        # hand-over files stay until the batch that put their version in force is committed
+        for path in rebalancer.directory.glob("handover-*.pkl"):
+            version = int(path.name.split("-")[1])
+            decided = next(d["batch"] for d in decisions if d.get("version") == version)
+            assert decided + 2 >= b, f"batch {b}: {path.name} kept after its switch was committed"
         if redone is None and decisions[-1].get("version") is not None:
             # a lost commit after the decision: a new driver, the batch's state gone, its rows
             # without the reports (taken by the first attempt): the statistics file decides
@@ -156,6 +161,10 @@ def test_reported_statistics_rebalance_exactly_and_a_rerun_decides_the_same(meth
     versions = sorted(p.name for p in directory.glob("version-*.pkl"))
     handed = sum(m.get("handover_in", 0) for ms in pipe.metrics for m in ms if m["stage"] == "partition")
     assert len(versions) > 1 and handed > 0
+    switched = {d["version"] for d in decisions if d.get("version") is not None and d["batch"] + 2 < len(want)}
+    assert switched
+    rebalancer.after_batch(len(want), [])  # one more (idle) batch: every earlier batch is committed
+    assert not any(any(directory.glob(f"handover-{v:06d}-*.pkl")) for v in switched)
 
 
 def test_spark_rebalancing_over_stream_directories_from_reports(spark, tmp_path):

@@ -359,12 +359,12 @@ def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, p
 
 @pytest.mark.parametrize("extra,message", [
     (["--method", "location", "--rebalance", "tornado"], "'location' has none"),
-    (["--method", "agrid", "--vocabulary", "v.json", "--messages", "m.jsonl", "--subscriptions", "s.jsonl"],
-     "needs the stream-files source"),
+    (["--method", "agrid", "--source", "kafka", "--kafka-bootstrap", "b:9092", "--messages-topic", "m",
+      "--commands-topic", "c"], "needs the stream-files source"),
 ])
 def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp_path):
     """A policy on a static method and an adaptive method on a source that does not carry the
-    table versions (raw ingestion) fail with E063 before any session starts."""
+    table versions (Kafka) fail with E063 before any session starts."""
     from skype.cli.distributed import run_distributed
     from skype.errors import InputError
 

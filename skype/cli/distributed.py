@@ -72,6 +72,10 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--rebalance-load", choices=("model", "measured"), default="model",
                    help="what the policy balances: its paper's load model (replicas x messages routed; default) "
                         "or each partition's measured engine and report seconds of the last batch")
+    d.add_argument("--rebalance-stats", choices=("auto", "replay", "reports"), default="auto",
+                   help="where the policy's statistics come from: the driver's replay of a staged stream, or the "
+                        "partitions' reports in their metrics rows (auto: replay when the driver staged the stream, "
+                        "else reports; docs/spark-design.md, 'Live rebalancing')")
     d.add_argument("--summaries", choices=("active", "hosted", "off"), default="active",
                    help="prefix on a count window: keyword summaries, a message goes to a partition only for its "
                         "terms some replica there holds; 'active': awake replicas (the paper's loose prefixes), "
@@ -146,7 +150,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap, events_topic=args.events_topic,
         messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
         stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
-        rebalance_load=args.rebalance_load, summaries=args.summaries,
+        rebalance_load=args.rebalance_load, rebalance_stats=args.rebalance_stats, summaries=args.summaries,
         ingest_split=args.ingest_split if args.vocabulary else 10_000,
         commands_per_batch=args.commands_per_batch,
     )
@@ -168,7 +172,7 @@ def run_distributed(args: argparse.Namespace, spark=None) -> int:
     # refusals that need no workload, before it is loaded (skype.spark.run checks them again)
     rebalancing.check_rebalance(args.rebalance, args.method, staged=not (args.vocabulary or args.messages_dir
                                                                          or args.source != "files"),
-                                versioned=not (args.vocabulary or args.source != "files"))
+                                versioned=args.source == "files")
     workload: Inputs | RawStreams
     if args.vocabulary:
         check_ingest_args(args)

@@ -52,7 +52,8 @@ by *units* whose owner a rebalancing policy may change at runtime.  On Spark the
   ones added (:meth:`Handover.replay_switch`).  So a rebuilt partition (a lost cache, a lost
   executor, a restarted driver) reproduces the same state; a lost commit re-runs a batch from the
   committed state, which computes the same hand-over file (a duplicate attempt keeps the first)
-  or reads the same files.  Hand-over files are never removed.
+  or reads the same files.  The driver removes a version's files once the batch that put it in
+  force is committed (:meth:`skype.dskype.rebalancing.Rebalancer.after_batch`).
 
 What a move costs: the records and pending commands that change owner, written once and read
 once by their new owner (each new owner reads the P - 1 files of the version, in which its share

@@ -4,9 +4,9 @@ The driver's :class:`skype.dskype.rebalancing.Rebalancer` keeps a copy of the pi
 :class:`~skype.partitioning.units.UnitDistribution` whose statistics the policies read.  With the
 statistics source ``reports`` the copy is advanced after each batch from what the partitions
 report in their metrics rows (key :data:`STATS_KEY`), not by replaying the staged stream, so the
-statistics need no staged stream (stream directories given with ``--messages-dir`` are
-rebalanced; Kafka and ``--vocabulary`` ingestion are refused for another reason, E063: their
-sources do not carry the table versions).
+statistics need no staged stream (stream directories given with ``--messages-dir`` and raw files
+the executors tokenize, ``--vocabulary``, are rebalanced; Kafka is refused for another reason,
+E063: its source does not carry the table versions).
 
 **Message side** (:func:`message_report`, by partition 0 of the pipeline only).  Every partition
 of an adaptive pipeline receives every message, so one of them reports, per batch, exactly what

@@ -125,7 +125,7 @@ class RunSettings:
     @property
     def staged(self) -> bool:
         """Whether the driver stages the stream itself (its workload is the whole stream)."""
-        return self.source == "files" and self.messages_dir is None
+        return self.source == "files" and self.messages_dir is None and not self.vocabulary
 
     def statistics_source(self) -> str | None:
         """Where the live rebalancer's statistics come from (:func:`skype.dskype.loadstats.stats_source`);

@@ -29,8 +29,8 @@ version file stands) or takes the state of batch b-1 and decides again from the 
 (the policies are deterministic; an existing version file of that batch is kept as it is).  The
 replay takes the stream from the staged workload, which the driver loads on every start; the
 reports come with the batch's rows, or from ``stats-<b>.pkl`` when the batch was decided before.
-Adaptive methods need the stream-files source, whose offsets carry the table versions (``E063``
-for Kafka and ``--vocabulary`` ingestion).  Only the last two states (and statistics) are kept.
+Adaptive methods need the stream-files source (staged, directories, or raw files the executors
+tokenize), whose offsets carry the table versions (``E063`` for Kafka).  Only the last two states (and statistics) are kept.
 
 :func:`rebalancing_report` gathers, per move, the units and subscriptions the policy moved, the
 subscriptions the partitions handed over and the state bytes the new owners took over, and the
@@ -50,7 +50,7 @@ import numpy as np
 from skype.errors import InputError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
-from skype.dskype.handover import (TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
+from skype.dskype.handover import (HANDOVER_PREFIX, TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
                                    write_replacing, write_version)
 from skype.dskype import loadstats
 from skype.dskype.results import partition_work
@@ -84,8 +84,8 @@ def check_rebalance(policy: str, methods, staged: bool, versioned: bool | None =
         for m in methods:
             check_policy(policy_of(policy, m), m)
     if adaptive and not versioned:
-        raise InputError("E063", detail=f"method {adaptive[0]!r} needs the stream-files source (no --vocabulary "
-                                        "or Kafka): only its offsets carry the ownership table versions")
+        raise InputError("E063", detail=f"method {adaptive[0]!r} needs the stream-files source (not Kafka): "
+                                        "only its offsets carry the ownership table versions")
     if adaptive and policy != "never" and not staged and stats == "replay":
         raise InputError("E063", detail="statistics replayed by the driver need a staged stream (no --messages-dir): "
                                         "use the partitions' reports (rebalance_stats 'reports' or 'auto')")
@@ -106,6 +106,7 @@ class Rebalancer:
         if source == "replay" and inputs is None and policy != "never":
             raise InputError("E063", detail="statistics replayed by the driver need the staged workload")
         self.directory = Path(directory)
+        self._decided_after: dict[int, int] = {}  # table version -> the batch after which it was decided
         self.policy = policy
         self.load = load
         self.source = source  # "replay": the staged stream; "reports": the partitions' metrics rows
@@ -221,7 +222,23 @@ class Rebalancer:
         state["batch"] = batch
         self._save(state)
         self.state = state
+        self._prune_handovers(batch)
         return self._record(record)
+
+    def _prune_handovers(self, batch: int) -> None:
+        """Remove the hand-over files no batch can read again.  Version v decided after batch d is
+        announced by batch d + 1 (its offset is planned after d's commit) and put in force by
+        batch d + 2, whose partitions read its files; a rebuild reads its switch from the durable
+        log, never from the files.  When the sink of ``batch`` runs, every earlier batch is
+        committed, so the files of a version with ``d + 2 < batch`` are read for the last time."""
+        for path in self.directory.glob(f"{HANDOVER_PREFIX}*-from-*.pkl"):
+            version = int(path.name[len(HANDOVER_PREFIX):].split("-", 1)[0])
+            decided = self._decided_after.get(version)
+            if decided is None:
+                with open(version_path(self.directory, version), "rb") as fh:
+                    decided = self._decided_after[version] = int(pickle.load(fh).after_batch)
+            if 0 <= decided and decided + 2 < batch:
+                path.unlink(missing_ok=True)
 
     def _take_reports(self, stages: list[dict]) -> dict[int, str]:
         """Partition -> its statistics report (:mod:`skype.dskype.loadstats`), taken out of this

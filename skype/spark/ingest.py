@@ -286,11 +286,12 @@ def raw_events(spark, plan):
                                 dense=s.window.kind == "count", **kafka)
         commands = kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", **kafka)
         return messages.unionByName(commands)
-    from skype.spark.runtime import commands_cap
+    from skype.spark.runtime import commands_cap, rebalance_dir_of
     from skype.spark.sources import paired_events
 
+    tables = {pipe.index: d for pipe in plan.pipelines if (d := rebalance_dir_of(plan, pipe)) is not None}
     return paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s),
-                         vocabulary=s.vocabulary, bounds=",".join(repr(float(b)) for b in s.bounds),
+                         tables=tables, vocabulary=s.vocabulary, bounds=",".join(repr(float(b)) for b in s.bounds),
                          claims=str(plan.run_dir / "unseen-terms"), deadLetters=str(plan.dead_letters_dir),
                          split=s.ingest_split)
 

@@ -92,7 +92,7 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     # come from a replay of a staged stream or from the partitions' reports (skype.dskype.loadstats)
     rebalancing.check_rebalance(settings.rebalance, settings.methods,
                                 staged=not (raw or settings.messages_dir or settings.source != "files"),
-                                versioned=not (raw or settings.source != "files"), stats=settings.rebalance_stats)
+                                versioned=settings.source == "files", stats=settings.rebalance_stats)
     # the executors see a relative run directory from their own working directory: resolve it here
     run_path = Path(run_dir).resolve() if run_dir is not None else default_run_directory()
     t0 = time.perf_counter()
@@ -116,6 +116,8 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
 
             plan = plan_ingest_run(run_path, settings, vocabulary=workload.vocabulary,
                                    messages_file=workload.messages, subscriptions_file=workload.subscriptions)
+            # adaptive pipelines: statistics from the partitions' reports (no workload to replay)
+            plan.rebalancers = rebalancing.attach(plan, settings.rebalance, None, settings.rebalance_load)
             description = f"{workload.messages or settings.messages_dir} (executor ingestion)"
     else:
         inputs = workload
