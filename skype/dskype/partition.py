@@ -198,7 +198,7 @@ class PartitionCore:
         self._name_rank = NameRanks(self.engine.vocabulary)
         self.handover = (Handover(config.rebalance_dir, config.partition, config.num_partitions)
                          if config.rebalance_dir else None)
-        self._reach: dict[int, float] = {}  # prefix: each hosted record's reach here (see _reach_of)
+        self._reach: dict[int, float] = {}  # prefix: each hosted record's reach here (activation.reach_of)
         self.coverage = (Coverage(config)
                          if config.summary_dir is not None and config.activation is not None else None)
 
@@ -369,7 +369,7 @@ class PartitionCore:
         report_rows = self._report_rows(logs, cmd_subs, before, before_meta, woken_here, restated)
         entry, slept = None, list[tuple[int, int]]()
         if self.activation is not None:
-            report_rows, slept = self._sleep_step(report_rows, cmd_subs)
+            report_rows, slept = act.sleep_step(self, report_rows, cmd_subs)
             if slept or woken:
                 entry = act.entry(self.hwm_seq, slept, woken)
         live_terms = 0
@@ -512,58 +512,6 @@ class PartitionCore:
         exclude = np.union1d(cmd_subs, np.array(stated, np.int64)) if stated else cmd_subs
         parts.append(self._change_rows(*net_changes(logs, exclude)))
         return ReportRows.concat(parts)
-
-    def _sleep_step(self, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list]:
-        """Sleeps of prefix replicas at the end of a batch (:mod:`skype.dskype.activation`; they
-        wake at the start of a later batch).  Returns the report rows (a replica that sleeps
-        reports its departure instead of its list) and the sleeps ``(id, u)``."""
-        activation, cfg = self.activation, self.config
-        assert activation is not None and cfg.activation is not None  # called for prefix partitions only
-        h = self.hwm_seq
-        changed = rows.row["sub"][(rows.row["kind"] == STATE) & rows.row["after_hosted"]
-                                  & (rows.row["after_nrep"] > 1)]
-        candidates = (set(changed.tolist()) | activation.fresh) - set(cmd_subs.tolist())
-        activation.fresh -= candidates
-        slept: list[tuple[int, int]] = []
-        running = np.array(sorted(sid for sid in candidates  # kinds never sleep
-                                  if self.active(sid) and self.hosted.spec(sid) is None), np.int64)
-        if len(running) == 0:
-            return rows, []
-        indptr, _, top_scores = self.engine.topk_arrays(running)
-        reach = np.array([self._reach_of(sid) for sid in running.tolist()], np.float64)  # -1: never sleeps
-        k = np.array([self.hosted.rows[sid][3] for sid in running.tolist()], np.int64)
-        count = np.diff(indptr)
-        kth = np.asarray(top_scores, np.float64)[np.maximum(indptr[1:] - 1, 0)] if len(top_scores) else np.zeros(len(k))
-        # the cheap test first: k local matches above the reach (the home replica never sleeps)
-        maybe = np.flatnonzero((reach >= 0) & (count >= k) & (kth > reach + act.EPS))
-        for i in maybe.tolist():
-            sid = int(running[i])
-            ids, scores = self.engine._topn(sid, cfg.activation.depth_factor * int(k[i]))
-            until = activation.witnesses_until(int(k[i]), float(reach[i]), scores, self.window.seq_of(ids), h)
-            if until is not None:
-                slept.append((sid, until))
-        builder = ReportBuilder()
-        for sid, until in slept:
-            self.engine.unsubscribe(sid)
-            activation.sleep(sid, until)
-            self._hold(sid, -1, record=False, engine=True)
-            nrep, k = self.hosted.rows[sid][0], self.hosted.rows[sid][3]
-            builder.add(sid, STATE, (True, nrep), (False, nrep), k)
-        if slept:
-            keep = ~np.isin(rows.row["sub"], np.array([s for s, _ in slept], np.int64))
-            rows = rows.take(np.flatnonzero(keep))
-        return ReportRows.concat([rows, builder.rows()]), slept
-
-    def _reach_of(self, sid: int) -> float:
-        """``reach(s, i_q)`` of a hosted record on this partition, -1 when its replica never
-        sleeps (home, or no term here); kept per record (a command replacing it drops the entry)."""
-        cached = self._reach.get(sid)
-        if cached is None:
-            _, _, _, _, alpha, term_ids, weights, _ = self.hosted.rows[sid]
-            assert self.config.activation is not None  # reaches are asked on prefix partitions only
-            pos, reach = act.reach_here(self.config.activation, self.config.partition, alpha, term_ids, weights)
-            cached = self._reach[sid] = reach if pos > 0 else -1.0
-        return cached
 
     def _pack_reports(self, rows: ReportRows) -> tuple[dict[int, bytes], int]:
         """Report blobs per merge bucket, and the number of report rows."""
