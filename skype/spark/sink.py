@@ -2,7 +2,8 @@
 
 **Files** (``--sink files``).  The stateful task that makes a pipeline's events (the partition
 task of a method without a merge stage, else the merge bucket's task) writes them itself, one file
-per grouping key, ``events/<method>/batch-<id>-part-<key>.<fmt>`` (:class:`TaskFiles`,
+per grouping key, ``events/<method>/batch-<id>-part-<p>.<fmt>`` with ``<p>`` = ``p<key>`` (a
+partition) or ``m<key>`` (a merge bucket) (:class:`TaskFiles`,
 :func:`write_task_files`), replaced atomically under a name unique to the attempt, and returns
 only a ``written`` row; the sink then collects the small rows, with no Python stage of its own.
 Invariant: a batch Spark re-runs after a failure or a restart brings each key the same input and
@@ -31,9 +32,9 @@ import os
 import secrets
 import sys
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
