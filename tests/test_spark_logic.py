@@ -309,8 +309,49 @@ def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(work
     assert err.value.code == "E087" and str(plan.run_dir) in str(err.value)
     events = plan.events_dir_of(pipe)
     events.mkdir(parents=True, exist_ok=True)
-    (events / f"batch-00000000-part-00000.{suffix(plan.settings.events_format)}").write_text("")
+    (events / f"batch-00000000-part-p00000.{suffix(plan.settings.events_format)}").write_text("")
+    plan.metrics_dir.mkdir(parents=True, exist_ok=True)
+    (plan.metrics_dir / "batch-00000000.json").write_text("{}")  # the batch completed
     check_results_visible(plan, pipe, 12)
+
+
+def test_spark_files_of_a_batch_stopped_midway_are_not_read(workload, tmp_path):
+    """A batch stopped or failed mid-way may leave some tasks' event, result and answer files and
+    not others; until it runs again (and the driver writes its metrics file) they are not read:
+    neither folded into the results nor taken as snapshot answers."""
+    import json as json_mod
+
+    from skype.dskype import snapshots
+    from skype.dskype.plan import plan_run
+    from skype.dskype.reports import EventBuilder, pack_results
+    from skype.dskype.results import completed_batch, event_files, folded_results, stage_result_files
+    from skype.spark.sink import TaskFiles, write_task_files
+
+    _, inputs = _inputs(workload, ["--window", "300"])
+    plan = plan_run(tmp_path / "run", _settings("location", ["--window", "300"], inputs), inputs)
+    pipe = plan.pipelines[0]
+    files = TaskFiles.of(plan)
+
+    def events(sub, msg):
+        b = EventBuilder(40)
+        b.add(sub, (np.array([msg]), np.array([0.5]), np.array([msg])), np.zeros(0, np.int64), created=True)
+        return b.rows().pack(40)
+
+    write_task_files(files, 0, "p00000", [(0, "events", events(7, 3))])
+    final = pack_results([8], [(np.array([4]), np.array([0.5]), np.array([4]))])
+    write_task_files(files, 1, "p00000", [(0, "events", events(8, 4)), (0, "results", final)])
+    answer = json_mod.dumps({"n": 0, "p": 0, "answer": [3], "seq": [3]}).encode()
+    write_task_files(files, 1, "p00001", [(0, "answers", answer)])
+    plan.metrics_dir.mkdir(parents=True, exist_ok=True)
+    (plan.metrics_dir / "batch-00000000.json").write_text("{}")
+    assert completed_batch(plan) == 0
+    assert [p.name.split("-part-")[0] for p in event_files(plan, pipe)] == ["batch-00000000"]
+    assert [sid for sid, _ in folded_results(plan, pipe)] == [7] and stage_result_files(plan, pipe) == []
+    assert snapshots.read_partials(plan.answers_dir_of(pipe), completed_batch(plan)) == {}
+    (plan.metrics_dir / "batch-00000001.json").write_text("{}")  # its re-run completed
+    assert [sid for sid, _ in folded_results(plan, pipe)] == [7, 8]
+    assert list(snapshots.read_partials(plan.answers_dir_of(pipe), completed_batch(plan))) == [0]
+    assert [p.name for p in stage_result_files(plan, pipe)] == ["batch-00000001-part-p00000.jsonl"]
 
 
 @pytest.mark.parametrize("name", ["skype.dskype.codec", "skype.dskype.keys", "skype.dskype.merge", "skype.dskype.reports",
@@ -526,7 +567,9 @@ def test_spark_kafka_sink_needs_its_topic_and_the_stages_results(workload, tmp_p
     assert err.value.code == "E088" and "skype-events" in str(err.value)
     results = plan.results_dir_of(pipe)
     results.mkdir(parents=True, exist_ok=True)
-    (results / "batch-00000003-part-00000.jsonl").write_text("")
+    (results / "batch-00000003-part-p00000.jsonl").write_text("")
+    plan.metrics_dir.mkdir(parents=True, exist_ok=True)
+    (plan.metrics_dir / "batch-00000003.json").write_text("{}")  # the batch completed
     check_results_visible(plan, pipe, 12)
 
 

@@ -52,10 +52,29 @@ def ranked(entries: dict[int, tuple[float, int]]) -> list[Match]:
     return [Match(m, sc) for m, (sc, _) in sorted(entries.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))]
 
 
+def batch_of(path: Path) -> int:
+    """The batch id in an output file's name (``batch-<id>-part-<p>.<fmt>``, ``batch-<id>.json``)."""
+    return int(path.name.split(".", 1)[0].split("-")[1])
+
+
+def completed_batch(plan: Plan) -> int:
+    """The last batch whose outputs are all written: its metrics file is written by the driver
+    after the batch's job (so after every task's event, result and answer files), and batches
+    complete in order; -1 before the first.  Files of later batches are those of a batch stopped
+    or failed mid-way, some tasks done and others not: the batch runs again, rewriting them."""
+    return max((batch_of(p) for p in plan.metrics_dir.glob("batch-*.json")), default=-1)
+
+
+def _completed(paths, upto: int) -> list[Path]:
+    return sorted(p for p in paths if batch_of(p) <= upto)
+
+
 def event_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
-    """A pipeline's event files in batch order (``batch-<id>-part-<p>``: the name sorts by batch;
-    a subscription's events of one batch are in one part)."""
-    return sorted(plan.events_dir_of(pipeline).glob(f"batch-*.{suffix(plan.settings.events_format)}"))
+    """A pipeline's event files of completed batches (:func:`completed_batch`) in batch order
+    (``batch-<id>-part-<p>``: the name sorts by batch; a subscription's events of one batch are in
+    one part)."""
+    return _completed(plan.events_dir_of(pipeline).glob(f"batch-*.{suffix(plan.settings.events_format)}"),
+                      completed_batch(plan))
 
 
 def read_event_rows(path: Path, fmt: str) -> list[dict]:
@@ -71,7 +90,7 @@ def stage_result_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
     """The parts of the final results written by the stateful stages, of the latest batch that
     wrote them; none when the stages did not see the stream end, or when a later batch changed a
     result (a results request answered mid-stream: its answer is not the final one)."""
-    parts = sorted(plan.results_dir_of(pipeline).glob("batch-*-part-*.jsonl"))
+    parts = _completed(plan.results_dir_of(pipeline).glob("batch-*-part-*.jsonl"), completed_batch(plan))
     if not parts:
         return []
     last = parts[-1].name.split("-part-")[0]

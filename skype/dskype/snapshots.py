@@ -294,14 +294,17 @@ def write_part(directory: str | Path, batch_id: int, part: str, lines: list[str]
     os.replace(tmp, path)
 
 
-def read_partials(directory: str | Path) -> dict[int, dict[int, dict]]:
-    """Query ordinal -> partition -> its answer line, from every answer file (a line read twice,
-    from a replayed batch, counts once)."""
+def read_partials(directory: str | Path, upto: int | None = None) -> dict[int, dict[int, dict]]:
+    """Query ordinal -> partition -> its answer line, from every answer file of a batch up to
+    ``upto`` (None: all; the files of a batch stopped mid-way are partial, and its re-run rewrites
+    them) (a line read twice, from a replayed batch, counts once)."""
     out: dict[int, dict[int, dict]] = {}
     d = Path(directory)
     if not d.is_dir():
         return out
     for path in sorted(d.glob("batch-*.jsonl")):
+        if upto is not None and int(path.name.split("-")[1]) > upto:
+            continue
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
@@ -310,12 +313,13 @@ def read_partials(directory: str | Path) -> dict[int, dict[int, dict]]:
 
 
 def write_answers(path: str | Path, directory: str | Path, asked: list[dict], partitions: int, whole_window: bool,
-                  complete: bool = True) -> int:
+                  complete: bool = True, upto: int | None = None) -> int:
     """The answers file (``simulate --answers-out``'s lines, in query order) from the answer files
-    in ``directory``; ``asked``: per query ordinal ``{"qid", "after", "kind", "k"}``.  Every query
-    must have all its partials (1, or ``partitions``) unless ``complete`` is false (a run stopped
-    early: the queries it reached).  Returns the number of answers written."""
-    partials = read_partials(directory)
+    in ``directory`` of the batches up to ``upto`` (the last completed one); ``asked``: per query
+    ordinal ``{"qid", "after", "kind", "k"}``.  Every query must have all its partials (1, or
+    ``partitions``) unless ``complete`` is false (a run stopped early: the queries it reached).
+    Returns the number of answers written."""
+    partials = read_partials(directory, upto)
     need = 1 if whole_window else partitions
     missing = [q["qid"] for n, q in enumerate(asked) if len(partials.get(n, {})) != need
                and (complete or n in partials)]

@@ -155,7 +155,8 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
             if answers_out:
                 metrics["snapshot_answers"] = snapshots.write_answers(
                     per_method(answers_out, pipe.method, several), plan.answers_dir_of(pipe), asked,
-                    settings.partitions, pipe.distribution.capabilities.whole_window, not outcome.stopped_early)
+                    settings.partitions, pipe.distribution.capabilities.whole_window, not outcome.stopped_early,
+                    run_results.completed_batch(plan))
             runs.append(metrics)
     except BaseException:
         if own:  # a JVM that died (of want of memory) cannot be stopped: keep the run's own error
