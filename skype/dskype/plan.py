@@ -12,7 +12,8 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
     DIR/results/<method>/batch-<id>-part-<p>.jsonl    the final top-k, written by the stateful stages
     DIR/answers/<method>/batch-<id>-part-<p>.jsonl    snapshot query answers of the partitions
     DIR/dead-letters/         records the engine rejected, with their error codes
-    DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages
+    DIR/metrics/batch-<id>.json   per-batch metrics of both stateful stages; its presence marks the batch's
+                              outputs complete (readers ignore files of later batches)
     DIR/rebalance/<method>/   adaptive methods: table versions, the driver's decisions and state
     DIR/routers/              the routing tables the stream files' source reads (one file per query start)
 
