@@ -9,7 +9,9 @@ A router that sends a message to fewer partitions than this loses a result chang
 others, whatever summaries it keeps and whatever it knows of the future: the bound is read from
 the run's own result-change events (every ``entered`` entry of every subscription; a method that
 places each subscription on one partition writes its events in the partition's own file,
-``batch-<id>-part-p<key>``).  Messages published while the window fills (``--first``) and in the
+``batch-<id>-part-p<key>``; an entry that comes and goes within one batch is netted out of the
+events, so the bound is for results exact at every batch, as the runtime's are).  Messages
+published while the window fills (``--first``) and in the
 stream's last window (``--last``: they have not lived a whole window yet) are left out.  It applies
 to methods with one replica per subscription (``location``, ``hashing``, the adaptive ones).
 """
