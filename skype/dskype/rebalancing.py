@@ -69,8 +69,8 @@ def check_rebalance(policy: str, methods, staged: bool, versioned: bool | None =
                     stats: str = "auto") -> None:
     """A policy other than ``never`` needs adaptive methods it serves; adaptive methods need a
     source that carries the table versions in its offsets (``versioned``: the stream-files
-    source, staged by the driver or given with ``--messages-dir``; not Kafka or ``--vocabulary``
-    ingestion, whose sources do not carry them yet); statistics replayed by the driver
+    source, staged by the driver, given with ``--messages-dir`` or read raw with
+    ``--vocabulary``; not Kafka, whose source does not carry them); statistics replayed by the driver
     (``stats = "replay"``) need a staged stream, reported ones (:mod:`skype.dskype.loadstats`) do not."""
     from skype.partitioning import capabilities_of
 
