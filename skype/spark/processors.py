@@ -43,6 +43,7 @@ import json
 import math
 import secrets
 import time
+from abc import abstractmethod
 from typing import Iterator
 
 import numpy as np
@@ -110,8 +111,9 @@ class _HostedProcessor(StatefulProcessor):
                 yield Row(**{**held[0].asDict(), "pipeline": pipeline, "kind": kind, "payload": payload})
         yield from passed
 
+    @abstractmethod
     def _handle(self, key: int, rows) -> Iterator[Row]:
-        raise NotImplementedError
+        """The stage's own work on one grouping key's rows: its output rows."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.meta_state = handle.getValueState("meta", BLOB)

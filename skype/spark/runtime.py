@@ -102,8 +102,8 @@ def executor_cores(spark) -> int | None:
 # Settings a run takes unless the user gave their own.  The checkpoint's offsets, commits and
 # state changelogs are written through Hadoop's FileSystem API rather than FileContext: on the
 # local or shared POSIX file system a run directory lives on (docs/spark-design.md), rename is
-# atomic under both, and FileContext's calls cost about 60 ms of every micro-batch here
-# (docs/results-spark.md, "The fixed cost of a batch").
+# atomic under both, and FileContext's calls were a large part of every micro-batch's fixed cost
+# (docs/results-spark.md, "The fixed cost of a batch at P = 1, cut").
 DEFAULT_SQL_CONF = {
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
