@@ -84,6 +84,10 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
+    d.add_argument("--range-cut", choices=("balanced", "bisection"), default="balanced",
+                   help="term ranges of keyword, prefix and the hybrids: 'balanced' gives each range the least "
+                        "possible largest share of the sample's postings, 'bisection' is the paper's Algorithm 4 "
+                        "(default: %(default)s)")
     d.add_argument("--sample-size", type=int, default=10_000,
                    help="first messages used as the distribution's cost sample (default: %(default)s)")
     d.add_argument("--thresholds", choices=("auto", "core", "reference", "kscore", "none"), default="auto",
@@ -144,7 +148,7 @@ def settings_from_args(args: argparse.Namespace, bounds):
         methods=args.method, partitions=args.partitions, batch_size=args.batch_size, window_kind=kind,
         window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=args.engine,
         engine_options=engine_options(args) if args.engine == "core" else {}, merge_buckets=args.merge_buckets,
-        n1=args.n1, sample_size=args.sample_size, thresholds=args.thresholds, engine_cache=args.engine_cache,
+        n1=args.n1, range_cut=args.range_cut, sample_size=args.sample_size, thresholds=args.thresholds, engine_cache=args.engine_cache,
         host_idle_timeout=args.host_idle,
         stream_format=args.stream_format, events_format=args.events_format, sink=args.sink, source=args.source,
         messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap, events_topic=args.events_topic,

@@ -54,7 +54,7 @@ DEFAULT_NUM_MESSAGES = 30_000
 DEFAULT_SAMPLE = 10_000
 DEFAULT_WARMUP = 2_000
 METRIC_COLUMNS = ("replication_ratio", "communication_per_message", "communication_cut_vs_hashing", "load_imbalance",
-                  "route_us_per_message", "build_s")
+                  "postings_imbalance", "route_us_per_message", "build_s")
 
 
 def partitions_arg(text: str) -> list[int]:
@@ -104,6 +104,7 @@ def markdown_table(runs: list[dict]) -> str:
         "communication_cut_vs_hashing": ("Communication cut against hashing", "{:.0%}"),
         "replication_ratio": ("Replication ratio (copies per subscription)", "{:.2f}"),
         "load_imbalance": ("Load imbalance (max / mean of replicas x messages)", "{:.2f}"),
+        "postings_imbalance": ("Postings imbalance (max / mean of the term postings scanned)", "{:.2f}"),
         "route_us_per_message": ("Routing time (µs per message, whole batches)", "{:.2f}"),
     }
     out = []
@@ -193,7 +194,7 @@ def cmd_partition_sim(args: argparse.Namespace) -> int:
     theta_s = time.perf_counter() - t1
     workload = {"input": inputs.description, "subscriptions": len(subs), "sample_messages": len(sample),
                 "stream_messages": len(stream), "warmup_window": warmup, "threshold_engine": engine}
-    params = {"bounds": inputs.bounds, **({"n1": args.n1} if args.n1 else {}),
+    params = {"bounds": inputs.bounds, "cut": args.range_cut, **({"n1": args.n1} if args.n1 else {}),
               **({"refine": args.refine} if args.refine else {})}
     runs: list[dict[str, Any]] = []
     bar = progress_bar(total=len(methods) * len(partitions), desc="runs", enabled=args.progress)
@@ -233,12 +234,12 @@ def cmd_partition_sim(args: argparse.Namespace) -> int:
     print_table("partition-sim", [(k, v) for k, v in workload.items()] +
                 [("theta > 0 (fraction)", f"{summary['theta_positive_fraction']:.3f}"),
                  ("wall time (s)", f"{summary['wall_s']:.1f}")], file=sys.stdout)
-    header = f"  {'method':<14} {'P':>4} {'repl':>6} {'comm/msg':>9} {'cut':>5} {'imbal':>6} {'us/msg':>7} {'build s':>8}"
+    header = f"  {'method':<14} {'P':>4} {'repl':>6} {'comm/msg':>9} {'cut':>5} {'imbal':>6} {'post':>6} {'us/msg':>7} {'build s':>8}"
     print(header)
     for r in runs:
         print(f"  {r['method']:<14} {r['num_partitions']:>4} {r['replication_ratio']:>6.3f} "
               f"{r['communication_per_message']:>9.3f} {r['communication_cut_vs_hashing']:>5.0%} "
-              f"{r['load_imbalance']:>6.3f} {r['route_us_per_message']:>7.2f} {r['build_s']:>8.3f}")
+              f"{r['load_imbalance']:>6.3f} {r['postings_imbalance']:>6.3f} {r['route_us_per_message']:>7.2f} {r['build_s']:>8.3f}")
     for path in written:
         print(f"  wrote {path}")
     sys.stdout.flush()
@@ -259,6 +260,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"all methods x P = {','.join(map(str, SWEEP_PARTITIONS))}; writes the plot and tables")
     g.add_argument("--n1", type=int, default=None, help="outer partitions of the hybrids (a divisor of P; "
                    "default: the largest divisor <= sqrt(P))")
+    g.add_argument("--range-cut", choices=("balanced", "bisection"), default="balanced",
+                   help="term ranges of keyword, prefix and the hybrids: the least possible largest share of "
+                        "the sample's postings, or the paper's Algorithm 4 (default: %(default)s)")
     g.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE,
                    help="messages used to build (the rest are streamed; default: %(default)s)")
     g.add_argument("--thresholds", choices=THRESHOLD_ENGINES, default="auto",

@@ -162,6 +162,8 @@ def cmd_partition_timeline(args: argparse.Namespace, methods: list[str], warmup_
         kwargs = {"bounds": inputs.bounds} if "bounds" in METHOD_PARAMS[method] else {}
         if getattr(args, "refine", None) and "refine" in METHOD_PARAMS[method]:
             kwargs["refine"] = args.refine
+        if getattr(args, "range_cut", None) and "cut" in METHOD_PARAMS[method]:
+            kwargs["cut"] = args.range_cut
         tb = time.perf_counter()
         dist = build_distribution(method, num_partitions, subs, sample, inputs.vocabulary, thresholds, **kwargs)
         build_s = time.perf_counter() - tb

@@ -64,6 +64,7 @@ class RunSettings:
     engine_options: dict = field(default_factory=dict)
     merge_buckets: int | None = None
     n1: int | None = None
+    range_cut: str = "balanced"  # term ranges of keyword, prefix and the hybrids (skype.partitioning.ranges)
     sample_size: int = 10_000
     thresholds: str = "auto"
     engine_cache: str = "process"
@@ -105,6 +106,10 @@ class RunSettings:
         cap = self.commands_per_batch
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise InputError("E023", what="commands-per-batch", expected="an integer >= 0 (0: no cap)", value=cap)
+        from skype.partitioning.ranges import CUTS
+
+        if self.range_cut not in CUTS:
+            raise InputError("E022", what="range cut", value=self.range_cut, choices=", ".join(CUTS))
         if self.merge_buckets is None:
             self.merge_buckets = self.partitions
         if self.merge_buckets < 1:
@@ -225,7 +230,7 @@ def build_distribution_for(settings: RunSettings, method: str, inputs):
     subs = subs.take(np.sort(first))
     messages = inputs.messages()
     sample = messages.slice(0, min(settings.sample_size, len(messages)))
-    params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1}
+    params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1, "cut": settings.range_cut}
     params = {k: v for k, v in params.items() if k in METHOD_PARAMS[method] and v is not None}
     theta = None
     if capabilities_of(method).thresholds and len(subs) and len(sample):

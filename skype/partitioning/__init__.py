@@ -68,10 +68,10 @@ _ADAPTIVE_BUILD: dict[str, Callable[..., UnitDistribution]] = {
 METHOD_PARAMS = {
     "hashing": (),
     "location": ("bounds",),
-    "keyword": ("summary",),
-    "prefix": ("summary",),
-    "spatial-first": ("n1", "bounds", "summary"),
-    "keyword-first": ("n1", "bounds", "summary"),
+    "keyword": ("summary", "cut"),
+    "prefix": ("summary", "cut"),
+    "spatial-first": ("n1", "bounds", "summary", "cut"),
+    "keyword-first": ("n1", "bounds", "summary", "cut"),
     "agrid": ("grid", "bounds", "calibrate", "refine"),
     "kdt": ("grid", "bounds", "delta", "sigma", "leaf_factor", "calibrate", "refine"),
     "qt": ("grid", "bounds", "leaf_factor", "calibrate", "refine"),
@@ -88,8 +88,10 @@ def build_distribution(method: str, num_partitions: int, subscriptions: Subscrip
     0) shape loose prefixes.  The subscriptions given are registered (methods with state).
 
     Parameters (``method_params``): ``summary`` (keyword summaries; default on for prefix and the
-    hybrids, off for keyword), ``n1`` (outer partitions of a hybrid, a divisor of P), ``bounds``
-    (the data space, for the location regions).  Adaptive methods: ``refine`` (a rebalancing
+    hybrids, off for keyword), ``cut`` (the term ranges of keyword, prefix and the hybrids:
+    ``"balanced"``, the default, or the paper's ``"bisection"``; :mod:`skype.partitioning.ranges`),
+    ``n1`` (outer partitions of a hybrid, a divisor of P), ``bounds`` (the data space, for the
+    location regions).  Adaptive methods: ``refine`` (a rebalancing
     policy, e.g. ``"sstd"``; default None) runs that policy on the sample for up to
     ``REFINE_ROUNDS`` rounds after the method's own build and keeps the layout that measured the
     lowest imbalance on it (:func:`skype.partitioning.rebalance.calibrate`).

@@ -71,7 +71,7 @@ class CompositeDistribution(Distribution):
     @classmethod
     def build(cls, name: str, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None,
               vocabulary: Vocabulary | None, thresholds: np.ndarray | None = None, *, n1: int | None = None,
-              bounds: Bounds = DEFAULT_BOUNDS, summary: bool = True) -> CompositeDistribution:
+              bounds: Bounds = DEFAULT_BOUNDS, summary: bool = True, cut: str = "balanced") -> CompositeDistribution:
         num_partitions = check_num_partitions(num_partitions)
         thresholds = check_thresholds(thresholds, len(subscriptions))
         n1 = default_outer(num_partitions) if n1 is None else check_num_partitions(n1)
@@ -87,9 +87,9 @@ class CompositeDistribution(Distribution):
             outer = LocationDistribution.build(n1, subscriptions, sample, bounds=bounds)
 
             def inner(subs, msgs, theta):
-                return PrefixDistribution.build(n2, subs, msgs, vocabulary, theta, summary=summary)
+                return PrefixDistribution.build(n2, subs, msgs, vocabulary, theta, summary=summary, cut=cut)
         elif name == "keyword-first":
-            outer = PrefixDistribution.build(n1, subscriptions, sample, vocabulary, thresholds, summary=summary)
+            outer = PrefixDistribution.build(n1, subscriptions, sample, vocabulary, thresholds, summary=summary, cut=cut)
 
             def inner(subs, msgs, theta):
                 return LocationDistribution.build(n2, subs, msgs, bounds=bounds)

@@ -14,7 +14,17 @@ are scanned incrementally (a row enters the left side once x passes its smallest
 range, and leaves the right side once x passes its largest).  Ties (every cost 0, e.g. no
 sample) go to the cut balancing subscription counts, then to the proportional position.  This
 bisection is the paper's heuristic for the variance objective (Eq. 17), not its optimum;
-``describe()`` reports the variance reached.
+``describe()`` reports the variance reached.  That is ``cut="bisection"``.
+
+**Balanced cut** (``cut="balanced"``, the default).  A partition's engine does not do
+``|S_K| * P(K)`` work: for each message that reaches it, it scans the postings of *every* term of
+the message among the subscriptions placed there, not only of the terms in its range, and pays a
+fixed cost per message besides.  ``P(K)`` also saturates near 1 on any range of frequent terms.
+The balanced cut weighs a range by that work on the sample (:class:`RangePostings`) and cuts the
+consecutive ranges whose largest weight is the least possible (:func:`balanced_ranges`, exact for
+a weight that grows with the range).  The measured effect on Spark is on the results page
+(``docs/results-spark.md``, "prefix at P = 8").  A range that is one term can still weigh more
+than 1/P.  Both cuts give consecutive ranges, so everything below holds for either.
 
 **Unseen terms.**  A term id ``t >= V0`` (first seen after the build) belongs to partition
 ``(t - V0) mod P``: a fixed rule, so late terms spread round-robin and route deterministically.
@@ -39,7 +49,7 @@ minus those already held, are returned.  A shrinking prefix changes nothing.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Callable, Self
 
 import numpy as np
 
@@ -48,8 +58,14 @@ from skype.partitioning.hashing import hash_partition
 from skype.partitioning.prefix import entry_rows, loose_prefix_lengths, prefix_mask
 from skype.partitioning.registry import SubscriptionTable, check_unique_ids
 from skype.partitioning.routing import Routing
+from skype.errors import invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary
+
+CUTS = ("balanced", "bisection")  # how the vocabulary is cut into ranges (module docstring)
+MESSAGE_WEIGHT = 250  # what a message reaching a partition costs its engine besides postings (RangePostings)
+MODEL_SUBSCRIPTIONS = 50_000  # the balanced cut weighs ranges with at most this many subscriptions (evenly spaced)
+CUT_TOLERANCE = 0.002  # the balanced cut's largest range is within this fraction of the least possible
 
 
 def _row_extremes(rows: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +119,116 @@ def keyword_ranges(num_terms: int, num_partitions: int, sub_rows: np.ndarray, su
     return starts
 
 
+class RangePostings:
+    """The work of a partition holding the term range ``[a, b)``, on a message sample: the load
+    model of the balanced cut (module docstring), in postings.
+
+    A subscription is *placed* on the range when one of its held terms (its loose prefix for
+    ``prefix``, every term for ``keyword``) lies in it; a message *reaches* the range when one of
+    its routed terms does: a *live* term, held by some subscription, for ``prefix`` (its keyword
+    summaries; on Spark the runtime keeps them itself, :mod:`skype.dskype.summaries`) and for
+    ``keyword`` with summaries, else every term.  The engine of the range scans, for each message
+    that reaches it, the postings of *every* term of the message among the placed subscriptions,
+    and pays a fixed cost per message besides (window, expiry, spatial bounds, reports):
+
+        W([a, b)) = sum over reaching m of (message_weight + sum over t in m of |placed holding t|)
+
+    ``message_weight`` is that fixed cost in postings: ``MESSAGE_WEIGHT`` was fitted on the
+    partitions' counters and CPU seconds of a ``prefix`` run on Spark (``docs/results-spark.md``,
+    "prefix at P = 8").  W only grows when the range does; one call is a pass over the sample's
+    and the subscriptions' entries.
+
+    >>> subs = TermMatrix([0, 2, 3], [0, 2, 2], [0.6, 0.8, 1.0])      # {0, 2} and {2}
+    >>> msgs = TermMatrix([0, 1, 3, 4], [2, 0, 2, 1], [1.0, 0.6, 0.8, 1.0])
+    >>> w = RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=0)
+    >>> w(0, 1), w(2, 3), w(0, 3)  # range {0}: one sub, one message with 2 terms: 1 + 1
+    (2, 5, 5)
+    >>> RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=10)(0, 1)
+    12
+    """
+
+    def __init__(self, num_terms: int, held_rows: np.ndarray, held_terms: np.ndarray, subs: TermMatrix,
+                 msgs: TermMatrix, live: np.ndarray | None, *, message_weight: int = MESSAGE_WEIGHT) -> None:
+        self.num_terms = num_terms
+        self.message_weight = int(message_weight)
+        self.num_subs = subs.rows
+        self.held_rows, self.held_terms = held_rows, held_terms
+        self.sub_rows, self.sub_terms = entry_rows(subs), subs.ids
+        self.num_msgs = msgs.rows
+        msg_rows = entry_rows(msgs)
+        self.msg_rows, self.msg_terms = msg_rows, msgs.ids
+        keep = np.ones(len(msgs.ids), bool) if live is None else live[msgs.ids]
+        self.route_rows, self.route_terms = msg_rows[keep], msgs.ids[keep]
+
+    def __call__(self, a: int, b: int) -> int:
+        inside = (self.held_terms >= a) & (self.held_terms < b)
+        placed = np.zeros(self.num_subs, bool)
+        placed[self.held_rows[inside]] = True
+        holders = np.bincount(self.sub_terms[placed[self.sub_rows]], minlength=self.num_terms)
+        reach = np.zeros(self.num_msgs, bool)
+        reach[self.route_rows[(self.route_terms >= a) & (self.route_terms < b)]] = True
+        return int(holders[self.msg_terms[reach[self.msg_rows]]].sum()) + self.message_weight * int(reach.sum())
+
+
+def balanced_ranges(cost: Callable[[int, int], int], num_terms: int, num_partitions: int, *,
+                    tolerance: float = 0.0) -> np.ndarray:
+    """``starts`` (int64, P + 1) of the consecutive ranges whose largest cost is the least possible,
+    for a ``cost(a, b)`` of the range ``[a, b)`` that never falls when the range grows (the linear
+    partition problem in min-max form).
+
+    The least feasible cap C is found by bisection over the integers.  A cap is feasible iff the
+    greedy cut from the right (each range reaches as far left as its cost stays <= C) needs at most
+    P ranges; for a cost monotone under inclusion the greedy cut is optimal for its cap (any
+    feasible cut's i-th range from the right starts no further left).  A check is P binary
+    searches, each over ``log V`` calls of ``cost``.  The spare room of the optimum lands on the
+    leftmost ranges (the rarest terms).  With ``tolerance`` > 0 the bisection stops once the cap is
+    known within that fraction: the largest range then costs at most ``1 + tolerance`` times the
+    least possible, for far fewer checks.
+
+    >>> costs = np.array([1, 1, 1, 1, 4, 4])
+    >>> summed = lambda a, b: int(costs[a:b].sum())
+    >>> balanced_ranges(summed, 6, 3).tolist()
+    [0, 4, 5, 6]
+    >>> balanced_ranges(lambda a, b: 0, 3, 2).tolist()  # nothing to balance: one range holds all
+    [0, 0, 3]
+    """
+
+    def cut_from_right(cap: int) -> np.ndarray | None:
+        ends = [num_terms]
+        for _ in range(num_partitions):
+            end = ends[-1]
+            if end == 0:
+                break
+            lo, hi = 0, end  # the smallest start with cost(start, end) <= cap
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if cost(mid, end) <= cap:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo == end:
+                return None  # the term before ``end`` alone costs more than the cap
+            ends.append(lo)
+        if ends[-1] > 0:
+            return None
+        starts = np.zeros(num_partitions + 1, np.int64)
+        starts[num_partitions] = num_terms
+        inner = ends[::-1][1:-1]  # the cut points, ascending, at most P - 1 of them
+        starts[num_partitions - len(inner):num_partitions] = inner
+        return starts
+
+    lo, hi = 0, cost(0, num_terms)  # infeasible below lo, feasible at hi
+    while lo < hi and hi - lo > tolerance * hi:
+        mid = (lo + hi) // 2
+        if cut_from_right(mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    starts = cut_from_right(hi)
+    assert starts is not None
+    return starts
+
+
 def _batch_entries(terms: TermMatrix) -> tuple[np.ndarray, np.ndarray]:
     return entry_rows(terms), terms.ids
 
@@ -130,8 +256,10 @@ class RangeDistribution(Distribution):
     @classmethod
     def _build(cls, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None,
                vocabulary: Vocabulary | None, thresholds: np.ndarray | None, *, name: str,
-               use_prefix: bool, use_summary: bool) -> Self:
+               use_prefix: bool, use_summary: bool, cut: str = "balanced") -> Self:
         num_partitions = check_num_partitions(num_partitions)
+        if cut not in CUTS:
+            raise invalid_choice("range cut", cut, CUTS)
         thresholds = check_thresholds(thresholds, len(subscriptions)) if use_prefix else None
         sizes = [len(vocabulary) if vocabulary is not None else 0, 1]
         for tm in [subscriptions.terms] + ([sample.terms] if sample is not None else []):
@@ -151,7 +279,20 @@ class RangeDistribution(Distribution):
             live[s_terms] = True
             keep = live[m_terms]
             m_rows, m_terms = m_rows[keep], m_terms[keep]
-        starts = keyword_ranges(vocab_size, num_partitions, s_rows, s_terms, m_rows, m_terms)
+        postings = None
+        if cut == "balanced" and sample is not None:
+            held_terms = np.zeros(vocab_size, bool)
+            held_terms[s_terms] = True
+            # the model's subscriptions: every one, or evenly spaced ones (the cost of a call)
+            model = np.arange(0, len(subscriptions), max(1, -(-len(subscriptions) // MODEL_SUBSCRIPTIONS)))
+            model_terms = subscriptions.terms.take(model)
+            model_held = prefix_mask(model_terms, lengths[model])
+            postings = RangePostings(vocab_size, entry_rows(model_terms)[model_held], model_terms.ids[model_held],
+                                     model_terms, sample.terms, held_terms if use_summary or use_prefix else None)
+        if postings is not None and postings(0, vocab_size) > 0:
+            starts = balanced_ranges(postings, vocab_size, num_partitions, tolerance=CUT_TOLERANCE)
+        else:  # the paper's cut, or nothing to weigh the ranges with (no sample, no shared term)
+            starts = keyword_ranges(vocab_size, num_partitions, s_rows, s_terms, m_rows, m_terms)
         dist = cls(name, num_partitions, starts, use_prefix, use_summary)
         if dist.table is not None:
             dist.route_subscriptions(subscriptions, thresholds)
@@ -301,10 +442,10 @@ class KeywordDistribution(RangeDistribution):
     @classmethod
     def build(cls, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None = None,
               vocabulary: Vocabulary | None = None, thresholds: np.ndarray | None = None, *,
-              summary: bool = False) -> KeywordDistribution:
+              summary: bool = False, cut: str = "balanced") -> KeywordDistribution:
         """``thresholds`` are accepted for a uniform signature and ignored."""
         return cls._build(num_partitions, subscriptions, sample, vocabulary, None, name="keyword",
-                          use_prefix=False, use_summary=summary)
+                          use_prefix=False, use_summary=summary, cut=cut)
 
 
 class PrefixDistribution(RangeDistribution):
@@ -326,6 +467,6 @@ class PrefixDistribution(RangeDistribution):
     @classmethod
     def build(cls, num_partitions: int, subscriptions: SubscriptionBatch, sample: MessageBatch | None = None,
               vocabulary: Vocabulary | None = None, thresholds: np.ndarray | None = None, *,
-              summary: bool = True) -> PrefixDistribution:
+              summary: bool = True, cut: str = "balanced") -> PrefixDistribution:
         return cls._build(num_partitions, subscriptions, sample, vocabulary, thresholds, name="prefix",
-                          use_prefix=True, use_summary=summary)
+                          use_prefix=True, use_summary=summary, cut=cut)
