@@ -8,7 +8,9 @@
 **Protocol.**  One seeded workload (every run loads the same ``Inputs``).  The centralized side
 is ``simulate``'s stream: all subscriptions registered first (timed apart), then the messages
 published in batches of ``--batch-size``; each batch's engine CPU seconds and work counters are
-kept.  The Spark side runs every ``(method, P)`` over the same stream in one shared session.  A
+kept.  The machine's speed drifts between minutes, so each Spark run's reference CPU is the median
+of the centralized runs nearest it: ``--central-repeats`` before the first run, one after each
+(:class:`NearestReference`).  The Spark side runs every ``(method, P)`` over the same stream in one shared session.  A
 *stream batch* is a Spark batch whose partitions applied no subscription command (registration
 batches are timed apart) and that is not the stream's last (it also writes the final results);
 with ``--window`` larger than ``--batch-size`` and at least 20 stream batches, there is a steady
@@ -64,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--run-root", default="out/scaleout", help="one run directory per (method, P) under it")
     b.add_argument("--out", help="JSON of every run's figures")
     b.add_argument("--table-out", help="Markdown table")
+    b.add_argument("--central-repeats", type=int, default=3,
+                   help="centralized runs before the first Spark run; one more follows each, and a Spark "
+                        "run's reference is the median of the repeats + 1 nearest it (default: %(default)s)")
     return p
 
 
@@ -95,6 +100,37 @@ def centralized_stream(args, inputs) -> dict:
     return {"registration_cpu_s": registration_cpu, "batches": batches}
 
 
+def median_reference(runs: list[dict]) -> dict:
+    """One centralized reference from several runs of :func:`centralized_stream` (each from a
+    fresh engine): the counters are the same in every run; each batch's CPU seconds (and the
+    registration's) are the median over the runs."""
+    out = copy.deepcopy(runs[0])
+    for seq, batch in out["batches"].items():
+        batch["cpu_s"] = statistics.median(r["batches"][seq]["cpu_s"] for r in runs)
+    out["registration_cpu_s"] = statistics.median(r["registration_cpu_s"] for r in runs)
+    out["stream_cpu_s_runs"] = [round(sum(b["cpu_s"] for b in r["batches"].values()), 3) for r in runs]
+    return out
+
+
+class NearestReference:
+    """The centralized reference of each Spark run, measured around it: the machine's speed drifts
+    (the same centralized stream took 2.0 s of CPU in one process and 3.1 s in another a minute
+    later, while runs within one process agree to 5%), so a reference measured once at the start
+    is off for later runs.  Before the first run ``repeats`` runs; after every Spark run one more;
+    a run's reference is the median of the ``repeats + 1`` runs nearest it."""
+
+    def __init__(self, args, inputs, repeats: int) -> None:
+        self.args, self.inputs, self.repeats = args, inputs, max(1, repeats)
+        self.runs = [centralized_stream(args, inputs) for _ in range(self.repeats)]
+
+    def before(self) -> dict:
+        return median_reference(self.runs[-self.repeats:])
+
+    def after_run(self) -> dict:
+        self.runs.append(centralized_stream(self.args, self.inputs))
+        return median_reference(self.runs[-(self.repeats + 1):])
+
+
 def stream_batches(run_dir: Path, last_upto: int) -> list[dict]:
     """The run's metrics records of stream batches (module docstring), in batch order."""
     out = []
@@ -109,7 +145,7 @@ def stream_batches(run_dir: Path, last_upto: int) -> list[dict]:
     return out
 
 
-def measure_run(args, inputs, spark, method: str, P: int, central: dict) -> dict:
+def measure_run(args, inputs, spark, method: str, P: int, reference: NearestReference) -> dict:
     from skype.cli.distributed import settings_from_args
     from skype.partitioning import capabilities_of
     from skype.spark.job import run
@@ -124,6 +160,7 @@ def measure_run(args, inputs, spark, method: str, P: int, central: dict) -> dict
     t0 = time.perf_counter()
     metrics = run(settings, inputs, spark, run_dir=run_dir)
     wall = time.perf_counter() - t0
+    central = reference.after_run()
     latency = dict(zip(range(len(metrics["batch_latency_ms"])), metrics["batch_latency_ms"]))
     progress_ms = {}
     for path in sorted((run_dir / "metrics").glob("batch-*.json")):
@@ -165,6 +202,7 @@ def measure_run(args, inputs, spark, method: str, P: int, central: dict) -> dict
         "engine_cpu_s_per_partition": cpu.round(4).tolist(),
         **{f"{name}_per_partition": counters[name].astype(int).tolist() for name in COUNTERS},
         "central_stream_cpu_s": central_cpu, "central_postings": central_postings,
+        "central_stream_cpu_s_runs": central["stream_cpu_s_runs"],
         "busiest_share_cpu": float(cpu.max() / central_cpu) if central_cpu else float("nan"),
         "busiest_share_postings": (float(counters["postings"].max() / central_postings)
                                    if central_postings else float("nan")),
@@ -205,15 +243,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_size >= (args.window or 0):
         raise SystemExit("the protocol needs a batch smaller than the window (--batch-size < --window)")
     inputs = load_inputs(args)
-    central = centralized_stream(args, inputs)
+    reference = NearestReference(args, inputs, args.central_repeats)
+    central = reference.before()
     print(f"centralized: registration {central['registration_cpu_s']:.2f} s CPU, "
-          f"{len(central['batches'])} stream batches", file=sys.stderr)
+          f"{len(central['batches'])} stream batches, stream CPU per run {central['stream_cpu_s_runs']}",
+          file=sys.stderr)
     spark = make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
     rows = []
     try:
         for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
             for P in [int(x) for x in args.partition_counts.split(",")]:
-                row = measure_run(args, inputs, spark, method, P, central)
+                row = measure_run(args, inputs, spark, method, P, reference)
                 rows.append(row)
                 print(json.dumps({k: row[k] for k in ("method", "partitions", "stream_batches", "busiest_share_cpu",
                                                       "busiest_share_postings", "fixed_cost_s_per_batch",
@@ -221,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.out:  # after every run: a long sweep keeps what it measured
                     Path(args.out).write_text(json.dumps({"argv": sys.argv[1:], "central": {
                         "registration_cpu_s": central["registration_cpu_s"],
-                        "stream_cpu_s": sum(b["cpu_s"] for b in central["batches"].values())},
+                        "stream_cpu_s_runs": [round(sum(b["cpu_s"] for b in r["batches"].values()), 3)
+                                              for r in reference.runs]},
                         "runs": rows}, indent=2, default=float) + "\n")
     finally:
         spark.stop()
