@@ -129,14 +129,16 @@ class RangePostings:
     summaries; on Spark the runtime keeps them itself, :mod:`skype.dskype.summaries`) and for
     ``keyword`` with summaries, else every term.  The engine of the range scans, for each message
     that reaches it, the postings of *every* term of the message among the placed subscriptions,
-    and pays a fixed cost per message besides (window, expiry, spatial bounds, reports):
+    and pays a cost per message besides (the window's upkeep, and the admissions of its replicas'
+    local lists, which the postings do not count):
 
-        W([a, b)) = sum over reaching m of (message_weight + sum over t in m of |placed holding t|)
+        W([a, b)) = sum over reaching m of (message_weight + scale * sum over t in m of |placed holding t|)
 
-    ``message_weight`` is that fixed cost in postings: ``MESSAGE_WEIGHT`` was fitted on the
-    partitions' counters and CPU seconds of a ``prefix`` run on Spark (``docs/results-spark.md``,
-    "prefix at P = 8").  W only grows when the range does; one call is a pass over the sample's
-    and the subscriptions' entries.
+    ``message_weight`` is that cost in postings: ``MESSAGE_WEIGHT`` was fitted on the partitions'
+    counters and engine CPU seconds of a ``prefix`` run on Spark (``docs/results-spark.md``,
+    "prefix at P = 8").  ``scale`` makes up for subscriptions left out of the model (every
+    ``scale``-th is in it).  W only grows when the range does; one call is a pass over the
+    sample's and the model subscriptions' entries.
 
     >>> subs = TermMatrix([0, 2, 3], [0, 2, 2], [0.6, 0.8, 1.0])      # {0, 2} and {2}
     >>> msgs = TermMatrix([0, 1, 3, 4], [2, 0, 2, 1], [1.0, 0.6, 0.8, 1.0])
@@ -145,12 +147,15 @@ class RangePostings:
     (2, 5, 5)
     >>> RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=10)(0, 1)
     12
+    >>> RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=10, scale=3)(0, 1)
+    16
     """
 
     def __init__(self, num_terms: int, held_rows: np.ndarray, held_terms: np.ndarray, subs: TermMatrix,
-                 msgs: TermMatrix, live: np.ndarray | None, *, message_weight: int = MESSAGE_WEIGHT) -> None:
+                 msgs: TermMatrix, live: np.ndarray | None, *, message_weight: int = MESSAGE_WEIGHT,
+                 scale: int = 1) -> None:
         self.num_terms = num_terms
-        self.message_weight = int(message_weight)
+        self.message_weight, self.scale = int(message_weight), int(scale)
         self.num_subs = subs.rows
         self.held_rows, self.held_terms = held_rows, held_terms
         self.sub_rows, self.sub_terms = entry_rows(subs), subs.ids
@@ -167,7 +172,8 @@ class RangePostings:
         holders = np.bincount(self.sub_terms[placed[self.sub_rows]], minlength=self.num_terms)
         reach = np.zeros(self.num_msgs, bool)
         reach[self.route_rows[(self.route_terms >= a) & (self.route_terms < b)]] = True
-        return int(holders[self.msg_terms[reach[self.msg_rows]]].sum()) + self.message_weight * int(reach.sum())
+        postings = int(holders[self.msg_terms[reach[self.msg_rows]]].sum())
+        return self.scale * postings + self.message_weight * int(reach.sum())
 
 
 def balanced_ranges(cost: Callable[[int, int], int], num_terms: int, num_partitions: int, *,
@@ -283,12 +289,14 @@ class RangeDistribution(Distribution):
         if cut == "balanced" and sample is not None:
             held_terms = np.zeros(vocab_size, bool)
             held_terms[s_terms] = True
-            # the model's subscriptions: every one, or evenly spaced ones (the cost of a call)
-            model = np.arange(0, len(subscriptions), max(1, -(-len(subscriptions) // MODEL_SUBSCRIPTIONS)))
+            # the model's subscriptions: every one, or every step-th (the cost of a call)
+            step = max(1, -(-len(subscriptions) // MODEL_SUBSCRIPTIONS))
+            model = np.arange(0, len(subscriptions), step)
             model_terms = subscriptions.terms.take(model)
             model_held = prefix_mask(model_terms, lengths[model])
             postings = RangePostings(vocab_size, entry_rows(model_terms)[model_held], model_terms.ids[model_held],
-                                     model_terms, sample.terms, held_terms if use_summary or use_prefix else None)
+                                     model_terms, sample.terms, held_terms if use_summary or use_prefix else None,
+                                     scale=step)
         if postings is not None and postings(0, vocab_size) > 0:
             starts = balanced_ranges(postings, vocab_size, num_partitions, tolerance=CUT_TOLERANCE)
         else:  # the paper's cut, or nothing to weigh the ranges with (no sample, no shared term)
