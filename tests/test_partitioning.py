@@ -605,3 +605,17 @@ def test_balanced_cut_spreads_the_engine_work(balance_case, method):
         work = postings + MESSAGE_WEIGHT * np.array(report.messages_per_partition)
         shares[cut] = work.max() / work.mean()
     assert shares["balanced"] <= 1.05 and shares["balanced"] < shares["bisection"]
+
+
+def test_balanced_cut_with_a_subsampled_model(balance_case, monkeypatch):
+    """Beyond ``MODEL_SUBSCRIPTIONS`` the cut weighs ranges with every n-th subscription, its
+    postings scaled by n: the ranges stay balanced on the whole routed stream."""
+    from skype.partitioning import ranges
+    from skype.partitioning.ranges import MESSAGE_WEIGHT
+
+    w, sample, stream, theta = balance_case
+    monkeypatch.setattr(ranges, "MODEL_SUBSCRIPTIONS", 500)  # every 8th of the 4,000
+    dist = build_distribution("prefix", 8, w.subscriptions, sample, w.vocabulary, theta)
+    report = measure_routing(dist, w.subscriptions, theta, stream)
+    work = _routed_postings(dist, w.subscriptions, theta, stream) + MESSAGE_WEIGHT * np.array(report.messages_per_partition)
+    assert work.max() / work.mean() <= 1.05  # 1.07 when the postings are not scaled back
