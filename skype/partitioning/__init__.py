@@ -17,6 +17,11 @@ qt             SSTD's QT-tree: quadrants, textual children  1            holds o
 aqwa           AQWA's adaptive kd-tree on the grid          1            terms
 ============== ============================================ ============ =====================
 
+The term ranges of keyword, prefix and the hybrids are cut, by default (``cut="balanced"``), so
+that the work an engine does on the sample (postings and messages, a model fitted on measured
+partitions) is as even as consecutive ranges allow; ``cut="bisection"`` is the paper's
+Algorithm 4 (:mod:`skype.partitioning.ranges`).
+
 The last four are *adaptive*: their units (grid cells, tree leaves) can move between partitions
 at runtime (``skype.partitioning.rebalance``); see ``skype.partitioning.units``.
 
