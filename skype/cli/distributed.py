@@ -85,9 +85,9 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
     d.add_argument("--range-cut", choices=("balanced", "bisection"), default="balanced",
-                   help="term ranges of keyword, prefix and the hybrids: 'balanced' gives each range the least "
-                        "possible largest share of the sample's postings, 'bisection' is the paper's Algorithm 4 "
-                        "(default: %(default)s)")
+                   help="term ranges of keyword, prefix and the hybrids: 'balanced' makes the largest range's "
+                        "work on the sample (postings scanned, messages received) the least possible, 'bisection' "
+                        "is the paper's Algorithm 4 (default: %(default)s)")
     d.add_argument("--sample-size", type=int, default=10_000,
                    help="first messages used as the distribution's cost sample (default: %(default)s)")
     d.add_argument("--thresholds", choices=("auto", "core", "reference", "kscore", "none"), default="auto",

@@ -261,8 +261,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--n1", type=int, default=None, help="outer partitions of the hybrids (a divisor of P; "
                    "default: the largest divisor <= sqrt(P))")
     g.add_argument("--range-cut", choices=("balanced", "bisection"), default="balanced",
-                   help="term ranges of keyword, prefix and the hybrids: the least possible largest share of "
-                        "the sample's postings, or the paper's Algorithm 4 (default: %(default)s)")
+                   help="term ranges of keyword, prefix and the hybrids: 'balanced' makes the largest range's "
+                        "work on the sample (postings scanned, messages received) the least possible, 'bisection' "
+                        "is the paper's Algorithm 4 (default: %(default)s)")
     g.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE,
                    help="messages used to build (the rest are streamed; default: %(default)s)")
     g.add_argument("--thresholds", choices=THRESHOLD_ENGINES, default="auto",
