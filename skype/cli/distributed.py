@@ -32,6 +32,7 @@ from skype.cli.report import machine_info, print_table
 from skype.cli.simulate import add_engine_args, engine_options
 from skype.partitioning import ADAPTIVE_METHODS, STATIC_METHODS
 from skype.partitioning.rebalance import POLICIES
+from skype.partitioning.ranges import CUTS
 from skype.errors import InputError
 from skype.spark.job import RawStreams, default_run_directory
 from skype.workload import Inputs
@@ -84,7 +85,7 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--partitions", type=int, default=2, help="subscription partitions P (default: %(default)s)")
     d.add_argument("--merge-buckets", type=int, help="merge-stage keys (default: P)")
     d.add_argument("--n1", type=int, help="outer partitions of a hybrid (a divisor of P)")
-    d.add_argument("--range-cut", choices=("balanced", "bisection"), default="balanced",
+    d.add_argument("--range-cut", choices=CUTS, default="balanced",
                    help="term ranges of keyword, prefix and the hybrids: 'balanced' makes the largest range's "
                         "work on the sample (postings scanned, messages received) the least possible, 'bisection' "
                         "is the paper's Algorithm 4 (default: %(default)s)")

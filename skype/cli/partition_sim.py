@@ -41,6 +41,7 @@ from skype.cli.partition_timeline import POLICY_CHOICES, policies_arg, policy_pa
 from skype.cli.report import print_table, progress_bar
 from skype.partitioning import METHOD_PARAMS, METHODS, THRESHOLD_ENGINES, build_distribution, estimate_thresholds
 from skype.partitioning.measure import measure_routing
+from skype.partitioning.ranges import CUTS
 from skype.partitioning.registry import concat_subscriptions
 from skype.partitioning.thresholds import resolve_engine
 from skype.errors import InputError, invalid_choice
@@ -260,7 +261,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"all methods x P = {','.join(map(str, SWEEP_PARTITIONS))}; writes the plot and tables")
     g.add_argument("--n1", type=int, default=None, help="outer partitions of the hybrids (a divisor of P; "
                    "default: the largest divisor <= sqrt(P))")
-    g.add_argument("--range-cut", choices=("balanced", "bisection"), default="balanced",
+    g.add_argument("--range-cut", choices=CUTS, default="balanced",
                    help="term ranges of keyword, prefix and the hybrids: 'balanced' makes the largest range's "
                         "work on the sample (postings scanned, messages received) the least possible, 'bisection' "
                         "is the paper's Algorithm 4 (default: %(default)s)")

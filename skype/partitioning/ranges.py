@@ -280,22 +280,20 @@ class RangeDistribution(Distribution):
             m_rows, m_terms = _batch_entries(sample.terms)
         else:
             m_rows = m_terms = np.zeros(0, np.int64)
+        live = np.zeros(vocab_size, bool)  # terms held by some subscription
+        live[s_terms] = True
         if use_summary:
-            live = np.zeros(vocab_size, bool)
-            live[s_terms] = True
             keep = live[m_terms]
             m_rows, m_terms = m_rows[keep], m_terms[keep]
         postings = None
         if cut == "balanced" and sample is not None:
-            held_terms = np.zeros(vocab_size, bool)
-            held_terms[s_terms] = True
             # the model's subscriptions: every one, or every step-th (the cost of a call)
             step = max(1, -(-len(subscriptions) // MODEL_SUBSCRIPTIONS))
             model = np.arange(0, len(subscriptions), step)
             model_terms = subscriptions.terms.take(model)
             model_held = prefix_mask(model_terms, lengths[model])
             postings = RangePostings(vocab_size, entry_rows(model_terms)[model_held], model_terms.ids[model_held],
-                                     model_terms, sample.terms, held_terms if use_summary or use_prefix else None,
+                                     model_terms, sample.terms, live if use_summary or use_prefix else None,
                                      scale=step)
         if postings is not None and postings(0, vocab_size) > 0:
             starts = balanced_ranges(postings, vocab_size, num_partitions, tolerance=CUT_TOLERANCE)
