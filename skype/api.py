@@ -428,6 +428,33 @@ class EngineBase(abc.ABC):
     def clock(self) -> float:
         return self._clock
 
+    @property
+    def arrivals(self) -> int:
+        """Messages published so far (the default timestamp of the next one)."""
+        return self._arrivals
+
+    def restore_position(self, clock: float, arrivals: int) -> None:
+        """Set the clock and the arrival count of an engine rebuilt from a snapshot (its window
+        republished, its clock at or before ``clock``), so that it goes on as the engine that
+        took the snapshot: the same default timestamps, the same checks of ``until`` and of
+        timestamp order.  Neither may go back."""
+        if not (isinstance(clock, float) and (math.isfinite(clock) or clock == -math.inf)):
+            raise InputError("E021", t=clock)
+        if clock < self._clock:
+            raise InputError("E009", t=clock, prev=self._clock)
+        if isinstance(arrivals, bool) or not isinstance(arrivals, (int, np.integer)) or arrivals < self._arrivals:
+            raise InputError("E023", what="arrivals", expected=f"an integer >= {self._arrivals}", value=arrivals)
+        self._clock, self._arrivals = clock, int(arrivals)
+
+    def window_has(self, ids) -> np.ndarray:
+        """Which of the message ids ``ids`` are in the window now (a boolean mask)."""
+        return self._window_has(np.ascontiguousarray(ids, dtype=np.int64))
+
+    def ended_subscriptions(self) -> dict[int, str]:
+        """The subscriptions the last step (``publish_batch``, ``advance_log``...) ended because
+        their ``until`` passed, with their kinds; they are no longer registered."""
+        return dict(self._ended)
+
     # ------------------------------------------------------------------ for subclasses
     def _reserve_terms(self, terms: TermMatrix) -> None:
         """Called before term ids reach the engine; the core sizes its tables here."""

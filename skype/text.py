@@ -140,6 +140,17 @@ class Vocabulary:
             self._df.append(0)
         return tid
 
+    def forget_from(self, size: int) -> None:
+        """Forget the terms with ids >= ``size`` (added since ``len(vocab)`` was ``size``): a
+        writer that rejects a record undoes the terms the record brought."""
+        if isinstance(size, bool) or not isinstance(size, int) or not self.num_known <= size <= len(self._terms):
+            raise InputError("E023", what="size", expected=f"an integer in [{self.num_known}, {len(self._terms)}]",
+                             value=size)
+        for term in self._terms[size:]:
+            del self._ids[term]
+        del self._terms[size:]
+        del self._df[size:]
+
     def ids(self, terms: Iterable[str]) -> np.ndarray:
         return np.fromiter((self.id(t) for t in terms), dtype=np.int64)
 

@@ -189,7 +189,7 @@ def _term_ids(keys: list[str], text: np.ndarray, vocab: Vocabulary, counters: Co
     """Term ids in order of occurrence.  A ``terms`` key is normalised (NFC, casefold) before
     it is looked up; an ASCII key's normal form is its lower case, so known ASCII keys cost
     one dictionary look-up.  New terms get ids in the order they occur, as in design 1."""
-    get = vocab._ids.get
+    get = vocab.get
     out = [get(k) if text_k else (get(k.lower()) if k.isascii() else None)
            for k, text_k in zip(keys, text.tolist())]
     misses = 0
