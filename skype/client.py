@@ -7,6 +7,11 @@ raises :class:`ServiceError` with the server's catalogue code, message and line 
 counted over the whole ``publish`` call, and ``accepted`` says how many messages went in before
 the refused batch: a batch is atomic).
 
+Bulk and pages: ``subscribe_many`` registers many subscriptions with one ``POST
+/v1/subscriptions`` per ``batch_size`` records (each request all or nothing, durable when it
+returns), ``unsubscribe_many`` deletes many with one request, and ``subscriptions()`` and
+``results()`` read the server's lists one page at a time (``?after=ID&limit=N``).
+
 ``events(ids, after)`` follows subscriptions: one id over Server-Sent Events, several over the
 WebSocket ``/v1/events``.  Invariant: it remembers, per subscription, the ``seq`` of the last
 event it yielded and, after any disconnect (server killed, restarted, slow consumer cut off),
@@ -138,7 +143,7 @@ class Client:
 
     def subscribe(self, record: Mapping[str, Any]) -> dict:
         """PUT the subscription ``record`` (its ``id`` names it); returns ``{"id", "position"}``
-        (and ``token``, the owner token, when the server runs with a token file)."""
+        and, when it created the subscription, ``token`` (its owner token, shown only then)."""
         sid = _sub_id(record)
         answer = self._request("PUT", f"/v1/subscriptions/{sid}", json=dict(record),
                                headers=self._headers()).json()
@@ -152,18 +157,99 @@ class Client:
         self.owner_tokens.pop(int(sub_id), None)
         return answer
 
+    def subscribe_many(self, records: Iterable[Mapping[str, Any]], batch_size: int = 100_000) -> dict:
+        """Create many subscriptions (each record with its ``id``; none may exist yet): one NDJSON
+        ``POST /v1/subscriptions`` per ``batch_size`` records, each all or nothing; keeps the owner
+        tokens.  Returns ``{"created", "position"}`` over every batch.  A refusal raises
+        :class:`ServiceError` with ``line`` counted over the whole call and ``accepted`` the records
+        created by the batches before it."""
+        if batch_size < 1:
+            raise _client_error("E114", what="batch_size", expected="an integer >= 1", value=batch_size)
+        created, position = 0, -1
+        batch: list[str] = []
+        ids: list[int] = []
+
+        def flush() -> None:
+            nonlocal created, position
+            body = ("\n".join(batch) + "\n").encode("utf-8")
+            try:
+                answer = self._request("POST", "/v1/subscriptions", content=body,
+                                       headers={**self._headers(), "Content-Type": NDJSON}).json()
+            except ServiceError as err:
+                if err.line is not None:
+                    err.line += created
+                err.accepted = created
+                raise
+            for sid, token in zip(answer["ids"], answer.get("tokens", [])):
+                if token:
+                    self.owner_tokens[int(sid)] = token
+            created += int(answer["created"])
+            position = int(answer["position"])
+            batch.clear()
+            ids.clear()
+
+        for record in records:
+            ids.append(_sub_id(record))
+            batch.append(json.dumps(dict(record), allow_nan=False))
+            if len(batch) >= batch_size:
+                flush()
+        if batch:
+            flush()
+        if position < 0:
+            position = int(self.health()["position"])
+        return {"created": created, "position": position}
+
+    def unsubscribe_many(self, sub_ids: Iterable[int]) -> dict:
+        """Delete many subscriptions with one request (all or nothing: an unknown id deletes
+        none); returns ``{"deleted", "position"}``."""
+        ids = [int(i) for i in sub_ids]
+        answer = self._request("DELETE", "/v1/subscriptions", json={"ids": ids}, headers=self._headers()).json()
+        for sid in ids:
+            self.owner_tokens.pop(sid, None)
+        return answer
+
+    def subscriptions(self, after: int | None = None, page_size: int = 1000) -> Iterator[dict]:
+        """Every subscription record (as PUT), ascending id, above ``after``; one request per page."""
+        while True:
+            params: dict[str, Any] = {"limit": page_size}
+            if after is not None:
+                params["after"] = after
+            page = self._request("GET", "/v1/subscriptions", params=params, headers=self._headers()).json()
+            yield from page["subscriptions"]
+            if page["next_after"] is None:
+                return
+            after = int(page["next_after"])
+
+    def messages(self, last: int | None = None, ids: Iterable[int] | None = None) -> list[dict]:
+        """The window's newest ``last`` message records, or those with the given ``ids``."""
+        params: dict[str, Any] = {}
+        if ids is not None:
+            params["ids"] = ",".join(str(int(i)) for i in ids)
+        elif last is not None:
+            params["last"] = int(last)
+        text = self._request("GET", "/v1/messages", params=params, headers=self._headers()).text
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
     def result(self, sub_id: int) -> dict:
         """``{"subscription": record, "result": results-file line}`` of one subscription."""
         return self._request("GET", f"/v1/subscriptions/{int(sub_id)}", headers=self._headers(int(sub_id))).json()
 
-    def results(self) -> Iterator[dict]:
-        """Every subscription's results-file line (streamed NDJSON)."""
-        with self._http.stream("GET", "/v1/results", headers=self._headers()) as resp:
-            if resp.status_code >= 400:
-                raise _refusal(resp, self.url)
-            for line in resp.iter_lines():
+    def results(self, page_size: int = 10_000) -> Iterator[dict]:
+        """Every subscription's results-file line, ascending id, one request per page of
+        ``page_size`` (a page is read as the server stood then: pages taken while writes go on
+        are each exact, not one snapshot)."""
+        after: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": page_size}
+            if after is not None:
+                params["after"] = after
+            resp = self._request("GET", "/v1/results", params=params, headers=self._headers())
+            for line in resp.text.splitlines():
                 if line.strip():
                     yield json.loads(line)
+            after = resp.headers.get("X-Skype-Next-After")
+            if not after:
+                return
 
     def query(self, record: Mapping[str, Any]) -> Any:
         """A snapshot query (a ``{"op": "query"}`` record, ``op`` optional); its answer, as the

@@ -65,7 +65,7 @@ def test_subscription_lifecycle_and_bad_input(srv):
            ("101", b"[1, 2]", "E033"), ("101", b"", "E105"),
            ("101", json.dumps(dict(rec, x=1e9)).encode(), "E002")]
     for path, body, code in bad:
-        r = requests.put(url + path, data=body)
+        r = requests.put(url + path, data=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and err(r)["code"] == code, (body, r.text)
         assert "line" not in err(r)
     assert requests.get(url + "101").json()["subscription"]["k"] == 3  # unchanged

@@ -72,9 +72,11 @@ def test_owner_token_reads_its_subscription_only(srv):
     # every result: admin only
     assert code(requests.get(srv.url + "/v1/results", headers=bearer("pub-1"))) == (403, "E096")
     assert requests.get(srv.url + "/v1/results", headers=bearer("adm-1")).status_code == 200
-    # replacing keeps the owner token; deleting: the owner or a publisher
+    # replacing keeps the owner token and does not show it (only its creation does); deleting:
+    # the owner or a publisher
     r = requests.put(url, json=dict(REC, k=3), headers=bearer("pub-2"))
-    assert r.status_code == 200 and r.json()["token"] == own1
+    assert r.status_code == 200 and "token" not in r.json()
+    assert requests.get(url, headers=bearer(own1)).status_code == 200
     assert code(requests.delete(url, headers=bearer(own2))) == (403, "E096")
     assert requests.delete(url, headers=bearer(own1)).status_code == 200
     # WebSocket: the token of the connection or of the request; at most 2 subscriptions
@@ -95,8 +97,8 @@ def test_recent_messages_need_a_publisher(srv):
     for tok in ("pub-1", "adm-1"):
         r = requests.get(url, params={"last": 1}, headers=bearer(tok))
         assert r.status_code == 200 and json.loads(r.text) == dict(msg, t=r.json()["t"])
-    r = requests.get(url, params={"last": 1, "token": "pub-2"})
-    assert r.status_code == 200
+    r = requests.get(url, params={"last": 1, "token": "pub-2"})  # a query token: event streams only
+    assert code(r) == (400, "E143")
 
 
 async def ws_session(url: str, own2: str) -> list[dict]:

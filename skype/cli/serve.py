@@ -8,96 +8,31 @@ service", ``docs/service.md``).  SIGTERM or Ctrl-C: stop accepting, write a snap
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import sys
-from pathlib import Path
 
 from skype.cli.inputs import bounds_arg
 from skype.cli.simulate import add_engine_args, engine_options
-from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS
 
 
-def _settings(args: argparse.Namespace, vocabulary) -> dict:
-    return {"window": args.window, "window_seconds": args.window_seconds, "bounds": str(args.bounds),
-            "engine": args.engine, "vocabulary": vocabulary.key.hex() if vocabulary is not None else None}
+def settings_of(args: argparse.Namespace):
+    """The :class:`~skype.service.build.ServiceSettings` of the parsed arguments."""
+    from skype.service.build import ServiceSettings
 
-
-def check_data_dir(args: argparse.Namespace, vocabulary=None) -> Path:
-    """Create the data directory, or check it was made with the same window, bounds, engine and
-    vocabulary."""
-    path = Path(args.data_dir)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError("E102", path=str(path), detail=str(err)) from None
-    settings_file = path / "settings.json"
-    now = _settings(args, vocabulary)
-    if settings_file.exists():
-        first = json.loads(settings_file.read_text())
-        if first != now:
-            diff = ", ".join(f"{k}: {first.get(k)!r} then {now[k]!r}" for k in now if first.get(k) != now[k])
-            raise InputError("E102", path=str(path), detail=f"it was created with other settings ({diff})")
-    else:
-        settings_file.write_text(json.dumps(now))
-    return path
+    return ServiceSettings(
+        data_dir=args.data_dir, window=args.window, window_seconds=args.window_seconds, host=args.host,
+        port=args.port, bounds=args.bounds, engine=args.engine, engine_options=engine_options(args),
+        vocabulary=args.vocabulary, token_file=args.token_file, allow_origins=tuple(args.allow_origin),
+        fsync=args.fsync, ingest=args.ingest, queue_size=args.queue_size, max_body_bytes=args.max_body_bytes,
+        max_records=args.max_records, max_connections=args.max_connections,
+        max_streams_per_connection=args.max_streams_per_connection, stream_queue=args.stream_queue,
+        retain_events=args.retain_events, snapshot_every=args.snapshot_every,
+        snapshot_seconds=args.snapshot_seconds)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
+    from skype.service.build import serve
 
-    from skype.service.app import Limits, Service
-    from skype.service.auth import Tokens, check_host
-    from skype.service.hub import Hub
-    from skype.service.metrics import Metrics
-    from skype.service.state import State
-    from skype.service.worker import Worker
-
-    tokens = Tokens.load(args.token_file) if args.token_file else None
-    check_host(args.host, tokens)
-    vocabulary = None
-    if args.vocabulary:
-        from skype.dskype.vocabulary import FrozenVocabulary  # the file's format and ids
-
-        vocabulary = FrozenVocabulary.load(args.vocabulary)
-    data_dir = check_data_dir(args, vocabulary)
-    window = {"window": args.window} if args.window is not None else {"window_seconds": args.window_seconds}
-
-    def make_engine(vocabulary):
-        if args.engine == "reference":
-            from skype.reference import ReferenceEngine
-
-            return ReferenceEngine(bounds=args.bounds, vocabulary=vocabulary, **window)
-        from skype.engine import Engine
-
-        return Engine(bounds=args.bounds, vocabulary=vocabulary, snapshots=True, **engine_options(args), **window)
-
-    metrics = Metrics()
-    hub = Hub(args.retain_events)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    state = State(make_engine, vocabulary, ingest=args.ingest, max_records=args.max_records)
-    worker = Worker(data_dir, state, fsync=args.fsync, queue_size=args.queue_size,
-                    snapshot_every=args.snapshot_every, snapshot_seconds=args.snapshot_seconds, metrics=metrics,
-                    loop=loop, publish=hub.publish, start_at=hub.start_at)
-    limits = Limits(args.max_body_bytes, args.max_records, args.max_connections, args.max_streams_per_connection,
-                    args.stream_queue)
-    service = Service(worker, hub, tokens, limits, metrics)
-    app = service.app()
-
-    async def start_worker(app: web.Application) -> None:
-        worker.start()
-
-    async def stop_worker(app: web.Application) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, worker.stop)
-
-    app.on_startup.append(start_worker)
-    app.on_cleanup.append(stop_worker)
-    print(f"skype serve: listening on http://{args.host}:{args.port} (data in {data_dir})", file=sys.stderr,
-          flush=True)
-    web.run_app(app, host=args.host, port=args.port, shutdown_timeout=3.0, print=None, loop=loop,
-                access_log=None, handle_signals=True)
+    serve(settings_of(args))
     return 0
 
 
@@ -120,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_argument_group("service")
     s.add_argument("--token-file", metavar="FILE",
                    help='JSON {"admin": [tokens], "publisher": [tokens]}; without it, loopback only and no auth')
+    s.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin (scheme://host[:port]) besides the server's own whose pages may write "
+                        "and open event streams; repeatable (default: none)")
     s.add_argument("--fsync", choices=("always", "batch", "never"), default="batch",
                    help="log durability before an acknowledgement: fsync per write, one fsync per group of "
                         "writes (default), or none (the OS's page cache only)")

@@ -13,7 +13,12 @@ commits/s for small records and 231 vs 215 for batches of 1,000 messages
 (``bench/service_log_compare.py``, indicative), and it needs no schema, while group commit
 (``--fsync batch``) amortizes the fsync over every write waiting in the queue.
 
-Modules: :mod:`~skype.service.app` (routes, auth, limits, streams), :mod:`~skype.service.worker`
+Library entry point: ``create_app(ServiceSettings(data_dir=..., window=...))`` builds the wired
+aiohttp application (:mod:`~skype.service.build`); ``serve(settings)`` runs it, as the CLI does.
+
+Modules: :mod:`~skype.service.build` (settings and wiring), :mod:`~skype.service.app` (routes, auth,
+limits, streams), :mod:`~skype.service.guard` (Host, Origin and Content-Type checks),
+:mod:`~skype.service.bulk` (bulk and paginated routes), :mod:`~skype.service.worker`
 (the single engine thread, group commit), :mod:`~skype.service.state` (commands to engine calls
 and events), :mod:`~skype.service.ingest` (an NDJSON batch decoded and validated by columns),
 :mod:`~skype.service.events` (a write's events as columns), :mod:`~skype.service.window` (the
@@ -25,3 +30,7 @@ Message batches: design 2 (columnar decode and checks, events kept as columns an
 when a stream sends them) replaced design 1 (a dict per record and per event); ``--ingest
 records`` keeps design 1's record-by-record validation to compare (``docs/service.md``).
 """
+
+from skype.service.build import ServiceSettings, build_service, create_app, serve
+
+__all__ = ["ServiceSettings", "build_service", "create_app", "serve"]

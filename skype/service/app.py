@@ -1,7 +1,11 @@
 """The HTTP API of ``python -m skype.run serve`` (aiohttp): routes, auth, limits, streams.
 
 Every route that reads or changes the engine sends a job to the engine thread
-(:mod:`skype.service.worker`) and awaits it; nothing here touches the engine.  Errors are
+(:mod:`skype.service.worker`) and awaits it; nothing here touches the engine.  Every request
+passes :mod:`skype.service.guard` (Host, Origin, Content-Type, query tokens) first; a route
+naming a subscription answers a caller who may not see it the same whether it exists or not
+(no id enumeration).  The bulk and paginated routes are in :mod:`skype.service.bulk`; the
+service is built by :func:`skype.service.build.create_app`.  Errors are
 catalogue errors answered as ``{"error": {"code", "message", "line"?}}`` with the status of
 :data:`STATUS` (400 by default).  Event streams (SSE and WebSocket) each own a bounded
 :class:`~skype.service.hub.Listener`; a stream resumes after a ``seq`` from the hub's ring, or
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +26,20 @@ from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from skype.errors import InputError
-from skype.service.auth import Tokens, new_owner_token
+from skype.service import bulk
+from skype.service.auth import Tokens, new_owner_token, owner_hash
 from skype.service.events import item_data, item_removed
+from skype.service.guard import Guard, stream_route
 from skype.service.hub import CUT, Hub, Listener
 from skype.service.worker import Busy, Worker
 from skype import validate
 
 PAGE_DIR = Path(__file__).parent / "page"
 STATUS = {"E020": 404, "E008": 404, "E090": 404, "E091": 413, "E092": 413, "E093": 429, "E094": 503,
-          "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409}
+          "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409,
+          "E140": 421, "E141": 403, "E142": 415, "E143": 400}
 NDJSON = "application/x-ndjson"
 KEEPALIVE_S = 15.0
-DEFAULT_LAST = 200  # GET /v1/messages without ?last=
 DROP_AFTER_S = 5.0  # a stream that overflowed and cannot even take its closing message is cut
 
 
@@ -54,17 +61,21 @@ class Limits:
 
 
 class Service:
-    def __init__(self, worker: Worker, hub: Hub, tokens: Tokens | None, limits: Limits, metrics: Any) -> None:
+    def __init__(self, worker: Worker, hub: Hub, tokens: Tokens | None, limits: Limits, metrics: Any,
+                 guard: Guard | None = None) -> None:
         self.worker, self.hub, self.tokens, self.limits, self.metrics = worker, hub, tokens, limits, metrics
+        # default: loopback names on any port (a test server's port is chosen later)
+        self.guard = guard if guard is not None else Guard("127.0.0.1", None, tokenless=tokens is None)
         self.open = 0
         self.streams: set[web.StreamResponse] = set()
 
     # ------------------------------------------------------------------ helpers
     def token(self, request: web.Request) -> str | None:
+        """The request's token: ``Authorization: Bearer``, or ``?token=`` on the stream routes."""
         auth = request.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
             return auth[7:].strip()
-        return request.query.get("token")
+        return request.query.get("token") if stream_route(request) else None
 
     def need_publisher(self, request: web.Request, action: str) -> None:
         if self.tokens is None:
@@ -76,14 +87,32 @@ class Service:
             raise InputError("E096", action=action)
 
     def need_owner(self, token: str | None, sid: int, action: str, publisher_ok: bool = False) -> None:
+        """Subscription ``sid`` exists (E020) and ``token`` may ``action`` on it.  When tokens are
+        required, a caller who could not see it were it there gets the same answer whether it is
+        there or not (E095 without a token, E096 with another's): ids cannot be enumerated."""
+        exists = sid in self.worker.state.records
         if self.tokens is None:
+            if not exists:
+                raise InputError("E020", id=sid, record_id=sid)
             return
         if token is None:
             raise InputError("E095", detail=action)
-        if publisher_ok and self.tokens.is_publisher(token):
+        if self.tokens.is_admin(token) or (publisher_ok and self.tokens.is_publisher(token)):
+            if not exists:
+                raise InputError("E020", id=sid, record_id=sid)
             return
-        if not self.tokens.is_owner(token, self.worker.state.tokens.get(sid)):
+        if not exists or not self.tokens.is_owner(token, self.worker.state.tokens.get(sid)):
             raise InputError("E096", action=action)
+
+    def need_role(self, request: web.Request, role: str, action: str) -> None:
+        """``role`` "publisher" (or admin) or "admin" when tokens are required."""
+        if self.tokens is None:
+            return
+        tok = self.token(request)
+        if tok is None:
+            raise InputError("E095", detail=action)
+        if not (self.tokens.is_admin(tok) if role == "admin" else self.tokens.is_publisher(tok)):
+            raise InputError("E096", action=f"{action} ({role} only)" if role == "admin" else action)
 
     async def run(self, kind: str, payload: Any = None) -> Any:
         try:
@@ -148,6 +177,8 @@ class Service:
             if counted:
                 self.open += 1
             try:
+                if route == "/v1/subscriptions/{id}/events":  # before the stream's own checks
+                    self.need_owner(self.token(request), self.sub_id(request), "follow this subscription's events")
                 resp = await handler(request)
             finally:
                 if counted:
@@ -187,54 +218,22 @@ class Service:
         if "id" in rec and rec["id"] != sid:
             raise InputError("E100", body=rec["id"], path=sid)
         rec["id"] = sid
-        reply = await self.run("cmd", {"op": "sub", "rec": rec, "token": new_owner_token()})
+        token = new_owner_token()  # shown once: the state and the log keep its hash
+        reply = await self.run("cmd", {"op": "sub", "rec": rec, "token_hash": owner_hash(token)})
         created = reply.pop("created")
+        if created:
+            reply["token"] = token
         return web.json_response(reply, status=201 if created else 200)
 
     async def delete_subscription(self, request: web.Request) -> web.Response:
         sid = self.sub_id(request)
-        if sid not in self.worker.state.records:
-            raise InputError("E020", id=sid, record_id=sid)
         self.need_owner(self.token(request), sid, "delete this subscription", publisher_ok=True)
         return web.json_response(await self.run("cmd", {"op": "unsub", "id": sid}))
 
     async def get_subscription(self, request: web.Request) -> web.Response:
         sid = self.sub_id(request)
-        if sid not in self.worker.state.records:
-            raise InputError("E020", id=sid, record_id=sid)
         self.need_owner(self.token(request), sid, "read this subscription")
         return web.json_response(await self.run("result", sid))
-
-    async def get_results(self, request: web.Request) -> web.Response:
-        if self.tokens is not None:
-            tok = self.token(request)
-            if tok is None:
-                raise InputError("E095", detail="read every result")
-            if not self.tokens.is_admin(tok):
-                raise InputError("E096", action="read every result (admin only)")
-        return web.Response(body=await self.run("results"), content_type=NDJSON)
-
-    async def get_messages(self, request: web.Request) -> web.Response:
-        """The newest ``last`` window messages (default DEFAULT_LAST, at most --max-records),
-        newest last, as NDJSON message records; read on the engine thread like every read."""
-        if self.tokens is not None:
-            tok = self.token(request)
-            if tok is None:
-                raise InputError("E095", detail="read the recent messages")
-            if not self.tokens.is_publisher(tok):
-                raise InputError("E096", action="read the recent messages (publisher or admin only)")
-        text = request.query.get("last")
-        n = DEFAULT_LAST
-        if text is not None:
-            try:
-                n = int(text)
-            except ValueError:
-                n = -1
-            if n < 0:
-                raise InputError("E106", value=text)
-        recs = await self.run("messages", min(n, self.limits.max_records))
-        body = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in recs)
-        return web.Response(body=body.encode(), content_type=NDJSON)
 
     async def post_messages(self, request: web.Request) -> web.Response:
         self.need_publisher(request, "publish messages")
@@ -470,15 +469,19 @@ class Service:
         self.hub.by_sub.clear()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.middleware], client_max_size=self.limits.max_body_bytes + 1)
+        app = web.Application(middlewares=[self.middleware, self.guard.middleware],
+                              client_max_size=self.limits.max_body_bytes + 1)
         r = app.router
         r.add_get("/healthz", self.healthz)
+        r.add_post("/v1/subscriptions", partial(bulk.post_subscriptions, self))
+        r.add_delete("/v1/subscriptions", partial(bulk.delete_subscriptions, self))
+        r.add_get("/v1/subscriptions", partial(bulk.list_subscriptions, self))
         r.add_put("/v1/subscriptions/{id}", self.put_subscription)
         r.add_delete("/v1/subscriptions/{id}", self.delete_subscription)
         r.add_get("/v1/subscriptions/{id}", self.get_subscription)
         r.add_get("/v1/subscriptions/{id}/events", self.sse)
-        r.add_get("/v1/results", self.get_results)
-        r.add_get("/v1/messages", self.get_messages)
+        r.add_get("/v1/results", partial(bulk.get_results, self))
+        r.add_get("/v1/messages", partial(bulk.get_messages, self))
         r.add_post("/v1/messages", self.post_messages)
         r.add_post("/v1/query", self.post_query)
         r.add_post("/v1/advance", self.post_advance)
@@ -488,3 +491,6 @@ class Service:
         r.add_get("/page/{file:.+}", self.page)
         app.on_shutdown.append(self.on_shutdown)
         return app
+
+
+SERVICE = web.AppKey("skype.service", Service)  # app[SERVICE]: the application's Service (build.create_app)

@@ -8,15 +8,21 @@ WebSocket, ``?token=TOKEN``.  Roles:
 * admin: everything;
 * publisher: writes (PUT/DELETE subscriptions, messages, advance), snapshot queries and the
   recent messages (GET /v1/messages);
-* owner: the token a ``PUT /v1/subscriptions/{id}`` answers with (field ``token``): that
+* owner: the token a ``PUT /v1/subscriptions/{id}`` answers with when it creates the
+  subscription (field ``token``; a bulk ``POST /v1/subscriptions`` answers one per record): that
   subscription's result, events and deletion.
 
-Without a token file every request is allowed, and the server listens on loopback only.
-Tokens are compared in constant time.
+Owner tokens are shown once, at creation: the state, the log and the snapshots hold only
+``sha256:`` + the hex SHA-256 of each (:func:`owner_hash`).  A data directory written before
+(plain tokens in its log records and snapshots) is read by hashing them as they are loaded
+(:func:`stored_owner`).  Without a token file every request is allowed, and the server listens
+on loopback only (and :mod:`~skype.service.guard` checks Host and Origin).  Tokens are compared
+in constant time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import secrets
@@ -29,6 +35,20 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 def new_owner_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+HASH_PREFIX = "sha256:"
+
+
+def owner_hash(token: str) -> str:
+    """What the server keeps of an owner token."""
+    return HASH_PREFIX + hashlib.sha256(token.encode()).hexdigest()
+
+
+def stored_owner(value: str) -> str:
+    """An owner entry read from a log record or a snapshot as the state keeps it: a hash as it
+    is, a plain token of an older data directory hashed ("" stays "": no owner)."""
+    return value if not value or value.startswith(HASH_PREFIX) else owner_hash(value)
 
 
 def _same(a: str, b: str) -> bool:
@@ -65,7 +85,8 @@ class Tokens:
         return token is not None and (self.is_admin(token) or any(_same(token, t) for t in self.publisher))
 
     def is_owner(self, token: str | None, owner: str | None) -> bool:
-        return token is not None and (self.is_admin(token) or (bool(owner) and _same(token, owner or "")))
+        """``owner``: the subscription's stored owner hash (:func:`owner_hash`)."""
+        return token is not None and (self.is_admin(token) or (bool(owner) and _same(owner_hash(token), owner or "")))
 
 
 def check_host(host: str, tokens: Tokens | None) -> None:

@@ -1,7 +1,10 @@
 """The service's engine state: commands in, result-change events out (one thread only).
 
-A command is what the log stores: ``{"op": "sub", "rec", "token"}``, ``{"op": "unsub", "id"}``,
-``{"op": "msgs", "recs"}`` or ``{"op": "advance", "t"}``.  :meth:`State.apply` validates a
+A command is what the log stores: ``{"op": "sub", "rec", "token_hash"}``, ``{"op": "unsub",
+"id"}``, ``{"op": "msgs", "recs"}``, ``{"op": "advance", "t"}``, and the bulk ones
+``{"op": "subs", "ndjson", "token_hashes"}`` (atomic: every record or none, registered through
+the engine's bulk path) and ``{"op": "unsubs", "ids"}``.  Owner tokens are kept and logged as
+hashes only (:mod:`~skype.service.auth`; an older log's plain ``token`` is hashed on replay).  :meth:`State.apply` validates a
 command completely against the current state, through the same parsers and checks as
 ``simulate`` (``skype.io``, ``skype.validate``, the engine's own batch checks), and either
 raises an :class:`~skype.errors.InputError` having changed nothing (the vocabulary's new terms
@@ -36,6 +39,7 @@ from skype.workload import messages_batch, subscriptions_batch
 from skype.errors import InputError
 from skype.model import Subscription
 from skype.service import ingest
+from skype.service.auth import new_owner_token, owner_hash, stored_owner
 from skype.service.ingest import Counters
 from skype.service.events import EventBlock
 from skype.service.window import WindowRecords
@@ -93,6 +97,26 @@ def _entered_positions(indptr: np.ndarray, ids: np.ndarray, rows: np.ndarray, ms
     return np.sort(candidate[order[found]])
 
 
+def _ndjson_records(text: str, limit: int, expected: str) -> tuple[list, list[int]]:
+    """The JSON values of an NDJSON body's non-blank lines and their line numbers (E010 names
+    the line; E092 above ``limit`` records; E105 for none)."""
+    recs: list = []
+    lines: list[int] = []
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        if len(recs) >= limit:
+            raise InputError("E092", n=f"more than {limit}", limit=limit)
+        try:
+            recs.append(json.loads(line))
+        except ValueError as err:
+            raise InputError("E010", detail=str(err), line=n) from None
+        lines.append(n)
+    if not recs:
+        raise InputError("E105", expected=f"NDJSON {expected}")
+    return recs, lines
+
+
 def _pack(rec: dict) -> bytes:
     return json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -110,7 +134,7 @@ class State:
         self.vocabulary = vocabulary if vocabulary is not None else Vocabulary()
         self.engine = make_engine(self.vocabulary)
         self.records: dict[int, bytes] = {}  # subscription id -> its record (as PUT), compact JSON
-        self.tokens: dict[int, str] = {}     # subscription id -> owner token
+        self.tokens: dict[int, str] = {}     # subscription id -> owner token's hash (auth.owner_hash)
         self.other_kinds: set[int] = set()   # the subscriptions of another kind than topk
         self.subs_version = 0                # changes with every change of ``records`` or ``tokens``
         self.position = 0                    # messages accepted so far
@@ -120,6 +144,7 @@ class State:
         self.counters = Counters()           # per-message Python work of the ingest
         # the records of the messages in the window, oldest first
         self.window = WindowRecords(self.engine.window, self.engine.window_seconds)
+        self._sorted: tuple[int, np.ndarray] = (-1, _EMPTY_I)  # (subs_version, the ids in ascending order)
 
     @property
     def window_size(self) -> int:
@@ -137,7 +162,7 @@ class State:
         the engine applied it, and an exception from it undoes the change.  Either way, when
         ``before`` raises, the state is as it was."""
         op = cmd["op"]
-        mark = len(self.vocabulary._terms)
+        mark = len(self.vocabulary)
         before = before or _nothing
         try:
             if op == "msgs":
@@ -145,9 +170,14 @@ class State:
                     return self._messages_ndjson(cmd["ndjson"].encode(), before, cmd)
                 return self._messages(cmd["recs"], lines, before, cmd)
             if op == "sub":
-                return self._subscribe(cmd["rec"], cmd.get("token", ""), before, cmd)
+                owner = cmd["token_hash"] if "token_hash" in cmd else stored_owner(cmd.get("token", ""))
+                return self._subscribe(cmd["rec"], owner, before, cmd)
             if op == "unsub":
                 return self._unsubscribe(cmd["id"], before, cmd)
+            if op == "subs":
+                return self._subscribe_many(cmd, before)
+            if op == "unsubs":
+                return self._unsubscribe_many(cmd["ids"], before, cmd)
             if op == "advance":
                 return self._advance(cmd["t"], before, cmd)
         except BaseException:
@@ -156,11 +186,7 @@ class State:
         raise InputError("E018", op=op)
 
     def _rollback_vocabulary(self, mark: int) -> None:
-        v = self.vocabulary
-        for term in v._terms[mark:]:
-            del v._ids[term]
-        del v._terms[mark:]
-        del v._df[mark:]
+        self.vocabulary.forget_from(mark)
 
     def _check_records(self, recs: list, numbers: list[int] | None) -> tuple[list[tuple], dict[int, int]]:
         """Design 1: every record parsed and validated in Python, in order."""
@@ -207,7 +233,7 @@ class State:
             raise InputError("E105", expected="NDJSON message records")
         batch = None
         if self.ingest == "columnar":
-            mark = len(self.vocabulary._terms)
+            mark = len(self.vocabulary)
             try:
                 batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, self.engine.bounds, self.position,
                                               self.engine.clock, self.counters)
@@ -227,7 +253,7 @@ class State:
                  cmd: dict) -> ChangeLog:
         """The engine's own checks that need its window (an id still in it: E019), then
         ``before`` (the log append), then the engine's batch call."""
-        in_window = self.engine._window_has(batch.ids)
+        in_window = self.engine.window_has(batch.ids)
         if in_window.any():
             dup = int(batch.ids[np.argmax(in_window)])
             raise _line_error(InputError("E019", id=dup, record_id=dup), line_of(dup) or 1)
@@ -281,8 +307,7 @@ class State:
         kept = set(old_keys) if old is not None else set()
         entered = [e for e in after if ENTRY_KEY[kind](e) not in kept]
         events.append(EventBlock.single(self._event(sid, entered, left)))
-        reply = {"id": sid, "position": self.position, "token": self.tokens[sid], "created": old is None}
-        return reply, events
+        return {"id": sid, "position": self.position, "created": old is None}, events
 
     def _unsubscribe(self, sid: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         sid = validate.check_id(sid)
@@ -296,6 +321,126 @@ class State:
         self.other_kinds.discard(sid)
         self.subs_version += 1
         return {"id": sid, "position": self.position}, [EventBlock.single(self._event(sid, [], left, removed=True))]
+
+    def _subscribe_many(self, cmd: dict, before: Callable[[dict], object]) -> tuple[Any, list[EventBlock]]:
+        """Bulk create (``{"op": "subs", "ndjson"}``): every record is checked first (a bad one
+        is named by its line, E007 for an id taken or repeated), then all are registered, topk
+        ones with one ``subscribe_batch``, then logged (one record); their creation events are
+        one block, in ascending id order.  On replay ``token_hashes`` comes from the log; else
+        an owner token is made per record and answered once (``tokens``, in line order)."""
+        recs, lines = _ndjson_records(cmd["ndjson"], self.max_records, "subscription records")
+        hashes = cmd.get("token_hashes")
+        tokens: list[str] | None = None
+        if hashes is None:
+            tokens = [new_owner_token() for _ in recs]
+            hashes = [owner_hash(t) for t in tokens]
+        elif len(hashes) != len(recs):
+            raise ValueError(f"a bulk subscription record holds {len(recs)} records and {len(hashes)} owners")
+        clock = self.engine.clock
+        ids: list[int] = []
+        taken: set[int] = set()
+        topk_rows: list[tuple] = []
+        others: list = []
+        for rec, line in zip(recs, lines):
+            try:
+                if not isinstance(rec, dict):
+                    raise InputError("E033", kind="subscription", value=rec)
+                if rec.get("op", "sub") != "sub":
+                    raise InputError("E018", op=rec.get("op"))
+                sub = io.subscription_from_obj(rec)
+                sid = validate.check_id(rec["id"])
+                if sid in taken or sid in self.records:
+                    raise InputError("E007", id=sid, record_id=sid)
+                if isinstance(sub, Subscription):
+                    row = validate.check_subscription(sub, self.vocabulary, self.engine.bounds)
+                    topk_rows.append(row + (queries.check_until(sub.until, clock),))
+                else:  # the kind's own checks (compiled again when registered)
+                    queries.compile_subscription(sub, self.vocabulary, self.engine.bounds, clock)
+                    others.append(sub)
+            except InputError as err:
+                raise _line_error(err, line) from None
+            taken.add(sid)
+            ids.append(sid)
+        try:
+            if topk_rows:
+                self.engine.subscribe_batch(subscriptions_batch(topk_rows))
+            if others:
+                self.engine.subscribe_many(others)
+            before(dict(cmd, token_hashes=hashes))  # logged with the owners' hashes
+        except BaseException:  # not registered, or not logged: undo
+            for sid in ids:
+                if self.engine.has_subscription(sid):
+                    self.engine.unsubscribe(sid)
+            raise
+        other_ids = {int(sub.id) for sub in others}
+        for sid, rec, owner in zip(ids, recs, hashes):
+            self.records[sid] = _pack({k: v for k, v in rec.items() if k != "op"})
+            self.tokens[sid] = owner
+        self.other_kinds |= other_ids
+        self.subs_version += 1
+        order = np.array(sorted(ids), np.int64)
+        block = self._block_of_results(order, other_ids, entered=True)
+        reply: dict[str, Any] = {"created": len(ids), "position": self.position, "ids": ids}
+        if tokens is not None:
+            reply["tokens"] = tokens
+        return reply, [block]
+
+    def _unsubscribe_many(self, ids: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
+        """Bulk delete (``{"op": "unsubs", "ids"}``): every id must name a subscription (E020,
+        nothing deleted) and appear once; one removal event per id, in ascending id order."""
+        if not isinstance(ids, list) or not ids:
+            raise InputError("E144", name="ids", value=ids, expected="a non-empty list of subscription ids")
+        if len(ids) > self.max_records:
+            raise InputError("E092", n=len(ids), limit=self.max_records)
+        checked = [validate.check_id(i) for i in ids]
+        if len(set(checked)) != len(checked):
+            raise InputError("E144", name="ids", value="a list with repeated ids", expected="distinct ids")
+        for sid in checked:
+            if sid not in self.records:
+                raise InputError("E020", id=sid, record_id=sid)
+        order = np.array(sorted(checked), np.int64)
+        block = self._block_of_results(order, self.other_kinds & set(checked), entered=False)
+        before(cmd)
+        for sid in checked:
+            self.engine.unsubscribe(sid)
+            del self.records[sid]
+            self.tokens.pop(sid, None)
+            self.other_kinds.discard(sid)
+        self.subs_version += 1
+        return {"deleted": len(checked), "position": self.position}, [block]
+
+    def _block_of_results(self, subs: np.ndarray, others: set[int], *, entered: bool) -> EventBlock:
+        """One event per subscription of ``subs`` (ascending) carrying its whole current result:
+        as entered (created) or as left (removed); top-k ones as columns, one
+        ``topk_arrays`` call, the other kinds as objects."""
+        count = len(subs)
+        seq0 = self.seq + 1
+        self.seq += count
+        is_other = np.isin(subs, np.fromiter(others, np.int64, len(others))) if others else np.zeros(count, bool)
+        topk_at = np.flatnonzero(~is_other)
+        indptr, mids, scores = self.engine.topk_arrays(subs[topk_at]) if len(topk_at) else (
+            np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F)
+        ptr = np.zeros(count + 1, np.int64)
+        per = np.zeros(count, np.int64)
+        per[topk_at] = np.diff(indptr)
+        np.cumsum(per, out=ptr[1:])
+        objects: dict[int, dict] = {}
+        for i in np.flatnonzero(is_other).tolist():
+            sid = int(subs[i])
+            kind = self.engine.kind_of(sid)
+            now = io.answer_entries(kind, self.engine.result(sid))
+            obj: dict[str, Any] = {"sub": sid, "seq": seq0 + i, "position": self.position}
+            if entered:
+                obj.update(entered=now, left=[])
+            else:
+                obj.update(entered=[], left=[ENTRY_KEY[kind](e) for e in now], removed=True)
+            objects[i] = obj
+        zeros = np.zeros(count + 1, np.int64)
+        if entered:
+            return EventBlock(seq0, subs, self.position, ent_ptr=ptr, ent_ids=mids, ent_scores=scores,
+                              left_ptr=zeros, objects=objects)
+        return EventBlock(seq0, subs, self.position, ent_ptr=zeros, left_ptr=ptr, left_ids=mids,
+                          removed=np.ones(count, bool), objects=objects)
 
     def _advance(self, t: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         if self.engine.window_seconds is None:
@@ -326,7 +471,7 @@ class State:
         for top-k subscriptions, objects for the other kinds and for ended subscriptions of
         other kinds; no Python object per top-k event."""
         n = len(log)
-        ended = np.array(sorted(sid for sid in self.engine._ended if sid in self.records), np.int64)
+        ended = np.array(sorted(sid for sid in self.engine.ended_subscriptions() if sid in self.records), np.int64)
         if n:
             order = np.lexsort((log.msg, log.sub))  # by sub, then message, then time (a stable sort)
             sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
@@ -352,8 +497,7 @@ class State:
         is_topk[topk_ev] = True
         pick = e & is_topk[ev]
         ent_ev, ent_msg = ev[pick], m[pick]
-        # the subscriptions are known (they just changed): no need for topk_arrays' own check
-        indptr, ids, scores = self.engine._topk_arrays(subs[topk_ev]) if len(topk_ev) else (
+        indptr, ids, scores = self.engine.topk_arrays(subs[topk_ev]) if len(topk_ev) else (
             np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F)
         at = _entered_positions(indptr, ids, np.searchsorted(topk_ev, ent_ev), ent_msg)
         ent_ptr = np.zeros(count + 1, np.int64)
@@ -410,13 +554,51 @@ class State:
         q = io.query_from_obj(rec)
         validate.check_id(q["qid"])
         fields = {k: v for k, v in q.items() if k not in ("qid", "kind")}
-        mark = len(self.vocabulary._terms)
+        mark = len(self.vocabulary)
         try:
             answer = self.engine.query(q["kind"], **fields)
         finally:
             self._rollback_vocabulary(mark)
         return {"qid": q["qid"], "after": self.position, "kind": q["kind"],
                 "answer": io.answer_entries(q["kind"], answer)}
+
+    # ------------------------------------------------------------------ pages (skype.service.bulk)
+    def sorted_ids(self) -> np.ndarray:
+        """Every subscription id, ascending (kept until the subscriptions change)."""
+        version, ids = self._sorted
+        if version != self.subs_version:
+            ids = np.fromiter(self.records, np.int64, len(self.records))
+            ids.sort()
+            self._sorted = (self.subs_version, ids)
+        return ids
+
+    def page_ids(self, after: int | None, limit: int) -> tuple[list[int], int | None]:
+        """Up to ``limit`` subscription ids above ``after`` (None: from the first), ascending, and
+        the ``after`` of the next page (None: this is the last)."""
+        ids = self.sorted_ids()
+        start = 0 if after is None else int(np.searchsorted(ids, after, side="right"))
+        page = ids[start:start + limit].tolist()
+        return page, (page[-1] if page and start + limit < len(ids) else None)
+
+    def records_page(self, after: int | None, limit: int) -> tuple[bytes, int | None]:
+        """``{"subscriptions": [records as PUT], "next_after": id | null}`` of one page."""
+        page, nxt = self.page_ids(after, limit)
+        body = b'{"subscriptions":[' + b",".join(self.records[sid] for sid in page) + b'],"next_after":' + \
+            (b"null" if nxt is None else str(nxt).encode()) + b"}"
+        return body, nxt
+
+    def results_page(self, after: int | None, limit: int) -> tuple[bytes, int | None]:
+        """One page of ``GET /v1/results``: results-file lines of ids above ``after``."""
+        page, nxt = self.page_ids(after, limit)
+        engine = self.engine
+        lines = (json.dumps(obj, ensure_ascii=False, allow_nan=False)
+                 for obj in io.kind_result_objects((sid, engine.kind_of(sid), engine.result(sid)) for sid in page))
+        return "".join(line + "\n" for line in lines).encode(), nxt
+
+    def messages_of(self, ids: list[int]) -> list[dict]:
+        """The records of the window messages with these ids (the others are gone), oldest first,
+        shaped as :meth:`last_messages`."""
+        return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.find(ids)]
 
     # ------------------------------------------------------------------ snapshots
     def window_records(self) -> list[tuple[int, float, dict]]:
@@ -441,7 +623,7 @@ class State:
             raw = b"\n".join(texts)
             starts, _ = ingest.record_lines(raw)
             t = np.asarray(ts, np.float64)
-            mark = len(self.vocabulary._terms)
+            mark = len(self.vocabulary)
             try:
                 batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, engine.bounds, 0, -math.inf, t=t)
             except ingest.Rejected:
@@ -456,8 +638,7 @@ class State:
         clock = float(meta["clock"]) if meta["clock"] is not None else -math.inf
         if engine.window_seconds is not None and clock > engine.clock:
             engine.advance_log(clock)
-        engine._clock = clock
-        engine._arrivals = int(meta["position"])
+        engine.restore_position(clock, int(meta["position"]))
         self.position, self.seq = int(meta["position"]), int(meta["seq"])
         topk_rows, others = [], []
         for rec, token in subs:
@@ -469,7 +650,7 @@ class State:
                 others.append(sub)
                 self.other_kinds.add(int(rec["id"]))
             self.records[int(rec["id"])] = _pack(rec)
-            self.tokens[int(rec["id"])] = token
+            self.tokens[int(rec["id"])] = stored_owner(token)
         if topk_rows:
             engine.subscribe_batch(subscriptions_batch(topk_rows))
         if others:

@@ -144,5 +144,15 @@ class WindowRecords:
         out.reverse()
         return out
 
+    def find(self, ids: list[int]) -> list[dict]:
+        """The records of the window messages with these ids, oldest first (ids not in the window
+        are left out)."""
+        wanted = np.asarray(ids, np.int64)
+        out: list[dict] = []
+        for chunk in self.chunks:
+            hits = np.flatnonzero(np.isin(chunk.ids[chunk.first:], wanted)) + chunk.first
+            out.extend(chunk.record(int(i)) for i in hits)
+        return out
+
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.chunks)

@@ -38,13 +38,15 @@ from skype.service.state import State
 from skype.service.wal import Log
 
 GROUP = 256
+BULK_OPS = ("msgs", "subs", "unsubs")  # commands whose reply says how many records they wrote
 
 
 def _records(cmd: dict) -> int:
     """What a command weighs towards the next snapshot: its messages (a reply's ``accepted``),
     or 1."""
-    if "accepted" in cmd:
-        return int(cmd["accepted"])
+    for key in ("accepted", "created", "deleted"):  # messages, bulk subscriptions (replies)
+        if key in cmd:
+            return int(cmd[key])
     return len(cmd["recs"]) if cmd.get("op") == "msgs" and "recs" in cmd else 1
 
 
@@ -191,11 +193,13 @@ class Worker:
         if job.kind == "cmd":
             cmd, lines = job.payload if isinstance(job.payload, tuple) else (job.payload, None)
             value, evs = st.apply(cmd, lines, before=self.log.append)  # logged before it applies
-            self.since_snapshot += _records(value if cmd["op"] == "msgs" else cmd)
+            self.since_snapshot += _records(value if cmd["op"] in BULK_OPS else cmd)
             if cmd["op"] == "msgs":
                 self.metrics.messages.inc(value["accepted"])
             self.metrics.subscriptions.set(len(st.records))
             return value, evs
+        if job.kind == "read":  # a function of the state (the reads of skype.service.bulk)
+            return job.payload(st), []
         if job.kind == "result":
             sid = job.payload
             return {"subscription": st.record(sid), "result": st.result_line(sid), "seq": st.seq}, []
@@ -227,7 +231,7 @@ class Worker:
             except InputError as err:  # cannot happen for a log this code wrote
                 print(f"skype serve: log record skipped on replay: {err}", file=sys.stderr)
                 continue
-            self.since_snapshot += _records(value if cmd["op"] == "msgs" else cmd)
+            self.since_snapshot += _records(value if cmd["op"] in BULK_OPS else cmd)
             chunk.extend(evs)
             if len(chunk) >= 100:  # blocks: one per command
                 self.loop.call_soon_threadsafe(self.publish, chunk, None)

@@ -1,0 +1,132 @@
+"""Bulk and paginated routes: many subscriptions per request, and reads one page at a time.
+
+* ``POST /v1/subscriptions`` (NDJSON subscription records, as PUT takes them, each with its
+  ``id``): all or nothing.  Every record is checked before any is registered, a refusal names
+  the record's line, an id already taken or repeated is E007 (409).  The records are registered
+  through the engine's bulk path (``subscribe_batch``) and acknowledged once durable, as one log
+  record; their creation events follow in ascending id order.  The answer:
+  ``{"created", "position", "ids", "tokens"}`` (owner tokens in line order, shown only here).
+* ``DELETE /v1/subscriptions`` (``{"ids": [...]}``, application/json): all or nothing (an
+  unknown id is E020, nothing deleted); one removal event per id.  Publisher or admin.
+* ``GET /v1/subscriptions?after=ID&limit=N``: the records in ascending id order, ids above
+  ``after``: ``{"subscriptions": [...], "next_after": ID | null}`` (null: no more).  Publisher
+  or admin.
+* ``GET /v1/results?after=ID&limit=N``: results-file lines (NDJSON) of one page; the next
+  page's ``after`` is in the ``X-Skype-Next-After`` header (absent on the last page).  Without
+  ``after`` and ``limit``: every result, as before.  Admin.
+* ``GET /v1/messages?last=N`` (the newest N, default 200) or ``?ids=1,2,3`` (those of the
+  window's messages, for a page that shows what a result is): NDJSON message records, oldest
+  first.  Publisher or admin.
+
+Reads run on the engine thread as functions of the state (the worker's ``read`` job), like
+every read, so a page is consistent with the writes before it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from skype.errors import InputError
+from skype import validate
+
+if TYPE_CHECKING:
+    from skype.service.app import Service
+
+NDJSON = "application/x-ndjson"
+DEFAULT_LAST = 200      # GET /v1/messages without ?last=
+DEFAULT_LIMIT = 1000    # a page without ?limit=
+NEXT_HEADER = "X-Skype-Next-After"
+
+
+def _count(request: web.Request, name: str, default: int, most: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise InputError("E144", name=name, value=text, expected="an integer >= 1")
+    return min(value, most)
+
+
+def _after(request: web.Request) -> int | None:
+    text = request.query.get("after")
+    if text is None or text == "":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError("E144", name="after", value=text, expected="a subscription id (an integer)") from None
+    return validate.check_id(value)
+
+
+async def post_subscriptions(service: Service, request: web.Request) -> web.Response:
+    service.need_role(request, "publisher", "create subscriptions")
+    if request.content_type != NDJSON:
+        raise InputError("E142", method="POST", path=request.path, got=request.headers.get("Content-Type", ""))
+    raw = await service.body(request)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError("E031", detail=str(err)) from None
+    reply = await service.run("cmd", {"op": "subs", "ndjson": text})
+    return web.json_response(reply, status=201)
+
+
+async def delete_subscriptions(service: Service, request: web.Request) -> web.Response:
+    service.need_role(request, "publisher", "delete subscriptions")
+    body = await service.json_body(request, '{"ids": [subscription ids]}')
+    if not isinstance(body, dict) or set(body) != {"ids"}:
+        raise InputError("E144", name="body", value=body, expected='{"ids": [subscription ids]}')
+    return web.json_response(await service.run("cmd", {"op": "unsubs", "ids": body["ids"]}))
+
+
+async def list_subscriptions(service: Service, request: web.Request) -> web.Response:
+    service.need_role(request, "publisher", "list the subscriptions")
+    after, limit = _after(request), _count(request, "limit", DEFAULT_LIMIT, service.limits.max_records)
+    body, _ = await service.run("read", lambda st: st.records_page(after, limit))
+    return web.Response(body=body, content_type="application/json")
+
+
+async def get_results(service: Service, request: web.Request) -> web.Response:
+    service.need_role(request, "admin", "read every result")
+    if "after" not in request.query and "limit" not in request.query:
+        return web.Response(body=await service.run("results"), content_type=NDJSON)
+    after, limit = _after(request), _count(request, "limit", DEFAULT_LIMIT, service.limits.max_records)
+    body, nxt = await service.run("read", lambda st: st.results_page(after, limit))
+    headers = {NEXT_HEADER: str(nxt)} if nxt is not None else {}
+    return web.Response(body=body, content_type=NDJSON, headers=headers)
+
+
+async def get_messages(service: Service, request: web.Request) -> web.Response:
+    """The newest ``last`` window messages, or those with the given ``ids``, as NDJSON message
+    records, oldest first."""
+    service.need_role(request, "publisher", "read the recent messages (publisher or admin only)")
+    most = service.limits.max_records
+    if "ids" in request.query:
+        text = request.query["ids"]
+        try:
+            ids = [validate.check_id(int(part)) for part in text.split(",") if part.strip()]
+        except (ValueError, InputError):
+            raise InputError("E144", name="ids", value=text, expected="message ids separated by commas") from None
+        if len(ids) > most:
+            raise InputError("E092", n=len(ids), limit=most)
+        recs = await service.run("read", lambda st: st.messages_of(ids))
+    else:
+        text = request.query.get("last")
+        n = DEFAULT_LAST
+        if text is not None:
+            try:
+                n = int(text)
+            except ValueError:
+                n = -1
+            if n < 0:
+                raise InputError("E106", value=text)
+        recs = await service.run("messages", min(n, most))
+    body = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in recs)
+    return web.Response(body=body.encode(), content_type=NDJSON)
