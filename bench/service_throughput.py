@@ -95,7 +95,7 @@ def main() -> None:
     t0 = time.perf_counter()
     for line in open(s, "rb"):
         sid = json.loads(line)["id"]
-        r = session.put(f"{url}/v1/subscriptions/{sid}", data=line)
+        r = session.put(f"{url}/v1/subscriptions/{sid}", data=line, headers={"Content-Type": "application/json"})
         assert r.status_code == 201, r.text
     register_s = time.perf_counter() - t0
     lines = open(m, "rb").readlines()
