@@ -3,7 +3,7 @@ driven by selenium) against a real server on loopback.
 
 The page lists and draws the subscriptions and the newest window messages (its canvas carries
 their counts, checked against ``GET /v1/messages``); choosing one shows its top-k, folded from its event
-stream; publishing changes the top-k and the page follows until it equals the server's result
+stream, each entry with its message's text and place (a click marks it on the map); publishing changes the top-k and the page follows until it equals the server's result
 (ids and scores, in order).  With a token file the page shows the refusal, then works once the
 token is typed in.  A screenshot of each run is kept: under ``$SKYPE_ARTIFACTS`` when set, else
 in pytest's temporary directory; its path is printed.
@@ -128,6 +128,47 @@ def wait_messages(driver, client: Client, sid: int) -> None:
                              f"page error: {driver.find_element(By.ID, 'msg-count').text!r}") from None
 
 
+def marked_pixels(driver) -> int:
+    """Canvas pixels of the mark's colour (#6a1b9a)."""
+    return driver.execute_script("""
+        const c = document.getElementById('map'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4)
+          if (Math.abs(d[i] - 106) < 24 && Math.abs(d[i + 1] - 27) < 24 && Math.abs(d[i + 2] - 154) < 24) n++;
+        return n;""")
+
+
+def check_entries_say_what_they_are(driver, client: Client, sid: int) -> None:
+    """Each top-k entry shows its message's text (here: its terms) and place, as the server has
+    them; a click on an entry marks that message on the map, a second click unmarks it."""
+    ids = [e[0] for e in server_topk(client, sid)]
+    records = {rec["id"]: rec for rec in client.messages(ids=ids)}
+    assert sorted(records) == sorted(ids)  # the top-k's messages are in the window
+
+    def described(d) -> bool:
+        return all(li.get_attribute("data-place") for li in d.find_elements(By.CSS_SELECTOR, "#topk li"))
+
+    WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(described)
+    items = driver.find_elements(By.CSS_SELECTOR, "#topk li")
+    assert [int(li.get_attribute("data-id")) for li in items] == ids
+    for li in items:
+        rec = records[int(li.get_attribute("data-id"))]
+        assert [float(v) for v in li.get_attribute("data-place").split(",")] == [rec["x"], rec["y"]]
+        words = set(rec["terms"]) if "terms" in rec else set(rec["text"].split())
+        shown = li.get_attribute("data-text").rstrip("…").split()
+        assert shown and set(shown[:-1]) <= words, (shown, words)
+        assert li.get_attribute("data-text") in li.text
+    assert driver.find_element(By.ID, "map").get_attribute("data-marked") is None and marked_pixels(driver) == 0
+    items[-1].click()
+    canvas = driver.find_element(By.ID, "map")
+    WebDriverWait(driver, WAIT_S).until(lambda d: canvas.get_attribute("data-marked") == str(ids[-1]))
+    assert marked_pixels(driver) > 0
+    assert "marked" in driver.find_element(By.CSS_SELECTOR, f"#topk li[data-id='{ids[-1]}']").get_attribute("class")
+    driver.find_element(By.CSS_SELECTOR, f"#topk li[data-id='{ids[-1]}']").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: canvas.get_attribute("data-marked") is None)
+    assert marked_pixels(driver) == 0
+
+
 def test_page_follows_a_subscription_live(tmp_path, browser, workload):
     subs, msgs = workload
     with ServerProcess(tmp_path / "data", "--window", "1000") as server:
@@ -153,6 +194,7 @@ def test_page_follows_a_subscription_live(tmp_path, browser, workload):
         assert browser.find_element(By.ID, "map").get_attribute("data-messages") == "200"
         assert int(browser.find_element(By.ID, "map").get_attribute("data-highlighted")) > 0
         assert message_pixels(browser) > 0
+        check_entries_say_what_they_are(browser, client, sid)
         shot = artifact(tmp_path, "service-page.png")
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
         print(f"screenshot: {shot}")

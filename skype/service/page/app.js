@@ -7,7 +7,11 @@
 // folded list equals the server's result; the browser resumes a dropped stream by itself with
 // Last-Event-ID.  The recent messages (GET /v1/messages?last=MAX_MESSAGES) are read at start
 // and every MESSAGES_EVERY_MS, and drawn as small dots under the subscriptions; the chosen
-// subscription's result messages among them are ringed.  The token (field in the header) is kept in localStorage and sent as
+// subscription's result messages among them are ringed.  Each top-k entry says what the message
+// is: its text (or terms) and place, from the records of GET /v1/messages (the recent ones, and
+// GET /v1/messages?ids=... for the entries not among them; an entry whose message has left the
+// window says so).  A click on an entry marks its message on the map (canvas data-marked = its
+// id).  The token (field in the header) is kept in localStorage and sent as
 // "Authorization: Bearer" on fetches and as ?token= on the EventSource (which cannot set headers).
 "use strict";
 
@@ -16,6 +20,7 @@ const MAX_EVENTS = 50;      // lines in the recent-events list
 const MAX_MESSAGES = 200;   // newest window messages drawn
 const MESSAGES_EVERY_MS = 2000;
 const RESULT_FIELDS = ["topk", "matches", "terms"];
+const MAX_TEXT = 60;        // characters of a message's text shown in an entry
 
 const page = {
   map: new SkypeMap(document.getElementById("map")),
@@ -27,6 +32,9 @@ const page = {
   entries: [],              // the chosen subscription's result entries, folded from events
   source: null,             // its EventSource
   lastSeq: null,
+  records: new Map(),       // message id -> its record (null: asked for, not in the window)
+  asking: new Set(),        // message ids being fetched
+  marked: null,             // the message id marked on the map
 };
 window.skypePage = page;
 
@@ -100,6 +108,7 @@ async function loadMessages() {
   try {
     const text = await (await api(`/v1/messages?last=${MAX_MESSAGES}`)).text();
     page.messages = text.split("\n").filter((raw) => raw.trim()).map((raw) => JSON.parse(raw));
+    for (const m of page.messages) page.records.set(m.id, m);
     draw();
   } catch (e) {
     status.textContent = `messages: ${e.message || e}`;
@@ -142,6 +151,14 @@ function draw() {
     `${msgs.length} recent messages` + (page.chosen !== null ? `, ${ringed.length} in #${page.chosen}'s result` : "");
   const c = page.subs.get(page.chosen);
   if (c && Number.isFinite(c.x)) page.map.dot(c.x, c.y, 7, "#f0a000", "#7a5200");
+  const marked = page.marked === null ? null : page.records.get(page.marked);
+  if (marked && Number.isFinite(marked.x) && Number.isFinite(marked.y)) {
+    page.map.dot(marked.x, marked.y, 9, "rgba(0,0,0,0)", "#6a1b9a");
+    page.map.dot(marked.x, marked.y, 3, "#6a1b9a");
+    canvas.dataset.marked = String(page.marked);
+  } else {
+    delete canvas.dataset.marked;
+  }
   const [minx, miny, maxx, maxy] = page.map.bounds;
   document.getElementById("extent").textContent = `view ${minx},${miny} – ${maxx},${maxy}`;
 }
@@ -153,6 +170,7 @@ function choose(id) {
   page.chosen = id;
   page.entries = [];
   page.lastSeq = null;
+  page.marked = null;
   document.getElementById("chosen").textContent = `#${id}`;
   document.getElementById("events").replaceChildren();
   renderList();
@@ -208,18 +226,77 @@ function renderTopk(fresh) {
       li.dataset.id = e.id;
       const value = "score" in e ? e.score : e.distance;
       li.dataset.value = value;
-      li.textContent = `msg ${e.id}  ${Number(value).toFixed(6)}`;
+      describe(li, e.id, Number(value).toFixed(6));
       if (fresh.has(e.id)) li.classList.add("fresh");
     } else if (typeof e === "object") {
       li.dataset.id = e.term;
       li.textContent = `${e.term}  ${e.count}`;
     } else {
       li.dataset.id = e;
-      li.textContent = `msg ${e}`;
+      describe(li, e, null);
     }
     ol.appendChild(li);
   }
   ol.dataset.seq = page.lastSeq === null ? "" : String(page.lastSeq);
+  askRecords();
+}
+
+// An entry of message `id`: id, value, then what the message is (text or terms, and place).
+// A click marks the message on the map.
+function describe(li, id, value) {
+  const head = document.createElement("span");
+  head.className = "entry-head";
+  head.textContent = value === null ? `msg ${id}` : `msg ${id}  ${value}`;
+  const what = document.createElement("span");
+  what.className = "entry-what";
+  const rec = page.records.get(id);
+  if (rec === undefined) {
+    what.textContent = "…";
+  } else if (rec === null) {
+    what.textContent = "(no longer in the window)";
+  } else {
+    what.textContent = `(${fmt(rec.x)}, ${fmt(rec.y)}) ${messageText(rec)}`;
+    li.dataset.text = messageText(rec);
+    li.dataset.place = `${rec.x},${rec.y}`;
+  }
+  li.append(head, what);
+  li.classList.add("entry");
+  if (id === page.marked) li.classList.add("marked");
+  li.addEventListener("click", () => mark(id));
+}
+
+function messageText(rec) {
+  const text = typeof rec.text === "string" ? rec.text :
+    rec.terms ? Object.keys(rec.terms).join(" ") : "";
+  return text.length > MAX_TEXT ? text.slice(0, MAX_TEXT - 1) + "…" : text;
+}
+
+function mark(id) {
+  page.marked = page.marked === id ? null : id;
+  for (const li of document.querySelectorAll("#topk li.entry")) {
+    li.classList.toggle("marked", Number(li.dataset.id) === page.marked);
+  }
+  draw();
+}
+
+// Fetch the records of the shown entries the page does not have (GET /v1/messages?ids=...).
+async function askRecords() {
+  const ids = page.entries.map((e) => (typeof e === "object" ? e.id : e))
+    .filter((id) => Number.isInteger(id) && !page.records.has(id) && !page.asking.has(id));
+  if (!ids.length) return;
+  for (const id of ids) page.asking.add(id);
+  try {
+    const text = await (await api(`/v1/messages?ids=${ids.join(",")}`)).text();
+    const found = new Map(text.split("\n").filter((raw) => raw.trim()).map((raw) => JSON.parse(raw))
+      .map((rec) => [rec.id, rec]));
+    for (const id of ids) page.records.set(id, found.get(id) || null);
+    renderTopk(new Set());
+    draw();
+  } catch (e) {
+    showError(String(e.message || e));
+  } finally {
+    for (const id of ids) page.asking.delete(id);
+  }
 }
 
 function logEvent(event) {
