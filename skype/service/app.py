@@ -77,15 +77,6 @@ class Service:
             return auth[7:].strip()
         return request.query.get("token") if stream_route(request) else None
 
-    def need_publisher(self, request: web.Request, action: str) -> None:
-        if self.tokens is None:
-            return
-        tok = self.token(request)
-        if tok is None:
-            raise InputError("E095", detail=action)
-        if not self.tokens.is_publisher(tok):
-            raise InputError("E096", action=action)
-
     def need_owner(self, token: str | None, sid: int, action: str, publisher_ok: bool = False) -> None:
         """Subscription ``sid`` exists (E020) and ``token`` may ``action`` on it.  When tokens are
         required, a caller who could not see it were it there gets the same answer whether it is
@@ -207,7 +198,7 @@ class Service:
                                   "position": st.position})
 
     async def put_subscription(self, request: web.Request) -> web.Response:
-        self.need_publisher(request, "create or replace subscriptions")
+        self.need_role(request, "publisher", "create or replace subscriptions")
         sid = self.sub_id(request)
         rec = await self.json_body(request, "a subscription record")
         if not isinstance(rec, dict):
@@ -235,53 +226,8 @@ class Service:
         self.need_owner(self.token(request), sid, "read this subscription")
         return web.json_response(await self.run("result", sid))
 
-    async def post_messages(self, request: web.Request) -> web.Response:
-        self.need_publisher(request, "publish messages")
-        ndjson = request.content_type == NDJSON
-        raw = await self.body(request)
-        recs: list = []
-        lines: list[int] = []
-        if ndjson and self.worker.state.ingest == "columnar":
-            # design 2: the engine thread decodes the body in one call (skype.service.ingest)
-            if not raw.strip():
-                raise InputError("E105", expected="NDJSON message records")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None  # design 1 names the line
-            if text is not None:
-                return web.json_response(await self.run("cmd", {"op": "msgs", "ndjson": text}))
-        if ndjson:
-            for n, line in enumerate(raw.split(b"\n"), start=1):
-                if not line.strip():
-                    continue
-                if len(recs) >= self.limits.max_records:
-                    raise InputError("E092", n=f"more than {len(recs)}", limit=self.limits.max_records)
-                try:
-                    recs.append(json.loads(line))
-                except ValueError as err:
-                    raise InputError("E010", detail=str(err), line=n) from None
-                lines.append(n)
-            if not recs:
-                raise InputError("E105", expected="NDJSON message records")
-        else:
-            if not raw.strip():
-                raise InputError("E105", expected="a message record")
-            try:
-                recs = [json.loads(raw)]
-            except ValueError as err:
-                raise InputError("E010", detail=str(err)) from None
-            lines = [1]
-        try:
-            reply = await self.run("cmd", ({"op": "msgs", "recs": recs}, lines))
-        except InputError as err:
-            if not ndjson:
-                err.line = None
-            raise
-        return web.json_response(reply)
-
     async def post_query(self, request: web.Request) -> web.Response:
-        self.need_publisher(request, "run snapshot queries")
+        self.need_role(request, "publisher", "run snapshot queries")
         rec = await self.json_body(request, "a query record")
         if isinstance(rec, dict) and rec.get("op", "query") != "query":
             raise InputError("E018", op=rec.get("op"))
@@ -291,7 +237,7 @@ class Service:
         return web.json_response(line["answer"], headers={"X-Skype-Position": str(line["after"])})
 
     async def post_advance(self, request: web.Request) -> web.Response:
-        self.need_publisher(request, "advance the clock")
+        self.need_role(request, "publisher", "advance the clock")
         rec = await self.json_body(request, '{"t": seconds}')
         if not isinstance(rec, dict):
             raise InputError("E033", kind="advance", value=rec)
@@ -482,7 +428,7 @@ class Service:
         r.add_get("/v1/subscriptions/{id}/events", self.sse)
         r.add_get("/v1/results", partial(bulk.get_results, self))
         r.add_get("/v1/messages", partial(bulk.get_messages, self))
-        r.add_post("/v1/messages", self.post_messages)
+        r.add_post("/v1/messages", partial(bulk.post_messages, self))
         r.add_post("/v1/query", self.post_query)
         r.add_post("/v1/advance", self.post_advance)
         r.add_get("/v1/events", self.websocket)

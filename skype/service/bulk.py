@@ -14,6 +14,8 @@
 * ``GET /v1/results?after=ID&limit=N``: results-file lines (NDJSON) of one page; the next
   page's ``after`` is in the ``X-Skype-Next-After`` header (absent on the last page).  Without
   ``after`` and ``limit``: every result, as before.  Admin.
+* ``POST /v1/messages``: one message record (application/json) or a batch (NDJSON, all or
+  nothing, at most ``--max-records``).
 * ``GET /v1/messages?last=N`` (the newest N, default 200) or ``?ids=1,2,3`` (those of the
   window's messages, for a page that shows what a result is): NDJSON message records, oldest
   first.  Publisher or admin.
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from skype.errors import InputError
+from skype.service import manysubs
 from skype import validate
 
 if TYPE_CHECKING:
@@ -89,7 +92,7 @@ async def delete_subscriptions(service: Service, request: web.Request) -> web.Re
 async def list_subscriptions(service: Service, request: web.Request) -> web.Response:
     service.need_role(request, "publisher", "list the subscriptions")
     after, limit = _after(request), _count(request, "limit", DEFAULT_LIMIT, service.limits.max_records)
-    body, _ = await service.run("read", lambda st: st.records_page(after, limit))
+    body, _ = await service.run("read", lambda st: manysubs.records_page(st, after, limit))
     return web.Response(body=body, content_type="application/json")
 
 
@@ -98,7 +101,7 @@ async def get_results(service: Service, request: web.Request) -> web.Response:
     if "after" not in request.query and "limit" not in request.query:
         return web.Response(body=await service.run("results"), content_type=NDJSON)
     after, limit = _after(request), _count(request, "limit", DEFAULT_LIMIT, service.limits.max_records)
-    body, nxt = await service.run("read", lambda st: st.results_page(after, limit))
+    body, nxt = await service.run("read", lambda st: manysubs.results_page(st, after, limit))
     headers = {NEXT_HEADER: str(nxt)} if nxt is not None else {}
     return web.Response(body=body, content_type=NDJSON, headers=headers)
 
@@ -116,7 +119,7 @@ async def get_messages(service: Service, request: web.Request) -> web.Response:
             raise InputError("E144", name="ids", value=text, expected="message ids separated by commas") from None
         if len(ids) > most:
             raise InputError("E092", n=len(ids), limit=most)
-        recs = await service.run("read", lambda st: st.messages_of(ids))
+        recs = await service.run("read", lambda st: manysubs.messages_of(st, ids))
     else:
         text = request.query.get("last")
         n = DEFAULT_LAST
@@ -130,3 +133,51 @@ async def get_messages(service: Service, request: web.Request) -> web.Response:
         recs = await service.run("messages", min(n, most))
     body = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in recs)
     return web.Response(body=body.encode(), content_type=NDJSON)
+
+
+async def post_messages(service: Service, request: web.Request) -> web.Response:
+    """A message record (JSON) or a batch (NDJSON, all or nothing; design 2 decodes it on the
+    engine thread in one call, design 1 names a bad line)."""
+    service.need_role(request, "publisher", "publish messages")
+    ndjson = request.content_type == NDJSON
+    raw = await service.body(request)
+    recs: list = []
+    lines: list[int] = []
+    if ndjson and service.worker.state.ingest == "columnar":
+        # design 2: the engine thread decodes the body in one call (skype.service.ingest)
+        if not raw.strip():
+            raise InputError("E105", expected="NDJSON message records")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None  # design 1 names the line
+        if text is not None:
+            return web.json_response(await service.run("cmd", {"op": "msgs", "ndjson": text}))
+    if ndjson:
+        for n, line in enumerate(raw.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            if len(recs) >= service.limits.max_records:
+                raise InputError("E092", n=f"more than {len(recs)}", limit=service.limits.max_records)
+            try:
+                recs.append(json.loads(line))
+            except ValueError as err:
+                raise InputError("E010", detail=str(err), line=n) from None
+            lines.append(n)
+        if not recs:
+            raise InputError("E105", expected="NDJSON message records")
+    else:
+        if not raw.strip():
+            raise InputError("E105", expected="a message record")
+        try:
+            recs = [json.loads(raw)]
+        except ValueError as err:
+            raise InputError("E010", detail=str(err)) from None
+        lines = [1]
+    try:
+        reply = await service.run("cmd", ({"op": "msgs", "recs": recs}, lines))
+    except InputError as err:
+        if not ndjson:
+            err.line = None
+        raise
+    return web.json_response(reply)

@@ -39,7 +39,7 @@ from skype.workload import messages_batch, subscriptions_batch
 from skype.errors import InputError
 from skype.model import Subscription
 from skype.service import ingest
-from skype.service.auth import new_owner_token, owner_hash, stored_owner
+from skype.service.auth import stored_owner
 from skype.service.ingest import Counters
 from skype.service.events import EventBlock
 from skype.service.window import WindowRecords
@@ -97,27 +97,8 @@ def _entered_positions(indptr: np.ndarray, ids: np.ndarray, rows: np.ndarray, ms
     return np.sort(candidate[order[found]])
 
 
-def _ndjson_records(text: str, limit: int, expected: str) -> tuple[list, list[int]]:
-    """The JSON values of an NDJSON body's non-blank lines and their line numbers (E010 names
-    the line; E092 above ``limit`` records; E105 for none)."""
-    recs: list = []
-    lines: list[int] = []
-    for n, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        if len(recs) >= limit:
-            raise InputError("E092", n=f"more than {limit}", limit=limit)
-        try:
-            recs.append(json.loads(line))
-        except ValueError as err:
-            raise InputError("E010", detail=str(err), line=n) from None
-        lines.append(n)
-    if not recs:
-        raise InputError("E105", expected=f"NDJSON {expected}")
-    return recs, lines
-
-
-def _pack(rec: dict) -> bytes:
+def pack_record(rec: dict) -> bytes:
+    """A subscription record as the state keeps it: compact JSON."""
     return json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -144,7 +125,7 @@ class State:
         self.counters = Counters()           # per-message Python work of the ingest
         # the records of the messages in the window, oldest first
         self.window = WindowRecords(self.engine.window, self.engine.window_seconds)
-        self._sorted: tuple[int, np.ndarray] = (-1, _EMPTY_I)  # (subs_version, the ids in ascending order)
+        self.sorted_ids_cache: tuple[int, np.ndarray] = (-1, _EMPTY_I)  # (subs_version, ids ascending): manysubs
 
     @property
     def window_size(self) -> int:
@@ -175,9 +156,13 @@ class State:
             if op == "unsub":
                 return self._unsubscribe(cmd["id"], before, cmd)
             if op == "subs":
-                return self._subscribe_many(cmd, before)
+                from skype.service import manysubs  # it builds on this module
+
+                return manysubs.subscribe_many(self, cmd, before)
             if op == "unsubs":
-                return self._unsubscribe_many(cmd["ids"], before, cmd)
+                from skype.service import manysubs
+
+                return manysubs.unsubscribe_many(self, cmd["ids"], before, cmd)
             if op == "advance":
                 return self._advance(cmd["t"], before, cmd)
         except BaseException:
@@ -294,7 +279,7 @@ class State:
             if old is not None:
                 self.engine.subscribe(io.subscription_from_obj(old))
             raise
-        self.records[sid] = _pack(rec)
+        self.records[sid] = pack_record(rec)
         self.tokens[sid] = self.tokens.get(sid, token) if old is not None else token
         self.subs_version += 1
         kind = self.engine.kind_of(sid)
@@ -321,126 +306,6 @@ class State:
         self.other_kinds.discard(sid)
         self.subs_version += 1
         return {"id": sid, "position": self.position}, [EventBlock.single(self._event(sid, [], left, removed=True))]
-
-    def _subscribe_many(self, cmd: dict, before: Callable[[dict], object]) -> tuple[Any, list[EventBlock]]:
-        """Bulk create (``{"op": "subs", "ndjson"}``): every record is checked first (a bad one
-        is named by its line, E007 for an id taken or repeated), then all are registered, topk
-        ones with one ``subscribe_batch``, then logged (one record); their creation events are
-        one block, in ascending id order.  On replay ``token_hashes`` comes from the log; else
-        an owner token is made per record and answered once (``tokens``, in line order)."""
-        recs, lines = _ndjson_records(cmd["ndjson"], self.max_records, "subscription records")
-        hashes = cmd.get("token_hashes")
-        tokens: list[str] | None = None
-        if hashes is None:
-            tokens = [new_owner_token() for _ in recs]
-            hashes = [owner_hash(t) for t in tokens]
-        elif len(hashes) != len(recs):
-            raise ValueError(f"a bulk subscription record holds {len(recs)} records and {len(hashes)} owners")
-        clock = self.engine.clock
-        ids: list[int] = []
-        taken: set[int] = set()
-        topk_rows: list[tuple] = []
-        others: list = []
-        for rec, line in zip(recs, lines):
-            try:
-                if not isinstance(rec, dict):
-                    raise InputError("E033", kind="subscription", value=rec)
-                if rec.get("op", "sub") != "sub":
-                    raise InputError("E018", op=rec.get("op"))
-                sub = io.subscription_from_obj(rec)
-                sid = validate.check_id(rec["id"])
-                if sid in taken or sid in self.records:
-                    raise InputError("E007", id=sid, record_id=sid)
-                if isinstance(sub, Subscription):
-                    row = validate.check_subscription(sub, self.vocabulary, self.engine.bounds)
-                    topk_rows.append(row + (queries.check_until(sub.until, clock),))
-                else:  # the kind's own checks (compiled again when registered)
-                    queries.compile_subscription(sub, self.vocabulary, self.engine.bounds, clock)
-                    others.append(sub)
-            except InputError as err:
-                raise _line_error(err, line) from None
-            taken.add(sid)
-            ids.append(sid)
-        try:
-            if topk_rows:
-                self.engine.subscribe_batch(subscriptions_batch(topk_rows))
-            if others:
-                self.engine.subscribe_many(others)
-            before(dict(cmd, token_hashes=hashes))  # logged with the owners' hashes
-        except BaseException:  # not registered, or not logged: undo
-            for sid in ids:
-                if self.engine.has_subscription(sid):
-                    self.engine.unsubscribe(sid)
-            raise
-        other_ids = {int(sub.id) for sub in others}
-        for sid, rec, owner in zip(ids, recs, hashes):
-            self.records[sid] = _pack({k: v for k, v in rec.items() if k != "op"})
-            self.tokens[sid] = owner
-        self.other_kinds |= other_ids
-        self.subs_version += 1
-        order = np.array(sorted(ids), np.int64)
-        block = self._block_of_results(order, other_ids, entered=True)
-        reply: dict[str, Any] = {"created": len(ids), "position": self.position, "ids": ids}
-        if tokens is not None:
-            reply["tokens"] = tokens
-        return reply, [block]
-
-    def _unsubscribe_many(self, ids: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
-        """Bulk delete (``{"op": "unsubs", "ids"}``): every id must name a subscription (E020,
-        nothing deleted) and appear once; one removal event per id, in ascending id order."""
-        if not isinstance(ids, list) or not ids:
-            raise InputError("E144", name="ids", value=ids, expected="a non-empty list of subscription ids")
-        if len(ids) > self.max_records:
-            raise InputError("E092", n=len(ids), limit=self.max_records)
-        checked = [validate.check_id(i) for i in ids]
-        if len(set(checked)) != len(checked):
-            raise InputError("E144", name="ids", value="a list with repeated ids", expected="distinct ids")
-        for sid in checked:
-            if sid not in self.records:
-                raise InputError("E020", id=sid, record_id=sid)
-        order = np.array(sorted(checked), np.int64)
-        block = self._block_of_results(order, self.other_kinds & set(checked), entered=False)
-        before(cmd)
-        for sid in checked:
-            self.engine.unsubscribe(sid)
-            del self.records[sid]
-            self.tokens.pop(sid, None)
-            self.other_kinds.discard(sid)
-        self.subs_version += 1
-        return {"deleted": len(checked), "position": self.position}, [block]
-
-    def _block_of_results(self, subs: np.ndarray, others: set[int], *, entered: bool) -> EventBlock:
-        """One event per subscription of ``subs`` (ascending) carrying its whole current result:
-        as entered (created) or as left (removed); top-k ones as columns, one
-        ``topk_arrays`` call, the other kinds as objects."""
-        count = len(subs)
-        seq0 = self.seq + 1
-        self.seq += count
-        is_other = np.isin(subs, np.fromiter(others, np.int64, len(others))) if others else np.zeros(count, bool)
-        topk_at = np.flatnonzero(~is_other)
-        indptr, mids, scores = self.engine.topk_arrays(subs[topk_at]) if len(topk_at) else (
-            np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F)
-        ptr = np.zeros(count + 1, np.int64)
-        per = np.zeros(count, np.int64)
-        per[topk_at] = np.diff(indptr)
-        np.cumsum(per, out=ptr[1:])
-        objects: dict[int, dict] = {}
-        for i in np.flatnonzero(is_other).tolist():
-            sid = int(subs[i])
-            kind = self.engine.kind_of(sid)
-            now = io.answer_entries(kind, self.engine.result(sid))
-            obj: dict[str, Any] = {"sub": sid, "seq": seq0 + i, "position": self.position}
-            if entered:
-                obj.update(entered=now, left=[])
-            else:
-                obj.update(entered=[], left=[ENTRY_KEY[kind](e) for e in now], removed=True)
-            objects[i] = obj
-        zeros = np.zeros(count + 1, np.int64)
-        if entered:
-            return EventBlock(seq0, subs, self.position, ent_ptr=ptr, ent_ids=mids, ent_scores=scores,
-                              left_ptr=zeros, objects=objects)
-        return EventBlock(seq0, subs, self.position, ent_ptr=zeros, left_ptr=ptr, left_ids=mids,
-                          removed=np.ones(count, bool), objects=objects)
 
     def _advance(self, t: Any, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
         if self.engine.window_seconds is None:
@@ -562,44 +427,6 @@ class State:
         return {"qid": q["qid"], "after": self.position, "kind": q["kind"],
                 "answer": io.answer_entries(q["kind"], answer)}
 
-    # ------------------------------------------------------------------ pages (skype.service.bulk)
-    def sorted_ids(self) -> np.ndarray:
-        """Every subscription id, ascending (kept until the subscriptions change)."""
-        version, ids = self._sorted
-        if version != self.subs_version:
-            ids = np.fromiter(self.records, np.int64, len(self.records))
-            ids.sort()
-            self._sorted = (self.subs_version, ids)
-        return ids
-
-    def page_ids(self, after: int | None, limit: int) -> tuple[list[int], int | None]:
-        """Up to ``limit`` subscription ids above ``after`` (None: from the first), ascending, and
-        the ``after`` of the next page (None: this is the last)."""
-        ids = self.sorted_ids()
-        start = 0 if after is None else int(np.searchsorted(ids, after, side="right"))
-        page = ids[start:start + limit].tolist()
-        return page, (page[-1] if page and start + limit < len(ids) else None)
-
-    def records_page(self, after: int | None, limit: int) -> tuple[bytes, int | None]:
-        """``{"subscriptions": [records as PUT], "next_after": id | null}`` of one page."""
-        page, nxt = self.page_ids(after, limit)
-        body = b'{"subscriptions":[' + b",".join(self.records[sid] for sid in page) + b'],"next_after":' + \
-            (b"null" if nxt is None else str(nxt).encode()) + b"}"
-        return body, nxt
-
-    def results_page(self, after: int | None, limit: int) -> tuple[bytes, int | None]:
-        """One page of ``GET /v1/results``: results-file lines of ids above ``after``."""
-        page, nxt = self.page_ids(after, limit)
-        engine = self.engine
-        lines = (json.dumps(obj, ensure_ascii=False, allow_nan=False)
-                 for obj in io.kind_result_objects((sid, engine.kind_of(sid), engine.result(sid)) for sid in page))
-        return "".join(line + "\n" for line in lines).encode(), nxt
-
-    def messages_of(self, ids: list[int]) -> list[dict]:
-        """The records of the window messages with these ids (the others are gone), oldest first,
-        shaped as :meth:`last_messages`."""
-        return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.find(ids)]
-
     # ------------------------------------------------------------------ snapshots
     def window_records(self) -> list[tuple[int, float, dict]]:
         """The records of the messages in the window, oldest first."""
@@ -649,7 +476,7 @@ class State:
             else:
                 others.append(sub)
                 self.other_kinds.add(int(rec["id"]))
-            self.records[int(rec["id"])] = _pack(rec)
+            self.records[int(rec["id"])] = pack_record(rec)
             self.tokens[int(rec["id"])] = stored_owner(token)
         if topk_rows:
             engine.subscribe_batch(subscriptions_batch(topk_rows))
