@@ -121,15 +121,15 @@ async def get_messages(service: Service, request: web.Request) -> web.Response:
             raise InputError("E092", n=len(ids), limit=most)
         recs = await service.run("read", lambda st: manysubs.messages_of(st, ids))
     else:
-        text = request.query.get("last")
+        last = request.query.get("last")
         n = DEFAULT_LAST
-        if text is not None:
+        if last is not None:
             try:
-                n = int(text)
+                n = int(last)
             except ValueError:
                 n = -1
             if n < 0:
-                raise InputError("E106", value=text)
+                raise InputError("E106", value=last)
         recs = await service.run("messages", min(n, most))
     body = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in recs)
     return web.Response(body=body.encode(), content_type=NDJSON)

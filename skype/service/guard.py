@@ -78,7 +78,8 @@ class Guard:
         name, port = split_host(value)
         if name in self.names and (self.port is None or port == self.port or (port is None and self.port == 80)):
             return
-        shown = sorted(self.names) if self.port is None else [f"{n}:{self.port}" for n in sorted(self.names)]
+        names = [f"[{n}]" if ":" in n else n for n in sorted(self.names)]
+        shown = names if self.port is None else [f"{n}:{self.port}" for n in names]
         raise InputError("E140", host=value, allowed=", ".join(shown))
 
     def check_origin(self, request: web.Request, action: str) -> None:
