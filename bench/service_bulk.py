@@ -11,6 +11,7 @@ it answers ``/healthz`` again is reported (the bulk record is replayed from the 
 from a snapshot).  Loopback only; stops by itself.
 
     PYTHONPATH=. python bench/service_bulk.py --subs 100000 --messages 100000 --window 100000
+    PYTHONPATH=. python bench/service_bulk.py ... --registration replay    # another bulk strategy
 """
 
 from __future__ import annotations
@@ -63,13 +64,13 @@ def start(data: Path, port: int, args: list[str]) -> subprocess.Popen:
         time.sleep(0.05)
 
 
-def engine_floor(subs_path: Path, msgs_path: Path, window: int) -> dict:
+def engine_floor(subs_path: Path, msgs_path: Path, window: int, registration: str) -> dict:
     """The in-process engine on the same records: fill the window, then time the bulk path."""
     from skype import io, queries, validate
     from skype.engine import Engine
     from skype.workload import subscriptions_batch
 
-    engine = Engine(window=window, snapshots=True)
+    engine = Engine(window=window, snapshots=True, registration=registration)
     for _, msg in io.read_messages(str(msgs_path)):
         engine.publish(msg)
     t0 = time.perf_counter()
@@ -93,6 +94,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="tweets")
     ap.add_argument("--batch", type=int, default=10_000, help="messages per NDJSON batch while filling")
     ap.add_argument("--no-floor", action="store_true", help="skip the in-process engine's figure")
+    ap.add_argument("--registration", default="search",
+                    help="the engine's bulk registration strategy (serve/simulate --registration), both sides")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="skype-bulk-bench-"))
     try:
@@ -103,7 +106,7 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         args = ["--window", str(a.window), "--max-body-bytes", str(256 << 20), "--max-records",
-                str(max(a.subs, a.batch))]
+                str(max(a.subs, a.batch)), "--registration", a.registration]
         proc = start(tmp / "data", port, args)
         session = requests.Session()
         lines = open(m, "rb").readlines()
@@ -125,11 +128,11 @@ def main() -> None:
         ready_s = time.perf_counter() - t0
         proc.send_signal(signal.SIGTERM)
         proc.wait()
-        out = {"subscriptions": a.subs, "window": health["window"], "position": health["position"],
+        out = {"subscriptions": a.subs, "registration": a.registration, "window": health["window"], "position": health["position"],
                "body_mb": round(len(body) / 2**20, 1), "bulk_subscribe_s": round(bulk_s, 2),
                "serve_rss_mb": round(rss / 2**20), "ready_after_sigkill_s": round(ready_s, 2)}
         if not a.no_floor:
-            out["engine"] = engine_floor(s, m, a.window)
+            out["engine"] = engine_floor(s, m, a.window, a.registration)
         print(json.dumps(out, indent=1))
     finally:  # stop by itself: no server outlives the bench
         for proc in STARTED:
