@@ -1,0 +1,105 @@
+"""The state's side of the bulk calls and pages (``skype.service.manysubs``), in process, with
+Hypothesis: a bulk body with one bad record anywhere is refused naming its line and leaves the
+state exactly as it was (records, owners, vocabulary, seq, the engine's subscriptions); a good
+one gives the results of single subscribes; pages equal slices of the sorted ids."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from skype.errors import InputError
+from skype.reference import ReferenceEngine
+from skype.service import manysubs
+from skype.service.state import State
+
+WORDS = ["pizza", "pasta", "sushi", "ramen", "tacos", "curry"]
+BAD = [("k", 0, "E003"), ("alpha", 2.0, "E004"), ("x", "east", "E012"), ("text", "", "E005"),
+       ("terms", {"pizza": -1.0}, "E006")]
+
+
+def new_state() -> State:
+    state = State(lambda v: ReferenceEngine(window=12, vocabulary=v))
+    msgs = "".join(json.dumps({"id": i, "x": (i % 5) - 2.0, "y": (i % 3) - 1.0, "text": f"{WORDS[i % 6]} w{i}"}) + "\n"
+                   for i in range(20))
+    state.apply({"op": "msgs", "ndjson": msgs})
+    return state
+
+
+def sub(sid: int, draw_word: str, k: int) -> dict:
+    return {"id": sid, "x": float(sid % 7) - 3, "y": float(sid % 5) - 2, "k": k, "alpha": 0.5,
+            "text": f"{draw_word} fresh{sid}"}  # fresh terms: a refusal must forget them
+
+
+def snapshot(state: State) -> tuple:
+    return (dict(state.records), dict(state.tokens), len(state.vocabulary), state.seq,
+            sorted(state.engine.subscription_ids().tolist()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=st.lists(st.integers(1, 10**6), min_size=1, max_size=30, unique=True), data=st.data())
+def test_a_bad_record_anywhere_changes_nothing(ids, data):
+    state = new_state()
+    state.apply({"op": "sub", "rec": sub(999_999_999, "pizza", 2), "token_hash": ""})
+    recs = [sub(sid, data.draw(st.sampled_from(WORDS)), data.draw(st.integers(1, 4))) for sid in ids]
+    at = data.draw(st.integers(0, len(recs) - 1))
+    field, value, code = data.draw(st.sampled_from(BAD + [("id", 999_999_999, "E007"), ("id", None, "E012")]))
+    if field == "id" and value is None:
+        if len(recs) < 2:
+            return
+        value, code = recs[(at + 1) % len(recs)]["id"], "E007"  # repeated in the body
+    bad = dict(recs[at])
+    if field == "terms":
+        bad.pop("text")
+    bad[field] = value
+    recs[at] = bad
+    lines = [json.dumps(r) for r in recs]
+    blank = data.draw(st.integers(0, len(lines)))
+    lines.insert(blank, "   ")  # a blank line is skipped but counted
+    before = snapshot(state)
+    try:
+        state.apply({"op": "subs", "ndjson": "\n".join(lines)})
+    except InputError as err:
+        assert err.code == code, (err, field)
+        line = at + 1 + (blank <= at)
+        if field == "id" and code == "E007" and value != 999_999_999:
+            line = max(at, (at + 1) % len(recs)) + 1 + (blank <= max(at, (at + 1) % len(recs)))
+        assert err.line == line, (err, at, blank)
+    else:
+        raise AssertionError("the bad record was accepted")
+    assert snapshot(state) == before
+
+
+@settings(max_examples=25, deadline=None)
+@given(ids=st.lists(st.integers(1, 10**9), min_size=1, max_size=40, unique=True), data=st.data())
+def test_bulk_equals_single_subscribes_and_pages_are_slices(ids, data):
+    bulk, single = new_state(), new_state()
+    recs = [sub(sid, data.draw(st.sampled_from(WORDS)), data.draw(st.integers(1, 4))) for sid in ids]
+    reply, events = bulk.apply({"op": "subs", "ndjson": "".join(json.dumps(r) + "\n" for r in recs)})
+    assert reply["created"] == len(recs) and reply["ids"] == ids and len(reply["tokens"]) == len(recs)
+    for rec in sorted(recs, key=lambda r: r["id"]):  # the creation events come in id order
+        single.apply({"op": "sub", "rec": rec, "token_hash": ""})
+    assert bulk.results_ndjson() == single.results_ndjson()
+    assert bulk.seq == single.seq
+    block = events[0]
+    assert block.subs.tolist() == sorted(ids) and block.seq0 == single.seq - len(ids) + 1
+    order = sorted(ids)
+    after = data.draw(st.one_of(st.none(), st.integers(0, 10**9)))
+    limit = data.draw(st.integers(1, 50))
+    page, nxt = manysubs.page_ids(bulk, after, limit)
+    rest = [i for i in order if after is None or i > after]
+    assert page == rest[:limit] and nxt == (page[-1] if len(rest) > limit else None)
+    body, _ = manysubs.records_page(bulk, after, limit)
+    assert [r["id"] for r in json.loads(body)["subscriptions"]] == page
+    text, _ = manysubs.results_page(bulk, after, limit)
+    assert [json.loads(x)["id"] for x in text.decode().splitlines()] == page
+    # bulk delete of a random subset: the same results as single deletes
+    gone = data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=len(ids)))
+    if gone:
+        bulk.apply({"op": "unsubs", "ids": gone})
+        for sid in sorted(gone):
+            single.apply({"op": "unsub", "id": sid})
+        assert bulk.results_ndjson() == single.results_ndjson() and bulk.seq == single.seq
+        assert np.array_equal(manysubs.sorted_ids(bulk), np.array(sorted(set(ids) - set(gone)), np.int64))
