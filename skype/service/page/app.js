@@ -1,5 +1,6 @@
 // The live page's logic.  On load (and on "reload") it reads GET /healthz, GET /v1/results and
-// GET /v1/subscriptions/{id} for the first MAX_DRAWN subscriptions, and draws them.  Choosing a
+// the first MAX_DRAWN subscriptions' records (one page of GET /v1/subscriptions, or, for a token
+// that may not list them, GET /v1/subscriptions/{id} each), and draws them.  Choosing a
 // subscription (list or map click) opens an EventSource on /v1/subscriptions/{id}/events?after=0
 // and folds its events into the top-k list: a reset replaces the list, `left` goes before
 // `entered` comes, entries ranked by score (the one that entered last first among equal
@@ -82,15 +83,21 @@ async function loadAll() {
     }
     const ids = [...page.results.keys()].sort((a, b) => a - b).slice(0, MAX_DRAWN);
     page.subs.clear();
-    await Promise.all(ids.map(async (id) => {
-      try {
-        const body = await (await api(`/v1/subscriptions/${id}`)).json();
-        const rec = body.subscription;
-        const [x, y] = "x" in rec ? [rec.x, rec.y] :
-          rec.rect ? [(rec.rect[0] + rec.rect[2]) / 2, (rec.rect[1] + rec.rect[3]) / 2] : [NaN, NaN];
-        page.subs.set(id, { id, x, y, k: rec.k, kind: rec.kind || "topk", record: rec });
-      } catch (e) { /* owned by someone else: listed, not drawn */ }
-    }));
+    const add = (rec) => {
+      const [x, y] = "x" in rec ? [rec.x, rec.y] :
+        rec.rect ? [(rec.rect[0] + rec.rect[2]) / 2, (rec.rect[1] + rec.rect[3]) / 2] : [NaN, NaN];
+      page.subs.set(rec.id, { id: rec.id, x, y, k: rec.k, kind: rec.kind || "topk", record: rec });
+    };
+    try {  // one page of records (GET /v1/subscriptions: publisher or admin)
+      const body = await (await api(`/v1/subscriptions?limit=${MAX_DRAWN}`)).json();
+      for (const rec of body.subscriptions) add(rec);
+    } catch (e) {  // a token that may not list them: one request per subscription it may read
+      await Promise.all(ids.map(async (id) => {
+        try {
+          add((await (await api(`/v1/subscriptions/${id}`)).json()).subscription);
+        } catch (e2) { /* owned by someone else: listed, not drawn */ }
+      }));
+    }
     document.getElementById("sub-count").textContent =
       `(${page.results.size}${page.results.size > MAX_DRAWN ? `, first ${MAX_DRAWN} drawn` : ""})`;
     renderList();
