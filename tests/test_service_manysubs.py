@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from skype.errors import InputError
 from skype.reference import ReferenceEngine
-from skype.service import manysubs
+from skype.service import ingest, manysubs
 from skype.service.state import State
 
 WORDS = ["pizza", "pasta", "sushi", "ramen", "tacos", "curry"]
@@ -103,3 +103,53 @@ def test_bulk_equals_single_subscribes_and_pages_are_slices(ids, data):
             single.apply({"op": "unsub", "id": sid})
         assert bulk.results_ndjson() == single.results_ndjson() and bulk.seq == single.seq
         assert np.array_equal(manysubs.sorted_ids(bulk), np.array(sorted(set(ids) - set(gone)), np.int64))
+
+
+TEXTS = st.lists(st.sampled_from(WORDS + ["Pizza", "PASTA", "the", "café", "Café", "naïve", "x1", "a"]),
+                 min_size=0, max_size=20).map(" ".join)
+TERMS = st.dictionaries(st.sampled_from(WORDS + ["Pizza", "SUSHI", "ǅemal", "x1"]),
+                        st.floats(0.01, 100.0) | st.integers(1, 9), min_size=1, max_size=6)
+
+
+@st.composite
+def topk_record(draw, sid: int) -> dict:
+    rec: dict = {"id": sid, "x": draw(st.floats(-4, 4) | st.integers(-4, 4)), "y": draw(st.floats(-3, 3)),
+                 "k": draw(st.integers(1, 6)), "alpha": draw(st.sampled_from([0, 1, 0.25, 0.5]))}
+    if draw(st.booleans()):
+        rec["text"] = draw(TEXTS)
+    else:
+        rec["terms"] = draw(TERMS)
+    if draw(st.booleans()):
+        rec["until"] = draw(st.sampled_from([None, 100.0, 19.0, 5.0, 1e9]))
+    if draw(st.booleans()):
+        rec["op"] = "sub"
+    return rec
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(1, 10**12), min_size=1, max_size=25, unique=True), data=st.data())
+def test_columnar_checks_equal_the_records_checks(ids, data):
+    """Where the columnar path accepts a body, the record-by-record path accepts it too and
+    gives the same batch, bit for bit, and the same new term ids; where it refuses, the
+    service falls back to that path (so only acceptance needs to agree)."""
+    recs = [data.draw(topk_record(sid)) for sid in ids]
+    body = "".join(json.dumps(r) + "\n" for r in recs)
+    columnar, records = new_state(), new_state()
+    clock = columnar.engine.clock
+    try:
+        got_ids, got, _ = manysubs.columnar_topk(body.encode(), len(recs), columnar, clock)
+    except ingest.Rejected:
+        return
+    want_ids, want, others = manysubs.checked_records([json.loads(json.dumps(r)) for r in recs],
+                                                      list(range(1, len(recs) + 1)), records, clock)
+    assert others == [] and got_ids == want_ids == ids
+    for name in ("ids", "x", "y", "k", "alpha"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    for name in ("indptr", "ids", "weights"):
+        assert getattr(got.terms, name).tobytes() == getattr(want.terms, name).astype(
+            getattr(got.terms, name).dtype).tobytes(), name
+    assert ("until" in got.meta) == ("until" in want.meta)
+    if "until" in got.meta:
+        assert np.array_equal(got.meta["until"], want.meta["until"], equal_nan=True)
+    assert [columnar.vocabulary.term(i) for i in range(len(columnar.vocabulary))] == \
+        [records.vocabulary.term(i) for i in range(len(records.vocabulary))]

@@ -123,14 +123,16 @@ def columnar_batch(raw: bytes, count: int, vocab: Vocabulary, bounds: Bounds, po
     sorted_ids = np.sort(ids)
     if n > 1 and not (sorted_ids[1:] != sorted_ids[:-1]).all():
         raise Rejected()
-    terms = _term_matrix(recs, vocab, counters)
+    terms = term_matrix(recs, vocab, counters)
     if counters is not None:
         counters.batches += 1
         counters.records += n
     return MessageBatch(ids, x, y, t, terms)
 
 
-def _term_matrix(recs: list[MessageRecord], vocab: Vocabulary, counters: Counters | None) -> TermMatrix:
+def term_matrix(recs: list, vocab: Vocabulary, counters: Counters | None) -> TermMatrix:
+    """The term vectors of decoded records (each with ``text`` and ``terms``, None when absent),
+    as design 1 weighs them; raises :class:`Rejected` where design 1 would refuse one."""
     n = len(recs)
     keys: list[str] = []
     weights: list[float] = []

@@ -27,6 +27,8 @@ from skype import io, queries, validate
 from skype.errors import InputError
 from skype.model import Subscription
 from skype.service.auth import new_owner_token, owner_hash
+from skype.model import SubscriptionBatch
+from skype.service import ingest
 from skype.service.events import EventBlock
 from skype.workload import subscriptions_batch
 
@@ -39,48 +41,104 @@ _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
 
 
-def _ndjson_records(text: str, limit: int, expected: str) -> tuple[list, list[int], list[str]]:
-    """The JSON values of an NDJSON body's non-blank lines, their line numbers and texts (E010
-    names the line; E092 above ``limit`` records; E105 for none).  The body is decoded in one
-    msgspec call; should that refuse it, line by line with :mod:`json`, which names the line
-    (and accepts what ``json`` accepts, as a single PUT does)."""
+def _ndjson_lines(text: str, limit: int, expected: str) -> tuple[list[int], list[str]]:
+    """The line numbers and texts (stripped) of an NDJSON body's non-blank lines (E092 above
+    ``limit`` records; E105 for none)."""
     numbered = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
     if len(numbered) > limit:
         raise InputError("E092", n=f"more than {limit}", limit=limit)
     if not numbered:
         raise InputError("E105", expected=f"NDJSON {expected}")
-    lines = [n for n, _ in numbered]
-    texts = [line.strip() for _, line in numbered]
+    return [n for n, _ in numbered], [line.strip() for _, line in numbered]
+
+
+def _ndjson_values(lines: list[int], texts: list[str]) -> list:
+    """The JSON values of the lines: decoded in one msgspec call; should that refuse them, line
+    by line with :mod:`json`, which names the line (E010) and accepts what ``json`` accepts, as
+    a single PUT does."""
     try:
         recs = msgspec.json.decode(("[" + ",".join(texts) + "]").encode())
         if len(recs) == len(texts):  # a line holding two values would shift the lines
-            return recs, lines, texts
+            return recs
     except msgspec.DecodeError:
         pass
-    recs = []
-    for n, line in numbered:
+    out = []
+    for n, line in zip(lines, texts):
         try:
-            recs.append(json.loads(line))
+            out.append(json.loads(line))
         except ValueError as err:
             raise InputError("E010", detail=str(err), line=n) from None
-    return recs, lines, texts
+    return out
 
 
-def subscribe_many(state: State, cmd: dict, before: Callable[[dict], object]) -> tuple[Any, list[EventBlock]]:
-    """Bulk create (``{"op": "subs", "ndjson"}``): every record is checked first (a bad one
-    is named by its line, E007 for an id taken or repeated), then all are registered, topk
-    ones with one ``subscribe_batch``, then logged (one record); their creation events are
-    one block, in ascending id order.  On replay ``token_hashes`` comes from the log; else
-    an owner token is made per record and answered once (``tokens``, in line order)."""
-    recs, lines, texts = _ndjson_records(cmd["ndjson"], state.max_records, "subscription records")
-    hashes = cmd.get("token_hashes")
-    tokens: list[str] | None = None
-    if hashes is None:
-        tokens = [new_owner_token() for _ in recs]
-        hashes = [owner_hash(t) for t in tokens]
-    elif len(hashes) != len(recs):
-        raise ValueError(f"a bulk subscription record holds {len(recs)} records and {len(hashes)} owners")
-    clock = state.engine.clock
+class SubscriptionRecord(msgspec.Struct):
+    """A topk subscription record as ``skype.io.subscription_from_obj`` reads it (other fields
+    ignored).  ``terms`` and ``until`` may be absent but not null where design 1 refuses null."""
+
+    id: int
+    x: float
+    y: float
+    k: int
+    alpha: float
+    text: str | None = None
+    terms: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
+    until: float | None = None
+    kind: str = "topk"
+    op: str | msgspec.UnsetType = msgspec.UNSET
+
+
+_DECODER = msgspec.json.Decoder(SubscriptionRecord)
+
+
+def columnar_topk(raw: bytes, count: int, state: State, clock: float) -> tuple[list[int], SubscriptionBatch, list]:
+    """The ``count`` records of ``raw``, all topk, decoded in one call and checked by columns
+    (ids distinct and free, coordinates finite inside the bounds, 1 <= k <= MAX_K, alpha in [0,
+    1], until finite and not before the clock, term vectors as :mod:`~skype.service.ingest`
+    weighs messages, bit for bit design 1's): (ids in line order, the batch, each record's
+    ``op`` or None).  Raises
+    :class:`~skype.service.ingest.Rejected` for any body these checks do not accept (having
+    possibly given new terms ids: the caller rolls them back), and
+    :func:`checked_records` then names the error, as the message ingest does."""
+    try:
+        recs = _DECODER.decode_lines(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise ingest.Rejected() from None
+    n = len(recs)
+    if n != count or n == 0 or any(r.kind != "topk" or (r.op is not msgspec.UNSET and r.op != "sub")
+                                   for r in recs):
+        raise ingest.Rejected()
+    try:
+        ids = np.fromiter([r.id for r in recs], np.int64, n)
+    except OverflowError:
+        raise ingest.Rejected() from None
+    if len(np.unique(ids)) != n or np.isin(ids, sorted_ids(state)).any():
+        raise ingest.Rejected()
+    x = np.fromiter([r.x for r in recs], np.float64, n)
+    y = np.fromiter([r.y for r in recs], np.float64, n)
+    k = np.fromiter([r.k if -2**62 < r.k < 2**62 else 0 for r in recs], np.int64, n)
+    alpha = np.fromiter([r.alpha for r in recs], np.float64, n)
+    b = state.engine.bounds
+    ok = np.isfinite(x) & np.isfinite(y) & (x >= b.minx) & (x <= b.maxx) & (y >= b.miny) & (y <= b.maxy) \
+        & (k >= 1) & (k <= validate.MAX_K) & (alpha >= 0.0) & (alpha <= 1.0)
+    if not ok.all():
+        raise ingest.Rejected()
+    until = np.fromiter([np.nan if r.until is None else r.until for r in recs], np.float64, n)
+    given = ~np.isnan(until)
+    if given.any() and not (np.isfinite(until[given]) & (until[given] >= clock)).all():
+        raise ingest.Rejected()
+    for r in recs:
+        if r.terms is msgspec.UNSET:
+            r.terms = None  # absent, as term_matrix reads it
+    batch = SubscriptionBatch(ids, x, y, k, alpha, ingest.term_matrix(recs, state.vocabulary, None))
+    if given.any():
+        batch.meta["until"] = until
+    return ids.tolist(), batch, [None if r.op is msgspec.UNSET else r.op for r in recs]
+
+
+def checked_records(recs: list, lines: list[int], state: State, clock: float) -> tuple[list[int], SubscriptionBatch | None, list]:
+    """Design 1: every record parsed and checked in Python, in order, as a single PUT is; the
+    first bad one raises its catalogue error naming its line.  (ids in line order, the topk
+    batch or None, the other kinds' subscriptions)."""
     ids: list[int] = []
     taken: set[int] = set()
     topk_rows: list[tuple] = []
@@ -105,9 +163,37 @@ def subscribe_many(state: State, cmd: dict, before: Callable[[dict], object]) ->
             raise err.located(line=line) from None
         taken.add(sid)
         ids.append(sid)
+    return ids, subscriptions_batch(topk_rows) if topk_rows else None, others
+
+
+def subscribe_many(state: State, cmd: dict, before: Callable[[dict], object]) -> tuple[Any, list[EventBlock]]:
+    """Bulk create (``{"op": "subs", "ndjson"}``): every record is checked first (a bad one
+    is named by its line, E007 for an id taken or repeated), then all are registered, topk
+    ones with one ``subscribe_batch``, then logged (one record); their creation events are
+    one block, in ascending id order.  On replay ``token_hashes`` comes from the log; else
+    an owner token is made per record and answered once (``tokens``, in line order)."""
+    lines, texts = _ndjson_lines(cmd["ndjson"], state.max_records, "subscription records")
+    hashes = cmd.get("token_hashes")
+    tokens: list[str] | None = None
+    if hashes is None:
+        tokens = [new_owner_token() for _ in lines]
+        hashes = [owner_hash(t) for t in tokens]
+    elif len(hashes) != len(lines):
+        raise ValueError(f"a bulk subscription record holds {len(lines)} records and {len(hashes)} owners")
+    clock = state.engine.clock
+    mark = len(state.vocabulary)
+    others: list = []
     try:
-        if topk_rows:
-            state.engine.subscribe_batch(subscriptions_batch(topk_rows))
+        ids, batch, ops = columnar_topk(cmd["ndjson"].encode(), len(lines), state, clock)
+        with_op = [i for i, op in enumerate(ops) if op is not None]
+    except ingest.Rejected:  # the records' own checks name the error (or accept after all)
+        state.vocabulary.forget_from(mark)
+        recs = _ndjson_values(lines, texts)
+        ids, batch, others = checked_records(recs, lines, state, clock)
+        with_op = [i for i, rec in enumerate(recs) if "op" in rec]
+    try:
+        if batch is not None:
+            state.engine.subscribe_batch(batch)
         if others:
             state.engine.subscribe_many(others)
         before(dict(cmd, token_hashes=hashes))  # logged with the owners' hashes
@@ -116,11 +202,12 @@ def subscribe_many(state: State, cmd: dict, before: Callable[[dict], object]) ->
             if state.engine.has_subscription(sid):
                 state.engine.unsubscribe(sid)
         raise
-    other_ids = {int(sub.id) for sub in others}
-    for sid, rec, owner, line_text in zip(ids, recs, hashes, texts):  # a record as sent, without its op
-        state.records[sid] = pack_record({k: v for k, v in rec.items() if k != "op"}) if "op" in rec \
-            else line_text.encode()
+    for sid, owner, line_text in zip(ids, hashes, texts):  # each record as sent
+        state.records[sid] = line_text.encode()
         state.tokens[sid] = owner
+    for i in with_op:  # ... without its op
+        state.records[ids[i]] = pack_record({k: v for k, v in json.loads(texts[i]).items() if k != "op"})
+    other_ids = {int(sub.id) for sub in others}
     state.other_kinds |= other_ids
     state.subs_version += 1
     order = np.array(sorted(ids), np.int64)
