@@ -17,7 +17,7 @@ from skype.service.state import State
 
 WORDS = ["pizza", "pasta", "sushi", "ramen", "tacos", "curry"]
 BAD = [("k", 0, "E003"), ("alpha", 2.0, "E004"), ("x", "east", "E012"), ("text", "", "E005"),
-       ("terms", {"pizza": -1.0}, "E006")]
+       ("terms", {"pizza": -1.0}, "E006"), ("terms", None, "E012"), ("k", True, "E003"), ("id", 2**63, "E025")]
 
 
 def new_state() -> State:

@@ -1,9 +1,11 @@
 """Bulk subscription commands and the pages of the subscriptions, for :class:`~skype.service.state.State`.
 
 ``subscribe_many`` applies ``{"op": "subs", "ndjson", "token_hashes"?}``: all or nothing.  Every
-record is parsed and checked against the state first (a refusal names its line; an id already
-taken, or repeated in the body, is E007), with the same checks as a single ``PUT``; only then
-are the records registered, topk ones with one ``subscribe_batch`` (the engine's bulk path),
+record is checked against the state first, with the same checks as a single ``PUT``: a body of
+topk records by columns (:func:`columnar_topk`: one typed decode, vectorised checks, the term
+vectors weighed as the message ingest weighs them, bit for bit design 1's), any other body, or
+one those checks refuse, record by record (:func:`checked_records`), which names the first bad
+record's line (E007 for an id taken or repeated in the body).  Only then are the records registered, topk ones with one ``subscribe_batch`` (the engine's bulk path),
 the other kinds after them, and the command is logged (the ``before`` hook) as one record.  A
 failure of either undoes the registration, and the state's ``apply`` undoes the new terms.
 ``unsubscribe_many`` applies ``{"op": "unsubs", "ids"}``: every id must exist and appear once.
@@ -81,7 +83,7 @@ class SubscriptionRecord(msgspec.Struct):
     k: int
     alpha: float
     text: str | None = None
-    terms: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
+    terms: dict[str, float] | msgspec.UnsetType | None = msgspec.UNSET  # null: refused (below)
     until: float | None = None
     kind: str = "topk"
     op: str | msgspec.UnsetType = msgspec.UNSET
@@ -127,6 +129,8 @@ def columnar_topk(raw: bytes, count: int, state: State, clock: float) -> tuple[l
     if given.any() and not (np.isfinite(until[given]) & (until[given] >= clock)).all():
         raise ingest.Rejected()
     for r in recs:
+        if r.terms is None:  # "terms": null, which design 1 refuses (E012)
+            raise ingest.Rejected()
         if r.terms is msgspec.UNSET:
             r.terms = None  # absent, as term_matrix reads it
     batch = SubscriptionBatch(ids, x, y, k, alpha, ingest.term_matrix(recs, state.vocabulary, None))
@@ -183,6 +187,7 @@ def subscribe_many(state: State, cmd: dict, before: Callable[[dict], object]) ->
     clock = state.engine.clock
     mark = len(state.vocabulary)
     others: list = []
+    batch: SubscriptionBatch | None
     try:
         ids, batch, ops = columnar_topk(cmd["ndjson"].encode(), len(lines), state, clock)
         with_op = [i for i, op in enumerate(ops) if op is not None]
