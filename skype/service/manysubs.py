@@ -28,7 +28,7 @@ import numpy as np
 from skype import io, queries, validate
 from skype.errors import InputError
 from skype.model import Subscription
-from skype.service.auth import new_owner_token, owner_hash
+from skype.service.auth import new_owner_tokens, owner_hash
 from skype.model import SubscriptionBatch
 from skype.service import ingest
 from skype.service.events import EventBlock
@@ -180,7 +180,7 @@ def subscribe_many(state: State, cmd: dict, before: Callable[[dict], object]) ->
     hashes = cmd.get("token_hashes")
     tokens: list[str] | None = None
     if hashes is None:
-        tokens = [new_owner_token() for _ in lines]
+        tokens = new_owner_tokens(len(lines))
         hashes = [owner_hash(t) for t in tokens]
     elif len(hashes) != len(lines):
         raise ValueError(f"a bulk subscription record holds {len(lines)} records and {len(hashes)} owners")
