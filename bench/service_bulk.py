@@ -12,6 +12,7 @@ from a snapshot).  Loopback only; stops by itself.
 
     PYTHONPATH=. python bench/service_bulk.py --subs 100000 --messages 100000 --window 100000
     PYTHONPATH=. python bench/service_bulk.py ... --registration replay    # another bulk strategy
+    PYTHONPATH=. python bench/service_bulk.py ... --state-ab 2   # in process: columnar vs record checks
 """
 
 from __future__ import annotations
@@ -86,6 +87,38 @@ def engine_floor(subs_path: Path, msgs_path: Path, window: int, registration: st
     return {"parse_validate_s": round(t1 - t0, 2), "subscribe_batch_s": round(t2 - t1, 2)}
 
 
+def state_ab(subs_path: Path, msgs_path: Path, window: int, registration: str, rounds: int) -> dict:
+    """In process, no HTTP: the state's bulk command (``State.apply``: checks, ``subscribe_batch``,
+    owner tokens, creation events) with the columnar checks and with the record-by-record ones,
+    alternated ``rounds`` times on fresh states with the same full window, so both see the same
+    machine load.  Seconds per round, each path."""
+    from skype.engine import Engine
+    from skype.service import ingest, manysubs
+    from skype.service.state import State
+
+    msgs = msgs_path.read_text()
+    lines = msgs.splitlines(True)
+    body = subs_path.read_text()
+    columnar = manysubs.columnar_topk
+
+    def refuse(*args, **kwargs):
+        raise ingest.Rejected()
+
+    out: dict[str, list[float]] = {"columnar": [], "records": []}
+    for _ in range(rounds):
+        for path in ("columnar", "records"):
+            manysubs.columnar_topk = columnar if path == "columnar" else refuse  # type: ignore[assignment]
+            state = State(lambda v: Engine(window=window, vocabulary=v, snapshots=True, registration=registration))
+            for i in range(0, len(lines), 10_000):
+                state.apply({"op": "msgs", "ndjson": "".join(lines[i:i + 10_000])})
+            t0 = time.perf_counter()
+            state.apply({"op": "subs", "ndjson": body})
+            out[path].append(round(time.perf_counter() - t0, 2))
+            del state
+    manysubs.columnar_topk = columnar
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subs", type=int, default=100_000)
@@ -94,6 +127,9 @@ def main() -> None:
     ap.add_argument("--dataset", default="tweets")
     ap.add_argument("--batch", type=int, default=10_000, help="messages per NDJSON batch while filling")
     ap.add_argument("--no-floor", action="store_true", help="skip the in-process engine's figure")
+    ap.add_argument("--state-ab", type=int, default=0, metavar="ROUNDS",
+                    help="instead of the server: the state's bulk command in process, columnar checks against "
+                         "record-by-record checks, alternated ROUNDS times")
     ap.add_argument("--registration", default="search",
                     help="the engine's bulk registration strategy (serve/simulate --registration), both sides")
     a = ap.parse_args()
@@ -103,6 +139,10 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "skype.run", "generate", "--dataset", a.dataset, "--num-subs",
                         str(a.subs), "--num-messages", str(a.messages), "--messages-out", str(m),
                         "--subscriptions-out", str(s)], env=ENV, check=True, capture_output=True)
+        if a.state_ab:
+            print(json.dumps({"subscriptions": a.subs, "window": a.window, "registration": a.registration,
+                              "state_apply_s": state_ab(s, m, a.window, a.registration, a.state_ab)}, indent=1))
+            return
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         args = ["--window", str(a.window), "--max-body-bytes", str(256 << 20), "--max-records",
