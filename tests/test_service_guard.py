@@ -192,3 +192,20 @@ def test_older_data_dir_with_plain_owner_tokens(tmp_path):
         url = s.url + "/v1/subscriptions/7"
         assert requests.get(url, headers=bearer("plain-old-token")).json()["subscription"]["id"] == 7
         assert code(requests.get(url, headers=bearer("another"))) == (403, "E096")
+
+
+def test_older_snapshot_with_plain_owner_tokens():
+    """A snapshot written before hashing holds plain owner tokens: restored, they are hashed
+    (and a hash stays a hash, an empty owner stays empty)."""
+    from skype.reference import ReferenceEngine
+    from skype.service.auth import Tokens, owner_hash
+    from skype.service.state import State
+
+    state = State(lambda v: ReferenceEngine(window=5, vocabulary=v))
+    meta = state.meta()
+    subs = [(dict(REC, id=1), "plain-old-token"), (dict(REC, id=2), owner_hash("newer")), (dict(REC, id=3), "")]
+    state.restore(meta, subs, ([], []))
+    assert state.tokens == {1: owner_hash("plain-old-token"), 2: owner_hash("newer"), 3: ""}
+    tokens = Tokens(["adm"], [])
+    assert tokens.is_owner("plain-old-token", state.tokens[1]) and tokens.is_owner("newer", state.tokens[2])
+    assert not tokens.is_owner("", state.tokens[3]) and not tokens.is_owner(owner_hash("newer"), state.tokens[2])
