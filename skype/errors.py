@@ -112,15 +112,15 @@ class Errors:
     E104 = "WebSocket message is invalid: {detail}"
     E105 = "the request body is empty: expected {expected}"
     E106 = "last={value!r} is invalid: expected a number of messages, an integer >= 0"
-    # E140-E149: the live service's request checks and bulk calls (issue 34)
-    E140 = ("Host {host!r} is not a name of this server ({allowed}): without --token-file the server answers "
+    # E145-E149: the live service's request checks and bulk calls (issue 34)
+    E145 = ("Host {host!r} is not a name of this server ({allowed}): without --token-file the server answers "
             "only its listening address, localhost and the loopback IP (a guard against DNS rebinding)")
-    E141 = ("a page from the origin {origin!r} may not {action}: only the server's own origin ({own}) and the "
+    E146 = ("a page from the origin {origin!r} may not {action}: only the server's own origin ({own}) and the "
             "origins given with --allow-origin may")
-    E142 = "{method} {path} needs Content-Type application/json or application/x-ndjson, got {got!r}"
-    E143 = ("a token in the query string (?token=) is accepted on the event-stream routes only; send it as "
+    E147 = "{method} {path} needs Content-Type application/json or application/x-ndjson, got {got!r}"
+    E148 = ("a token in the query string (?token=) is accepted on the event-stream routes only; send it as "
             "Authorization: Bearer TOKEN")
-    E144 = "{name}={value!r} is invalid: expected {expected}"
+    E149 = "{name}={value!r} is invalid: expected {expected}"
     # E110-E114: the Python client of the server (skype.client, issue 24)
     E110 = "the server at {url} refused the request without a catalogue error: {detail}"
     E111 = "the server at {url} cannot be reached: {detail}"

@@ -98,7 +98,7 @@ def test_recent_messages_need_a_publisher(srv):
         r = requests.get(url, params={"last": 1}, headers=bearer(tok))
         assert r.status_code == 200 and json.loads(r.text) == dict(msg, t=r.json()["t"])
     r = requests.get(url, params={"last": 1, "token": "pub-2"})  # a query token: event streams only
-    assert code(r) == (400, "E143")
+    assert code(r) == (400, "E148")
 
 
 async def ws_session(url: str, own2: str) -> list[dict]:

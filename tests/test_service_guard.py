@@ -42,15 +42,15 @@ def test_text_plain_post_from_a_foreign_origin_is_refused(srv):
     # what any web page can send without a preflight
     r = requests.post(srv.url + "/v1/messages", data=json.dumps(MSG),
                       headers={"Content-Type": "text/plain", "Origin": EVIL})
-    assert code(r) == (403, "E141")
+    assert code(r) == (403, "E146")
     # without an Origin (not a browser) the Content-Type still has to say JSON
     r = requests.post(srv.url + "/v1/messages", data=json.dumps(MSG), headers={"Content-Type": "text/plain"})
-    assert code(r) == (415, "E142")
+    assert code(r) == (415, "E147")
     for ctype in ("application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""):
         r = requests.post(srv.url + "/v1/advance", data=b'{"t": 5}', headers={"Content-Type": ctype})
-        assert code(r) == (415, "E142"), ctype
+        assert code(r) == (415, "E147"), ctype
     r = requests.put(srv.url + "/v1/subscriptions/1", data=json.dumps(REC), headers={"Content-Type": "text/plain"})
-    assert code(r) == (415, "E142")
+    assert code(r) == (415, "E147")
     assert position(srv.url) == before and requests.get(srv.url + "/healthz").json()["subscriptions"] == 0
     # the same message as JSON is accepted, with or without charset
     r = requests.post(srv.url + "/v1/messages", data=json.dumps(MSG),
@@ -62,11 +62,11 @@ def test_foreign_host_is_refused_without_tokens(srv):
     port = srv.port
     for path in ("/healthz", "/v1/results", "/", "/metrics"):
         r = requests.get(srv.url + path, headers={"Host": f"evil.example:{port}"})
-        assert code(r) == (421, "E140"), path
-    assert code(requests.get(srv.url + "/healthz", headers={"Host": "evil.example"})) == (421, "E140")
-    assert code(requests.get(srv.url + "/healthz", headers={"Host": f"localhost:{port + 1}"})) == (421, "E140")
+        assert code(r) == (421, "E145"), path
+    assert code(requests.get(srv.url + "/healthz", headers={"Host": "evil.example"})) == (421, "E145")
+    assert code(requests.get(srv.url + "/healthz", headers={"Host": f"localhost:{port + 1}"})) == (421, "E145")
     r = requests.post(srv.url + "/v1/messages", json=dict(MSG, id=2), headers={"Host": f"evil.example:{port}"})
-    assert code(r) == (421, "E140")
+    assert code(r) == (421, "E145")
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"LocalHost:{port}"):
         assert requests.get(srv.url + "/healthz", headers={"Host": host}).status_code == 200, host
 
@@ -76,10 +76,10 @@ def test_origin_on_writes_and_streams(srv):
     url = srv.url + "/v1/subscriptions/5"
     assert requests.put(url, json=REC, headers={"Origin": own}).status_code == 201  # the page's own origin
     for origin in (EVIL, "null", f"http://localhost:{srv.port + 1}", "https://dash.example"):
-        assert code(requests.put(url, json=REC, headers={"Origin": origin})) == (403, "E141"), origin
-        assert code(requests.delete(url, headers={"Origin": origin})) == (403, "E141"), origin
+        assert code(requests.put(url, json=REC, headers={"Origin": origin})) == (403, "E146"), origin
+        assert code(requests.delete(url, headers={"Origin": origin})) == (403, "E146"), origin
         r = requests.get(url + "/events", params={"after": 0}, headers={"Origin": origin}, stream=True, timeout=5)
-        assert code(r) == (403, "E141"), origin
+        assert code(r) == (403, "E146"), origin
     # --allow-origin (given with a trailing slash; compared without it, case-insensitively)
     r = requests.put(url, json=dict(REC, k=3), headers={"Origin": "https://Dash.example:8443"})
     assert r.status_code == 200
@@ -108,8 +108,8 @@ def test_websocket_from_a_foreign_origin_is_refused(srv):
 
 
 def test_query_tokens_only_on_stream_routes(srv):
-    assert code(requests.get(srv.url + "/v1/results", params={"token": "x"})) == (400, "E143")
-    assert code(requests.post(srv.url + "/v1/advance?token=x", json={"t": 1})) == (400, "E143")
+    assert code(requests.get(srv.url + "/v1/results", params={"token": "x"})) == (400, "E148")
+    assert code(requests.post(srv.url + "/v1/advance?token=x", json={"t": 1})) == (400, "E148")
     with requests.get(srv.url + "/v1/subscriptions/5/events", params={"token": "x", "after": 0}, stream=True,
                       timeout=5) as r:
         assert r.status_code == 200  # tokenless: the token is not needed, and not refused

@@ -37,7 +37,7 @@ from skype import validate
 PAGE_DIR = Path(__file__).parent / "page"
 STATUS = {"E020": 404, "E008": 404, "E090": 404, "E091": 413, "E092": 413, "E093": 429, "E094": 503,
           "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409,
-          "E140": 421, "E141": 403, "E142": 415, "E143": 400}
+          "E145": 421, "E146": 403, "E147": 415, "E148": 400}
 NDJSON = "application/x-ndjson"
 KEEPALIVE_S = 15.0
 DROP_AFTER_S = 5.0  # a stream that overflowed and cannot even take its closing message is cut

@@ -53,7 +53,7 @@ def _count(request: web.Request, name: str, default: int, most: int) -> int:
     except ValueError:
         value = -1
     if value < 1:
-        raise InputError("E144", name=name, value=text, expected="an integer >= 1")
+        raise InputError("E149", name=name, value=text, expected="an integer >= 1")
     return min(value, most)
 
 
@@ -64,14 +64,14 @@ def _after(request: web.Request) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise InputError("E144", name="after", value=text, expected="a subscription id (an integer)") from None
+        raise InputError("E149", name="after", value=text, expected="a subscription id (an integer)") from None
     return validate.check_id(value)
 
 
 async def post_subscriptions(service: Service, request: web.Request) -> web.Response:
     service.need_role(request, "publisher", "create subscriptions")
     if request.content_type != NDJSON:
-        raise InputError("E142", method="POST", path=request.path, got=request.headers.get("Content-Type", ""))
+        raise InputError("E147", method="POST", path=request.path, got=request.headers.get("Content-Type", ""))
     raw = await service.body(request)
     try:
         text = raw.decode("utf-8")
@@ -85,7 +85,7 @@ async def delete_subscriptions(service: Service, request: web.Request) -> web.Re
     service.need_role(request, "publisher", "delete subscriptions")
     body = await service.json_body(request, '{"ids": [subscription ids]}')
     if not isinstance(body, dict) or set(body) != {"ids"}:
-        raise InputError("E144", name="body", value=body, expected='{"ids": [subscription ids]}')
+        raise InputError("E149", name="body", value=body, expected='{"ids": [subscription ids]}')
     return web.json_response(await service.run("cmd", {"op": "unsubs", "ids": body["ids"]}))
 
 
@@ -116,7 +116,7 @@ async def get_messages(service: Service, request: web.Request) -> web.Response:
         try:
             ids = [validate.check_id(int(part)) for part in text.split(",") if part.strip()]
         except (ValueError, InputError):
-            raise InputError("E144", name="ids", value=text, expected="message ids separated by commas") from None
+            raise InputError("E149", name="ids", value=text, expected="message ids separated by commas") from None
         if len(ids) > most:
             raise InputError("E092", n=len(ids), limit=most)
         recs = await service.run("read", lambda st: manysubs.messages_of(st, ids))

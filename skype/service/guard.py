@@ -9,16 +9,16 @@ error, and nothing has changed):
 
 1. **Host** (tokenless only): the ``Host`` header must name the listening address, ``localhost``
    or a loopback IP, with the listening port (a request without ``Host``, which no browser sends,
-   passes).  A rebound name (``Host: evil.example:8750``) gets 421 E140.
+   passes).  A rebound name (``Host: evil.example:8750``) gets 421 E145.
 2. **Origin**: a write (POST, PUT, PATCH, DELETE) or an event stream (the WebSocket upgrade, the
    SSE route) carrying an ``Origin`` header must come from the server's own origin
-   (``http://`` + its ``Host``) or one given with ``--allow-origin``; else 403 E141.  ``Origin:
+   (``http://`` + its ``Host``) or one given with ``--allow-origin``; else 403 E146.  ``Origin:
    null`` (sandboxed frames, files) is refused; no ``Origin`` (a non-browser client) passes.
 3. **Content-Type**: a POST, PUT or PATCH, and a DELETE with a body, must say
-   ``application/json`` or ``application/x-ndjson`` (parameters aside); else 415 E142.  This is
+   ``application/json`` or ``application/x-ndjson`` (parameters aside); else 415 E147.  This is
    what makes a cross-site form or ``text/plain`` post fail even without a matching Origin.
 4. **Query tokens**: ``?token=`` only on the event-stream routes (EventSource and WebSocket cannot
-   set headers); elsewhere 400 E143, so tokens stay out of the URLs that proxies and histories keep.
+   set headers); elsewhere 400 E148, so tokens stay out of the URLs that proxies and histories keep.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Guard:
             return
         names = [f"[{n}]" if ":" in n else n for n in sorted(self.names)]
         shown = names if self.port is None else [f"{n}:{self.port}" for n in names]
-        raise InputError("E140", host=value, allowed=", ".join(shown))
+        raise InputError("E145", host=value, allowed=", ".join(shown))
 
     def check_origin(self, request: web.Request, action: str) -> None:
         origin = request.headers.get("Origin")
@@ -90,7 +90,7 @@ class Guard:
         got = normal_origin(origin)
         if got != "null" and (got == own or got in self.allow_origins):
             return
-        raise InputError("E141", origin=origin, action=action, own=own)
+        raise InputError("E146", origin=origin, action=action, own=own)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler) -> web.StreamResponse:
@@ -105,8 +105,8 @@ class Guard:
             self.check_origin(request, "open an event stream" if method not in WRITES else f"send {method}")
         if method in WITH_BODY or (method == "DELETE" and request.body_exists):
             if request.content_type not in BODY_TYPES:
-                raise InputError("E142", method=method, path=request.path,
+                raise InputError("E147", method=method, path=request.path,
                                  got=request.headers.get("Content-Type", ""))
         if "token" in request.query and not streaming:
-            raise InputError("E143")
+            raise InputError("E148")
         return await handler(request)
