@@ -519,3 +519,32 @@ def test_server_refuses_an_early_damaged_record(tmp_path, where):
     assert main(["wal", "repair", str(data)]) == 0
     _serves(data, writes[:victim])
     assert (data / "log" / f"{seg.name}@{at}.corrupt").read_bytes() == before[seg.name][at:]
+
+
+def test_a_new_snapshots_folder_is_fsynced_in_its_parent(tmp_path, monkeypatch):
+    from skype.service import snapshot
+
+    synced: list[Path] = []
+    real = snapshot.fsync_path
+    monkeypatch.setattr(snapshot, "fsync_path", lambda p: (synced.append(Path(p)), real(p)))
+    path = snapshot.write(tmp_path / "snapshots", 0, {"position": 0}, [], ([], [], []))
+    assert tmp_path in synced and (tmp_path / "snapshots") in synced
+    assert snapshot.newest_good(tmp_path / "snapshots")[0] == path
+
+
+def test_settings_are_written_atomically(tmp_path, monkeypatch):
+    import argparse
+
+    from skype.cli.serve import check_data_dir
+
+    args = argparse.Namespace(data_dir=str(tmp_path / "d"), window=10, window_seconds=None, bounds="b",
+                              engine="skype")
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    check_data_dir(args)
+    assert json.loads((tmp_path / "d" / "settings.json").read_text())["window"] == 10
+    assert len(synced) == 2 and sorted(p.name for p in (tmp_path / "d").iterdir()) == ["settings.json"]
+    args.window = 11
+    with pytest.raises(InputError, match="E102"):
+        check_data_dir(args)
