@@ -89,7 +89,7 @@ class Report:
 
     def describe(self) -> str:
         lines = [f"log {self.log_dir}: {len(self.segments)} segment(s), "
-                 f"{sum(len(s.commands) for s in self.segments)} whole record(s); recovery starts at record "
+                 f"{sum(len(s.commands) for s in self.segments)} whole record(s) before any damage; recovery starts at record "
                  f"{self.start} ({'snapshot ' + self.snapshot.name if self.snapshot else 'no snapshot'})"]
         lines += [f"  not read by recovery (before the snapshot): {e}" for e in self.elsewhere]
         d = self.drop
