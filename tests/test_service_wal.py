@@ -548,3 +548,22 @@ def test_settings_are_written_atomically(tmp_path, monkeypatch):
     args.window = 11
     with pytest.raises(InputError, match="E102"):
         check_data_dir(args)
+
+
+def test_check_starts_where_the_newest_good_snapshot_ends(tmp_path):
+    from skype.service import snapshot
+
+    data = tmp_path / "data"
+    cmds = [_msgs(10 * i, 2) for i in range(6)]
+    records = _write(data / "log", cmds, {3})
+    _flip(records[1][0], records[1][1] + 14)  # in the segment only the older state needs
+    _flip(records[4][0], records[4][1] + 14)  # after the snapshot: what a repair drops
+    snapshot.write(data / "snapshots", 3, {"position": 6}, [], ([], [], []))
+    report = walcheck.check(data)
+    assert report.start == 3 and report.snapshot.name == f"snap-{3:016d}"
+    assert len(report.elsewhere) == 1 and records[1][0].name in report.elsewhere[0]
+    assert report.drop.record == 4 and report.drop.position == 6 + 2  # the snapshot's 6, then record 3's 2
+    assert report.drop.lost()["message_ids"] == [50, 51]
+    walcheck.repair(data)
+    assert _read(data / "log", 3) == cmds[3:4]
+    assert records[1][0].read_bytes() != b""  # the older damage is left as it was
