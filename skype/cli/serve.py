@@ -32,8 +32,7 @@ def settings_of(args: argparse.Namespace):
 def cmd_serve(args: argparse.Namespace) -> int:
     from skype.service.build import serve
 
-    serve(settings_of(args))
-    return 0
+    return serve(settings_of(args))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,12 +87,9 @@ def check_data_dir(settings: ServiceSettings, vocabulary: Any = None) -> Path:
             diff = ", ".join(f"{k}: {first.get(k)!r} then {now[k]!r}" for k in now if first.get(k) != now[k])
             raise InputError("E102", path=str(path), detail=f"it was created with other settings ({diff})")
     else:
-        tmp = settings_file.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps(now))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, settings_file)
+        from skype.service.wal import write_atomic
+
+        write_atomic(settings_file, json.dumps(now).encode())
     return path
 
 
@@ -114,10 +110,12 @@ def engine_factory(settings: ServiceSettings) -> Callable[[Any], Any]:
     return make_engine
 
 
-def build_service(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | None = None):
+def build_service(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | None = None,
+                  on_failure: Callable[[BaseException], None] | None = None):
     """The :class:`~skype.service.app.Service` of ``settings``, its engine thread not started
     (``create_app`` starts it with the application).  ``loop``: the loop it will run on
-    (default: the running loop)."""
+    (default: the running loop).  ``on_failure(err)``: called on that loop when recovery fails
+    (a damaged log, E140), having changed nothing."""
     from skype.service.app import Limits, Service
     from skype.service.auth import Tokens, check_host
     from skype.service.guard import Guard
@@ -140,22 +138,25 @@ def build_service(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | N
     state = State(engine_factory(settings), vocabulary, ingest=settings.ingest, max_records=settings.max_records)
     worker = Worker(data_dir, state, fsync=settings.fsync, queue_size=settings.queue_size,
                     snapshot_every=settings.snapshot_every, snapshot_seconds=settings.snapshot_seconds,
-                    metrics=metrics, loop=loop, publish=hub.publish, start_at=hub.start_at)
+                    metrics=metrics, loop=loop, publish=hub.publish, start_at=hub.start_at, on_failure=on_failure)
     limits = Limits(settings.max_body_bytes, settings.max_records, settings.max_connections,
                     settings.max_streams_per_connection, settings.stream_queue)
     guard = Guard(settings.host, settings.port, tokenless=tokens is None, allow_origins=settings.allow_origins)
     return Service(worker, hub, tokens, limits, metrics, guard=guard)
 
 
-def create_app(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | None = None):
+def create_app(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | None = None,
+               on_failure: Callable[[BaseException], None] | None = None):
     """The aiohttp application of ``settings``: routes, guard and limits; the engine thread
     starts (recovering the data directory) with the application and stops, after a last
-    snapshot, with its cleanup.  ``app[SERVICE]`` is the :class:`~skype.service.app.Service`."""
+    snapshot, with its cleanup.  ``app[SERVICE]`` is the :class:`~skype.service.app.Service`;
+    ``on_failure`` as :func:`build_service` (without it, a failed recovery leaves the service
+    answering 503 ``failed``)."""
     from aiohttp import web
 
     from skype.service.app import SERVICE
 
-    service = build_service(settings, loop)
+    service = build_service(settings, loop, on_failure)
     app = service.app()
     app[SERVICE] = service
 
@@ -170,14 +171,25 @@ def create_app(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | None
     return app
 
 
-def serve(settings: ServiceSettings) -> None:
-    """Run the service of ``settings`` until SIGTERM or Ctrl-C (then a last snapshot)."""
+def serve(settings: ServiceSettings) -> int:
+    """Run the service of ``settings`` until SIGTERM or Ctrl-C (then a last snapshot); the exit
+    status.  A failed recovery stops it at once, having changed nothing: a catalogue error (a
+    damaged log, E140) is raised, anything else exits 1."""
     from aiohttp import web
+
+    from skype.service.app import SERVICE
+
+    def refuse_to_start(err: BaseException) -> None:
+        raise web.GracefulExit()
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    app = create_app(settings, loop)
+    app = create_app(settings, loop, on_failure=refuse_to_start)
     print(f"skype serve: listening on http://{settings.host}:{settings.port} (data in {settings.data_dir})",
           file=sys.stderr, flush=True)
     web.run_app(app, host=settings.host, port=settings.port, shutdown_timeout=3.0, print=None, loop=loop,
                 access_log=None, handle_signals=True)
+    error = app[SERVICE].worker.recovery_error
+    if isinstance(error, InputError):
+        raise error
+    return 0 if error is None else 1
