@@ -78,6 +78,7 @@ MODES = {
 }
 DEFAULTS = dict(subs=2000, window=5000, streams=20, per_stream=10, protocol="sse", rate=2000, batch=200, duration=20.0)
 HISTOGRAM = "skype_publish_request_to_write_seconds"
+COUNTS = ("skype_events_pushed_total", "skype_stream_writes_total", "skype_blocks_delivered_total")
 _decode = msgspec.json.Decoder().decode
 
 
@@ -263,6 +264,7 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
         await wait_idle(streams, idle=1.0, limit=120.0)     # the backlogs (creation events) are in
         reconnects_before = sum(s.reconnects for s in streams)
         hist0 = await histogram(session, url)
+        counts0 = [await metric(session, url, name) for name in COUNTS]
 
         # the publisher: one batch in flight, at a fixed rate
         stream_msgs = msgs[args.window:]
@@ -288,6 +290,8 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
         publish_s = time.perf_counter() - start
         await wait_idle(streams, idle=2.0, limit=120.0)
         hist1 = await histogram(session, url)
+        counts1 = [await metric(session, url, name) for name in COUNTS]
+        pushed, writes, blocks = (b - a for a, b in zip(counts0, counts1))
         resets_by_reason = {}
         async with session.get(url + "/metrics") as resp:
             for line in (await resp.text()).splitlines():
@@ -338,6 +342,8 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
         "server_write_p50_ms": 1e3 * bucket_quantile(hist0, hist1, 0.50),
         "server_write_p99_ms": 1e3 * bucket_quantile(hist0, hist1, 0.99),
         "events_received": sum(len(s.events) for s in streams), "events_measured": len(push),
+        "server_events_written": int(pushed), "server_writes": int(writes), "server_blocks": int(blocks),
+        "events_per_write": pushed / writes if writes else float("nan"),
         "folds_differing": bad_folds, "events_duplicated": dupes, "resets_received": resets,
         "resets_by_reason": json.dumps(resets_by_reason), "slow_consumers_cut": int(slow),
         "reconnects_before_publishing": reconnects_before,

@@ -480,3 +480,45 @@ def test_a_resume_after_a_graceful_restart_needs_no_reset_and_one_before_it_does
     for ev in events:
         apply_event(state, ev)
     assert state == {line["id"]: line["topk"] for line in client.results()}
+
+
+def test_a_quiet_subscription_resumes_without_a_reset_and_retention_by_age(tmp_path, workload):
+    """Subscription 0 is quiet (no event after its creation) while the ring of 50 events turns
+    over many times: a resume after its last event is exact, no reset (per-subscription
+    watermarks), although the ring no longer reaches back that far; a busy subscription whose
+    own events were dropped gets a reset, counted by reason.  Then ``--retain-seconds``: once
+    the events are older than that, a resume from before them is a reset."""
+    subs, msgs = workload
+    far = {"id": 0, "kind": "range", "rect": [179, 89, 180, 90], "text": "zzzquiet"}  # nothing will match it
+    with ServerProcess(tmp_path / "data", "--window", str(WINDOW), "--retain-events", "50",
+                       "--retain-seconds", "3") as server:
+        client = Client(server.url)
+        client.subscribe(far)
+        created = client.result(0)["seq"]
+        for rec in subs[1:20]:
+            client.subscribe(rec)
+        client.publish(msgs[:1500], batch_size=100)
+        last = client.result(0)["seq"]
+        assert last > created + 50  # the ring (50 events) turned over
+        quiet = ws_read(server.url, {"subscribe": [0], "after": created})
+        assert quiet == []  # nothing missed, nothing to send, and no reset
+        busy = ws_read(server.url, {"subscribe": [1], "after": created})
+        assert [("reset" in ev, ev["seq"]) for ev in busy] == [(True, last)]
+        metrics = httpx.get(server.url + "/metrics").text
+        assert 'skype_stream_resets_total{reason="evicted"} 1.0' in metrics
+        # the client's own resume of several subscriptions: the quiet one is not reset either
+        events = list(client.events([0, 1], after=last, idle_timeout=1.0, transport="sse"))
+        assert events == []
+        # SSE of several subscriptions: resumes after one seq; ids are global seqs
+        client.publish(msgs[1500:1600], batch_size=100)
+        got = [ev for ev in client.events([0, 1, 2], after=last, idle_timeout=1.0, transport="sse")]
+        assert all("reset" not in ev and ev["seq"] > last for ev in got)
+        # retention by age: 3 s later every retained event is gone, so sub 1 after `last` resets
+        newest = client.result(0)["seq"]
+        time.sleep(4.5)
+        aged = ws_read(server.url, {"subscribe": [1, 2], "after": last})
+        moved = {ev["sub"] for ev in got} & {1, 2}
+        assert moved  # (the workload is fixed) so their events were in the ring, then aged out
+        assert {ev["sub"] for ev in aged if "reset" in ev} == moved
+        assert all(ev["seq"] == newest for ev in aged)
+        assert ws_read(server.url, {"subscribe": [0], "after": created}) == []  # still quiet: still exact

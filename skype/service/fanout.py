@@ -178,7 +178,7 @@ class Fanout:
         sse: list[bytes | None] = [None] * len(idx)
         ws: list[bytes | None] = [None] * len(idx)
         limit = self.max_buffer_bytes
-        written = 0
+        written = writes = 0
         ends: list[Connection] = []
         now = time.monotonic()
         for conn, ks in touched.items():
@@ -197,6 +197,7 @@ class Fanout:
                 continue
             conn.last_seq = seq0 + idx[ks[-1]]
             written += len(ks)
+            writes += 1
             if t0 is not None:
                 self.metrics.publish_to_write.observe(now - t0, len(ks))
             if conn.ends_when_removed and any(removed[k] for k in ks):
@@ -215,6 +216,8 @@ class Fanout:
             self.detach(conn)
         if written:
             self.metrics.events_pushed.inc(written)
+            self.metrics.stream_writes.inc(writes)
+        self.metrics.blocks_delivered.inc()
 
     def cut(self, conn: Connection) -> None:
         """Close a slow consumer with its last seq (E103), after the bytes it was given."""

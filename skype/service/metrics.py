@@ -1,7 +1,9 @@
 """The service's Prometheus metrics (``GET /metrics``), in a registry of their own.
 
 Names: ``skype_requests_total{route,status}``, ``skype_messages_total``,
-``skype_subscriptions``, ``skype_events_pushed_total``, ``skype_connected_clients``,
+``skype_subscriptions``, ``skype_events_pushed_total``, ``skype_stream_writes_total`` and
+``skype_blocks_delivered_total`` (the fan-out's work: events per write, writes per block),
+``skype_connected_clients``,
 ``skype_queue_depth``, ``skype_publish_request_to_write_seconds`` (histogram, one count per
 event and connection: from the arrival of the publish request whose write made the event to the
 ``transport.write`` of the event's bytes on that connection), ``skype_log_bytes`` (written
@@ -60,6 +62,10 @@ class Metrics:
         self.messages = Counter("skype_messages", "messages accepted", registry=r)
         self.subscriptions = Gauge("skype_subscriptions", "subscriptions registered", registry=r)
         self.events_pushed = Counter("skype_events_pushed", "events written to streams", registry=r)
+        self.stream_writes = Counter("skype_stream_writes", "writes to streams (one per stream per block)",
+                                     registry=r)
+        self.blocks_delivered = Counter("skype_blocks_delivered", "event blocks with a followed event fanned out",
+                                        registry=r)
         self.clients = Gauge("skype_connected_clients", "open event streams (SSE and WebSocket)", registry=r)
         self.queue_depth = Gauge("skype_queue_depth", "jobs waiting for the engine thread", registry=r)
         self.publish_to_write = CountingHistogram(
