@@ -384,7 +384,7 @@ def start_server(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.P
            "--port", str(port), "--window", str(args.window), "--fsync", args.fsync,
            "--max-connections", str(max(2048, 2 * args.streams + 64)),
            "--max-streams-per-connection", str(max(1000, args.per_stream)),
-           "--retain-events", str(max(100_000, 2 * args.subs))]
+           "--retain-events", str(max(100_000, 2 * args.subs)), *args.server_arg]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
@@ -427,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fsync", choices=("always", "batch", "never"), default="batch",
                    help="the started server's policy (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for the started server (repeat; e.g. --server-arg=--snapshot-every=10000000)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
     args = p.parse_args(argv)
     for key, value in {**DEFAULTS, **MODES.get(args.mode or "", {})}.items():
