@@ -166,6 +166,27 @@ def test_fanout_writes_once_per_connection_per_block_and_shares_the_bytes():
     asyncio.run(run())
 
 
+def test_websocket_watermarks_wait_for_pending_subscribes():
+    """A WebSocket's watermark ``{"seq": n}`` claims every event of its subscriptions up to n:
+    while one of its subscribe requests is being resolved it gets a ping instead."""
+    async def run():
+        hub = Hub(retain=10)
+        fanout = Fanout(hub, Metrics())
+        transport = FakeTransport()
+        conn = Connection(transport, "ws")
+        fanout.attach(conn, [1], [])
+        hub.publish(events(1, 3, sub=2), None)  # not its subscription: nothing written
+        conn.following, conn.last_write = 1, 0.0
+        fanout.tick()
+        assert transport.writes == [b"\x89\x00"] and conn.last_seq == 0
+        conn.following, conn.last_write = 0, 0.0
+        fanout.tick()
+        fanout.stop()
+        assert ws_messages(transport.writes[-1]) == [{"seq": 3}] and conn.last_seq == 3
+
+    asyncio.run(run())
+
+
 def test_a_slow_consumer_is_cut_with_its_last_seq():
     async def run():
         hub, metrics = Hub(retain=100), Metrics()

@@ -468,7 +468,11 @@ class Service:
             self.need_owner(token, sid, f"follow subscription {sid}")
         new = sorted(set(ids) - conn.subs)
         if new:
-            await self.follow(conn, new, after)
+            conn.following += 1
+            try:
+                await self.follow(conn, new, after)
+            finally:
+                conn.following -= 1
 
     async def on_shutdown(self, app: web.Application) -> None:
         self.fanout.stop()

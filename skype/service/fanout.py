@@ -19,7 +19,8 @@ queue or timer per event):
 
 One periodic timer (``tick``, every ``TICK_S``) sends keepalives to the connections idle for
 ``keepalive_s``: on SSE ``id: <newest seq>`` with a comment (EventSource then resumes from the
-newest seq: every event up to it was written), on a WebSocket the watermark ``{"seq": n}``; it
+newest seq: every event up to it was written), on a WebSocket the watermark ``{"seq": n}`` (not
+while a subscribe request of the connection is still being resolved); it
 also notices closed transports, applies retention by age, and sets the lag gauges.
 
 A connection is registered (``attach``) in the same loop turn as its backlog or resets are
@@ -67,7 +68,7 @@ class Connection:
     every followed subscription removed); the handler then returns."""
 
     __slots__ = ("transport", "kind", "chunked", "subs", "last_seq", "last_write", "done", "cut",
-                 "ends_when_removed", "on_cut")
+                 "ends_when_removed", "on_cut", "following")
 
     def __init__(self, transport: Any, kind: str, *, chunked: bool = False,
                  ends_when_removed: bool = False) -> None:
@@ -79,6 +80,7 @@ class Connection:
         self.cut = False
         self.ends_when_removed = ends_when_removed  # SSE: the stream ends with its last removal
         self.on_cut: Callable[[Connection], None] | None = None  # e.g. close a WebSocket with 1013
+        self.following = 0  # subscribe requests still being resolved (resets): no watermark meanwhile
 
     def frame(self, seq: int, payload: bytes) -> bytes:
         return sse_frame(seq, payload) if self.kind == "sse" else ws_frame(payload)
@@ -261,11 +263,14 @@ class Fanout:
             total += size
             largest = max(largest, size)
             if conn.last_write <= idle:
-                if conn.kind == "sse":
+                if conn.following:  # a watermark would cover subscriptions not attached yet
+                    conn.write(b": keepalive\n\n" if conn.kind == "sse" else b"\x89\x00")  # a comment, a ping
+                elif conn.kind == "sse":
                     conn.write(b"id: %d\n: keepalive\n\n" % newest)
+                    conn.last_seq = max(conn.last_seq, newest)
                 else:
                     conn.write(ws_frame(b'{"seq": %d}' % newest))
-                conn.last_seq = max(conn.last_seq, newest)
+                    conn.last_seq = max(conn.last_seq, newest)
         self.metrics.stream_buffered_bytes.set(total)
         self.metrics.stream_lag_bytes.set(largest)
         self.hub.trim(now)
