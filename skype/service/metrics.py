@@ -5,8 +5,9 @@ Names: ``skype_requests_total{route,status}``, ``skype_messages_total``,
 ``skype_blocks_delivered_total`` (the fan-out's work: events per write, writes per block),
 ``skype_connected_clients``,
 ``skype_queue_depth``, ``skype_publish_request_to_write_seconds`` (histogram, one count per
-event and connection: from the arrival of the publish request whose write made the event to the
-``transport.write`` of the event's bytes on that connection), ``skype_log_bytes`` (written
+event and connection: from the arrival of the publish request whose write made the event (its
+headers parsed, before its body is read) to the ``transport.write`` of the event's bytes on that
+connection), ``skype_log_bytes`` (written
 since start), ``skype_fsync_seconds`` (histogram), ``skype_snapshot_age_seconds``,
 ``skype_recovery_seconds``, ``skype_slow_consumers_total`` (streams cut because they fell
 behind), ``skype_stream_resets_total{reason}`` (subscriptions resumed with a reset: ``evicted``,
