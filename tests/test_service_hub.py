@@ -377,3 +377,41 @@ def test_page_files_and_no_escape(tmp_path, monkeypatch):
     got = asyncio.run(run())
     assert got["/"] == (200, "<h1>map</h1>") and got["/page/js/map.js"] == (200, "var map;")
     assert all(got[p][0] == 404 for p in ("/page/../secret.txt", "/page/%2e%2e/secret.txt", "/page/none.js"))
+
+
+def test_a_stream_is_answered_200_and_waits_when_the_engine_queue_is_full(tmp_path):
+    """EventSource gives up on a non-200 answer: a stream that needs a reset while the engine
+    queue is full is answered 200 at once, and its reset is asked again until it is queued."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from skype.reference import ReferenceEngine
+    from skype.service.app import Limits, Service
+    from skype.service.state import State
+    from skype.service.worker import Worker
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        hub, metrics = Hub(10), Metrics()
+        worker = Worker(tmp_path, State(lambda v: ReferenceEngine(window=3, vocabulary=v)), fsync="never",
+                        queue_size=1, snapshot_every=10, snapshot_seconds=60, metrics=metrics, loop=loop,
+                        publish=hub.publish)  # not started: nothing takes the jobs
+        worker.status = "ok"
+        worker.state.records[1] = b"{}"
+        hub.start_at(5)  # a restored snapshot at seq 5: a resume after 0 needs a reset
+        worker.submit("results")  # the queue (of 1) is full
+        service = Service(worker, hub, None, Limits(1000, 10, 10, 10, 10), metrics)
+        async with TestClient(TestServer(service.app())) as client:
+            resp = await client.get("/v1/subscriptions/1/events", params={"after": "0"})
+            assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
+            await asyncio.sleep(0.2)  # the reset is refused (E093) and asked again, meanwhile
+            assert worker.jobs.get_nowait().kind == "results"
+            for _ in range(100):
+                await asyncio.sleep(0.02)
+                if worker.jobs.qsize():
+                    break
+            assert worker.jobs.get_nowait().kind == "reset"
+            assert metrics.resets.labels("restart")._value.get() == 1
+            resp.close()
+        service.fanout.stop()
+
+    asyncio.run(run())

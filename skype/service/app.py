@@ -33,6 +33,7 @@ STATUS = {"E020": 404, "E008": 404, "E090": 404, "E091": 413, "E092": 413, "E093
           "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409}
 NDJSON = "application/x-ndjson"
 DEFAULT_LAST = 200  # GET /v1/messages without ?last=
+RESET_RETRY_S = 0.05  # a stream's reset waits this long when the engine queue is full, then asks again
 
 
 def error_response(err: InputError, *, line: bool = False) -> web.Response:
@@ -343,7 +344,13 @@ class Service:
             reason = "backlog"
         self.metrics.resets.labels(reason).inc(len(subs))
         while True:
-            seq, position, lines = await self.run("reset", subs)
+            try:
+                seq, position, lines = await self.run("reset", subs)
+            except InputError as err:
+                if err.code != "E093":
+                    raise
+                await asyncio.sleep(RESET_RETRY_S)  # the engine queue is full: a stream is never refused for it
+                continue
             await hub.reach(seq)  # the engine may be ahead of the ring: its events are on their way
             if conn.done.done():
                 return
@@ -399,6 +406,9 @@ class Service:
         try:
             await self.follow(conn, subs, after)
             await conn.done
+        except InputError as err:  # after the 200: said on the stream (e.g. E094, the server failed)
+            payload = {"error": {"code": err.code, "message": err.detail}}
+            conn.write(b"event: error\ndata: %s\n\n" % json.dumps(payload).encode())
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
