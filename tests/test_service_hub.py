@@ -415,3 +415,11 @@ def test_a_stream_is_answered_200_and_waits_when_the_engine_queue_is_full(tmp_pa
         service.fanout.stop()
 
     asyncio.run(run())
+
+
+def test_websocket_frame_lengths():
+    from skype.service.fanout import ws_frame
+
+    for n in (0, 125, 126, 65535, 65536, 70000):
+        payload = json.dumps({"seq": 1, "pad": "x" * max(0, n - 22)}).encode()
+        assert ws_messages(ws_frame(payload)) == [json.loads(payload)]
