@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return Engine(bounds=args.bounds, vocabulary=vocabulary, snapshots=True, **engine_options(args), **window)
 
     metrics = Metrics()
-    hub = Hub(args.retain_events)
+    hub = Hub(args.retain_events, retain_seconds=args.retain_seconds)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     state = State(make_engine, vocabulary, ingest=args.ingest, max_records=args.max_records)
@@ -88,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     snapshot_every=args.snapshot_every, snapshot_seconds=args.snapshot_seconds, metrics=metrics,
                     loop=loop, publish=hub.publish, start_at=hub.start_at, on_failure=refuse_to_start)
     limits = Limits(args.max_body_bytes, args.max_records, args.max_connections, args.max_streams_per_connection,
-                    args.stream_queue)
+                    args.stream_queue, args.stream_buffer_bytes)
     service = Service(worker, hub, tokens, limits, metrics)
     app = service.app()
 
@@ -142,9 +142,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-streams-per-connection", type=int, default=1000,
                    help="subscriptions one WebSocket may follow (default: %(default)s)")
     s.add_argument("--stream-queue", type=int, default=4096,
-                   help="events buffered per stream before a slow consumer is disconnected (default: %(default)s)")
+                   help="events a resuming stream is replayed at most; more: resets (default: %(default)s)")
+    s.add_argument("--stream-buffer-bytes", type=int, default=4 << 20,
+                   help="bytes a stream may leave unsent before it is cut as a slow consumer (default: 4 MiB)")
     s.add_argument("--retain-events", type=int, default=100_000,
                    help="recent events kept for resuming streams (default: %(default)s)")
+    s.add_argument("--retain-seconds", type=float, default=None,
+                   help="also drop retained events older than this (default: kept by count only)")
     s.add_argument("--snapshot-every", type=int, default=20_000,
                    help="snapshot after N written records: messages, subscription changes, advances "
                         "(default: %(default)s)")
