@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from skype.cli.inputs import load_inputs
-from skype.cli.report import print_table
+from skype.report import print_table
 from skype.errors import InputError, invalid_choice
 from skype.partitioning import ADAPTIVE_METHODS, METHOD_PARAMS, build_distribution, estimate_thresholds
 from skype.partitioning.rebalance import COMPATIBLE, PAPER_POLICY, POLICIES

@@ -29,6 +29,8 @@ import json
 import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -127,6 +129,42 @@ class RunSettings:
             raise InputError("E023", what="--sink kafka", expected="given with --kafka-bootstrap and --events-topic",
                              value=self.events_topic)
         self.window = WindowSpec(self.window_kind, float(self.window_size))
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], bounds) -> RunSettings:
+        """The settings of one mapping of options (the ``distributed`` command's names, ``_`` for
+        ``-``; absent ones at their defaults, unknown ones ignored, so ``vars(args)`` is valid).
+        The options come in four groups: the source (:data:`SOURCE_OPTIONS`), the sink
+        (:data:`SINK_OPTIONS`), the distribution with its engine and window
+        (:data:`DISTRIBUTION_OPTIONS`) and the run's control (:data:`CONTROL_OPTIONS`).
+        ``bounds``: the space (the workload's; with raw streams, the options')."""
+        from skype.simulate import EngineSettings, window_of
+
+        def get(name: str, default: Any = None) -> Any:
+            value = options.get(name)
+            return default if value is None else value
+
+        window = window_of(options)
+        kind, size = ("count", window["window"]) if "window" in window else ("time", window["window_seconds"])
+        engine = EngineSettings.from_options(options)
+        methods = get("method", ("prefix",))
+        return cls(
+            methods=methods, partitions=get("partitions", 2), batch_size=get("batch_size", 10_000),
+            window_kind=kind, window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=engine.engine,
+            engine_options=engine.engine_options() if engine.engine == "core" else {},
+            merge_buckets=options.get("merge_buckets"), n1=options.get("n1"), range_cut=get("range_cut", "balanced"),
+            sample_size=get("sample_size", 10_000), thresholds=get("thresholds", "auto"),
+            engine_cache=get("engine_cache", "process"), host_idle_timeout=get("host_idle", 600.0),
+            stream_format=get("stream_format", "parquet"), events_format=get("events_format", "parquet"),
+            sink=get("sink", "files"), source=get("source", "files"), messages_dir=options.get("messages_dir"),
+            commands_dir=options.get("commands_dir"), kafka_bootstrap=options.get("kafka_bootstrap"),
+            events_topic=options.get("events_topic"), messages_topic=options.get("messages_topic"),
+            commands_topic=options.get("commands_topic"), trigger_seconds=options.get("trigger_seconds"),
+            stop_after_batches=options.get("stop_after_batches"), timeout_s=options.get("timeout"),
+            rebalance=get("rebalance", "never"), rebalance_load=get("rebalance_load", "model"),
+            rebalance_stats=get("rebalance_stats", "auto"), summaries=get("summaries", "active"),
+            ingest_split=get("ingest_split", 10_000) if options.get("vocabulary") else 10_000,
+            commands_per_batch=options.get("commands_per_batch"))
 
     @property
     def staged(self) -> bool:

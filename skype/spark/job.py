@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from skype.errors import InputError
@@ -168,3 +169,55 @@ def run(settings: RunSettings, workload: Inputs | RawStreams, spark: Any = None,
     if own:
         spark.stop()
     return runs[0] if not several else {"runs": runs}
+
+
+def run_options(options: Mapping[str, Any], spark: Any = None) -> tuple[RunSettings, Path, dict]:
+    """One run from one mapping of options (the ``distributed`` command's names, ``_`` for ``-``;
+    :meth:`skype.dskype.plan.RunSettings.from_options`): refuse what needs no workload, load the
+    workload (or, with ``vocabulary``, name the raw streams), build the settings, :func:`run`,
+    write ``metrics_out``.  Returns the settings, the run directory and the metrics.  ``spark``:
+    an existing session; else one is made from ``master``."""
+    import json
+
+    from skype.dskype import rebalancing
+    from skype.dskype.plan import RunSettings
+    from skype.report import machine_info
+    from skype.simulate import load_inputs
+
+    method = options.get("method") or ("prefix",)
+    method = (method,) if isinstance(method, str) else tuple(method)
+    source = options.get("source") or "files"
+    rebalancing.check_rebalance(options.get("rebalance") or "never", method,
+                                staged=not (options.get("vocabulary") or options.get("messages_dir") or source != "files"),
+                                versioned=source == "files")
+    workload: Inputs | RawStreams
+    if options.get("vocabulary"):
+        if options.get("events"):
+            raise InputError("E023", what="--events", expected="left out with --vocabulary (give --messages and "
+                                                               "--subscriptions, or the stream directories)",
+                             value=options["events"])
+        workload = RawStreams(options["vocabulary"], options.get("messages"), options.get("subscriptions"))
+        from skype.model import DEFAULT_BOUNDS
+
+        bounds = options.get("bounds") or DEFAULT_BOUNDS
+    else:
+        workload = load_inputs(options)
+        bounds = workload.bounds
+    settings = RunSettings.from_options(options, bounds)
+    run_dir = run_directory(options)
+    out = run(settings, workload, spark, run_dir=run_dir, results_out=options.get("results_out"),
+              answers_out=options.get("answers_out"), master=options.get("master") or "local[*]",
+              driver_memory=options.get("driver_memory"), conf=dict(options.get("conf") or ()))
+    metrics_out = options.get("metrics_out")
+    if metrics_out:
+        Path(metrics_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(metrics_out).write_text(json.dumps(dict(out, machine=machine_info()), indent=2, default=float) + "\n")
+    return settings, run_dir, out
+
+
+def run_directory(options: Mapping[str, Any]) -> Path:
+    """The run directory (``checkpoint``) as an absolute path: executors resolve a relative one
+    against their own working directory (a standalone Worker's is its application folder), and
+    would write the events and results there instead of into the directory the driver reads."""
+    checkpoint = options.get("checkpoint")
+    return Path(checkpoint).resolve() if checkpoint else default_run_directory()
