@@ -315,18 +315,6 @@ def test_tornado_corner_shifts_move_load_and_keep_meeting(skew, rates):
     assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, "agrid after corner shifts")
 
 
-def test_policy_params_from_the_command_line():
-    from skype.cli.partition_timeline import policy_param_arg, policy_params_for
-
-    given = [policy_param_arg("horizon=1"), policy_param_arg("max_ops=4"), policy_param_arg("nope=true")]
-    assert policy_params_for("ps2stream", given) == {"horizon": 1.0}
-    assert policy_params_for("tornado", given) == {"horizon": 1.0, "max_ops": 4}
-    assert policy_params_for("never", given) == {}
-    assert policy_params_for("sstd", [policy_param_arg("cut=false")]) == {"cut": False}
-    with pytest.raises(Exception):
-        policy_param_arg("horizon")
-
-
 # --------------------------------------------------------------------------- adversarial layouts
 
 

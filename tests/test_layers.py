@@ -61,3 +61,16 @@ def test_the_service_and_its_client_import_neither_the_cli_nor_pyspark():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_library_drivers_import_no_cli():
+    """The run drivers (simulate, experiments, the Spark entry's library half) and the report
+    helpers live below the command line: importing them loads no ``skype.cli`` module."""
+    code = (
+        "import importlib, pkgutil, sys, skype.simulate, skype.report, skype.spark.job, skype.experiments\n"
+        "for m in pkgutil.walk_packages(skype.experiments.__path__, 'skype.experiments.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[:2] == ['skype', 'cli']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

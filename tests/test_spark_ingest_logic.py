@@ -280,10 +280,10 @@ def test_distributed_refuses_ingestion_inputs_it_cannot_order(tmp_path, capsys):
 def test_the_run_directory_is_absolute_for_the_executors(tmp_path, monkeypatch):
     """A relative --checkpoint is resolved on the driver: a standalone Worker's executors would
     resolve it against their own working directory and write the events and results there."""
-    from skype.cli.distributed import run_directory
+    from skype.spark.job import run_directory
     from skype.run import build_parser
 
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["distributed", "--checkpoint", "out/run"])
-    assert run_directory(args) == tmp_path.resolve() / "out" / "run"
-    assert run_directory(build_parser().parse_args(["distributed"])).is_absolute()
+    assert run_directory(vars(args)) == tmp_path.resolve() / "out" / "run"
+    assert run_directory(vars(build_parser().parse_args(["distributed"]))).is_absolute()

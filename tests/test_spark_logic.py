@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 
 from spark_fixtures import METHODS, LocalPipeline, centralized_by_batch, events_workload, first_difference  # noqa: E402
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser  # noqa: E402
 from skype.dskype import codec  # noqa: E402
 from skype.dskype.codec import OP_DROP, OP_SUB, OP_UNSUB, Commands  # noqa: E402
@@ -31,15 +31,15 @@ BATCH = 400
 
 def _inputs(events_path, window_args):
     args = build_parser().parse_args(["distributed", "--events", str(events_path), *window_args])
-    return args, load_inputs(args)
+    return args, load_inputs(vars(args))
 
 
 def _settings(method, window_args, inputs, partitions=4, **extra):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
 
     args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
                                       "--batch-size", str(extra.pop("batch_size", BATCH)), *window_args])
-    settings = settings_from_args(args, inputs.bounds)
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
     for key, value in extra.items():
         setattr(settings, key, value)
     return settings

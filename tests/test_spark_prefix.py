@@ -17,7 +17,7 @@ from spark_fixtures import (  # noqa: E402
     LocalPipeline, centralized_by_batch, events_workload, first_difference, oracle_by_batch, oracle_check,
 )
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -51,12 +51,12 @@ def adversarial_events(path, num_messages: int = 120):
 
 
 def _load(events, method: str, window: int, batch: int, partitions: int):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
 
     args = build_parser().parse_args(["distributed", "--events", str(events), "--window", str(window), "--method",
                                       method, "--partitions", str(partitions), "--batch-size", str(batch)])
-    inputs = load_inputs(args)
-    return inputs, settings_from_args(args, inputs.bounds)
+    inputs = load_inputs(vars(args))
+    return inputs, RunSettings.from_options(vars(args), inputs.bounds)
 
 
 def test_spark_prefix_replica_wakes_when_the_threshold_falls(tmp_path):

@@ -5,24 +5,20 @@ batch and, at P = 1, exactly the centralized engine's counts; the memory guard o
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skype.cli.inputs import add_workload_args, load_inputs
+from skype.simulate import load_inputs
 from skype.dskype.work import COUNTERS, counter_delta, engine_counters
 from skype.engine import Engine
 from skype.errors import InputError
 
 
 def _inputs(num_subs: int = 300, num_messages: int = 1200, seed: int = 3):
-    p = argparse.ArgumentParser()
-    add_workload_args(p)
-    return load_inputs(p.parse_args(["--dataset", "tweets", "--num-subs", str(num_subs), "--num-messages",
-                                     str(num_messages), "--window", "400", "--seed", str(seed)]))
+    return load_inputs({"dataset": "tweets", "num_subs": num_subs, "num_messages": num_messages, "window": 400,
+                        "seed": seed})
 
 
 @settings(max_examples=10, deadline=None)
