@@ -378,7 +378,7 @@ def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp
 def test_measured_loads_replace_the_model_in_the_policies_plans():
     """``with_partition_loads``: the planned loads become the measured ones (the model's shape kept
     inside each partition); a partition measured hot though the model calls it balanced is the one
-    the policies unload; bad loads are refused (E060)."""
+    the policies unload; bad loads are refused (E023)."""
     from skype.data import make_workload
     from skype.errors import InputError
     from skype.partitioning import build_distribution
@@ -406,7 +406,7 @@ def test_measured_loads_replace_the_model_in_the_policies_plans():
     for bad in ([1.0, 2.0], [1.0, -1.0, 1.0, 1.0], [np.nan, 1.0, 1.0, 1.0]):
         with pytest.raises(InputError) as err:
             with_partition_loads(snap, bad)
-        assert err.value.code == "E060"
+        assert err.value.code == "E023"
 
 
 def test_spark_pipeline_measured_loads_exact_and_a_restart_keeps_the_decision(tmp_path, drift_reference):

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
 from skype.dskype.handover import (HANDOVER_PREFIX, TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
@@ -186,7 +186,7 @@ class Rebalancer:
             return self._decision(batch) or {}
         if self.state is None or self.state["batch"] != batch - 1:
             if batch > 0 and self.source == "reports" and not any(self.directory.glob("state-*.pkl")):
-                raise InputError("E065", batch=batch - 1, path=str(self.directory))  # nothing to replay from
+                raise OperationalError("E065", batch=batch - 1, path=str(self.directory))  # nothing to replay from
             if batch == 0 or not any(self.directory.glob("state-*.pkl")):
                 self.state = self._fresh()
                 if batch > 0:  # no decision was ever recorded: replay the stream up to here
@@ -194,7 +194,7 @@ class Rebalancer:
             elif self._state_path(batch - 1).exists():
                 self.state = self._load(batch - 1)
             else:
-                raise InputError("E065", batch=batch - 1, path=str(self.directory))
+                raise OperationalError("E065", batch=batch - 1, path=str(self.directory))
         state = dict(self.state)
         ups = [m["upto"] for m in stages if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline]
         record: dict = {"batch": batch, "version": None}
@@ -265,7 +265,7 @@ class Rebalancer:
         if not path.exists():
             missing = sorted(set(range(num_partitions)) - set(reports))
             if missing:  # a partial fold would be silently wrong (partition 0 holds the message side)
-                raise InputError("E067", batch=batch, pipeline=self.pipeline, missing=missing)
+                raise OperationalError("E067", batch=batch, pipeline=self.pipeline, missing=missing)
             stats = loadstats.fold_reports(reports, num_partitions)
             write_once(path, pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL))
         with open(path, "rb") as fh:  # the first attempt's file, whoever wrote it

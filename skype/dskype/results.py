@@ -117,9 +117,9 @@ def check_results_visible(plan: Plan, pipeline: Pipeline, result_events: int) ->
 
         raise InputError("E088", method=pipeline.method, topic=plan.settings.events_topic)
     if result_events and not stage_result_files(plan, pipeline) and not event_files(plan, pipeline):
-        from skype.errors import InputError
+        from skype.errors import OperationalError
 
-        raise InputError("E087", run_dir=plan.run_dir, events=result_events)
+        raise OperationalError("E087", run_dir=plan.run_dir, events=result_events)
 
 
 def final_results(plan: Plan, pipeline: Pipeline) -> Iterator[tuple[int, list[Match]]]:

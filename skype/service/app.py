@@ -3,7 +3,7 @@
 Every route that reads or changes the engine sends a job to the engine thread
 (:mod:`skype.service.worker`) and awaits it; nothing here touches the engine.  Errors are
 catalogue errors answered as ``{"error": {"code", "message", "line"?}}`` with the status of
-:data:`STATUS` (400 by default).  Event streams (SSE and WebSocket) each own a bounded
+:data:`STATUS` (by default 400 for an input error, 503 for an operational one).  Event streams (SSE and WebSocket) each own a bounded
 :class:`~skype.service.hub.Listener`; a stream resumes after a ``seq`` from the hub's ring, or
 after a ``reset`` (the current result) when the ring no longer covers it, when the backlog
 would not fit the stream's queue, or when the ``seq`` is beyond the newest.
@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from skype.errors import InputError
+from skype.errors import CodedError, InputError, OperationalError
 from skype.service.auth import Tokens, new_owner_token
 from skype.service.events import item_data, item_removed
 from skype.service.hub import CUT, Hub, Listener
@@ -36,13 +36,14 @@ DEFAULT_LAST = 200  # GET /v1/messages without ?last=
 DROP_AFTER_S = 5.0  # a stream that overflowed and cannot even take its closing message is cut
 
 
-def error_response(err: InputError, *, line: bool = False) -> web.Response:
+def error_response(err: CodedError, *, line: bool = False) -> web.Response:
     body: dict[str, Any] = {"code": err.code, "message": err.detail}
     if err.record_id is not None:
         body["message"] = f"record id {err.record_id}: {err.detail}"
     if line and err.line is not None:
         body["line"] = err.line
-    return web.json_response({"error": body}, status=STATUS.get(err.code, 400))
+    default = 503 if isinstance(err, OperationalError) else 400  # retry later, or fix the request
+    return web.json_response({"error": body}, status=STATUS.get(err.code, default))
 
 
 class Limits:
@@ -89,7 +90,7 @@ class Service:
         try:
             fut = self.worker.submit(kind, payload)
         except Busy:
-            raise InputError("E093", size=self.worker.jobs.maxsize) from None
+            raise OperationalError("E093", size=self.worker.jobs.maxsize) from None
         return await fut
 
     async def body(self, request: web.Request) -> bytes:
@@ -142,9 +143,9 @@ class Service:
         counted = request.path != "/healthz" and request.path != "/metrics"
         try:
             if counted and self.open >= self.limits.max_connections:
-                raise InputError("E098", limit=self.limits.max_connections)
+                raise OperationalError("E098", limit=self.limits.max_connections)
             if (request.path.startswith("/v1/") or request.path == "/healthz") and self.worker.status != "ok":
-                raise InputError("E094", status=self.worker.status)
+                raise OperationalError("E094", status=self.worker.status)
             if counted:
                 self.open += 1
             try:
@@ -154,7 +155,7 @@ class Service:
                     self.open -= 1
             status = resp.status
             return resp
-        except InputError as err:
+        except CodedError as err:  # input (4xx) or operational (429/503)
             resp = error_response(err, line=request.content_type == NDJSON)
             status = resp.status
             return resp
@@ -412,7 +413,7 @@ class Service:
         self.metrics.clients.inc()
         self.streams.add(ws)
 
-        async def send_error(err: InputError) -> None:
+        async def send_error(err: CodedError) -> None:
             await ws.send_str(json.dumps({"error": {"code": err.code, "message": err.detail}}))
 
         async def pump() -> None:
@@ -433,7 +434,7 @@ class Service:
                     continue
                 try:
                     await self._ws_subscribe(listener, msg.data, conn_token)
-                except InputError as err:
+                except CodedError as err:  # a bad request, or the queue full (E093) at a reset
                     await send_error(err)
         finally:
             sender.cancel()

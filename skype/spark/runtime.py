@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Iterator
 
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.spark import hosts as hosts_mod
 from skype.dskype.activation import ActivationConfig
 from skype.dskype.kinds import VOCABULARY_FILE
@@ -380,7 +380,7 @@ def out_of_memory_as_error(spark, sink: EventSink, query, heap_setting: tuple[st
                      "says which)")
         else:
             where = "out of memory (" + next((ln.strip() for ln in text.splitlines() if found in ln), found)[:160] + ")"
-        raise InputError("E131", batch=failing_batch(sink, query), where=where,
+        raise OperationalError("E131", batch=failing_batch(sink, query), where=where,
                          advice=f"raise {key} (now {heap >> 20}m; --driver-memory in local mode) or lower "
                                 "--commands-per-batch and --batch-size") from err
 
@@ -484,7 +484,7 @@ class MemoryGuard:
 
     def raise_error(self, sink: EventSink, query) -> None:
         hosted, hosts = sink.held()
-        raise InputError("E123", available=self.available_mb, floor=self.floor_mb, batch=failing_batch(sink, query),
+        raise OperationalError("E123", available=self.available_mb, floor=self.floor_mb, batch=failing_batch(sink, query),
                          hosted=f"{hosted:,}" if hosted else "an unknown number of",
                          hosts=hosts >> 20,
                          advice="the engines hold every subscription in memory on this machine: run on a cluster "
