@@ -74,3 +74,15 @@ def test_the_library_drivers_import_no_cli():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_runtime_package_lists_every_module():
+    """``skype/dskype/__init__.py``'s docstring names each of its modules (the package's map)."""
+    import pkgutil
+
+    import skype.dskype
+
+    doc = skype.dskype.__doc__ or ""
+    missing = [m.name for m in pkgutil.iter_modules(skype.dskype.__path__)
+               if f":mod:`~skype.dskype.{m.name}`" not in doc]
+    assert missing == []
