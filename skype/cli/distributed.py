@@ -72,7 +72,7 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--rebalance-stats", choices=("auto", "replay", "reports"), default="auto",
                    help="where the policy's statistics come from: the driver's replay of a staged stream, or the "
                         "partitions' reports in their metrics rows (auto: replay when the driver staged the stream, "
-                        "else reports; docs/spark-design.md, 'Live rebalancing')")
+                        "else reports; docs/spark-rebalancing.md)")
     d.add_argument("--summaries", choices=("active", "hosted", "off"), default="active",
                    help="prefix on a count window: keyword summaries, a message goes to a partition only for its "
                         "terms some replica there holds; 'active': awake replicas (the paper's loose prefixes), "
