@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,32 +45,16 @@ import numpy as np
 
 from skype import io
 from skype.api import EngineBase
+from skype.engine_settings import (DEFAULT_WINDOW, ENGINES, REGISTRATIONS, EngineSettings, Options, engine_options,
+                                   pick, window_of)
 from skype.model import DEFAULT_BOUNDS
 from skype.report import peak_rss_bytes, progress_bar
 from skype.workload import Inputs, WorkloadSpec, load_workload
 
-ENGINES = ("core", "reference")
-REGISTRATIONS = ("replay", "search", "search-bands", "search-mask64")
-DEFAULT_WINDOW = 10_000
-
-Options = Mapping[str, Any]
-
-
-def _pick(cls, options: Options, **derived: Any):
-    """``cls`` built from the options that name its fields (absent or unknown ones: the defaults)."""
-    names = {f.name for f in fields(cls)}
-    values = {name: options[name] for name in names if name in options}
-    values.update(derived)
-    return cls(**values)
-
-
-def window_of(options: Options) -> dict[str, Any]:
-    """The window of the options: ``{"window": N}`` (count) or ``{"window_seconds": T}`` (time);
-    neither given: a count window of :data:`DEFAULT_WINDOW`."""
-    count, seconds = options.get("window"), options.get("window_seconds")
-    if count is None and seconds is None:
-        return {"window": DEFAULT_WINDOW}
-    return {"window": count} if count is not None else {"window_seconds": seconds}
+__all__ = ["DEFAULT_WINDOW", "ENGINES", "REGISTRATIONS", "ControlSettings", "EngineSettings", "SimulateRun",
+           "SimulateSettings", "SinkSettings", "engine_options", "kind_counts", "load_inputs", "make_engine",
+           "phase_counts", "phase_delta", "run", "run_stream", "split_fill", "window_of", "work_counts",
+           "workload_spec"]
 
 
 def workload_spec(options: Options) -> WorkloadSpec:
@@ -85,7 +69,7 @@ def workload_spec(options: Options) -> WorkloadSpec:
         derived["sub_terms"] = tuple(sub_terms)
     if options.get("bounds") is None:
         derived["bounds"] = DEFAULT_BOUNDS
-    return _pick(WorkloadSpec, options, **derived)
+    return pick(WorkloadSpec, options, **derived)
 
 
 def load_inputs(options: Options | WorkloadSpec, *, stream: bool = False) -> Inputs:
@@ -95,60 +79,7 @@ def load_inputs(options: Options | WorkloadSpec, *, stream: bool = False) -> Inp
     return load_workload(spec, stream=stream)
 
 
-@dataclass(frozen=True)
-class EngineSettings:
-    """Which engine runs the stream, its structures (the keyword arguments of
-    :class:`skype.Engine`, ``docs/engine.md``) and its window.  The defaults are the command
-    line's defaults."""
-
-    engine: str = "core"                # the Cython core, or the brute-force "reference"
-    index: str = "blocks"
-    buffer: str = "cskyband"
-    kmax: int = 60
-    skyband_ratio: float = 0.8
-    block_size: int = 64
-    bands: int = 8
-    leaf_capacity: int = 1000
-    groups: int = 10
-    message_index: str | None = None    # None: quadtree for the exact buffer, lists otherwise
-    micro_batch: int = 1
-    reverse_map: bool = True
-    exact_holders: bool = True
-    registration: str = "search"
-    timers: bool = False
-    window: int | None = None           # neither window: a count window of DEFAULT_WINDOW
-    window_seconds: float | None = None
-
-    @classmethod
-    def from_options(cls, options: Options) -> EngineSettings:
-        return _pick(cls, options)
-
-    @property
-    def window_spec(self) -> dict[str, Any]:
-        return window_of({"window": self.window, "window_seconds": self.window_seconds})
-
-    def engine_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`skype.Engine` (the default registration left out, so
-        that saved plans do not name it)."""
-        options: dict[str, Any] = dict(
-            index=self.index, buffer=self.buffer, kmax=self.kmax, skyband_ratio=self.skyband_ratio,
-            block_size=self.block_size, bands=self.bands, leaf_capacity=self.leaf_capacity, groups=self.groups,
-            reverse_map=self.reverse_map, message_index=self.message_index, micro_batch=self.micro_batch,
-            exact_holders=self.exact_holders, timers=self.timers)
-        if self.registration != "search":
-            options["registration"] = self.registration
-        return options
-
-    def describe(self) -> str:
-        return self.engine if self.engine == "reference" else f"core ({self.index}, {self.buffer})"
-
-
-def engine_options(options: Options | EngineSettings) -> dict[str, Any]:
-    """Keyword arguments of :class:`skype.Engine` from engine options (a mapping or settings)."""
-    return _engine_settings(options).engine_options()
-
-
-def _engine_settings(options: Options | EngineSettings) -> EngineSettings:
+def _engine_settings_of(options: Options | EngineSettings) -> EngineSettings:
     return options if isinstance(options, EngineSettings) else EngineSettings.from_options(options)
 
 
@@ -156,7 +87,7 @@ def make_engine(options: Options | EngineSettings, inputs: Inputs) -> EngineBase
     """The engine of the options over the inputs' space and vocabulary.  A core engine keeps the
     query window only when the inputs use the other kinds or snapshot queries, and builds its
     per-term trees from the start when something will read them."""
-    settings = _engine_settings(options)
+    settings = _engine_settings_of(options)
     window = settings.window_spec
     if settings.engine == "reference":
         from skype.reference import ReferenceEngine
@@ -205,7 +136,7 @@ class SimulateSettings:
     def from_options(cls, options: Options) -> SimulateSettings:
         """The four groups from one mapping of options (the module docstring)."""
         return cls(source=workload_spec(options), engine=EngineSettings.from_options(options),
-                   sink=_pick(SinkSettings, options), control=_pick(ControlSettings, options))
+                   sink=pick(SinkSettings, options), control=pick(ControlSettings, options))
 
 
 @dataclass

@@ -235,7 +235,7 @@ def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
 def test_out_of_memory_in_a_run_becomes_e131(spark):
     """E131 names the batch by Spark's ids (a resumed run's continue past this process's batches),
     says "probably" where the cause is a guess, and keeps the error it replaces as its cause."""
-    from skype.errors import InputError
+    from skype.errors import OperationalError
     from skype.spark.runtime import out_of_memory_as_error
 
     class Sink:  # a resumed run: this process wrote batch 7, then failed writing batch 8
@@ -246,13 +246,13 @@ def test_out_of_memory_in_a_run_becomes_e131(spark):
         lastProgress = {"batchId": 7}
 
     heap = RuntimeError("Job aborted\njava.lang.OutOfMemoryError: Java heap space\n\tat org.apache...")
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         with out_of_memory_as_error(spark, Sink(), Query()):
             raise heap
     assert err.value.code == "E131" and "batch 8," in str(err.value) and "Java heap space" in str(err.value)
     assert err.value.__cause__ is heap
     Sink.running = None  # failed after batch 7's sink, before batch 8's
-    with pytest.raises(InputError) as err:  # the state server's thread died: the task sees a closed socket
+    with pytest.raises(OperationalError) as err:  # the state server's thread died: the task sees a closed socket
         with out_of_memory_as_error(spark, Sink(), Query()):
             raise RuntimeError('File "stateful_processor_api_client.py", in _receive_proto_message\nEOFError')
     text = str(err.value)

@@ -152,9 +152,9 @@ def test_reported_statistics_rebalance_exactly_and_a_rerun_decides_the_same(meth
     assert pipe.final_results() == want[-1]
     assert redone is not None
     # a batch not decided yet whose rows lack a partition's report: refused, not folded partially
-    from skype.errors import InputError
+    from skype.errors import OperationalError
 
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         rebalancer._batch_stats(len(want), {1: "x", 2: "x"}, 3)
     assert err.value.code == "E067" and "[0]" in str(err.value)
     directory = rebalance_dir(pipe.plan.run_dir, method)

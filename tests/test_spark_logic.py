@@ -295,7 +295,7 @@ def test_spark_a_message_kept_with_another_score_leaves_and_enters():
 def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(workload, tmp_path):
     """Executors that reported result events whose files are not in the run directory (it is not
     shared by every node) stop the run with E087 instead of an empty results file."""
-    from skype.errors import InputError
+    from skype.errors import OperationalError
     from skype.dskype.plan import plan_run
     from skype.dskype.results import check_results_visible
     from skype.dskype.staging import suffix
@@ -304,7 +304,7 @@ def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(work
     plan = plan_run(tmp_path / "run", _settings("location", ["--window", "300"], inputs), inputs)
     pipe = plan.pipelines[0]
     check_results_visible(plan, pipe, 0)  # nothing reported, nothing to find
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         check_results_visible(plan, pipe, 12)
     assert err.value.code == "E087" and str(plan.run_dir) in str(err.value)
     events = plan.events_dir_of(pipe)

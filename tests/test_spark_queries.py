@@ -25,7 +25,7 @@ from skype import io
 from skype.simulate import load_inputs
 from skype.data import make_workload
 from skype.data.peer_workloads import peer_queries, peer_subscriptions
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.run import build_parser
 from spark_fixtures import LocalPipeline, rotate_owners
 
@@ -335,10 +335,10 @@ def test_spark_queries_missing_answers_are_an_error_not_a_short_file(tmp_path):
     directory = tmp_path / "answers"
     snapshots.write_part(directory, 3, "00000", [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])
     asked = [{"qid": 1, "after": 5, "kind": "range", "k": 0}, {"qid": 2, "after": 6, "kind": "range", "k": 0}]
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         snapshots.write_answers(tmp_path / "a.jsonl", directory, asked, 4, whole_window=True)
     assert err.value.code == "E137" and "[2]" in str(err.value)
-    with pytest.raises(InputError):  # a partitioned window needs every partition's answer
+    with pytest.raises(OperationalError):  # a partitioned window needs every partition's answer
         snapshots.write_answers(tmp_path / "a.jsonl", directory, asked[:1], 4, whole_window=False)
     # a replayed batch rewrites its file under a fresh temporary name: no duplicate, no torn line
     snapshots.write_part(directory, 3, "00000", [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])

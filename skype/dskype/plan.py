@@ -138,7 +138,7 @@ class RunSettings:
         (:data:`SINK_OPTIONS`), the distribution with its engine and window
         (:data:`DISTRIBUTION_OPTIONS`) and the run's control (:data:`CONTROL_OPTIONS`).
         ``bounds``: the space (the workload's; with raw streams, the options')."""
-        from skype.simulate import EngineSettings, window_of
+        from skype.engine_settings import EngineSettings, window_of
 
         def get(name: str, default: Any = None) -> Any:
             value = options.get(name)
