@@ -52,7 +52,7 @@ def run(a) -> dict:
                                       "--batch-size", str(a.batch_size), "--rebalance", a.policy])
     inputs = load_inputs(vars(args))
     settings = RunSettings.from_options(vars(args), inputs.bounds)
-    settings.rebalance_stats = "reports"
+    settings.distribution.rebalance_stats = "reports"
     InProcessHosts.clear()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

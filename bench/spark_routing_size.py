@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         built = time.perf_counter() - t
         compact = routing_copy(dist)
         closure = partial(route_arrow, ShippedRouters(_Handle(1), [list(range(a.partitions))]),
-                          bounds=tuple(settings.bounds), dead_letters="/shared/run/dead-letters")
+                          bounds=tuple(settings.distribution.bounds), dead_letters="/shared/run/dead-letters")
         row = {"method": method, "subscriptions": a.num_subs, "partitions": a.partitions,
                "pickled_distribution": len(pickle.dumps(dist, protocol=pickle.HIGHEST_PROTOCOL)),
                "routing_tables": len(pickle.dumps(compact, protocol=pickle.HIGHEST_PROTOCOL)),

@@ -89,9 +89,9 @@ def distributed_rows(metrics: dict, settings, run_dir) -> list[tuple[str, object
     """The table of one method's distributed run (``settings``: its ``RunSettings``)."""
     resumed = metrics["resumed"]
     rows = [
-        ("input", metrics["input"]), ("method", f"{metrics['method']}, P = {settings.partitions}"),
+        ("input", metrics["input"]), ("method", f"{metrics['method']}, P = {settings.distribution.partitions}"),
         ("window", metrics["window"]), ("master", metrics["master"]), ("run directory", run_dir),
-        ("batches", f"{metrics['batches']} of {settings.batch_size} messages" + (" (resumed)" if resumed else "")),
+        ("batches", f"{metrics['batches']} of {settings.control.batch_size} messages" + (" (resumed)" if resumed else "")),
         ("messages", metrics["messages"]),
         ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f} in batches, "
                                 f"{metrics['wall_throughput_msgs_per_s']:,.0f} wall"),

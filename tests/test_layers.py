@@ -31,8 +31,8 @@ def test_run_refuses_a_policy_on_a_static_method_before_a_session(tmp_path):
 
     w = make_workload("tweets", num_subs=20, num_messages=50, seed=1)
     workload = Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], w.bounds, "tweets")
-    settings = RunSettings(methods=("location",), partitions=2, batch_size=10, window_kind="count",
-                           window_size=20.0, bounds=tuple(w.bounds.as_tuple()), rebalance="tornado")
+    settings = RunSettings.from_options({"method": "location", "partitions": 2, "batch_size": 10, "window": 20,
+                                         "rebalance": "tornado"}, w.bounds)
     with pytest.raises(InputError, match="E063"):
         run(settings, workload, spark=object(), run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()  # nothing planned
@@ -46,8 +46,8 @@ def test_run_refuses_results_with_a_console_sink(tmp_path):
 
     w = make_workload("tweets", num_subs=20, num_messages=50, seed=1)
     workload = Inputs(w.vocabulary, w.subscriptions, [("msgs", w.messages)], w.bounds, "tweets")
-    settings = RunSettings(methods=("location",), partitions=2, batch_size=10, window_kind="count",
-                           window_size=20.0, bounds=tuple(w.bounds.as_tuple()), sink="console")
+    settings = RunSettings.from_options({"method": "location", "partitions": 2, "batch_size": 10, "window": 20,
+                                         "sink": "console"}, w.bounds)
     with pytest.raises(InputError, match="E023"):
         run(settings, workload, spark=object(), run_dir=tmp_path / "run", results_out=str(tmp_path / "r.jsonl"))
 

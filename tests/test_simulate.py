@@ -70,7 +70,9 @@ def test_run_settings_from_options_are_the_command_lines():
             "commands_per_batch": 5}
     a, b = RunSettings.from_options(parsed, DEFAULT_BOUNDS), RunSettings.from_options(bare, DEFAULT_BOUNDS)
     assert a == b
-    assert (a.window_kind, a.window_size, a.merge_buckets, a.engine_options["kmax"]) == ("time", 40.0, 3, 9)
+    d = a.distribution
+    assert (d.window_kind, d.window_size, d.merge_buckets, d.engine_options["kmax"]) == ("time", 40.0, 3, 9)
+    assert (a.control.commands_per_batch, a.source.kind, a.sink.kind) == (5, "files", "files")
     assert RunSettings.from_options(vars(build_parser().parse_args(["distributed"])), DEFAULT_BOUNDS) == \
         RunSettings.from_options({}, DEFAULT_BOUNDS)
 

@@ -122,7 +122,7 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     last = {m["partition"]: m["log_entries"] for ms in pipe.metrics for m in ms if m["stage"] == "partition"}
     assert sum(last.values()) == sum(1 for i in logged if i >= 0)  # entries, not their pieces
     rebuilt = [m for ms in pipe.metrics for m in ms if m["stage"] == "partition" and not m["hit"]]
-    assert len(rebuilt) >= 2 * settings.partitions
+    assert len(rebuilt) >= 2 * settings.distribution.partitions
 
 
 # --------------------------------------------------------------------------- on Spark
@@ -214,13 +214,15 @@ def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
     from skype.errors import InputError
     from skype.spark import runtime
 
-    s = RunSettings(methods="location", partitions=2, batch_size=100, window_kind="count", window_size=10,
-                    bounds=(0, 0, 1, 1))
+    from skype.model import Bounds
+
+    s = RunSettings.from_options({"method": "location", "partitions": 2, "batch_size": 100, "window": 10},
+                                 Bounds(0, 0, 1, 1))
     heap = runtime.batch_heap(spark)[1]
     assert runtime.commands_cap(spark, s) == int(heap * runtime.COMMANDS_SHARE / runtime.BYTES_PER_COMMAND)
-    s.commands_per_batch = 0
+    s.control.commands_per_batch = 0
     assert runtime.commands_cap(spark, s) is None
-    s.commands_per_batch = None
+    s.control.commands_per_batch = None
     old = runtime.BYTES_PER_COMMAND
     runtime.BYTES_PER_COMMAND = heap  # a heap that holds a fraction of one command
     try:

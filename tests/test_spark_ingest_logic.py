@@ -168,7 +168,8 @@ def test_kafka_offset_gaps_between_batches_stop_the_run():
     def settings(kind, source="kafka"):
         from types import SimpleNamespace
 
-        return SimpleNamespace(source=source, messages_topic="msgs", window=SimpleNamespace(kind=kind))
+        return SimpleNamespace(source=SimpleNamespace(kind=source, messages_topic="msgs"),
+                               window=SimpleNamespace(kind=kind))
 
     good = [_progress(0, None, 10, 10), _progress(1, 10, 20, 10)]
     check = OffsetCheck(settings("count"))

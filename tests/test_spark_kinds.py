@@ -89,7 +89,7 @@ def _inputs(path: Path, method: str, partitions: int = 4, window: list[str] = WI
     inputs = load_inputs(vars(args))
     kinds.refuse(inputs, [method])
     settings = RunSettings.from_options(vars(args), inputs.bounds)
-    settings.engine_options.update(kinds.engine_options(inputs))
+    settings.distribution.engine_options.update(kinds.engine_options(inputs))
     return inputs, settings
 
 

@@ -37,7 +37,7 @@ def _pipeline(tmp_path, method, policy, extra=(), batch=BATCH, partitions=3):
                                       "--rebalance", policy])
     inputs = load_inputs(vars(args))
     settings = RunSettings.from_options(vars(args), inputs.bounds)
-    settings.rebalance_stats = "reports"
+    settings.distribution.rebalance_stats = "reports"
     return LocalPipeline(tmp_path / "run", settings, inputs), inputs, settings
 
 

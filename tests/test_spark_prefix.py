@@ -96,7 +96,7 @@ def test_spark_every_method_matches_the_oracle_and_prefix_replicates_less(tmp_pa
     events = events_workload(tmp_path / "events.jsonl", dataset="geonames", num_messages=1600, k=3)
     window, batch = 1000, 100
     inputs, settings = _load(events, "hashing", window, batch, 4)
-    settings.methods = METHODS
+    settings.distribution.methods = METHODS
     want = centralized_by_batch(inputs, settings.window.centralized(), batch)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):
@@ -131,7 +131,7 @@ def test_spark_prefix_summaries_backfill_exactly_through_lost_caches_and_tables(
 
     window, batch = 40, 10
     inputs, settings = _load(adversarial_events(tmp_path / "events.jsonl"), "prefix", window, batch, 2)
-    settings.summaries = mode
+    settings.distribution.summaries = mode
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     tables = tmp_path / "run" / "summaries" / "prefix"
     want = centralized_by_batch(inputs, settings.window.centralized(), batch)
@@ -215,7 +215,7 @@ def test_spark_prefix_summaries_match_the_oracle_on_random_streams(tmp_path):
         for mode in ("active", "off"):
             window, batch = 60, 10
             inputs, settings = _load(events, "prefix", window, batch, 3)
-            settings.summaries = mode
+            settings.distribution.summaries = mode
             pipe = LocalPipeline(tmp_path / f"run-{seed}-{mode}", settings, inputs)
             want = centralized_by_batch(inputs, settings.window.centralized(), batch)
             for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):

@@ -102,7 +102,7 @@ def _settings(path: Path, method: str, window: list[str], partitions: int = 4, s
     inputs = load_inputs(vars(args))
     kinds.refuse(inputs, method.split(","))
     settings = RunSettings.from_options(vars(args), inputs.bounds)
-    settings.engine_options.update(kinds.engine_options(inputs))
+    settings.distribution.engine_options.update(kinds.engine_options(inputs))
     return inputs, settings
 
 
@@ -129,7 +129,7 @@ def _run(tmp_path: Path, method: str, events: Path, time_window: bool = False, f
 
     window = _window(events, time_window)
     inputs, settings = _settings(events, method, window)
-    settings.engine = engine
+    settings.distribution.engine = engine
     pipe = LocalPipeline(tmp_path / method, settings, inputs)
     from skype.dskype.rebalancing import attach, rebalance_dir
 
@@ -166,7 +166,7 @@ def _answers_file(tmp_path: Path, pipe: LocalPipeline, inputs, index: int) -> li
     snapshots.write_part(directory, 0, "00000", pipe.answers.get(index, []))
     out = tmp_path / f"{pipeline.method}.answers.jsonl"
     asked = snapshots.asked_queries(inputs)
-    n = snapshots.write_answers(out, directory, asked, pipe.settings.partitions,
+    n = snapshots.write_answers(out, directory, asked, pipe.settings.distribution.partitions,
                                 pipeline.distribution.capabilities.whole_window)
     assert n == len(asked)
     return [json.loads(line) for line in out.read_text().splitlines()]
@@ -323,7 +323,7 @@ def test_spark_queries_answers_out_needs_a_staged_stream_and_the_file_sink(event
     from skype import spark as dskype_on_spark
 
     inputs, settings = _settings(events, "hashing", ["--window", str(WINDOW)])
-    settings.sink = "console"
+    settings.sink.kind = "console"
     with pytest.raises(InputError) as err:
         dskype_on_spark.run(settings, inputs, None, run_dir=tmp_path / "run", answers_out=str(tmp_path / "a.jsonl"))
     assert err.value.code == "E136" and not (tmp_path / "run").exists()

@@ -424,9 +424,9 @@ def test_spark_pipeline_measured_loads_exact_and_a_restart_keeps_the_decision(tm
                                       "--rebalance-load", "measured"])
     inputs = load_inputs(vars(args))
     settings = RunSettings.from_options(vars(args), inputs.bounds)
-    assert settings.rebalance_load == "measured"
+    assert settings.distribution.rebalance_load == "measured"
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
-    rebalancer = attach(pipe.plan, "tornado", inputs, settings.rebalance_load)[0]
+    rebalancer = attach(pipe.plan, "tornado", inputs, settings.distribution.rebalance_load)[0]
 
     def skewed(stages, hot):
         out = copy.deepcopy(stages)

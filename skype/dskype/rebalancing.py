@@ -343,6 +343,6 @@ def rebalancing_report(plan, outcome, pipeline) -> dict:
                       "latency_spike": (spike / median) if spike is not None and median > 0 else None,
                       "imbalance_before": d["plan"]["imbalance_before"],
                       "imbalance_predicted": d["plan"]["imbalance_predicted"]})
-    return {"rebalance_policy": policy_of(plan.settings.rebalance, pipeline.method), "moves": len(moves),
+    return {"rebalance_policy": policy_of(plan.settings.distribution.rebalance, pipeline.method), "moves": len(moves),
             "subscriptions_moved": int(sum(m["subscriptions_handed_over"] for m in moves)),
             "state_bytes_moved": int(sum(m["state_bytes_moved"] for m in moves)), "rebalance_moves": moves}
