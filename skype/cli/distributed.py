@@ -1,7 +1,6 @@
 """``python -m skype.run distributed``: DSkype on Apache Spark (Structured Streaming).
 
-This module only parses the options: :func:`skype.spark.job.run_options` runs them (it loads the
-workload like ``simulate``, with the same options), writes it as stream files into the run
+Loads the workload like ``simulate`` (same options), writes it as stream files into the run
 directory (``--checkpoint``), builds the distribution (``--method`` over ``--partitions``
 subscription partitions), and streams it through Spark in micro-batches of ``--batch-size``
 messages: routing, one stateful engine per partition on the executors, an exact merge of
@@ -21,6 +20,8 @@ when the command runs.  On a cluster use ``spark-submit skype/spark/app.py`` wit
 options (see ``docs/spark.md``).
 """
 
+# This module only parses the options: skype.spark.job.run_options runs them (the docstring above
+# is the command's --help).
 from __future__ import annotations
 
 import argparse

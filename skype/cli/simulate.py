@@ -1,8 +1,5 @@
 """``python -m skype.run simulate``: run an engine over a workload, write results and metrics.
 
-This module only parses the options; :func:`skype.simulate.run` runs them (the protocol below is
-its docstring's).
-
 Subscriptions are registered before the stream starts; ``--events`` interleaves subscribe and
 unsubscribe with messages.  ``--fill-window`` is the paper's protocol instead: the first
 ``window`` messages (a time window: those within ``window_seconds`` of the first) fill the window
@@ -31,6 +28,8 @@ messages; so does ``phases`` (the engine's per-phase counters, and its per-phase
 ``--timers``: stats()["phases"] over the measured stream).
 """
 
+# This module only parses the options; skype.simulate.run runs them (the docstring above is the
+# command's --help, the protocol is skype.simulate's).
 from __future__ import annotations
 
 import argparse
