@@ -159,6 +159,11 @@ class Errors:
     E136 = "{what} needs a stream the driver stages and the file sink: {detail}"
     E137 = "the answers of snapshot queries {missing} are missing from {path!r}: the run directory is incomplete"
     E138 = "{where} cannot answer snapshot queries: {reason}"
+    # E140-E144: the live service's write-ahead log (issue 34; skype.service.wal, python -m skype.run wal)
+    E140 = ("the log is damaged before its tail: {segment}, byte {offset} (record {record}): {detail}. Nothing was "
+            "changed; `python -m skype.run wal check {directory}` shows what a repair would drop, "
+            "`wal repair` drops it")
+    E141 = "wal {action} {path!r}: {detail}"
 
 
 class CodedError(SkypeError):

@@ -8,6 +8,7 @@ Subcommands:
   distributed     run DSkype on Apache Spark (needs the ``spark`` extra)
   vocabulary      build a stream's term vocabulary from a sample (for ``distributed --vocabulary``)
   serve           run the engine as a live HTTP service (needs the ``serve`` extra's packages)
+  wal             check or repair a live service's write-ahead log (``wal check|repair DIR``)
 
 ``python -m skype.run <subcommand> --help`` documents each one.
 """
@@ -20,7 +21,7 @@ import sys
 from skype.errors import SkypeError
 
 SUBCOMMANDS = ("skype.cli.simulate", "skype.cli.experiments", "skype.cli.partition_sim", "skype.cli.distributed",
-               "skype.cli.vocabulary", "skype.cli.serve")
+               "skype.cli.vocabulary", "skype.cli.serve", "skype.cli.wal")
 
 
 def build_parser() -> argparse.ArgumentParser:

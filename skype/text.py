@@ -238,12 +238,23 @@ class Vocabulary:
 
 
 def normalize(weights: np.ndarray) -> np.ndarray:
-    """Scale a weight vector to unit L2 length."""
+    """Scale a weight vector to unit L2 length.
+
+    The same arithmetic as :func:`normalize_rows` with one row, so that a record's weights are bit
+    for bit the same on every path (one record, a columnar batch, the service, Spark) and on every
+    CPU: never a BLAS dot, whose summation order depends on the kernel the CPU selects.
+    """
     weights = np.asarray(weights, dtype=np.float64)
-    return weights / math.sqrt(float(weights @ weights))
+    return normalize_rows(np.zeros(len(weights), dtype=np.intp), weights, 1)
 
 
 def normalize_rows(rows: np.ndarray, weights: np.ndarray, num_rows: int) -> np.ndarray:
+    """Scale each row's weights to unit L2 length; ``rows[i]`` is the row of ``weights[i]``.
+
+    The squares are summed in one fixed order, the order of ``weights`` (``np.bincount`` adds
+    sequentially from 0.0), then each row is divided by the correctly rounded square root: IEEE
+    arithmetic with no reassociation, so the result does not depend on the CPU or its BLAS.
+    """
     sq = np.bincount(rows, weights=weights * weights, minlength=num_rows)
     norms = np.sqrt(sq)
     return weights / norms[rows]

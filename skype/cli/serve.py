@@ -40,7 +40,9 @@ def check_data_dir(args: argparse.Namespace, vocabulary=None) -> Path:
             diff = ", ".join(f"{k}: {first.get(k)!r} then {now[k]!r}" for k in now if first.get(k) != now[k])
             raise InputError("E102", path=str(path), detail=f"it was created with other settings ({diff})")
     else:
-        settings_file.write_text(json.dumps(now))
+        from skype.service.wal import write_atomic
+
+        write_atomic(settings_file, json.dumps(now).encode())
     return path
 
 
@@ -78,9 +80,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     state = State(make_engine, vocabulary, ingest=args.ingest, max_records=args.max_records)
+
+    def refuse_to_start(err: BaseException) -> None:  # a damaged log (E140): exit, changing nothing
+        raise web.GracefulExit()
+
     worker = Worker(data_dir, state, fsync=args.fsync, queue_size=args.queue_size,
                     snapshot_every=args.snapshot_every, snapshot_seconds=args.snapshot_seconds, metrics=metrics,
-                    loop=loop, publish=hub.publish, start_at=hub.start_at)
+                    loop=loop, publish=hub.publish, start_at=hub.start_at, on_failure=refuse_to_start)
     limits = Limits(args.max_body_bytes, args.max_records, args.max_connections, args.max_streams_per_connection,
                     args.stream_queue)
     service = Service(worker, hub, tokens, limits, metrics)
@@ -98,7 +104,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
           flush=True)
     web.run_app(app, host=args.host, port=args.port, shutdown_timeout=3.0, print=None, loop=loop,
                 access_log=None, handle_signals=True)
-    return 0
+    if isinstance(worker.recovery_error, InputError):
+        raise worker.recovery_error
+    return 0 if worker.recovery_error is None else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,8 +9,8 @@ timestamps, no id twice, one of ``text`` and ``terms`` per record, a non-empty t
 most ``MAX_TERMS`` terms with finite positive weights.  Term ids are assigned in record order and,
 inside a record, in the order of its terms, exactly as design 1 assigns them, and the weights
 are bit for bit those of design 1: tf-idf (text) or the given weights merged per normalised term
-(terms), scaled to unit length by the same sums (a row of fewer than 16 terms is summed in order,
-as the BLAS dot of design 1 does; longer rows use that dot itself).
+(terms), scaled to unit length by :func:`skype.text.normalize_rows`, the one normalisation of every
+path (squares summed in record order, no BLAS), so the weights do not depend on the CPU.
 
 Errors keep design 1's meaning exactly: any batch the columnar checks refuse (or cannot decode)
 is handed to design 1's record-by-record validation, which raises the catalogue error of the
@@ -27,9 +27,8 @@ import numpy as np
 
 from skype.errors import InputError
 from skype.model import Bounds, MessageBatch, TermMatrix
-from skype.text import MAX_TERMS, Vocabulary, normalize_term, tokenize
+from skype.text import MAX_TERMS, Vocabulary, normalize_rows, normalize_term, tokenize
 
-BLAS_SEQUENTIAL = 16  # rows shorter than this: the BLAS dot of design 1 sums in order (checked by a test)
 
 
 class MessageRecord(msgspec.Struct):
@@ -175,14 +174,9 @@ def _term_matrix(recs: list[MessageRecord], vocab: Vocabulary, counters: Counter
     text_entry = is_text[urows]
     if text_entry.any():
         merged[text_entry] *= vocab.idf(uids[text_entry])
-    sq = np.bincount(urows, weights=merged * merged, minlength=n)
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(per_row, out=indptr[1:])
-    for row in np.flatnonzero(per_row >= BLAS_SEQUENTIAL).tolist():
-        seg = merged[indptr[row]:indptr[row + 1]]
-        sq[row] = float(seg @ seg)
-    norms = np.sqrt(sq)
-    return TermMatrix(indptr, uids, merged / norms[urows])
+    return TermMatrix(indptr, uids, normalize_rows(urows, merged, n))
 
 
 def _term_ids(keys: list[str], text: np.ndarray, vocab: Vocabulary, counters: Counters | None) -> np.ndarray:

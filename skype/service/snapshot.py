@@ -48,7 +48,9 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any
     """Write a snapshot covering the log records before ``log_index``; returns its path.
     ``subs`` may be the ``subscriptions.parquet`` of an earlier snapshot when no subscription
     changed since: it is copied, not encoded again."""
-    directory.mkdir(parents=True, exist_ok=True)
+    if not directory.is_dir():  # a new folder: its entry in the parent must be durable too
+        directory.mkdir(parents=True)
+        fsync_path(directory.parent)
     final = directory / f"snap-{log_index:016d}"
     tmp = directory / f"snap-{log_index:016d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -92,6 +94,19 @@ def read(path: Path) -> tuple[dict, list[tuple[dict, str]], tuple[list[bytes], l
     win = pq.read_table(path / "window.parquet").to_pydict()
     return (meta, [(json.loads(r), t) for r, t in zip(subs["record"], subs["token"])],
             ([r if isinstance(r, bytes) else r.encode() for r in win["record"]], win["t"]))
+
+
+def newest_good(directory: Path) -> tuple[Path, dict] | None:
+    """The newest snapshot whose files match their checksums, and its meta (what recovery
+    would start from), without reading the tables or changing anything."""
+    for _, path in reversed(snapshots(directory)):
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            if all(_crc(path / name) == crc for name, crc in meta["crc"].items()):
+                return path, meta
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def load_newest(directory: Path) -> tuple[Any, ...] | None:

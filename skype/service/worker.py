@@ -16,9 +16,15 @@ more while a snapshot is still being written: the next waits for it).  The state
 the engine thread and written on a snapshot thread (Parquet and fsync release the GIL).
 
 Order of a write: validated, appended to the log, applied (``State.apply``'s ``before`` hook),
-and acknowledged after the group's fsync.  A failed append changes nothing (500); a failed fsync
-leaves the engine ahead of the disk, so the worker stops (503 from then on: a restart recovers
-exactly the durable log).
+and acknowledged after the group's fsync (``always``: after its own).  A failed append changes
+nothing (500); a failed fsync leaves the engine ahead of the disk, so the worker stops: the
+writes not yet synced are answered 503 (E094, never acknowledged), and so is everything after
+(status ``failed``; a restart recovers exactly the durable log).
+
+Status ``failed`` also follows any other death of the engine thread or the snapshot thread (a
+snapshot that cannot be captured, written or rotated to), so ``/healthz`` never says ``ok`` for
+a server that cannot take writes.  A failed recovery (a damaged log: E140) calls ``on_failure``
+on the loop (``serve`` exits non-zero) after changing nothing.
 """
 
 from __future__ import annotations
@@ -64,7 +70,8 @@ class Worker:
     def __init__(self, data_dir: Path, state: State, *, fsync: str, queue_size: int,
                  snapshot_every: int, snapshot_seconds: float, metrics: Any,
                  loop: asyncio.AbstractEventLoop, publish: Callable[[list, float | None], None],
-                 start_at: Callable[[int], None] | None = None) -> None:
+                 start_at: Callable[[int], None] | None = None,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.state = state
         self.metrics = metrics
@@ -75,7 +82,11 @@ class Worker:
         self.loop, self.publish = loop, publish
         self.start_at = start_at  # told the snapshot's seq, before the replayed events are published
         self.status = "recovering"
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # why the worker stopped (status failed)
+        self.recovery_error: BaseException | None = None  # why it never started
+        self.failure = ""  # what failed, for the E094 answers
+        self._batch: list[Job] = []  # the jobs in hand on the engine thread
+        self.on_failure = on_failure
         self.since_snapshot = 0
         self.last_snapshot = time.time()
         self.thread = threading.Thread(target=self._run, name="skype-engine", daemon=True)
@@ -98,8 +109,30 @@ class Worker:
 
     def stop(self) -> None:
         """Ask the thread to snapshot and stop (blocks until it has)."""
-        self.jobs.put(Job("stop", None, None))
+        if self.thread.is_alive():
+            self.jobs.put(Job("stop", None, None))
         self.thread.join()
+
+    @property
+    def healthy(self) -> bool:
+        """The engine thread runs and nothing has failed (``/healthz``)."""
+        return self.error is None and self.thread.is_alive()
+
+    def _fail(self, err: BaseException, what: str) -> None:
+        """Stop taking work: status ``failed`` at once (the middleware answers 503), and the
+        engine thread answers every job after this with :meth:`_refusal`."""
+        if self.error is None:
+            self.error = err
+            self.failure = what
+        self.status = "failed"
+        print(f"skype serve: {what}, stopping: {err!r}", file=sys.stderr, flush=True)
+
+    def _refusal(self) -> InputError:
+        return InputError("E094", status=f"failed ({self.failure}: {self.error})")
+
+    def _ready(self) -> None:
+        if self.error is None:
+            self.status = "ok"
 
     def _deliver(self, replies: list, events: list) -> None:
         for ev_list, t0 in events:
@@ -116,16 +149,33 @@ class Worker:
     def _run(self) -> None:
         try:
             self._recover()
-        except BaseException as err:  # reported by /healthz and on stderr
-            self.error, self.status = err, "failed"
-            print(f"skype serve: recovery failed: {err!r}", file=sys.stderr)
+        except BaseException as err:  # reported by /healthz and on stderr; nothing was changed
+            self.recovery_error = err
+            self._fail(err, "recovery failed")
+            if self.on_failure is not None:
+                self.loop.call_soon_threadsafe(self.on_failure, err)
             return
-        self.loop.call_soon_threadsafe(setattr, self, "status", "ok")  # after the replayed events
-        while True:
+        self.loop.call_soon_threadsafe(self._ready)  # after the replayed events
+        try:
+            self._serve()
+        except BaseException as err:  # a bug: the thread ends here
+            self._fail(err, "engine thread died")
+            jobs = self._batch  # answer the batch in hand too (a future already answered is skipped)
+            self.loop.call_soon_threadsafe(self._deliver, [(j.future, False, self._refusal()) for j in jobs], [])
+        if self.error is not None:  # failed: answer what is still queued
+            while True:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                self.loop.call_soon_threadsafe(self._deliver, [(job.future, False, self._refusal())], [])
+
+    def _serve(self) -> None:
+        while self.error is None:
             try:  # a snapshot put off while the previous one was written is taken when idle
                 batch = [self.jobs.get(timeout=0.05 if self._snapshot_due() else None)]
             except queue.Empty:
-                self.take_snapshot()
+                self._snapshot()
                 continue
             while len(batch) < GROUP:
                 try:
@@ -133,56 +183,71 @@ class Worker:
                 except queue.Empty:
                     break
             self.metrics.queue_depth.set(self.jobs.qsize())
-            stop = self._process(batch)
-            if stop:
+            self._batch = batch
+            if self._process(batch):
                 break
-        if self.error is not None:  # failed: answer what is still queued
-            while True:
-                try:
-                    job = self.jobs.get_nowait()
-                except queue.Empty:
-                    break
-                self.loop.call_soon_threadsafe(self._deliver, [(job.future, False, self.error)], [])
+
+    def _snapshot(self, wait: bool = False) -> None:
+        try:
+            self.take_snapshot(wait=wait)
+        except Exception as err:  # the log sync, the capture or the rotate: the state may be ahead
+            self._fail(err, "snapshot failed")
 
     def _process(self, batch: list[Job]) -> bool:
-        replies, events, stop = [], [], False
-        wrote = False
+        replies: list = []
+        events: list = []
+        stop = wrote = unsynced = False  # unsynced: an fsync of this group failed
         for job in batch:
             if job.kind == "stop":
                 stop = True
                 continue
+            if self.error is not None:  # failed (fsync, snapshot thread): not applied
+                replies.append((job.future, False, self._refusal()))
+                continue
             try:
                 value, evs = self._do(job)
-                replies.append((job.future, True, value))
-                if evs:
-                    events.append((evs, job.t0))
-                if job.kind == "cmd":
-                    wrote = True
-                    if self.log.fsync == "always":
-                        self.log.sync()  # an error: handled with the group's sync below
             except InputError as err:
                 replies.append((job.future, False, err))
+                continue
             except Exception as err:  # a bug: answer 500, keep serving
                 print(f"skype serve: {job.kind} failed: {err!r}", file=sys.stderr)
                 replies.append((job.future, False, err))
-        if wrote:
+                continue
+            if job.kind == "cmd":
+                wrote = True
+                if self.log.fsync == "always":
+                    try:
+                        self.log.sync()
+                    except OSError as err:  # applied, maybe not on disk: never acknowledged
+                        unsynced = True
+                        self._fail(err, "log fsync failed")
+                        replies.append((job.future, False, self._refusal()))
+                        continue
+            replies.append((job.future, True, value))
+            if evs:
+                events.append((evs, job.t0))
+        if wrote and not unsynced:  # (even if the snapshot thread failed meanwhile)
             try:
                 self.log.sync()
             except OSError as err:
                 # the engine has applied writes the disk may not hold: stop serving (503) so
                 # that a restart recovers the durable state from the log
-                print(f"skype serve: log fsync failed, stopping: {err!r}", file=sys.stderr)
-                self.error = err
-                self.loop.call_soon_threadsafe(setattr, self, "status", "failed")
-                replies = [(fut, False, err) if ok else (fut, ok, value) for fut, ok, value in replies]
-                self.loop.call_soon_threadsafe(self._deliver, replies, [])
-                return True  # no snapshot: the state may be ahead of the log
+                self._fail(err, "log fsync failed")
+                refusal = self._refusal()
+                replies = [(fut, False, refusal) if ok else (fut, ok, value) for fut, ok, value in replies]
+                events = []
             self.metrics.log_bytes.set(self.log.bytes_written)
+        # ``always``: the writes before a failed fsync were synced, their answers and events stand
         self.loop.call_soon_threadsafe(self._deliver, replies, events)
+        if self.error is not None:
+            if stop:
+                self.snapshot_thread.shutdown()
+            return True  # no snapshot: the state may be ahead of the log
         if stop or self._snapshot_due():
-            self.take_snapshot(wait=stop)
+            self._snapshot(wait=stop)
         if stop:
-            self.log.close()
+            if self.error is None:
+                self.log.close()
             self.snapshot_thread.shutdown()
         return stop
 
@@ -276,13 +341,16 @@ class Worker:
             self.pending = self.snapshot_thread.submit(self._write_snapshot, index, meta, subs, window, version)
 
     def _write_snapshot(self, index: int, meta: dict, subs: list | Path, window: tuple, version: int) -> None:
+        """On the snapshot thread.  A failure stops the worker (status failed): the log still
+        holds everything, but a server that cannot snapshot grows its log and its restart time
+        without bound, and says so rather than answering ``ok``."""
         try:
             path = snapshot.write(self.snap_dir, index, meta, subs, window)
-        except Exception as err:  # the log still holds everything: the next snapshot retries
-            print(f"skype serve: snapshot at record {index} failed: {err!r}", file=sys.stderr)
+            self.subs_written = (version, path / "subscriptions.parquet")
+            oldest = snapshot.oldest_kept(self.snap_dir)
+            if oldest is not None:
+                self.log.drop_before(oldest)
+        except Exception as err:
+            self._fail(err, f"snapshot at record {index} failed")
             return
-        self.subs_written = (version, path / "subscriptions.parquet")
-        oldest = snapshot.oldest_kept(self.snap_dir)
-        if oldest is not None:
-            self.log.drop_before(oldest)
         self.metrics.snapshot_time.set(time.time())

@@ -1,0 +1,158 @@
+"""Where a restart of ``skype.run serve`` spends its time (issue 34: ready after SIGKILL).
+
+Builds a data directory through the library, as the server would have written it: a snapshot
+holding ``--subs`` subscriptions and a full window of ``--window`` messages (a generated tweets
+workload), then ``--replay`` messages logged after it in NDJSON batches of ``--batch`` (what a
+SIGKILL just before the next snapshot leaves: ``--snapshot-every`` at most).  Then, in this
+process, times the phases of recovery: reading the snapshot, the restore (the window published
+into an empty engine; the subscriptions validated; their bulk registration), and the log replay;
+and, unless ``--no-server``, the wall time until a real server on that directory answers
+``/healthz`` ok.  Prints one JSON object.
+
+    PYTHONPATH=. python bench/service_restart.py --subs 100000 --window 100000 --replay 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def make_state(window: int, registration: str = "search"):
+    from skype.cli.simulate import engine_options
+    from skype.engine import Engine
+    from skype.model import DEFAULT_BOUNDS
+    from skype.run import build_parser
+    from skype.service.state import State
+
+    args = build_parser().parse_args(["serve", "--data-dir", "unused", "--window", str(window),
+                                      "--registration", registration])
+    clocks: dict[str, float] = {}
+
+    def timed(name, fn):
+        def run(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                clocks[name] = clocks.get(name, 0.0) + time.perf_counter() - t0
+        return run
+
+    def make_engine(vocabulary):  # as skype/cli/serve.py builds it, with clocks on two calls
+        engine = Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=True, **engine_options(args),
+                        window=window)
+        engine.subscribe_batch = timed("subscribe_batch_s", engine.subscribe_batch)
+        engine.publish_batch = timed("publish_batch_s", engine.publish_batch)
+        return engine
+
+    return State(make_engine, None, ingest="columnar", max_records=100_000), clocks
+
+
+def build(data: Path, subs_file: Path, lines: list[bytes], a: argparse.Namespace) -> None:
+    from skype.service import snapshot
+    from skype.service.wal import Log
+
+    state, _ = make_state(a.window)
+    log = Log(data / "log", "never")
+    list(log.recover())
+    window, replay = lines[:a.window], lines[a.window:a.window + a.replay]
+    for i in range(0, len(window), a.batch):  # no subscription yet: cheap
+        state.apply({"op": "msgs", "ndjson": b"".join(window[i:i + a.batch]).decode()}, before=log.append)
+    subs = [(json.loads(line)["id"], line.decode().strip(), "") for line in open(subs_file, "rb")]
+    meta = state.meta()
+    meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
+    log.rotate()
+    snapshot.write(data / "snapshots", log.next_index, meta, subs, state.window.columns())
+    for i in range(0, len(replay), a.batch):  # logged only: the restart replays them against every subscription
+        log.append({"op": "msgs", "ndjson": b"".join(replay[i:i + a.batch]).decode()})
+    log.close()
+
+
+def phases(data: Path, window: int, registration: str) -> dict:
+    from skype.service import snapshot
+    from skype.service.wal import Log
+
+    state, clocks = make_state(window, registration)
+    t0 = time.perf_counter()
+    meta, subs, win = snapshot.load_newest(data / "snapshots")
+    t1 = time.perf_counter()
+    state.restore(meta, subs, win)
+    t2 = time.perf_counter()
+    restore_publish = clocks.get("publish_batch_s", 0.0)
+    replayed = 0
+    for _, cmd in Log(data / "log", "never").recover(int(meta["log_index"])):
+        state.apply(cmd)
+        replayed += 1
+    t3 = time.perf_counter()
+    return {"read_snapshot_s": round(t1 - t0, 2), "restore_s": round(t2 - t1, 2),
+            "restore_publish_window_s": round(restore_publish, 2),
+            "restore_subscribe_batch_s": round(clocks.get("subscribe_batch_s", 0.0), 2),
+            "replay_s": round(t3 - t2, 2), "replay_records": replayed,
+            "replay_publish_s": round(clocks.get("publish_batch_s", 0.0) - restore_publish, 2),
+            "recovery_s": round(t3 - t0, 2)}
+
+
+def ready(data: Path, window: int, registration: str) -> float:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "skype.run", "serve", "--data-dir", str(data), "--port", str(port),
+                             "--window", str(window), "--registration", registration], env=ENV,
+                            stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    return time.perf_counter() - t0
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise SystemExit("server exited")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--subs", type=int, default=100_000)
+    ap.add_argument("--window", type=int, default=100_000)
+    ap.add_argument("--replay", type=int, default=20_000, help="messages logged after the snapshot")
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--registration", default="search", help="the engine's bulk registration (serve's option)")
+    ap.add_argument("--no-server", action="store_true", help="skip the end-to-end start of a real server")
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="skype-restart-bench-"))
+    try:
+        m, s = tmp / "m.jsonl", tmp / "s.jsonl"
+        subprocess.run([sys.executable, "-m", "skype.run", "generate", "--dataset", "tweets", "--num-subs",
+                        str(a.subs), "--num-messages", str(a.window + a.replay), "--messages-out", str(m),
+                        "--subscriptions-out", str(s)], env=ENV, check=True, capture_output=True)
+        lines = open(m, "rb").readlines()
+        t0 = time.perf_counter()
+        build(tmp / "data", s, lines, a)
+        out = {"registration": a.registration, "subscriptions": a.subs, "window": a.window, "replay_messages": a.replay, "batch": a.batch,
+               "build_s": round(time.perf_counter() - t0, 2), **phases(tmp / "data", a.window, a.registration)}
+        if not a.no_server:
+            out["ready_s"] = round(ready(tmp / "data", a.window, a.registration), 2)
+        print(json.dumps(out, indent=1))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
