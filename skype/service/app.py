@@ -173,7 +173,7 @@ class Service:
     # ------------------------------------------------------------------ routes
     async def healthz(self, request: web.Request) -> web.Response:
         if not self.worker.healthy:  # the engine or snapshot thread died: 503 failed at once
-            raise InputError("E094", status="failed")
+            raise OperationalError("E094", status="failed")
         st = self.worker.state
         return web.json_response({"status": "ok", "subscriptions": len(st.records), "window": st.window_size,
                                   "position": st.position})
