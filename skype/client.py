@@ -44,7 +44,7 @@ SLOW_CONSUMER = "E103"  # the server closed a stream that fell behind: resume af
 
 class ServiceError(SkypeError):
     """The server refused a request (``code``, ``message``, ``line`` as it sent them, ``status``
-    the HTTP status), or the client gave up on it (codes E110-E114)."""
+    the HTTP status), or the client gave up on it (codes E110-E113, and E023 for a bad argument)."""
 
     def __init__(self, code: str, message: str, *, status: int | None = None, line: int | None = None,
                  accepted: int = 0) -> None:
@@ -187,7 +187,7 @@ class Client:
         if isinstance(messages, Mapping):
             messages = [messages]
         if batch_size < 1:
-            raise _client_error("E114", what="batch_size", expected="an integer >= 1", value=batch_size)
+            raise _client_error("E023", what="batch_size", expected="an integer >= 1", value=batch_size)
         position = -1
         sent = 0
         batch: list[str] = []
@@ -230,9 +230,9 @@ class Client:
         ``reconnect_for`` seconds."""
         sub_ids = [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
         if not sub_ids:
-            raise _client_error("E114", what="events ids", expected="at least one subscription id", value=ids)
+            raise _client_error("E023", what="events ids", expected="at least one subscription id", value=ids)
         if transport not in ("auto", "sse", "websocket"):
-            raise _client_error("E114", what="transport", expected='"auto", "sse" or "websocket"', value=transport)
+            raise _client_error("E023", what="transport", expected='"auto", "sse" or "websocket"', value=transport)
         if transport == "auto":
             tokens = {self.owner_tokens.get(sid, self.token) for sid in sub_ids}
             transport = "sse" if len(tokens) == 1 else "websocket"
@@ -402,7 +402,7 @@ def _event(raw: str | bytes, url: str) -> dict | int:
 def _sub_id(record: Mapping[str, Any]) -> int:
     sid = record.get("id") if isinstance(record, Mapping) else None
     if isinstance(sid, bool) or not isinstance(sid, int):
-        raise _client_error("E114", what="the subscription record's id", expected="an integer", value=sid)
+        raise _client_error("E023", what="the subscription record's id", expected="an integer", value=sid)
     return sid
 
 

@@ -3,8 +3,8 @@
 Every route that reads or changes the engine sends a job to the engine thread
 (:mod:`skype.service.worker`) and awaits it; nothing here touches the engine.  Errors are
 catalogue errors answered as ``{"error": {"code", "message", "line"?}}`` with the status of
-:data:`STATUS` (400 by default).  Event streams (SSE, one or many subscriptions, and WebSocket)
-are :class:`~skype.service.fanout.Connection` s written by the fan-out; a stream resumes after a
+:data:`STATUS` (by default 400 for an input error, 503 for an operational one).  Event streams
+(SSE, one or many subscriptions, and WebSocket) are :class:`~skype.service.fanout.Connection` s written by the fan-out; a stream resumes after a
 ``seq`` from the hub's ring when it holds every event of the stream's subscriptions after it
 (per-subscription watermarks), or after a ``reset`` (the current result) when it does not, when
 the backlog is above ``--stream-queue`` events, or when the ``seq`` is beyond the newest.
@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from skype.errors import InputError
+from skype.errors import CodedError, InputError, OperationalError
 from skype.service.auth import Tokens, new_owner_token
 from skype.service.fanout import Connection, Fanout
 from skype.service.hub import Hub
@@ -36,13 +36,14 @@ DEFAULT_LAST = 200  # GET /v1/messages without ?last=
 RESET_RETRY_S = 0.05  # a stream's reset waits this long when the engine queue is full, then asks again
 
 
-def error_response(err: InputError, *, line: bool = False) -> web.Response:
+def error_response(err: CodedError, *, line: bool = False) -> web.Response:
     body: dict[str, Any] = {"code": err.code, "message": err.detail}
     if err.record_id is not None:
         body["message"] = f"record id {err.record_id}: {err.detail}"
     if line and err.line is not None:
         body["line"] = err.line
-    return web.json_response({"error": body}, status=STATUS.get(err.code, 400))
+    default = 503 if isinstance(err, OperationalError) else 400  # retry later, or fix the request
+    return web.json_response({"error": body}, status=STATUS.get(err.code, default))
 
 
 class Limits:
@@ -92,7 +93,7 @@ class Service:
         try:
             fut = self.worker.submit(kind, payload, t0)
         except Busy:
-            raise InputError("E093", size=self.worker.jobs.maxsize) from None
+            raise OperationalError("E093", size=self.worker.jobs.maxsize) from None
         return await fut
 
     async def body(self, request: web.Request) -> bytes:
@@ -145,9 +146,9 @@ class Service:
         counted = request.path != "/healthz" and request.path != "/metrics"
         try:
             if counted and self.open >= self.limits.max_connections:
-                raise InputError("E098", limit=self.limits.max_connections)
+                raise OperationalError("E098", limit=self.limits.max_connections)
             if (request.path.startswith("/v1/") or request.path == "/healthz") and self.worker.status != "ok":
-                raise InputError("E094", status=self.worker.status)
+                raise OperationalError("E094", status=self.worker.status)
             if counted:
                 self.open += 1
             try:
@@ -157,7 +158,7 @@ class Service:
                     self.open -= 1
             status = resp.status
             return resp
-        except InputError as err:
+        except CodedError as err:  # input (4xx) or operational (429/503)
             resp = error_response(err, line=request.content_type == NDJSON)
             status = resp.status
             return resp
@@ -175,7 +176,7 @@ class Service:
     # ------------------------------------------------------------------ routes
     async def healthz(self, request: web.Request) -> web.Response:
         if not self.worker.healthy:  # the engine or snapshot thread died: 503 failed at once
-            raise InputError("E094", status="failed")
+            raise OperationalError("E094", status="failed")
         st = self.worker.state
         return web.json_response({"status": "ok", "subscriptions": len(st.records), "window": st.window_size,
                                   "position": st.position})
@@ -452,7 +453,7 @@ class Service:
                     continue
                 try:
                     await self._ws_subscribe(conn, msg.data, conn_token)
-                except InputError as err:
+                except CodedError as err:  # a bad request, or the queue full (E093) at a reset
                     await ws.send_str(json.dumps({"error": {"code": err.code, "message": err.detail}}))
         finally:
             self.fanout.detach(conn)

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from skype.errors import InputError
+from skype.errors import CodedError, InputError, OperationalError
 from skype.service import snapshot
 from skype.service.state import State
 from skype.service.wal import Log
@@ -127,8 +127,8 @@ class Worker:
         self.status = "failed"
         print(f"skype serve: {what}, stopping: {err!r}", file=sys.stderr, flush=True)
 
-    def _refusal(self) -> InputError:
-        return InputError("E094", status=f"failed ({self.failure}: {self.error})")
+    def _refusal(self) -> OperationalError:
+        return OperationalError("E094", status=f"failed ({self.failure}: {self.error})")
 
     def _ready(self) -> None:
         if self.error is None:
@@ -209,7 +209,7 @@ class Worker:
                 continue
             try:
                 value, evs = self._do(job)
-            except InputError as err:
+            except CodedError as err:  # refused (input or operational): answered with its status
                 replies.append((job.future, False, err))
                 continue
             except Exception as err:  # a bug: answer 500, keep serving
