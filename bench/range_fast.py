@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from skype.run import build_parser, main
+from skype.run import main
 
 
 def workload(folder: Path, match: str, seed: int, subs: int, window: int, measured: int) -> tuple[Path, Path]:
@@ -46,21 +46,20 @@ def workload(folder: Path, match: str, seed: int, subs: int, window: int, measur
 def run_once(m: Path, s: Path, window: int, index: str, batch: int = 1000) -> dict:
     """``simulate --fill-window --turnover 0``'s protocol, with the process CPU time of the
     measured ``publish_batch`` calls alone (the machine is shared: CPU time is steadier than wall)."""
-    from skype.cli.simulate import _counts, load_inputs, make_engine, split_fill, window_of
     from skype.querykinds import CoreQueryKinds
+    from skype.simulate import load_inputs, make_engine, split_fill, window_of, work_counts
 
-    args = build_parser().parse_args(["simulate", "--messages", str(m), "--subscriptions", str(s), "--window",
-                                      str(window), "--fill-window", "--turnover", "0", "--no-progress"])
+    options = {"messages": str(m), "subscriptions": str(s), "window": window}
     CoreQueryKinds.RANGE_INDEX = index
-    inputs = load_inputs(args)
-    engine = make_engine(args, inputs)
-    fill, steps = split_fill(inputs.steps, window_of(args))
+    inputs = load_inputs(options)
+    engine = make_engine(options, inputs)
+    fill, steps = split_fill(inputs.steps, window_of(options))
     for part in fill:
         for c in part.batches(batch):
             engine.publish_batch(c)
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_many(inputs.others)
-    before = _counts(engine)
+    before = work_counts(engine)
     q0 = engine.stats()["queries"]["kinds"]["range"]
     cpu, wall, n = 0.0, 0.0, 0
     for op, payload in steps:
@@ -71,7 +70,7 @@ def run_once(m: Path, s: Path, window: int, index: str, batch: int = 1000) -> di
             cpu += time.process_time() - c0
             wall += time.perf_counter() - w0
             n += len(c)
-    after = _counts(engine)
+    after = work_counts(engine)
     q = engine.stats()["queries"]
     k = q["kinds"]["range"]
     arrivals = after["arrivals"] - before["arrivals"]

@@ -56,8 +56,8 @@ def run(method: str, partitions: int, a) -> dict:
     sys.path.insert(0, str(Path(skype.__file__).resolve().parents[1] / "tests"))
     from spark_fixtures import LocalPipeline, rotate_owners
 
-    from skype.cli.distributed import settings_from_args
-    from skype.cli.inputs import load_inputs
+    from skype.dskype.plan import RunSettings
+    from skype.simulate import load_inputs
     from skype.dskype.durable import Meta
     from skype.dskype.rebalancing import attach, rebalance_dir
     from skype.run import build_parser
@@ -69,10 +69,10 @@ def run(method: str, partitions: int, a) -> dict:
                                       "--drift", "hotspot", "--drift-start", "0", "--seed", str(a.seed),
                                       "--method", method, "--partitions", str(partitions),
                                       "--batch-size", str(a.batch_size)])
-    inputs = load_inputs(args)
+    inputs = load_inputs(vars(args))
     InProcessHosts.clear()
     with tempfile.TemporaryDirectory() as tmp:
-        pipe = LocalPipeline(Path(tmp) / "run", settings_from_args(args, inputs.bounds), inputs)
+        pipe = LocalPipeline(Path(tmp) / "run", RunSettings.from_options(vars(args), inputs.bounds), inputs)
         attach(pipe.plan, "never", inputs)
         directory = rebalance_dir(pipe.plan.run_dir, method)
         keys = sorted(k for pipe_ in pipe.plan.pipelines for k in pipe_.partition_keys)

@@ -87,14 +87,14 @@ def text_first_counters(partitions: int, inputs, sample_size: int) -> dict:
 
 def counters(method: str, partitions: int, args, inputs) -> dict:
     """The two routings' counters for one method and partition count (module docstring)."""
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.dskype.codec import OP_SUB, Commands
     from skype.dskype.handover import TableVersion, UnitLocator, write_version
     from skype.dskype.plan import build_distribution_for
     from skype.dskype.routing import Router, routing_copy
 
     args.method, args.partitions = (method,), partitions
-    settings = settings_from_args(args, inputs.bounds)
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
     t0 = time.perf_counter()
     dist = build_distribution_for(settings, method, inputs)
     build_s = time.perf_counter() - t0
@@ -132,7 +132,7 @@ def counters(method: str, partitions: int, args, inputs) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from skype.cli.inputs import load_inputs
+    from skype.simulate import load_inputs
     from skype.run import build_parser
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(["distributed", "--dataset", a.dataset, "--num-subs", str(a.num_subs),
                                       "--num-messages", str(a.num_messages), "--window", str(a.window),
                                       "--seed", str(a.seed)])
-    inputs = load_inputs(args)
+    inputs = load_inputs(vars(args))
     print(f"# {a.dataset}, {a.num_subs:,} subscriptions, {a.num_messages:,} messages, seed {a.seed}")
     theta = None if a.no_prefix else thresholds(inputs, a.window)
     for method in a.methods.split(","):

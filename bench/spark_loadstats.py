@@ -39,8 +39,8 @@ def run(a) -> dict:
     sys.path.insert(0, str(Path(skype.__file__).resolve().parents[1] / "tests"))
     from spark_fixtures import LocalPipeline
 
-    from skype.cli.distributed import settings_from_args
-    from skype.cli.inputs import load_inputs
+    from skype.dskype.plan import RunSettings
+    from skype.simulate import load_inputs
     from skype.dskype.rebalancing import Rebalancer, attach, policy_of
     from skype.run import build_parser
     from skype.spark.hosts import InProcessHosts
@@ -50,9 +50,9 @@ def run(a) -> dict:
                                       "--drift", "hotspot", "--drift-start", "0", "--seed", str(a.seed),
                                       "--method", a.method, "--partitions", str(a.partitions),
                                       "--batch-size", str(a.batch_size), "--rebalance", a.policy])
-    inputs = load_inputs(args)
-    settings = settings_from_args(args, inputs.bounds)
-    settings.rebalance_stats = "reports"
+    inputs = load_inputs(vars(args))
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
+    settings.distribution.rebalance_stats = "reports"
     InProcessHosts.clear()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,8 +38,8 @@ class _Handle:
 def main(argv: list[str] | None = None) -> int:
     from pyspark import cloudpickle
 
-    from skype.cli.distributed import settings_from_args
-    from skype.cli.inputs import load_inputs
+    from skype.dskype.plan import RunSettings
+    from skype.simulate import load_inputs
     from skype.partitioning import METHODS
     from skype.run import build_parser
     from skype.dskype.routing import ShippedRouters, route_arrow, routing_copy
@@ -56,18 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(["distributed", "--dataset", a.dataset, "--num-subs", str(a.num_subs),
                                       "--num-messages", str(a.num_messages), "--window", "10000",
                                       "--partitions", str(a.partitions)])
-    inputs = load_inputs(args)
+    inputs = load_inputs(vars(args))
     print(f"# workload {a.dataset}, {a.num_subs:,} subscriptions, loaded in {time.perf_counter() - t0:.0f} s")
     rows = []
     for method in a.methods.split(","):
         args.method = (method,)
-        settings = settings_from_args(args, inputs.bounds)
+        settings = RunSettings.from_options(vars(args), inputs.bounds)
         t = time.perf_counter()
         dist = build_distribution_for(settings, method, inputs)
         built = time.perf_counter() - t
         compact = routing_copy(dist)
         closure = partial(route_arrow, ShippedRouters(_Handle(1), [list(range(a.partitions))]),
-                          bounds=tuple(settings.bounds), dead_letters="/shared/run/dead-letters")
+                          bounds=tuple(settings.distribution.bounds), dead_letters="/shared/run/dead-letters")
         row = {"method": method, "subscriptions": a.num_subs, "partitions": a.partitions,
                "pickled_distribution": len(pickle.dumps(dist, protocol=pickle.HIGHEST_PROTOCOL)),
                "routing_tables": len(pickle.dumps(compact, protocol=pickle.HIGHEST_PROTOCOL)),

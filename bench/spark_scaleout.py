@@ -75,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 def centralized_stream(args, inputs) -> dict:
     """``simulate``'s stream, one batch at a time: registration timed apart, then per batch of
     ``--batch-size`` messages the engine CPU seconds and work counters, keyed by first seq."""
-    from skype.cli.simulate import make_engine
+    from skype.simulate import make_engine
     from skype.dskype.work import counter_delta, engine_counters
 
-    engine = make_engine(args, inputs)
+    engine = make_engine(vars(args), inputs)
     t0 = time.process_time()
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_many(inputs.others)
@@ -146,14 +146,14 @@ def stream_batches(run_dir: Path, last_upto: int) -> list[dict]:
 
 
 def measure_run(args, inputs, spark, method: str, P: int, reference: NearestReference) -> dict:
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.partitioning import capabilities_of
     from skype.spark.job import run
 
     a = copy.copy(args)
     a.method, a.partitions = (method,), P
     a.rebalance = args.adaptive_rebalance if capabilities_of(method).adaptive else "never"
-    settings = settings_from_args(a, inputs.bounds)
+    settings = RunSettings.from_options(vars(a), inputs.bounds)
     run_dir = Path(args.run_root).resolve() / f"{method}-P{P}"
     if run_dir.exists():
         raise SystemExit(f"{run_dir} exists: remove it or pick another --run-root")
@@ -236,13 +236,13 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from skype.cli.inputs import load_inputs
+    from skype.simulate import load_inputs
     from skype.spark.runtime import make_session
 
     args = build_parser().parse_args(argv)
     if args.batch_size >= (args.window or 0):
         raise SystemExit("the protocol needs a batch smaller than the window (--batch-size < --window)")
-    inputs = load_inputs(args)
+    inputs = load_inputs(vars(args))
     reference = NearestReference(args, inputs, args.central_repeats)
     central = reference.before()
     print(f"centralized: registration {central['registration_cpu_s']:.2f} s CPU, "

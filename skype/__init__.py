@@ -6,6 +6,18 @@
 []
 >>> engine.publish(Message(id=1, x=2.34, y=48.85, text="great coffee near the louvre"))
 [ResultChange(sub_id=1, entered=(1,), left=())]
+
+One library entry point per action (the command line, ``python -m skype.run``, only parses
+options into them):
+
+- ``simulate``: :func:`skype.simulate.run` (one engine over a stream, inputs to outputs; its
+  settings in four groups, built by :meth:`skype.simulate.SimulateSettings.from_options`);
+- ``distributed``: :func:`skype.spark.run` (settings and a workload) or
+  :func:`skype.spark.job.run_options` (one mapping of options);
+- ``experiments``: :mod:`skype.experiments.runner`;
+- ``vocabulary``: :mod:`skype.dskype.vocabulary`.
+
+``skype.simulate`` is loaded on first use (``import skype`` stays light).
 """
 
 __version__ = "0.1.0"
@@ -30,5 +42,13 @@ from skype.engine import Engine
 __all__ = [
     "DEFAULT_BOUNDS", "Bounds", "ChangeLog", "Engine", "InputError", "Match", "Message", "MessageBatch",
     "ReferenceEngine", "ResultChange", "SkypeError", "Subscription", "SubscriptionBatch", "TermMatrix",
-    "Vocabulary", "tokenize", "__version__",
+    "Vocabulary", "simulate", "tokenize", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    if name == "simulate":  # the run driver, loaded on first use
+        import importlib
+
+        return importlib.import_module("skype.simulate")
+    raise AttributeError(f"module 'skype' has no attribute {name!r}")

@@ -12,16 +12,23 @@ Bulk and pages: ``subscribe_many`` registers many subscriptions with one ``POST
 returns), ``unsubscribe_many`` deletes many with one request, and ``subscriptions()`` and
 ``results()`` read the server's lists one page at a time (``?after=ID&limit=N``).
 
-``events(ids, after)`` follows subscriptions: one id over Server-Sent Events, several over the
-WebSocket ``/v1/events``.  Invariant: it remembers, per subscription, the ``seq`` of the last
-event it yielded and, after any disconnect (server killed, restarted, slow consumer cut off),
-reconnects with ``after`` = the smallest of them, so the consumer sees every event once, in
-``seq`` order per subscription: no gap (the server resumes strictly after the seq it is given)
-and no duplicate (an event at or below its subscription's last seq is dropped).  Across
-subscriptions the order is the server's: ``seq`` order, except that a WebSocket following
-subscriptions of several owner tokens subscribes once per token, and the replays interleave.  A subscription whose ``removed`` event came is not asked for
-again; the stream ends when none is left.  When the server no longer holds events that old it sends a
-``reset`` object (the subscription's whole result), which is yielded like an event;
+``events(ids, after)`` follows subscriptions: over Server-Sent Events when one token may read
+them all (one id: ``/v1/subscriptions/{id}/events``; several: one ``/v1/events?sub=..`` stream),
+else over the WebSocket ``/v1/events`` (one subscribe message per token); ``transport`` chooses.
+Invariant: it remembers, per subscription, the ``seq`` of the last event it yielded, and the
+stream's watermark (the ``id:`` of SSE keepalives, ``{"seq": n}`` on the WebSocket: every event
+of the stream's subscriptions up to it was sent).  After any disconnect (server killed,
+restarted, slow consumer cut off) it resumes each subscription after the larger of the two: an
+SSE stream is in seq order, so one ``Last-Event-ID`` (the newest seq it saw) resumes all of its
+subscriptions; a WebSocket sends one subscribe message per distinct resume seq.  A subscription
+is never resumed from before its own last event merely because another one is quiet, so the
+consumer sees every event once, in ``seq`` order per subscription: no gap (the server resumes
+strictly after the seq it is given, per subscription) and no duplicate (an event at or below its
+subscription's last seq is dropped).  Across subscriptions the order is the server's: ``seq``
+order on SSE; on a WebSocket the replays of several subscribe messages interleave.  A
+subscription whose ``removed`` event came is not asked for again; the stream ends when none is
+left.  When the server no longer holds a subscription's events that old it sends a ``reset``
+object (the subscription's whole result), which is yielded like an event;
 :func:`apply_event` folds events, resets included, into a results table.
 """
 
@@ -42,7 +49,7 @@ SLOW_CONSUMER = "E103"  # the server closed a stream that fell behind: resume af
 
 class ServiceError(SkypeError):
     """The server refused a request (``code``, ``message``, ``line`` as it sent them, ``status``
-    the HTTP status), or the client gave up on it (codes E110-E114)."""
+    the HTTP status), or the client gave up on it (codes E110-E113, and E023 for a bad argument)."""
 
     def __init__(self, code: str, message: str, *, status: int | None = None, line: int | None = None,
                  accepted: int = 0) -> None:
@@ -164,7 +171,7 @@ class Client:
         :class:`ServiceError` with ``line`` counted over the whole call and ``accepted`` the records
         created by the batches before it."""
         if batch_size < 1:
-            raise _client_error("E114", what="batch_size", expected="an integer >= 1", value=batch_size)
+            raise _client_error("E023", what="batch_size", expected="an integer >= 1", value=batch_size)
         created, position = 0, -1
         batch: list[str] = []
         ids: list[int] = []
@@ -266,7 +273,7 @@ class Client:
         if isinstance(messages, Mapping):
             messages = [messages]
         if batch_size < 1:
-            raise _client_error("E114", what="batch_size", expected="an integer >= 1", value=batch_size)
+            raise _client_error("E023", what="batch_size", expected="an integer >= 1", value=batch_size)
         position = -1
         sent = 0
         batch: list[str] = []
@@ -299,23 +306,28 @@ class Client:
 
     # ------------------------------------------------------------------ events
     def events(self, ids: int | Iterable[int], after: int | None = None, *, idle_timeout: float | None = None,
-               reconnect_for: float = 60.0) -> Iterator[dict]:
+               reconnect_for: float = 60.0, transport: str = "auto") -> Iterator[dict]:
         """Event objects of the subscriptions ``ids``, from ``seq`` > ``after`` (``None``: from
         now on: after the seq that ``GET /v1/subscriptions/{first id}`` reports), resuming by
-        itself after a disconnect (see the module docstring).  Ends when no event came for
-        ``idle_timeout`` seconds since the last event or (re)connection (``None``: never);
-        raises E111 when the server cannot be reached again within ``reconnect_for`` seconds."""
+        itself after a disconnect (see the module docstring).  ``transport``: ``"sse"``,
+        ``"websocket"``, or ``"auto"`` (SSE when one token may read every id).  Ends when no
+        event came for ``idle_timeout`` seconds since the last event or (re)connection
+        (``None``: never); raises E111 when the server cannot be reached again within
+        ``reconnect_for`` seconds."""
         sub_ids = [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
         if not sub_ids:
-            raise _client_error("E114", what="events ids", expected="at least one subscription id", value=ids)
+            raise _client_error("E023", what="events ids", expected="at least one subscription id", value=ids)
+        if transport not in ("auto", "sse", "websocket"):
+            raise _client_error("E023", what="transport", expected='"auto", "sse" or "websocket"', value=transport)
+        if transport == "auto":
+            tokens = {self.owner_tokens.get(sid, self.token) for sid in sub_ids}
+            transport = "sse" if len(tokens) == 1 else "websocket"
         seen: dict[int, int] = {}  # subscription id -> seq of the last event of it yielded
+        watermark: int | None = None  # every event of the stream's subscriptions up to it was sent
 
-        def resume_after() -> int | None:
-            """Every subscription's events after its last yielded one: the smallest of those
-            seqs (events at or below a subscription's own are dropped as duplicates)."""
-            marks = [seen.get(sid, after) for sid in sub_ids]
-            known = [m for m in marks if m is not None]
-            return min(known) if known else None
+        def resume_after(sid: int) -> int | None:
+            marks = [m for m in (seen.get(sid, after), watermark) if m is not None]
+            return max(marks) if marks else None
 
         if after is None:
             # "from now" as a seq (the server's last, which GET of a subscription tells), so that
@@ -326,17 +338,26 @@ class Client:
         lost_since: float | None = None
         attempt = 0
         while True:
-            start = resume_after()
-            stream: Generator[dict | None, None, None] = (
-                self._sse(sub_ids[0], start, idle_timeout) if len(sub_ids) == 1
-                else self._websocket(sub_ids, start, idle_timeout))
+            starts = {sid: resume_after(sid) for sid in sub_ids}
+            stream: Generator[dict | int | None, None, None]
+            if transport == "sse":
+                known = [m for m in starts.values() if m is not None]
+                # one SSE stream is in seq order: every start is the same seq, or the first one's
+                stream = self._sse(sub_ids, max(known) if known else None, idle_timeout)
+            else:
+                stream = self._websocket(sub_ids, starts, idle_timeout)
             try:
                 for event in stream:
                     lost_since, attempt = None, 0
                     if event is None:  # (re)connected: the idle time counts from here
                         last_event = time.monotonic()
                         continue
+                    if isinstance(event, int):  # a watermark
+                        watermark = event if watermark is None else max(watermark, event)
+                        continue
                     seq, sid = int(event["seq"]), int(event["sub"])
+                    if transport == "sse":
+                        watermark = seq if watermark is None else max(watermark, seq)
                     mark = seen.get(sid, after)
                     if mark is not None and seq <= mark:
                         continue  # already yielded before a reconnect
@@ -361,17 +382,23 @@ class Client:
             finally:
                 stream.close()
 
-    def _sse(self, sub_id: int, after: int | None, idle_timeout: float | None) -> Generator[dict | None, None, None]:
+    def _sse(self, sub_ids: list[int], after: int | None,
+             idle_timeout: float | None) -> Generator[dict | int | None, None, None]:
+        """One SSE stream of ``sub_ids``: events, and the ``id:`` of keepalives as ints."""
         from httpx_sse import connect_sse
 
-        params = {"after": str(after)} if after is not None else {}
-        headers = self._headers(sub_id)
+        params: list[tuple[str, str]] = [("after", str(after))] if after is not None else []
+        if len(sub_ids) == 1:
+            path = f"/v1/subscriptions/{sub_ids[0]}/events"
+        else:
+            path = "/v1/events"
+            params += [("sub", str(sid)) for sid in sub_ids]
+        headers = self._headers(sub_ids[0])
         if after is not None:
             headers["Last-Event-ID"] = str(after)
         timeout = httpx.Timeout(10.0, read=idle_timeout)
         try:
-            with connect_sse(self._http, "GET", f"/v1/subscriptions/{sub_id}/events", params=params,
-                             headers=headers, timeout=timeout) as source:
+            with connect_sse(self._http, "GET", path, params=params, headers=headers, timeout=timeout) as source:
                 resp = source.response
                 if resp.status_code in RETRYABLE_STATUS:
                     raise _Lost(f"HTTP {resp.status_code}")
@@ -381,24 +408,28 @@ class Client:
                 for sse in source.iter_sse():
                     if sse.data:
                         yield _event(sse.data, self.url)
+                    elif sse.id and sse.id.isdigit():
+                        yield int(sse.id)
         except httpx.ReadTimeout:
             raise _Idle() from None
         except (httpx.TransportError, httpx_sse_error()) as err:
             raise _Lost(f"{type(err).__name__}: {err}") from None
 
-    def _websocket(self, sub_ids: list[int], after: int | None,
-                   idle_timeout: float | None) -> Generator[dict | None, None, None]:
+    def _websocket(self, sub_ids: list[int], starts: Mapping[int, int | None],
+                   idle_timeout: float | None) -> Generator[dict | int | None, None, None]:
+        """One WebSocket following ``sub_ids``, each after its own start: one subscribe
+        message per (token, start); events, and watermarks ``{"seq": n}`` as ints."""
         from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
         from websockets.sync.client import connect
 
         ws_url = "ws" + self.url[len("http"):] + "/v1/events"
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        by_token: dict[str | None, list[int]] = {}  # one subscribe message per token (its field "token")
+        groups: dict[tuple[str | None, int | None], list[int]] = {}
         for sid in sub_ids:
-            by_token.setdefault(self.owner_tokens.get(sid, self.token), []).append(sid)
+            groups.setdefault((self.owner_tokens.get(sid, self.token), starts.get(sid)), []).append(sid)
         try:
             with connect(ws_url, additional_headers=headers, open_timeout=10, proxy=None, max_size=None) as ws:
-                for token, ids in by_token.items():
+                for (token, after), ids in groups.items():
                     hello: dict[str, Any] = {"subscribe": ids}
                     if after is not None:
                         hello["after"] = after
@@ -437,8 +468,11 @@ def httpx_sse_error() -> type[Exception]:
     return SSEError
 
 
-def _event(raw: str | bytes, url: str) -> dict:
+def _event(raw: str | bytes, url: str) -> dict | int:
+    """An event object, or a watermark (``{"seq": n}``) as the int n."""
     obj = json.loads(raw)
+    if isinstance(obj, dict) and obj.keys() == {"seq"} and isinstance(obj["seq"], int):
+        return obj["seq"]
     if isinstance(obj, dict) and "error" in obj and "seq" not in obj:
         err = obj["error"]
         if isinstance(err, dict) and err.get("code") == SLOW_CONSUMER:
@@ -454,7 +488,7 @@ def _event(raw: str | bytes, url: str) -> dict:
 def _sub_id(record: Mapping[str, Any]) -> int:
     sid = record.get("id") if isinstance(record, Mapping) else None
     if isinstance(sid, bool) or not isinstance(sid, int):
-        raise _client_error("E114", what="the subscription record's id", expected="an integer", value=sid)
+        raise _client_error("E023", what="the subscription record's id", expected="an integer", value=sid)
     return sid
 
 

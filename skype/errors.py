@@ -1,16 +1,39 @@
 """Every error the package raises, from one catalogue.
 
-Input problems raise :class:`InputError`, which names the offending record (file, line, record
-id) so that a user can find it.  Codes are stable: tests and callers may match on ``err.code``.
+Two kinds of coded errors (:class:`CodedError`), split by what the caller should do:
+
+- :class:`InputError` (a ``ValueError``): a record, an argument or a setting was rejected; it
+  names the offending record (file, line, record id) so that a user can find and fix it.
+  Sending the same input again fails again.
+- :class:`OperationalError` (a ``RuntimeError``): the input was fine, the system could not serve
+  it now or a run failed: a full queue, a recovering or failed server, too many connections, a
+  run directory that is incomplete or unreadable, a run that failed or ran low on memory.  Retry
+  later, or fix the environment.  :data:`OPERATIONAL` lists its codes; every other code is an
+  input error.
+
+Codes are stable: tests and callers may match on ``err.code``.  A merged code stays in the
+catalogue as an alias of the one that replaced it (:data:`ALIASES`).  Internal faults (bugs)
+raise plain built-in errors, outside the catalogue.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Self
 
 
 class SkypeError(Exception):
     """Base class of every error raised by skype."""
+
+
+# the codes raised as OperationalError (the module docstring); every other code is an InputError
+OPERATIONAL = frozenset({
+    "E064", "E065", "E067", "E087",   # a rebalancing run directory incomplete or unreadable, events not shared
+    "E093", "E094", "E098",           # the live service: queue full, recovering or failed, too many connections
+    "E116", "E123", "E131", "E137",   # a hand-over unreadable, the memory floor, a failed batch, answers missing
+})
+# merged codes: old -> the code that now carries the message (the old ones were published in
+# docs/service.md and tests; a code read from an older log still resolves in the catalogue)
+ALIASES = {"E060": "E023", "E114": "E023"}
 
 
 class Errors:
@@ -67,7 +90,7 @@ class Errors:
     E055 = "scan kernel {kernel!r} is not available on this CPU; available: {available}"
     E056 = "the column scan is not available: {detail}"
     # E060-E079: adaptive partitioning, rebalancing and drift (issue 13)
-    E060 = "{what} must be {expected}, got {value!r}"
+    E060 = E023  # alias: merged into E023 (ALIASES)
     E061 = "rebalancing move rejected: {detail}"
     E062 = "drift workload {kind!r} cannot be made: {detail}"
     E063 = "live rebalancing on Spark: {detail}"
@@ -112,7 +135,7 @@ class Errors:
     E104 = "WebSocket message is invalid: {detail}"
     E105 = "the request body is empty: expected {expected}"
     E106 = "last={value!r} is invalid: expected a number of messages, an integer >= 0"
-    # E145-E149: the live service's request checks and bulk calls (issue 34)
+    # E145-E148: the live service's request checks (issue 34; a bad page or id list: E023)
     E145 = ("Host {host!r} is not a name of this server ({allowed}): without --token-file the server answers "
             "only its listening address, localhost and the loopback IP (a guard against DNS rebinding)")
     E146 = ("a page from the origin {origin!r} may not {action}: only the server's own origin ({own}) and the "
@@ -120,13 +143,12 @@ class Errors:
     E147 = "{method} {path} needs Content-Type application/json or application/x-ndjson, got {got!r}"
     E148 = ("a token in the query string (?token=) is accepted on the event-stream routes only; send it as "
             "Authorization: Bearer TOKEN")
-    E149 = "{name}={value!r} is invalid: expected {expected}"
-    # E110-E114: the Python client of the server (skype.client, issue 24)
+    # E110-E113: the Python client of the server (skype.client, issue 24; its bad arguments: E023)
     E110 = "the server at {url} refused the request without a catalogue error: {detail}"
     E111 = "the server at {url} cannot be reached: {detail}"
     E112 = "the server at {url} kept refusing for {seconds} s (backpressure or recovery): {detail}"
     E113 = "the server at {url} sent something that is not an event object: {detail}"
-    E114 = "{what} must be {expected}, got {value!r}"
+    E114 = E023  # alias: merged into E023 (ALIASES)
     # E115-E122: adaptive methods on Spark, versions through the stream (issue 25; skype.dskype.handover)
     E115 = ("partition {partition} of an adaptive pipeline received a batch without its table version: "
             "the stream must come from the staged source, which records the version in its offsets")
@@ -152,11 +174,12 @@ class Errors:
     E141 = "wal {action} {path!r}: {detail}"
 
 
-class InputError(SkypeError, ValueError):
-    """A record or argument was rejected.
+class CodedError(SkypeError):
+    """An error of the catalogue.
 
-    ``code`` is the catalogue key (``"E003"``...), ``source`` the file (if any), ``line`` the
-    1-based line or row number in it, ``record_id`` the id of the record when it has one.
+    ``code`` is the catalogue key (``"E003"``...; an alias resolves to its code), ``source`` the
+    file (if any), ``line`` the 1-based line or row number in it, ``record_id`` the id of the
+    record when it has one.
     """
 
     def __init__(
@@ -168,7 +191,7 @@ class InputError(SkypeError, ValueError):
         record_id: object = None,
         **fields: object,
     ) -> None:
-        self.code = code
+        self.code = ALIASES.get(code, code)
         self.source = source
         self.line = line
         self.record_id = record_id
@@ -177,7 +200,7 @@ class InputError(SkypeError, ValueError):
 
     def located(
         self, *, source: str | None = None, line: int | None = None, record_id: object = None
-    ) -> InputError:
+    ) -> Self:
         """Return the same error with the record's location filled in (where still unknown)."""
         if source is not None and self.source is None:
             self.source = source
@@ -198,6 +221,15 @@ class InputError(SkypeError, ValueError):
             where.append(f"record id {self.record_id}")
         prefix = ", ".join(where)
         return f"{prefix}: {self.detail} [{self.code}]" if prefix else f"{self.detail} [{self.code}]"
+
+
+class InputError(CodedError, ValueError):
+    """A record, an argument or a setting was rejected (the module docstring)."""
+
+
+class OperationalError(CodedError, RuntimeError):
+    """The input was fine; the system could not serve it now, or a run failed (the module
+    docstring; its codes: :data:`OPERATIONAL`)."""
 
 
 def invalid_choice(what: str, value: object, choices: Iterable[object]) -> InputError:

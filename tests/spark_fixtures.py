@@ -240,7 +240,7 @@ class LocalPipeline:
         from skype.dskype.routing import route_arrow, tables_events
         from skype.spark.sources import newest_tables, to_events
 
-        end = min(self.position + self.settings.batch_size, self.messages.num_rows)
+        end = min(self.position + self.settings.control.batch_size, self.messages.num_rows)
         half = (self.position + end) // 2
         inputs = [to_events(self.messages.slice(self.position, half - self.position), "messages", self.position),
                   to_events(self.messages.slice(half, end - half), "messages", half)]

@@ -96,10 +96,10 @@ def test_adaptive_policy_moves_keep_routing_correct_and_reduce_imbalance(skew, m
 def test_adaptive_policies_refuse_methods_they_do_not_fit(skew):
     with pytest.raises(InputError) as err:
         decide("tornado", skew.build("qt"))
-    assert err.value.code == "E060"
+    assert err.value.code == "E023"
     with pytest.raises(InputError) as err:
         decide("sstd", build_distribution("prefix", 4, skew.w.subscriptions, skew.sample, skew.w.vocabulary))
-    assert err.value.code == "E060"
+    assert err.value.code == "E023"
     with pytest.raises(InputError) as err:
         decide("nope", skew.build("agrid"))
     assert err.value.code == "E022"
@@ -137,7 +137,7 @@ def test_adaptive_build_refined_with_sstd_is_no_worse_on_its_sample_and_keeps_me
     """``refine="sstd"``: SSTD's load adjustment runs on the sample after the method's own build;
     the layout kept measures no more imbalance on the sample than the build's, and every pair
     that can score at or above its threshold still meets.  A policy that does not fit the method
-    is refused (E060)."""
+    is refused (E023)."""
     def sample_imbalance(dist):
         dist.reset_statistics()
         dist.route_messages(skew.sample)
@@ -156,7 +156,7 @@ def test_adaptive_build_refined_with_sstd_is_no_worse_on_its_sample_and_keeps_me
     if method != "agrid":
         with pytest.raises(InputError) as err:
             build_distribution(*args, grid=GRID, refine="tornado")
-        assert err.value.code == "E060"
+        assert err.value.code == "E023"
 
 
 # --------------------------------------------------------------------------- runtime cuts of a hot unit
@@ -313,18 +313,6 @@ def test_tornado_corner_shifts_move_load_and_keep_meeting(skew, rates):
     assert apply_plan(dist, plan) == (plan.subscriptions, plan.bytes)
     _, r_subs, r_msgs = measured(dist, skew.all_subs, skew.all_theta, skew.stream)
     assert_meet(r_subs, r_msgs, skew.scores, skew.all_theta, dist.num_partitions, "agrid after corner shifts")
-
-
-def test_policy_params_from_the_command_line():
-    from skype.cli.partition_timeline import policy_param_arg, policy_params_for
-
-    given = [policy_param_arg("horizon=1"), policy_param_arg("max_ops=4"), policy_param_arg("nope=true")]
-    assert policy_params_for("ps2stream", given) == {"horizon": 1.0}
-    assert policy_params_for("tornado", given) == {"horizon": 1.0, "max_ops": 4}
-    assert policy_params_for("never", given) == {}
-    assert policy_params_for("sstd", [policy_param_arg("cut=false")]) == {"cut": False}
-    with pytest.raises(Exception):
-        policy_param_arg("horizon")
 
 
 # --------------------------------------------------------------------------- adversarial layouts

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import brute_force_topk
 from skype import io
-from skype.cli.simulate import split_fill
+from skype.simulate import split_fill
 from skype.data import make_workload
 from skype.run import main
 

@@ -91,3 +91,15 @@ def test_partition_sim_rejects_bad_partition_lists():
         _run("partition-sim", "--partitions", "4,x")
     with pytest.raises(SystemExit):
         _run("partition-sim", "--partitions", "0")
+
+
+def test_policy_params_from_the_command_line():
+    from skype.cli.partition_timeline import policy_param_arg, policy_params_for
+
+    given = [policy_param_arg("horizon=1"), policy_param_arg("max_ops=4"), policy_param_arg("nope=true")]
+    assert policy_params_for("ps2stream", given) == {"horizon": 1.0}
+    assert policy_params_for("tornado", given) == {"horizon": 1.0, "max_ops": 4}
+    assert policy_params_for("never", given) == {}
+    assert policy_params_for("sstd", [policy_param_arg("cut=false")]) == {"cut": False}
+    with pytest.raises(Exception):
+        policy_param_arg("horizon")

@@ -118,7 +118,7 @@ def test_query_advance_metrics_page(srv):
     assert err(r)["code"] == "E011"
     text = requests.get(srv.url + "/metrics").text
     for name in ("skype_requests_total", "skype_messages_total", "skype_subscriptions", "skype_events_pushed_total",
-                 "skype_connected_clients", "skype_queue_depth", "skype_publish_to_push_seconds_bucket",
+                 "skype_connected_clients", "skype_queue_depth", "skype_publish_request_to_write_seconds_bucket",
                  "skype_log_bytes", "skype_fsync_seconds_bucket", "skype_snapshot_age_seconds",
                  "skype_recovery_seconds"):
         assert name in text, name

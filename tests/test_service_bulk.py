@@ -175,8 +175,8 @@ def test_bulk_delete_and_pages(tmp_path):
         page = requests.get(s.url + "/v1/subscriptions", params={"after": 30, "limit": 3}).json()
         assert [rec["id"] for rec in page["subscriptions"]] == [i for i in sorted(want) if i > 30][:3]
         for params in ({"limit": 0}, {"limit": "x"}, {"after": "x"}):
-            assert code(requests.get(s.url + "/v1/subscriptions", params=params)) == (400, "E149"), params
-            assert code(requests.get(s.url + "/v1/results", params=params)) == (400, "E149"), params
+            assert code(requests.get(s.url + "/v1/subscriptions", params=params)) == (400, "E023"), params
+            assert code(requests.get(s.url + "/v1/results", params=params)) == (400, "E023"), params
 
 
 def test_messages_by_id(tmp_path):
@@ -188,7 +188,7 @@ def test_messages_by_id(tmp_path):
         got = [json.loads(x) for x in r.text.splitlines()]
         assert [m["id"] for m in got] == [112, 113, 119]  # in the window only, oldest first
         assert {k: got[0][k] for k in ("x", "y", "text")} == {k: msgs[12][k] for k in ("x", "y", "text")}
-        assert code(requests.get(s.url + "/v1/messages", params={"ids": "1,a"})) == (400, "E149")
+        assert code(requests.get(s.url + "/v1/messages", params={"ids": "1,a"})) == (400, "E023")
 
 
 def test_client_uses_bulk_and_pages(tmp_path):

@@ -117,16 +117,17 @@ def fold(events) -> tuple[dict[int, list], list[int]]:
 class Consumer(threading.Thread):
     """Collects the events of ``ids`` from ``after`` until the stream is idle for ``idle`` seconds."""
 
-    def __init__(self, url: str, ids, idle: float, after: int | None = 0) -> None:
+    def __init__(self, url: str, ids, idle: float, after: int | None = 0, transport: str = "auto") -> None:
         super().__init__(daemon=True)
         self.client = Client(url)
-        self.ids, self.idle, self.after = ids, idle, after
+        self.ids, self.idle, self.after, self.transport = ids, idle, after, transport
         self.events: list[dict] = []
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            for ev in self.client.events(self.ids, after=self.after, idle_timeout=self.idle, reconnect_for=120):
+            for ev in self.client.events(self.ids, after=self.after, idle_timeout=self.idle, reconnect_for=120,
+                                         transport=self.transport):
                 self.events.append(ev)
         except BaseException as err:  # handed to the test
             self.error = err
@@ -137,16 +138,17 @@ def test_events_fold_to_the_results_over_sse_and_websocket(server, workload):
     client = Client(server.url)
     for rec in subs[:20]:
         client.subscribe(rec)
-    ws = Consumer(server.url, list(range(1, 11)), idle=3.0)      # WebSocket, one removed mid-stream
+    ws = Consumer(server.url, list(range(1, 11)), idle=3.0, transport="websocket")  # one removed mid-stream
+    many = Consumer(server.url, list(range(1, 11)), idle=3.0, transport="sse")     # one SSE stream, the same
     sse = Consumer(server.url, 0, idle=3.0)                       # SSE
     gone = Consumer(server.url, 6, idle=3.0)                      # SSE, ends with its removal
-    for consumer in (ws, sse, gone):
+    for consumer in (ws, many, sse, gone):
         consumer.start()
     client.publish(msgs[:1000], batch_size=250)
     client.unsubscribe(5)
     client.unsubscribe(6)
     client.publish(msgs[1000:2000], batch_size=250)
-    for consumer in (ws, sse, gone):
+    for consumer in (ws, many, sse, gone):
         consumer.join(60)
         assert consumer.error is None and not consumer.is_alive()
     results = {line["id"]: line["topk"] for line in client.results()}
@@ -157,6 +159,8 @@ def test_events_fold_to_the_results_over_sse_and_websocket(server, workload):
     state, seqs = fold(ws.events)
     assert state == {i: results[i] for i in range(1, 11) if i not in (5, 6)}
     assert [ev for ev in ws.events if ev["sub"] == 5][-1]["removed"] is True
+    assert [ev["seq"] for ev in many.events] == seqs  # one SSE stream: every event once, in seq order
+    assert fold(many.events)[0] == state
     assert gone.events[-1]["removed"] is True and fold(gone.events)[0] == {}
 
     # a stream from after=0 gives the same events, and resuming from the middle exactly the tail
@@ -173,10 +177,12 @@ def test_events_resume_across_a_server_kill(server, workload):
     client = Client(server.url)
     for rec in subs[:20]:
         client.subscribe(rec)
-    ws = Consumer(server.url, list(range(10)), idle=8.0)
+    ws = Consumer(server.url, list(range(10)), idle=8.0, transport="websocket")
     sse = Consumer(server.url, 12, idle=8.0)
+    many = Consumer(server.url, [13, 14, 15], idle=8.0, transport="sse")
     ws.start()
     sse.start()
+    many.start()
     client.publish(msgs[:1200], batch_size=100)
     server.kill()                          # every batch so far was acknowledged, so it is in the log
     server.start()
@@ -186,14 +192,15 @@ def test_events_resume_across_a_server_kill(server, workload):
     client.publish(msgs[2400:], batch_size=100)
     ws.join(120)
     sse.join(120)
-    assert not ws.is_alive() and not sse.is_alive()
-    assert ws.error is None and sse.error is None
+    many.join(120)
+    assert not ws.is_alive() and not sse.is_alive() and not many.is_alive()
+    assert ws.error is None and sse.error is None and many.error is None
 
     steps = [("sub", rec) for rec in subs[:20]] + [("msgs", msgs)]
     expected = {line["id"]: line["topk"] for line in reference_results(steps)}
     assert {line["id"]: line["topk"] for line in client.results()} == expected
     fresh = Client(server.url)
-    for consumer, ids in ((ws, list(range(10))), (sse, [12])):
+    for consumer, ids in ((ws, list(range(10))), (sse, [12]), (many, [13, 14, 15])):
         state, seqs = fold(consumer.events)
         assert state == {i: expected[i] for i in ids}
         if not any("reset" in ev for ev in consumer.events):
@@ -473,3 +480,45 @@ def test_a_resume_after_a_graceful_restart_needs_no_reset_and_one_before_it_does
     for ev in events:
         apply_event(state, ev)
     assert state == {line["id"]: line["topk"] for line in client.results()}
+
+
+def test_a_quiet_subscription_resumes_without_a_reset_and_retention_by_age(tmp_path, workload):
+    """Subscription 0 is quiet (no event after its creation) while the ring of 50 events turns
+    over many times: a resume after its last event is exact, no reset (per-subscription
+    watermarks), although the ring no longer reaches back that far; a busy subscription whose
+    own events were dropped gets a reset, counted by reason.  Then ``--retain-seconds``: once
+    the events are older than that, a resume from before them is a reset."""
+    subs, msgs = workload
+    far = {"id": 0, "kind": "range", "rect": [179, 89, 180, 90], "text": "zzzquiet"}  # nothing will match it
+    with ServerProcess(tmp_path / "data", "--window", str(WINDOW), "--retain-events", "50",
+                       "--retain-seconds", "3") as server:
+        client = Client(server.url)
+        client.subscribe(far)
+        created = client.result(0)["seq"]
+        for rec in subs[1:20]:
+            client.subscribe(rec)
+        client.publish(msgs[:1500], batch_size=100)
+        last = client.result(0)["seq"]
+        assert last > created + 50  # the ring (50 events) turned over
+        quiet = ws_read(server.url, {"subscribe": [0], "after": created})
+        assert quiet == []  # nothing missed, nothing to send, and no reset
+        busy = ws_read(server.url, {"subscribe": [1], "after": created})
+        assert [("reset" in ev, ev["seq"]) for ev in busy] == [(True, last)]
+        metrics = httpx.get(server.url + "/metrics").text
+        assert 'skype_stream_resets_total{reason="evicted"} 1.0' in metrics
+        # the client's own resume of several subscriptions: the quiet one is not reset either
+        events = list(client.events([0, 1], after=last, idle_timeout=1.0, transport="sse"))
+        assert events == []
+        # SSE of several subscriptions: resumes after one seq; ids are global seqs
+        client.publish(msgs[1500:1600], batch_size=100)
+        got = [ev for ev in client.events(list(range(20)), after=last, idle_timeout=1.0, transport="sse")]
+        assert all("reset" not in ev and ev["seq"] > last for ev in got)
+        # retention by age: 3 s later every retained event is gone: those that moved after `last` reset
+        newest = client.result(0)["seq"]
+        time.sleep(4.5)
+        moved = {ev["sub"] for ev in got}
+        assert moved and 0 not in moved  # (the workload is fixed) their events were in the ring ...
+        aged = ws_read(server.url, {"subscribe": sorted(moved), "after": last})
+        assert {ev["sub"] for ev in aged if "reset" in ev} == moved  # ... and aged out
+        assert all(ev["seq"] == newest for ev in aged)
+        assert ws_read(server.url, {"subscribe": [0], "after": created}) == []  # still quiet: still exact

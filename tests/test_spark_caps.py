@@ -18,7 +18,7 @@ from spark_fixtures import (  # noqa: E402
     centralized_at, events_workload, first_difference, fold_events_by_batch, oracle_by_batch, oracle_check, results_of,
 )
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser, main  # noqa: E402
 from skype.spark.sources import command_positions, plan_batch  # noqa: E402
 
@@ -99,7 +99,7 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     (rebuilt from the pieced log)."""
     from spark_fixtures import LocalPipeline, centralized_by_batch
 
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.spark import processors
     from skype.spark.hosts import InProcessHosts
 
@@ -107,8 +107,8 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     events = events_workload(tmp_path / "events.jsonl")
     args = build_parser().parse_args(["distributed", "--events", str(events), "--window", "500", "--method", method,
                                       "--partitions", "3", "--batch-size", "400"])
-    inputs = load_inputs(args)
-    settings = settings_from_args(args, inputs.bounds)
+    inputs = load_inputs(vars(args))
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
     want = centralized_by_batch(inputs, settings.window.centralized(), 400)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     for b in range(len(want)):
@@ -122,7 +122,7 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     last = {m["partition"]: m["log_entries"] for ms in pipe.metrics for m in ms if m["stage"] == "partition"}
     assert sum(last.values()) == sum(1 for i in logged if i >= 0)  # entries, not their pieces
     rebuilt = [m for ms in pipe.metrics for m in ms if m["stage"] == "partition" and not m["hit"]]
-    assert len(rebuilt) >= 2 * settings.partitions
+    assert len(rebuilt) >= 2 * settings.distribution.partitions
 
 
 # --------------------------------------------------------------------------- on Spark
@@ -142,7 +142,7 @@ def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workl
     batches, and the later commands hold messages back; the batches are those the source plans,
     and after each batch that ends a message prefix the delivered top-k equal the centralized
     engine's; the final results equal ``simulate`` and the independent oracle."""
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
     run_dir = tmp_path / "run"
     args = build_parser().parse_args(["distributed", "--events", str(workload), "--window", str(WINDOW),
@@ -150,9 +150,9 @@ def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workl
                                       "--method", method, "--partitions", "2", "--checkpoint", str(run_dir),
                                       "--results-out", str(run_dir / "results.jsonl"),
                                       "--metrics-out", str(run_dir / "metrics.json")])
-    assert run_distributed(args, spark) == 0
+    run_options(vars(args), spark)
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), "--window", str(WINDOW)]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload), "--window", str(WINDOW)])))
     positions = np.concatenate([command_positions(str(p)) for p in sorted((run_dir / "stream" / "commands").iterdir())])
     ends = batches(positions, inputs.num_messages, BATCH, CAP)
     assert metrics["batches"] == len(ends)
@@ -180,7 +180,7 @@ def test_spark_job_stopped_inside_the_commands_resumes_with_another_cap_exactly(
     """Stopped after two commands-only batches (cap 23), resumed from the run directory with a
     cap of 50: the batches logged before the stop keep their offsets, later ones follow the new
     cap, and the final results equal ``simulate``'s."""
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
     run_dir = tmp_path / "run"
 
@@ -189,7 +189,7 @@ def test_spark_job_stopped_inside_the_commands_resumes_with_another_cap_exactly(
                                           "--batch-size", str(BATCH), "--method", "prefix", "--partitions", "2",
                                           "--checkpoint", str(run_dir), "--results-out", str(run_dir / "r.jsonl"),
                                           "--metrics-out", str(run_dir / "m.json"), *map(str, extra)])
-        assert run_distributed(args, spark) == 0
+        run_options(vars(args), spark)
         return json.loads((run_dir / "m.json").read_text())
 
     first = run("--commands-per-batch", CAP, "--stop-after-batches", 2)
@@ -214,13 +214,15 @@ def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
     from skype.errors import InputError
     from skype.spark import runtime
 
-    s = RunSettings(methods="location", partitions=2, batch_size=100, window_kind="count", window_size=10,
-                    bounds=(0, 0, 1, 1))
+    from skype.model import Bounds
+
+    s = RunSettings.from_options({"method": "location", "partitions": 2, "batch_size": 100, "window": 10},
+                                 Bounds(0, 0, 1, 1))
     heap = runtime.batch_heap(spark)[1]
     assert runtime.commands_cap(spark, s) == int(heap * runtime.COMMANDS_SHARE / runtime.BYTES_PER_COMMAND)
-    s.commands_per_batch = 0
+    s.control.commands_per_batch = 0
     assert runtime.commands_cap(spark, s) is None
-    s.commands_per_batch = None
+    s.control.commands_per_batch = None
     old = runtime.BYTES_PER_COMMAND
     runtime.BYTES_PER_COMMAND = heap  # a heap that holds a fraction of one command
     try:
@@ -235,7 +237,7 @@ def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
 def test_out_of_memory_in_a_run_becomes_e131(spark):
     """E131 names the batch by Spark's ids (a resumed run's continue past this process's batches),
     says "probably" where the cause is a guess, and keeps the error it replaces as its cause."""
-    from skype.errors import InputError
+    from skype.errors import OperationalError
     from skype.spark.runtime import out_of_memory_as_error
 
     class Sink:  # a resumed run: this process wrote batch 7, then failed writing batch 8
@@ -246,13 +248,13 @@ def test_out_of_memory_in_a_run_becomes_e131(spark):
         lastProgress = {"batchId": 7}
 
     heap = RuntimeError("Job aborted\njava.lang.OutOfMemoryError: Java heap space\n\tat org.apache...")
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         with out_of_memory_as_error(spark, Sink(), Query()):
             raise heap
     assert err.value.code == "E131" and "batch 8," in str(err.value) and "Java heap space" in str(err.value)
     assert err.value.__cause__ is heap
     Sink.running = None  # failed after batch 7's sink, before batch 8's
-    with pytest.raises(InputError) as err:  # the state server's thread died: the task sees a closed socket
+    with pytest.raises(OperationalError) as err:  # the state server's thread died: the task sees a closed socket
         with out_of_memory_as_error(spark, Sink(), Query()):
             raise RuntimeError('File "stateful_processor_api_client.py", in _receive_proto_message\nEOFError')
     text = str(err.value)

@@ -36,9 +36,8 @@ def raw_files(tmp_path_factory):
 
 
 def test_spark_executor_ingestion_equals_the_centralized_engine(spark, raw_files, tmp_path, monkeypatch):
-    from skype.cli import distributed as distributed_mod
-    from skype.cli import inputs as inputs_mod
-    from skype.cli.distributed import run_distributed
+    from skype import simulate
+    from skype.spark.job import run_options
     from skype.dskype.vocabulary import FrozenVocabulary
 
     d = raw_files
@@ -51,14 +50,13 @@ def test_spark_executor_ingestion_equals_the_centralized_engine(spark, raw_files
     def no_loading(*_args, **_kw):
         raise AssertionError("the driver loaded the workload")
 
-    monkeypatch.setattr(inputs_mod, "load_inputs", no_loading)
-    monkeypatch.setattr(distributed_mod, "load_inputs", no_loading)
+    monkeypatch.setattr(simulate, "load_inputs", no_loading)
     run_dir = tmp_path / "run"
     args = build_parser().parse_args(["distributed", *files, "--batch-size", "200", "--ingest-split", "120",
                                       "--method", "prefix,location", "--partitions", "2",
                                       "--checkpoint", str(run_dir), "--results-out", str(tmp_path / "r.jsonl"),
                                       "--metrics-out", str(tmp_path / "m.json")])
-    assert run_distributed(args, spark) == 0
+    run_options(vars(args), spark)
     metrics = json.loads((tmp_path / "m.json").read_text())["runs"]
     for method, m in zip(("prefix", "location"), metrics):
         got = results_of(tmp_path / f"r.{method}.jsonl")
@@ -77,7 +75,7 @@ def test_an_open_stream_gets_its_results_from_the_stages_on_a_results_request(sp
     request: one mid-stream (its answer equals the centralized engine after 200 messages, and a
     later batch makes it stale) and one after the last message (the final results, from the
     stages, not folded from events by the driver)."""
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
     d = raw_files
     lines = (d / "msgs.jsonl").read_text().splitlines(keepends=True)
@@ -106,7 +104,7 @@ def test_an_open_stream_gets_its_results_from_the_stages_on_a_results_request(sp
                                       "--partitions", "2", "--checkpoint", str(run_dir),
                                       "--results-out", str(tmp_path / "r.jsonl"),
                                       "--metrics-out", str(tmp_path / "m.json")])
-    assert run_distributed(args, spark) == 0
+    run_options(vars(args), spark)
     metrics = json.loads((tmp_path / "m.json").read_text())["runs"]
     for method, m in zip(("prefix", "location"), metrics):
         assert m["results_from"] == "stages" and m["messages"] == 400
@@ -123,7 +121,7 @@ def test_spark_adaptive_method_rebalances_over_executor_ingestion(spark, raw_fil
     """An adaptive method with live rebalancing over raw files the executors tokenize: the table
     versions travel in the source's offsets and the statistics come from the partitions' reports
     (the driver has no workload to replay); the final results equal the centralized engine's."""
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
     d = raw_files
     files = ["--messages", str(d / "msgs.jsonl"), "--subscriptions", str(d / "subs.jsonl"),
@@ -134,7 +132,7 @@ def test_spark_adaptive_method_rebalances_over_executor_ingestion(spark, raw_fil
     args = build_parser().parse_args(["distributed", *files, "--batch-size", "100", "--method", "agrid",
                                       "--rebalance", "tornado", "--partitions", "2", "--checkpoint", str(run_dir),
                                       "--results-out", str(tmp_path / "r.jsonl"), "--metrics-out", str(tmp_path / "m.json")])
-    assert run_distributed(args, spark) == 0
+    run_options(vars(args), spark)
     got = results_of(tmp_path / "r.jsonl")
     assert got == want, first_difference(got, want)
     decisions = sorted((run_dir / "rebalance" / "agrid").glob("decision-*.json"))

@@ -168,7 +168,8 @@ def test_kafka_offset_gaps_between_batches_stop_the_run():
     def settings(kind, source="kafka"):
         from types import SimpleNamespace
 
-        return SimpleNamespace(source=source, messages_topic="msgs", window=SimpleNamespace(kind=kind))
+        return SimpleNamespace(source=SimpleNamespace(kind=source, messages_topic="msgs"),
+                               window=SimpleNamespace(kind=kind))
 
     good = [_progress(0, None, 10, 10), _progress(1, 10, 20, 10)]
     check = OffsetCheck(settings("count"))
@@ -280,10 +281,10 @@ def test_distributed_refuses_ingestion_inputs_it_cannot_order(tmp_path, capsys):
 def test_the_run_directory_is_absolute_for_the_executors(tmp_path, monkeypatch):
     """A relative --checkpoint is resolved on the driver: a standalone Worker's executors would
     resolve it against their own working directory and write the events and results there."""
-    from skype.cli.distributed import run_directory
+    from skype.spark.job import run_directory
     from skype.run import build_parser
 
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["distributed", "--checkpoint", "out/run"])
-    assert run_directory(args) == tmp_path.resolve() / "out" / "run"
-    assert run_directory(build_parser().parse_args(["distributed"])).is_absolute()
+    assert run_directory(vars(args)) == tmp_path.resolve() / "out" / "run"
+    assert run_directory(vars(build_parser().parse_args(["distributed"]))).is_absolute()

@@ -15,7 +15,7 @@ from spark_fixtures import (  # noqa: E402
     oracle_check, results_of,
 )
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser, main  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -31,19 +31,19 @@ def workload(tmp_path_factory):
 def _window_args(workload, kind: str) -> list[str]:
     if kind == "count":
         return ["--window", "500"]
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload)]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload)])))
     t = inputs.messages().t
     return ["--window-seconds", str(float(t[300] - t[0]))]
 
 
 def _distributed(spark, workload, run_dir, window_args, *extra):
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
     args = build_parser().parse_args(["distributed", "--events", str(workload), *window_args,
                                       "--batch-size", str(BATCH), "--checkpoint", str(run_dir),
                                       "--results-out", str(run_dir / "results.jsonl"),
                                       "--metrics-out", str(run_dir / "metrics.json"), *map(str, extra)])
-    assert run_distributed(args, spark) == 0
+    run_options(vars(args), spark)
     return json.loads((run_dir / "metrics.json").read_text())
 
 
@@ -75,7 +75,7 @@ def test_spark_job_every_method_exact_after_every_batch(spark, workload, tmp_pat
     run_dir = tmp_path / "run"
     report = _distributed(spark, workload, run_dir, window_args, "--method", "all", "--partitions", 2)
     want_final = _centralized(workload, window_args, tmp_path / "central.jsonl")
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), *window_args]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload), *window_args])))
     window = {"window": 500} if window_kind == "count" else {"window_seconds": float(window_args[1])}
     want = centralized_by_batch(inputs, window, BATCH)
     assert sum(len(v) for v in want[-1].values()) > 100
@@ -107,7 +107,7 @@ def test_spark_job_resumes_from_checkpoint_with_equal_results(spark, workload, t
     run_dir = tmp_path / "run"
     first = _distributed(spark, workload, run_dir, window_args, "--method", "keyword", "--partitions", 3,
                          "--stop-after-batches", 2)
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), *window_args]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload), *window_args])))
     want = centralized_by_batch(inputs, {"window": 500}, BATCH)
     assert first["stopped_early"] and first["batches"] < len(want)
     with pytest.raises(InputError, match="E028"):  # a run directory keeps its settings
@@ -168,11 +168,11 @@ def test_spark_job_survives_a_driver_sigkill_and_ends_exact(spark, workload, tmp
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     killed_at = len(list((run_dir / "metrics").glob("batch-*.json")))
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
-    assert run_distributed(build_parser().parse_args(
+    run_options(vars(build_parser().parse_args(
         ["distributed", *args, "--batch-size", str(BATCH), "--checkpoint", str(run_dir),
-         "--results-out", str(run_dir / "results.jsonl"), "--metrics-out", str(run_dir / "metrics.json")]), spark) == 0
+         "--results-out", str(run_dir / "results.jsonl"), "--metrics-out", str(run_dir / "metrics.json")])), spark)
     second = json.loads((run_dir / "metrics.json").read_text())
     assert second["resumed"] and second["cache_rebuilds"] >= 2 and killed_at < 11
     want_final = _centralized(workload, ["--window", "500"], tmp_path / "central.jsonl")
@@ -196,7 +196,7 @@ def test_spark_job_kafka_sink_sends_exact_events_once_per_batch(spark, workload,
     run_dir = tmp_path / "run"
     metrics = _distributed(spark, workload, run_dir, ["--window", "500"], "--method", "location", "--partitions", 2,
                            "--sink", "kafka", "--kafka-bootstrap", "broker:9092", "--events-topic", "skype-events")
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), "--window", "500"]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload), "--window", "500"])))
     want = centralized_by_batch(inputs, {"window": 500}, BATCH)
     assert {(b, t) for b, t, _, _ in sent} == {("broker:9092", "skype-events")}
     events = [json.loads(value) for _, _, _, value in sent]

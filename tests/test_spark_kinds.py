@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from skype import io
-from skype.cli.inputs import load_inputs
+from skype.simulate import load_inputs
 from skype.data import make_workload
 from skype.data.peer_workloads import peer_subscriptions
 from skype.errors import InputError
@@ -81,15 +81,15 @@ def _record(sub) -> dict:
 
 
 def _inputs(path: Path, method: str, partitions: int = 4, window: list[str] = WINDOW):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.dskype import kinds
 
     args = build_parser().parse_args(["distributed", "--events", str(path), "--method", method, "--partitions",
                                       str(partitions), "--batch-size", str(BATCH), *window])
-    inputs = load_inputs(args)
+    inputs = load_inputs(vars(args))
     kinds.refuse(inputs, [method])
-    settings = settings_from_args(args, inputs.bounds)
-    settings.engine_options.update(kinds.engine_options(inputs))
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
+    settings.distribution.engine_options.update(kinds.engine_options(inputs))
     return inputs, settings
 
 
@@ -145,7 +145,7 @@ def _run(tmp_path: Path, method: str, events: Path, faults: bool = False, time_w
 
     window = WINDOW
     if time_window:  # about 400 messages' worth of the stream's time
-        t = load_inputs(build_parser().parse_args(["distributed", "--events", str(events)])).messages().t
+        t = load_inputs(vars(build_parser().parse_args(["distributed", "--events", str(events)]))).messages().t
         window = ["--window-seconds", str(float(t[400] - t[0]))]
     inputs, settings = _inputs(events, method, window=window)
     kind_of = kinds.kind_map(inputs)
@@ -242,7 +242,7 @@ def test_spark_kinds_terms_refused_on_a_run_that_may_not_reach_the_end(events, k
 
     args = build_parser().parse_args(["distributed", "--events", str(events), *WINDOW])
     with pytest.raises(InputError) as err:
-        kinds.refuse(load_inputs(args), ["hashing"], open_end=True)
+        kinds.refuse(load_inputs(vars(args)), ["hashing"], open_end=True)
     assert err.value.code == "E048" and "'terms'" in str(err.value) and "--stop-after-batches" in str(err.value)
     args = build_parser().parse_args(["distributed", "--events", str(keyed_events), *WINDOW])
-    kinds.refuse(load_inputs(args), ["hashing"], open_end=True)  # range, knn and topk: served
+    kinds.refuse(load_inputs(vars(args)), ["hashing"], open_end=True)  # range, knn and topk: served

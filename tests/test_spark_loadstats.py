@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 
 from spark_fixtures import LocalPipeline, centralized_by_batch, first_difference  # noqa: E402
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -30,14 +30,14 @@ BATCH = 400
 
 
 def _pipeline(tmp_path, method, policy, extra=(), batch=BATCH, partitions=3):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
 
     args = build_parser().parse_args(["distributed", *extra, "--sample-size", "300", "--method", method,
                                       "--partitions", str(partitions), "--batch-size", str(batch),
                                       "--rebalance", policy])
-    inputs = load_inputs(args)
-    settings = settings_from_args(args, inputs.bounds)
-    settings.rebalance_stats = "reports"
+    inputs = load_inputs(vars(args))
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
+    settings.distribution.rebalance_stats = "reports"
     return LocalPipeline(tmp_path / "run", settings, inputs), inputs, settings
 
 
@@ -152,9 +152,9 @@ def test_reported_statistics_rebalance_exactly_and_a_rerun_decides_the_same(meth
     assert pipe.final_results() == want[-1]
     assert redone is not None
     # a batch not decided yet whose rows lack a partition's report: refused, not folded partially
-    from skype.errors import InputError
+    from skype.errors import OperationalError
 
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         rebalancer._batch_stats(len(want), {1: "x", 2: "x"}, 3)
     assert err.value.code == "E067" and "[0]" in str(err.value)
     directory = rebalance_dir(pipe.plan.run_dir, method)
@@ -183,7 +183,7 @@ def test_spark_rebalancing_over_stream_directories_from_reports(spark, tmp_path)
 
     central = tmp_path / "central.jsonl"
     assert main(["simulate", *DRIFT, "--results-out", str(central)]) == 0
-    inputs = load_inputs(build_parser().parse_args(["simulate", *DRIFT]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", *DRIFT])))
     want = centralized_by_batch(inputs, {"window": 400}, DRIFT_BATCH)
     streams = tmp_path / "in"
     stage_inputs(inputs, streams / "messages", streams / "commands", file_records=DRIFT_BATCH)

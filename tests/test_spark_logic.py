@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 
 from spark_fixtures import METHODS, LocalPipeline, centralized_by_batch, events_workload, first_difference  # noqa: E402
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser  # noqa: E402
 from skype.dskype import codec  # noqa: E402
 from skype.dskype.codec import OP_DROP, OP_SUB, OP_UNSUB, Commands  # noqa: E402
@@ -31,18 +31,15 @@ BATCH = 400
 
 def _inputs(events_path, window_args):
     args = build_parser().parse_args(["distributed", "--events", str(events_path), *window_args])
-    return args, load_inputs(args)
+    return args, load_inputs(vars(args))
 
 
 def _settings(method, window_args, inputs, partitions=4, **extra):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
 
     args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
                                       "--batch-size", str(extra.pop("batch_size", BATCH)), *window_args])
-    settings = settings_from_args(args, inputs.bounds)
-    for key, value in extra.items():
-        setattr(settings, key, value)
-    return settings
+    return RunSettings.from_options({**vars(args), **extra}, inputs.bounds)
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +174,7 @@ def test_spark_pipeline_runs_every_method_side_by_side(workload, tmp_path):
     window_args = ["--window", "500"]
     args, inputs = _inputs(workload, window_args)
     settings = _settings("hashing", window_args, inputs)
-    settings.methods = METHODS
+    settings.distribution.methods = METHODS
     want = centralized_by_batch(inputs, settings.window.centralized(), BATCH)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     for b in range(len(want)):
@@ -214,9 +211,9 @@ def test_spark_pipeline_rebuilds_after_lost_cache_and_uncommitted_batch(method, 
         got = pipe.step(before_partition=lose_commit)
         assert got == want[b], f"batch {b}: {first_difference(got, want[b])}"
     hits = [(m["stage"], m["hit"]) for ms in pipe.metrics for m in ms if m["stage"] == "partition"]
-    misses_after_start = [h for h in hits[settings.partitions:] if not h[1]]
+    misses_after_start = [h for h in hits[settings.distribution.partitions:] if not h[1]]
     # batch 2 rebuilds every partition, batch 3 the retried one
-    assert len(misses_after_start) == settings.partitions + 1
+    assert len(misses_after_start) == settings.distribution.partitions + 1
 
 
 def test_spark_state_written_per_batch_does_not_grow_with_subscriptions(tmp_path):
@@ -295,7 +292,7 @@ def test_spark_a_message_kept_with_another_score_leaves_and_enters():
 def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(workload, tmp_path):
     """Executors that reported result events whose files are not in the run directory (it is not
     shared by every node) stop the run with E087 instead of an empty results file."""
-    from skype.errors import InputError
+    from skype.errors import OperationalError
     from skype.dskype.plan import plan_run
     from skype.dskype.results import check_results_visible
     from skype.dskype.staging import suffix
@@ -304,12 +301,12 @@ def test_spark_results_the_driver_cannot_see_are_an_error_not_an_empty_file(work
     plan = plan_run(tmp_path / "run", _settings("location", ["--window", "300"], inputs), inputs)
     pipe = plan.pipelines[0]
     check_results_visible(plan, pipe, 0)  # nothing reported, nothing to find
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         check_results_visible(plan, pipe, 12)
     assert err.value.code == "E087" and str(plan.run_dir) in str(err.value)
     events = plan.events_dir_of(pipe)
     events.mkdir(parents=True, exist_ok=True)
-    (events / f"batch-00000000-part-p00000.{suffix(plan.settings.events_format)}").write_text("")
+    (events / f"batch-00000000-part-p00000.{suffix(plan.settings.sink.events_format)}").write_text("")
     plan.metrics_dir.mkdir(parents=True, exist_ok=True)
     (plan.metrics_dir / "batch-00000000.json").write_text("{}")  # the batch completed
     check_results_visible(plan, pipe, 12)
@@ -593,7 +590,7 @@ def test_spark_source_routes_as_the_map_in_arrow_would(workload, tmp_path, metho
                                       [p.partition_keys for p in pipes], [summary_dir_of(plan, p) for p in pipes],
                                       [rebalance_dir_of(plan, p) for p in pipes])
     assert nbytes > 0 and [p.name for p in (plan.run_dir / "routers").iterdir()] == [Path(path).name]
-    routing = {"routers": path, "bounds": list(plan.settings.bounds), "dead_letters": str(tmp_path / "dead")}
+    routing = {"routers": path, "bounds": list(plan.settings.distribution.bounds), "dead_letters": str(tmp_path / "dead")}
     rebalancing.attach(plan, "never", inputs)  # an adaptive pipeline's version 0, as the job writes it
     tables = {p.index: d for p in pipes if (d := rebalance_dir_of(plan, p)) is not None}
 
@@ -611,7 +608,7 @@ def test_spark_source_routes_as_the_map_in_arrow_would(workload, tmp_path, metho
         for piece in plain.partitions(start, end):
             got = [b for b in routed.read(InputPartition(piece.value))]
             want = list(route_arrow(routers_from_file(path), plain.read(InputPartition(piece.value)),
-                                    bounds=tuple(plan.settings.bounds)))
+                                    bounds=tuple(plan.settings.distribution.bounds)))
             got_rows = pa.Table.from_batches(got).to_pylist() if got else []
             want_rows = pa.Table.from_batches(want).to_pylist() if want else []
             assert got_rows == want_rows

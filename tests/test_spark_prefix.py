@@ -17,7 +17,7 @@ from spark_fixtures import (  # noqa: E402
     LocalPipeline, centralized_by_batch, events_workload, first_difference, oracle_by_batch, oracle_check,
 )
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -51,12 +51,12 @@ def adversarial_events(path, num_messages: int = 120):
 
 
 def _load(events, method: str, window: int, batch: int, partitions: int):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
 
     args = build_parser().parse_args(["distributed", "--events", str(events), "--window", str(window), "--method",
                                       method, "--partitions", str(partitions), "--batch-size", str(batch)])
-    inputs = load_inputs(args)
-    return inputs, settings_from_args(args, inputs.bounds)
+    inputs = load_inputs(vars(args))
+    return inputs, RunSettings.from_options(vars(args), inputs.bounds)
 
 
 def test_spark_prefix_replica_wakes_when_the_threshold_falls(tmp_path):
@@ -96,7 +96,7 @@ def test_spark_every_method_matches_the_oracle_and_prefix_replicates_less(tmp_pa
     events = events_workload(tmp_path / "events.jsonl", dataset="geonames", num_messages=1600, k=3)
     window, batch = 1000, 100
     inputs, settings = _load(events, "hashing", window, batch, 4)
-    settings.methods = METHODS
+    settings.distribution.methods = METHODS
     want = centralized_by_batch(inputs, settings.window.centralized(), batch)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):
@@ -131,7 +131,7 @@ def test_spark_prefix_summaries_backfill_exactly_through_lost_caches_and_tables(
 
     window, batch = 40, 10
     inputs, settings = _load(adversarial_events(tmp_path / "events.jsonl"), "prefix", window, batch, 2)
-    settings.summaries = mode
+    settings.distribution.summaries = mode
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     tables = tmp_path / "run" / "summaries" / "prefix"
     want = centralized_by_batch(inputs, settings.window.centralized(), batch)
@@ -215,7 +215,7 @@ def test_spark_prefix_summaries_match_the_oracle_on_random_streams(tmp_path):
         for mode in ("active", "off"):
             window, batch = 60, 10
             inputs, settings = _load(events, "prefix", window, batch, 3)
-            settings.summaries = mode
+            settings.distribution.summaries = mode
             pipe = LocalPipeline(tmp_path / f"run-{seed}-{mode}", settings, inputs)
             want = centralized_by_batch(inputs, settings.window.centralized(), batch)
             for b, (oracle, live) in enumerate(oracle_by_batch(inputs, {"window": window}, batch)):

@@ -22,10 +22,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from skype import io
-from skype.cli.inputs import load_inputs
+from skype.simulate import load_inputs
 from skype.data import make_workload
 from skype.data.peer_workloads import peer_queries, peer_subscriptions
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.run import build_parser
 from spark_fixtures import LocalPipeline, rotate_owners
 
@@ -93,32 +93,32 @@ def _record(sub) -> dict:
 
 
 def _settings(path: Path, method: str, window: list[str], partitions: int = 4, summaries: str = "off"):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.dskype import kinds
 
     args = build_parser().parse_args(["distributed", "--events", str(path), "--method", method, "--partitions",
                                       str(partitions), "--batch-size", str(BATCH), "--summaries", summaries,
                                       *window])
-    inputs = load_inputs(args)
+    inputs = load_inputs(vars(args))
     kinds.refuse(inputs, method.split(","))
-    settings = settings_from_args(args, inputs.bounds)
-    settings.engine_options.update(kinds.engine_options(inputs))
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
+    settings.distribution.engine_options.update(kinds.engine_options(inputs))
     return inputs, settings
 
 
 def _simulate(path: Path, window: list[str], out: Path, engine: str = "core") -> list[dict]:
-    from skype.cli.simulate import make_engine, run_stream
+    from skype.simulate import make_engine, run_stream
 
     args = build_parser().parse_args(["simulate", "--events", str(path), "--engine", engine, *window])
-    inputs = load_inputs(args)
-    run_stream(make_engine(args, inputs), inputs, batch_size=BATCH, progress=False, answers_out=str(out))
+    inputs = load_inputs(vars(args))
+    run_stream(make_engine(vars(args), inputs), inputs, batch_size=BATCH, progress=False, answers_out=str(out))
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 def _window(path: Path, time_window: bool) -> list[str]:
     if not time_window:
         return ["--window", str(WINDOW)]
-    t = load_inputs(build_parser().parse_args(["simulate", "--events", str(path)])).messages().t
+    t = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(path)]))).messages().t
     return ["--window-seconds", str(float(t[WINDOW] - t[0]))]
 
 
@@ -129,7 +129,7 @@ def _run(tmp_path: Path, method: str, events: Path, time_window: bool = False, f
 
     window = _window(events, time_window)
     inputs, settings = _settings(events, method, window)
-    settings.engine = engine
+    settings.distribution.engine = engine
     pipe = LocalPipeline(tmp_path / method, settings, inputs)
     from skype.dskype.rebalancing import attach, rebalance_dir
 
@@ -166,7 +166,7 @@ def _answers_file(tmp_path: Path, pipe: LocalPipeline, inputs, index: int) -> li
     snapshots.write_part(directory, 0, "00000", pipe.answers.get(index, []))
     out = tmp_path / f"{pipeline.method}.answers.jsonl"
     asked = snapshots.asked_queries(inputs)
-    n = snapshots.write_answers(out, directory, asked, pipe.settings.partitions,
+    n = snapshots.write_answers(out, directory, asked, pipe.settings.distribution.partitions,
                                 pipeline.distribution.capabilities.whole_window)
     assert n == len(asked)
     return [json.loads(line) for line in out.read_text().splitlines()]
@@ -293,7 +293,7 @@ def test_spark_queries_exact_through_hand_overs(events, expected, tmp_path):
 def test_spark_queries_refused_where_no_exact_answer_is_served(method, kind, events):
     from skype.dskype import kinds, snapshots
 
-    inputs = load_inputs(build_parser().parse_args(["distributed", "--events", str(events)]))
+    inputs = load_inputs(vars(build_parser().parse_args(["distributed", "--events", str(events)])))
     bare = kind.endswith("without terms")
     inputs.steps = [(op, p) for op, p in inputs.steps if op != "query" or (  # only the queries of that kind
         p["kind"] == kind.split()[0] and not (bare and snapshots.has_terms(p)))]
@@ -323,7 +323,7 @@ def test_spark_queries_answers_out_needs_a_staged_stream_and_the_file_sink(event
     from skype import spark as dskype_on_spark
 
     inputs, settings = _settings(events, "hashing", ["--window", str(WINDOW)])
-    settings.sink = "console"
+    settings.sink.kind = "console"
     with pytest.raises(InputError) as err:
         dskype_on_spark.run(settings, inputs, None, run_dir=tmp_path / "run", answers_out=str(tmp_path / "a.jsonl"))
     assert err.value.code == "E136" and not (tmp_path / "run").exists()
@@ -335,10 +335,10 @@ def test_spark_queries_missing_answers_are_an_error_not_a_short_file(tmp_path):
     directory = tmp_path / "answers"
     snapshots.write_part(directory, 3, "00000", [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])
     asked = [{"qid": 1, "after": 5, "kind": "range", "k": 0}, {"qid": 2, "after": 6, "kind": "range", "k": 0}]
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         snapshots.write_answers(tmp_path / "a.jsonl", directory, asked, 4, whole_window=True)
     assert err.value.code == "E137" and "[2]" in str(err.value)
-    with pytest.raises(InputError):  # a partitioned window needs every partition's answer
+    with pytest.raises(OperationalError):  # a partitioned window needs every partition's answer
         snapshots.write_answers(tmp_path / "a.jsonl", directory, asked[:1], 4, whole_window=False)
     # a replayed batch rewrites its file under a fresh temporary name: no duplicate, no torn line
     snapshots.write_part(directory, 3, "00000", [json.dumps({"n": 0, "p": 0, "answer": [7], "seq": [9]})])
@@ -374,9 +374,9 @@ def test_spark_queries_generated_peer_workload_through_distributed(spark, tmp_pa
     args = build_parser().parse_args(["distributed", *common, "--method", "location", "--partitions", "2",
                                       "--batch-size", "200", "--checkpoint", str(tmp_path / "run"),
                                       "--answers-out", str(tmp_path / "dist.jsonl")])
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
-    assert run_distributed(args, spark=spark) == 0
+    run_options(vars(args), spark)
     want = [json.loads(line) for line in (tmp_path / "sim.jsonl").read_text().splitlines()]
     got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
     assert len(want) == 24 and got == want, _first_difference(got, want)
@@ -470,7 +470,7 @@ def test_spark_queries_stopped_and_resumed_run_on_a_term_method(spark, tmp_path)
     """``keyword`` on the real job (partials merged from every partition's answer files): a run
     stopped after two batches writes the answers of the queries it reached, the resumed run
     writes them all, equal to ``simulate --answers-out``."""
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
     from skype.run import main
 
     files = {name: tmp_path / f"{name}.jsonl" for name in ("m", "s", "e")}
@@ -483,11 +483,11 @@ def test_spark_queries_stopped_and_resumed_run_on_a_term_method(spark, tmp_path)
     want = [json.loads(line) for line in (tmp_path / "sim.jsonl").read_text().splitlines()]
     run = ["distributed", *common, "--method", "keyword", "--partitions", "3", "--batch-size", "200",
            "--checkpoint", str(tmp_path / "run"), "--answers-out", str(tmp_path / "dist.jsonl")]
-    assert run_distributed(build_parser().parse_args(run + ["--stop-after-batches", "2"]), spark=spark) == 0
+    run_options(vars(build_parser().parse_args(run + ["--stop-after-batches", "2"])), spark)
     got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
     reached = [a for a in want if a["after"] <= 400]
     assert reached and len(reached) < len(want) and got == reached, _first_difference(got, reached)
-    assert run_distributed(build_parser().parse_args(run), spark=spark) == 0
+    run_options(vars(build_parser().parse_args(run)), spark)
     got = [json.loads(line) for line in (tmp_path / "dist.jsonl").read_text().splitlines()]
     assert len(want) == 20 and got == want, _first_difference(got, want)
 

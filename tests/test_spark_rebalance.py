@@ -24,7 +24,7 @@ from spark_fixtures import (  # noqa: E402
     LocalPipeline, centralized_by_batch, events_workload, first_difference, fold_events_by_batch, results_of, rotate_owners,
 )
 
-from skype.cli.inputs import load_inputs  # noqa: E402
+from skype.simulate import load_inputs  # noqa: E402
 from skype.run import build_parser, main  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -41,11 +41,11 @@ def workload(tmp_path_factory):
 
 
 def _settings(method, inputs, window_args, partitions=3, batch=BATCH):
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
 
     args = build_parser().parse_args(["distributed", "--method", method, "--partitions", str(partitions),
                                       "--batch-size", str(batch), *window_args])
-    return settings_from_args(args, inputs.bounds)
+    return RunSettings.from_options(vars(args), inputs.bounds)
 
 
 HANDOVER_BATCH = 200
@@ -73,9 +73,9 @@ def test_spark_handover_exact_through_forced_moves_cache_loss_and_lost_commit(me
 
     window_args = ["--window", "500"]
     if window_kind == "time":
-        t = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload)])).messages().t
+        t = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload)]))).messages().t
         window_args = ["--window-seconds", str(float(t[300] - t[0]))]
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), *window_args]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload), *window_args])))
     settings = _settings(method, inputs, window_args, batch=HANDOVER_BATCH)
     want = centralized_by_batch(inputs, settings.window.centralized(), HANDOVER_BATCH)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
@@ -121,7 +121,7 @@ def test_spark_handover_a_stamp_that_jumps_versions_puts_the_newest_in_force(wor
     from skype.dskype.handover import handover_path
     from skype.dskype.rebalancing import attach, rebalance_dir
 
-    inputs = load_inputs(build_parser().parse_args(["simulate", "--events", str(workload), "--window", "500"]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", "--events", str(workload), "--window", "500"])))
     settings = _settings("kdt", inputs, ["--window", "500"], batch=HANDOVER_BATCH)
     want = centralized_by_batch(inputs, settings.window.centralized(), HANDOVER_BATCH)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
@@ -194,12 +194,12 @@ def _hosted_objects(hosts) -> dict:
 
 
 def _distributed(spark, run_dir, *extra):
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
 
     args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--batch-size", str(DRIFT_BATCH),
                                       "--checkpoint", str(run_dir), "--results-out", str(run_dir / "results.jsonl"),
                                       "--metrics-out", str(run_dir / "metrics.json"), *map(str, extra)])
-    assert run_distributed(args, spark) == 0
+    run_options(vars(args), spark)
     return json.loads((run_dir / "metrics.json").read_text())
 
 
@@ -216,7 +216,7 @@ def drift_reference(tmp_path_factory):
     """The centralized engine on the drift workload: after every batch, and its final results."""
     path = tmp_path_factory.mktemp("drift-central") / "central.jsonl"
     assert main(["simulate", *DRIFT, "--results-out", str(path)]) == 0
-    inputs = load_inputs(build_parser().parse_args(["simulate", *DRIFT]))
+    inputs = load_inputs(vars(build_parser().parse_args(["simulate", *DRIFT])))
     return centralized_by_batch(inputs, {"window": 400}, DRIFT_BATCH), results_of(path)
 
 
@@ -268,14 +268,14 @@ def test_spark_pipeline_driver_restart_between_decision_and_handover(tmp_path, d
     every engine is lost, and the batch that announces the version (the old owners write what
     they lose) and the one that applies it (the new owners read it) each lose a partition's
     commit once.  Exact after every batch, and the hand-over happened after the restart."""
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.spark.hosts import InProcessHosts
     from skype.dskype.rebalancing import attach, rebalance_dir
 
     args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", "agrid",
                                       "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", "tornado"])
-    inputs = load_inputs(args)
-    pipe = LocalPipeline(tmp_path / "run", settings_from_args(args, inputs.bounds), inputs)
+    inputs = load_inputs(vars(args))
+    pipe = LocalPipeline(tmp_path / "run", RunSettings.from_options(vars(args), inputs.bounds), inputs)
     first_driver = attach(pipe.plan, "tornado", inputs)[0]
     want, want_final = drift_reference
     assert pipe.step() == want[0]
@@ -313,10 +313,10 @@ def test_spark_pipeline_with_policy_exact_after_every_batch(method, policy, tmp_
 
     args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", method,
                                       "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", policy])
-    inputs = load_inputs(args)
-    from skype.cli.distributed import settings_from_args
+    inputs = load_inputs(vars(args))
+    from skype.dskype.plan import RunSettings
 
-    settings = settings_from_args(args, inputs.bounds)
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     rebalancer = attach(pipe.plan, policy, inputs)[0]
     want, want_final = drift_reference
@@ -338,14 +338,14 @@ def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, p
     """SSTD's PM/FM/FG on qt and AQWA's split + merge on aqwa (a new tree in each version),
     decided by the driver's rebalancer after every batch of SSTD's injected objects and queries
     (subscriptions arriving mid-stream): units move and the job stays exact after every batch."""
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.dskype.rebalancing import attach
 
     args = build_parser().parse_args(["distributed", "--num-subs", "600", "--num-messages", "2000", "--drift", "inject",
                                       "--drift-start", "0", "--window", "500", "--sample-size", "500", "--method",
                                       method, "--partitions", "4", "--batch-size", "250", "--rebalance", policy])
-    inputs = load_inputs(args)
-    settings = settings_from_args(args, inputs.bounds)
+    inputs = load_inputs(vars(args))
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
     want = centralized_by_batch(inputs, settings.window.centralized(), 250)
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
     rebalancer = attach(pipe.plan, policy, inputs)[0]
@@ -365,20 +365,20 @@ def test_spark_pipeline_sstd_and_aqwa_policies_exact_on_injected_drift(method, p
 def test_spark_distributed_refuses_rebalancing_it_cannot_run(extra, message, tmp_path):
     """A policy on a static method and an adaptive method on a source that does not carry the
     table versions (Kafka) fail with E063 before any session starts."""
-    from skype.cli.distributed import run_distributed
+    from skype.spark.job import run_options
     from skype.errors import InputError
 
     args = build_parser().parse_args(["distributed", "--num-subs", "20", "--num-messages", "20", "--checkpoint",
                                       str(tmp_path / "run"), *extra])
     with pytest.raises(InputError, match="E063") as err:
-        run_distributed(args, spark=object())
+        run_options(vars(args), spark=object())
     assert message in str(err.value)
 
 
 def test_measured_loads_replace_the_model_in_the_policies_plans():
     """``with_partition_loads``: the planned loads become the measured ones (the model's shape kept
     inside each partition); a partition measured hot though the model calls it balanced is the one
-    the policies unload; bad loads are refused (E060)."""
+    the policies unload; bad loads are refused (E023)."""
     from skype.data import make_workload
     from skype.errors import InputError
     from skype.partitioning import build_distribution
@@ -406,7 +406,7 @@ def test_measured_loads_replace_the_model_in_the_policies_plans():
     for bad in ([1.0, 2.0], [1.0, -1.0, 1.0, 1.0], [np.nan, 1.0, 1.0, 1.0]):
         with pytest.raises(InputError) as err:
             with_partition_loads(snap, bad)
-        assert err.value.code == "E060"
+        assert err.value.code == "E023"
 
 
 def test_spark_pipeline_measured_loads_exact_and_a_restart_keeps_the_decision(tmp_path, drift_reference):
@@ -416,17 +416,17 @@ def test_spark_pipeline_measured_loads_exact_and_a_restart_keeps_the_decision(tm
     the same decision."""
     import copy
 
-    from skype.cli.distributed import settings_from_args
+    from skype.dskype.plan import RunSettings
     from skype.dskype.rebalancing import attach
 
     args = build_parser().parse_args(["distributed", *DRIFT, "--sample-size", "300", "--method", "agrid",
                                       "--partitions", "3", "--batch-size", str(DRIFT_BATCH), "--rebalance", "tornado",
                                       "--rebalance-load", "measured"])
-    inputs = load_inputs(args)
-    settings = settings_from_args(args, inputs.bounds)
-    assert settings.rebalance_load == "measured"
+    inputs = load_inputs(vars(args))
+    settings = RunSettings.from_options(vars(args), inputs.bounds)
+    assert settings.distribution.rebalance_load == "measured"
     pipe = LocalPipeline(tmp_path / "run", settings, inputs)
-    rebalancer = attach(pipe.plan, "tornado", inputs, settings.rebalance_load)[0]
+    rebalancer = attach(pipe.plan, "tornado", inputs, settings.distribution.rebalance_load)[0]
 
     def skewed(stages, hot):
         out = copy.deepcopy(stages)

@@ -5,24 +5,20 @@ batch and, at P = 1, exactly the centralized engine's counts; the memory guard o
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skype.cli.inputs import add_workload_args, load_inputs
+from skype.simulate import load_inputs
 from skype.dskype.work import COUNTERS, counter_delta, engine_counters
 from skype.engine import Engine
-from skype.errors import InputError
+from skype.errors import OperationalError
 
 
 def _inputs(num_subs: int = 300, num_messages: int = 1200, seed: int = 3):
-    p = argparse.ArgumentParser()
-    add_workload_args(p)
-    return load_inputs(p.parse_args(["--dataset", "tweets", "--num-subs", str(num_subs), "--num-messages",
-                                     str(num_messages), "--window", "400", "--seed", str(seed)]))
+    return load_inputs({"dataset": "tweets", "num_subs": num_subs, "num_messages": num_messages, "window": 400,
+                        "seed": seed})
 
 
 @settings(max_examples=10, deadline=None)
@@ -117,7 +113,7 @@ def test_memory_guard_stops_a_local_run_with_e123(monkeypatch):
     monkeypatch.setattr(runtime, "meminfo_mb", lambda: {"MemTotal": 24_000, "MemAvailable": 900})
     guard = runtime.MemoryGuard.of(_FakeSpark({"spark.master": "local[2]"}))
     assert guard is not None and guard.floor_mb == 1200 and not guard.passes()
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         guard.raise_error(_FakeSink(), None)
     text = str(err.value)
     assert err.value.code == "E123" and "batch 5" in text and "1,000,000" in text and "3072 MB" in text
@@ -152,7 +148,7 @@ def test_a_context_stopped_by_out_of_memory_becomes_e131_without_asking_the_jvm(
     gone = RuntimeError('[STREAM_FAILED] terminated with exception: Cannot invoke '
                         '"org.apache.spark.scheduler.DAGScheduler.cleanupQueryJobs(long)" because the return value of '
                         '"org.apache.spark.SparkContext.dagScheduler()" is null')
-    with pytest.raises(InputError) as err:
+    with pytest.raises(OperationalError) as err:
         with out_of_memory_as_error(None, Sink(), DeadQuery(), ("spark.driver.memory", 1 << 30)):
             raise gone
     text = str(err.value)

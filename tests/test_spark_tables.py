@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from skype.errors import InputError  # noqa: E402
+from skype.errors import InputError, OperationalError  # noqa: E402
 from skype.dskype.handover import (TableVersion, UnitLocator, VersionLog, newest_version, version_path,  # noqa: E402
                                    write_once, write_version)
 from skype.dskype.routing import (KIND_TABLES, Router, events_from_arrow, routing_copy, stamped_tables,  # noqa: E402
@@ -92,7 +92,7 @@ def test_version_log_loads_exactly_the_stamped_versions(tmp_path):
     write_version(tmp_path, TableVersion(2, 80, 1, _locator(shift=2)))
     log = VersionLog(str(tmp_path))
     assert len(log.upto(1)) == 2 and len(log.tables) == 2, "version 2 is not read for a batch stamped 1"
-    with pytest.raises(InputError, match="E064"):
+    with pytest.raises(OperationalError, match="E064"):
         VersionLog(str(tmp_path)).upto(3)
 
 
@@ -199,5 +199,5 @@ def test_commands_go_to_their_owner_and_a_foreign_command_or_a_missing_hand_over
         PartitionCore(config).apply(PartitionInput(*empty, foreign, -1, -np.inf, ("tables:0:0",)))
     core = PartitionCore(config)
     core.apply(PartitionInput(*empty, Commands.empty(), -1, -np.inf, ("tables:0:1",)))  # announces version 1
-    with pytest.raises(InputError, match="E116"):  # partitions 1 and 2 never wrote theirs
+    with pytest.raises(OperationalError, match="E116"):  # partitions 1 and 2 never wrote theirs
         core.apply(PartitionInput(*empty, Commands.empty(), -1, -np.inf, ("tables:1:1",)))

@@ -20,22 +20,19 @@ when the command runs.  On a cluster use ``spark-submit skype/spark/app.py`` wit
 options (see ``docs/spark.md``).
 """
 
+# This module only parses the options: skype.spark.job.run_options runs them (the docstring above
+# is the command's --help).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-from skype.cli.inputs import add_workload_args, load_inputs, window_of
-from skype.cli.report import machine_info, print_table
-from skype.cli.simulate import add_engine_args, engine_options
+from skype.cli.inputs import add_workload_args
+from skype.report import distributed_rows, print_table
+from skype.cli.simulate import add_engine_args
 from skype.partitioning import ADAPTIVE_METHODS, STATIC_METHODS
 from skype.partitioning.rebalance import POLICIES
 from skype.partitioning.ranges import CUTS
-from skype.errors import InputError
-from skype.spark.job import RawStreams, default_run_directory
-from skype.workload import Inputs
 
 REBALANCE_CHOICES = (*POLICIES, "paper")
 
@@ -76,7 +73,7 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--rebalance-stats", choices=("auto", "replay", "reports"), default="auto",
                    help="where the policy's statistics come from: the driver's replay of a staged stream, or the "
                         "partitions' reports in their metrics rows (auto: replay when the driver staged the stream, "
-                        "else reports; docs/spark-design.md, 'Live rebalancing')")
+                        "else reports; docs/spark-rebalancing.md)")
     d.add_argument("--summaries", choices=("active", "hosted", "off"), default="active",
                    help="prefix on a count window: keyword summaries, a message goes to a partition only for its "
                         "terms some replica there holds; 'active': awake replicas (the paper's loose prefixes), "
@@ -140,105 +137,16 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
                    help="format of DIR/events (default: %(default)s)")
 
 
-def settings_from_args(args: argparse.Namespace, bounds):
-    from skype.dskype.plan import RunSettings
-
-    window = window_of(args)
-    kind, size = ("count", window["window"]) if "window" in window else ("time", window["window_seconds"])
-    return RunSettings(
-        methods=args.method, partitions=args.partitions, batch_size=args.batch_size, window_kind=kind,
-        window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=args.engine,
-        engine_options=engine_options(args) if args.engine == "core" else {}, merge_buckets=args.merge_buckets,
-        n1=args.n1, range_cut=args.range_cut, sample_size=args.sample_size, thresholds=args.thresholds, engine_cache=args.engine_cache,
-        host_idle_timeout=args.host_idle,
-        stream_format=args.stream_format, events_format=args.events_format, sink=args.sink, source=args.source,
-        messages_dir=args.messages_dir, commands_dir=args.commands_dir, kafka_bootstrap=args.kafka_bootstrap, events_topic=args.events_topic,
-        messages_topic=args.messages_topic, commands_topic=args.commands_topic, trigger_seconds=args.trigger_seconds,
-        stop_after_batches=args.stop_after_batches, timeout_s=args.timeout, rebalance=args.rebalance,
-        rebalance_load=args.rebalance_load, rebalance_stats=args.rebalance_stats, summaries=args.summaries,
-        ingest_split=args.ingest_split if args.vocabulary else 10_000,
-        commands_per_batch=args.commands_per_batch,
-    )
-
-
-def run_directory(args) -> Path:
-    """The run directory as an absolute path: executors resolve a relative one against their own
-    working directory (a standalone Worker's is its application folder), and would write the
-    events and results there instead of into the directory the driver reads."""
-    return Path(args.checkpoint).resolve() if args.checkpoint else default_run_directory()
-
-
 def run_distributed(args: argparse.Namespace, spark=None) -> int:
-    """Parse the options into settings and a workload, :func:`skype.spark.run` them, report.
-    ``spark``: an existing session (the Spark app, tests); else one is made from ``--master``."""
-    from skype import spark as dskype_on_spark
-    from skype.dskype import rebalancing
+    """Run the parsed options (:func:`skype.spark.job.run_options`) and print a table per method.
+    ``spark``: an existing session (the Spark app); else one is made from ``--master``."""
+    from skype.spark.job import run_options
 
-    # refusals that need no workload, before it is loaded (skype.spark.run checks them again)
-    rebalancing.check_rebalance(args.rebalance, args.method, staged=not (args.vocabulary or args.messages_dir
-                                                                         or args.source != "files"),
-                                versioned=args.source == "files")
-    workload: Inputs | RawStreams
-    if args.vocabulary:
-        check_ingest_args(args)
-        workload = RawStreams(args.vocabulary, args.messages, args.subscriptions)
-        bounds = args.bounds
-    else:
-        workload = load_inputs(args)
-        bounds = workload.bounds
-    settings = settings_from_args(args, bounds)
-    run_dir = run_directory(args)
-    out = dskype_on_spark.run(settings, workload, spark, run_dir=run_dir, results_out=args.results_out,
-                              answers_out=args.answers_out,
-                              master=getattr(args, "master", "local[*]"),
-                              driver_memory=getattr(args, "driver_memory", None), conf=dict(args.conf))
-    if args.metrics_out:
-        Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics_out).write_text(json.dumps(dict(out, machine=machine_info()), indent=2, default=float) + "\n")
+    settings, run_dir, out = run_options(vars(args), spark)
     for metrics in out.get("runs", [out]):
-        print_table(f"distributed: {metrics['method']}", _rows(metrics, settings, run_dir, metrics["resumed"]),
+        print_table(f"distributed: {metrics['method']}", distributed_rows(metrics, settings, run_dir),
                     file=sys.stdout)
     return 0
-
-
-def _rows(metrics: dict, settings, run_dir, resumed: bool) -> list[tuple[str, object]]:
-    rows = [
-        ("input", metrics["input"]), ("method", f"{metrics['method']}, P = {settings.partitions}"),
-        ("window", metrics["window"]), ("master", metrics["master"]), ("run directory", run_dir),
-        ("batches", f"{metrics['batches']} of {settings.batch_size} messages" + (" (resumed)" if resumed else "")),
-        ("messages", metrics["messages"]),
-        ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f} in batches, "
-                                f"{metrics['wall_throughput_msgs_per_s']:,.0f} wall"),
-        ("batch latency p50 / p99 (ms)", f"{metrics['batch_latency_ms_p50']:,.0f} / {metrics['batch_latency_ms_p99']:,.0f}"),
-        ("communication per message", f"{metrics['communication_per_message']:.2f}"
-                                      + (f" (+ {metrics['backfill_per_message']:.2f} read back, "
-                                         f"{metrics['backfill_rebuilds']} rebuilds)"
-                                         if metrics.get("backfill_per_message") else "")),
-        ("replication ratio", f"{metrics['replication_ratio']:.2f}"),
-        ("load imbalance (max/mean)", f"{metrics['load_imbalance']:.2f}"),
-        ("cache hit rate (steady)", f"{metrics['cache_hit_rate']:.1%} ({metrics['cache_hit_rate_steady']:.1%})"),
-        ("state bytes written / batch", f"{metrics['state_bytes_written_per_batch']:,.0f}"),
-        ("result events", metrics["result_events"]),
-        ("routing closure / tables (bytes)", f"{metrics['routing_bytes']:,} / {metrics['routing_table_bytes']:,}"),
-        ("driver peak RSS (MB)", f"{metrics['driver_peak_rss_bytes'] / 2**20:,.0f}"),
-        ("dead letters", metrics["dead_letters"]),
-    ]
-    if "moves" in metrics:
-        rows.append(("rebalancing", f"{metrics['rebalance_policy']}: {metrics['moves']} moves, "
-                                    f"{metrics['subscriptions_moved']} subscriptions, "
-                                    f"{metrics['state_bytes_moved']:,} state bytes"))
-    if metrics.get("stopped_early"):
-        rows.append(("stopped", "early: run again with the same --checkpoint to resume"))
-    return rows
-
-
-def check_ingest_args(args: argparse.Namespace) -> None:
-    """``--vocabulary``: raw files (``--messages`` with ``--subscriptions``) or raw directories
-    (checked by :meth:`skype.spark.job.RawStreams.check`), never ``--events``."""
-    if args.events:
-        raise InputError("E023", what="--events", expected="left out with --vocabulary (give --messages and "
-                                                           "--subscriptions, or the stream directories)",
-                         value=args.events)
 
 
 def cmd_distributed(args: argparse.Namespace) -> int:

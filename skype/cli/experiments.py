@@ -22,7 +22,7 @@ import sys
 from typing import Any
 from pathlib import Path
 
-from skype.cli.report import print_table
+from skype.report import print_table
 from skype.errors import InputError, invalid_choice
 
 

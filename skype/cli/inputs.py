@@ -2,7 +2,8 @@
 
 A workload is either generated (``--dataset``) or read from files (``--messages`` and
 ``--subscriptions``, or ``--events``).  The options parse into a
-:class:`skype.workload.WorkloadSpec`; :func:`skype.workload.load_workload` validates the records
+:class:`skype.workload.WorkloadSpec` (:func:`skype.simulate.workload_spec`, which holds the rule);
+:func:`skype.workload.load_workload` validates the records
 once (``--on-error fail`` stops at the first bad record, ``skip`` counts them by error code).
 """
 
@@ -12,16 +13,16 @@ import argparse
 import sys
 from typing import Any
 
-from skype import io
+from skype import io, simulate
 from skype.data.drift import DRIFT_KINDS, make_drift
 from skype.data.workloads import DATASETS, SUB_KEYWORDS
 from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS, Bounds
-from skype.workload import Inputs, WorkloadSpec, load_workload
+from skype.simulate import DEFAULT_WINDOW
+from skype.workload import Inputs
 
 DEFAULT_NUM_SUBS = 20_000
 DEFAULT_NUM_MESSAGES = 50_000
-DEFAULT_WINDOW = 10_000
 
 
 def term_range(text: str) -> tuple[int, int]:
@@ -76,36 +77,23 @@ def add_workload_args(p: argparse.ArgumentParser, *, window: bool = True) -> Non
 
 
 def window_of(args: argparse.Namespace) -> dict[str, Any]:
-    if args.window is None and args.window_seconds is None:
-        return {"window": DEFAULT_WINDOW}
-    return {"window": args.window} if args.window is not None else {"window_seconds": args.window_seconds}
+    """The parsed window options (:func:`skype.simulate.window_of`)."""
+    return simulate.window_of(vars(args))
 
 
 def drift_start(args: argparse.Namespace) -> int:
-    start = getattr(args, "drift_start", None)
-    return int(start) if start is not None else int(getattr(args, "sample_size", 0) or 0)
-
-
-def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
-    """The workload options of a subcommand (absent ones at their defaults)."""
-    return WorkloadSpec(
-        dataset=args.dataset, num_subs=args.num_subs, num_messages=args.num_messages, seed=args.seed,
-        sub_terms=tuple(args.sub_terms), k=args.k, sub_keywords=args.sub_keywords,
-        drift=getattr(args, "drift", "none"), drift_start=drift_start(args), messages=args.messages,
-        subscriptions=args.subscriptions, events=args.events, on_error=args.on_error,
-        vocabulary=getattr(args, "vocabulary", None), bounds=getattr(args, "bounds", DEFAULT_BOUNDS))
+    return simulate.workload_spec(vars(args)).drift_start
 
 
 def load_inputs(args: argparse.Namespace, *, stream: bool = False) -> Inputs:
-    """The workload of a subcommand's options (:func:`skype.workload.load_workload`; ``stream``:
-    a generated tweets stream stays generated chunk by chunk)."""
-    return load_workload(workload_spec(args), stream=stream)
+    """The workload of a subcommand's parsed options (:func:`skype.simulate.load_inputs`)."""
+    return simulate.load_inputs(vars(args), stream=stream)
 
 
 def write_drift_files(args, workload) -> int:
     """``generate --drift KIND``: the subscriptions registered first, the drifted messages, and,
     with ``--events-out``, the whole drifted stream (arrivals and departures included) as events."""
-    from skype.cli.report import print_table
+    from skype.report import print_table
 
     d = make_drift(args.drift, workload, start=drift_start(args), seed=args.seed)
     if len(d.arrivals) and not args.events_out:

@@ -38,7 +38,7 @@ from typing import Any
 
 from skype.cli.inputs import add_workload_args, load_inputs, window_of
 from skype.cli.partition_timeline import POLICY_CHOICES, policies_arg, policy_param_arg
-from skype.cli.report import print_table, progress_bar
+from skype.report import print_table, progress_bar
 from skype.partitioning import METHOD_PARAMS, METHODS, THRESHOLD_ENGINES, build_distribution, estimate_thresholds
 from skype.partitioning.measure import measure_routing
 from skype.partitioning.ranges import CUTS

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from skype.cli.inputs import load_inputs
-from skype.cli.report import print_table
+from skype.report import print_table
 from skype.errors import InputError, invalid_choice
 from skype.partitioning import ADAPTIVE_METHODS, METHOD_PARAMS, build_distribution, estimate_thresholds
 from skype.partitioning.rebalance import COMPATIBLE, PAPER_POLICY, POLICIES
@@ -120,10 +120,10 @@ def write_timeline_plot(path: str, runs: list[dict], title: str) -> Path:
 
 def cmd_partition_timeline(args: argparse.Namespace, methods: list[str], warmup_of) -> int:
     if args.interval < 1 or args.batch_size < 1 or args.sample_size < 1:
-        raise InputError("E060", what="--interval, --batch-size and --sample-size", expected="integers >= 1",
+        raise InputError("E023", what="--interval, --batch-size and --sample-size", expected="integers >= 1",
                          value=(args.interval, args.batch_size, args.sample_size))
     if len(args.partitions) != 1:
-        raise InputError("E060", what="--partitions with --rebalance", expected="one partition count",
+        raise InputError("E023", what="--partitions with --rebalance", expected="one partition count",
                          value=args.partitions)
     if args.method == "all":
         methods = ["location", "prefix", *ADAPTIVE_METHODS]

@@ -25,7 +25,8 @@ def settings_of(args: argparse.Namespace):
         fsync=args.fsync, ingest=args.ingest, queue_size=args.queue_size, max_body_bytes=args.max_body_bytes,
         max_records=args.max_records, max_connections=args.max_connections,
         max_streams_per_connection=args.max_streams_per_connection, stream_queue=args.stream_queue,
-        retain_events=args.retain_events, snapshot_every=args.snapshot_every,
+        stream_buffer_bytes=args.stream_buffer_bytes, retain_events=args.retain_events,
+        retain_seconds=args.retain_seconds, snapshot_every=args.snapshot_every,
         snapshot_seconds=args.snapshot_seconds)
 
 
@@ -71,9 +72,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-streams-per-connection", type=int, default=1000,
                    help="subscriptions one WebSocket may follow (default: %(default)s)")
     s.add_argument("--stream-queue", type=int, default=4096,
-                   help="events buffered per stream before a slow consumer is disconnected (default: %(default)s)")
+                   help="events a resuming stream is replayed at most; more: resets (default: %(default)s)")
+    s.add_argument("--stream-buffer-bytes", type=int, default=4 << 20,
+                   help="bytes a stream may leave unsent before it is cut as a slow consumer (default: 4 MiB)")
     s.add_argument("--retain-events", type=int, default=100_000,
                    help="recent events kept for resuming streams (default: %(default)s)")
+    s.add_argument("--retain-seconds", type=float, default=None,
+                   help="also drop retained events older than this (default: kept by count only)")
     s.add_argument("--snapshot-every", type=int, default=20_000,
                    help="snapshot after N written records: messages, subscription changes, advances "
                         "(default: %(default)s)")

@@ -16,7 +16,7 @@ import itertools
 import sys
 from typing import Iterator
 
-from skype.cli.report import print_table
+from skype.report import print_table
 from skype.errors import InputError
 from skype.dskype.records import document_tokens
 

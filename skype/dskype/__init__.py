@@ -11,11 +11,15 @@ process without a JVM.
   records), :mod:`~skype.dskype.durable` (the durable log), :mod:`~skype.dskype.activation`
   (``prefix``'s loose-prefix activation), :mod:`~skype.dskype.summaries` (keyword summaries),
   :mod:`~skype.dskype.handover` (adaptive methods' hand-over), :mod:`~skype.dskype.kinds`
-  (range/knn/terms subscriptions).
+  (range/knn/terms subscriptions), :mod:`~skype.dskype.snapshots` (snapshot queries at the
+  partitions' stream position), :mod:`~skype.dskype.work` (a partition engine's work counters
+  per batch).
 - Stream records: :mod:`~skype.dskype.codec` (blobs), :mod:`~skype.dskype.records` (raw records),
   :mod:`~skype.dskype.routing` (the router), :mod:`~skype.dskype.ordering` (Kafka order),
   :mod:`~skype.dskype.keys` (grouping keys), :mod:`~skype.dskype.vocabulary` (the shipped
   vocabulary), :mod:`~skype.dskype.staging` (staged inputs).
 - Driver: :mod:`~skype.dskype.plan` (the run's plan), :mod:`~skype.dskype.results` (metrics and
-  final results), :mod:`~skype.dskype.rebalancing` (live rebalancing decisions).
+  final results), :mod:`~skype.dskype.rebalancing` (live rebalancing decisions),
+  :mod:`~skype.dskype.loadstats` (an adaptive pipeline's load statistics from the partitions'
+  reports).
 """

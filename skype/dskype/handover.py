@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.model import SubscriptionBatch, TermMatrix
 from skype.partitioning.units import Grid, UnitDistribution, subscription_bytes
 from skype.dskype import codec
@@ -204,12 +204,12 @@ class VersionLog:
                 with open(path, "rb") as fh:
                     table = pickle.load(fh)
             except (OSError, pickle.UnpicklingError, EOFError) as err:
-                raise InputError("E064", path=self.directory, detail=f"{path.name}: {err}") from None
+                raise OperationalError("E064", path=self.directory, detail=f"{path.name}: {err}") from None
             if table.version != v:
-                raise InputError("E064", path=self.directory, detail=f"{path.name} holds version {table.version}")
+                raise OperationalError("E064", path=self.directory, detail=f"{path.name} holds version {table.version}")
             self.tables.append(table)
         if not self.tables:
-            raise InputError("E064", path=self.directory, detail="no version 0")
+            raise OperationalError("E064", path=self.directory, detail="no version 0")
         return self.tables[:int(version) + 1]
 
 
@@ -329,7 +329,7 @@ class Handover:
                 blob = path.read_bytes()
                 sections = pickle.loads(blob)
             except (OSError, pickle.UnpicklingError, EOFError) as err:
-                raise InputError("E116", version=version, sender=q, path=self.directory, detail=str(err)) from None
+                raise OperationalError("E116", version=version, sender=q, path=self.directory, detail=str(err)) from None
             self.metrics["handover_read_bytes"] += len(blob)
             mine = sections.get(self.partition)
             if mine is not None:

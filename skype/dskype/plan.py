@@ -29,6 +29,8 @@ import json
 import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -47,16 +49,42 @@ SUMMARIES = ("active", "hosted", "off")  # prefix keyword summaries (skype.dskyp
 
 
 @dataclass
-class RunSettings:
-    """Everything that shapes a run (see the ``distributed`` command for each option).
+class SourceSettings:
+    """Where the stream comes from: stream files the driver stages (``messages_dir`` None) or
+    reads, or Kafka topics; with ``vocabulary`` the executors ingest raw records themselves
+    (:mod:`skype.spark.ingest`, ``ingest_split`` records a reading task)."""
+
+    kind: str = "files"                 # SOURCES
+    stream_format: str = "parquet"
+    messages_dir: str | None = None
+    commands_dir: str | None = None
+    kafka_bootstrap: str | None = None  # also the sink's broker (--sink kafka)
+    messages_topic: str | None = None
+    commands_topic: str | None = None
+    vocabulary: str | None = None       # executors ingest raw streams with this shipped file
+    ingest_split: int = 10_000
+
+
+@dataclass
+class SinkSettings:
+    """Where the result-change events go: ``DIR/events`` files, the console, or a Kafka topic."""
+
+    kind: str = "files"                 # SINKS
+    events_format: str = "parquet"
+    events_topic: str | None = None     # --sink kafka: the topic the executors write the events to
+
+
+@dataclass
+class DistributionSettings:
+    """What runs where: the methods over ``partitions`` subscription partitions (and
+    ``merge_buckets`` merge keys), their cost model and rebalancing, and the engine each
+    partition runs over the window.  Its ``CHECKED_SETTINGS`` are what a resumed run must keep.
 
     ``methods``: one distribution method, or several evaluated side by side over the same stream
-    (one pipeline each: own partitions, state and events; they share batches and executors).
-    """
+    (one pipeline each: own partitions, state and events; they share batches and executors)."""
 
     methods: tuple
     partitions: int
-    batch_size: int
     window_kind: str
     window_size: float
     bounds: tuple
@@ -67,82 +95,143 @@ class RunSettings:
     range_cut: str = "balanced"  # term ranges of keyword, prefix and the hybrids (skype.partitioning.ranges)
     sample_size: int = 10_000
     thresholds: str = "auto"
-    engine_cache: str = "process"
-    host_idle_timeout: float = 600.0
-    stream_format: str = "parquet"
-    events_format: str = "parquet"
-    sink: str = "files"
-    source: str = "files"
-    messages_dir: str | None = None
-    commands_dir: str | None = None
-    kafka_bootstrap: str | None = None
-    messages_topic: str | None = None
-    commands_topic: str | None = None
-    events_topic: str | None = None  # --sink kafka: the topic the executors write the events to
-    trigger_seconds: float | None = None  # None: availableNow (process what is there, then stop)
-    stop_after_batches: int | None = None
-    timeout_s: float | None = None
-    vocabulary: str | None = None  # executors ingest raw streams with this shipped file (skype.spark.ingest)
-    ingest_split: int = 10_000  # raw records per reading task
     rebalance: str = "never"  # the rebalancing policy of adaptive methods (skype.dskype.rebalancing)
     rebalance_load: str = "model"  # what the policy balances: its paper's model, or measured engine work
     rebalance_stats: str = "auto"  # where the policy's statistics come from (skype.dskype.loadstats.SOURCES)
     summaries: str = "active"  # prefix: whose terms are live in the keyword summaries (or "off")
+
+
+@dataclass
+class ControlSettings:
+    """How the run is driven: batch sizes, triggers, stops, and where the engines live."""
+
+    batch_size: int = 10_000
     commands_per_batch: int | None = None  # None: derived from the memory (skype.spark.runtime.commands_cap); 0: no cap
+    trigger_seconds: float | None = None  # None: availableNow (process what is there, then stop)
+    stop_after_batches: int | None = None
+    timeout_s: float | None = None
+    engine_cache: str = "process"
+    host_idle_timeout: float = 600.0
+
+
+# the options of the distributed command, by group (RunSettings.from_options); the workload's and
+# the engine's own options are skype.simulate's (source) and skype.engine_settings' (distribution)
+SOURCE_OPTIONS = ("source", "stream_format", "messages_dir", "commands_dir", "kafka_bootstrap", "messages_topic",
+                  "commands_topic", "vocabulary", "ingest_split")
+SINK_OPTIONS = ("sink", "events_format", "events_topic")
+DISTRIBUTION_OPTIONS = ("method", "partitions", "merge_buckets", "n1", "range_cut", "sample_size", "thresholds",
+                        "rebalance", "rebalance_load", "rebalance_stats", "summaries", "window", "window_seconds")
+CONTROL_OPTIONS = ("batch_size", "commands_per_batch", "trigger_seconds", "stop_after_batches", "timeout",
+                   "engine_cache", "host_idle")
+
+
+@dataclass
+class RunSettings:
+    """Everything that shapes a run (see the ``distributed`` command for each option), in four
+    groups: the ``source`` of the stream, the ``sink`` of its events, the ``distribution`` (methods,
+    partitions, engine, window) and the run's ``control``.  Built from one mapping of options by
+    :meth:`from_options`; checked once, here."""
+
+    source: SourceSettings
+    sink: SinkSettings
+    distribution: DistributionSettings
+    control: ControlSettings
 
     def __post_init__(self) -> None:
         from skype.partitioning import METHODS
 
-        self.methods = (self.methods,) if isinstance(self.methods, str) else tuple(self.methods)
-        for method in self.methods:
+        d, c = self.distribution, self.control
+        d.methods = (d.methods,) if isinstance(d.methods, str) else tuple(d.methods)
+        for method in d.methods:
             if method not in METHODS:
                 raise InputError("E022", what="distribution method", value=method, choices=", ".join(METHODS))
-        if not self.methods or len(set(self.methods)) != len(self.methods):
-            raise InputError("E023", what="methods", expected="distinct methods, at least one", value=self.methods)
-        for name in ("partitions", "batch_size"):
-            value = getattr(self, name)
+        if not d.methods or len(set(d.methods)) != len(d.methods):
+            raise InputError("E023", what="methods", expected="distinct methods, at least one", value=d.methods)
+        for name, value in (("partitions", d.partitions), ("batch_size", c.batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError("E023", what=name.replace("_", "-"), expected="an integer >= 1", value=value)
-        cap = self.commands_per_batch
+        cap = c.commands_per_batch
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise InputError("E023", what="commands-per-batch", expected="an integer >= 0 (0: no cap)", value=cap)
         from skype.partitioning.ranges import CUTS
 
-        if self.range_cut not in CUTS:
-            raise InputError("E022", what="range cut", value=self.range_cut, choices=", ".join(CUTS))
-        if self.merge_buckets is None:
-            self.merge_buckets = self.partitions
-        if self.merge_buckets < 1:
-            raise InputError("E023", what="merge-buckets", expected="an integer >= 1", value=self.merge_buckets)
-        for name, value, choices in (("engine cache", self.engine_cache, ENGINE_CACHES), ("sink", self.sink, SINKS),
-                                     ("events format", self.events_format, EVENT_FORMATS),
-                                     ("source", self.source, SOURCES), ("summaries", self.summaries, SUMMARIES),
-                                     ("rebalancing statistics", self.rebalance_stats, STATS_SOURCES)):
-            if value not in choices:
-                raise InputError("E022", what=name, value=value, choices=", ".join(choices))
-        if self.source == "kafka" and not (self.kafka_bootstrap and self.messages_topic and self.commands_topic):
+        if d.range_cut not in CUTS:
+            raise InputError("E022", what="range cut", value=d.range_cut, choices=", ".join(CUTS))
+        if d.merge_buckets is None:
+            d.merge_buckets = d.partitions
+        if d.merge_buckets < 1:
+            raise InputError("E023", what="merge-buckets", expected="an integer >= 1", value=d.merge_buckets)
+        for what, chosen, choices in (("engine cache", c.engine_cache, ENGINE_CACHES), ("sink", self.sink.kind, SINKS),
+                                     ("events format", self.sink.events_format, EVENT_FORMATS),
+                                     ("source", self.source.kind, SOURCES), ("summaries", d.summaries, SUMMARIES),
+                                     ("rebalancing statistics", d.rebalance_stats, STATS_SOURCES)):
+            if chosen not in choices:
+                raise InputError("E022", what=what, value=chosen, choices=", ".join(choices))
+        src = self.source
+        if src.kind == "kafka" and not (src.kafka_bootstrap and src.messages_topic and src.commands_topic):
             raise InputError("E023", what="--source kafka", expected="given with --kafka-bootstrap, --messages-topic "
-                                                                     "and --commands-topic", value=self.kafka_bootstrap)
-        if self.sink == "kafka" and not (self.kafka_bootstrap and self.events_topic):
+                                                                     "and --commands-topic", value=src.kafka_bootstrap)
+        if self.sink.kind == "kafka" and not (src.kafka_bootstrap and self.sink.events_topic):
             raise InputError("E023", what="--sink kafka", expected="given with --kafka-bootstrap and --events-topic",
-                             value=self.events_topic)
-        self.window = WindowSpec(self.window_kind, float(self.window_size))
+                             value=self.sink.events_topic)
+        self.window = WindowSpec(d.window_kind, float(d.window_size))
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], bounds) -> RunSettings:
+        """The settings of one mapping of options (the ``distributed`` command's names, ``_`` for
+        ``-``; absent ones at their defaults, unknown ones ignored, so ``vars(args)`` is valid),
+        grouped as :data:`SOURCE_OPTIONS`, :data:`SINK_OPTIONS`, :data:`DISTRIBUTION_OPTIONS` (with
+        the engine's options, :mod:`skype.engine_settings`) and :data:`CONTROL_OPTIONS`.
+        ``bounds``: the space (the workload's; with raw streams, the options')."""
+        from skype.engine_settings import EngineSettings, window_of
+
+        def get(name: str, default: Any = None) -> Any:
+            value = options.get(name)
+            return default if value is None else value
+
+        window = window_of(options)
+        kind, size = ("count", window["window"]) if "window" in window else ("time", window["window_seconds"])
+        engine = EngineSettings.from_options(options)
+        source = SourceSettings(
+            kind=get("source", "files"), stream_format=get("stream_format", "parquet"),
+            messages_dir=options.get("messages_dir"), commands_dir=options.get("commands_dir"),
+            kafka_bootstrap=options.get("kafka_bootstrap"), messages_topic=options.get("messages_topic"),
+            commands_topic=options.get("commands_topic"),
+            ingest_split=get("ingest_split", 10_000) if options.get("vocabulary") else 10_000)
+        sink = SinkSettings(kind=get("sink", "files"), events_format=get("events_format", "parquet"),
+                            events_topic=options.get("events_topic"))
+        distribution = DistributionSettings(
+            methods=get("method", ("prefix",)), partitions=get("partitions", 2), window_kind=kind,
+            window_size=float(size), bounds=tuple(bounds.as_tuple()), engine=engine.engine,
+            engine_options=engine.engine_options() if engine.engine == "core" else {},
+            merge_buckets=options.get("merge_buckets"), n1=options.get("n1"), range_cut=get("range_cut", "balanced"),
+            sample_size=get("sample_size", 10_000), thresholds=get("thresholds", "auto"),
+            rebalance=get("rebalance", "never"), rebalance_load=get("rebalance_load", "model"),
+            rebalance_stats=get("rebalance_stats", "auto"), summaries=get("summaries", "active"))
+        control = ControlSettings(
+            batch_size=get("batch_size", 10_000), commands_per_batch=options.get("commands_per_batch"),
+            trigger_seconds=options.get("trigger_seconds"), stop_after_batches=options.get("stop_after_batches"),
+            timeout_s=options.get("timeout"), engine_cache=get("engine_cache", "process"),
+            host_idle_timeout=get("host_idle", 600.0))
+        return cls(source, sink, distribution, control)
 
     @property
     def staged(self) -> bool:
         """Whether the driver stages the stream itself (its workload is the whole stream)."""
-        return self.source == "files" and self.messages_dir is None and not self.vocabulary
+        return self.source.kind == "files" and self.source.messages_dir is None and not self.source.vocabulary
 
     def statistics_source(self) -> str | None:
         """Where the live rebalancer's statistics come from (:func:`skype.dskype.loadstats.stats_source`);
         None without a policy."""
-        return None if self.rebalance == "never" else stats_source(self.rebalance_stats, self.staged)
+        d = self.distribution
+        return None if d.rebalance == "never" else stats_source(d.rebalance_stats, self.staged)
 
     def checked(self) -> dict:
-        d = asdict(self)
-        d["bounds"] = list(self.bounds)
-        d["engine_options"] = dict(sorted(self.engine_options.items()))
-        d["methods"] = list(self.methods)
+        """What a resumed run must keep (``run.json``): the distribution's :data:`CHECKED_SETTINGS`."""
+        d = asdict(self.distribution)
+        d["bounds"] = list(self.distribution.bounds)
+        d["engine_options"] = dict(sorted(self.distribution.engine_options.items()))
+        d["methods"] = list(self.distribution.methods)
         return {k: d[k] for k in CHECKED_SETTINGS}
 
 
@@ -208,11 +297,11 @@ class Plan:
 
     @property
     def messages_dir(self) -> str:
-        return self.settings.messages_dir or str(self.run_dir / "stream" / "messages")
+        return self.settings.source.messages_dir or str(self.run_dir / "stream" / "messages")
 
     @property
     def commands_dir(self) -> str:
-        return self.settings.commands_dir or str(self.run_dir / "stream" / "commands")
+        return self.settings.source.commands_dir or str(self.run_dir / "stream" / "commands")
 
 
 # --------------------------------------------------------------------------- planning
@@ -229,8 +318,8 @@ def build_distribution_for(settings: RunSettings, method: str, inputs):
     _, first = np.unique(subs.ids, return_index=True)  # an id subscribed again: its first record
     subs = subs.take(np.sort(first))
     messages = inputs.messages()
-    sample = messages.slice(0, min(settings.sample_size, len(messages)))
-    params = {"summary": False, "bounds": Bounds(*settings.bounds), "n1": settings.n1, "cut": settings.range_cut}
+    sample = messages.slice(0, min(settings.distribution.sample_size, len(messages)))
+    params = {"summary": False, "bounds": Bounds(*settings.distribution.bounds), "n1": settings.distribution.n1, "cut": settings.distribution.range_cut}
     params = {k: v for k, v in params.items() if k in METHOD_PARAMS[method] and v is not None}
     theta = None
     if capabilities_of(method).thresholds and len(subs) and len(sample):
@@ -238,9 +327,9 @@ def build_distribution_for(settings: RunSettings, method: str, inputs):
             warm = min(int(settings.window.size), len(sample))
         else:
             warm = int((sample.t > sample.t[-1] - settings.window.size).sum())
-        theta = estimate_thresholds(subs, sample, inputs.vocabulary, max(warm, 1), settings.thresholds,
-                                    bounds=Bounds(*settings.bounds))
-    return build_distribution(method, settings.partitions, subs, sample, inputs.vocabulary, theta, **params)
+        theta = estimate_thresholds(subs, sample, inputs.vocabulary, max(warm, 1), settings.distribution.thresholds,
+                                    bounds=Bounds(*settings.distribution.bounds))
+    return build_distribution(method, settings.distribution.partitions, subs, sample, inputs.vocabulary, theta, **params)
 
 
 def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_messages: int | None = None) -> Plan:
@@ -261,7 +350,7 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
         saved["settings"].setdefault("rebalance_load", "model")
         saved["settings"].setdefault("rebalance_stats", "auto")  # run directories from before reported statistics
         # runs from before keyword summaries routed every term: any mode resumes them exactly
-        saved["settings"].setdefault("summaries", settings.summaries)
+        saved["settings"].setdefault("summaries", settings.distribution.summaries)
         if saved["settings"] != settings.checked():
             diff = {k: (saved["settings"].get(k), v) for k, v in settings.checked().items()
                     if saved["settings"].get(k) != v}
@@ -276,21 +365,21 @@ def plan_run(run_dir: str | Path, settings: RunSettings, inputs=None, stream_mes
     if inputs is None:
         raise InputError("E023", what="a new run", expected="given a workload", value=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
-    if settings.source == "files" and settings.messages_dir is None:
+    if settings.source.kind == "files" and settings.source.messages_dir is None:
         stream_messages = int(inputs.num_messages)
         stage_inputs(inputs, run_dir / "stream" / "messages", run_dir / "stream" / "commands",
-                     fmt=settings.stream_format, file_records=max(settings.batch_size, 1000))
-    buckets = settings.partitions if settings.merge_buckets is None else settings.merge_buckets
-    shuffle = max(settings.partitions, buckets)
-    n = len(settings.methods)
-    pkeys = grouping_keys(n * settings.partitions, shuffle)
+                     fmt=settings.source.stream_format, file_records=max(settings.control.batch_size, 1000))
+    buckets = settings.distribution.partitions if settings.distribution.merge_buckets is None else settings.distribution.merge_buckets
+    shuffle = max(settings.distribution.partitions, buckets)
+    n = len(settings.distribution.methods)
+    pkeys = grouping_keys(n * settings.distribution.partitions, shuffle)
     bkeys = grouping_keys(n * buckets, shuffle)
     pipelines = []
-    for i, method in enumerate(settings.methods):
+    for i, method in enumerate(settings.distribution.methods):
         dist = build_distribution_for(settings, method, inputs)
         with open(run_dir / f"distribution-{method}.pkl", "wb") as fh:
             pickle.dump(dist, fh)
-        pipelines.append(Pipeline(i, method, dist, pkeys[i * settings.partitions:(i + 1) * settings.partitions],
+        pipelines.append(Pipeline(i, method, dist, pkeys[i * settings.distribution.partitions:(i + 1) * settings.distribution.partitions],
                                   bkeys[i * buckets:(i + 1) * buckets]))
     meta_path.write_text(json.dumps({
         "settings": settings.checked(), "shuffle_partitions": shuffle, "stream_messages": stream_messages,

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
 from skype.dskype.handover import (HANDOVER_PREFIX, TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
@@ -186,7 +186,7 @@ class Rebalancer:
             return self._decision(batch) or {}
         if self.state is None or self.state["batch"] != batch - 1:
             if batch > 0 and self.source == "reports" and not any(self.directory.glob("state-*.pkl")):
-                raise InputError("E065", batch=batch - 1, path=str(self.directory))  # nothing to replay from
+                raise OperationalError("E065", batch=batch - 1, path=str(self.directory))  # nothing to replay from
             if batch == 0 or not any(self.directory.glob("state-*.pkl")):
                 self.state = self._fresh()
                 if batch > 0:  # no decision was ever recorded: replay the stream up to here
@@ -194,7 +194,7 @@ class Rebalancer:
             elif self._state_path(batch - 1).exists():
                 self.state = self._load(batch - 1)
             else:
-                raise InputError("E065", batch=batch - 1, path=str(self.directory))
+                raise OperationalError("E065", batch=batch - 1, path=str(self.directory))
         state = dict(self.state)
         ups = [m["upto"] for m in stages if m.get("stage") == "partition" and m.get("pipeline") == self.pipeline]
         record: dict = {"batch": batch, "version": None}
@@ -265,7 +265,7 @@ class Rebalancer:
         if not path.exists():
             missing = sorted(set(range(num_partitions)) - set(reports))
             if missing:  # a partial fold would be silently wrong (partition 0 holds the message side)
-                raise InputError("E067", batch=batch, pipeline=self.pipeline, missing=missing)
+                raise OperationalError("E067", batch=batch, pipeline=self.pipeline, missing=missing)
             stats = loadstats.fold_reports(reports, num_partitions)
             write_once(path, pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL))
         with open(path, "rb") as fh:  # the first attempt's file, whoever wrote it
@@ -343,6 +343,6 @@ def rebalancing_report(plan, outcome, pipeline) -> dict:
                       "latency_spike": (spike / median) if spike is not None and median > 0 else None,
                       "imbalance_before": d["plan"]["imbalance_before"],
                       "imbalance_predicted": d["plan"]["imbalance_predicted"]})
-    return {"rebalance_policy": policy_of(plan.settings.rebalance, pipeline.method), "moves": len(moves),
+    return {"rebalance_policy": policy_of(plan.settings.distribution.rebalance, pipeline.method), "moves": len(moves),
             "subscriptions_moved": int(sum(m["subscriptions_handed_over"] for m in moves)),
             "state_bytes_moved": int(sum(m["state_bytes_moved"] for m in moves)), "rebalance_moves": moves}

@@ -73,7 +73,7 @@ def event_files(plan: Plan, pipeline: Pipeline) -> list[Path]:
     """A pipeline's event files of completed batches (:func:`completed_batch`) in batch order
     (``batch-<id>-part-<p>``: the name sorts by batch; a subscription's events of one batch are in
     one part)."""
-    return _completed(plan.events_dir_of(pipeline).glob(f"batch-*.{suffix(plan.settings.events_format)}"),
+    return _completed(plan.events_dir_of(pipeline).glob(f"batch-*.{suffix(plan.settings.sink.events_format)}"),
                       completed_batch(plan))
 
 
@@ -112,14 +112,14 @@ def check_results_visible(plan: Plan, pipeline: Pipeline, result_events: int) ->
     event files nor stage results: they wrote somewhere the driver cannot see (a directory that is
     not shared by every node), and folding nothing would write an empty results file.  With
     ``--sink kafka`` the driver has no events to fold: E088 unless the stages sent the results."""
-    if plan.settings.sink == "kafka" and not stage_result_files(plan, pipeline):
+    if plan.settings.sink.kind == "kafka" and not stage_result_files(plan, pipeline):
         from skype.errors import InputError
 
-        raise InputError("E088", method=pipeline.method, topic=plan.settings.events_topic)
+        raise InputError("E088", method=pipeline.method, topic=plan.settings.sink.events_topic)
     if result_events and not stage_result_files(plan, pipeline) and not event_files(plan, pipeline):
-        from skype.errors import InputError
+        from skype.errors import OperationalError
 
-        raise InputError("E087", run_dir=plan.run_dir, events=result_events)
+        raise OperationalError("E087", run_dir=plan.run_dir, events=result_events)
 
 
 def final_results(plan: Plan, pipeline: Pipeline) -> Iterator[tuple[int, list[Match]]]:
@@ -137,7 +137,7 @@ def folded_results(plan: Plan, pipeline: Pipeline) -> list[tuple[int, list[Match
     state: dict = {}
     batches: dict[str, list[dict]] = {}
     for path in event_files(plan, pipeline):
-        batches.setdefault(path.name.split("-part-")[0], []).extend(read_event_rows(path, plan.settings.events_format))
+        batches.setdefault(path.name.split("-part-")[0], []).extend(read_event_rows(path, plan.settings.sink.events_format))
     for name in sorted(batches):
         # a subscription that moved within the batch (unsubscribed on one partition, subscribed on
         # another: two parts) is removed before it is created again
@@ -179,7 +179,7 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     latency = [float(p["durationMs"].get("triggerExecution", 0.0)) for p in progress]
     messages = (max(m["upto"] for m in parts) - min(m["first_seq"] for m in parts)) if parts else 0
     busy_s = sum(latency) / 1000.0
-    P = plan.settings.partitions
+    P = plan.settings.distribution.partitions
     work = partition_work(parts, P)
     received = np.zeros(P)
     hosted = np.zeros(P)
@@ -207,8 +207,8 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
     written_merge = [sum(m["state_bytes_written"] for m in r["stages"] if m["stage"] == "merge") for r in records]
     mean_work = float(work.mean()) if P else 0.0
     return {
-        "method": pipeline.method, "partitions": P, "merge_buckets": plan.settings.merge_buckets,
-        "batch_size": plan.settings.batch_size, "window": plan.settings.window.centralized(),
+        "method": pipeline.method, "partitions": P, "merge_buckets": plan.settings.distribution.merge_buckets,
+        "batch_size": plan.settings.control.batch_size, "window": plan.settings.window.centralized(),
         "batches": len(records), "messages": int(messages), "resumed": plan.resumed,
         "stopped_early": outcome.stopped_early,
         "throughput_msgs_per_s": messages / busy_s if busy_s > 0 else 0.0,
@@ -244,7 +244,7 @@ def run_metrics(plan: Plan, outcome: RunOutcome, pipeline: Pipeline) -> dict:
         "batch_latency_ms_p50_steady": _percentile(latency[1:], 50),
         "state_bytes_written": written,
         "result_events": sum(r["events"] for r in records),
-        "engine_cache": plan.settings.engine_cache,
+        "engine_cache": plan.settings.control.engine_cache,
         "routing_bytes": plan.routing_bytes, "routing_table_bytes": plan.routing_table_bytes,
         "driver_peak_rss_bytes": outcome.driver_peak_rss_bytes,
         "dead_letters": count_dead_letters(plan),

@@ -47,7 +47,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from skype import io, queries
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.model import Match
 from skype.partitioning.capabilities import capabilities_of
 from skype.queries import Neighbor, QuerySpec, TermCount
@@ -324,7 +324,7 @@ def write_answers(path: str | Path, directory: str | Path, asked: list[dict], pa
     missing = [q["qid"] for n, q in enumerate(asked) if len(partials.get(n, {})) != need
                and (complete or n in partials)]
     if missing:
-        raise InputError("E137", missing=missing[:5] + (["..."] if len(missing) > 5 else []), path=str(directory))
+        raise OperationalError("E137", missing=missing[:5] + (["..."] if len(missing) > 5 else []), path=str(directory))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     written = 0
     with open(path, "w", encoding="utf-8") as fh:

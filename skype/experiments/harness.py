@@ -161,7 +161,7 @@ def _delta(before: dict, after: dict, key: str) -> float:
 
 
 def summarize(prep: Prepared, before: dict, after: dict, wall_s: float, messages: int) -> dict:
-    from skype.cli.report import peak_rss_bytes
+    from skype.report import peak_rss_bytes
 
     stats = prep.engine.stats()
     arrivals = after["arrivals"] - before["arrivals"]

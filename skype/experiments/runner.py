@@ -40,12 +40,12 @@ def _workload_order(spec) -> tuple:
 
 
 def machine_facts() -> dict:
-    """CPU, cores, memory and versions (``skype.cli.report.machine_info``), plus matplotlib, tqdm
+    """CPU, cores, memory and versions (``skype.report.machine_info``), plus matplotlib, tqdm
     and the git commit of the checkout."""
     import matplotlib
     import tqdm
 
-    from skype.cli.report import machine_info
+    from skype.report import machine_info
 
     info = machine_info()
     info["matplotlib"] = matplotlib.__version__
@@ -76,7 +76,7 @@ def run_suite(names: Sequence[str], scale: Scale, out_dir: Path, *, command: str
     ``report.md`` into ``out_dir`` and returns the results document."""
     from tqdm import tqdm
 
-    from skype.cli.report import progress_bar
+    from skype.report import progress_bar
 
     out_dir.mkdir(parents=True, exist_ok=True)
     planned = plan(names, scale)
@@ -132,7 +132,7 @@ CONTROL_METRICS = ("amp_us", "emp_us", "us_per_msg", "reevals_per_1000", "avg_bu
 def _control_repeat(doc: dict, unique: dict, order: list[str], scale: Scale, progress: bool | None) -> dict:
     """Measure Skype's default run once more at the end: how far two measurements of one
     configuration lie apart on this machine at this time (the noise of the timings)."""
-    from skype.cli.report import progress_bar
+    from skype.report import progress_bar
     from skype.experiments.design import spec_key, system_spec
 
     key = spec_key(system_spec(scale, scale.sweep_dataset))

@@ -116,7 +116,7 @@ class AqwaDistribution(UnitDistribution):
         thresholds = check_thresholds(thresholds, len(subscriptions))
         g = Grid(*check_grid(grid), bounds)
         if g.num_cells < num_partitions:
-            raise InputError("E060", what="grid of method 'aqwa'", expected=f"at least P = {num_partitions} cells",
+            raise InputError("E023", what="grid of method 'aqwa'", expected=f"at least P = {num_partitions} cells",
                              value=(g.nx, g.ny))
         vocab_size = vocabulary_size(vocabulary, subscriptions, sample)
         _, count = sample_cell_costs(g, subscriptions, None, thresholds, vocab_size)

@@ -98,9 +98,9 @@ def check_grid(grid: Any) -> tuple[int, int]:
     try:
         nx, ny = (int(v) for v in grid)
     except (TypeError, ValueError):
-        raise InputError("E060", what="grid", expected="two integers (nx, ny) >= 1", value=grid) from None
+        raise InputError("E023", what="grid", expected="two integers (nx, ny) >= 1", value=grid) from None
     if nx < 1 or ny < 1 or nx * ny > 1 << 22:
-        raise InputError("E060", what="grid", expected="two integers (nx, ny) >= 1, at most 4M cells", value=grid)
+        raise InputError("E023", what="grid", expected="two integers (nx, ny) >= 1, at most 4M cells", value=grid)
     return nx, ny
 
 

@@ -22,7 +22,8 @@ limits, streams), :mod:`~skype.service.guard` (Host, Origin and Content-Type che
 (the single engine thread, group commit), :mod:`~skype.service.state` (commands to engine calls
 and events), :mod:`~skype.service.ingest` (an NDJSON batch decoded and validated by columns),
 :mod:`~skype.service.events` (a write's events as columns), :mod:`~skype.service.window` (the
-window's records as the batches' bodies), :mod:`~skype.service.hub` (event ring and fan-out),
+window's records as the batches' bodies), :mod:`~skype.service.hub` (the event ring, resume
+watermarks), :mod:`~skype.service.fanout` (events encoded once, one write per stream per block),
 :mod:`~skype.service.wal` (the checksummed log), :mod:`~skype.service.snapshot` (Parquet
 snapshots), :mod:`~skype.service.auth` and :mod:`~skype.service.metrics`.
 

@@ -7,17 +7,17 @@ naming a subscription answers a caller who may not see it the same whether it ex
 (no id enumeration).  The bulk and paginated routes are in :mod:`skype.service.bulk`; the
 service is built by :func:`skype.service.build.create_app`.  Errors are
 catalogue errors answered as ``{"error": {"code", "message", "line"?}}`` with the status of
-:data:`STATUS` (400 by default).  Event streams (SSE and WebSocket) each own a bounded
-:class:`~skype.service.hub.Listener`; a stream resumes after a ``seq`` from the hub's ring, or
-after a ``reset`` (the current result) when the ring no longer covers it, when the backlog
-would not fit the stream's queue, or when the ``seq`` is beyond the newest.
+:data:`STATUS` (by default 400 for an input error, 503 for an operational one).  Event streams
+(SSE, one or many subscriptions, and WebSocket) are :class:`~skype.service.fanout.Connection` s written by the fan-out; a stream resumes after a
+``seq`` from the hub's ring when it holds every event of the stream's subscriptions after it
+(per-subscription watermarks), or after a ``reset`` (the current result) when it does not, when
+the backlog is above ``--stream-queue`` events, or when the ``seq`` is beyond the newest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,12 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from skype.errors import InputError
+from skype.errors import CodedError, InputError, OperationalError
 from skype.service import bulk
 from skype.service.auth import Tokens, new_owner_token, owner_hash
-from skype.service.events import item_data, item_removed
+from skype.service.fanout import Connection, Fanout
 from skype.service.guard import Guard, stream_route
-from skype.service.hub import CUT, Hub, Listener
+from skype.service.hub import Hub
 from skype.service.worker import Busy, Worker
 from skype import validate
 
@@ -39,25 +39,26 @@ STATUS = {"E020": 404, "E008": 404, "E090": 404, "E091": 413, "E092": 413, "E093
           "E095": 401, "E096": 403, "E098": 429, "E099": 429, "E007": 409, "E019": 409,
           "E145": 421, "E146": 403, "E147": 415, "E148": 400}
 NDJSON = "application/x-ndjson"
-KEEPALIVE_S = 15.0
-DROP_AFTER_S = 5.0  # a stream that overflowed and cannot even take its closing message is cut
+RESET_RETRY_S = 0.05  # a stream's reset waits this long when the engine queue is full, then asks again
 
 
-def error_response(err: InputError, *, line: bool = False) -> web.Response:
+def error_response(err: CodedError, *, line: bool = False) -> web.Response:
     body: dict[str, Any] = {"code": err.code, "message": err.detail}
     if err.record_id is not None:
         body["message"] = f"record id {err.record_id}: {err.detail}"
     if line and err.line is not None:
         body["line"] = err.line
-    return web.json_response({"error": body}, status=STATUS.get(err.code, 400))
+    default = 503 if isinstance(err, OperationalError) else 400  # retry later, or fix the request
+    return web.json_response({"error": body}, status=STATUS.get(err.code, default))
 
 
 class Limits:
     def __init__(self, max_body_bytes: int, max_records: int, max_connections: int,
-                 max_streams_per_connection: int, stream_queue: int) -> None:
+                 max_streams_per_connection: int, stream_queue: int, stream_buffer_bytes: int = 4 << 20) -> None:
         self.max_body_bytes, self.max_records = max_body_bytes, max_records
         self.max_connections, self.max_streams = max_connections, max_streams_per_connection
-        self.stream_queue = stream_queue
+        self.stream_queue = stream_queue  # events a resume replays at most (more: resets)
+        self.stream_buffer_bytes = stream_buffer_bytes  # unsent bytes a stream may hold before it is cut
 
 
 class Service:
@@ -68,6 +69,8 @@ class Service:
         self.guard = guard if guard is not None else Guard("127.0.0.1", None, tokenless=tokens is None)
         self.open = 0
         self.streams: set[web.StreamResponse] = set()
+        self.fanout = hub.fanout if hub.fanout is not None else Fanout(
+            hub, metrics, max_buffer_bytes=limits.stream_buffer_bytes)
 
     # ------------------------------------------------------------------ helpers
     def token(self, request: web.Request) -> str | None:
@@ -105,11 +108,11 @@ class Service:
         if not (self.tokens.is_admin(tok) if role == "admin" else self.tokens.is_publisher(tok)):
             raise InputError("E096", action=f"{action} ({role} only)" if role == "admin" else action)
 
-    async def run(self, kind: str, payload: Any = None) -> Any:
+    async def run(self, kind: str, payload: Any = None, t0: float | None = None) -> Any:
         try:
-            fut = self.worker.submit(kind, payload)
+            fut = self.worker.submit(kind, payload, t0)
         except Busy:
-            raise InputError("E093", size=self.worker.jobs.maxsize) from None
+            raise OperationalError("E093", size=self.worker.jobs.maxsize) from None
         return await fut
 
     async def body(self, request: web.Request) -> bytes:
@@ -162,21 +165,19 @@ class Service:
         counted = request.path != "/healthz" and request.path != "/metrics"
         try:
             if counted and self.open >= self.limits.max_connections:
-                raise InputError("E098", limit=self.limits.max_connections)
+                raise OperationalError("E098", limit=self.limits.max_connections)
             if (request.path.startswith("/v1/") or request.path == "/healthz") and self.worker.status != "ok":
-                raise InputError("E094", status=self.worker.status)
+                raise OperationalError("E094", status=self.worker.status)
             if counted:
                 self.open += 1
             try:
-                if route == "/v1/subscriptions/{id}/events":  # before the stream's own checks
-                    self.need_owner(self.token(request), self.sub_id(request), "follow this subscription's events")
                 resp = await handler(request)
             finally:
                 if counted:
                     self.open -= 1
             status = resp.status
             return resp
-        except InputError as err:
+        except CodedError as err:  # input (4xx) or operational (429/503)
             resp = error_response(err, line=request.content_type == NDJSON)
             status = resp.status
             return resp
@@ -194,7 +195,7 @@ class Service:
     # ------------------------------------------------------------------ routes
     async def healthz(self, request: web.Request) -> web.Response:
         if not self.worker.healthy:  # the engine or snapshot thread died: 503 failed at once
-            raise InputError("E094", status="failed")
+            raise OperationalError("E094", status="failed")
         st = self.worker.state
         return web.json_response({"status": "ok", "subscriptions": len(st.records), "window": st.window_size,
                                   "position": st.position})
@@ -265,131 +266,140 @@ class Service:
         return web.FileResponse(path)
 
     # ------------------------------------------------------------------ event streams
-    async def follow(self, listener: Listener, subs: list[int], after: int | None) -> None:
-        """Attach ``listener`` to ``subs`` resuming after ``after`` (None: from now on).  The
-        retained events after ``after`` are replayed when the ring covers them and they fit in
-        the stream's queue; otherwise (too far back, a backlog larger than ``--stream-queue``,
-        or an ``after`` beyond the newest seq) each subscription starts with a reset."""
+    async def follow(self, conn: Connection, subs: list[int], after: int | None) -> None:
+        """Write to ``conn`` what ``subs`` start with after ``after`` (None: from now on), then
+        follow them live (:mod:`skype.service.fanout`).  The retained events after ``after``
+        are replayed when the ring holds every one of them (per subscription: see
+        :meth:`Hub.gap`) and they are at most ``--stream-queue``; otherwise each subscription
+        starts with a reset (its current result) at the engine's seq, then the events after it.
+        Resets are counted by reason."""
+        hub, fanout = self.hub, self.fanout
+        fanout.start()
         if after is None:
-            self.hub.attach(listener, subs, self.hub.last_seq)
+            fanout.attach(conn, subs, [])
             return
         limit = self.limits.stream_queue
-        if after <= self.hub.last_seq and self.hub.covers(after) and self.hub.attach(listener, subs, after, limit):
-            return
+        reason = hub.gap(subs, after)
+        if reason is None:
+            found = hub.backlog(subs, after, limit)
+            if found is not None:
+                self._attach(conn, subs, fanout.frames(conn, found), found)
+                return
+            reason = "backlog"
+        self.metrics.resets.labels(reason).inc(len(subs))
         while True:
-            seq, position, lines = await self.run("reset", subs)
-            # the engine may be ahead of the hub (its events are on their way): they come later
-            if self.hub.covers(seq) and self.hub.attach(listener, subs, seq, limit):
-                break
-        resets: list[tuple] = []
+            try:
+                seq, position, lines = await self.run("reset", subs)
+            except OperationalError as err:  # the engine queue is full (E093)
+                if err.code != "E093":
+                    raise
+                await asyncio.sleep(RESET_RETRY_S)  # the engine queue is full: a stream is never refused for it
+                continue
+            await hub.reach(seq)  # the engine may be ahead of the ring: its events are on their way
+            if conn.done.done():
+                return
+            if hub.gap(subs, seq) is None:
+                found = hub.backlog(subs, seq)
+                if found is not None:
+                    break
+        frames = []
         for sid in subs:
             if lines[sid] is not None:
                 data = json.dumps({"sub": sid, "seq": seq, "position": position, "reset": lines[sid]})
-                resets.append((seq, sid, data, None))
-                listener.last[sid] = seq - 1
-        listener.prepend(resets)  # before the events after seq
+                frames.append(conn.frame(seq, data.encode()))
+        conn.last_seq = max(conn.last_seq, seq)
+        self._attach(conn, subs, frames + fanout.frames(conn, found), found)
 
-    @staticmethod
-    def _dropper(request: web.Request):
-        """Close the connection if the stream's own close (with its last seq) has not happened
-        within DROP_AFTER_S: a consumer that reads nothing cannot hold its buffers."""
-        def drop() -> None:
-            transport = request.transport
-            if transport is not None:
-                asyncio.get_running_loop().call_later(DROP_AFTER_S, transport.close)
-        return drop
+    def _attach(self, conn: Connection, subs: list[int], frames: list[bytes], found: list) -> None:
+        """Attach with ``frames``; an SSE stream drops the subscriptions removed in its backlog
+        (and ends when none is left)."""
+        if conn.ends_when_removed:
+            gone = {int(block.subs[i]) for block, idx in found for i in idx if block.removed[i]}
+            subs = [s for s in subs if s not in gone]
+        self.fanout.attach(conn, subs, frames)
+        if conn.ends_when_removed and not conn.subs:
+            self.fanout.detach(conn)
 
-    def _deliverable(self, listener: Listener, item: tuple) -> bool:
-        seq, sub, _, t0 = item
-        if seq <= listener.last.get(sub, -1):
-            return False
-        listener.last[sub] = seq
-        listener.last_seq = max(listener.last_seq, seq)
-        self.metrics.events_pushed.inc()
-        if t0 is not None:
-            self.metrics.push_latency.observe(time.monotonic() - t0)
-        return True
+    def _check_follow(self, subs: list[int], token: str | None) -> None:
+        if len(subs) > self.limits.max_streams:
+            raise InputError("E099", limit=self.limits.max_streams, n=len(subs))
+        for sid in subs:  # E020 only to who may see it (need_owner)
+            self.need_owner(token, sid, f"follow subscription {sid}'s events")
 
     async def sse(self, request: web.Request) -> web.StreamResponse:
-        sid = self.sub_id(request)
+        """``GET /v1/subscriptions/{id}/events``: one subscription over SSE."""
+        return await self._sse(request, [self.sub_id(request)])
+
+    async def _sse(self, request: web.Request, subs: list[int]) -> web.StreamResponse:
+        """An SSE stream of ``subs``: one ``id:`` sequence (the global seq), so one
+        ``Last-Event-ID`` resumes all of them.  Answers 200 at once, then the backlog or
+        resets; ends when every subscription was removed, or cut as a slow consumer."""
         after = self.after_of(request.headers.get("Last-Event-ID") or request.query.get("after"))
-        if sid not in self.worker.state.records:
-            raise InputError("E020", id=sid, record_id=sid)
-        self.need_owner(self.token(request), sid, "follow this subscription's events")
-        listener = Listener(self.limits.stream_queue)
-        listener.on_overflow = self._dropper(request)
-        await self.follow(listener, [sid], after)
+        self._check_follow(subs, self.token(request))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
+        chunked = request.version >= (1, 1)
+        if chunked:
+            resp.enable_chunked_encoding()
         await resp.prepare(request)
+        await resp.write(b"retry: 1000\n\n")  # the headers go out now (aiohttp sends them with a body write)
+        conn = Connection(request.transport, "sse", chunked=chunked, ends_when_removed=True)
         self.streams.add(resp)
-        self.metrics.clients.inc()
         try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(listener.next(), KEEPALIVE_S)
-                except asyncio.TimeoutError:
-                    await resp.write(b": keepalive\n\n")
-                    continue
-                if item is CUT:
-                    self.metrics.slow_consumers.inc()
-                    err = InputError("E103", seq=listener.last_seq)
-                    payload = {"error": {"code": err.code, "message": err.detail, "seq": listener.last_seq}}
-                    await resp.write(f"event: error\ndata: {json.dumps(payload)}\n\n".encode())
-                    break
-                if not self._deliverable(listener, item):
-                    continue
-                await resp.write(f"id: {item[0]}\ndata: {item_data(item)}\n\n".encode())
-                if item_removed(item):
-                    break
+            await self.follow(conn, subs, after)
+            await conn.done
+        except InputError as err:  # after the 200: said on the stream (e.g. E094, the server failed)
+            payload = {"error": {"code": err.code, "message": err.detail}}
+            conn.write(b"event: error\ndata: %s\n\n" % json.dumps(payload).encode())
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
-            self.hub.detach(listener)
+            self.fanout.detach(conn)
             self.streams.discard(resp)
-            self.metrics.clients.dec()
+        if conn.cut or not chunked:
+            resp.force_close()
         return resp
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/events``: a WebSocket; without an upgrade, an SSE stream of ``?sub=ID``
+        (repeated)."""
+        if request.headers.get("Upgrade", "").lower() != "websocket":
+            texts = request.query.getall("sub", [])
+            if not texts:
+                raise InputError("E023", what="sub", expected="one or more ?sub=ID (an SSE stream) or a WebSocket",
+                                 value="")
+            subs = []
+            for text in texts:
+                try:
+                    subs.append(validate.check_id(int(text)))
+                except ValueError:
+                    raise InputError("E025", value=text) from None
+            return await self._sse(request, sorted(set(subs)))
         conn_token = self.token(request)
-        ws = web.WebSocketResponse(heartbeat=30.0)
+        ws = web.WebSocketResponse(heartbeat=30.0, compress=False)
         await ws.prepare(request)
-        listener = Listener(self.limits.stream_queue)
-        listener.on_overflow = self._dropper(request)
-        self.metrics.clients.inc()
+        conn = Connection(request.transport, "ws")
+
+        def cut(conn: Connection) -> None:
+            reason = f"E103 slow consumer; resume after seq {conn.last_seq}"
+            asyncio.ensure_future(ws.close(code=1013, message=reason.encode()))
+
+        conn.on_cut = cut
         self.streams.add(ws)
-
-        async def send_error(err: InputError) -> None:
-            await ws.send_str(json.dumps({"error": {"code": err.code, "message": err.detail}}))
-
-        async def pump() -> None:
-            while True:
-                item = await listener.next()
-                if item is CUT:
-                    self.metrics.slow_consumers.inc()
-                    reason = f"E103 slow consumer; resume after seq {listener.last_seq}"
-                    await ws.close(code=1013, message=reason.encode())
-                    return
-                if self._deliverable(listener, item):
-                    await ws.send_str(item_data(item))
-
-        sender = asyncio.create_task(pump())
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
                     continue
                 try:
-                    await self._ws_subscribe(listener, msg.data, conn_token)
-                except InputError as err:
-                    await send_error(err)
+                    await self._ws_subscribe(conn, msg.data, conn_token)
+                except CodedError as err:  # a bad request, or the queue full (E093) at a reset
+                    await ws.send_str(json.dumps({"error": {"code": err.code, "message": err.detail}}))
         finally:
-            sender.cancel()
-            self.hub.detach(listener)
+            self.fanout.detach(conn)
             self.streams.discard(ws)
-            self.metrics.clients.dec()
         return ws
 
-    async def _ws_subscribe(self, listener: Listener, text: str, conn_token: str | None) -> None:
+    async def _ws_subscribe(self, conn: Connection, text: str, conn_token: str | None) -> None:
         try:
             req = json.loads(text)
         except ValueError as err:
@@ -397,24 +407,30 @@ class Service:
         if not isinstance(req, dict) or not isinstance(req.get("subscribe"), list):
             raise InputError("E104", detail='expected {"subscribe": [ids], "after": SEQ}')
         ids = [validate.check_id(i) for i in req["subscribe"]]
-        n = len(set(ids) | listener.subs)
+        n = len(set(ids) | conn.subs)
         if n > self.limits.max_streams:
             raise InputError("E099", limit=self.limits.max_streams, n=n)
         after = req.get("after")
         if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
             raise InputError("E023", what="after", expected="an event seq, an integer >= 0", value=after)
         token = req.get("token", conn_token)
-        for sid in ids:
-            if sid not in self.worker.state.records:
-                raise InputError("E020", id=sid, record_id=sid)
+        for sid in ids:  # E020 only to who may see it (need_owner)
             self.need_owner(token, sid, f"follow subscription {sid}")
-        await self.follow(listener, sorted(set(ids) - listener.subs), after)
+        new = sorted(set(ids) - conn.subs)
+        if new:
+            conn.following += 1
+            try:
+                await self.follow(conn, new, after)
+            finally:
+                conn.following -= 1
 
     async def on_shutdown(self, app: web.Application) -> None:
+        self.fanout.stop()
         for resp in list(self.streams):
             if isinstance(resp, web.WebSocketResponse):
                 await resp.close(code=1001, message=b"server shutting down")
-        self.hub.by_sub.clear()
+        for conn in list(self.fanout.connections):
+            self.fanout.detach(conn)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.middleware, self.guard.middleware],

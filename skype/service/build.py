@@ -51,7 +51,9 @@ class ServiceSettings:
     max_connections: int = 2048
     max_streams_per_connection: int = 1000
     stream_queue: int = 4096
+    stream_buffer_bytes: int = 4 << 20
     retain_events: int = 100_000
+    retain_seconds: float | None = None
     snapshot_every: int = 20_000
     snapshot_seconds: float = 300.0
 
@@ -134,13 +136,13 @@ def build_service(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | N
     data_dir = check_data_dir(settings, vocabulary)
     loop = loop or asyncio.get_running_loop()
     metrics = Metrics()
-    hub = Hub(settings.retain_events)
+    hub = Hub(settings.retain_events, retain_seconds=settings.retain_seconds)
     state = State(engine_factory(settings), vocabulary, ingest=settings.ingest, max_records=settings.max_records)
     worker = Worker(data_dir, state, fsync=settings.fsync, queue_size=settings.queue_size,
                     snapshot_every=settings.snapshot_every, snapshot_seconds=settings.snapshot_seconds,
                     metrics=metrics, loop=loop, publish=hub.publish, start_at=hub.start_at, on_failure=on_failure)
     limits = Limits(settings.max_body_bytes, settings.max_records, settings.max_connections,
-                    settings.max_streams_per_connection, settings.stream_queue)
+                    settings.max_streams_per_connection, settings.stream_queue, settings.stream_buffer_bytes)
     guard = Guard(settings.host, settings.port, tokenless=tokens is None, allow_origins=settings.allow_origins)
     return Service(worker, hub, tokens, limits, metrics, guard=guard)
 

@@ -27,6 +27,7 @@ every read, so a page is consistent with the writes before it.
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -53,7 +54,7 @@ def _count(request: web.Request, name: str, default: int, most: int) -> int:
     except ValueError:
         value = -1
     if value < 1:
-        raise InputError("E149", name=name, value=text, expected="an integer >= 1")
+        raise InputError("E023", what=name, value=text, expected="an integer >= 1")
     return min(value, most)
 
 
@@ -64,7 +65,7 @@ def _after(request: web.Request) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise InputError("E149", name="after", value=text, expected="a subscription id (an integer)") from None
+        raise InputError("E023", what="after", value=text, expected="a subscription id (an integer)") from None
     return validate.check_id(value)
 
 
@@ -85,7 +86,7 @@ async def delete_subscriptions(service: Service, request: web.Request) -> web.Re
     service.need_role(request, "publisher", "delete subscriptions")
     body = await service.json_body(request, '{"ids": [subscription ids]}')
     if not isinstance(body, dict) or set(body) != {"ids"}:
-        raise InputError("E149", name="body", value=body, expected='{"ids": [subscription ids]}')
+        raise InputError("E023", what="body", value=body, expected='{"ids": [subscription ids]}')
     return web.json_response(await service.run("cmd", {"op": "unsubs", "ids": body["ids"]}))
 
 
@@ -116,7 +117,7 @@ async def get_messages(service: Service, request: web.Request) -> web.Response:
         try:
             ids = [validate.check_id(int(part)) for part in text.split(",") if part.strip()]
         except (ValueError, InputError):
-            raise InputError("E149", name="ids", value=text, expected="message ids separated by commas") from None
+            raise InputError("E023", what="ids", value=text, expected="message ids separated by commas") from None
         if len(ids) > most:
             raise InputError("E092", n=len(ids), limit=most)
         recs = await service.run("read", lambda st: manysubs.messages_of(st, ids))
@@ -138,6 +139,7 @@ async def get_messages(service: Service, request: web.Request) -> web.Response:
 async def post_messages(service: Service, request: web.Request) -> web.Response:
     """A message record (JSON) or a batch (NDJSON, all or nothing; design 2 decodes it on the
     engine thread in one call, design 1 names a bad line)."""
+    t0 = time.monotonic()  # the request's arrival: skype_publish_request_to_write_seconds starts here
     service.need_role(request, "publisher", "publish messages")
     ndjson = request.content_type == NDJSON
     raw = await service.body(request)
@@ -152,7 +154,7 @@ async def post_messages(service: Service, request: web.Request) -> web.Response:
         except UnicodeDecodeError:
             text = None  # design 1 names the line
         if text is not None:
-            return web.json_response(await service.run("cmd", {"op": "msgs", "ndjson": text}))
+            return web.json_response(await service.run("cmd", {"op": "msgs", "ndjson": text}, t0))
     if ndjson:
         for n, line in enumerate(raw.split(b"\n"), start=1):
             if not line.strip():
@@ -175,7 +177,7 @@ async def post_messages(service: Service, request: web.Request) -> web.Response:
             raise InputError("E010", detail=str(err)) from None
         lines = [1]
     try:
-        reply = await service.run("cmd", ({"op": "msgs", "recs": recs}, lines))
+        reply = await service.run("cmd", ({"op": "msgs", "recs": recs}, lines), t0)
     except InputError as err:
         if not ndjson:
             err.line = None

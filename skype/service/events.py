@@ -6,16 +6,20 @@ A top-k subscription's event is three CSR slices: the entries that entered (mess
 scores, in ranking order), and the ids that left.  The events of other kinds (``knn``,
 ``range``, ``terms``: entries and term names that are not plain numbers) and the events built
 one at a time (a subscription created, replaced or deleted) are kept as their objects in
-``objects``.  :meth:`EventBlock.data` builds the event object and its JSON text only when a
-stream sends it, so an event nobody follows costs a few array slots, not a dict and a string.
+``objects``.  :meth:`EventBlock.encode` builds the JSON text of the events a stream sends, once
+per event (msgspec; kept on the block in ``encoded`` so that every follower of a subscription and
+every replay share the same bytes), never for an event nobody follows: such an event costs a few
+array slots, not a dict and a string.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import msgspec
 import numpy as np
+
+_ENCODER = msgspec.json.Encoder()
 
 _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
@@ -23,7 +27,7 @@ _EMPTY_F = np.zeros(0, np.float64)
 
 class EventBlock:
     __slots__ = ("seq0", "subs", "position", "ent_ptr", "ent_ids", "ent_scores", "left_ptr", "left_ids",
-                 "removed", "objects", "first")
+                 "removed", "objects", "first", "born", "encoded", "_lists")
 
     def __init__(self, seq0: int, subs: np.ndarray, position: int, *, ent_ptr: np.ndarray | None = None,
                  ent_ids: np.ndarray = _EMPTY_I, ent_scores: np.ndarray = _EMPTY_F,
@@ -39,6 +43,9 @@ class EventBlock:
         self.removed = removed if removed is not None else np.zeros(n, bool)
         self.objects = objects or {}  # event index -> its whole event object
         self.first = 0  # events before this one are no longer retained (the hub's ring)
+        self.born = 0.0  # when the hub received it (time.monotonic): retention by age
+        self.encoded: dict[int, bytes] = {}  # event index -> its JSON text, built once (encode)
+        self._lists: tuple | None = None  # the CSR columns as Python lists, built once (encode)
 
     @classmethod
     def from_objects(cls, events: list[dict]) -> EventBlock:
@@ -107,27 +114,36 @@ class EventBlock:
         return [self.event(i) for i in range(len(self.subs))]
 
     def data(self, i: int) -> str:
-        return json.dumps(self.event(i), ensure_ascii=False, allow_nan=False)
+        return self.encode([i])[0].decode()
+
+    def encode(self, indices: list[int]) -> list[bytes]:
+        """The JSON text (UTF-8) of events ``indices``, each built once and kept in
+        ``encoded``: the columns are turned into Python lists once per block, then each event's
+        object is encoded by msgspec (about 1-3 us an event, against 10-25 for a dict and
+        ``json.dumps``)."""
+        cache = self.encoded
+        out: list[bytes] = []
+        lists = self._lists
+        for i in indices:
+            text = cache.get(i)
+            if text is None:
+                obj = self.objects.get(i)
+                if obj is None:
+                    if lists is None:
+                        lists = self._lists = (self.ent_ptr.tolist(), self.ent_ids.tolist(),
+                                               self.ent_scores.tolist(), self.left_ptr.tolist(),
+                                               self.left_ids.tolist(), self.subs.tolist(), self.removed.tolist())
+                    eptr, eids, escores, lptr, lids, subs, removed = lists
+                    a, b = eptr[i], eptr[i + 1]
+                    obj = {"sub": subs[i], "seq": self.seq0 + i, "position": self.position,
+                           "entered": [{"id": m, "score": sc} for m, sc in zip(eids[a:b], escores[a:b])],
+                           "left": lids[lptr[i]:lptr[i + 1]]}
+                    if removed[i]:
+                        obj["removed"] = True
+                text = cache[i] = _ENCODER.encode(obj)
+            out.append(text)
+        return out
 
     def nbytes(self) -> int:
         arrays = (self.subs, self.ent_ptr, self.ent_ids, self.ent_scores, self.left_ptr, self.left_ids, self.removed)
         return sum(a.nbytes for a in arrays)
-
-
-def item_data(item: tuple) -> str:
-    """The JSON text of a listener's item ``(seq, sub, payload, t0)``: ``payload`` is the text
-    itself or ``(block, index)``."""
-    payload = item[2]
-    if isinstance(payload, str):
-        return payload
-    block, i = payload
-    return block.data(i)
-
-
-def item_removed(item: tuple) -> bool:
-    """True when the item is the last event of its subscription (deleted or ended)."""
-    payload = item[2]
-    if isinstance(payload, str):
-        return '"removed": true' in payload
-    block, i = payload
-    return bool(block.removed[i])

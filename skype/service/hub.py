@@ -1,180 +1,172 @@
-"""Event fan-out: a bounded ring of recent events and the listeners of each subscription.
+"""The event ring: the recent events of every subscription, and exact resumes from it.
 
 Runs on the event loop only.  ``publish`` appends each command's :class:`EventBlock` (columns,
-not objects: see :mod:`skype.service.events`) to the ring and offers the events whose
-subscription somebody follows to those listeners, as items ``(seq, sub, (block, i), t0)``: an
-event is serialised only when a stream sends it.  The ring holds exactly the newest ``retain``
-events (the oldest block may be partly dropped), whose ``seq`` are consecutive, so a resume after
-seq ``a`` is exact from the ring when ``oldest - 1 <= a <= last_seq``; other resumes need a
-``reset`` first (the caller asks the engine for the current results and resumes from the seq they
-correspond to).  Attaching looks for the followed subscriptions in the blocks newer than ``a``
-with one vectorised membership test per block.
+not objects: see :mod:`skype.service.events`) to the ring and hands it to the fan-out
+(:mod:`skype.service.fanout`), which writes the followed events to the connections.
 
-Each listener has a bounded queue of live events: an event that finds it full marks the
-listener ``overflowed`` and the stream is closed with the last seq it delivered, so a slow
-consumer costs at most its queue's memory.  What a stream starts with (its backlog, at most the
-queue's size, else resets: one per subscription) goes to ``pending``, sent before the queue and
-never cut, so a consumer cut off always gets its whole backlog on the next try: it makes
-progress however slow it is.
+Retention: the ring holds at most ``retain`` events (the oldest block may be partly dropped) and,
+with ``retain_seconds``, none older than that (whole blocks, by the time the hub received them).
+Their ``seq`` are consecutive.
+
+Resume watermarks, per subscription.  Evicting events records, per subscription, the newest seq
+of its that left the ring (``last_evicted``, updated with one vectorised pass per evicted slice).
+A resume of subscription ``s`` after seq ``a`` is exact from the ring if and only if
+``last_evicted[s] <= a`` (no event of ``s`` newer than ``a`` was dropped), ``a >= floor`` (the
+events up to ``floor``, before the restored snapshot, were never in this ring) and ``a <=
+last_seq``.  So a quiet subscription resumes exactly however old its last event is; only a
+subscription whose own events were dropped needs a ``reset`` (the caller asks the engine for the
+current results, waits with :meth:`reach` until the ring has the events up to the seq they
+correspond to, and resumes from there).  :meth:`gap` names the reason (``evicted``,
+``restart``, ``ahead``), counted in the metrics.
+
+Finding a backlog looks for the followed subscriptions in the blocks newer than ``a`` with one
+vectorised membership test per block.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from skype.service.events import EventBlock
 
-
-CUT = (-1, -1, "", None)
-MERGE = 1024  # consecutive small blocks (one event per subscription change) merge up to this size  # what Listener.next answers once a slow consumer must be closed with E103
-
-
-class Listener:
-    """One event stream (an SSE response or a WebSocket): its subscriptions and queue."""
-
-    def __init__(self, maxsize: int) -> None:
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize)
-        self.pending: deque[tuple] = deque()  # backlog or resets, sent first, never cut
-        self.ready = asyncio.Event()  # set when there may be something to send
-        self.subs: set[int] = set()
-        self.overflowed = False
-        self.last_seq = 0  # the last seq delivered to the client
-        self.last: dict[int, int] = {}  # per subscription: the last seq delivered (no duplicates)
-        self.on_overflow: Callable[[], None] | None = None  # e.g. a deadline to drop the connection
-
-    def offer(self, item: tuple) -> None:
-        if self.overflowed:
-            return
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
-            self.overflowed = True
-            if self.on_overflow is not None:
-                self.on_overflow()
-        self.ready.set()
-
-    def prepend(self, items: list[tuple]) -> None:
-        """Send ``items`` before everything else (a stream's backlog or resets)."""
-        self.pending.extendleft(reversed(items))
-        self.ready.set()
-
-    async def next(self) -> tuple:
-        """The next item to send: the pending ones first, then the queue's; :data:`CUT` once
-        the queue overflowed (the rest of the queue is not sent: the client resumes after
-        ``last_seq``)."""
-        while True:
-            if self.pending:
-                return self.pending.popleft()
-            if self.overflowed:
-                return CUT
-            if not self.queue.empty():
-                return self.queue.get_nowait()
-            self.ready.clear()
-            await self.ready.wait()
+MERGE = 1024  # consecutive small blocks (one event per subscription change) merge up to this size
 
 
 class Hub:
-    def __init__(self, retain: int) -> None:
-        self.retain = retain
+    def __init__(self, retain: int, retain_seconds: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.retain, self.retain_seconds, self.clock = retain, retain_seconds, clock
         self.ring: deque[EventBlock] = deque()  # the retained events, oldest first, as blocks
         self.retained = 0  # events in the ring
-        self.by_sub: dict[int, set[Listener]] = {}
-        self._followed: np.ndarray | None = None  # the keys of by_sub, as an array (None: stale)
         self.last_seq = 0
-        self.on_push = None  # callable(count) for metrics
+        self.floor = 0  # events up to this seq were never retained here (before a restored snapshot)
+        self.last_evicted: dict[int, int] = {}  # subscription -> its newest seq dropped from the ring
+        self.fanout: Any = None  # skype.service.fanout.Fanout, told of every block
+        self._waiters: list[tuple[int, asyncio.Future]] = []
 
     def publish(self, events: Iterable[EventBlock | dict], t0: float | None) -> None:
         """Retain and fan out event blocks (event objects are grouped into blocks first)."""
+        now = self.clock()
         for block in _blocks(events):
+            block.born = now
             if self.retain > 0:
                 last = self.ring[-1] if self.ring else None
                 if (last is not None and len(block) < MERGE and len(last) < MERGE and last.position == block.position
                         and last.last_seq + 1 == block.seq0):
-                    self.ring[-1] = EventBlock.concat(last, block)  # one-off events: few, larger blocks
+                    merged = EventBlock.concat(last, block)  # one-off events: few, larger blocks
+                    merged.born = now
+                    self.ring[-1] = merged
                 else:
                     self.ring.append(block)
                 self.retained += len(block)
-                self._trim()
+            else:
+                self._evict(block, 0, len(block))
             self.last_seq = block.last_seq
-            if not self.by_sub:
-                continue
-            if self._followed is None:
-                self._followed = np.fromiter(self.by_sub, np.int64, len(self.by_sub))
-            subs = block.subs
-            for i in np.flatnonzero(np.isin(subs, self._followed)).tolist():
-                sub = int(subs[i])
-                item = (block.seq0 + i, sub, (block, i), t0)
-                for listener in self.by_sub.get(sub, ()):
-                    listener.offer(item)
+            if self.fanout is not None:
+                self.fanout.deliver(block, t0)
+        self.trim(now)
+        if self._waiters:
+            ready = [fut for seq, fut in self._waiters if seq <= self.last_seq]
+            self._waiters = [(seq, fut) for seq, fut in self._waiters if seq > self.last_seq]
+            for fut in ready:
+                if not fut.done():
+                    fut.set_result(None)
 
-    def _trim(self) -> None:
+    async def reach(self, seq: int) -> None:
+        """Return once every event up to ``seq`` has been published here (the engine may be a
+        few blocks ahead of the loop)."""
+        if seq <= self.last_seq:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        await fut
+
+    # ------------------------------------------------------------------ retention
+    def trim(self, now: float | None = None) -> None:
+        """Drop events beyond ``retain`` and blocks older than ``retain_seconds``."""
         excess = self.retained - self.retain
         while excess > 0:
             head = self.ring[0]
             left = len(head) - head.first
             if left <= excess:
+                self._evict(head, head.first, len(head))
                 self.ring.popleft()
                 self.retained -= left
                 excess -= left
             else:
+                self._evict(head, head.first, head.first + excess)
                 head.first += excess
                 self.retained -= excess
                 excess = 0
+        if self.retain_seconds is not None:
+            oldest = (self.clock() if now is None else now) - self.retain_seconds
+            while self.ring and self.ring[0].born < oldest:
+                head = self.ring.popleft()
+                self._evict(head, head.first, len(head))
+                self.retained -= len(head) - head.first
 
-    def retained_events(self) -> list[tuple[int, int]]:
-        """(seq, sub) of every retained event, oldest first."""
-        return [(b.seq0 + i, int(b.subs[i])) for b in self.ring for i in range(b.first, len(b))]
+    def _evict(self, block: EventBlock, lo: int, hi: int) -> None:
+        """Record each subscription's newest seq among events ``lo:hi`` of ``block``."""
+        if hi <= lo:
+            return
+        subs = block.subs[lo:hi][::-1]
+        uniq, first = np.unique(subs, return_index=True)  # the first in reverse: the newest
+        seqs = block.seq0 + hi - 1 - first
+        self.last_evicted.update(zip(uniq.tolist(), seqs.tolist()))
 
     def start_at(self, seq: int) -> None:
         """Continue after ``seq``, the newest event of a restored snapshot (none of its events
         are retained): a resume after it needs no reset, one before it does."""
         if not self.ring:
             self.last_seq = max(self.last_seq, seq)
+            self.floor = max(self.floor, seq)
+
+    # ------------------------------------------------------------------ resumes
+    def gap(self, subs: Iterable[int], after: int) -> str | None:
+        """None when every event of ``subs`` after ``after`` is in the ring (or yet to come);
+        else why not: ``ahead`` (after the newest seq), ``restart`` (before the restored
+        snapshot), ``evicted`` (an event of one of them newer than ``after`` was dropped)."""
+        if after > self.last_seq:
+            return "ahead"
+        if after < self.floor:
+            return "restart"
+        last_evicted = self.last_evicted
+        if any(last_evicted.get(s, 0) > after for s in subs):
+            return "evicted"
+        return None
 
     def covers(self, after: int) -> bool:
-        """True when every event with seq > ``after`` is still in the ring (or yet to come)."""
+        """True when every event with seq > ``after``, of any subscription, is in the ring."""
         oldest = self.ring[0].seq0 + self.ring[0].first if self.ring else self.last_seq + 1
-        return after >= oldest - 1
+        return after >= oldest - 1 and after >= self.floor
 
-    def attach(self, listener: Listener, subs: Iterable[int], after: int, limit: int | None = None) -> bool:
-        """Put the retained events of ``subs`` after ``after`` in the listener's ``pending``,
-        then follow them live (the caller checked :meth:`covers`; both happen in one loop turn,
-        so nothing falls between).  When they are more than ``limit``, attach nothing and
-        return False (the caller sends resets instead).  Costs one vectorised look per block
-        newer than ``after``."""
-        new = set(subs) - listener.subs
-        wanted = np.fromiter(new, np.int64, len(new))
-        backlog: list[tuple] = []
+    def backlog(self, subs: Iterable[int], after: int, limit: int | None = None) -> list[tuple[EventBlock, list[int]]] | None:
+        """The retained events of ``subs`` after ``after``, oldest first, as (block, event
+        indices); None when they are more than ``limit``.  The caller checked :meth:`gap`."""
+        wanted = np.fromiter(set(subs), np.int64)
+        found: list[tuple[EventBlock, list[int]]] = []
+        count = 0
         for block in reversed(self.ring):
             if block.last_seq <= after:
                 break
             lo = max(block.first, after - block.seq0 + 1)
             hits = np.flatnonzero(np.isin(block.subs[lo:], wanted)) + lo
-            backlog.extend((block.seq0 + i, int(block.subs[i]), (block, i), None) for i in hits.tolist())
-            if limit is not None and len(backlog) > limit:
-                return False
-        backlog.sort(key=lambda item: item[0])
-        listener.pending.extend(backlog)
-        listener.ready.set()
-        for sub in new:
-            self.by_sub.setdefault(sub, set()).add(listener)
-        listener.subs |= new
-        self._followed = None
-        return True
+            if len(hits):
+                found.append((block, hits.tolist()))
+                count += len(hits)
+                if limit is not None and count > limit:
+                    return None
+        found.reverse()
+        return found
 
-    def detach(self, listener: Listener) -> None:
-        for sub in listener.subs:
-            group = self.by_sub.get(sub)
-            if group is not None:
-                group.discard(listener)
-                if not group:
-                    del self.by_sub[sub]
-        listener.subs = set()
-        self._followed = None
+    def retained_events(self) -> list[tuple[int, int]]:
+        """(seq, sub) of every retained event, oldest first."""
+        return [(b.seq0 + i, int(b.subs[i])) for b in self.ring for i in range(b.first, len(b))]
 
     def nbytes(self) -> int:
         return sum(b.nbytes() for b in self.ring)

@@ -226,12 +226,12 @@ def unsubscribe_many(state: State, ids: Any, before: Callable[[dict], object], c
     """Bulk delete (``{"op": "unsubs", "ids"}``): every id must name a subscription (E020,
     nothing deleted) and appear once; one removal event per id, in ascending id order."""
     if not isinstance(ids, list) or not ids:
-        raise InputError("E149", name="ids", value=ids, expected="a non-empty list of subscription ids")
+        raise InputError("E023", what="ids", value=ids, expected="a non-empty list of subscription ids")
     if len(ids) > state.max_records:
         raise InputError("E092", n=len(ids), limit=state.max_records)
     checked = [validate.check_id(i) for i in ids]
     if len(set(checked)) != len(checked):
-        raise InputError("E149", name="ids", value="a list with repeated ids", expected="distinct ids")
+        raise InputError("E023", what="ids", value="a list with repeated ids", expected="distinct ids")
     for sid in checked:
         if sid not in state.records:
             raise InputError("E020", id=sid, record_id=sid)

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from skype.errors import InputError
+from skype.errors import CodedError, InputError, OperationalError
 from skype.service import snapshot
 from skype.service.state import State
 from skype.service.wal import Log
@@ -63,9 +63,9 @@ class Busy(Exception):
 class Job:
     __slots__ = ("kind", "payload", "future", "t0")
 
-    def __init__(self, kind: str, payload: Any, future: asyncio.Future | None) -> None:
+    def __init__(self, kind: str, payload: Any, future: asyncio.Future | None, t0: float | None = None) -> None:
         self.kind, self.payload, self.future = kind, payload, future
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if t0 is None else t0  # the request's arrival, when the caller knows it
 
 
 class Worker:
@@ -100,10 +100,10 @@ class Worker:
     def start(self) -> None:
         self.thread.start()
 
-    def submit(self, kind: str, payload: Any = None) -> asyncio.Future:
+    def submit(self, kind: str, payload: Any = None, t0: float | None = None) -> asyncio.Future:
         fut = self.loop.create_future()
         try:
-            self.jobs.put_nowait(Job(kind, payload, fut))
+            self.jobs.put_nowait(Job(kind, payload, fut, t0))
         except queue.Full:
             raise Busy() from None
         self.metrics.queue_depth.set(self.jobs.qsize())
@@ -129,16 +129,17 @@ class Worker:
         self.status = "failed"
         print(f"skype serve: {what}, stopping: {err!r}", file=sys.stderr, flush=True)
 
-    def _refusal(self) -> InputError:
-        return InputError("E094", status=f"failed ({self.failure}: {self.error})")
+    def _refusal(self) -> OperationalError:
+        return OperationalError("E094", status=f"failed ({self.failure}: {self.error})")
 
     def _ready(self) -> None:
         if self.error is None:
             self.status = "ok"
 
     def _deliver(self, replies: list, events: list) -> None:
-        for ev_list, t0 in events:
-            self.publish(ev_list, t0)
+        """On the loop: acknowledge first, then fan out.  Resolving a future schedules its
+        handler's next step; the fan-out is scheduled after it (``call_soon`` runs in order), so
+        the replies are written before the events and never wait behind the writes to streams."""
         for fut, ok, value in replies:
             if fut is None or fut.done():
                 continue
@@ -146,6 +147,8 @@ class Worker:
                 fut.set_result(value)
             else:
                 fut.set_exception(value)
+        for ev_list, t0 in events:
+            self.loop.call_soon(self.publish, ev_list, t0)
 
     # ------------------------------------------------------------------ thread side
     def _run(self) -> None:
@@ -208,7 +211,7 @@ class Worker:
                 continue
             try:
                 value, evs = self._do(job)
-            except InputError as err:
+            except CodedError as err:  # refused (input or operational): answered with its status
                 replies.append((job.future, False, err))
                 continue
             except Exception as err:  # a bug: answer 500, keep serving

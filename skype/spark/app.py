@@ -34,14 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from skype.cli.distributed import run_distributed
     from skype.errors import SkypeError
+    from skype.report import distributed_rows, print_table
+    from skype.spark.job import run_options
     from skype.spark.runtime import make_session
 
     args = build_parser().parse_args(argv)
     spark = make_session(None, app_name="skype-dskype", extra=dict(args.conf))
     try:
-        return run_distributed(args, spark)
+        settings, run_dir, out = run_options(vars(args), spark)
+        for metrics in out.get("runs", [out]):
+            print_table(f"distributed: {metrics['method']}", distributed_rows(metrics, settings, run_dir))
+        return 0
     except SkypeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

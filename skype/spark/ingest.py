@@ -39,7 +39,7 @@ from skype.dskype.routing import write_dead_letters
 from skype.spark.sources import StreamFilesReader, _file_format, count_records
 
 DEFAULT_SPLIT = 10_000
-INGEST_SETTINGS = ("vocabulary", "messages_dir", "commands_dir", "ingest_split")  # DIR/ingest.json, for restarts
+INGEST_SETTINGS = ("vocabulary", "messages_dir", "commands_dir", "ingest_split")  # of the source: DIR/ingest.json, for restarts
 
 
 def vocabulary_copy(run_dir: Path, path: str) -> Path:
@@ -256,44 +256,44 @@ def plan_kafka_run(spark, run_dir: Path, settings, *, vocabulary: str):
     saved = run_dir / "ingest.json"
     if (run_dir / "run.json").exists() and saved.exists():
         for name, value in json.loads(saved.read_text()).items():
-            setattr(settings, name, value)
+            setattr(settings.source, name, value)
         return plan_run(run_dir, settings)
     run_dir.mkdir(parents=True, exist_ok=True)
-    settings.vocabulary = str(vocabulary_copy(run_dir, vocabulary).resolve())
-    ship_vocabulary(spark, Path(settings.vocabulary))
-    vocab = FrozenVocabulary.load(settings.vocabulary)
-    bounds = tuple(settings.bounds)
-    sample = [kafka_sample(spark, settings.kafka_bootstrap, topic, kind, settings.sample_size, settings.vocabulary,
+    settings.source.vocabulary = str(vocabulary_copy(run_dir, vocabulary).resolve())
+    ship_vocabulary(spark, Path(settings.source.vocabulary))
+    vocab = FrozenVocabulary.load(settings.source.vocabulary)
+    bounds = tuple(settings.distribution.bounds)
+    sample = [kafka_sample(spark, settings.source.kafka_bootstrap, topic, kind, settings.distribution.sample_size, settings.source.vocabulary,
                            bounds).to_batches()
-              for topic, kind in ((settings.messages_topic, "messages"), (settings.commands_topic, "commands"))]
+              for topic, kind in ((settings.source.messages_topic, "messages"), (settings.source.commands_topic, "commands"))]
     from skype.model import Bounds
 
-    inputs = inputs_from_events(sample[0], sample[1], vocab, Bounds(*bounds), f"topic {settings.messages_topic}")
+    inputs = inputs_from_events(sample[0], sample[1], vocab, Bounds(*bounds), f"topic {settings.source.messages_topic}")
     plan = plan_run(run_dir, settings, inputs)
-    saved.write_text(json.dumps({k: getattr(settings, k) for k in INGEST_SETTINGS}, indent=2))
+    saved.write_text(json.dumps({k: getattr(settings.source, k) for k in INGEST_SETTINGS}, indent=2))
     return plan
 
 
 def raw_events(spark, plan):
     """Both streams of a planned run, read (files or Kafka) and tokenized by the executors."""
     s = plan.settings
-    ship_vocabulary(spark, Path(s.vocabulary))
-    if s.source == "kafka":
+    ship_vocabulary(spark, Path(s.source.vocabulary))
+    if s.source.kind == "kafka":
         from skype.spark.sources import kafka_events
 
-        kafka = dict(dead_letters=str(plan.dead_letters_dir), vocabulary=s.vocabulary, bounds=tuple(s.bounds))
-        messages = kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size,
+        kafka = dict(dead_letters=str(plan.dead_letters_dir), vocabulary=s.source.vocabulary, bounds=tuple(s.distribution.bounds))
+        messages = kafka_events(spark, s.source.kafka_bootstrap, s.source.messages_topic, "messages", s.control.batch_size,
                                 dense=s.window.kind == "count", **kafka)
-        commands = kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", **kafka)
+        commands = kafka_events(spark, s.source.kafka_bootstrap, s.source.commands_topic, "commands", **kafka)
         return messages.unionByName(commands)
     from skype.spark.runtime import commands_cap, rebalance_dir_of
     from skype.spark.sources import paired_events
 
     tables = {pipe.index: d for pipe in plan.pipelines if (d := rebalance_dir_of(plan, pipe)) is not None}
-    return paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s),
-                         tables=tables, vocabulary=s.vocabulary, bounds=",".join(repr(float(b)) for b in s.bounds),
+    return paired_events(spark, plan.messages_dir, plan.commands_dir, s.control.batch_size, commands_cap(spark, s),
+                         tables=tables, vocabulary=s.source.vocabulary, bounds=",".join(repr(float(b)) for b in s.distribution.bounds),
                          claims=str(plan.run_dir / "unseen-terms"), deadLetters=str(plan.dead_letters_dir),
-                         split=s.ingest_split)
+                         split=s.source.ingest_split)
 
 
 def plan_ingest_run(run_dir: Path, settings, *, vocabulary: str, messages_file: str | None = None,
@@ -301,7 +301,7 @@ def plan_ingest_run(run_dir: Path, settings, *, vocabulary: str, messages_file: 
     """Plan a run whose executors ingest the raw streams (module docstring): copy the vocabulary
     into the run directory, make one-file stream directories for ``--messages``/``--subscriptions``
     files (links), count the messages, and build the distributions from the streams' samples.
-    ``settings.messages_dir``/``commands_dir`` name the raw directories when no files are given."""
+    ``settings.source.messages_dir``/``commands_dir`` name the raw directories when no files are given."""
     from skype.model import Bounds
     from skype.dskype.plan import plan_run
     from skype.dskype.vocabulary import FrozenVocabulary, TermClaims
@@ -310,27 +310,27 @@ def plan_ingest_run(run_dir: Path, settings, *, vocabulary: str, messages_file: 
     saved = run_dir / "ingest.json"
     if (run_dir / "run.json").exists() and saved.exists():  # resumed: the first run's vocabulary and streams
         for name, value in json.loads(saved.read_text()).items():
-            setattr(settings, name, value)
+            setattr(settings.source, name, value)
         return plan_run(run_dir, settings)
     run_dir.mkdir(parents=True, exist_ok=True)
-    settings.vocabulary = str(vocabulary_copy(run_dir, vocabulary).resolve())
+    settings.source.vocabulary = str(vocabulary_copy(run_dir, vocabulary).resolve())
     if messages_file is not None:
         link_stream_file(messages_file, run_dir / "stream" / "raw-messages")
-        settings.messages_dir = str(run_dir / "stream" / "raw-messages")
+        settings.source.messages_dir = str(run_dir / "stream" / "raw-messages")
         commands = run_dir / "stream" / "raw-commands"
         if subscriptions_file is not None:
             link_stream_file(subscriptions_file, commands)
         commands.mkdir(parents=True, exist_ok=True)
-        settings.commands_dir = str(commands)
-    vocab = FrozenVocabulary.load(settings.vocabulary)
+        settings.source.commands_dir = str(commands)
+    vocab = FrozenVocabulary.load(settings.source.vocabulary)
     vocab.on_unseen = TermClaims(run_dir / "unseen-terms", vocab).claim
-    bounds = Bounds(*settings.bounds)
-    inputs = sample_inputs(settings.messages_dir, settings.commands_dir, vocab, bounds, settings.sample_size,
-                           description=f"{messages_file or settings.messages_dir} (executor ingestion)")
+    bounds = Bounds(*settings.distribution.bounds)
+    inputs = sample_inputs(settings.source.messages_dir, settings.source.commands_dir, vocab, bounds, settings.distribution.sample_size,
+                           description=f"{messages_file or settings.source.messages_dir} (executor ingestion)")
     # a fixed stream (files given) has a known end: the stages then send the final top-k
-    length = count_stream(settings.messages_dir) if messages_file is not None else None
+    length = count_stream(settings.source.messages_dir) if messages_file is not None else None
     plan = plan_run(run_dir, settings, inputs, stream_messages=length)
-    saved.write_text(json.dumps({k: getattr(settings, k) for k in INGEST_SETTINGS}, indent=2))
+    saved.write_text(json.dumps({k: getattr(settings.source, k) for k in INGEST_SETTINGS}, indent=2))
     return plan
 
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Iterator
 
-from skype.errors import InputError
+from skype.errors import InputError, OperationalError
 from skype.spark import hosts as hosts_mod
 from skype.dskype.activation import ActivationConfig
 from skype.dskype.kinds import VOCABULARY_FILE
@@ -160,8 +160,8 @@ def commands_cap(spark, settings: RunSettings) -> int | None:
     """Subscription commands per micro-batch, at most (None: no cap): ``--commands-per-batch``,
     else ``COMMANDS_SHARE`` of the batch's heap over ``BYTES_PER_COMMAND``.  E130 when that heap
     holds fewer than ``MIN_COMMANDS_PER_BATCH`` commands."""
-    if settings.commands_per_batch is not None:
-        return settings.commands_per_batch or None
+    if settings.control.commands_per_batch is not None:
+        return settings.control.commands_per_batch or None
     key, heap = batch_heap(spark)
     cap = int(heap * COMMANDS_SHARE / BYTES_PER_COMMAND)
     if cap < MIN_COMMANDS_PER_BATCH:
@@ -182,7 +182,7 @@ def conf_text(spark, key: str) -> str:
 def routes_in_source(settings: RunSettings) -> bool:
     """Whether the source routes as it reads: the staged files' source (not raw files read by
     the executors, not Kafka, whose reader is Spark's)."""
-    return settings.source == "files" and not settings.vocabulary
+    return settings.source.kind == "files" and not settings.source.vocabulary
 
 
 def source_events(spark, plan: Plan, routing: dict | None = None):
@@ -190,19 +190,19 @@ def source_events(spark, plan: Plan, routing: dict | None = None):
     from skype.spark import sources
 
     s = plan.settings
-    if s.vocabulary:  # executors read and tokenize the raw streams (skype.spark.ingest)
+    if s.source.vocabulary:  # executors read and tokenize the raw streams (skype.spark.ingest)
         from skype.spark.ingest import raw_events
 
         return raw_events(spark, plan)
-    if s.source == "kafka":
-        assert s.kafka_bootstrap and s.messages_topic and s.commands_topic  # RunSettings checks them
+    if s.source.kind == "kafka":
+        assert s.source.kafka_bootstrap and s.source.messages_topic and s.source.commands_topic  # RunSettings checks them
         dead = str(plan.dead_letters_dir)  # order checks: skype.dskype.ordering
-        messages = sources.kafka_events(spark, s.kafka_bootstrap, s.messages_topic, "messages", s.batch_size,
+        messages = sources.kafka_events(spark, s.source.kafka_bootstrap, s.source.messages_topic, "messages", s.control.batch_size,
                                         dense=s.window.kind == "count", dead_letters=dead)
-        commands = sources.kafka_events(spark, s.kafka_bootstrap, s.commands_topic, "commands", dead_letters=dead)
+        commands = sources.kafka_events(spark, s.source.kafka_bootstrap, s.source.commands_topic, "commands", dead_letters=dead)
         return messages.unionByName(commands)
     tables = {pipe.index: d for pipe in plan.pipelines if (d := rebalance_dir_of(plan, pipe)) is not None}
-    return sources.paired_events(spark, plan.messages_dir, plan.commands_dir, s.batch_size, commands_cap(spark, s),
+    return sources.paired_events(spark, plan.messages_dir, plan.commands_dir, s.control.batch_size, commands_cap(spark, s),
                                  tables=tables, routing=routing)
 
 
@@ -210,7 +210,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
     """Grouping key -> the partition it holds, for every pipeline."""
     s = plan.settings
     configs = {}
-    assert s.merge_buckets is not None  # RunSettings sets it
+    assert s.distribution.merge_buckets is not None  # RunSettings sets it
     vocab = plan.run_dir / "stream" / VOCABULARY_FILE  # written by staging when terms subscriptions come
     reported = s.statistics_source() == "reports"  # adaptive partitions report the rebalancer's statistics
     for pipe in plan.pipelines:
@@ -218,15 +218,15 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
         activation = activation_config(s, pipe.distribution)
         summaries = summary_dir_of(plan, pipe)
         for p, key in enumerate(pipe.partition_keys):
-            configs[key] = PartitionConfig(p, s.merge_buckets, s.window, tuple(s.bounds), s.engine,
-                                           tuple(sorted(s.engine_options.items())), count_native=native,
+            configs[key] = PartitionConfig(p, s.distribution.merge_buckets, s.window, tuple(s.distribution.bounds), s.distribution.engine,
+                                           tuple(sorted(s.distribution.engine_options.items())), count_native=native,
                                            pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
                                            inline_merge=pipe.inline_merge, activation=activation,
                                            final_upto=plan.stream_messages,
                                            vocabulary_file=str(vocab) if vocab.exists() else None,
                                            rebalance_dir=rebalance_dir_of(plan, pipe),
                                            num_partitions=len(pipe.partition_keys),
-                                           summary_dir=summaries, summary_mode=s.summaries,
+                                           summary_dir=summaries, summary_mode=s.distribution.summaries,
                                            backfill=backfill_source(plan) if summaries else None,
                                            load_stats=reported and rebalance_dir_of(plan, pipe) is not None)
     return configs
@@ -235,7 +235,7 @@ def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
 def summary_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
     """Where a ``prefix`` pipeline's partitions publish their keyword summaries
     (:mod:`skype.dskype.summaries`): with the loose-prefix activation, unless ``--summaries off``."""
-    if plan.settings.summaries == "off" or activation_config(plan.settings, pipe.distribution) is None:
+    if plan.settings.distribution.summaries == "off" or activation_config(plan.settings, pipe.distribution) is None:
         return None
     return str(plan.run_dir / "summaries" / pipe.method)
 
@@ -245,10 +245,10 @@ def backfill_source(plan: Plan):
     from skype.spark.backfill import BackfillSource
 
     s = plan.settings
-    if s.vocabulary:  # raw files, tokenized with the shipped vocabulary (skype.spark.ingest)
-        return BackfillSource(plan.messages_dir, tuple(s.bounds), raw=True, vocabulary=s.vocabulary,
-                              claims=str(plan.run_dir / "unseen-terms"), split=s.ingest_split)
-    return BackfillSource(plan.messages_dir, tuple(s.bounds))
+    if s.source.vocabulary:  # raw files, tokenized with the shipped vocabulary (skype.spark.ingest)
+        return BackfillSource(plan.messages_dir, tuple(s.distribution.bounds), raw=True, vocabulary=s.source.vocabulary,
+                              claims=str(plan.run_dir / "unseen-terms"), split=s.source.ingest_split)
+    return BackfillSource(plan.messages_dir, tuple(s.distribution.bounds))
 
 
 def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
@@ -262,7 +262,7 @@ def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
 def activates(settings: RunSettings, caps) -> bool:
     """Whether a method of capabilities ``caps`` runs the loose-prefix activation under
     ``settings`` (:func:`activation_config`); from the settings alone, before planning."""
-    return bool(caps.activation) and settings.window.kind == "count" and settings.source == "files"
+    return bool(caps.activation) and settings.window.kind == "count" and settings.source.kind == "files"
 
 
 def summarised_methods(settings: RunSettings) -> list[str]:
@@ -270,9 +270,9 @@ def summarised_methods(settings: RunSettings) -> list[str]:
     (:func:`summary_dir_of`), known before planning."""
     from skype.partitioning import capabilities_of
 
-    if settings.summaries == "off":
+    if settings.distribution.summaries == "off":
         return []
-    return [method for method in settings.methods if activates(settings, capabilities_of(method))]
+    return [method for method in settings.distribution.methods if activates(settings, capabilities_of(method))]
 
 
 def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
@@ -281,7 +281,7 @@ def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
     methods and time windows run every replica (exact mode)."""
     if not activates(settings, dist.capabilities):
         return None
-    return ActivationConfig(tuple(int(x) for x in dist.starts), settings.batch_size, int(settings.window.size))
+    return ActivationConfig(tuple(int(x) for x in dist.starts), settings.control.batch_size, int(settings.window.size))
 
 
 def closure_bytes(fn) -> int:
@@ -303,17 +303,17 @@ def build_query(spark, plan: Plan, token: str, sink):
               [rebalance_dir_of(plan, pipe) for pipe in plan.pipelines])
     if routes_in_source(s):  # the staged files' source routes as it reads: one Python stage less
         path, plan.routing_table_bytes = write_routers_file(plan.run_dir / "routers", *tables)
-        routing = {"routers": path, "bounds": list(s.bounds), "dead_letters": str(plan.dead_letters_dir)}
+        routing = {"routers": path, "bounds": list(s.distribution.bounds), "dead_letters": str(plan.dead_letters_dir)}
         plan.routing_bytes = len(json.dumps(routing))
         routed = source_events(spark, plan, routing)
     else:
         shipped, plan.routing_table_bytes = ship_routers(spark, *tables)
-        route = partial(route_arrow, shipped, bounds=tuple(s.bounds), dead_letters=str(plan.dead_letters_dir))
+        route = partial(route_arrow, shipped, bounds=tuple(s.distribution.bounds), dead_letters=str(plan.dead_letters_dir))
         plan.routing_bytes = closure_bytes(route)
         routed = source_events(spark, plan).mapInArrow(route, ROUTED_SCHEMA_DDL)
-    files = TaskFiles.of(plan) if s.sink == "files" else None  # the stateful tasks write the outputs
+    files = TaskFiles.of(plan) if s.sink.kind == "files" else None  # the stateful tasks write the outputs
     stage1 = routed.groupBy("key").transformWithState(
-        PartitionProcessor(token, partition_configs(plan), s.engine_cache, s.host_idle_timeout,
+        PartitionProcessor(token, partition_configs(plan), s.control.engine_cache, s.control.host_idle_timeout,
                            slots=plan.host_slots, files=files),
         STAGE_SCHEMA_DDL, "Update", "None")
     if all(pipe.inline_merge for pipe in plan.pipelines):
@@ -324,11 +324,11 @@ def build_query(spark, plan: Plan, token: str, sink):
         # state stores, one engine host stamped by both)
         buckets = {key: (pipe.index, b) for pipe in plan.pipelines for b, key in enumerate(pipe.bucket_keys)}
         output = stage1.groupBy("key").transformWithState(
-            MergeProcessor(token, buckets, s.engine_cache, s.host_idle_timeout, slots=plan.host_slots, files=files),
+            MergeProcessor(token, buckets, s.control.engine_cache, s.control.host_idle_timeout, slots=plan.host_slots, files=files),
             OUTPUT_SCHEMA_DDL, "Update", "None")
     writer = output.writeStream.foreachBatch(sink).option("checkpointLocation", plan.spark_checkpoint)
-    if s.trigger_seconds:
-        return writer.trigger(processingTime=f"{s.trigger_seconds} seconds")
+    if s.control.trigger_seconds:
+        return writer.trigger(processingTime=f"{s.control.trigger_seconds} seconds")
     return writer.trigger(availableNow=True)
 
 
@@ -380,7 +380,7 @@ def out_of_memory_as_error(spark, sink: EventSink, query, heap_setting: tuple[st
                      "says which)")
         else:
             where = "out of memory (" + next((ln.strip() for ln in text.splitlines() if found in ln), found)[:160] + ")"
-        raise InputError("E131", batch=failing_batch(sink, query), where=where,
+        raise OperationalError("E131", batch=failing_batch(sink, query), where=where,
                          advice=f"raise {key} (now {heap >> 20}m; --driver-memory in local mode) or lower "
                                 "--commands-per-batch and --batch-size") from err
 
@@ -406,13 +406,13 @@ def run_query(spark, plan: Plan) -> RunOutcome:
                     offsets.raise_error()
                 if guard is not None and not guard.passes():
                     query.stop()
-                    if s.engine_cache == "process":
+                    if s.control.engine_cache == "process":
                         stop_local_hosts(plan, token)  # they hold the engines' memory
                     guard.raise_error(sink, query)
-                if s.stop_after_batches is not None and len(sink.batches) >= s.stop_after_batches:
+                if s.control.stop_after_batches is not None and len(sink.batches) >= s.control.stop_after_batches:
                     query.stop()
                     stopped = True
-                elif s.timeout_s is not None and time.perf_counter() - t0 > s.timeout_s:
+                elif s.control.timeout_s is not None and time.perf_counter() - t0 > s.control.timeout_s:
                     query.stop()
                     stopped = True
     except KeyboardInterrupt:
@@ -425,7 +425,7 @@ def run_query(spark, plan: Plan) -> RunOutcome:
         with out_of_memory_as_error(spark, sink, query, heap_setting):
             raise query.exception()
     progress = [p for p in query.recentProgress if p.get("batchId") is not None]
-    if s.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
+    if s.control.engine_cache == "process" and spark.conf.get("spark.master", "").startswith("local"):
         stop_local_hosts(plan, token)
     return RunOutcome(plan, sink.batches, progress, wall, stopped, driver_peak_rss_bytes(spark))
 
@@ -484,7 +484,7 @@ class MemoryGuard:
 
     def raise_error(self, sink: EventSink, query) -> None:
         hosted, hosts = sink.held()
-        raise InputError("E123", available=self.available_mb, floor=self.floor_mb, batch=failing_batch(sink, query),
+        raise OperationalError("E123", available=self.available_mb, floor=self.floor_mb, batch=failing_batch(sink, query),
                          hosted=f"{hosted:,}" if hosted else "an unknown number of",
                          hosts=hosts >> 20,
                          advice="the engines hold every subscription in memory on this machine: run on a cluster "
@@ -500,7 +500,7 @@ class OffsetCheck:
     two micro-batches.  Other sources and time windows are not checked."""
 
     def __init__(self, settings) -> None:
-        self.topic = settings.messages_topic if settings.source == "kafka" and settings.window.kind == "count" else None
+        self.topic = settings.source.messages_topic if settings.source.kind == "kafka" and settings.window.kind == "count" else None
         self.checked = -1  # the last batch id checked
         self.error: Exception | None = None
 

@@ -57,9 +57,9 @@ class EventSink:
         # snapshot query answers go beside the results (skype.dskype.snapshots), keyed -1 - pipeline
         self.results_dirs.update({-1 - pipe.index: str(plan.answers_dir_of(pipe)) for pipe in plan.pipelines})
         self.metrics_dir = plan.metrics_dir
-        self.format = plan.settings.events_format
-        self.console = plan.settings.sink == "console"
-        self.kafka = ((plan.settings.kafka_bootstrap, plan.settings.events_topic) if plan.settings.sink == "kafka"
+        self.format = plan.settings.sink.events_format
+        self.console = plan.settings.sink.kind == "console"
+        self.kafka = ((plan.settings.source.kafka_bootstrap, plan.settings.sink.events_topic) if plan.settings.sink.kind == "kafka"
                       else None)
         self.methods = {pipe.index: pipe.method for pipe in plan.pipelines}
         self.batches: list[int] = []  # the batch ids this process wrote (a resumed run's continue Spark's)
@@ -135,7 +135,7 @@ class TaskFiles:
         results = {pipe.index: str(plan.results_dir_of(pipe)) for pipe in plan.pipelines}
         results.update({-1 - pipe.index: str(plan.answers_dir_of(pipe)) for pipe in plan.pipelines})
         return cls({pipe.index: str(plan.events_dir_of(pipe)) for pipe in plan.pipelines}, results,
-                   suffix(plan.settings.events_format))
+                   suffix(plan.settings.sink.events_format))
 
 
 def write_task_files(files: TaskFiles, batch_id: int, part: str, rows) -> list[tuple[int, str, bytes]]:

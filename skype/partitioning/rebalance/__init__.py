@@ -57,7 +57,7 @@ def check_policy(policy: str, method: str) -> None:
     if policy not in POLICIES:
         raise invalid_choice("rebalancing policy", policy, POLICIES)
     if policy != "never" and method not in COMPATIBLE[policy]:
-        raise InputError("E060", what=f"the method of policy {policy!r}", expected=f"one of {list(COMPATIBLE[policy])}",
+        raise InputError("E023", what=f"the method of policy {policy!r}", expected=f"one of {list(COMPATIBLE[policy])}",
                          value=method)
 
 
@@ -78,7 +78,7 @@ def decide(policy: str, dist, partition_loads=None, **params) -> Plan:
     if policy == "never":
         return empty_plan("never")
     if not isinstance(dist, UnitDistribution):
-        raise InputError("E060", what="the distribution of a rebalancing policy",
+        raise InputError("E023", what="the distribution of a rebalancing policy",
                          expected="an adaptive method (agrid, kdt, qt, aqwa)", value=getattr(dist, "name", dist))
     check_policy(policy, dist.name)
     snap = snapshot(dist)

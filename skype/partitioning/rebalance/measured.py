@@ -28,7 +28,7 @@ def with_partition_loads(snapshot: dict, loads) -> dict:
     num_partitions = int(snapshot["num_partitions"])
     loads = np.asarray(loads, np.float64)
     if loads.shape != (num_partitions,) or not np.isfinite(loads).all() or (loads < 0).any():
-        raise InputError("E060", what="measured partition loads",
+        raise InputError("E023", what="measured partition loads",
                          expected=f"{num_partitions} finite values >= 0", value=loads.tolist())
     owner = np.asarray(snapshot["owner"], np.int64)
     replicas = np.bincount(owner, weights=np.asarray(snapshot["unit_subs"], np.float64), minlength=num_partitions)

@@ -1,0 +1,92 @@
+"""The settings of one engine: which engine, its structures and its window, from a mapping of options.
+
+:class:`EngineSettings` holds the keyword arguments of :class:`skype.Engine` (``docs/engine.md``)
+with the command line's defaults, and the window; :func:`window_of` is the one rule for a window
+given as options (a count, a time span, or neither: :data:`DEFAULT_WINDOW` messages).  Both the
+single-engine driver (:mod:`skype.simulate`) and the distributed run's settings
+(:meth:`skype.dskype.plan.RunSettings.from_options`) build their engines from here, so this module
+imports nothing of the package: it sits below both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+ENGINES = ("core", "reference")
+REGISTRATIONS = ("replay", "search", "search-bands", "search-mask64")
+DEFAULT_WINDOW = 10_000
+
+Options = Mapping[str, Any]
+
+
+def pick(cls, options: Options, **derived: Any):
+    """``cls`` (a dataclass) built from the options that name its fields (absent or unknown ones:
+    the defaults), and the ``derived`` values."""
+    names = {f.name for f in fields(cls)}
+    values = {name: options[name] for name in names if name in options}
+    values.update(derived)
+    return cls(**values)
+
+
+def window_of(options: Options) -> dict[str, Any]:
+    """The window of the options: ``{"window": N}`` (count) or ``{"window_seconds": T}`` (time);
+    neither given: a count window of :data:`DEFAULT_WINDOW`."""
+    count, seconds = options.get("window"), options.get("window_seconds")
+    if count is None and seconds is None:
+        return {"window": DEFAULT_WINDOW}
+    return {"window": count} if count is not None else {"window_seconds": seconds}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Which engine runs the stream, its structures (the keyword arguments of
+    :class:`skype.Engine`, ``docs/engine.md``) and its window.  The defaults are the command
+    line's defaults."""
+
+    engine: str = "core"                # the Cython core, or the brute-force "reference"
+    index: str = "blocks"
+    buffer: str = "cskyband"
+    kmax: int = 60
+    skyband_ratio: float = 0.8
+    block_size: int = 64
+    bands: int = 8
+    leaf_capacity: int = 1000
+    groups: int = 10
+    message_index: str | None = None    # None: quadtree for the exact buffer, lists otherwise
+    micro_batch: int = 1
+    reverse_map: bool = True
+    exact_holders: bool = True
+    registration: str = "search"
+    timers: bool = False
+    window: int | None = None           # neither window: a count window of DEFAULT_WINDOW
+    window_seconds: float | None = None
+
+    @classmethod
+    def from_options(cls, options: Options) -> EngineSettings:
+        return pick(cls, options)
+
+    @property
+    def window_spec(self) -> dict[str, Any]:
+        return window_of({"window": self.window, "window_seconds": self.window_seconds})
+
+    def engine_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`skype.Engine` (the default registration left out, so
+        that saved plans do not name it)."""
+        options: dict[str, Any] = dict(
+            index=self.index, buffer=self.buffer, kmax=self.kmax, skyband_ratio=self.skyband_ratio,
+            block_size=self.block_size, bands=self.bands, leaf_capacity=self.leaf_capacity, groups=self.groups,
+            reverse_map=self.reverse_map, message_index=self.message_index, micro_batch=self.micro_batch,
+            exact_holders=self.exact_holders, timers=self.timers)
+        if self.registration != "search":
+            options["registration"] = self.registration
+        return options
+
+    def describe(self) -> str:
+        return self.engine if self.engine == "reference" else f"core ({self.index}, {self.buffer})"
+
+
+def engine_options(options: Options | EngineSettings) -> dict[str, Any]:
+    """Keyword arguments of :class:`skype.Engine` from engine options (a mapping or settings)."""
+    return (options if isinstance(options, EngineSettings) else EngineSettings.from_options(options)).engine_options()
