@@ -19,6 +19,9 @@ Variants (counts, deterministic; the engine is prepared the paper's way and not 
 * ``today``: the block index's ``scan_only`` (postings it examines one by one);
 * ``A``: the low alpha-bands (alpha < 1/2) sorted by rho in blocks of ``--block`` with an early stop
   at the first block whose rho_min > w_m, the high bands as today, plus the pair index;
+* ``A0``: A without the pair index: in the low bands only the postings whose term is their
+  subscription's last (rest = 0: at a first meeting it shares only that term) are rho-sorted with
+  the early stop; the others are all read (an upper bound of today's work on them);
 * ``C``: one k-d tree per term over (x, y, rho) (splits on the widest of x, y, ``--rho-scale`` * rho;
   leaves of ``--leaf``), nodes holding the box, rho_min and lam_max, plus the pair index.
 
@@ -128,6 +131,8 @@ class ConeModel:
         term = np.asarray(term_ids, np.int64)
         order = np.lexsort((sub, term))
         self.sub, self.term = sub[order], term[order]
+        # the posting's term is its subscription's last (largest) term: no later term, rest = 0
+        self.last = (np.arange(len(sub)) == indptr[sub + 1] - 1)[order]
         self.w = np.asarray(weights, np.float64)[order]
         self.sx, self.sy = np.asarray(sx, np.float64), np.asarray(sy, np.float64)
         self.alpha, self.theta = np.asarray(alpha, np.float64), np.asarray(theta, np.float64)
@@ -257,6 +262,26 @@ class ConeModel:
         high = {s for s in truth if min(int(self.alpha[s] * self.nbands), self.nbands - 1) >= self.nbands // 2}
         assert found | high == truth, f"A lost {sorted(truth - found - high)[:5]}"
         out.update(A_low_postings=read, A_low_heads=heads)
+        # A0: no pair index.  Low bands: the postings with rest = 0 rho-sorted with the early stop
+        # (at a first meeting such a subscription shares only t), those with rest > 0 all read.
+        # Every qualifying low-band subscription must have its first-meeting posting read.
+        read, got_all = 0, []
+        for t, wm in zip(mterms, mw):
+            for sel in self._low_bands(int(t)):
+                if not len(sel):
+                    continue
+                last, rest = sel[self.last[sel]], sel[~self.last[sel]]
+                n_le = int(np.searchsorted(self.rho[last] - NODE_SLACK * (1.0 + np.abs(self.rho[last])), wm, "right"))
+                got = last[:min(len(last), -(-n_le // self.block) * self.block)]
+                read += len(got) + len(rest)
+                got_all += [got, rest]
+        read_set = set(np.concatenate(got_all).tolist()) if got_all else set()
+        first = {}                      # subscription -> its first-meeting posting (smallest term)
+        for q in p.tolist():            # p is in ascending message term order
+            first.setdefault(int(self.sub[q]), q)
+        lost = [s for s in truth if s not in high and first[s] not in read_set]
+        assert not lost, f"A0 lost {sorted(lost)[:5]}"
+        out.update(A0_low_postings=read)
         return out
 
 
@@ -314,6 +339,7 @@ def main(argv=None) -> int:
     high = sum(band[len(band) // 2:]) if len(band) == model.nbands else None
     row = {"today_postings": today, "today_band_postings": band, **per,
            "A_postings": None if high is None else per["A_low_postings"] + high + per["pair_read"],
+           "A0_postings": None if high is None else per["A0_low_postings"] + high,
            "C_items": per["C_postings"] + per["C_nodes"] + per["pair_read"],
            "pair_index_entries": model.pair_entries, "prepare_s": t1 - t0, "model_s": time.perf_counter() - t2}
     print(json.dumps(row, indent=1))
