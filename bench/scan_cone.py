@@ -299,6 +299,10 @@ def main(argv=None) -> int:
     p.add_argument("--rho-scale", type=float, default=100.0)
     p.add_argument("--block", type=int, default=16, help="block size of variant A's rho-sorted bands")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timed", action="store_true",
+                   help="also time the Cython cone scan (skype._core.conetree) against the block index's "
+                        "dissemination, paired chunk by chunk, and check both find the model's set")
+    p.add_argument("--chunk", type=int, default=250, help="messages per timed chunk (--timed)")
     p.add_argument("--json", help="write the per-message means to this file")
     args = p.parse_args(argv)
     window = args.window or args.num_subs
@@ -342,11 +346,48 @@ def main(argv=None) -> int:
            "A0_postings": None if high is None else per["A0_low_postings"] + high,
            "C_items": per["C_postings"] + per["C_nodes"] + per["pair_read"],
            "pair_index_entries": model.pair_entries, "prepare_s": t1 - t0, "model_s": time.perf_counter() - t2}
+    if args.timed:
+        row.update(timed(engine, index, model, args, indptr, terms, weights, m))
     print(json.dumps(row, indent=1))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "row": row}, f, indent=2)
     return 0
+
+
+def timed(engine, index, model: ConeModel, args, indptr, terms, weights, m) -> dict:
+    """The Cython cone trees against the block index's disseminate(), on the same state: paired
+    chunks in alternating order; both must report the brute force's qualifying set."""
+    from skype._core.conetree import ConeScan
+
+    t0 = time.perf_counter()
+    cone = ConeScan(engine._table, model.max_dist, leaf=args.leaf, rho_scale=args.rho_scale)
+    cone.build()
+    build_s = time.perf_counter() - t0
+    seconds = {"blocks": 0.0, "cone": 0.0}
+    before = index.counters()["entries_visited"]
+    for c, a in enumerate(range(0, args.measured, args.chunk)):
+        b = min(a + args.chunk, args.measured)
+        part = (np.ascontiguousarray(indptr[a:b + 1] - indptr[a]), terms[indptr[a]:indptr[b]],
+                weights[indptr[a]:indptr[b]], np.ascontiguousarray(m.x[a:b]), np.ascontiguousarray(m.y[a:b]))
+        found = {}
+        for name in (("blocks", "cone") if c % 2 == 0 else ("cone", "blocks")):
+            s, rows = (index if name == "blocks" else cone).disseminate_only(*part)
+            seconds[name] += s
+            found[name] = rows
+        assert found["blocks"] == found["cone"], f"chunk {c}: the cone scan and the block index disagree"
+        for i in range(b - a):
+            mt, mw = terms[indptr[a + i]:indptr[a + i + 1]], weights[indptr[a + i]:indptr[a + i + 1]]
+            _, sids, _, score = model.brute(mt, mw, float(m.x[a + i]), float(m.y[a + i]))
+            want = sorted(sids[score >= model.theta[sids]].tolist())
+            got = sorted(r & 0xFFFFFFFF for r in found["cone"] if r >> 32 == i)
+            assert got == want, f"message {a + i}: the cone scan found {len(got)}, brute force {len(want)}"
+    n = args.measured
+    return {"timed_blocks_disseminate_us": seconds["blocks"] / n * 1e6, "timed_cone_us": seconds["cone"] / n * 1e6,
+            "timed_blocks_postings": (index.counters()["entries_visited"] - before) / n,
+            "timed_cone_postings": (cone.tree_read + cone.flat_read) / n, "timed_cone_nodes": cone.nodes_tested / n,
+            "timed_cone_pair_entries": cone.pair_entries_read / n, "cone_build_s": build_s,
+            "cone_memory_bytes": cone.memory_bytes()}
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -139,3 +140,49 @@ def test_the_cone_prunes():
     model = scan_cone.ConeModel(indptr, terms, weights, sx, sy, alpha, theta, MAX_DIST, leaf=8)
     r = model.message(np.array([0]), np.array([0.2]), 0.0, 0.0)
     assert r["C_postings"] < r["all"] / 10
+
+
+def _engine_state(workload: str, buffer: str, many_terms: bool):
+    """An engine after a stretch of messages (thresholds set by the buffer kind), and the rest."""
+    import adversarial
+    from test_engine import BOUNDS, WORKLOADS
+
+    from skype.engine import Engine
+    from skype.model import SubscriptionBatch
+
+    vocab, subs, msgs = adversarial.dense_workload(**WORKLOADS[workload])
+    if many_terms:   # up to 6 terms: the flat lists' path, and pairs among many
+        rng = np.random.default_rng(5)
+        subs = SubscriptionBatch(subs.ids, subs.x, subs.y, subs.k, subs.alpha,
+                                 adversarial._terms(rng, len(subs.ids), 20, 6, 1.0, None))
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=60, buffer=buffer, kmax=4)
+    eng.subscribe_batch(subs)
+    return eng, msgs
+
+
+def _arrays(m):
+    return (np.ascontiguousarray(m.terms.indptr, np.int64), np.ascontiguousarray(m.terms.ids, np.uint32),
+            np.ascontiguousarray(m.terms.weights, np.float64), np.ascontiguousarray(m.x), np.ascontiguousarray(m.y))
+
+
+@pytest.mark.parametrize("buffer", ["cskyband", "kmax", "exact"])
+@pytest.mark.parametrize("workload,many_terms", [("grid", False), ("crowded", False), ("hot-term", False),
+                                                 ("continuous", False), ("continuous", True)])
+def test_cone_trees_verify_exactly_the_block_index_candidates(workload, many_terms, buffer):
+    """skype._core.conetree against the block index on the same engine state, rebuilt as the
+    thresholds move: the same candidates (both verify exactly), message by message."""
+    from skype._core.conetree import ConeScan
+
+    eng, msgs = _engine_state(workload, buffer, many_terms)
+    total = 0
+    for start in range(0, 500, 100):
+        eng.publish_batch(msgs.slice(start, start + 100))
+        for leaf in (1, 8):
+            cone = ConeScan(eng._table, eng.bounds.max_dist, leaf=leaf)
+            cone.build()
+            part = _arrays(msgs.slice(start + 100, start + 140))
+            _, want = eng._index.disseminate_only(*part)
+            _, got = cone.disseminate_only(*part)
+            assert got == want
+            total += len(want)
+    assert total > 0

@@ -1,0 +1,335 @@
+# cython: language_level=3
+"""Scan-only cone trees (issue 35, step C; ``bench/scan_cone.py --timed``, through
+``disseminate_only``): not an engine index yet, a static structure built from a subscription
+table's current thresholds, to count and time the cone-bounded scan against the block index's on
+the same state.
+
+The cone (docs/engine.md, "The cone of a single-term posting"): a subscription s sharing exactly
+one term t with the message m, 0 < alpha < 1, qualifies iff d(s, m) <= D * lam * (w_m - rho), with
+rho = ((theta - alpha) / (1 - alpha)) / w and lam = w (1 - alpha) / alpha (lam = +inf at alpha = 0).
+
+Layout.  Per term, the postings of subscriptions with at most MAX_PAIR_TERMS terms and alpha < 1
+form a k-d tree: the split is on the widest of x, y and RHO_SCALE * rho (rho clipped to [-1, 2]
+for the split only), halves rounded to whole leaves, nodes in DFS order with the right child's
+index stored.  A node holds its members' box, rho_min and lam_max, all in double; it is skipped
+when w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST > D lam_max (that slack'd margin)
+(1 + NODE_SLACK) + NODE_SLACK D (the float64 rounding of rho, lam and the distance is ~1e-15).
+A leaf's postings take the same test one by one; survivors that share no other term with m
+are verified exactly.  Subscriptions sharing two or more terms with m are found by the pair
+index ((t, u) -> sids, t < u), each verified once, at its first two common terms.  Postings of
+alpha = 1 and of subscriptions with more than MAX_PAIR_TERMS terms sit in a flat per-term list,
+read whole, each verified at its first common term.  Invariant: every qualifying subscription is
+verified exactly once (tests/test_scan_cone.py compares the candidates with the block index's).
+"""
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from libcpp.algorithm cimport sort as std_sort
+from libcpp.utility cimport pair
+from libc.math cimport INFINITY, sqrt, fabs
+from libc.stdint cimport uint32_t, uint64_t
+from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC
+from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC
+
+cdef extern from *:
+    """
+    #include <utility>
+    template <class It> static inline auto skype_second(It it) -> decltype(it->second) { return it->second; }
+    template <class It> static inline auto& skype_second_ref(It it) { return it->second; }
+    """
+    uint32_t pair_second "skype_second"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
+    vector[sid_t]& pair_second_vec "skype_second_ref"(unordered_map[uint64_t, vector[sid_t]].iterator it) noexcept nogil
+
+
+cdef double NODE_SLACK = 1e-9
+cdef int MAX_PAIR_TERMS = 3
+cdef uint32_t NO_KIDS = 0xFFFFFFFF
+
+
+cdef struct ConePostC:
+    sid_t sid
+    double x
+    double y
+    double rho
+    double lam
+
+
+cdef struct ConeNodeC:
+    double minx
+    double miny
+    double maxx
+    double maxy
+    double rho_min
+    double lam_max
+    uint32_t lo              # members: posts[lo, hi) of the term's array
+    uint32_t hi
+    uint32_t right           # the right child's index (the left is the next node); NO_KIDS: a leaf
+
+
+cdef struct ConeTermC:
+    vector[ConePostC] posts
+    vector[ConeNodeC] nodes
+    vector[sid_t] flat       # alpha = 1 or more than MAX_PAIR_TERMS terms: read whole
+
+
+cdef inline double split_key(const ConePostC* p, int dim, double rho_scale) noexcept nogil:
+    cdef double r
+    if dim == 0:
+        return p.x
+    if dim == 1:
+        return p.y
+    r = p.rho
+    if r < -1.0:
+        r = -1.0
+    elif r > 2.0:
+        r = 2.0
+    return r * rho_scale
+
+
+cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, double rho_min,
+                          double lam_max, double x, double y, double wm, double max_dist) noexcept nogil:
+    """False only if no posting with rho >= rho_min and lam <= lam_max in the box qualifies."""
+    cdef double s = wm - rho_min + NODE_SLACK * (1.0 + fabs(rho_min))
+    cdef double dx = 0.0, dy = 0.0
+    if s < 0.0:
+        return False
+    if lam_max == INFINITY:
+        return True
+    if x < minx:
+        dx = minx - x
+    elif x > maxx:
+        dx = x - maxx
+    if y < miny:
+        dy = miny - y
+    elif y > maxy:
+        dy = y - maxy
+    return sqrt(dx * dx + dy * dy) <= max_dist * lam_max * s * (1.0 + NODE_SLACK) + NODE_SLACK * max_dist
+
+
+cdef class ConeScan(SubscriptionIndex):
+    cdef unordered_map[term_t, uint32_t] term_slot
+    cdef vector[ConeTermC] terms
+    cdef unordered_map[uint64_t, vector[sid_t]] pairs
+    cdef int leaf
+    cdef double rho_scale
+    cdef public uint64_t nodes_tested, pair_entries_read, flat_read, tree_read
+
+    def __cinit__(self, SubTable table, double max_dist, int leaf=8, double rho_scale=100.0):
+        self.table = table
+        self.max_dist = max_dist
+        self.leaf = leaf if leaf >= 1 else 1
+        self.rho_scale = rho_scale
+
+    cdef uint32_t _slot(self, term_t t) noexcept nogil:
+        cdef unordered_map[term_t, uint32_t].iterator it = self.term_slot.find(t)
+        cdef ConeTermC fresh
+        if it != self.term_slot.end():
+            return pair_second(it)
+        self.term_slot[t] = <uint32_t>self.terms.size()
+        self.terms.push_back(fresh)
+        return <uint32_t>(self.terms.size() - 1)
+
+    def build(self):
+        """Postings, trees and the pair index from the table's live subscriptions and current
+        thresholds (sids ascending within each term, as bench/scan_cone.py's model)."""
+        cdef sid_t sid
+        cdef const SubHotC* h
+        cdef const SubTermC* st
+        cdef int i, j
+        cdef ConePostC p
+        cdef ConeTermC* ct
+        cdef size_t k
+        with nogil:
+            self.terms.clear()
+            self.term_slot.clear()
+            self.pairs.clear()
+            for sid in range(<sid_t>self.table.hot.size()):
+                h = &self.table.hot[sid]
+                if not h.alive:
+                    continue
+                st = &self.table.terms[h.term_off]
+                for i in range(h.nterms):
+                    ct = &self.terms[self._slot(st[i].term)]
+                    if h.alpha >= 1.0 or h.nterms > MAX_PAIR_TERMS:
+                        ct.flat.push_back(sid)
+                        continue
+                    p.sid = sid
+                    p.x = h.x
+                    p.y = h.y
+                    p.rho = ((h.theta - h.alpha) / (1.0 - h.alpha)) / st[i].w
+                    p.lam = st[i].w * (1.0 - h.alpha) / h.alpha if h.alpha > 0.0 else INFINITY
+                    ct.posts.push_back(p)
+                if h.alpha < 1.0 and h.nterms <= MAX_PAIR_TERMS:     # the tree's subscriptions only
+                    for i in range(h.nterms):
+                        for j in range(i + 1, h.nterms):
+                            self.pairs[(<uint64_t>st[i].term << 32) | st[j].term].push_back(sid)
+            for k in range(self.terms.size()):
+                ct = &self.terms[k]
+                if ct.posts.size():
+                    self._build_node(ct, 0, <uint32_t>ct.posts.size())
+
+    cdef void _build_node(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil:
+        cdef ConeNodeC nd
+        cdef uint32_t i, half, n = hi - lo, me
+        cdef double sx, sy, sr, kmin, kmax
+        cdef int dim
+        cdef vector[pair[double, uint32_t]] keyed
+        cdef vector[ConePostC] tmp
+        cdef const ConePostC* p
+        nd.minx = INFINITY
+        nd.miny = INFINITY
+        nd.maxx = -INFINITY
+        nd.maxy = -INFINITY
+        nd.rho_min = INFINITY
+        nd.lam_max = -INFINITY
+        kmin = INFINITY
+        kmax = -INFINITY
+        for i in range(lo, hi):
+            p = &ct.posts[i]
+            nd.minx = min(nd.minx, p.x)
+            nd.miny = min(nd.miny, p.y)
+            nd.maxx = max(nd.maxx, p.x)
+            nd.maxy = max(nd.maxy, p.y)
+            nd.rho_min = min(nd.rho_min, p.rho)
+            nd.lam_max = max(nd.lam_max, p.lam)
+            sr = split_key(p, 2, self.rho_scale)
+            kmin = min(kmin, sr)
+            kmax = max(kmax, sr)
+        nd.lo = lo
+        nd.hi = hi
+        nd.right = NO_KIDS
+        me = <uint32_t>ct.nodes.size()
+        ct.nodes.push_back(nd)
+        if n <= <uint32_t>self.leaf:
+            return
+        sx = nd.maxx - nd.minx
+        sy = nd.maxy - nd.miny
+        sr = kmax - kmin
+        dim = 0
+        if sy > sx:
+            dim = 1
+        if sr > (sy if dim == 1 else sx):
+            dim = 2
+        for i in range(lo, hi):
+            keyed.push_back(pair[double, uint32_t](split_key(&ct.posts[i], dim, self.rho_scale), i - lo))
+        std_sort(keyed.begin(), keyed.end())   # (key, position): ties keep the array order
+        for i in range(n):
+            tmp.push_back(ct.posts[lo + keyed[i].second])
+        for i in range(n):
+            ct.posts[lo + i] = tmp[i]
+        half = ((n // 2 + <uint32_t>self.leaf - 1) // <uint32_t>self.leaf) * <uint32_t>self.leaf
+        if half < <uint32_t>self.leaf:
+            half = <uint32_t>self.leaf
+        if half > n - 1:
+            half = n - 1
+        self._build_node(ct, lo, lo + half)
+        ct.nodes[me].right = <uint32_t>ct.nodes.size()
+        self._build_node(ct, lo + half, hi)
+
+    cdef bint _shares_other(self, sid_t sid, term_t t, const MsgTermC* m, int n) noexcept nogil:
+        """Does s share a term other than t with m?"""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        cdef int i = 0, j = 0
+        while i < h.nterms and j < n:
+            if st[i].term == m[j].term:
+                if st[i].term != t:
+                    return True
+                i += 1
+                j += 1
+            elif st[i].term < m[j].term:
+                i += 1
+            else:
+                j += 1
+        return False
+
+    cdef bint _first_common(self, sid_t sid, term_t t, const MsgTermC* m, int n, term_t* second) noexcept nogil:
+        """Is t the first common term of s and m?  second: the next common term (or t)."""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        cdef int i = 0, j = 0, seen = 0
+        second[0] = t
+        while i < h.nterms and j < n:
+            if st[i].term == m[j].term:
+                if seen == 0 and st[i].term != t:
+                    return False
+                if seen == 1:
+                    second[0] = st[i].term
+                    return True
+                seen += 1
+                i += 1
+                j += 1
+            elif st[i].term < m[j].term:
+                i += 1
+            else:
+                j += 1
+        return seen >= 1
+
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
+        cdef int q, r
+        cdef uint32_t ni, i
+        cdef term_t second
+        cdef unordered_map[term_t, uint32_t].iterator it
+        cdef unordered_map[uint64_t, vector[sid_t]].iterator pit
+        cdef ConeTermC* ct
+        cdef const ConeNodeC* nd
+        cdef const ConePostC* p
+        cdef vector[uint32_t] stack
+        cdef double wm
+        cdef sid_t sid
+        cdef size_t e
+        self.out.clear()
+        self.ctr.messages += 1
+        for q in range(n):
+            it = self.term_slot.find(m[q].term)
+            if it == self.term_slot.end():
+                continue
+            ct = &self.terms[pair_second(it)]
+            wm = m[q].w
+            for e in range(ct.flat.size()):            # alpha = 1 or many terms: each at its first common term
+                self.flat_read += 1
+                self.ctr.entries_visited += 1
+                if self._first_common(ct.flat[e], m[q].term, m, n, &second):
+                    self._verify(ct.flat[e], x, y, m, n)
+            if not ct.nodes.size():
+                continue
+            stack.clear()
+            stack.push_back(0)
+            while stack.size():
+                ni = stack.back()
+                stack.pop_back()
+                nd = &ct.nodes[ni]
+                self.nodes_tested += 1
+                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm, self.max_dist):
+                    continue
+                if nd.right != NO_KIDS:
+                    stack.push_back(nd.right)
+                    stack.push_back(ni + 1)
+                    continue
+                for i in range(nd.lo, nd.hi):
+                    p = &ct.posts[i]
+                    self.tree_read += 1
+                    self.ctr.entries_visited += 1
+                    if not may_hold(p.x, p.y, p.x, p.y, p.rho, p.lam, x, y, wm, self.max_dist):
+                        continue
+                    if self._shares_other(p.sid, m[q].term, m, n):
+                        continue                       # the pair index decides it
+                    self._verify(p.sid, x, y, m, n)
+        for q in range(n):                             # subscriptions sharing two or more terms
+            for r in range(q + 1, n):
+                pit = self.pairs.find((<uint64_t>m[q].term << 32) | m[r].term)
+                if pit == self.pairs.end():
+                    continue
+                for e in range(pair_second_vec(pit).size()):
+                    sid = pair_second_vec(pit)[e]
+                    self.pair_entries_read += 1
+                    self.ctr.entries_visited += 1
+                    if self._first_common(sid, m[q].term, m, n, &second) and second == m[r].term:
+                        self._verify(sid, x, y, m, n)
+
+    cdef size_t memory(self) noexcept nogil:
+        cdef size_t total = 0, k
+        for k in range(self.terms.size()):
+            total += (self.terms[k].posts.capacity() * sizeof(ConePostC)
+                      + self.terms[k].nodes.capacity() * sizeof(ConeNodeC)
+                      + self.terms[k].flat.capacity() * sizeof(sid_t))
+        return total + self.pairs.size() * 48
