@@ -43,10 +43,13 @@ cdef extern from *:
 cdef double NODE_SLACK = 1e-9
 cdef int MAX_PAIR_TERMS = 3
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
+cdef term_t NO_TERM = 0xFFFFFFFF
 
 
 cdef struct ConePostC:
     sid_t sid
+    term_t other0            # the subscription's other terms (NO_TERM pads): the first-meeting
+    term_t other1            # check without reading the table
     double x
     double y
     double rho
@@ -153,6 +156,14 @@ cdef class ConeScan(SubscriptionIndex):
                         ct.flat.push_back(sid)
                         continue
                     p.sid = sid
+                    p.other0 = NO_TERM
+                    p.other1 = NO_TERM
+                    for j in range(h.nterms):
+                        if j != i:
+                            if p.other0 == NO_TERM:
+                                p.other0 = st[j].term
+                            else:
+                                p.other1 = st[j].term
                     p.x = h.x
                     p.y = h.y
                     p.rho = ((h.theta - h.alpha) / (1.0 - h.alpha)) / st[i].w
@@ -225,21 +236,14 @@ cdef class ConeScan(SubscriptionIndex):
         ct.nodes[me].right = <uint32_t>ct.nodes.size()
         self._build_node(ct, lo + half, hi)
 
-    cdef bint _shares_other(self, sid_t sid, term_t t, const MsgTermC* m, int n) noexcept nogil:
-        """Does s share a term other than t with m?"""
-        cdef const SubHotC* h = &self.table.hot[sid]
-        cdef const SubTermC* st = &self.table.terms[h.term_off]
-        cdef int i = 0, j = 0
-        while i < h.nterms and j < n:
-            if st[i].term == m[j].term:
-                if st[i].term != t:
-                    return True
-                i += 1
-                j += 1
-            elif st[i].term < m[j].term:
-                i += 1
-            else:
-                j += 1
+    cdef inline bint _shares_other(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil:
+        """Does the posting's subscription share a term other than the posting's with m?"""
+        cdef int j
+        if p.other0 == NO_TERM:
+            return False
+        for j in range(n):
+            if m[j].term == p.other0 or m[j].term == p.other1:
+                return True
         return False
 
     cdef bint _first_common(self, sid_t sid, term_t t, const MsgTermC* m, int n, term_t* second) noexcept nogil:
@@ -311,7 +315,7 @@ cdef class ConeScan(SubscriptionIndex):
                     self.ctr.entries_visited += 1
                     if not may_hold(p.x, p.y, p.x, p.y, p.rho, p.lam, x, y, wm, self.max_dist):
                         continue
-                    if self._shares_other(p.sid, m[q].term, m, n):
+                    if self._shares_other(p, m, n):
                         continue                       # the pair index decides it
                     self._verify(p.sid, x, y, m, n)
         for q in range(n):                             # subscriptions sharing two or more terms
