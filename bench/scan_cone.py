@@ -303,6 +303,7 @@ def main(argv=None) -> int:
                    help="also time the Cython cone scan (skype._core.conetree) against the block index's "
                         "dissemination, paired chunk by chunk, and check both find the model's set")
     p.add_argument("--chunk", type=int, default=250, help="messages per timed chunk (--timed)")
+    p.add_argument("--timed-only", action="store_true", help="--timed without the prototypes' counts")
     p.add_argument("--json", help="write the per-message means to this file")
     args = p.parse_args(argv)
     window = args.window or args.num_subs
@@ -334,7 +335,8 @@ def main(argv=None) -> int:
                       leaf=args.leaf, rho_scale=args.rho_scale, block=args.block)
     t2 = time.perf_counter()
     tot: dict[str, float] = {}
-    for i in range(args.measured):
+    args.timed = args.timed or args.timed_only
+    for i in range(0 if args.timed_only else args.measured):
         a, b = indptr[i], indptr[i + 1]
         r = model.message(terms[a:b], weights[a:b], float(m.x[i]), float(m.y[i]))
         for k, v in r.items():
@@ -342,9 +344,9 @@ def main(argv=None) -> int:
     per = {k: v / args.measured for k, v in tot.items()}
     high = sum(band[len(band) // 2:]) if len(band) == model.nbands else None
     row = {"today_postings": today, "today_band_postings": band, **per,
-           "A_postings": None if high is None else per["A_low_postings"] + high + per["pair_read"],
-           "A0_postings": None if high is None else per["A0_low_postings"] + high,
-           "C_items": per["C_postings"] + per["C_nodes"] + per["pair_read"],
+           "A_postings": None if high is None or not per else per["A_low_postings"] + high + per["pair_read"],
+           "A0_postings": None if high is None or not per else per["A0_low_postings"] + high,
+           "C_items": per["C_postings"] + per["C_nodes"] + per["pair_read"] if per else None,
            "pair_index_entries": model.pair_entries, "prepare_s": t1 - t0, "model_s": time.perf_counter() - t2}
     if args.timed:
         row.update(timed(engine, index, model, args, indptr, terms, weights, m))

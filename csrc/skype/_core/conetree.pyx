@@ -11,9 +11,11 @@ rho = ((theta - alpha) / (1 - alpha)) / w and lam = w (1 - alpha) / alpha (lam =
 Layout.  Per term, the postings of subscriptions with at most MAX_PAIR_TERMS terms and alpha < 1
 form a k-d tree: the split is on the widest of x, y and RHO_SCALE * rho (rho clipped to [-1, 2]
 for the split only), halves rounded to whole leaves, nodes in DFS order with the right child's
-index stored.  A node holds its members' box, rho_min and lam_max, all in double; it is skipped
-when w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST > D lam_max (that slack'd margin)
-(1 + NODE_SLACK) + NODE_SLACK D (the float64 rounding of rho, lam and the distance is ~1e-15).
+index stored.  Postings keep f32 copies: location to nearest, rho rounded down, lam rounded up; a
+node holds its members' box, rho_min and lam_max over those copies.  A node is skipped when
+w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST - pos_slack > D lam_max (that slack'd
+margin) (1 + NODE_SLACK) + NODE_SLACK D: pos_slack = max|coordinate| * 2^-23 covers the f32
+locations, NODE_SLACK the double arithmetic that made rho and lam (~1e-15).
 A leaf's postings take the same test one by one; survivors that share no other term with m
 are verified exactly.  Subscriptions sharing two or more terms with m are found by the pair
 index ((t, u) -> sids, t < u), each verified once, at its first two common terms.  Postings of
@@ -27,7 +29,8 @@ from libcpp.algorithm cimport sort as std_sort
 from libcpp.utility cimport pair
 from libc.math cimport INFINITY, sqrt, fabs
 from libc.stdint cimport uint32_t, uint64_t
-from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC
+from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch
+from skype._core.scoring cimport round_up, round_down
 from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC
 
 cdef extern from *:
@@ -50,19 +53,19 @@ cdef struct ConePostC:
     sid_t sid
     term_t other0            # the subscription's other terms (NO_TERM pads): the first-meeting
     term_t other1            # check without reading the table
-    double x
-    double y
-    double rho
-    double lam
+    float x                  # location, nearest f32 (distances allow pos_slack)
+    float y
+    float rho                # rounded down
+    float lam                # rounded up (+inf at alpha = 0)
 
 
-cdef struct ConeNodeC:
-    double minx
-    double miny
-    double maxx
-    double maxy
-    double rho_min
-    double lam_max
+cdef struct ConeNodeC:         # 36 bytes: bounds over the members' stored (f32) fields
+    float minx
+    float miny
+    float maxx
+    float maxy
+    float rho_min
+    float lam_max
     uint32_t lo              # members: posts[lo, hi) of the term's array
     uint32_t hi
     uint32_t right           # the right child's index (the left is the next node); NO_KIDS: a leaf
@@ -89,8 +92,10 @@ cdef inline double split_key(const ConePostC* p, int dim, double rho_scale) noex
 
 
 cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, double rho_min,
-                          double lam_max, double x, double y, double wm, double max_dist) noexcept nogil:
-    """False only if no posting with rho >= rho_min and lam <= lam_max in the box qualifies."""
+                          double lam_max, double x, double y, double wm, double max_dist,
+                          double pos_slack) noexcept nogil:
+    """False only if no posting with rho >= rho_min and lam <= lam_max in the box qualifies
+    (the box of f32 locations: a true location is within pos_slack of it)."""
     cdef double s = wm - rho_min + NODE_SLACK * (1.0 + fabs(rho_min))
     cdef double dx = 0.0, dy = 0.0
     if s < 0.0:
@@ -105,7 +110,7 @@ cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, do
         dy = miny - y
     elif y > maxy:
         dy = y - maxy
-    return sqrt(dx * dx + dy * dy) <= max_dist * lam_max * s * (1.0 + NODE_SLACK) + NODE_SLACK * max_dist
+    return sqrt(dx * dx + dy * dy) - pos_slack <= max_dist * lam_max * s * (1.0 + NODE_SLACK) + NODE_SLACK * max_dist
 
 
 cdef class ConeScan(SubscriptionIndex):
@@ -114,6 +119,7 @@ cdef class ConeScan(SubscriptionIndex):
     cdef unordered_map[uint64_t, vector[sid_t]] pairs
     cdef int leaf
     cdef double rho_scale
+    cdef double pos_slack              # >= the distance error of f32 locations: max|coordinate| * 2^-23
     cdef public uint64_t nodes_tested, pair_entries_read, flat_read, tree_read
 
     def __cinit__(self, SubTable table, double max_dist, int leaf=8, double rho_scale=100.0):
@@ -139,6 +145,7 @@ cdef class ConeScan(SubscriptionIndex):
         cdef const SubTermC* st
         cdef int i, j
         cdef ConePostC p
+        cdef double reach = 0.0
         cdef ConeTermC* ct
         cdef size_t k
         with nogil:
@@ -164,15 +171,17 @@ cdef class ConeScan(SubscriptionIndex):
                                 p.other0 = st[j].term
                             else:
                                 p.other1 = st[j].term
-                    p.x = h.x
-                    p.y = h.y
-                    p.rho = ((h.theta - h.alpha) / (1.0 - h.alpha)) / st[i].w
-                    p.lam = st[i].w * (1.0 - h.alpha) / h.alpha if h.alpha > 0.0 else INFINITY
+                    p.x = <float>h.x
+                    p.y = <float>h.y
+                    p.rho = round_down(((h.theta - h.alpha) / (1.0 - h.alpha)) / st[i].w)
+                    p.lam = round_up(st[i].w * (1.0 - h.alpha) / h.alpha) if h.alpha > 0.0 else INFINITY
+                    reach = max(reach, fabs(h.x), fabs(h.y))
                     ct.posts.push_back(p)
                 if h.alpha < 1.0 and h.nterms <= MAX_PAIR_TERMS:     # the tree's subscriptions only
                     for i in range(h.nterms):
                         for j in range(i + 1, h.nterms):
                             self.pairs[(<uint64_t>st[i].term << 32) | st[j].term].push_back(sid)
+            self.pos_slack = reach / 8388608.0
             for k in range(self.terms.size()):
                 ct = &self.terms[k]
                 if ct.posts.size():
@@ -200,7 +209,7 @@ cdef class ConeScan(SubscriptionIndex):
             nd.miny = min(nd.miny, p.y)
             nd.maxx = max(nd.maxx, p.x)
             nd.maxy = max(nd.maxy, p.y)
-            nd.rho_min = min(nd.rho_min, p.rho)
+            nd.rho_min = min(nd.rho_min, p.rho)      # stored values: already rounded outward
             nd.lam_max = max(nd.lam_max, p.lam)
             sr = split_key(p, 2, self.rho_scale)
             kmin = min(kmin, sr)
@@ -303,9 +312,12 @@ cdef class ConeScan(SubscriptionIndex):
                 stack.pop_back()
                 nd = &ct.nodes[ni]
                 self.nodes_tested += 1
-                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm, self.max_dist):
+                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
+                                self.max_dist, self.pos_slack):
                     continue
                 if nd.right != NO_KIDS:
+                    prefetch(&ct.nodes[nd.right])
+                    prefetch(&ct.nodes[ni + 1])
                     stack.push_back(nd.right)
                     stack.push_back(ni + 1)
                     continue
@@ -313,7 +325,7 @@ cdef class ConeScan(SubscriptionIndex):
                     p = &ct.posts[i]
                     self.tree_read += 1
                     self.ctr.entries_visited += 1
-                    if not may_hold(p.x, p.y, p.x, p.y, p.rho, p.lam, x, y, wm, self.max_dist):
+                    if not may_hold(p.x, p.y, p.x, p.y, p.rho, p.lam, x, y, wm, self.max_dist, self.pos_slack):
                         continue
                     if self._shares_other(p, m, n):
                         continue                       # the pair index decides it
