@@ -186,3 +186,21 @@ def test_cone_trees_verify_exactly_the_block_index_candidates(workload, many_ter
             assert got == want
             total += len(want)
     assert total > 0
+
+
+@pytest.mark.parametrize("buffer", ["cskyband", "exact"])
+@pytest.mark.parametrize("workload", ["grid", "continuous"])
+def test_cone_trees_keep_ties_on_the_edge(workload, buffer):
+    """Messages equal to those in the window can score exactly a subscription's threshold (the
+    k-th score of an exact buffer is such a score): ST = theta on the cone's edge, through the f32
+    copies and their slack, must still be found."""
+    from skype._core.conetree import ConeScan
+
+    eng, msgs = _engine_state(workload, buffer, False)
+    eng.publish_batch(msgs.slice(0, 300))
+    cone = ConeScan(eng._table, eng.bounds.max_dist, leaf=4)
+    cone.build()
+    part = _arrays(msgs.slice(240, 300))          # the window's own messages again
+    _, want = eng._index.disseminate_only(*part)
+    _, got = cone.disseminate_only(*part)
+    assert got == want and len(want) > 0
