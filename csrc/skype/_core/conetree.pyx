@@ -18,7 +18,8 @@ margin) (1 + NODE_SLACK) + NODE_SLACK D: pos_slack = max|coordinate| * 2^-23 cov
 locations, NODE_SLACK the double arithmetic that made rho and lam (~1e-15).
 A leaf's postings take the same test one by one; survivors that share no other term with m
 are verified exactly.  Subscriptions sharing two or more terms with m are found by the pair
-index ((t, u) -> sids, t < u), each verified once, at its first two common terms.  Postings of
+index ((t, u) -> sids, t < u; an open-addressing table, each entry with the subscription's third
+term) verifies each once, at its first two common terms.  Postings of
 alpha = 1 and of subscriptions with more than MAX_PAIR_TERMS terms sit in a flat per-term list,
 read whole, each verified at its first common term.  Invariant: every qualifying subscription is
 verified exactly once (tests/test_scan_cone.py compares the candidates with the block index's).
@@ -37,16 +38,28 @@ cdef extern from *:
     """
     #include <utility>
     template <class It> static inline auto skype_second(It it) -> decltype(it->second) { return it->second; }
-    template <class It> static inline auto& skype_second_ref(It it) { return it->second; }
     """
     uint32_t pair_second "skype_second"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
-    vector[sid_t]& pair_second_vec "skype_second_ref"(unordered_map[uint64_t, vector[sid_t]].iterator it) noexcept nogil
 
 
 cdef double NODE_SLACK = 1e-9
 cdef int MAX_PAIR_TERMS = 3
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
+cdef uint64_t PAIR_EMPTY = 0xFFFFFFFFFFFFFFFF
+cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
+
+
+cdef inline bint in_msg(const MsgTermC* m, int n, term_t t) noexcept nogil:
+    """Is t among the message's terms (ascending)?"""
+    cdef int lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if m[mid].term < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < n and m[lo].term == t
 
 
 cdef struct ConePostC:
@@ -69,6 +82,17 @@ cdef struct ConeNodeC:         # 36 bytes: bounds over the members' stored (f32)
     uint32_t lo              # members: posts[lo, hi) of the term's array
     uint32_t hi
     uint32_t right           # the right child's index (the left is the next node); NO_KIDS: a leaf
+
+
+cdef struct PairSlotC:          # open addressing, linear probing: one line per probe
+    uint64_t key             # t << 32 | u, t < u; PAIR_EMPTY: a free slot
+    uint32_t start           # its entries: pents[start, end)
+    uint32_t end
+
+
+cdef struct PairEntC:
+    sid_t sid
+    term_t third             # the subscription's third term (NO_TERM: two terms)
 
 
 cdef struct ConeTermC:
@@ -116,7 +140,10 @@ cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, do
 cdef class ConeScan(SubscriptionIndex):
     cdef unordered_map[term_t, uint32_t] term_slot
     cdef vector[ConeTermC] terms
-    cdef unordered_map[uint64_t, vector[sid_t]] pairs
+    cdef vector[PairSlotC] pslots
+    cdef vector[PairEntC] pents
+    cdef uint64_t pmask
+    cdef int pshift
     cdef int leaf
     cdef double rho_scale
     cdef double pos_slack              # >= the distance error of f32 locations: max|coordinate| * 2^-23
@@ -147,11 +174,17 @@ cdef class ConeScan(SubscriptionIndex):
         cdef ConePostC p
         cdef double reach = 0.0
         cdef ConeTermC* ct
-        cdef size_t k
+        cdef size_t k, a, b, cap
+        cdef PairEntC pe
+        cdef vector[pair[uint64_t, uint32_t]] keyed
+        cdef vector[PairEntC] ents
+        cdef uint64_t slot
         with nogil:
             self.terms.clear()
             self.term_slot.clear()
-            self.pairs.clear()
+            self.pslots.clear()
+            self.pents.clear()
+            keyed.clear()
             for sid in range(<sid_t>self.table.hot.size()):
                 h = &self.table.hot[sid]
                 if not h.alive:
@@ -180,7 +213,39 @@ cdef class ConeScan(SubscriptionIndex):
                 if h.alpha < 1.0 and h.nterms <= MAX_PAIR_TERMS:     # the tree's subscriptions only
                     for i in range(h.nterms):
                         for j in range(i + 1, h.nterms):
-                            self.pairs[(<uint64_t>st[i].term << 32) | st[j].term].push_back(sid)
+                            pe.sid = sid
+                            pe.third = NO_TERM
+                            if h.nterms == 3:
+                                pe.third = st[3 - i - j].term
+                            keyed.push_back(pair[uint64_t, uint32_t]((<uint64_t>st[i].term << 32) | st[j].term,
+                                                                     <uint32_t>ents.size()))
+                            ents.push_back(pe)
+            std_sort(keyed.begin(), keyed.end())
+            cap = 16
+            while cap < 2 * keyed.size():
+                cap *= 2
+            self.pmask = cap - 1
+            self.pshift = 64
+            k = cap
+            while k > 1:
+                k >>= 1
+                self.pshift -= 1
+            self.pslots.resize(cap)
+            for k in range(cap):
+                self.pslots[k].key = PAIR_EMPTY
+            a = 0
+            while a < keyed.size():
+                b = a
+                while b < keyed.size() and keyed[b].first == keyed[a].first:
+                    self.pents.push_back(ents[keyed[b].second])
+                    b += 1
+                slot = (keyed[a].first * PAIR_HASH) >> self.pshift
+                while self.pslots[slot].key != PAIR_EMPTY:
+                    slot = (slot + 1) & self.pmask
+                self.pslots[slot].key = keyed[a].first
+                self.pslots[slot].start = <uint32_t>a
+                self.pslots[slot].end = <uint32_t>b
+                a = b
             self.pos_slack = reach / 8388608.0
             for k in range(self.terms.size()):
                 ct = &self.terms[k]
@@ -282,13 +347,13 @@ cdef class ConeScan(SubscriptionIndex):
         cdef uint32_t ni, i
         cdef term_t second
         cdef unordered_map[term_t, uint32_t].iterator it
-        cdef unordered_map[uint64_t, vector[sid_t]].iterator pit
+        cdef uint64_t key, slot
+        cdef const PairEntC* pe
         cdef ConeTermC* ct
         cdef const ConeNodeC* nd
         cdef const ConePostC* p
         cdef vector[uint32_t] stack
         cdef double wm
-        cdef sid_t sid
         cdef size_t e
         self.out.clear()
         self.ctr.messages += 1
@@ -332,15 +397,19 @@ cdef class ConeScan(SubscriptionIndex):
                     self._verify(p.sid, x, y, m, n)
         for q in range(n):                             # subscriptions sharing two or more terms
             for r in range(q + 1, n):
-                pit = self.pairs.find((<uint64_t>m[q].term << 32) | m[r].term)
-                if pit == self.pairs.end():
+                key = (<uint64_t>m[q].term << 32) | m[r].term
+                slot = (key * PAIR_HASH) >> self.pshift
+                while self.pslots[slot].key != key and self.pslots[slot].key != PAIR_EMPTY:
+                    slot = (slot + 1) & self.pmask
+                if self.pslots[slot].key == PAIR_EMPTY:
                     continue
-                for e in range(pair_second_vec(pit).size()):
-                    sid = pair_second_vec(pit)[e]
+                for e in range(self.pslots[slot].start, self.pslots[slot].end):
+                    pe = &self.pents[e]
                     self.pair_entries_read += 1
                     self.ctr.entries_visited += 1
-                    if self._first_common(sid, m[q].term, m, n, &second) and second == m[r].term:
-                        self._verify(sid, x, y, m, n)
+                    # verified at its first two common terms: here unless its third term is in m below u
+                    if pe.third == NO_TERM or pe.third > m[r].term or not in_msg(m, n, pe.third):
+                        self._verify(pe.sid, x, y, m, n)
 
     cdef size_t memory(self) noexcept nogil:
         cdef size_t total = 0, k
@@ -348,4 +417,4 @@ cdef class ConeScan(SubscriptionIndex):
             total += (self.terms[k].posts.capacity() * sizeof(ConePostC)
                       + self.terms[k].nodes.capacity() * sizeof(ConeNodeC)
                       + self.terms[k].flat.capacity() * sizeof(sid_t))
-        return total + self.pairs.size() * 48
+        return total + self.pslots.capacity() * sizeof(PairSlotC) + self.pents.capacity() * sizeof(PairEntC)
