@@ -352,7 +352,8 @@ cdef class ConeScan(SubscriptionIndex):
         cdef ConeTermC* ct
         cdef const ConeNodeC* nd
         cdef const ConePostC* p
-        cdef vector[uint32_t] stack
+        cdef vector[uint32_t] level, following, leaves
+        cdef size_t li
         cdef double wm
         cdef size_t e
         self.out.clear()
@@ -370,22 +371,33 @@ cdef class ConeScan(SubscriptionIndex):
                     self._verify(ct.flat[e], x, y, m, n)
             if not ct.nodes.size():
                 continue
-            stack.clear()
-            stack.push_back(0)
-            while stack.size():
-                ni = stack.back()
-                stack.pop_back()
-                nd = &ct.nodes[ni]
-                self.nodes_tested += 1
-                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
-                                self.max_dist, self.pos_slack):
-                    continue
-                if nd.right != NO_KIDS:
-                    prefetch(&ct.nodes[nd.right])
-                    prefetch(&ct.nodes[ni + 1])
-                    stack.push_back(nd.right)
-                    stack.push_back(ni + 1)
-                    continue
+            # level by level: every passing node's children (and every passing leaf's postings)
+            # are prefetched together, so that their misses overlap
+            level.clear()
+            level.push_back(0)
+            leaves.clear()
+            while level.size():
+                following.clear()
+                for li in range(level.size()):
+                    ni = level[li]
+                    nd = &ct.nodes[ni]
+                    self.nodes_tested += 1
+                    if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
+                                    self.max_dist, self.pos_slack):
+                        continue
+                    if nd.right != NO_KIDS:
+                        prefetch(&ct.nodes[ni + 1])
+                        prefetch(&ct.nodes[nd.right])
+                        following.push_back(ni + 1)
+                        following.push_back(nd.right)
+                    else:
+                        prefetch(&ct.posts[nd.lo])
+                        prefetch(<const char*>&ct.posts[nd.lo] + 64)
+                        prefetch(<const char*>&ct.posts[nd.hi - 1])
+                        leaves.push_back(ni)
+                level.swap(following)
+            for li in range(leaves.size()):
+                nd = &ct.nodes[leaves[li]]
                 for i in range(nd.lo, nd.hi):
                     p = &ct.posts[i]
                     self.tree_read += 1
