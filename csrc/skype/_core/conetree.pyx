@@ -44,6 +44,7 @@ cdef extern from *:
 
 cdef double NODE_SLACK = 1e-9
 cdef int MAX_PAIR_TERMS = 3
+cdef size_t VERIFY_AHEAD = 8            # records prefetched ahead in the verification loop
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
 cdef uint64_t PAIR_EMPTY = 0xFFFFFFFFFFFFFFFF
@@ -141,6 +142,7 @@ cdef class ConeScan(SubscriptionIndex):
     cdef unordered_map[term_t, uint32_t] term_slot
     cdef vector[ConeTermC] terms
     cdef vector[PairSlotC] pslots
+    cdef vector[sid_t] pending          # this message's survivors, verified together at the end
     cdef vector[PairEntC] pents
     cdef uint64_t pmask
     cdef int pshift
@@ -357,6 +359,7 @@ cdef class ConeScan(SubscriptionIndex):
         cdef double wm
         cdef size_t e
         self.out.clear()
+        self.pending.clear()
         self.ctr.messages += 1
         for q in range(n):
             it = self.term_slot.find(m[q].term)
@@ -368,7 +371,7 @@ cdef class ConeScan(SubscriptionIndex):
                 self.flat_read += 1
                 self.ctr.entries_visited += 1
                 if self._first_common(ct.flat[e], m[q].term, m, n, &second):
-                    self._verify(ct.flat[e], x, y, m, n)
+                    self.pending.push_back(ct.flat[e])
             if not ct.nodes.size():
                 continue
             # level by level: every passing node's children (and every passing leaf's postings)
@@ -406,7 +409,7 @@ cdef class ConeScan(SubscriptionIndex):
                         continue
                     if self._shares_other(p, m, n):
                         continue                       # the pair index decides it
-                    self._verify(p.sid, x, y, m, n)
+                    self.pending.push_back(p.sid)
         for q in range(n):                             # subscriptions sharing two or more terms
             for r in range(q + 1, n):
                 key = (<uint64_t>m[q].term << 32) | m[r].term
@@ -421,7 +424,22 @@ cdef class ConeScan(SubscriptionIndex):
                     self.ctr.entries_visited += 1
                     # verified at its first two common terms: here unless its third term is in m below u
                     if pe.third == NO_TERM or pe.third > m[r].term or not in_msg(m, n, pe.third):
-                        self._verify(pe.sid, x, y, m, n)
+                        self.pending.push_back(pe.sid)
+
+        self._verify_pending(m, n, x, y)
+
+    cdef void _verify_pending(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
+        """The survivors verified in a row, records prefetched VERIFY_AHEAD ahead (as the block
+        index does), so that their misses overlap."""
+        cdef const SubHotC* hot = self.table.hot.data()
+        cdef size_t i, c = self.pending.size()
+        cdef const sid_t* sids = self.pending.data()
+        for i in range(c):
+            if i + VERIFY_AHEAD < c:
+                prefetch(&hot[sids[i + VERIFY_AHEAD]])
+            if i + VERIFY_AHEAD // 2 < c:
+                prefetch(&self.table.terms[hot[sids[i + VERIFY_AHEAD // 2]].term_off])
+            self._verify(sids[i], x, y, m, n)
 
     cdef size_t memory(self) noexcept nogil:
         cdef size_t total = 0, k
