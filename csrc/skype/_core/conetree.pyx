@@ -16,13 +16,14 @@ node holds its members' box, rho_min and lam_max over those copies.  A node is s
 w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST - pos_slack > D lam_max (that slack'd
 margin) (1 + NODE_SLACK) + NODE_SLACK D: pos_slack = max|coordinate| * 2^-23 covers the f32
 locations, NODE_SLACK the double arithmetic that made rho and lam (~1e-15).
-A leaf's postings take the same test one by one; survivors that share no other term with m
-are verified exactly.  Subscriptions sharing two or more terms with m are found by the pair
-index ((t, u) -> sids, t < u; an open-addressing table, each entry with the subscription's third
-term) verifies each once, at its first two common terms.  Postings of
-alpha = 1 and of subscriptions with more than MAX_PAIR_TERMS terms sit in a flat per-term list,
-read whole, each verified at its first common term.  Invariant: every qualifying subscription is
-verified exactly once (tests/test_scan_cone.py compares the candidates with the block index's).
+The tree is walked level by level (children and leaves prefetched together); a leaf's postings
+take the same test one by one, and survivors that share no other term with m are verified
+exactly, together at the end of the message (records prefetched ahead).  A subscription sharing
+two or more terms with m is found by the pair index ((t, u) -> sids, t < u; open addressing, each
+entry with the subscription's third term) and verified once, at its first two common terms.
+Postings of alpha = 1 and of subscriptions with more than MAX_PAIR_TERMS terms sit in a flat
+per-term list, read whole, each verified at its first common term.  Invariant: every qualifying
+subscription is verified exactly once (tests/test_scan_cone.py compares the candidates with the block index's).
 """
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
