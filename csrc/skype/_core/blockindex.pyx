@@ -323,13 +323,13 @@ cdef class BlockIndex(BlockLayout):
             if t >= self.lists.size():
                 continue
             tl = &self.lists[t]
-            if self.band_posts.size() < tl.bands.size():
-                self.band_posts.resize(tl.bands.size(), 0)
             for g in range(<int>tl.bands.size()):
                 if tl.bands[g].entries.size():
+                    if self.band_posts.size() <= <size_t>tl.bands[g].band_id:
+                        self.band_posts.resize(tl.bands[g].band_id + 1, 0)
                     before = self.ctr.entries_visited
                     self._scan_band(&tl.bands[g], m, j, n, x, y, self.m_maxwt[j + 1])
-                    self.band_posts[g] += self.ctr.entries_visited - before
+                    self.band_posts[tl.bands[g].band_id] += self.ctr.entries_visited - before
 
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef double t0 = 0, t1 = 0
@@ -393,7 +393,7 @@ cdef class BlockIndex(BlockLayout):
         return t0 / 1e9, found
 
     def band_postings(self):
-        """Postings examined individually, per alpha-band position (0: the lowest band)."""
+        """Postings examined individually, per alpha-band (index: the band's id, 0 the lowest alphas)."""
         return [int(v) for v in self.band_posts]
 
     cdef void _verify_all(self, const sid_t* sids, size_t n, const MsgTermC* m, int nm, double x,
@@ -451,13 +451,13 @@ cdef class BlockIndex(BlockLayout):
             m = &terms[offs[i]]
             nm = <int>(offs[i + 1] - offs[i])
             tl = &self.lists[t]
-            if self.band_posts.size() < tl.bands.size():
-                self.band_posts.resize(tl.bands.size(), 0)
             for g in range(<int>tl.bands.size()):
                 if tl.bands[g].entries.size():
+                    if self.band_posts.size() <= <size_t>tl.bands[g].band_id:
+                        self.band_posts.resize(tl.bands[g].band_id + 1, 0)
                     before = self.ctr.entries_visited
                     self._scan_band(&tl.bands[g], m, j, nm, xs[i], ys[i], self.b_maxwt[offs[i] + i + j + 1])
-                    self.band_posts[g] += self.ctr.entries_visited - before
+                    self.band_posts[tl.bands[g].band_id] += self.ctr.entries_visited - before
             self.b_msg.resize(self.pending.size(), <uint32_t>i)
         # the first meetings, message by message (a counting sort), then each message's checks
         self.b_end.assign(n + 1, 0)

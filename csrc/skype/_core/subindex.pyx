@@ -14,7 +14,8 @@ ST(s, m) >= theta_s: its pruning rules only skip on upper bounds below theta, an
 is verified here with its exact score (``_verify``), the one place where a candidate is
 admitted.
 """
-from libc.stdint cimport uint32_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, ext_id_t, MsgTermC
 from skype._core.scoring cimport score_pair, round_up
@@ -182,6 +183,32 @@ cdef class SubscriptionIndex:
 
     def reset_counters(self):
         memset(&self.ctr, 0, sizeof(CountersC))
+
+    def disseminate_only(self, const int64_t[::1] indptr, const uint32_t[::1] terms, const double[::1] weights,
+                         const double[::1] xs, const double[::1] ys):
+        """Bench hook: disseminate() every message (terms ascending) against the current
+        thresholds, nothing admitted.  Returns (seconds inside disseminate(), the candidates as
+        sorted rows message << 32 | sid)."""
+        cdef vector[MsgTermC] m
+        cdef size_t i, n = xs.shape[0], c
+        cdef int j, nm
+        cdef timespec a, b
+        cdef double spent = 0.0
+        cdef vector[uint64_t] found
+        with nogil:
+            for i in range(n):
+                nm = <int>(indptr[i + 1] - indptr[i])
+                m.resize(nm)
+                for j in range(nm):
+                    m[j].term = terms[indptr[i] + j]
+                    m[j].w = weights[indptr[i] + j]
+                clock_gettime(CLOCK_MONOTONIC, &a)
+                self.disseminate(m.data(), nm, xs[i], ys[i])
+                clock_gettime(CLOCK_MONOTONIC, &b)
+                spent += (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)
+                for c in range(self.out.size()):
+                    found.push_back((<uint64_t>i << 32) | self.out[c].sid)
+        return spent / 1e9, sorted(found)
 
     def memory_bytes(self):
         """Bytes held by the index structure (the subscription table not included)."""
