@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import bisect
 import math
+import time
 
 import numpy as np
 
@@ -135,6 +136,7 @@ class CoreQueryKinds(QueryKinds):
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity,
                                knn_index=self.KNN_INDEX, range_keyword=self.RANGE_INDEX == "keyword")
         self._core.set_terms_grid(self.TERMS_GRID, *self.TERMS_GRID_TABLES)
+        self._publish_s = 0.0  # wall time of publish(): the core's steps and the glue around them
         if term_trees == "eager":
             self._core.need_term_trees()
 
@@ -161,10 +163,13 @@ class CoreQueryKinds(QueryKinds):
         self._core.prepare()
 
     def publish(self, batch: MessageBatch) -> ChangeLog:
+        t0 = time.perf_counter()
         self._sync_names()
         t = batch.terms
-        return ChangeLog(*self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr,
-                                                   t.ids.astype(np.uint32), t.weights))
+        log = ChangeLog(*self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr,
+                                                  t.ids.astype(np.uint32), t.weights))
+        self._publish_s += time.perf_counter() - t0
+        return log
 
     def advance(self, t: float) -> ChangeLog:
         return ChangeLog(*self._core.advance(t))
@@ -218,4 +223,5 @@ class CoreQueryKinds(QueryKinds):
     def stats(self) -> dict:
         s = self._core.stats()
         s["query_window_size"] = self._core.window_size()
+        s["publish_s"] = self._publish_s
         return s

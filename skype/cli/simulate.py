@@ -20,6 +20,12 @@ Metrics (``--metrics-out``, JSON): ``messages`` (measured), ``fill_messages``, `
 ``turnover_s``, ``subscriptions``, ``generate_s`` (seconds spent generating the measured messages
 of a streamed workload, left out of ``stream_s`` and the throughput),
 ``amp_us`` (mean time per arriving message), ``emp_us`` (mean time per expiring message),
+``flush_us`` (the netting of each message's events, per measured message: the query kinds'
+always, the top-k core's with ``--timers``), ``other_us`` (the rest of ``stream_s`` per
+measured message: Python around the cores, change-log merges; AMP + EMP + flush + other
+= ``stream_s`` / ``messages`` when every message arrives and one expires), ``parts_us``
+(the same time by part, per measured message: each query kind with its netting, the query
+window's upkeep, the top-k core's AMP + EMP),
 ``throughput_msgs_per_s`` (measured messages per wall second, arrival and expiry together),
 ``subscribe_s`` (the registration time), ``fill_s``, ``peak_rss_bytes``, ``reevaluations``,
 ``avg_buffer_size``, ``rejected_records``, ``result_changes`` and the engine's own statistics
@@ -148,7 +154,13 @@ def _counts(engine: EngineBase) -> dict[str, float]:
     return {"arrivals": s["arrivals"], "expirations": s["expirations"],
             "arrival_us": s["amp_us"] * s["arrivals"] + q.get("amp_us", 0.0) * q.get("arrivals", 0),
             "expiry_us": s["emp_us"] * s["expirations"] + q.get("emp_us", 0.0) * q.get("expirations", 0),
-            "reevaluations": s["reevaluations"]}
+            # the steps' netting: the query core's always, the top-k core's with --timers
+            "flush_us": 1e6 * (q.get("flush_s", 0.0) + ((s.get("phases") or {}).get("seconds") or {}).get("flush", 0.0)),
+            "reevaluations": s["reevaluations"],
+            # seconds by part: the query kinds (each with its netting), their window, the top-k core
+            "parts_s": {**{k: v.get("time_s", 0.0) for k, v in (q.get("kinds") or {}).items()},
+                        **({"query window": q.get("window_upkeep_s", 0.0)} if q else {}),
+                        "topk": (s["amp_us"] * s["arrivals"] + s["emp_us"] * s["expirations"]) / 1e6}}
 
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
@@ -250,6 +262,12 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "amp_us": (after["arrival_us"] - before["arrival_us"]) / arrivals if arrivals else 0.0,
         "emp_us": (after["expiry_us"] - before["expiry_us"]) / expirations if expirations else 0.0,
         "throughput_msgs_per_s": n / wall if wall > 0 else 0.0,
+        # per measured message: AMP + EMP + flush + other = stream_s / messages (other: Python, merges)
+        "flush_us": (after["flush_us"] - before["flush_us"]) / n if n else 0.0,
+        "parts_us": {k: 1e6 * (v - before["parts_s"].get(k, 0.0)) / n if n else 0.0
+                     for k, v in after["parts_s"].items()},
+        "other_us": (1e6 * wall - (after["arrival_us"] - before["arrival_us"]) - (after["expiry_us"] - before["expiry_us"])
+                     - (after["flush_us"] - before["flush_us"])) / n if n else 0.0,
         "stream_s": wall,
         "generate_s": generate[0],
         "fill_s": fill_s,
@@ -327,6 +345,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         ("turnover (msgs, s)", f"{metrics['turnover_messages']:,}, {metrics['turnover_s']:.1f}"),
         ("registration (s)", f"{metrics['subscribe_s']:.2f}"),
         ("AMP (us/arriving msg)", f"{metrics['amp_us']:.2f}"), ("EMP (us/expiring msg)", f"{metrics['emp_us']:.2f}"),
+        ("flush, other (us/msg)", f"{metrics['flush_us']:.2f}, {metrics['other_us']:.2f}"),
         ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f}"),
         ("re-evaluations", metrics["reevaluations"]), ("avg buffer size", f"{metrics['avg_buffer_size']:.2f}"),
         ("result changes", metrics["result_changes"]), ("rejected records", metrics["rejected_records"]),

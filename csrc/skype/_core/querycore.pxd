@@ -17,6 +17,10 @@ cdef class QueryCore(KnnCore):
     cdef bint timers
     cdef uint64_t range_matches, terms_matches
     cdef double range_ns, knn_ns, terms_ns, window_ns
+    # the step's netting (_flush: knn and terms events), timed apart from AMP and EMP; its
+    # per-kind shares are also in knn_ns and terms_ns
+    cdef double flush_ns, knn_net_ns, terms_net_ns
+    cdef uint64_t flushes
 
     cdef void _expire_oldest(self, int64_t at) noexcept nogil
     cdef void _range_probe(self, int64_t at, double x, double y, const MsgTermC* mt, uint32_t nterms,
