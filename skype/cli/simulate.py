@@ -156,11 +156,16 @@ def _counts(engine: EngineBase) -> dict[str, float]:
             "expiry_us": s["emp_us"] * s["expirations"] + q.get("emp_us", 0.0) * q.get("expirations", 0),
             # the steps' netting: the query core's always, the top-k core's with --timers
             "flush_us": 1e6 * (q.get("flush_s", 0.0) + ((s.get("phases") or {}).get("seconds") or {}).get("flush", 0.0)),
-            "reevaluations": s["reevaluations"],
-            # seconds by part: the query kinds (each with its netting), their window, the top-k core
-            "parts_s": {**{k: v.get("time_s", 0.0) for k, v in (q.get("kinds") or {}).items()},
-                        **({"query window": q.get("window_upkeep_s", 0.0)} if q else {}),
-                        "topk": (s["amp_us"] * s["arrivals"] + s["emp_us"] * s["expirations"]) / 1e6}}
+            "reevaluations": s["reevaluations"]}
+
+
+def _parts_s(engine: EngineBase) -> dict[str, float]:
+    """Seconds by part: the query kinds (each with its netting), their window, the top-k core."""
+    s = engine.stats()
+    q = s.get("queries") or {}
+    return {**{k: v.get("time_s", 0.0) for k, v in (q.get("kinds") or {}).items()},
+            **({"query window": q.get("window_upkeep_s", 0.0)} if q else {}),
+            "topk": (s["amp_us"] * s["arrivals"] + s["emp_us"] * s["expirations"]) / 1e6}
 
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
@@ -203,6 +208,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         turnover_s = time.perf_counter() - t0
         turnover_n = sum(len(p) for p in turn)
     before = _counts(engine)
+    parts_before = _parts_s(engine)
     phases_before = _phase_counts(engine)
     measured = sum(len(b) for op, b in steps if op == "msgs")
     changes = 0
@@ -264,8 +270,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "throughput_msgs_per_s": n / wall if wall > 0 else 0.0,
         # per measured message: AMP + EMP + flush + other = stream_s / messages (other: Python, merges)
         "flush_us": (after["flush_us"] - before["flush_us"]) / n if n else 0.0,
-        "parts_us": {k: 1e6 * (v - before["parts_s"].get(k, 0.0)) / n if n else 0.0
-                     for k, v in after["parts_s"].items()},
+        "parts_us": {k: 1e6 * (v - parts_before.get(k, 0.0)) / n if n else 0.0 for k, v in _parts_s(engine).items()},
         "other_us": (1e6 * wall - (after["arrival_us"] - before["arrival_us"]) - (after["expiry_us"] - before["expiry_us"])
                      - (after["flush_us"] - before["flush_us"])) / n if n else 0.0,
         "stream_s": wall,
