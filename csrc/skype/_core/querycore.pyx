@@ -207,7 +207,7 @@ cdef class QueryCore(KnnCore):
             t1 = now_ns()
             self.terms_ns += t1 - t0
             t0 = t1
-        self._knn_arriving(x, y, seq, mt, m.nterms)
+        self._knn_arriving(x, y, seq, ext_id, mt, m.nterms)
         if self.timers:
             self.knn_ns += now_ns() - t0
         self.arrivals += 1
