@@ -240,6 +240,7 @@ def test_queries_knn_index_equals_reference_under_distance_ties_expiry_and_until
     assert knn["index"] is knn_index
     if knn_index:   # buffers refilled wider than their box: reposted (not vacuous)
         assert knn["index_posts"] > len(subs) + len(late)
+        assert knn["index_grown"] == knn["index_posts"] - len(subs) - len(late)   # reposts grow in place
     assert knn["reevaluations"] > len(subs) + len(late)
 
 

@@ -16,7 +16,9 @@ below k and is not complete is re-evaluated from the message index (a best-first
 :class:`RectSubIndex` in which each subscription is posted (with its predicate and cover terms)
 under the box of its k-th distance circle: the last entry's distance, the whole plane while
 complete.  Invariant: the posted box holds that circle.  Between refills the radius only
-shrinks, so the box is kept; a refill that widens it reposts the subscription.  A probe gives
+shrinks, so the box is kept; a refill that widens it grows the box in place
+(``RectSubIndex.c_grow``: only the cells it gains are posted, in short sorted tails, so a
+repost is not linear in the lists' lengths).  A probe gives
 exactly the subscriptions whose box holds the message and whose predicate it satisfies; on
 expiry the same probe reaches every buffer that may hold it.  (``knn_index=False``: per-term
 lists of the cover terms instead.)
@@ -233,13 +235,16 @@ cdef class KnnCore(TermsCore):
             r = b.back().dist
         if s.posted >= 0.0 and r <= s.posted:
             return
-        if s.posted >= 0.0:
-            self.near.c_remove(s.post)
         if r >= 1e300:
             box = RectC(-1e300, -1e300, 1e300, 1e300)
         else:
             pad = r * 1e-9 + 1e-9          # a distance <= r puts each coordinate inside, rounding included
             box = RectC(s.x - r - pad, s.y - r - pad, s.x + r + pad, s.y + r + pad)
+        if s.posted >= 0.0:                # a wider radius: the box grows (monotone in r, rounding included)
+            self.near.c_grow(s.post, &box)
+            s.posted = r
+            self.knn_posts += 1
+            return
         for i in range(plen):
             if p[0][i] == OP_AND:
                 implied = False

@@ -343,6 +343,7 @@ cdef class QueryCore(KnnCore):
                         "matches": self.knn_matches, "removed": self.knn_removed,
                         "reevaluations": self.reevaluations, "index": bool(self.knn_index),
                         "index_posts": self.knn_posts, "index_candidates": self.near.candidates,
+                        "index_grown": self.near.grown, "index_tail_merges": self.near.merges,
                         "net_s": self.knn_net_ns / 1e9, "time_s": self.knn_ns / 1e9},
                 "terms": {"subscriptions": self.regions.size(), "probed": self.regions.candidates,
                           "matches": self.terms_matches, "count_updates": self.region_updates,
