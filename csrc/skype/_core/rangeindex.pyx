@@ -202,7 +202,7 @@ cdef class RectSubIndex:
         cdef uint32_t cell = self.cell_y(y) * self.grid + self.cell_x(x)
         cdef int i
         cdef term_t t
-        cdef size_t lo, hi, mid, size
+        cdef size_t lo, hi, mid
         cdef vector[PostC]* lst
         self.probes += 1
         for i in range(n):
