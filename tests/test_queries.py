@@ -275,6 +275,39 @@ def test_queries_knn_netting_of_crossings_equals_reference_when_several_expire_p
     assert multi > 20                      # steps where several entries left (not vacuous)
 
 
+@pytest.mark.parametrize("tables", [(4, 3, 2), (16, 6, 3)])
+def test_queries_snapshot_terms_from_count_tables_equals_reference(monkeypatch, tables):
+    """Snapshot ``terms`` without ``last`` reads per-term count tables of the window (visited in
+    decreasing window count, a walk only where a table's bound reaches the k-th count) and counts
+    the rectangle's messages only when a term without a table could still rank.  Points and
+    rectangle edges on a 0.5 grid (cell edges of both grids), a vocabulary of 12 names whose
+    counts tie often (ties by name), then other names (tables built and dropped as counts cross
+    the thresholds), queries throughout: every answer is the reference's, and both
+    ways of answering are used."""
+    from skype.querykinds import CoreQueryKinds
+
+    monkeypatch.setattr(CoreQueryKinds, "SNAPSHOT_TERMS_GRID", tables)
+    names = ["ab", "b", "ba", "c", "d", "e", "f", "g", "h", "i", "j", "k"]
+    later = ["l", "m", "n", "o", "ab", "b", "p"]
+    engines = [ENGINES[k](bounds=BOUNDS, window=150) for k in ENGINES]
+    answers: list[list] = [[] for _ in engines]
+    for i, e in enumerate(engines):
+        r = np.random.default_rng(tables[0])
+        q = np.random.default_rng(5)
+        for j in range(600):
+            pool = names if j < 300 else later                # the first names leave: tables dropped
+            terms = {str(n): 1.0 for n in r.choice(pool, size=int(r.integers(1, 5)), replace=False,
+                                                   p=np.linspace(4, 1, len(pool)) / np.linspace(4, 1, len(pool)).sum())}
+            e.publish(Message(j, float(r.integers(0, 21)) / 2, float(r.integers(0, 21)) / 2, t=float(j), terms=terms))
+            if j >= 100 and j % 5 == 0:
+                x0, x1 = sorted(float(v) for v in q.integers(0, 21, 2) / 2)
+                y0, y1 = sorted(float(v) for v in q.integers(0, 21, 2) / 2)
+                answers[i].append(e.query("terms", rect=(x0, y0, x1, y1), k=int(q.integers(1, 6))))
+    assert answers[0] == answers[1]
+    snap = engines[0].stats()["queries"]["snapshots"]
+    assert snap["terms_fast"] > 10 and snap["terms_scans"] > 0 and snap["grid"]["tables_dropped"] > 0
+
+
 @pytest.mark.parametrize("grid", [0, 16])
 def test_queries_terms_bounded_walks_equal_reference(monkeypatch, grid):
     """A vocabulary of 80 names over overlapping rectangles fills every ``terms`` buffer, so an

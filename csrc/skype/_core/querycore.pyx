@@ -137,6 +137,8 @@ cdef class QueryCore(KnnCore):
             t1 = now_ns()
             self.knn_ns += t1 - t0
             t0 = t1
+        if self.snap_grid_on:
+            self.snap_grid.c_message(m.x, m.y, mt, m.nterms, -1)
         self.qw.c_pop_oldest()                 # refills after the message has left the window
         if self.timers:
             t1 = now_ns()
@@ -183,7 +185,10 @@ cdef class QueryCore(KnnCore):
         cdef const MsgTermC* mt = win_terms(self.qw.window, m)
         cdef size_t i
         cdef uint32_t slot
-        cdef double t0 = now_ns(), t1
+        cdef double t0, t1
+        if self.snap_grid_on:
+            self.snap_grid.c_message(x, y, mt, m.nterms, 1)
+        t0 = now_ns()
         if self.timers:
             self.window_ns += t0 - start      # the message into the window and its trees
         self._range_probe(at, x, y, mt, m.nterms, ext_id, True)
