@@ -6,8 +6,9 @@ entry points; the walks are the query window's (``querywindow.pyx``: cover-term 
 ``range``, best-first search for ``knn``, term 0's tree counted per term for ``terms``) and the
 message index's best-first retrieval for ``topk``.  Each answer is exact and reads the window
 as it is: nothing is kept between queries but the count tables of ``terms`` (below).
-``last`` > 0 keeps the messages with ``now - t < last`` (decided exactly).  A reader of per-term trees (``range`` and ``knn`` with
-terms, ``topk``) has them built first when the window keeps only term 0's tree.
+``last`` > 0 keeps the messages with ``now - t < last`` (decided exactly).  A reader of
+per-term trees (``range`` and ``knn`` with terms, ``topk``) has them built first when the
+window keeps only term 0's tree.
 
 ``terms`` without ``last`` reads shared counts instead of every message of the rectangle: a
 :class:`~skype._core.termgrid.TermGrid` of the whole window (``snap_cells`` per side; a table of
