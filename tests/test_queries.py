@@ -459,3 +459,27 @@ def test_queries_distributed_refuses_other_kinds_naming_kind_and_method(tmp_path
                  "--checkpoint", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "E048" in err and "'terms'" in err and "prefix" in err
+
+
+def test_queries_step_timers_add_up_to_the_stream_time(tmp_path):
+    """AMP + EMP + flush + other is the measured stream time per message (a count window in
+    steady state: each measured message arrives and one expires); the netting is timed
+    (``flush_us`` > 0 with knn and terms subscriptions) and each kind's share of it is inside
+    its own time; ``parts_us`` splits the same time by kind."""
+    m, s, out = tmp_path / "m.jsonl", tmp_path / "s.jsonl", tmp_path / "metrics.json"
+    assert main(["generate", "--dataset", "tweets", "--num-subs", "200", "--num-messages", "1500", "--seed", "3",
+                 "--sub-kinds", "topk,range,knn,terms", "--k", "5",
+                 "--messages-out", str(m), "--subscriptions-out", str(s)]) == 0
+    assert main(["simulate", "--messages", str(m), "--subscriptions", str(s), "--window", "500", "--fill-window",
+                 "--timers", "--no-progress", "--metrics-out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    n = d["messages"]
+    assert n == 500
+    total = d["amp_us"] + d["emp_us"] + d["flush_us"] + d["other_us"]
+    assert total == pytest.approx(1e6 * d["stream_s"] / n, rel=1e-9)
+    assert d["flush_us"] > 0 and d["other_us"] > 0
+    kinds = d["engine_stats"]["queries"]["kinds"]
+    for kind in ("knn", "terms"):
+        assert 0 < kinds[kind]["net_s"] <= kinds[kind]["time_s"]
+    assert set(d["parts_us"]) == {"range", "knn", "terms", "query window", "topk"}
+    assert sum(d["parts_us"].values()) <= d["amp_us"] + d["emp_us"] + d["flush_us"]
