@@ -48,8 +48,6 @@ cdef class TermsCore:
     cdef vector[uint64_t] region_touch_step
     cdef vector[uint32_t] region_touched
     cdef vector[vector[term_t]] region_before
-    cdef vector[uint64_t] net_mark         # by term: the netting's stamp (set membership in O(1))
-    cdef uint64_t net_stamp
     cdef uint64_t step
     # scratch counts of a rectangle's terms (refills and snapshots)
     cdef vector[uint32_t] counts

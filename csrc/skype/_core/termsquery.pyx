@@ -327,37 +327,30 @@ cdef class TermsCore:
         self.out_entered.push_back(entered)
 
     cdef void _terms_net(self, int64_t at) noexcept nogil:
-        """The step's events: a term entered (in the top-k now, not before) or left.  A top-k
-        that only reordered (the common case) is told from a changed set by stamps per term:
-        O(k) per touched subscription, not O(k^2)."""
-        cdef size_t i, a
+        """The step's events: a term entered (in the top-k now, not before) or left."""
+        cdef size_t i, j, a
         cdef uint32_t slot
-        cdef term_t t
+        cdef bint found
         cdef vector[term_t]* top
-        cdef vector[term_t]* before
         for i in range(self.region_touched.size()):
             slot = self.region_touched[i]
             top = &self.region_top[slot]
-            before = &self.region_before[slot]
-            if top[0] == before[0]:                  # counts moved, not the order
+            if top[0] == self.region_before[slot]:   # the common case: counts moved, not the top-k
                 continue
-            self.net_stamp += 1
-            for a in range(before.size()):
-                if before[0][a] >= self.net_mark.size():
-                    self.net_mark.resize(before[0][a] + 1, 0)
-                self.net_mark[before[0][a]] = self.net_stamp
             for a in range(top.size()):
-                if top[0][a] >= self.net_mark.size():
-                    self.net_mark.resize(top[0][a] + 1, 0)
-            for a in range(top.size()):
-                t = top[0][a]
-                if self.net_mark[t] != self.net_stamp:
-                    self._emit(at, self.region[slot].ext_id, <int64_t>t - 1, True)
-            self.net_stamp += 1
-            for a in range(top.size()):
-                self.net_mark[top[0][a]] = self.net_stamp
-            for a in range(before.size()):
-                t = before[0][a]
-                if self.net_mark[t] != self.net_stamp:
-                    self._emit(at, self.region[slot].ext_id, <int64_t>t - 1, False)
+                found = False
+                for j in range(self.region_before[slot].size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.region[slot].ext_id, <int64_t>top[0][a] - 1, True)
+            for j in range(self.region_before[slot].size()):
+                found = False
+                for a in range(top.size()):
+                    if self.region_before[slot][j] == top[0][a]:
+                        found = True
+                        break
+                if not found:
+                    self._emit(at, self.region[slot].ext_id, <int64_t>self.region_before[slot][j] - 1, False)
         self.region_touched.clear()
