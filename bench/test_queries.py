@@ -11,6 +11,7 @@ for snapshots, p50/p99 in microseconds.
     pytest bench/test_queries.py --size medium -k range_continuous    # the 50k msg/s and 100x targets
     pytest bench/test_queries.py --size medium -k snapshot            # p50/p99 over a 1M window
     pytest bench/test_queries.py --size medium -k issue26             # issue 26: mixed SSTD kinds, FAST range
+    pytest bench/test_queries.py --size medium -k issue36             # issue 36: the mixed kinds in steady state
 
 The issue-26 workloads run the command line itself (``generate`` then ``simulate --fill-window``)
 and report its metrics with AMP/EMP per kind (each kind's share of the query core's time per
@@ -230,7 +231,7 @@ ISSUE26_MIXED = {"small": (20_000, 20_000, 10_000), "medium": (100_000, 100_000,
                  "paper": (100_000, 100_000, 30_000)}
 
 
-def _cli_run(tmp_path, benchmark, generate: list[str], window: int) -> dict:
+def _cli_run(tmp_path, benchmark, generate: list[str], window: int, turnover: float = 0.0) -> dict:
     import json
 
     from skype.run import main
@@ -240,14 +241,16 @@ def _cli_run(tmp_path, benchmark, generate: list[str], window: int) -> dict:
     # --turnover 0: the issue's protocol (measure right after the fill); the default turnover of one
     # window would use up the whole stream before anything is measured.
     run = ["simulate", "--messages", str(m), "--subscriptions", str(s), "--window", str(window), "--fill-window",
-           "--turnover", "0", "--no-progress", "--metrics-out", str(out)]
+           "--turnover", str(turnover), "--timers", "--no-progress", "--metrics-out", str(out)]
     benchmark.pedantic(lambda: main(run), rounds=1, iterations=1)
     d = json.loads(out.read_text())
     kinds = d["engine_stats"].get("queries", {}).get("kinds", {})
     n = d["messages"]
     benchmark.extra_info.update(
         messages=n, msgs_per_s=round(d["throughput_msgs_per_s"], 1), amp_us=round(d["amp_us"], 2),
-        emp_us=round(d["emp_us"], 2), peak_rss_mb=round(d["peak_rss_bytes"] / 2**20),
+        emp_us=round(d["emp_us"], 2), flush_us=round(d["flush_us"], 2), other_us=round(d["other_us"], 2),
+        parts_us={k: round(v, 2) for k, v in d["parts_us"].items()},
+        peak_rss_mb=round(d["peak_rss_bytes"] / 2**20),
         kind_us_per_msg={k: round(v["time_s"] / n * 1e6, 2) for k, v in kinds.items()},
         kinds={k: {c: v for c, v in st.items() if c != "time_s"} for k, st in kinds.items()})
     return d
@@ -258,6 +261,17 @@ def test_issue26_mixed_kinds(benchmark, size, tmp_path):
     d = _cli_run(tmp_path, benchmark, ["--dataset", "tweets", "--num-subs", str(subs), "--num-messages",
                                        str(window + measured), "--sub-kinds", "topk,range,knn,terms"], window)
     assert d["messages"] == measured
+
+
+def test_issue36_mixed_kinds_steady_state(benchmark, size, tmp_path):
+    """Issue 36's protocol: the mixed workload after one whole window turnover (unmeasured), so
+    that no subscription is measured against the messages it registered with; AMP, EMP, the
+    netting (flush), the rest (other) and the time by part per measured message."""
+    subs, window, measured = ISSUE26_MIXED[size]
+    d = _cli_run(tmp_path, benchmark, ["--dataset", "tweets", "--num-subs", str(subs), "--num-messages",
+                                       str(2 * window + measured), "--sub-kinds", "topk,range,knn,terms"], window,
+                 turnover=1.0)
+    assert d["messages"] == measured and d["turnover_messages"] == window
 
 
 @pytest.mark.parametrize("match", ["all", "any"])

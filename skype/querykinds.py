@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import bisect
 import math
+import time
 
 import numpy as np
 
@@ -123,6 +124,9 @@ class CoreQueryKinds(QueryKinds):
     KNN_INDEX = True  # knn candidates from the grid of k-th distance boxes (False: per cover term lists)
     TERMS_GRID = 64   # terms: cells per side of the shared per-cell term counts (0: design 1 alone)
     TERMS_GRID_TABLES = (32, 16)  # a term has a table of counts from 32 window messages until below 16
+    # snapshot terms: count tables of (cells per side, a table from this many window messages, until below
+    # this) over the whole window, built at the first snapshot terms query ((0, 0, 0): count every message)
+    SNAPSHOT_TERMS_GRID = (32, 32, 16)
     RANGE_INDEX = "keyword"  # range subscriptions keyword first ("grid": the per-term lists of one grid)
 
     def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,
@@ -135,6 +139,8 @@ class CoreQueryKinds(QueryKinds):
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity,
                                knn_index=self.KNN_INDEX, range_keyword=self.RANGE_INDEX == "keyword")
         self._core.set_terms_grid(self.TERMS_GRID, *self.TERMS_GRID_TABLES)
+        self._core.set_snapshot_grid(*self.SNAPSHOT_TERMS_GRID)
+        self._publish_s = 0.0  # wall time of publish(): the core's steps and the glue around them
         if term_trees == "eager":
             self._core.need_term_trees()
 
@@ -161,10 +167,13 @@ class CoreQueryKinds(QueryKinds):
         self._core.prepare()
 
     def publish(self, batch: MessageBatch) -> ChangeLog:
+        t0 = time.perf_counter()
         self._sync_names()
         t = batch.terms
-        return ChangeLog(*self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr,
-                                                   t.ids.astype(np.uint32), t.weights))
+        log = ChangeLog(*self._core.publish_batch(batch.ids, batch.x, batch.y, batch.t, t.indptr,
+                                                  t.ids.astype(np.uint32), t.weights))
+        self._publish_s += time.perf_counter() - t0
+        return log
 
     def advance(self, t: float) -> ChangeLog:
         return ChangeLog(*self._core.advance(t))
@@ -218,4 +227,6 @@ class CoreQueryKinds(QueryKinds):
     def stats(self) -> dict:
         s = self._core.stats()
         s["query_window_size"] = self._core.window_size()
+        s["publish_s"] = self._publish_s
+        s["snapshots"] = self._core.snapshot_stats()
         return s

@@ -78,6 +78,7 @@ def simulate_rows(metrics: dict) -> list[tuple[str, object]]:
         ("turnover (msgs, s)", f"{metrics['turnover_messages']:,}, {metrics['turnover_s']:.1f}"),
         ("registration (s)", f"{metrics['subscribe_s']:.2f}"),
         ("AMP (us/arriving msg)", f"{metrics['amp_us']:.2f}"), ("EMP (us/expiring msg)", f"{metrics['emp_us']:.2f}"),
+        ("flush, other (us/msg)", f"{metrics.get('flush_us', 0.0):.2f}, {metrics.get('other_us', 0.0):.2f}"),
         ("throughput (msgs/s)", f"{metrics['throughput_msgs_per_s']:,.0f}"),
         ("re-evaluations", metrics["reevaluations"]), ("avg buffer size", f"{metrics['avg_buffer_size']:.2f}"),
         ("result changes", metrics["result_changes"]), ("rejected records", metrics["rejected_records"]),

@@ -207,7 +207,18 @@ def work_counts(engine: EngineBase) -> dict[str, float]:
     return {"arrivals": s["arrivals"], "expirations": s["expirations"],
             "arrival_us": s["amp_us"] * s["arrivals"] + q.get("amp_us", 0.0) * q.get("arrivals", 0),
             "expiry_us": s["emp_us"] * s["expirations"] + q.get("emp_us", 0.0) * q.get("expirations", 0),
+            # the steps' netting: the query core's always, the top-k core's with --timers
+            "flush_us": 1e6 * (q.get("flush_s", 0.0) + ((s.get("phases") or {}).get("seconds") or {}).get("flush", 0.0)),
             "reevaluations": s["reevaluations"]}
+
+
+def part_seconds(engine: EngineBase) -> dict[str, float]:
+    """Seconds by part: the query kinds (each with its netting), their window, the top-k core."""
+    s = engine.stats()
+    q = s.get("queries") or {}
+    return {**{k: v.get("time_s", 0.0) for k, v in (q.get("kinds") or {}).items()},
+            **({"query window": q.get("window_upkeep_s", 0.0)} if q else {}),
+            "topk": (s["amp_us"] * s["arrivals"] + s["emp_us"] * s["expirations"]) / 1e6}
 
 
 def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress: bool | None,
@@ -250,6 +261,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         turnover_s = time.perf_counter() - t0
         turnover_n = sum(len(p) for p in turn)
     before = work_counts(engine)
+    parts_before = part_seconds(engine)
     phases_before = phase_counts(engine)
     measured = sum(len(b) for op, b in steps if op == "msgs")
     changes = 0
@@ -309,6 +321,11 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "amp_us": (after["arrival_us"] - before["arrival_us"]) / arrivals if arrivals else 0.0,
         "emp_us": (after["expiry_us"] - before["expiry_us"]) / expirations if expirations else 0.0,
         "throughput_msgs_per_s": n / wall if wall > 0 else 0.0,
+        # per measured message: AMP + EMP + flush + other = stream_s / messages (other: Python, merges)
+        "flush_us": (after["flush_us"] - before["flush_us"]) / n if n else 0.0,
+        "parts_us": {k: 1e6 * (v - parts_before.get(k, 0.0)) / n if n else 0.0 for k, v in part_seconds(engine).items()},
+        "other_us": (1e6 * wall - (after["arrival_us"] - before["arrival_us"]) - (after["expiry_us"] - before["expiry_us"])
+                     - (after["flush_us"] - before["flush_us"])) / n if n else 0.0,
         "stream_s": wall,
         "generate_s": generate[0],
         "fill_s": fill_s,

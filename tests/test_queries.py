@@ -240,7 +240,72 @@ def test_queries_knn_index_equals_reference_under_distance_ties_expiry_and_until
     assert knn["index"] is knn_index
     if knn_index:   # buffers refilled wider than their box: reposted (not vacuous)
         assert knn["index_posts"] > len(subs) + len(late)
+        assert knn["index_grown"] == knn["index_posts"] - len(subs) - len(late)   # reposts grow in place
     assert knn["reevaluations"] > len(subs) + len(late)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_queries_knn_netting_of_crossings_equals_reference_when_several_expire_per_step(seed):
+    """kNN steps are netted from the crossings of each buffer's k-th position (no copy of the
+    top-k): with a time window and bursts of equal timestamps, one step expires several buffered
+    messages, pulls the (k+1)-th entries up, refills buffers and inserts an arrival that may push
+    an entry out that an expiry had just pulled in (a crossing and its reverse net to nothing).
+    Points on a 0.5 grid make equal distances (newest first).  Change logs and results are the
+    reference's at every step."""
+    rng = np.random.default_rng(seed)
+    subs = [KnnSubscription(i, float(rng.integers(0, 21)) / 2, float(rng.integers(0, 21)) / 2,
+                            k=int(rng.integers(1, 5)), terms=["tea"] if i % 3 == 0 else None) for i in range(25)]
+    engines = [ENGINES[k](bounds=BOUNDS, window_seconds=6.0) for k in ENGINES]
+    logs: list[list] = [[] for _ in engines]
+    for i, e in enumerate(engines):
+        r = np.random.default_rng(seed + 10)
+        for s in subs:
+            e.subscribe(s)
+        t = 0.0
+        for j in range(400):
+            t += float(r.choice([0.0, 0.0, 1.0, 3.0]))       # bursts: several expire at the next gap
+            terms = {"tea": 1.0} if r.random() < 0.6 else {"cake": 1.0}
+            changes = e.publish(Message(j, float(r.integers(0, 21)) / 2, float(r.integers(0, 21)) / 2, t=t,
+                                        terms=terms))
+            logs[i].append(sorted((c.sub_id, sorted(c.entered), sorted(c.left)) for c in changes))
+            if j % 20 == 19:
+                logs[i].append([(s.id, e.result(s.id)) for s in subs])
+    assert logs[0] == logs[1]
+    multi = sum(1 for step in logs[0] if sum(len(c[2]) for c in step if len(c) == 3) > 1)
+    assert multi > 20                      # steps where several entries left (not vacuous)
+
+
+@pytest.mark.parametrize("tables", [(4, 3, 2), (16, 6, 3)])
+def test_queries_snapshot_terms_from_count_tables_equals_reference(monkeypatch, tables):
+    """Snapshot ``terms`` without ``last`` reads per-term count tables of the window (visited in
+    decreasing window count, a walk only where a table's bound reaches the k-th count) and counts
+    the rectangle's messages only when a term without a table could still rank.  Points and
+    rectangle edges on a 0.5 grid (cell edges of both grids), a vocabulary of 12 names whose
+    counts tie often (ties by name), then other names (tables built and dropped as counts cross
+    the thresholds), queries throughout: every answer is the reference's, and both
+    ways of answering are used."""
+    from skype.querykinds import CoreQueryKinds
+
+    monkeypatch.setattr(CoreQueryKinds, "SNAPSHOT_TERMS_GRID", tables)
+    names = ["ab", "b", "ba", "c", "d", "e", "f", "g", "h", "i", "j", "k"]
+    later = ["l", "m", "n", "o", "ab", "b", "p"]
+    engines = [ENGINES[k](bounds=BOUNDS, window=150) for k in ENGINES]
+    answers: list[list] = [[] for _ in engines]
+    for i, e in enumerate(engines):
+        r = np.random.default_rng(tables[0])
+        q = np.random.default_rng(5)
+        for j in range(600):
+            pool = names if j < 300 else later                # the first names leave: tables dropped
+            terms = {str(n): 1.0 for n in r.choice(pool, size=int(r.integers(1, 5)), replace=False,
+                                                   p=np.linspace(4, 1, len(pool)) / np.linspace(4, 1, len(pool)).sum())}
+            e.publish(Message(j, float(r.integers(0, 21)) / 2, float(r.integers(0, 21)) / 2, t=float(j), terms=terms))
+            if j >= 100 and j % 5 == 0:
+                x0, x1 = sorted(float(v) for v in q.integers(0, 21, 2) / 2)
+                y0, y1 = sorted(float(v) for v in q.integers(0, 21, 2) / 2)
+                answers[i].append(e.query("terms", rect=(x0, y0, x1, y1), k=int(q.integers(1, 6))))
+    assert answers[0] == answers[1]
+    snap = engines[0].stats()["queries"]["snapshots"]
+    assert snap["terms_fast"] > 10 and snap["terms_scans"] > 0 and snap["grid"]["tables_dropped"] > 0
 
 
 @pytest.mark.parametrize("grid", [0, 16])
@@ -394,3 +459,27 @@ def test_queries_distributed_refuses_other_kinds_naming_kind_and_method(tmp_path
                  "--checkpoint", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "E048" in err and "'terms'" in err and "prefix" in err
+
+
+def test_queries_step_timers_add_up_to_the_stream_time(tmp_path):
+    """AMP + EMP + flush + other is the measured stream time per message (a count window in
+    steady state: each measured message arrives and one expires); the netting is timed
+    (``flush_us`` > 0 with knn and terms subscriptions) and each kind's share of it is inside
+    its own time; ``parts_us`` splits the same time by kind."""
+    m, s, out = tmp_path / "m.jsonl", tmp_path / "s.jsonl", tmp_path / "metrics.json"
+    assert main(["generate", "--dataset", "tweets", "--num-subs", "200", "--num-messages", "1500", "--seed", "3",
+                 "--sub-kinds", "topk,range,knn,terms", "--k", "5",
+                 "--messages-out", str(m), "--subscriptions-out", str(s)]) == 0
+    assert main(["simulate", "--messages", str(m), "--subscriptions", str(s), "--window", "500", "--fill-window",
+                 "--timers", "--no-progress", "--metrics-out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    n = d["messages"]
+    assert n == 500
+    total = d["amp_us"] + d["emp_us"] + d["flush_us"] + d["other_us"]
+    assert total == pytest.approx(1e6 * d["stream_s"] / n, rel=1e-9)
+    assert d["flush_us"] > 0 and d["other_us"] > 0
+    kinds = d["engine_stats"]["queries"]["kinds"]
+    for kind in ("knn", "terms"):
+        assert 0 < kinds[kind]["net_s"] <= kinds[kind]["time_s"]
+    assert set(d["parts_us"]) == {"range", "knn", "terms", "query window", "topk"}
+    assert sum(d["parts_us"].values()) <= d["amp_us"] + d["emp_us"] + d["flush_us"]

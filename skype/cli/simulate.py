@@ -20,6 +20,12 @@ Metrics (``--metrics-out``, JSON): ``messages`` (measured), ``fill_messages``, `
 ``turnover_s``, ``subscriptions``, ``generate_s`` (seconds spent generating the measured messages
 of a streamed workload, left out of ``stream_s`` and the throughput),
 ``amp_us`` (mean time per arriving message), ``emp_us`` (mean time per expiring message),
+``flush_us`` (the netting of each message's events, per measured message: the query kinds'
+always, the top-k core's with ``--timers``), ``other_us`` (the rest of ``stream_s`` per
+measured message: Python around the cores, change-log merges; AMP + EMP + flush + other
+= ``stream_s`` / ``messages`` when every message arrives and one expires), ``parts_us``
+(the same time by part, per measured message: each query kind with its netting, the query
+window's upkeep, the top-k core's AMP + EMP),
 ``throughput_msgs_per_s`` (measured messages per wall second, arrival and expiry together),
 ``subscribe_s`` (the registration time), ``fill_s``, ``peak_rss_bytes``, ``reevaluations``,
 ``avg_buffer_size``, ``rejected_records``, ``result_changes`` and the engine's own statistics

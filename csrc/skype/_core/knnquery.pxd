@@ -1,6 +1,6 @@
 # The continuous knn kind: the base class of QueryCore (bounded buffers, the `near` index).
 from libcpp.vector cimport vector
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport seq_t, MsgTermC
 from skype._core.window cimport MsgC
 from skype._core.rangeindex cimport RectSubIndex
@@ -10,6 +10,14 @@ from skype._core.termsquery cimport TermsCore
 cdef struct NearEntryC:            # a kNN buffer entry
     double dist
     seq_t seq
+    int64_t ext_id                 # the message's id (no window read when it enters or leaves)
+
+
+cdef struct KnnEventC:             # a message entering (+1) or leaving (-1) a top-k within a step
+    uint32_t slot
+    int32_t sign
+    seq_t seq
+    int64_t ext_id
 
 
 cdef struct KnnSubC:
@@ -38,22 +46,20 @@ cdef class KnnCore(TermsCore):
     cdef RectSubIndex near                 # knn subscriptions by their k-th distance circle's box
     cdef vector[uint32_t] near_hits
     cdef uint64_t knn_posts
-    # one step's netting: touched knn slots and their top-k before the step
-    cdef vector[uint64_t] knn_touch_step
-    cdef vector[uint32_t] knn_touched
-    cdef vector[vector[int64_t]] knn_before       # seqs
-    cdef vector[vector[int64_t]] knn_before_ids   # their ids
+    # one step's netting: every crossing of a top-k boundary, in order (netted by _knn_net)
+    cdef vector[KnnEventC] knn_events
     cdef vector[seq_t] seqs                # scratch of a refill
     cdef vector[double] dists
     cdef uint64_t reevaluations, knn_probed, knn_matches, knn_removed
 
-    cdef void _knn_arriving(self, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms) noexcept nogil
+    cdef void _knn_arriving(self, double x, double y, seq_t seq, int64_t ext_id, const MsgTermC* mt,
+                            uint32_t nterms) noexcept nogil
     cdef void _knn_expiring(self, const MsgC* m, const MsgTermC* mt, vector[uint32_t]* refill) noexcept nogil
     cdef void _knn_refilled(self, const vector[uint32_t]* refill) noexcept nogil
     cdef void _knn_net(self, int64_t at) noexcept nogil
-    cdef void _knn_touch(self, uint32_t slot) noexcept nogil
+    cdef void _knn_event(self, uint32_t slot, const NearEntryC* e, int32_t sign) noexcept nogil
     cdef void _knn_refill(self, uint32_t slot) noexcept nogil
     cdef void _knn_post(self, uint32_t slot) noexcept nogil
-    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms,
-                         bint checked) noexcept nogil
+    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, int64_t ext_id, const MsgTermC* mt,
+                         uint32_t nterms, bint checked) noexcept nogil
     cdef bint _knn_drop(self, uint32_t slot, seq_t seq) noexcept nogil

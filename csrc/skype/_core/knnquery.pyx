@@ -16,17 +16,25 @@ below k and is not complete is re-evaluated from the message index (a best-first
 :class:`RectSubIndex` in which each subscription is posted (with its predicate and cover terms)
 under the box of its k-th distance circle: the last entry's distance, the whole plane while
 complete.  Invariant: the posted box holds that circle.  Between refills the radius only
-shrinks, so the box is kept; a refill that widens it reposts the subscription.  A probe gives
+shrinks, so the box is kept; a refill that widens it grows the box in place
+(``RectSubIndex.c_grow``: only the cells it gains are posted, in short sorted tails, so a
+repost is not linear in the lists' lengths).  A probe gives
 exactly the subscriptions whose box holds the message and whose predicate it satisfies; on
 expiry the same probe reaches every buffer that may hold it.  (``knn_index=False``: per-term
 lists of the cover terms instead.)
 
-Events are netted per step: a subscription's top-k before the step's first change to it
-(``_knn_touch``) is compared with its top-k after the step.
+Events are netted per step without copying a top-k: every change of a buffer's first k
+entries is one or two boundary crossings, logged with the message's id (``_knn_event``; an entry
+holds its message's id, so no window read is needed): an insertion before position k enters the
+new entry and pushes the k-th out; a removal before position k leaves the entry and pulls the
+(k+1)-th in; a refill enters the entries it adds to the first k.  ``_knn_net`` sums the signs
+per (subscription, message): +1 entered, -1 left, 0 nothing (left and came back, or the
+reverse).  Work per step is proportional to the crossings, not to k.
 """
 import numpy as np
 from libcpp.vector cimport vector
-from libc.stdint cimport int64_t, uint32_t
+from libcpp.algorithm cimport sort as std_sort
+from libc.stdint cimport int32_t, int64_t, uint32_t
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get
 from skype._core.querywindow cimport ALL_TERM
@@ -36,6 +44,11 @@ from skype._core.predicate cimport eval_program, point_distance, OP_AND
 cdef inline bint near_less(double d1, seq_t s1, double d2, seq_t s2) noexcept nogil:
     """(d1, s1) ranks before (d2, s2): nearer, then newer."""
     return d1 < d2 or (d1 == d2 and s1 > s2)
+
+
+cdef bint event_before(const KnnEventC& a, const KnnEventC& b) noexcept nogil:
+    """Events grouped by subscription, then message (each group's signs are summed)."""
+    return a.slot < b.slot or (a.slot == b.slot and a.seq < b.seq)
 
 
 cdef class KnnCore(TermsCore):
@@ -54,9 +67,6 @@ cdef class KnnCore(TermsCore):
             self.knn_plen.resize(slot + 1)
             self.knn_buf.resize(slot + 1)
             self.knn_stamp.resize(slot + 1, 0)
-            self.knn_touch_step.resize(slot + 1, 0)
-            self.knn_before.resize(slot + 1)
-            self.knn_before_ids.resize(slot + 1)
         self.qw.c_need_term_trees()         # refills search them
         self.knn[slot] = KnnSubC(x, y, ext_id, k, k * self.knn_factor, 0, 1, 0, -1.0)
         self.knn_prog[slot].clear()
@@ -97,7 +107,8 @@ cdef class KnnCore(TermsCore):
         self.knn_free.push_back(slot)
 
     # ------------------------------------------------------------------ the stream's hooks
-    cdef void _knn_arriving(self, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms) noexcept nogil:
+    cdef void _knn_arriving(self, double x, double y, seq_t seq, int64_t ext_id, const MsgTermC* mt,
+                            uint32_t nterms) noexcept nogil:
         """Offer an arriving message to the buffers it may enter."""
         cdef size_t j
         cdef uint32_t slot, ti
@@ -107,7 +118,8 @@ cdef class KnnCore(TermsCore):
             self.near_hits.clear()
             self.near.c_probe(x, y, mt, nterms, &self.near_hits)
             for j in range(self.near_hits.size()):
-                self._knn_offer(<uint32_t>self.near.hot[self.near_hits[j]].ext_id, x, y, seq, mt, nterms, True)
+                self._knn_offer(<uint32_t>self.near.hot[self.near_hits[j]].ext_id, x, y, seq, ext_id, mt, nterms,
+                                True)
             return
         for ti in range(nterms):
             term = mt[ti].term
@@ -118,7 +130,7 @@ cdef class KnnCore(TermsCore):
                 if self.knn_stamp[slot] == self.knn_probes:
                     continue
                 self.knn_stamp[slot] = self.knn_probes
-                self._knn_offer(slot, x, y, seq, mt, nterms, False)
+                self._knn_offer(slot, x, y, seq, ext_id, mt, nterms, False)
 
     cdef void _knn_expiring(self, const MsgC* m, const MsgTermC* mt, vector[uint32_t]* refill) noexcept nogil:
         """Drop the expiring (oldest) message from the buffers that may hold it; the slots that
@@ -148,44 +160,42 @@ cdef class KnnCore(TermsCore):
                     refill.push_back(slot)
 
     cdef void _knn_refilled(self, const vector[uint32_t]* refill) noexcept nogil:
-        cdef size_t i
+        """Refill the buffers that fell below k.  Before it a buffer held fewer than k entries,
+        all in its top-k, and they stay first (they are the ranking's prefix): the entries the
+        refill adds before position k enter."""
+        cdef size_t i, j, before
+        cdef uint32_t slot
+        cdef vector[NearEntryC]* b
         for i in range(refill.size()):
-            self._knn_refill(refill[0][i])
-            self._knn_post(refill[0][i])
+            slot = refill[0][i]
+            before = self.knn_buf[slot].size()
+            self._knn_refill(slot)
+            b = &self.knn_buf[slot]
+            for j in range(before, min(<size_t>self.knn[slot].k, b.size())):
+                self._knn_event(slot, &b[0][j], 1)
+            self._knn_post(slot)
 
     cdef void _knn_net(self, int64_t at) noexcept nogil:
-        """The step's events: entered = in the top-k now, not before; left = before, not now."""
-        cdef size_t i, j, a, n
-        cdef uint32_t slot
-        cdef bint found
-        cdef vector[NearEntryC]* b
-        for i in range(self.knn_touched.size()):
-            slot = self.knn_touched[i]
-            b = &self.knn_buf[slot]
-            n = min(<size_t>self.knn[slot].k, b.size())
-            if n == self.knn_before[slot].size():     # the common case: the same top-k
-                a = 0
-                while a < n and <seq_t>self.knn_before[slot][a] == b[0][a].seq:
-                    a += 1
-                if a == n:
-                    continue
-            for a in range(n):
-                found = False
-                for j in range(self.knn_before[slot].size()):
-                    if <seq_t>self.knn_before[slot][j] == b[0][a].seq:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.knn[slot].ext_id, win_get(self.qw.window, b[0][a].seq).ext_id, True)
-            for j in range(self.knn_before[slot].size()):
-                found = False
-                for a in range(n):
-                    if <seq_t>self.knn_before[slot][j] == b[0][a].seq:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.knn[slot].ext_id, self.knn_before_ids[slot][j], False)
-        self.knn_touched.clear()
+        """The step's events: the crossings summed per (subscription, message); entered = in
+        the top-k now and not before (+1), left = the reverse (-1)."""
+        cdef size_t i = 0, j, n = self.knn_events.size()
+        cdef int32_t total
+        cdef KnnEventC* e
+        if n == 0:
+            return
+        if n > 1:
+            std_sort(self.knn_events.begin(), self.knn_events.end(), event_before)
+        while i < n:
+            e = &self.knn_events[i]
+            total = e.sign
+            j = i + 1
+            while j < n and self.knn_events[j].slot == e.slot and self.knn_events[j].seq == e.seq:
+                total += self.knn_events[j].sign
+                j += 1
+            if total:
+                self._emit(at, self.knn[e.slot].ext_id, e.ext_id, total > 0)
+            i = j
+        self.knn_events.clear()
 
     # ------------------------------------------------------------------ buffers
     cdef void _knn_refill(self, uint32_t slot) noexcept nogil:
@@ -202,6 +212,7 @@ cdef class KnnCore(TermsCore):
         for i in range(self.seqs.size()):
             e.dist = self.dists[i]
             e.seq = self.seqs[i]
+            e.ext_id = win_get(self.qw.window, e.seq).ext_id
             self.knn_buf[slot].push_back(e)
         s.complete = self.seqs.size() < s.cap
         self.reevaluations += 1
@@ -224,13 +235,16 @@ cdef class KnnCore(TermsCore):
             r = b.back().dist
         if s.posted >= 0.0 and r <= s.posted:
             return
-        if s.posted >= 0.0:
-            self.near.c_remove(s.post)
         if r >= 1e300:
             box = RectC(-1e300, -1e300, 1e300, 1e300)
         else:
             pad = r * 1e-9 + 1e-9          # a distance <= r puts each coordinate inside, rounding included
             box = RectC(s.x - r - pad, s.y - r - pad, s.x + r + pad, s.y + r + pad)
+        if s.posted >= 0.0:                # a wider radius: the box grows (monotone in r, rounding included)
+            self.near.c_grow(s.post, &box)
+            s.posted = r
+            self.knn_posts += 1
+            return
         for i in range(plen):
             if p[0][i] == OP_AND:
                 implied = False
@@ -239,8 +253,8 @@ cdef class KnnCore(TermsCore):
         s.posted = r
         self.knn_posts += 1
 
-    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, const MsgTermC* mt, uint32_t nterms,
-                         bint checked) noexcept nogil:
+    cdef void _knn_offer(self, uint32_t slot, double x, double y, seq_t seq, int64_t ext_id, const MsgTermC* mt,
+                         uint32_t nterms, bint checked) noexcept nogil:
         """An arriving message, its predicate already checked or not: into the buffer if it ranks."""
         cdef KnnSubC* s = &self.knn[slot]
         cdef vector[NearEntryC]* b = &self.knn_buf[slot]
@@ -257,10 +271,13 @@ cdef class KnnCore(TermsCore):
         pos = b.size()
         while pos > 0 and near_less(d, seq, b[0][pos - 1].dist, b[0][pos - 1].seq):
             pos -= 1
-        if pos < s.k:                # after the k-th entry it leaves the top-k as it was
-            self._knn_touch(slot)
         e.dist = d
         e.seq = seq
+        e.ext_id = ext_id
+        if pos < s.k:                # after the k-th entry it leaves the top-k as it was
+            self._knn_event(slot, &e, 1)
+            if b.size() >= s.k:      # the k-th entry moves to position k
+                self._knn_event(slot, &b[0][s.k - 1], -1)
         b.insert(b.begin() + pos, e)
         if b.size() > s.cap:
             b.pop_back()
@@ -275,24 +292,20 @@ cdef class KnnCore(TermsCore):
             if b[0][i].seq == seq:
                 self.knn_removed += 1
                 if i < self.knn[slot].k:
-                    self._knn_touch(slot)
+                    self._knn_event(slot, &b[0][i], -1)
+                    if b.size() > self.knn[slot].k:      # the (k+1)-th entry moves up to position k - 1
+                        self._knn_event(slot, &b[0][self.knn[slot].k], 1)
                 b.erase(b.begin() + i)
                 return not self.knn[slot].complete and b.size() < self.knn[slot].k
         return False
 
-    cdef void _knn_touch(self, uint32_t slot) noexcept nogil:
-        cdef size_t i
-        cdef vector[NearEntryC]* b
-        if self.knn_touch_step[slot] == self.step:
-            return
-        self.knn_touch_step[slot] = self.step
-        self.knn_touched.push_back(slot)
-        b = &self.knn_buf[slot]
-        self.knn_before[slot].clear()
-        self.knn_before_ids[slot].clear()
-        for i in range(min(<size_t>self.knn[slot].k, b.size())):
-            self.knn_before[slot].push_back(<int64_t>b[0][i].seq)
-            self.knn_before_ids[slot].push_back(win_get(self.qw.window, b[0][i].seq).ext_id)
+    cdef void _knn_event(self, uint32_t slot, const NearEntryC* e, int32_t sign) noexcept nogil:
+        cdef KnnEventC ev
+        ev.slot = slot
+        ev.sign = sign
+        ev.seq = e.seq
+        ev.ext_id = e.ext_id
+        self.knn_events.push_back(ev)
 
     # ------------------------------------------------------------------ results
     def knn_result(self, uint32_t slot):
@@ -301,6 +314,6 @@ cdef class KnnCore(TermsCore):
         ids = np.empty(n, dtype=np.int64)
         dist = np.empty(n, dtype=np.float64)
         for i in range(n):
-            ids[i] = win_get(self.qw.window, b[0][i].seq).ext_id
+            ids[i] = b[0][i].ext_id
             dist[i] = b[0][i].dist
         return ids, dist

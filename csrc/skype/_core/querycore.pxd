@@ -4,6 +4,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.rangeindex cimport RectSubIndex, KeywordRangeIndex
 from skype._core.knnquery cimport KnnCore
+from skype._core.termgrid cimport TermGrid
 
 
 cdef class QueryCore(KnnCore):
@@ -17,6 +18,13 @@ cdef class QueryCore(KnnCore):
     cdef bint timers
     cdef uint64_t range_matches, terms_matches
     cdef double range_ns, knn_ns, terms_ns, window_ns
+    # the step's netting (_flush: knn and terms events), timed apart from AMP and EMP; its
+    # per-kind shares are also in knn_ns and terms_ns
+    cdef double flush_ns, knn_net_ns, terms_net_ns
+    cdef uint64_t flushes
+    # snapshot terms: per-term count tables of the whole window (built at the first such query)
+    cdef TermGrid snap_grid
+    cdef bint snap_grid_on
 
     cdef void _expire_oldest(self, int64_t at) noexcept nogil
     cdef void _range_probe(self, int64_t at, double x, double y, const MsgTermC* mt, uint32_t nterms,

@@ -28,6 +28,7 @@ cdef struct RectSubC:              # a registered subscription
     uint32_t cover_pos             # its cover terms (shifted ids; none: ALL_TERM)
     uint32_t cover_len
     uint8_t alive
+    uint8_t implied                # its postings carry POST_IMPLIED
 
 
 cdef class RectSubIndex:
@@ -41,6 +42,8 @@ cdef class RectSubIndex:
     cdef vector[vector[PostC]] lists    # by term: postings sorted by (cell, slot) when clean
     cdef vector[uint8_t] dirty          # by term: appended since the last sort
     cdef vector[vector[uint32_t]] dirs  # by term, long lists only: first posting of each cell
+    cdef vector[vector[PostC]] tails    # by term: postings of grown rectangles, sorted, merged when long
+    cdef uint64_t grown, merges
     cdef uint64_t probes
     cdef vector[uint8_t] stack
     cdef uint64_t postings, candidates
@@ -50,9 +53,13 @@ cdef class RectSubIndex:
     cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, const int64_t* prog, int plen,
                         const int64_t* cover, int ncover, bint implied) noexcept nogil
     cdef void c_remove(self, uint32_t slot) noexcept nogil
+    cdef void c_grow(self, uint32_t slot, const RectC* r) noexcept nogil
+    cdef void _merge_tail(self, term_t t) noexcept nogil
     cdef void _sort(self, term_t t) noexcept nogil
     cdef void c_probe(self, double x, double y, const MsgTermC* terms, int n,
                       vector[uint32_t]* out) noexcept nogil
+    cdef void _probe_run(self, vector[PostC]* lst, size_t lo, size_t size, uint32_t cell, double x, double y,
+                         const MsgTermC* terms, int n, vector[uint32_t]* out) noexcept nogil
 
 
 # ---------------------------------------------------------------- keyword-first (range kind)

@@ -23,6 +23,8 @@ cdef class TermGrid:
     cdef vector[int32_t] table_of          # by term: its table, -1 for none
     cdef vector[vector[uint32_t]] tables   # side * side prefix sums: [y + 1][x + 1] = messages in cells <= (x, y)
     cdef vector[int32_t] free_tables
+    cdef vector[term_t] term_of            # by table: its term (0: free)
+    cdef vector[uint32_t] count_of         # by table: its term's window count (0: free)
     cdef uint64_t built, dropped
 
     cdef uint32_t cell_x(self, double x) noexcept nogil

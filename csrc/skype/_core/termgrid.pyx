@@ -16,7 +16,8 @@ rectangle lies in a cell between the cells of the rectangle's corners.  The ``te
 subscriptions share these counts: an arriving term outside a subscription's buffer whose
 bound ranks after the buffer's last entry needs no walk of its tree.  Memory: ``4 * side^2``
 bytes per table (16.9 KB at 64 cells), at most one per term with ``drop_below`` or more window
-messages.
+messages.  ``term_of`` and ``count_of`` list the tables' terms and their window counts densely
+(the snapshot ``terms`` query visits terms in decreasing window count from them).
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint32_t
@@ -87,6 +88,8 @@ cdef class TermGrid:
         else:
             slot = <int32_t>self.tables.size()
             self.tables.resize(slot + 1)
+            self.term_of.resize(slot + 1, 0)
+            self.count_of.resize(slot + 1, 0)
         tab = &self.tables[slot]
         tab.assign(<size_t>self.side * self.side, 0)
         stack.push_back(self.qw.index.root[t])
@@ -111,6 +114,8 @@ cdef class TermGrid:
         if t >= self.table_of.size():
             self.table_of.resize(t + 1, -1)
         self.table_of[t] = slot
+        self.term_of[slot] = t
+        self.count_of[slot] = self.qw.index.nodes[self.qw.index.root[t]].count
         self.built += 1
 
     cdef void c_message(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
@@ -125,12 +130,15 @@ cdef class TermGrid:
             if slot >= 0:
                 if delta < 0 and count - 1 < self.drop_below:
                     self.table_of[t] = -1
+                    self.term_of[slot] = 0
+                    self.count_of[slot] = 0
                     self.tables[slot].clear()
                     self.tables[slot].shrink_to_fit()
                     self.free_tables.push_back(slot)
                     self.dropped += 1
                 else:
                     self._add(&self.tables[slot], cx, cy, <uint32_t>delta)
+                    self.count_of[slot] = count - 1 if delta < 0 else count
             elif delta > 0 and count >= self.create_at:
                 self._build(t)
 
