@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import islice
 from typing import Any, Generator, Iterable, Iterator, Mapping
 
 import httpx
@@ -164,44 +165,47 @@ class Client:
         self.owner_tokens.pop(int(sub_id), None)
         return answer
 
+    def _post_ndjson(self, path: str, records: Iterable[Mapping[str, Any]], batch_size: int,
+                     what: str) -> Iterator[dict]:
+        """POST ``records`` to ``path`` as NDJSON, ``batch_size`` records a request, yielding each
+        answer.  A refusal raises :class:`ServiceError` with ``line`` counted over the whole call
+        and ``accepted`` the records of the batches before it (each batch is all or nothing)."""
+        if batch_size < 1:
+            raise _client_error("E023", what="batch_size", expected="an integer >= 1", value=batch_size)
+        lines = (json.dumps(dict(record), allow_nan=False) for record in records)
+        sent = 0
+        while batch := list(islice(lines, batch_size)):
+            body = ("\n".join(batch) + "\n").encode("utf-8")
+            try:
+                answer = self._request("POST", path, content=body,
+                                       headers={**self._headers(), "Content-Type": NDJSON}).json()
+            except ServiceError as err:
+                if err.line is not None:
+                    err.line += sent
+                err.accepted = sent
+                err.args = (f"{err} (the {sent} {what} before this batch were accepted)",)
+                raise
+            sent += len(batch)
+            yield answer
+
     def subscribe_many(self, records: Iterable[Mapping[str, Any]], batch_size: int = 100_000) -> dict:
         """Create many subscriptions (each record with its ``id``; none may exist yet): one NDJSON
         ``POST /v1/subscriptions`` per ``batch_size`` records, each all or nothing; keeps the owner
         tokens.  Returns ``{"created", "position"}`` over every batch.  A refusal raises
         :class:`ServiceError` with ``line`` counted over the whole call and ``accepted`` the records
         created by the batches before it."""
-        if batch_size < 1:
-            raise _client_error("E023", what="batch_size", expected="an integer >= 1", value=batch_size)
-        created, position = 0, -1
-        batch: list[str] = []
-        ids: list[int] = []
+        def checked() -> Iterator[Mapping[str, Any]]:
+            for record in records:
+                _sub_id(record)  # a record without an integer id is refused here, as the batch's first
+                yield record
 
-        def flush() -> None:
-            nonlocal created, position
-            body = ("\n".join(batch) + "\n").encode("utf-8")
-            try:
-                answer = self._request("POST", "/v1/subscriptions", content=body,
-                                       headers={**self._headers(), "Content-Type": NDJSON}).json()
-            except ServiceError as err:
-                if err.line is not None:
-                    err.line += created
-                err.accepted = created
-                raise
+        created, position = 0, -1
+        for answer in self._post_ndjson("/v1/subscriptions", checked(), batch_size, "subscriptions"):
             for sid, token in zip(answer["ids"], answer.get("tokens", [])):
                 if token:
                     self.owner_tokens[int(sid)] = token
             created += int(answer["created"])
             position = int(answer["position"])
-            batch.clear()
-            ids.clear()
-
-        for record in records:
-            ids.append(_sub_id(record))
-            batch.append(json.dumps(dict(record), allow_nan=False))
-            if len(batch) >= batch_size:
-                flush()
-        if batch:
-            flush()
         if position < 0:
             position = int(self.health()["position"])
         return {"created": created, "position": position}
@@ -272,34 +276,9 @@ class Client:
         number of messages the server has accepted) after the last batch."""
         if isinstance(messages, Mapping):
             messages = [messages]
-        if batch_size < 1:
-            raise _client_error("E023", what="batch_size", expected="an integer >= 1", value=batch_size)
         position = -1
-        sent = 0
-        batch: list[str] = []
-
-        def flush() -> None:
-            nonlocal position, sent
-            body = ("\n".join(batch) + "\n").encode("utf-8")
-            try:
-                answer = self._request("POST", "/v1/messages", content=body,
-                                       headers={**self._headers(), "Content-Type": NDJSON}).json()
-            except ServiceError as err:
-                if err.line is not None:
-                    err.line += sent
-                err.accepted = sent
-                err.args = (f"{err} (the {sent} messages before this batch were accepted)",)
-                raise
+        for answer in self._post_ndjson("/v1/messages", messages, batch_size, "messages"):
             position = int(answer["position"])
-            sent += len(batch)
-            batch.clear()
-
-        for msg in messages:
-            batch.append(json.dumps(dict(msg), allow_nan=False))
-            if len(batch) >= batch_size:
-                flush()
-        if batch:
-            flush()
         if position < 0:
             position = int(self.health()["position"])
         return position

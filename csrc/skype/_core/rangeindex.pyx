@@ -51,6 +51,17 @@ cdef bint post_before(const PostC& a, const PostC& b) noexcept nogil:
     return a.cell < b.cell or (a.cell == b.cell and a.slot < b.slot)
 
 
+cdef inline size_t _drop_slot(vector[PostC]* lst, uint32_t slot) noexcept nogil:
+    """Remove ``slot``'s postings from ``lst`` in place, keeping the others' order; returns how many."""
+    cdef size_t j, kept = 0, n = lst.size()
+    for j in range(n):
+        if (lst[0][j].slot & POST_SLOT) != slot:
+            lst[0][kept] = lst[0][j]
+            kept += 1
+    lst.resize(kept)
+    return n - kept
+
+
 cdef class RectSubIndex:
     def __cinit__(self, double minx, double miny, double maxx, double maxy, uint32_t grid=64):
         self.bounds = RectC(minx, miny, maxx, maxy)
@@ -131,27 +142,10 @@ cdef class RectSubIndex:
 
     cdef void c_remove(self, uint32_t slot) noexcept nogil:
         cdef uint32_t i
-        cdef size_t j, kept
         cdef term_t t
-        cdef vector[PostC]* lst
         for i in range(self.subs[slot].cover_len):
             t = <term_t>self.progs[slot][self.subs[slot].cover_pos + i]
-            lst = &self.lists[t]
-            kept = 0
-            for j in range(lst.size()):
-                if (lst[0][j].slot & POST_SLOT) != slot:
-                    lst[0][kept] = lst[0][j]
-                    kept += 1
-            self.postings -= lst.size() - kept
-            lst.resize(kept)
-            lst = &self.tails[t]
-            kept = 0
-            for j in range(lst.size()):
-                if (lst[0][j].slot & POST_SLOT) != slot:
-                    lst[0][kept] = lst[0][j]
-                    kept += 1
-            self.postings -= lst.size() - kept
-            lst.resize(kept)
+            self.postings -= _drop_slot(&self.lists[t], slot) + _drop_slot(&self.tails[t], slot)
             self.dirty[t] = 1
         self.subs[slot].alive = 0
         self.progs[slot].clear()
