@@ -26,6 +26,7 @@ from skype.errors import InputError, SkypeError
 from skype.model import (
     DEFAULT_BOUNDS,
     Bounds,
+    ChangeLog,
     Match,
     Message,
     MessageBatch,
@@ -35,7 +36,6 @@ from skype.model import (
     TermMatrix,
 )
 from skype.text import Vocabulary, tokenize
-from skype.api import ChangeLog
 from skype.reference import ReferenceEngine
 from skype.engine import Engine
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import abc
 import heapq
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
@@ -34,6 +33,7 @@ from skype.errors import InputError
 from skype.model import (
     DEFAULT_BOUNDS,
     Bounds,
+    ChangeLog,
     Match,
     Message,
     MessageBatch,
@@ -47,60 +47,6 @@ from skype import queries, validate
 
 if TYPE_CHECKING:
     from skype.querykinds import QueryKinds
-
-
-@dataclass
-class ChangeLog:
-    """Result changes of a batch, column-wise: row r says that message ``msg[r]`` entered
-    (``entered[r]``) or left the top-k of subscription ``sub[r]`` while the batch's message
-    number ``at[r]`` was processed.  Rows are ordered by ``at``."""
-
-    at: np.ndarray
-    sub: np.ndarray
-    msg: np.ndarray
-    entered: np.ndarray
-
-    @classmethod
-    def empty(cls) -> ChangeLog:
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
-
-    @classmethod
-    def from_rows(cls, rows: list[tuple[int, int, int, bool]]) -> ChangeLog:
-        """From ``(at, sub, msg, entered)`` rows, in order (the brute-force engines build these)."""
-        if not rows:
-            return cls.empty()
-        at, sub, msg, ent = zip(*rows)
-        return cls(np.array(at, np.int64), np.array(sub, np.int64), np.array(msg, np.int64),
-                   np.array(ent, bool))
-
-    @classmethod
-    def concat(cls, logs: list[ChangeLog], offsets: list[int] | None = None) -> ChangeLog:
-        if not logs:
-            return cls.empty()
-        offsets = offsets or [0] * len(logs)
-        return cls(
-            np.concatenate([log.at + off for log, off in zip(logs, offsets)]),
-            np.concatenate([log.sub for log in logs]),
-            np.concatenate([log.msg for log in logs]),
-            np.concatenate([log.entered for log in logs]),
-        )
-
-    def __len__(self) -> int:
-        return len(self.at)
-
-    def changes(self) -> list[ResultChange]:
-        """Group into one :class:`ResultChange` per (message, subscription), in order."""
-        out: list[ResultChange] = []
-        if len(self.at) == 0:
-            return out
-        order = np.lexsort((self.msg, self.sub, self.at))
-        at, sub, msg, ent = self.at[order], self.sub[order], self.msg[order], self.entered[order]
-        starts = np.flatnonzero(np.r_[True, (at[1:] != at[:-1]) | (sub[1:] != sub[:-1])])
-        ends = np.r_[starts[1:], len(at)]
-        for a, b in zip(starts, ends):
-            e, m = ent[a:b], msg[a:b]
-            out.append(ResultChange(int(sub[a]), tuple(int(i) for i in m[e]), tuple(int(i) for i in m[~e])))
-        return out
 
 
 class EngineBase(abc.ABC):

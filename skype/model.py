@@ -8,11 +8,14 @@ Scoring (``skype-spec.md`` §1):
 
 with unit-length weight vectors.  A message that shares no term with a subscription does not
 score at all.  Ranking: score descending, then the newer message (later arrival) first.
+:func:`score` computes ST operation by operation as the core does (the brute-force engines and
+the test oracles call it).
 
 Records (:class:`Subscription`, :class:`Message`) carry text or explicit ``{term: weight}`` and are
 what users write.  Batches (:class:`SubscriptionBatch`, :class:`MessageBatch`) carry the same data
 column-wise with terms resolved to integer ids of one :class:`~skype.text.Vocabulary` (CSR
-:class:`TermMatrix`), which is what the engines and the generators exchange.
+:class:`TermMatrix`), which is what the engines and the generators exchange.  A batch's result
+changes come back column-wise too (:class:`ChangeLog`).
 """
 
 from __future__ import annotations
@@ -254,3 +257,78 @@ class SubscriptionBatch:
 
     def slice(self, start: int, stop: int) -> SubscriptionBatch:
         return self.take(np.arange(start, min(stop, len(self)), dtype=np.int64))
+
+
+def score(s_terms, s_alpha, s_x, s_y, m_terms, m_x, m_y, max_dist):
+    """ST(s, m), or None when s and m share no term.
+
+    The operation order is the contract with the core (``csrc/skype/_core/scoring.pxd``):
+    TSim summed over common terms in ascending term id, SSim = 1 - sqrt(dx*dx + dy*dy) / MaxDist.
+    """
+    tsim = 0.0
+    shared = False
+    for term, ws in s_terms:
+        wm = m_terms.get(term)
+        if wm is not None:
+            tsim += ws * wm
+            shared = True
+    if not shared:
+        return None
+    dx = m_x - s_x
+    dy = m_y - s_y
+    ssim = 1.0 - math.sqrt(dx * dx + dy * dy) / max_dist
+    return s_alpha * ssim + (1.0 - s_alpha) * tsim
+
+
+@dataclass
+class ChangeLog:
+    """Result changes of a batch, column-wise: row r says that message ``msg[r]`` entered
+    (``entered[r]``) or left the top-k of subscription ``sub[r]`` while the batch's message
+    number ``at[r]`` was processed.  Rows are ordered by ``at``."""
+
+    at: np.ndarray
+    sub: np.ndarray
+    msg: np.ndarray
+    entered: np.ndarray
+
+    @classmethod
+    def empty(cls) -> ChangeLog:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[int, int, int, bool]]) -> ChangeLog:
+        """From ``(at, sub, msg, entered)`` rows, in order (the brute-force engines build these)."""
+        if not rows:
+            return cls.empty()
+        at, sub, msg, ent = zip(*rows)
+        return cls(np.array(at, np.int64), np.array(sub, np.int64), np.array(msg, np.int64),
+                   np.array(ent, bool))
+
+    @classmethod
+    def concat(cls, logs: list[ChangeLog], offsets: list[int] | None = None) -> ChangeLog:
+        if not logs:
+            return cls.empty()
+        offsets = offsets or [0] * len(logs)
+        return cls(
+            np.concatenate([log.at + off for log, off in zip(logs, offsets)]),
+            np.concatenate([log.sub for log in logs]),
+            np.concatenate([log.msg for log in logs]),
+            np.concatenate([log.entered for log in logs]),
+        )
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def changes(self) -> list[ResultChange]:
+        """Group into one :class:`ResultChange` per (message, subscription), in order."""
+        out: list[ResultChange] = []
+        if len(self.at) == 0:
+            return out
+        order = np.lexsort((self.msg, self.sub, self.at))
+        at, sub, msg, ent = self.at[order], self.sub[order], self.msg[order], self.entered[order]
+        starts = np.flatnonzero(np.r_[True, (at[1:] != at[:-1]) | (sub[1:] != sub[:-1])])
+        ends = np.r_[starts[1:], len(at)]
+        for a, b in zip(starts, ends):
+            e, m = ent[a:b], msg[a:b]
+            out.append(ResultChange(int(sub[a]), tuple(int(i) for i in m[e]), tuple(int(i) for i in m[~e])))
+        return out

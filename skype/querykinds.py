@@ -21,8 +21,7 @@ import time
 
 import numpy as np
 
-from skype.api import ChangeLog
-from skype.model import Bounds, Match, MessageBatch, TermMatrix
+from skype.model import Bounds, ChangeLog, Match, MessageBatch, TermMatrix
 from skype.queries import Neighbor, QuerySpec, TermCount
 from skype.text import Vocabulary
 

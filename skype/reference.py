@@ -10,13 +10,12 @@ the benchmarks, not the product.  Every subscription keeps its exact top-k as a 
   scratch over the whole window.
 
 Scores are computed exactly as the core computes them, operation by operation
-(:func:`score`), so the two engines agree bit for bit and ties are broken the same way: score
+(:func:`skype.model.score`, re-exported here as ``skype.reference.score``), so the two engines agree bit for bit and ties are broken the same way: score
 descending, then the newer message (larger arrival sequence number) first.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -25,7 +24,8 @@ from fractions import Fraction
 import numpy as np
 
 from skype.api import ChangeLog, EngineBase
-from skype.model import MessageBatch, SubscriptionBatch
+from skype.model import MessageBatch, SubscriptionBatch, score
+from skype.reference_queries import ReferenceQueryKinds  # the other kinds, brute force too
 
 
 def _outside_time_window(tm: float, t: float, seconds: float) -> bool:
@@ -55,27 +55,6 @@ class _Sub:
     topk: list[tuple[float, int, int]] = field(default_factory=list)  # (score, seq, msg id), best first
 
 
-def score(s_terms, s_alpha, s_x, s_y, m_terms, m_x, m_y, max_dist):
-    """ST(s, m), or None when s and m share no term.
-
-    The operation order is the contract with the core (``csrc/skype/_core/scoring.pxd``):
-    TSim summed over common terms in ascending term id, SSim = 1 - sqrt(dx*dx + dy*dy) / MaxDist.
-    """
-    tsim = 0.0
-    shared = False
-    for term, ws in s_terms:
-        wm = m_terms.get(term)
-        if wm is not None:
-            tsim += ws * wm
-            shared = True
-    if not shared:
-        return None
-    dx = m_x - s_x
-    dy = m_y - s_y
-    ssim = 1.0 - math.sqrt(dx * dx + dy * dy) / max_dist
-    return s_alpha * ssim + (1.0 - s_alpha) * tsim
-
-
 def _rank_key(entry: tuple[float, int, int]) -> tuple[float, int]:
     return (-entry[0], -entry[1])
 
@@ -102,8 +81,6 @@ class ReferenceEngine(EngineBase):
         self._win_postings: dict[int, dict[int, _Msg]] = defaultdict(dict)  # term -> {seq: msg}
         self._holders: dict[int, set[int]] = defaultdict(set)  # seq -> sub ids whose top-k hold it
         self._counters = {"arrivals": 0, "expirations": 0, "reevaluations": 0, "arrival_s": 0.0, "expiry_s": 0.0}
-        from skype.reference_queries import ReferenceQueryKinds  # the other kinds, brute force too
-
         self._queries = ReferenceQueryKinds(self.vocabulary, self.window, self.window_seconds, self._max_dist)
 
     # ------------------------------------------------------------------ scoring

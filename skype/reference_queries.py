@@ -23,10 +23,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from skype.api import ChangeLog
-from skype.model import Match, MessageBatch
+from skype.model import ChangeLog, Match, MessageBatch, score
 from skype.queries import OP_AND, OP_OR, Neighbor, QuerySpec, TermCount
-from skype.reference import score
 from skype.querykinds import QueryKinds
 from skype.text import Vocabulary
 

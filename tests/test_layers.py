@@ -86,3 +86,44 @@ def test_the_runtime_package_lists_every_module():
     missing = [m.name for m in pkgutil.iter_modules(skype.dskype.__path__)
                if f":mod:`~skype.dskype.{m.name}`" not in doc]
     assert missing == []
+
+
+# The import cycles left (tests/import_graph.py reads every import, function-level and
+# TYPE_CHECKING ones too).  Each is owned by the work that opens it; a cycle may shrink or go,
+# never grow or appear: a new tie between two modules that lean on each other fails here.
+KNOWN_CYCLES = [
+    frozenset({"cli/", "spark/"}),  # spark/app.py imports the CLI (the runtime's issue)
+    frozenset({"skype.dskype.activation", "skype.dskype.handover", "skype.dskype.hosted", "skype.dskype.loadstats",
+               "skype.dskype.partition", "skype.dskype.routing", "skype.dskype.summaries"}),
+    frozenset({"skype.spark.backfill", "skype.spark.ingest", "skype.spark.runtime", "skype.spark.sources"}),
+    frozenset({"skype.service.manysubs", "skype.service.state"}),  # a restore's columnar registration
+    frozenset({"skype.service.app", "skype.service.bulk"}),  # bulk's handlers are typed by Service
+]
+
+
+def test_no_import_cycle_but_the_known_ones():
+    import import_graph
+
+    found = import_graph.cycles()
+    grown = [sorted(c) for c in found if not any(c <= known for known in KNOWN_CYCLES)]
+    assert grown == []
+    # the engine's layers stay open: the API below the kinds, the oracle engine above its kinds
+    rooms = {c for c in found if not any("." in n for n in c)}
+    assert all(not ({"api", "querykinds"} <= c or {"reference", "reference_queries"} <= c) for c in rooms)
+
+
+def test_the_import_graph_finds_a_cycle(tmp_path):
+    """The reader sees every kind of import: a cycle closed by a function-level import and one
+    closed under TYPE_CHECKING are both found; a one-way pair is not a cycle."""
+    import import_graph
+
+    pkg = tmp_path / "skype"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from skype.a import x\n")
+    (pkg / "a.py").write_text("x = 1\ndef f():\n    from skype import b\n")
+    (pkg / "b.py").write_text("from skype.a import x\n")
+    (pkg / "c.py").write_text("from skype.a import x\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "p.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from skype.sub.q import Q\n")
+    (pkg / "sub" / "q.py").write_text("from . import p\nclass Q: ...\n")
+    assert sorted(sorted(c) for c in import_graph.cycles(pkg)) == [["a", "b"], ["skype.sub.p", "skype.sub.q"]]

@@ -482,7 +482,7 @@ def test_server_cuts_a_zero_filled_tail(tmp_path):
     size = seg.stat().st_size
     with open(seg, "ab") as fh:
         fh.write(b"\0" * 4096)  # extended but never written, as after a power loss
-    report = wal.check(data)
+    report = walcheck.check(data)
     assert report.drop.tail and report.drop.bytes == 4096 and report.drop.commands == []
     _serves(data, writes)  # every acknowledged write, nothing else
     assert seg.stat().st_size == size
@@ -512,7 +512,7 @@ def test_server_refuses_an_early_damaged_record(tmp_path, where):
                            text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert check.returncode == 1, check.stderr
     assert f"{seg.name} byte {at} (record {victim})" in check.stdout
-    lost = wal.check(data).drop.lost()  # the records after the damaged one: all acknowledged
+    lost = walcheck.check(data).drop.lost()  # the records after the damaged one: all acknowledged
     assert lost["subscriptions"] == [rec["id"] for _, rec in writes[victim + 1:10]]
     assert lost["message_ids"] == [m["id"] for op, b in writes[10:] for m in b]
     assert {p.name: p.read_bytes() for p in (data / "log").iterdir()} == before

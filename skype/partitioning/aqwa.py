@@ -30,56 +30,9 @@ from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, SubscriptionBatch
 from skype.partitioning.agrid import sample_cell_costs, vocabulary_size
 from skype.partitioning.base import check_num_partitions, check_thresholds
-from skype.partitioning.rects import Rect, best_cut, prefix_grid, rect_cells, rect_sum, split_rect
+from skype.partitioning.rects import KDTree, best_cut, prefix_grid, rect_cells, rect_sum
 from skype.partitioning.units import DEFAULT_GRID, REPLICATE, Grid, UnitDistribution, check_grid
 from skype.text import Vocabulary
-
-
-class KDTree:
-    """Nodes with a cell rectangle; a leaf carries its partition (``part``), an inner node -1."""
-
-    def __init__(self, full: Rect) -> None:
-        self.rect: list[Rect] = [full]
-        self.parent: list[int] = [-1]
-        self.children: list[tuple[int, int] | None] = [None]
-        self.part: list[int] = [0]
-
-    def leaves(self) -> list[int]:
-        return [n for n, c in enumerate(self.children) if c is None and self.part[n] >= 0]
-
-    def leaf_of_part(self) -> dict[int, int]:
-        return {self.part[n]: n for n in self.leaves()}
-
-    def split(self, node: int, axis: int, line: int, right_part: int) -> tuple[int, int]:
-        """Cut a leaf; the left child keeps its partition, the right child gets ``right_part``."""
-        left_rect, right_rect = split_rect(self.rect[node], axis, line)
-        kids = []
-        for rect, part in ((left_rect, self.part[node]), (right_rect, right_part)):
-            self.rect.append(rect)
-            self.parent.append(node)
-            self.children.append(None)
-            self.part.append(part)
-            kids.append(len(self.rect) - 1)
-        self.children[node] = (kids[0], kids[1])
-        self.part[node] = -1
-        return kids[0], kids[1]
-
-    def merge(self, node: int, part: int) -> None:
-        """Make an inner node whose two children are leaves a leaf owned by ``part``."""
-        kids = self.children[node]
-        assert kids is not None
-        for k in kids:
-            self.part[k] = -2  # detached
-        self.children[node] = None
-        self.part[node] = part
-
-    def sibling_leaf_pairs(self) -> list[int]:
-        """Inner nodes whose two children are both leaves (AQWA's merge candidates)."""
-        out = []
-        for n, kids in enumerate(self.children):
-            if kids is not None and all(self.children[k] is None and self.part[k] >= 0 for k in kids):
-                out.append(n)
-        return out
 
 
 class AqwaDistribution(UnitDistribution):

@@ -19,7 +19,8 @@ Invariants:
   bytes, unless all zero, are kept aside in ``<segment>@<offset>.corrupt``).  Any other damage
   in the segments recovery reads (those from the one holding the snapshot's first record on), or
   a missing segment, raises :class:`~skype.errors.InputError` E140 naming the segment file and
-  byte offset, having changed nothing: an operator decides with :func:`check` / :func:`repair`
+  byte offset, having changed nothing: an operator decides with :func:`skype.service.walcheck.check` /
+  :func:`~skype.service.walcheck.repair`
   (``python -m skype.run wal check|repair DIR``);
 * :meth:`Log.rotate` starts a new segment (at a snapshot); :meth:`Log.drop_before` deletes the
   segments wholly before a record number (those that two snapshots cover).
@@ -366,16 +367,3 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
     fsync_path(path.parent)
 
-
-def check(path: str | Path) -> Any:
-    """What a repair of the log would drop, changing nothing (:func:`skype.service.walcheck.check`)."""
-    from skype.service import walcheck
-
-    return walcheck.check(path)
-
-
-def repair(path: str | Path) -> Any:
-    """Drop what :func:`check` reports, moving it aside (:func:`skype.service.walcheck.repair`)."""
-    from skype.service import walcheck
-
-    return walcheck.repair(path)

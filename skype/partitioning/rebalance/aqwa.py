@@ -24,9 +24,8 @@ from __future__ import annotations
 import copy
 
 
-from skype.partitioning.aqwa import KDTree
 from skype.partitioning.rebalance.base import LoadModel, Plan, empty_plan
-from skype.partitioning.rects import best_cut, prefix_grid, rect_cells, rect_sum, split_rect
+from skype.partitioning.rects import KDTree, best_cut, prefix_grid, rect_cells, rect_sum, split_rect
 
 
 def decide(snapshot: dict, *, trigger: float = 1.1, beta: float = 0.2, max_ops: int = 16,
