@@ -58,7 +58,7 @@ def run_once(m: Path, s: Path, window: int, index: str, batch: int = 1000) -> di
         for c in part.batches(batch):
             engine.publish_batch(c)
     engine.subscribe_batch(inputs.subscriptions)
-    engine.subscribe_many(inputs.others)
+    engine.subscribe_batch(inputs.others)
     before = work_counts(engine)
     q0 = engine.stats()["queries"]["kinds"]["range"]
     cpu, wall, n = 0.0, 0.0, 0
@@ -103,7 +103,7 @@ def continuous_100k(subs: int, window: int, measured: int, chunk: int = 250) -> 
         e = Engine(window=window, vocabulary=w.vocabulary.copy(), bounds=w.bounds, snapshots=True)
         for c in w.messages.slice(0, window).batches(10_000):
             e.publish_batch(c)
-        e.subscribe_many(specs)
+        e.subscribe_batch(specs)
         engines[index] = e
     spent = dict.fromkeys(engines, 0.0)
     names = list(engines)

@@ -98,7 +98,7 @@ def main() -> None:
                 out["per_subscription"] = per_subscription(b["search"])
             print(json.dumps(out), flush=True)
             if args.check and r == 0:
-                states[mode] = [eng._core.buffer_state(int(i)) for i in w.subscriptions.ids]
+                states[mode] = [eng.buffer_state(int(i)) for i in w.subscriptions.ids]
             del eng
     if args.check and len(states) > 1:
         first, *others = modes

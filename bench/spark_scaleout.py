@@ -81,7 +81,7 @@ def centralized_stream(args, inputs) -> dict:
     engine = make_engine(vars(args), inputs)
     t0 = time.process_time()
     engine.subscribe_batch(inputs.subscriptions)
-    engine.subscribe_many(inputs.others)
+    engine.subscribe_batch(inputs.others)
     registration_cpu = time.process_time() - t0
     batches: dict[int, dict] = {}
     seq = 0

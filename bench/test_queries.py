@@ -5,7 +5,7 @@ configuration (100k range subscriptions, 1%-area rectangles, 1-3 terms, ``any``,
 snapshots over a 1M window; 100k mixed subscriptions); ``paper`` is ``medium`` with a longer
 measurement.  Workloads are tweets-like, seeded; rectangles are centred on sampled messages
 (``skype.data.peer_workloads``).  Every subscription registers after the window is full
-(``subscribe_many``), then steady-state chunks are timed; ``extra_info`` holds msg/s, AMP/EMP and,
+(``subscribe_batch``), then steady-state chunks are timed; ``extra_info`` holds msg/s, AMP/EMP and,
 for snapshots, p50/p99 in microseconds.
 
     pytest bench/test_queries.py --size medium -k range_continuous    # the 50k msg/s and 100x targets
@@ -89,7 +89,7 @@ def test_range_continuous(benchmark, range_setup, engine):
     e = cls(window=p["window"], vocabulary=w.vocabulary.copy(), bounds=w.bounds, **kw)
     for chunk in w.messages.slice(0, p["window"]).batches(10_000):
         e.publish_batch(chunk)
-    e.subscribe_many(subs)
+    e.subscribe_batch(subs)
     measured = p["measured"] if engine == "core" else p["reference_measured"]
     info = _steady(benchmark, e, w.messages.slice(p["window"], p["window"] + measured),
                    chunk=CHUNK if engine == "core" else 25)
@@ -122,7 +122,7 @@ def test_range_continuous_interleaved(benchmark, range_setup):
         e = Engine(window=p["window"], vocabulary=w.vocabulary.copy(), bounds=w.bounds, snapshots=True)
         for chunk in w.messages.slice(0, p["window"]).batches(10_000):
             e.publish_batch(chunk)
-        e.subscribe_many(subs)
+        e.subscribe_batch(subs)
         if name == "eager":
             e.query("range", rect=w.bounds.as_tuple(), terms=[w.vocabulary.term(0)], last=1e-9)
         if name != "lazy":
@@ -192,7 +192,7 @@ def test_mixed_kinds(benchmark, size):
         e.publish_batch(chunk)
     t0 = time.perf_counter()
     e.subscribe_batch(topk)
-    e.subscribe_many(others)
+    e.subscribe_batch(others)
     register_s = time.perf_counter() - t0
     before = e.stats()
     info = _steady(benchmark, e, w.messages.slice(p["window"], p["window"] + p["mixed_measured"]), chunk=25)
@@ -220,7 +220,7 @@ def test_one_kind_of_the_mixed_workload(benchmark, size, kind):
     for chunk in w.messages.slice(0, p["window"]).batches(10_000):
         e.publish_batch(chunk)
     t0 = time.perf_counter()
-    e.subscribe_many(others)
+    e.subscribe_batch(others)
     register_s = time.perf_counter() - t0
     info = _steady(benchmark, e, w.messages.slice(p["window"], p["window"] + p["mixed_measured"]), chunk=25)
     benchmark.extra_info.update(register_s=round(register_s, 1), config=f"{len(others)} {kind} subscriptions")

@@ -4,7 +4,9 @@
 vector-level methods (``_subscribe_batch``, ``_publish_batch``...).  The contract:
 
 * ``subscribe(sub)`` registers a subscription and returns its initial top-k over the current
-  window; ``unsubscribe(id)`` removes it.  Both interleave freely with the stream.
+  window; ``subscribe_batch(batch)`` registers many (a columnar ``SubscriptionBatch`` or records
+  of any kind) without reading their results; ``unsubscribe(id)`` removes one.  All interleave
+  freely with the stream.
 * ``publish(msg)`` expires what leaves the window, then inserts ``msg``, and returns the result
   changes it caused: for every subscription whose top-k differs before and after, the message
   ids that entered and that left.  ``publish_batch`` does the same for many messages at once and
@@ -25,7 +27,7 @@ from __future__ import annotations
 import abc
 import heapq
 import math
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
@@ -90,17 +92,6 @@ class EngineBase(abc.ABC):
         self._set_until(sid, until)
         return self.topk(sid)
 
-    def subscribe_many(self, subs) -> None:
-        """Register subscriptions of the range, knn and terms kinds without reading their
-        initial results (bulk loading; each record is validated as by :meth:`subscribe`)."""
-        for sub in subs:
-            if isinstance(sub, Subscription):
-                self.subscribe(sub)
-            else:
-                self._subscribe_kind(sub)
-        if self._queries is not None:
-            self._queries.prepare()
-
     def _subscribe_kind(self, sub) -> int:
         spec = queries.compile_subscription(sub, self.vocabulary, self.bounds, self._clock)
         sid = int(spec.id)  # type: ignore[arg-type]
@@ -110,15 +101,6 @@ class EngineBase(abc.ABC):
         self._kinds[sid] = (spec.kind, kinds.subscribe(spec))
         self._set_until(sid, spec.until)
         return sid
-
-    def subscribe_spec(self, spec: queries.QuerySpec) -> None:
-        """Register a range, knn or terms subscription compiled already (term ids of this engine's
-        vocabulary): a distributed runtime validates each record once, where it enters."""
-        sid = validate.check_id(spec.id)
-        if self.has_subscription(sid):
-            raise InputError("E007", id=sid, record_id=sid)
-        self._kinds[sid] = (spec.kind, self._query_kinds(spec.kind).subscribe(spec))
-        self._set_until(sid, spec.until)
 
     def _query_kinds(self, kind: str) -> QueryKinds:
         if self._queries is None:
@@ -159,9 +141,21 @@ class EngineBase(abc.ABC):
             return self._query_kinds(kind).result_entries(kind, handle)
         return [int(i) for i in self._topk(sid)[0]]
 
-    def subscribe_batch(self, batch: SubscriptionBatch) -> None:
-        """Register many topk subscriptions (term ids of this engine's vocabulary);
-        ``batch.meta["until"]`` (NaN: none) gives their ends."""
+    def subscribe_batch(self, batch: SubscriptionBatch | Iterable[queries.AnySubscription | queries.QuerySpec]) -> None:
+        """Register many subscriptions at once, without reading their initial results (bulk
+        loading).  ``batch`` is either
+
+        * a :class:`~skype.model.SubscriptionBatch`: topk subscriptions column-wise, with term ids
+          of this engine's vocabulary (``batch.meta["until"]``, NaN for none, gives their ends);
+          checked column-wise and registered in one call of the core; or
+        * records of any kind (``Subscription``, ``RangeSubscription``...), each validated as by
+          :meth:`subscribe`, and :class:`~skype.queries.QuerySpec` s compiled already (term ids of
+          this engine's vocabulary: a distributed runtime validates each record once, where it
+          enters), registered in order.
+        """
+        if not isinstance(batch, SubscriptionBatch):
+            self._subscribe_records(batch)
+            return
         validate.check_subscription_batch(batch, self.bounds)
         until = batch.meta.get("until")
         if until is not None:
@@ -180,6 +174,21 @@ class EngineBase(abc.ABC):
             for i in np.flatnonzero(~np.isnan(until)):
                 self._set_until(int(batch.ids[i]), float(until[i]))
 
+    def _subscribe_records(self, subs: Iterable[queries.AnySubscription | queries.QuerySpec]) -> None:
+        for sub in subs:
+            if isinstance(sub, Subscription):
+                self.subscribe(sub)
+            elif isinstance(sub, queries.QuerySpec):
+                sid = validate.check_id(sub.id)
+                if self.has_subscription(sid):
+                    raise InputError("E007", id=sid, record_id=sid)
+                self._kinds[sid] = (sub.kind, self._query_kinds(sub.kind).subscribe(sub))
+                self._set_until(sid, sub.until)
+            else:
+                self._subscribe_kind(sub)
+        if self._queries is not None:
+            self._queries.prepare()
+
     def unsubscribe(self, sub_id: int) -> None:
         sid = validate.check_id(sub_id)
         if not self.has_subscription(sid):
@@ -193,6 +202,13 @@ class EngineBase(abc.ABC):
 
     def has_subscription(self, sub_id: int) -> bool:
         return sub_id in self._kinds or bool(self._known_subscriptions(np.array([sub_id], dtype=np.int64))[0])
+
+    def kind_counts(self) -> dict[str, int]:
+        """Subscriptions per query kind: ``topk`` and each other kind the engine holds."""
+        counts = {"topk": len(self.subscription_ids())}
+        for kind, _ in self._kinds.values():
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts
 
     def kind_of(self, sub_id: int) -> str:
         """``"topk"``, ``"range"``, ``"knn"`` or ``"terms"``."""
@@ -324,18 +340,29 @@ class EngineBase(abc.ABC):
         ``topk`` (x, y, k, alpha, text/terms); each with an optional ``last`` (seconds: only
         messages with ``t > now - last``).  Answers are shaped as :meth:`result`."""
         spec = queries.compile_query(kind, fields, self.vocabulary, self.bounds, self._clock, snapshot=True)
-        return self._query_kinds(kind).snapshot(spec, self._clock)
+        return self.query_spec(spec)
+
+    def query_spec(self, spec: queries.QuerySpec, now: float | None = None) -> list:
+        """:meth:`query` for a snapshot query compiled already (term ids of this engine's
+        vocabulary), answered at ``now`` (default: the engine's clock; a distributed runtime
+        answers at the query's own position in the stream)."""
+        return self._query_kinds(spec.kind).snapshot(spec, self._clock if now is None else now)
 
     def topn(self, sub_id: int, n: int) -> list[Match]:
         """The ``n`` best window messages of a subscription in ranking order, whatever its k
         (a deeper look than ``topk``; used e.g. for safe routing thresholds)."""
+        ids, scores = self.topn_arrays(sub_id, n)
+        return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+
+    def topn_arrays(self, sub_id: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`topn` as arrays ``(message ids, scores)``, in ranking order (no Python object
+        per entry: a distributed runtime reads many of them per batch)."""
         sid = validate.check_id(sub_id)
         if not self.has_subscription(sid):
             raise InputError("E020", id=sid, record_id=sid)
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise InputError("E023", what="n", expected="an integer >= 0", value=n)
-        ids, scores = self._topn(sid, int(n))
-        return [Match(int(i), float(s)) for i, s in zip(ids, scores)]
+        return self._topn(sid, int(n))
 
     def topk_arrays(self, sub_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The top-k of many subscriptions as CSR arrays ``(indptr, message ids, scores)``, in

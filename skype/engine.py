@@ -23,11 +23,13 @@ Every combination returns exactly the reference engine's results.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from skype import validate
 from skype.api import ChangeLog, EngineBase
+from skype.engine_settings import EngineOptions
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype._core.engine import CoreEngine
@@ -63,6 +65,29 @@ REGISTRATIONS = ("replay", "search", "search-bands", "search-mask64")  # how bul
 BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT index, times leaf_capacity
 
 
+def _options_of(options: EngineOptions | Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> EngineOptions:
+    """The engine's options: an :class:`EngineOptions`, or a mapping of its field names (an
+    unknown name: E023), with the keyword front's changes on top (an unknown keyword raises
+    ``TypeError``, as for any function)."""
+    if options is None:
+        opts = EngineOptions()
+    elif isinstance(options, EngineOptions):
+        opts = options
+    elif isinstance(options, Mapping):
+        for name in options:
+            if name not in EngineOptions.names():
+                raise invalid_choice("engine option", name, EngineOptions.names())
+        opts = EngineOptions(**options)
+    else:
+        raise InputError("E023", what="engine options", expected="an EngineOptions or a mapping", value=options)
+    if keywords:
+        unknown = sorted(set(keywords) - set(EngineOptions.names()))
+        if unknown:
+            raise TypeError(f"Engine() got an unexpected keyword argument {unknown[0]!r}")
+        opts = opts.with_changes(**keywords)
+    return opts
+
+
 def _positive(name: str, value, kind=float, minimum=0.0, strict=True):
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
         raise InputError("E023", what=name, expected=f"a {kind.__name__}", value=value)
@@ -75,7 +100,10 @@ class Engine(EngineBase):
     """Top-k spatial-keyword pub/sub over a count (``window``) or time (``window_seconds``)
     window.
 
-    Parameters beyond :class:`~skype.api.EngineBase`:
+    Built from an :class:`~skype.engine_settings.EngineOptions` (or a mapping of its field
+    names) beside :class:`~skype.api.EngineBase`'s window, bounds and vocabulary; its fields may
+    also be given as keywords (``Engine(window=100, index="igpt")``), a thin front over the same
+    options.  ``engine.options`` holds them.  The options:
 
     index, buffer
         see the module docstring.
@@ -154,39 +182,24 @@ class Engine(EngineBase):
 
     def __init__(
         self,
+        options: EngineOptions | Mapping[str, Any] | None = None,
         *,
         window: int | None = None,
         window_seconds: float | None = None,
         bounds=None,
         vocabulary=None,
-        index: str = "blocks",
-        buffer: str = "cskyband",
-        block_size: int = 64,
-        bands: int = 8,
-        column_test: bool = False,
-        leaf_capacity: int = 1000,
-        groups: int = 10,
-        pruning: Mapping[str, bool] | None = None,
-        kmax: int = 60,
-        skyband_ratio: float = 0.8,
-        cost: Mapping[str, object] | None = None,
-        ciq: Mapping[str, object] | None = None,
-        message_index: str | None = None,
-        micro_batch: int = 1,
-        message_leaf_capacity: int = 64,
-        theta_refresh: float = 0.02,
-        cell_walk: str = "auto",
-        reverse_map: bool = True,
-        exact_holders: bool = True,
-        timers: bool = False,
-        registration: str = "search",
-        snapshots: bool = False,
-        term_trees: str = "lazy",
-        query_grid: int = 64,
-        knn_buffer: int = 2,
+        **keywords: Any,
     ) -> None:
         kwargs = {} if bounds is None else {"bounds": bounds}
         super().__init__(window=window, window_seconds=window_seconds, vocabulary=vocabulary, **kwargs)
+        self.options = opts = _options_of(options, keywords)
+        index, buffer, message_index, registration = opts.index, opts.buffer, opts.message_index, opts.registration
+        block_size, bands, leaf_capacity, groups = opts.block_size, opts.bands, opts.leaf_capacity, opts.groups
+        kmax, skyband_ratio, micro_batch, theta_refresh = opts.kmax, opts.skyband_ratio, opts.micro_batch, opts.theta_refresh
+        message_leaf_capacity, cell_walk, query_grid = opts.message_leaf_capacity, opts.cell_walk, opts.query_grid
+        pruning, cost, ciq, term_trees = opts.pruning, opts.cost, opts.ciq, opts.term_trees
+        column_test, reverse_map, exact_holders, timers = opts.column_test, opts.reverse_map, opts.exact_holders, opts.timers
+        snapshots, knn_buffer = opts.snapshots, opts.knn_buffer
         if index not in INDEXES:
             raise invalid_choice("index", index, INDEXES)
         if buffer not in BUFFERS:
@@ -404,6 +417,15 @@ class Engine(EngineBase):
             if s["subscriptions"] else 0.0
         )
         return s
+
+    def buffer_state(self, sub_id: int) -> object:
+        """A topk subscription's whole buffer as the core holds it (entries, threshold, flags): the
+        tests and the registration bench compare buffers built different ways, which must be
+        identical.  A diagnostic, not a result: :meth:`topk` is the answer."""
+        sid = validate.check_id(sub_id)
+        if not self._known_subscriptions(np.array([sid], np.int64))[0]:
+            raise InputError("E020", id=sid, record_id=sid)
+        return self._core.buffer_state(sid)
 
     def check_invariants(self) -> bool:
         """Verify the subscription index's structural invariants (tests and debugging): every

@@ -1,7 +1,9 @@
 """The settings of one engine: which engine, its structures and its window, from a mapping of options.
 
-:class:`EngineSettings` holds the keyword arguments of :class:`skype.Engine` (``docs/engine.md``)
-with the command line's defaults, and the window; :func:`window_of` is the one rule for a window
+:class:`EngineOptions` is what :class:`skype.Engine` is built from: every structure and parameter
+of the core (``docs/engine.md``), with the engine's defaults; the engine checks the values.
+:class:`EngineSettings` holds the part of them a run chooses from the command line, with the
+command line's defaults, and the window; :func:`window_of` is the one rule for a window
 given as options (a count, a time span, or neither: :data:`DEFAULT_WINDOW` messages).  Both the
 single-engine driver (:mod:`skype.simulate`) and the distributed run's settings
 (:meth:`skype.dskype.plan.RunSettings.from_options`) build their engines from here, so this module
@@ -11,7 +13,7 @@ imports nothing of the package: it sits below both.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 ENGINES = ("core", "reference")
@@ -37,6 +39,52 @@ def window_of(options: Options) -> dict[str, Any]:
     if count is None and seconds is None:
         return {"window": DEFAULT_WINDOW}
     return {"window": count} if count is not None else {"window_seconds": seconds}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The structures and parameters of one :class:`skype.Engine` (the window, the space and the
+    vocabulary are the engine's own arguments); each field is described in the engine's
+    docstring and ``docs/engine.md``.  ``Engine(options)`` takes one of these or a mapping of
+    its field names; ``Engine(index="igpt")`` is the same as ``Engine(EngineOptions(index="igpt"))``.
+
+    >>> EngineOptions(index="igpt").with_changes(buffer="exact").buffer
+    'exact'
+    """
+
+    index: str = "blocks"
+    buffer: str = "cskyband"
+    block_size: int = 64
+    bands: int = 8
+    column_test: bool = False
+    leaf_capacity: int = 1000
+    groups: int = 10
+    pruning: Mapping[str, bool] | None = None
+    kmax: int = 60
+    skyband_ratio: float = 0.8
+    cost: Mapping[str, object] | None = None
+    ciq: Mapping[str, object] | None = None
+    message_index: str | None = None
+    micro_batch: int = 1
+    message_leaf_capacity: int = 64
+    theta_refresh: float = 0.02
+    cell_walk: str = "auto"
+    reverse_map: bool = True
+    exact_holders: bool = True
+    timers: bool = False
+    registration: str = "search"
+    snapshots: bool = False
+    term_trees: str = "lazy"
+    query_grid: int = 64
+    knn_buffer: int = 2
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def with_changes(self, **changes: Any) -> EngineOptions:
+        """A copy with some fields changed (an unknown name raises ``TypeError``)."""
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -82,6 +130,10 @@ class EngineSettings:
         if self.registration != "search":
             options["registration"] = self.registration
         return options
+
+    def options(self, **more: Any) -> EngineOptions:
+        """The :class:`EngineOptions` of these settings (and ``more`` fields)."""
+        return EngineOptions(**self.engine_options(), **more)
 
     def describe(self) -> str:
         return self.engine if self.engine == "reference" else f"core ({self.index}, {self.buffer})"

@@ -37,7 +37,7 @@ class QueryKinds(abc.ABC):
     def unsubscribe(self, kind: str, handle: object) -> None: ...
 
     def prepare(self) -> None:
-        """Called after a bulk registration (``subscribe_many``): settle the indexes."""
+        """Called after a bulk registration (``subscribe_batch`` of records): settle the indexes."""
 
     @abc.abstractmethod
     def publish(self, batch: MessageBatch) -> ChangeLog: ...

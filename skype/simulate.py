@@ -98,8 +98,8 @@ def make_engine(options: Options | EngineSettings, inputs: Inputs) -> EngineBase
     used = set(inputs.peer_kinds())
     snapshots = bool(used - {"topk with until"})
     term_trees = "eager" if used & {"knn", "terms", "snapshot queries"} else "lazy"
-    return Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, snapshots=snapshots, term_trees=term_trees,
-                  **settings.engine_options(), **window)
+    return Engine(settings.options(snapshots=snapshots, term_trees=term_trees), bounds=inputs.bounds,
+                  vocabulary=inputs.vocabulary, **window)
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         fill_n = sum(len(p) for p in fill)
     t0 = time.perf_counter()
     engine.subscribe_batch(inputs.subscriptions)
-    engine.subscribe_many(inputs.others)
+    engine.subscribe_batch(inputs.others)
     t_subscribe = time.perf_counter() - t0
     if release_subscriptions:
         inputs.subscriptions = inputs.subscriptions.slice(0, 0)
@@ -277,7 +277,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
             if op == "sub":
                 engine.subscribe_batch(payload)
             elif op == "ksub":
-                engine.subscribe_many([payload])
+                engine.subscribe_batch([payload])
             elif op == "unsub":
                 engine.unsubscribe(payload)
             elif op == "query":
@@ -377,7 +377,4 @@ def phase_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 
 def kind_counts(engine: EngineBase) -> dict[str, int]:
     """Subscriptions per query kind: ``topk`` and each other kind the engine holds."""
-    counts = {"topk": len(engine.subscription_ids())}
-    for kind, _ in engine._kinds.values():
-        counts[kind] = counts.get(kind, 0) + 1
-    return counts
+    return engine.kind_counts()

@@ -358,7 +358,7 @@ def test_queries_term_trees_built_when_first_needed_equal_reference(trigger):
     logs: list[list] = [[], []]
     for i, e in enumerate(engines):
         r = np.random.default_rng(8)
-        e.subscribe_many(subs)
+        e.subscribe_batch(subs)
         for j in range(160):
             if j == 80:
                 if i == 0:
@@ -398,7 +398,7 @@ def test_queries_topk_core_window_built_at_first_topk_subscription_equals_refere
     logs: list[list] = [[], []]
     for i, e in enumerate(engines):
         r = np.random.default_rng(10)
-        e.subscribe_many(ranges)
+        e.subscribe_batch(ranges)
         for j in range(120):
             if j == 70:
                 if i == 0:
@@ -411,7 +411,7 @@ def test_queries_topk_core_window_built_at_first_topk_subscription_equals_refere
                 if i == 0:
                     assert e.stats()["core_window"] == "kept"
             if j == 90:
-                e.subscribe_many(topk[3:])
+                e.subscribe_batch(topk[3:])
             if j % 10 == 5 and "window_seconds" in window:
                 logs[i].append(e.advance(float(j) - 0.5))
             terms = {str(n): float(r.integers(1, 3)) for n in r.choice(names, size=int(r.integers(1, 4)), replace=False)}

@@ -100,7 +100,7 @@ def _centralized(inputs, batch: int, window: dict):
 
     engine = Engine(bounds=inputs.bounds, vocabulary=inputs.vocabulary, snapshots=True, **window)
     engine.subscribe_batch(inputs.subscriptions)
-    engine.subscribe_many(inputs.others)
+    engine.subscribe_batch(inputs.others)
     total = inputs.num_messages
     ends = list(range(batch, total, batch)) + [total]
     cursor, out = (0, 0, 0), []
@@ -112,7 +112,7 @@ def _centralized(inputs, batch: int, window: dict):
             elif op == "sub":
                 engine.subscribe_batch(payload)
             elif op == "ksub":
-                engine.subscribe_many([payload])
+                engine.subscribe_batch([payload])
             else:
                 engine.unsubscribe(payload)
         results = list(engine.results_by_kind())

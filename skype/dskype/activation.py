@@ -212,7 +212,7 @@ def sleep_step(core: PartitionCore, rows: ReportRows, cmd_subs: np.ndarray) -> t
     maybe = np.flatnonzero((reach >= 0) & (count >= k) & (kth > reach + EPS))
     for i in maybe.tolist():
         sid = int(running[i])
-        ids, scores = core.engine._topn(sid, cfg.activation.depth_factor * int(k[i]))
+        ids, scores = core.engine.topn_arrays(sid, cfg.activation.depth_factor * int(k[i]))
         until = activation.witnesses_until(int(k[i]), float(reach[i]), scores, core.window.seq_of(ids), h)
         if until is not None:
             slept.append((sid, until))

@@ -72,13 +72,14 @@ class Hosted:
         return self.rows[sub_id][7]
 
     def subscribe(self, engine, ids: list[int]) -> None:
-        """Register hosted subscriptions in ``engine``: topk in one batch, kinds one by one."""
+        """Register hosted subscriptions in ``engine``: topk in one columnar batch, the other kinds in one
+        batch of compiled specs."""
         topk = [i for i in ids if self.rows[i][7] is None]
         if topk:
             engine.subscribe_batch(self.batch(topk))
-        for i in ids:
-            if self.rows[i][7] is not None:
-                engine.subscribe_spec(spec_from_json(i, self.rows[i][7]))
+        specs = [spec_from_json(i, self.rows[i][7]) for i in ids if self.rows[i][7] is not None]
+        if specs:
+            engine.subscribe_batch(specs)
 
     def inverse_replication(self) -> float:
         """Sum of 1/nrep over hosted subscriptions: summed over partitions, the number of

@@ -206,7 +206,7 @@ def answer(engine, d: dict, at: int, window_kind: str, partition: int, seq_of) -
             # the engines' times are sequence numbers: keep seq >= from_seq (half-integers are exact)
             spec.last = at - int(d["from_seq"]) - 0.5
         if spec.last is None or spec.last > 0:
-            result = engine._query_kinds(spec.kind).snapshot(spec, now)
+            result = engine.query_spec(spec, now)
     ids = ([int(i) for i in result] if spec.kind == "range" else
            [int(e.id) for e in result] if spec.kind != "terms" else [])
     seq = seq_of(np.array(ids, np.int64)).tolist() if ids else []

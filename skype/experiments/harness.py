@@ -105,9 +105,8 @@ def make_engine(spec: RunSpec, w: Workload) -> EngineBase:
 
     # topk experiments: no query window; the phase clocks on (two clock reads a phase, well under
     # 1% of a message), so that the dissemination shows apart from the admissions
-    params = {"snapshots": False, "timers": True, **dict(spec.params)}
-    return Engine(vocabulary=w.vocabulary, bounds=w.bounds, index=spec.index, buffer=spec.buffer,
-                  **params, **window)
+    params = {"snapshots": False, "timers": True, **dict(spec.params), "index": spec.index, "buffer": spec.buffer}
+    return Engine(params, vocabulary=w.vocabulary, bounds=w.bounds, **window)
 
 
 @dataclass

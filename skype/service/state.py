@@ -489,7 +489,7 @@ class State:
         if topk_rows:
             engine.subscribe_batch(subscriptions_batch(topk_rows))
         if others:
-            engine.subscribe_many(others)
+            engine.subscribe_batch(others)
 
     def _restore_topk_by_columns(self, packed: list[bytes], clock: float) -> bool:
         """Register a snapshot's subscriptions through the bulk call's columnar checks when every
