@@ -1,13 +1,12 @@
-"""Registration into a full window: replay (bulk.pyx) against search (regsearch.pyx).
+"""Registration into a full window: replay (bulk.pyx) against search (regsearch.pyx, regtree.pyx).
 
 Generates a workload (``--dataset``, seed 0), fills a count window of ``--window`` messages
 (default: the subscription count), registers every subscription in one batch with each mode
 (the modes alternate, ``--rounds`` times each, each in a fresh engine), and prints the
 registration time (wall clock: indicative on a shared machine) with the deterministic counters
 of ``stats()["bulk_registration"]``.  ``--check`` also compares every buffer of the two modes
-(they must be identical).  The modes: ``replay``, ``search-bands`` (the weight-band layout,
-regsearch.pyx), ``search`` (the default, per-term k-d trees, regtree.pyx, wide entry masks) and
-``search-mask64`` (the trees with the earlier 64-bit masks, regmasks.pyx).  Example (the lead's re-timing command)::
+(they must be identical).  The modes: ``replay`` and ``search`` (the default, per-term k-d
+trees, regtree.pyx).  Example (the lead's re-timing command)::
 
     python bench/registration.py --num-subs 200000 --rounds 2 --check
 
@@ -75,7 +74,7 @@ def main() -> None:
     p.add_argument("--num-subs", type=int, default=100_000)
     p.add_argument("--window", type=int, default=None)
     p.add_argument("--buffer", default="cskyband")
-    p.add_argument("--modes", default="replay,search-bands,search")
+    p.add_argument("--modes", default="replay,search")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--check", action="store_true", help="compare every buffer of the modes")
     p.add_argument("--breakdown", choices=("alpha", "frequency"), default=None,

@@ -61,7 +61,7 @@ DEFAULT_COST = {
     "refresh_factor": 3.0,  # re-evaluate a complete (theta = 0) buffer beyond this many times k
 }
 TERM_ID_LIMIT = 2**32 - 1  # 32-bit term ids; the largest value marks "no term" in the block index
-REGISTRATIONS = ("replay", "search", "search-bands", "search-mask64")  # how bulk registration finds the runs (docs/engine.md)
+REGISTRATIONS = ("search", "replay")  # how bulk registration finds the runs (docs/engine.md); replay: the oracle
 BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT index, times leaf_capacity
 
 
@@ -154,9 +154,8 @@ class Engine(EngineBase):
     registration
         how a registration batch of at least 2,000 subscriptions into a non-empty window finds
         each subscription's first messages: ``"search"`` (default) a static index of the window
-        per subscription (per-term k-d trees; ``"search-bands"``: the earlier weight-band layout;
-        ``"search-mask64"``: the trees with the earlier 64-bit entry masks),
-        or ``"replay"`` the window through a temporary subscription index
+        per subscription (per-term k-d trees), or ``"replay"`` the window through a temporary
+        subscription index (the oracle the search is tested against, kept as a choice)
         (``docs/engine.md``, "Registration by search").  The buffers are identical.
     timers
         per-phase clocks in ``stats()["phases"]["seconds"]`` (enter, disseminate, scan, verify,

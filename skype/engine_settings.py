@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 ENGINES = ("core", "reference")
-REGISTRATIONS = ("replay", "search", "search-bands", "search-mask64")
+REGISTRATIONS = ("search", "replay")
 DEFAULT_WINDOW = 10_000
 
 Options = Mapping[str, Any]

@@ -1,7 +1,5 @@
-"""Registration by search against the replay and the reference: the default layout, per-term
-k-d trees (csrc/skype/_core/regtree.pyx, ``registration="search"``), and the weight-band layout
-(csrc/skype/_core/regsearch.pyx, ``registration="search-bands"``), and the trees with the
-earlier narrow entry masks (``registration="search-mask64"``).
+"""Registration by search (``registration="search"``: per-term k-d trees, csrc/skype/_core/regtree.pyx,
+over regsearch.pyx's entries and masks) against its oracles, the replay and the reference.
 
 The search must hand ``Buffers.init_sub_from`` exactly the runs the replay (bulk.pyx) hands it,
 so every buffer (entries, dominance counters, thresholds, plans) is identical between the two
@@ -27,18 +25,18 @@ from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary, normalize_rows
 from test_bulk_registration import FILL, INDEXES, WINDOWS, drive, reference, results, workload
 
-SEARCHES = ("search", "search-bands", "search-mask64")
+SEARCHES = ("search",)
 MODES = ("replay",) + SEARCHES
 
 
 def engine(vocab, registration, *, buffer, budget=1 << 20, factor=2, **kw):
     eng = Engine(bounds=BOUNDS, vocabulary=vocab, buffer=buffer, registration=registration, **kw)
-    eng._core.configure_bulk(1, budget, factor, True)
+    eng._core.configure_bulk(1, budget, factor, True)  # the core's knobs: small batches, several passes
     return eng
 
 
 def states(eng, ids):
-    return [eng._core.buffer_state(int(i)) for i in ids]
+    return [eng.buffer_state(int(i)) for i in ids]
 
 
 @pytest.mark.parametrize("mode", SEARCHES)
@@ -78,7 +76,7 @@ def test_buffers_identical_to_the_replay(buffer):
         after = states(eng, subs.ids)
         eng.publish_batch(msgs.slice(FILL, len(msgs)))
         got[mode] = (after, states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
-    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
+    assert got["search"] == got["replay"]
 
 
 def test_short_runs_fall_back_identically():
@@ -90,13 +88,15 @@ def test_short_runs_fall_back_identically():
         eng.publish_batch(msgs.slice(0, FILL))
         eng.subscribe_batch(subs)
         got[mode] = (states(eng, subs.ids), eng.stats()["bulk_fallbacks"])
-    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
+    assert got["search"] == got["replay"]
     assert got["search"][1] > 0
 
 
-def test_unknown_registration_mode_is_refused():
-    with pytest.raises(InputError):
-        Engine(bounds=BOUNDS, window=10, registration="guess")
+@pytest.mark.parametrize("mode", ["guess", "search-bands", "search-mask64"])
+def test_unknown_registration_mode_is_refused(mode):
+    """Only the search and its oracle, the replay (the earlier layouts were removed)."""
+    with pytest.raises(InputError, match="registration"):
+        Engine(bounds=BOUNDS, window=10, registration=mode)
 
 
 def _matrix(rows, vocab_size, max_terms, weights, draw):
@@ -157,7 +157,7 @@ def test_search_equals_replay_and_reference_on_adversarial_windows(case):
         eng.subscribe_batch(subs)
         got[mode] = states(eng, subs.ids)
         assert results(eng) == results(ref)
-    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
+    assert got["search"] == got["replay"]
 
 
 @pytest.mark.parametrize("fill", [0, 1])
@@ -188,10 +188,6 @@ def test_tree_layout_counters():
     assert leaves_at_least <= search["nodes"] < 4 * leaves_at_least + 2 * 20
     # cSkyband initialises 32 sampled subscriptions per subscription first (the cost model)
     assert search["searches"] == len(subs) - 32 and search["descents"] > 0 and search["entry_scans"] > 0
-    bands = engine(vocab, "search-bands", buffer="cskyband", window=300)
-    bands.publish_batch(msgs.slice(0, FILL))
-    bands.subscribe_batch(subs)
-    assert "nodes" not in bands.stats()["bulk_registration"]["search"]
 
 
 def _shared_terms_workload(seed, vocab_size, max_msg_terms, max_sub_terms, alphas, ks, n_msgs=300, n_subs=240):
@@ -231,10 +227,10 @@ def _shared_terms_workload(seed, vocab_size, max_msg_terms, max_sub_terms, alpha
 ])
 @pytest.mark.parametrize("alphas, ks", [([0.0], [1]), ([1.0], [500]), ([0.0, 0.5, 1.0, 0.3], [1, 3, 20, 500])])
 def test_entry_masks_on_shared_terms(case, alphas, ks):
-    """The entry masks (wide: 128 bits, 4 a term, the batch's terms only; narrow: 64 bits, one a
-    term, every term) only decide which messages are read from the window: every buffer equals
-    the replay's and every result the reference's, whichever mask, with many shared terms,
-    colliding and saturated masks, ties, alpha 0 and 1, k = 1 and k above the matches."""
+    """The entry masks (128 bits, 4 a term, the batch's terms only) only decide which messages
+    are read from the window: every buffer equals the replay's and every result the reference's,
+    with many shared terms, colliding and saturated masks, ties, alpha 0 and 1, k = 1 and k
+    above the matches."""
     vocab, subs, msgs = _shared_terms_workload(len(alphas) * 7 + case[0], *case, alphas, ks)
     ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=300)
     ref.publish_batch(msgs)
@@ -246,20 +242,4 @@ def test_entry_masks_on_shared_terms(case, alphas, ks):
         eng.subscribe_batch(subs)
         got[mode] = states(eng, subs.ids)
         assert results(eng) == results(ref)
-    assert got["search"] == got["replay"] == got["search-bands"] == got["search-mask64"]
-
-
-def test_wide_masks_read_fewer_messages():
-    """Messages of many terms from a large vocabulary: the narrow mask (64 bits) matches later
-    terms the messages do not hold, the wide one rarely; the reads that find no other term of the
-    subscription (``fetched_alone``) fall (deterministic counters, the same buffers)."""
-    vocab, subs, msgs = _shared_terms_workload(11, 3000, 14, 4, [0.0, 0.5, 1.0], [5, 20])
-    stats = {}
-    for mode in ("search", "search-mask64"):
-        eng = engine(vocab, mode, buffer="cskyband", window=300)
-        eng.publish_batch(msgs)
-        eng.subscribe_batch(subs)
-        stats[mode] = eng.stats()["bulk_registration"]["search"]
-    assert stats["search-mask64"]["fetched_alone"] > 0
-    assert stats["search"]["fetched_alone"] < stats["search-mask64"]["fetched_alone"] / 2
-    assert stats["search"]["entry_items"] < stats["search-mask64"]["entry_items"]
+    assert got["search"] == got["replay"]

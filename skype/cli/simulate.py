@@ -78,9 +78,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "the buffers still holding it (default); --no-exact-holders keeps entries until expiry")
     g.add_argument("--registration", choices=REGISTRATIONS, default=ENGINE_DEFAULTS.registration,
                    help="how a large registration batch finds each subscription's first messages: search a "
-                        "static index of the window, per-term k-d trees (default), or its older weight-band "
-                        "layout (search-bands), or the trees with the earlier 64-bit entry masks (search-mask64), "
-                        "or replay the window through a temporary index")
+                        "static index of the window, per-term k-d trees (default), or replay the window through a "
+                        "temporary index (the search's oracle: the same buffers)")
     g.add_argument("--timers", action="store_true",
                    help="per-phase clocks in the engine's stats and the metrics (off by default: they cost a "
                         "little on every phase)")

@@ -34,9 +34,7 @@ cdef class CoreEngine:
     cdef uint64_t bulk_passes, bulk_subscriptions, bulk_offers
     cdef double bulk_ns, bulk_build_ns
     cdef dict bulk_counters             # the temporary indexes' dissemination counters
-    cdef bint reg_search                # bulk registration by search (regsearch.pyx), not replay
-    cdef bint reg_bands                 # ... over regsearch's weight bands, not regtree's k-d trees
-    cdef bint reg_narrow                # ... with the narrow (64-bit, one bit a term) entry masks
+    cdef bint reg_search                # bulk registration by search (regtree.pyx), not replay
     cdef dict search_stats              # the registration indexes' counters
     cdef size_t micro_batch             # messages disseminated together (<= 1: one at a time)
     cdef vector[MsgTermC] batch_terms   # the batch's messages' terms, message i's from batch_offs[i]

@@ -34,9 +34,8 @@ from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
 from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
 from skype._core.bulk cimport bulk_capacity, bulk_replay
-from skype._core.regsearch cimport RegistrationIndex, search_register
 from skype._core.regsearch import buffer_state
-from skype._core.regtree cimport RegistrationTree
+from skype._core.regtree cimport RegistrationTree, search_register
 from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
@@ -402,12 +401,12 @@ cdef class CoreEngine:
 
     cdef void _subscribe_bulk(self, vector[sid_t]& sids):
         """Initialise the buffers of a large batch from runs found by replaying the window
-        (bulk.pyx) or by searching a static index of it (regsearch.pyx, ``reg_search``)."""
+        (bulk.pyx) or by searching a static index of it (regtree.pyx, ``reg_search``)."""
         cdef size_t n = sids.size(), i, start, stride, SAMPLE = 32
         cdef uint64_t used
         cdef vector[sid_t] rest
         cdef SubscriptionIndex tmp
-        cdef RegistrationIndex search = None
+        cdef RegistrationTree search = None
         cdef double t0 = now_ns()
         cdef double worst = 0.0
         cdef vector[double] ratios
@@ -430,13 +429,11 @@ cdef class CoreEngine:
             worst = ratios[(ratios.size() * 3) // 4]
         if stride and self.bulk_adapt and <int>(1.25 * worst + 1.0) > self.buffers.bulk_factor:
             self.buffers.bulk_factor = <int>(1.25 * worst + 1.0)
-        # registration by search (regsearch.pyx): one static index of the window for the batch,
+        # registration by search (regtree.pyx): one static index of the window for the batch,
         # the same passes, runs and build order as the replay
         search = None
         if self.reg_search and rest.size():
-            search = (RegistrationIndex(self.window, self.max_dist) if self.reg_bands
-                      else RegistrationTree(self.window, self.max_dist))
-            search.wide_mask = not self.reg_narrow
+            search = RegistrationTree(self.window, self.max_dist)
             with nogil:
                 search.build(self.table, rest.data(), rest.size())
         start = 0
@@ -477,13 +474,12 @@ cdef class CoreEngine:
         return buffer_state(self.buffers, self.table.by_ext[ext_id])
 
     def set_registration(self, str mode):
-        """How a bulk registration finds each subscription's run: ``replay`` the window through a
-        temporary index (bulk.pyx) or search a static index of the window: ``search``, per-term
-        k-d trees (regtree.pyx), ``search-bands``, weight bands in Z-order (regsearch.pyx), or
-        ``search-mask64``, the trees with the earlier narrow entry masks (kept for the A/B)."""
-        self.reg_search = mode == "search" or mode == "search-bands" or mode == "search-mask64"
-        self.reg_bands = mode == "search-bands"
-        self.reg_narrow = mode == "search-mask64"
+        """How a bulk registration finds each subscription's run: ``search`` a static index of
+        the window, per-term k-d trees (regtree.pyx), or ``replay`` the window through a
+        temporary index (bulk.pyx: the oracle of the search, which must give the same runs)."""
+        if mode != "search" and mode != "replay":
+            raise ValueError(f"registration {mode!r}: search or replay")
+        self.reg_search = mode == "search"
 
     def configure_bulk(self, size_t min_batch, uint64_t budget_entries, int bulk_factor, bint skyband=False):
         """Bulk registration knobs: the smallest batch that uses it, the heap entries of one

@@ -10,26 +10,18 @@ cdef struct TermBitsC:           # a term's bits in an entry's mask (term_bits)
 
 
 cdef enum:
-    MASK_HASHES = 4              # bits a term sets in a wide mask
+    MASK_HASHES = 4              # bits a term sets in a mask
 
 
-cdef inline uint64_t term_bit(term_t t) noexcept nogil:
-    """A term's bit in a narrow mask (64 bits, one bit a term)."""
-    return (<uint64_t>1) << ((t * 0x9E3779B97F4A7C15ull) >> 58)
-
-
-cdef inline TermBitsC term_bits(term_t t, bint wide) noexcept nogil:
-    """A term's bits in an entry's mask, a Bloom filter of the message's terms: narrow, the one
-    bit of term_bit in the low word; wide, MASK_HASHES bits of 128 (7-bit fields of a mix of t).
-    A message's mask is the union of its terms' bits, so a message holding t has all of t's."""
+cdef inline TermBitsC term_bits(term_t t) noexcept nogil:
+    """A term's bits in an entry's mask, a Bloom filter of the message's terms: MASK_HASHES bits
+    of 128 (7-bit fields of a mix of t).  A message's mask is the union of its terms' bits, so a
+    message holding t has all of t's."""
     cdef TermBitsC b
     cdef uint64_t z
     cdef int r
     b.lo = 0
     b.hi = 0
-    if not wide:
-        b.lo = term_bit(t)
-        return b
     z = (<uint64_t>t + 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull   # splitmix64's finaliser
     z = (z ^ (z >> 31)) * 0x94D049BB133111EBull
     z = z ^ (z >> 29)

@@ -2,14 +2,13 @@
 """Entry masks of registration by search (regsearch.pyx, regtree.pyx): which window messages
 may hold a term, without reading the window.
 
-A message's mask is a Bloom filter of its terms: the union of their ``term_bits``.  Wide (the
-default): 128 bits, MASK_HASHES = 4 bits a term (7-bit fields of a 64-bit mix of its id), and
-only the batch's terms are entered (no other term is ever tested).  Narrow (``wide_mask``
-False, ``registration="search-mask64"``, kept for the A/B): 64 bits, one a term, every term of
-the message.  A message holding t has all of t's bits (no false negatives), so "the mask holds
-t's bits" (``holds_bits``) reads *may hold t*, and its negation *holds no t*; a false match
-only costs a window read (at 9 batch terms a message about 0.5% of tests for the wide masks,
-13% for the narrow ones).
+A message's mask is a Bloom filter of its terms: the union of their ``term_bits``, 128 bits,
+MASK_HASHES = 4 bits a term (7-bit fields of a 64-bit mix of its id); only the batch's terms
+are entered (no other term is ever tested).  A message holding t has all of t's bits (no false
+negatives), so "the mask holds t's bits" (``holds_bits``) reads *may hold t*, and its negation
+*holds no t*; a false match only costs a window read (at 9 batch terms a message about 0.5% of
+tests; the earlier 64-bit masks, one bit a term and every term entered, matched falsely in 13%
+and were removed: ``docs/results/2026-11-29-library.md``).
 
 Bit slices.  A list of n masks stored as 128 rows of ceil(n / 64) words, row b holding bit i
 for every mask i that has bit b (``slice_list``).  The masks holding all of a term's bits are

@@ -1,4 +1,4 @@
-# Registration by search: a static per-term index of the window, top-C per subscription (regsearch.pyx).
+# Registration by search: what a search of a static per-term index of the window needs (regsearch.pyx).
 cimport cython
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
@@ -6,7 +6,7 @@ from skype._core.types cimport term_t, sid_t, seq_t, RectC, SubTermC
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
-from skype._core.buffers cimport Buffers, RankedC
+from skype._core.buffers cimport RankedC
 from skype._core.regmasks cimport TermBitsC
 
 
@@ -15,36 +15,30 @@ cdef struct SEntryC:             # a window message in a term's list (32 bytes; 
     double x                     # its location (exact)
     double y
     uint32_t seq_lo              # low 32 bits of its seq
-    uint32_t zkey                # Z-order of its location (the order inside a band)
 
 
-cdef struct SBoxC:               # bounds of a band or block: exact bounding box and max weight
+cdef struct SBoxC:               # bounds of a group of entries: exact bounding box and max weight
     RectC r
     double maxw
 
 
-cdef struct STermC:              # one term's list: entries [first, stop), bands [band0, band0 + nbands)
+cdef struct STermC:              # one term's list: entries [first, stop), its groups [group0, group0 + ngroups)
     uint64_t first
     uint64_t stop
-    uint32_t band0
-    uint32_t nbands
+    uint32_t group0
+    uint32_t ngroups
     uint64_t slice0              # its masks bit-sliced: slices[slice0 + b * words + w] (NO_SLICE: none)
-
-
-cdef struct SBandC:              # entries [first, stop) of one weight range, in Z-order
-    SBoxC box
-    uint64_t first
-    uint64_t stop
-    uint32_t super0              # its superblock s covers [first + s*SUPER, ...): supers[super0 + s]
-    uint32_t block0              # its block j covers [first + j*BLOCK, ...): blocks[block0 + j]
 
 
 cdef struct SItemC:              # best-first queue item (max-heap on key)
     double key                   # upper bound of the scores of the item's messages
-    uint32_t pos                 # its index in bands, supers or blocks
-    uint32_t band                # the band it lies in
+    uint32_t pos                 # a group of the layout, or an entry (level LEVEL_ENTRY)
     uint16_t qterm               # the query term (index into the subscription's terms)
-    uint16_t level               # LEVEL_BAND, LEVEL_SUPER or LEVEL_BLOCK
+    uint16_t level               # the layout's levels; entries: LEVEL_ENTRY
+
+
+cdef enum:
+    LEVEL_ENTRY = 3              # an item that is one entry (an entry item)
 
 
 cdef struct ScoredC:             # a scored message in the top-C heap (worst at the root)
@@ -52,7 +46,7 @@ cdef struct ScoredC:             # a scored message in the top-C heap (worst at 
     seq_t seq
 
 
-cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTree (regtree.pyx) extends it
+cdef class RegistrationIndex:          # no layout of its own: RegistrationTree (regtree.pyx) extends it
     cdef WindowStore window
     cdef double max_dist
     cdef vector[int32_t] term_slot           # term id -> index into terms, -1: not indexed
@@ -64,25 +58,16 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef vector[uint64_t] slices             # per scanned term: 128 rows (a mask bit each) of a bit per entry
     cdef vector[uint64_t] cand               # the entry items of one query term (_scan_entry_items)
     cdef vector[int] q_pos                   # per query term: its mask bits' positions (4 a term, -1: none)
-    cdef vector[SBandC] bands
-    cdef vector[SBoxC] supers
-    cdef vector[SBoxC] blocks
     # query state
     cdef vector[SItemC] queue
     cdef vector[ScoredC] best
-    cdef vector[double] q_rest               # per query term: norm of the later terms' weights
     cdef vector[TermBitsC] q_bits            # per query term: its bits (term_bits)
     cdef vector[TermBitsC] q_before, q_after  # per query term: union of the earlier / later terms' bits
-    # masks: 128 bits, MASK_HASHES a term, the batch's terms only (default); False: 64 bits, one a
-    # term, every term (registration="search-mask64")
-    cdef public bint wide_mask
     # counters
     cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
     cdef uint64_t n_entry_scans             # list entries covered by the entry-item scans
     cdef uint64_t n_fetched_alone           # window reads of a message holding no term of s but the searched one
     cdef double build_ns
-
-    cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
 
     @cython.final
     cdef void _collect(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
@@ -99,9 +84,6 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     @cython.final
     cdef int32_t _slot(self, term_t t) noexcept nogil
 
-    cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
-                                const STermC* st) noexcept nogil
-
     @cython.final
     cdef void _score_entry_item(self, const SubHotC* h, const SubTermC* terms, const SItemC* it,
                                 uint32_t cap) noexcept nogil
@@ -114,14 +96,11 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
     cdef void _emit(self, vector[RankedC]* out) noexcept nogil
 
     @cython.final
-    cdef double _text_bound(self, const SubTermC* terms, uint32_t qi, double w) noexcept nogil
-
-    @cython.final
     cdef double _box_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
                            const SBoxC* box) noexcept nogil
 
     @cython.final
-    cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil
+    cdef void _push(self, double key, uint32_t pos, uint32_t qterm, uint32_t level) noexcept nogil
 
     @cython.final
     cdef SItemC _pop(self) noexcept nogil
@@ -132,13 +111,6 @@ cdef class RegistrationIndex:          # weight bands in Z-order; RegistrationTr
 
     @cython.final
     cdef void _offer(self, uint32_t cap, double score, seq_t seq) noexcept nogil
-
-    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
-                    vector[RankedC]* out) noexcept nogil
-
-
-cdef uint64_t search_register(Buffers b, RegistrationIndex idx, SubTable table, const sid_t* sids,
-                              size_t n, double* build_ns) noexcept nogil
 
 
 cdef inline double now_ns() noexcept nogil:

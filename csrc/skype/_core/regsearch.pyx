@@ -6,44 +6,49 @@ Both produce, for a batch of subscriptions registering into a non-empty window, 
 ``Buffers.init_sub_from`` scans: the first C_s messages of s's ranking order (score desc, then
 newer first), C_s = ``bulk.bulk_capacity``, or every match when fewer match.  Runs, capacities,
 pass boundaries and the order of the ``init_sub_from`` calls are the replay's, so the buffers
-(and the reverse map's holder order) are identical; only how the runs are found differs.
+(and the reverse map's holder order) are identical; only how the runs are found differs.  The
+replay stays: it is the oracle the search is tested against (tests/test_registration_search.py)
+and the ``registration="replay"`` path.
 
-Structure (``RegistrationIndex.build``, once per batch; the window does not change during a
-registration).  For every term of the batch's subscriptions that the window holds, its window
-messages (exact weight and location, seq) in one array, sorted by weight descending and cut
-into *bands* (a weight range: every weight >= BAND_RATIO times the band's largest, or at least
-MIN_BAND entries); each band is sorted by the Z-order of the locations and cut into superblocks
-of SUPER and blocks of BLOCK entries.  Every
-band, superblock and block has a header: the exact bounding box of its locations and its
-largest weight.  Build cost: two passes over the window's (term, message) pairs, one sort per
-term and one per band.
+This module holds what a search needs whatever the layout of the lists; the layout, a k-d tree
+per term, is :class:`~skype._core.regtree.RegistrationTree` (regtree.pyx), which also drives a
+batch (``search_register``).  (An earlier layout, weight bands cut into Z-ordered blocks, and
+earlier 64-bit masks were removed: ``docs/results/2026-11-29-library.md``.)
 
-Masks (both layouts; regmasks.pyx).  Beside the entries, ``masks[p]``: a Bloom filter of the
-terms of entry p's message (no false negatives: "may hold t" or "holds no t").  The lists of
-the terms before the last of some subscription (scanned for entry items) are also bit-sliced,
-so ``_scan_entry_items`` finds their entries that may hold a later term 64 at a time, by the
-same test as ``may_hold`` on each entry.
+Collection (``_collect``, once per batch; the window does not change during a registration).
+For every term of the batch's subscriptions that the window holds, its window messages (exact
+weight and location, seq) in one array, contiguous per term (``STermC``), in window order: two
+passes over the window's (term, message) pairs.  A layout then orders each term's run and puts
+a header on each group of entries: the exact bounding box of their locations and their largest
+weight (``SBoxC``).
 
-Search (``top_c``): a max-heap of items keyed by an upper bound of their messages' scores; the
-bands of every term of s first, a popped band pushes its superblocks, a superblock its blocks,
-and a popped block scores its entries into a bounded min-heap of the best C by the full ranking
-key.  A message is *designated* to the first term of s (in s's term order) that it holds, and is
-scored only when reached through that term's list, so it is offered once.  An entry of term t_i
-whose mask has all the bits of a later term of s (it may hold one) is an *entry item* of its own,
-pushed at the start with the bound of a message that holds none of t_0..t_{i-1}: by
-Cauchy-Schwarz on the later terms (a message's weights have norm 1), TSim <= w(t_i,s) * w +
-|(w(t_j,s))_{j>i}|, at most 1.  The blocks then hold, for this search, only messages without a
-later term of s, designated to t_i or not at all, so TSim = w(t_i,s) * w(t_i,m) <= w(t_i,s) * W
-for a header of largest weight W: tight.  With R the item's bounding box, the key is
+Masks (regmasks.pyx).  Beside the entries, ``masks[p]``: a Bloom filter of the terms of entry
+p's message (no false negatives: "may hold t" or "holds no t").  The lists of the terms before
+the last of some subscription (scanned for entry items) are also bit-sliced, so
+``_scan_entry_items`` finds their entries that may hold a later term 64 at a time, by the same
+test as ``may_hold`` on each entry.
+
+Search (the layout's ``top_c``): a max-heap of items keyed by an upper bound of their messages'
+scores (``_push``/``_pop``); a group whose key is popped is opened, and a leaf's entries are
+scored (``_score_block``) into a bounded min-heap of the best C by the full ranking key
+(``_offer``).  A message is *designated* to the first term of s (in s's term order) that it
+holds, and is scored only when reached through that term's list, so it is offered once.  An
+entry of term t_i whose mask has all the bits of a later term of s (it may hold one) is an
+*entry item* of its own, pushed at the start with a bound of a message that holds none of
+t_0..t_{i-1} (the layout's ``_push_entry_items``: by Cauchy-Schwarz on the later terms whose
+bits its mask has, a message's weights having norm 1).  The
+groups then hold, for this search, only messages without a later term of s, designated to t_i
+or not at all, so TSim = w(t_i,s) * w(t_i,m) <= w(t_i,s) * W for a header of largest weight W:
+tight.  With R the group's bounding box, the key is (``_box_bound``)
 
     alpha * (1 - MINDIST(s, R) / MaxDist) + (1 - alpha) * TSim bound + 1e-12
 
 (MINDIST, the division and the combination are monotone under rounding, so the computed key
 is at least the computed score of each of its messages; the slack covers the rounding of the
-text sum).  A block entry whose mask holds the bits of none of s's other terms holds none: it is
+text sum).  A leaf entry whose mask holds the bits of none of s's other terms holds none: it is
 scored from the entry alone, TSim = w(t_i,s) * w(t_i,m), with the operations of
 ``scoring.score_pair`` (bit-identical).  Otherwise (a real or a false Bloom match) the message's
-terms are read from the window for the designation and the exact score.
+terms are read from the window for the designation and the exact score (``_score_message``).
 
 Exactness.  The search stops when the heap of C is full and the largest key left is strictly
 below its worst score (or nothing is left).  Every message not yet scored has score <= some key
@@ -55,8 +60,6 @@ full run (C kept) is marked truncated, as the replay marks a full heap: a scan n
 falls back to the message index in ``Buffers._next``, identically.
 """
 from libcpp.vector cimport vector
-from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, seq_t, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
@@ -65,42 +68,11 @@ from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers, RankedC
 from skype._core.bufstore cimport SubBufC
 from skype._core.arena cimport BufEntryC
-from skype._core.bulk cimport bulk_capacity
-from skype._core.blocks cimport spread16
 from skype._core.regmasks cimport (MASK_HASHES, term_bits, may_hold, bit_positions, slice_list,
                                    scan_slices)
 
 cdef double BOUND_SLACK = 1e-12
 cdef uint64_t NO_SLICE = 0xFFFFFFFFFFFFFFFFull  # STermC.slice0 of a term whose list is never scanned
-
-cdef double BAND_RATIO = 0.97  # a band's weights are >= BAND_RATIO times its largest ...
-
-cdef enum:
-    MIN_BAND = 64            # ... unless it has fewer than MIN_BAND entries
-    SUPER = 256              # entries per superblock (a Z-run inside a band)
-    BLOCK = 8               # entries per block (a Z-run inside a superblock)
-    LEVEL_BAND = 0
-    LEVEL_SUPER = 1
-    LEVEL_BLOCK = 2
-    LEVEL_ENTRY = 3
-
-
-cdef inline uint32_t quantize(double v, double lo, double span) noexcept nogil:
-    cdef double q = (v - lo) / span * 65535.0 if span > 0 else 0.0
-    if q < 0:
-        q = 0
-    if q > 65535:
-        q = 65535
-    return <uint32_t>q
-
-
-cdef bint heavier(const SEntryC& a, const SEntryC& b) noexcept nogil:
-    return a.w > b.w
-
-
-cdef bint z_before(const SEntryC& a, const SEntryC& b) noexcept nogil:
-    return a.zkey < b.zkey
-
 
 cdef extern from *:
     """
@@ -120,14 +92,6 @@ cdef inline bint worse(const ScoredC* a, double score, seq_t seq) noexcept nogil
     return a.score < score or (a.score == score and a.seq < seq)
 
 
-cdef inline void box_join(SBoxC* b, const SBoxC* o) noexcept nogil:
-    box_widen(b, o.r.minx, o.r.miny, o.r.maxx, o.r.maxy, o.maxw)
-
-
-cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
-    return a < b
-
-
 cdef class RegistrationIndex:
     def __cinit__(self, WindowStore window, double max_dist):
         self.window = window
@@ -135,63 +99,11 @@ cdef class RegistrationIndex:
         self.n_searches = self.n_items = self.n_blocks = self.n_scored = self.n_fetched = 0
         self.n_pruned_entries = self.n_entry_items = self.n_fetched_alone = self.n_entry_scans = 0
         self.build_ns = 0
-        self.wide_mask = True
 
-    # ------------------------------------------------------------------ build
-    cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
-        """Index the window's messages under the terms of sids[0:n]: weight bands in Z-order."""
-        cdef double t0 = now_ns()
-        cdef size_t nt
-        cdef uint64_t b, nb, blk, stop, p
-        cdef STermC* st
-        cdef SEntryC* e
-        cdef SBoxC box
-        cdef SBandC band
-        self._collect(table, sids, n)
-        self.bands.clear()
-        self.supers.clear()
-        self.blocks.clear()
-        # per term: weight order, bands of a weight range in Z-order, headers
-        e = self.entries.data()
-        for nt in range(self.terms.size()):
-            st = &self.terms[nt]
-            std_sort(e + st.first, e + st.stop, heavier)
-            st.band0 = <uint32_t>self.bands.size()
-            b = st.first
-            while b < st.stop:
-                nb = b + 1
-                while nb < st.stop and (e[nb].w >= BAND_RATIO * e[b].w or nb - b < MIN_BAND):
-                    nb += 1
-                std_sort(e + b, e + nb, z_before)
-                band.first = b
-                band.stop = nb
-                band.super0 = <uint32_t>self.supers.size()
-                band.block0 = <uint32_t>self.blocks.size()
-                blk = b
-                while blk < nb:
-                    stop = blk + BLOCK if blk + BLOCK < nb else nb
-                    box_start(&box, &e[blk])
-                    for p in range(blk + 1, stop):
-                        box_widen(&box, e[p].x, e[p].y, e[p].x, e[p].y, e[p].w)
-                    if (blk - b) % SUPER == 0:
-                        self.supers.push_back(box)
-                    else:
-                        box_join(&self.supers.back(), &box)
-                    if blk == b:
-                        band.box = box
-                    else:
-                        box_join(&band.box, &box)
-                    self.blocks.push_back(box)
-                    blk = stop
-                self.bands.push_back(band)
-                b = nb
-            st.nbands = <uint32_t>(self.bands.size() - st.band0)
-        self._gather_masks()
-        self.build_ns += now_ns() - t0
-
+    # ------------------------------------------------------------------ collection
     cdef void _collect(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
         """Every window message under each term of sids[0:n] that the window holds: the entries
-        of a term contiguous (in window order), with their Z-order keys."""
+        of a term contiguous (in window order)."""
         cdef size_t i, q, j
         cdef uint32_t u
         cdef term_t t, maxt = 0
@@ -200,7 +112,6 @@ cdef class RegistrationIndex:
         cdef MsgC* m
         cdef const MsgTermC* mt
         cdef seq_t oldest = self.window.oldest_seq
-        cdef double minx = 0, miny = 0, maxx = 0, maxy = 0, spanx, spany
         cdef uint64_t total = 0
         cdef STermC* st
         cdef SEntryC* e
@@ -226,17 +137,9 @@ cdef class RegistrationIndex:
                     self.term_slot[t] = 1
                 elif self.term_slot[t] < 0:
                     self.term_slot[t] = 0
-        # pass 1: postings per wanted term, and the locations' extent
+        # pass 1: postings per wanted term
         for q in range(self.window.count):
             m = win_get(self.window, oldest + q)
-            if q == 0 or m.x < minx:
-                minx = m.x
-            if q == 0 or m.x > maxx:
-                maxx = m.x
-            if q == 0 or m.y < miny:
-                miny = m.y
-            if q == 0 or m.y > maxy:
-                maxy = m.y
             mt = win_terms(self.window, m)
             for j in range(m.nterms):
                 t = mt[j].term
@@ -251,17 +154,15 @@ cdef class RegistrationIndex:
                 self.term_slot[t] = -1
         # pass 2: the entries (stop is the fill cursor)
         self.entries.resize(total)
-        spanx = maxx - minx
-        spany = maxy - miny
         for q in range(self.window.count):
             m = win_get(self.window, oldest + q)
             mt = win_terms(self.window, m)
             mask.lo = mask.hi = 0
             for j in range(m.nterms):
                 t = mt[j].term
-                # a wide mask holds the batch's terms only: no other term is ever tested
-                if not self.wide_mask or (t <= maxt and self.term_slot[t] >= 0):
-                    tb = term_bits(t, self.wide_mask)
+                # a mask holds the batch's terms only: no other term is ever tested
+                if t <= maxt and self.term_slot[t] >= 0:
+                    tb = term_bits(t)
                     mask.lo |= tb.lo
                     mask.hi |= tb.hi
             self.msg_masks[q] = mask
@@ -274,19 +175,9 @@ cdef class RegistrationIndex:
                     e.x = m.x
                     e.y = m.y
                     e.seq_lo = <uint32_t>(oldest + q)
-                    e.zkey = spread16(quantize(m.x, minx, spanx)) | (spread16(quantize(m.y, miny, spany)) << 1)
                     st.stop += 1
 
     # ------------------------------------------------------------------ search
-    cdef double _text_bound(self, const SubTermC* terms, uint32_t qi, double w) noexcept nogil:
-        """TSim of messages designated to query term qi (they hold none of the terms before it)
-        whose weight for it is <= w: w(qi) * w plus, by Cauchy-Schwarz, the norm of the
-        subscription's later terms (a message's weights have norm 1), at most 1."""
-        cdef double tub = terms[qi].w * w + self.q_rest[qi]
-        if tub > 1.0:
-            tub = 1.0
-        return tub
-
     cdef double _box_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
                            const SBoxC* box) noexcept nogil:
         """Bound of the block entries scored through the box: messages designated to qi that
@@ -324,8 +215,8 @@ cdef class RegistrationIndex:
         self.n_scored += 1
         self._offer(cap, combine(h.alpha, spatial_sim(h.x, h.y, m.x, m.y, self.max_dist), acc), seq)
 
-    cdef void _push(self, double key, uint32_t pos, uint32_t band, uint32_t qterm, uint32_t level) noexcept nogil:
-        cdef SItemC item = SItemC(key, pos, band, <uint16_t>qterm, <uint16_t>level)
+    cdef void _push(self, double key, uint32_t pos, uint32_t qterm, uint32_t level) noexcept nogil:
+        cdef SItemC item = SItemC(key, pos, <uint16_t>qterm, <uint16_t>level)
         cdef size_t i = self.queue.size(), parent
         self.queue.push_back(item)
         while i > 0:
@@ -394,22 +285,20 @@ cdef class RegistrationIndex:
         hp[i] = v
 
     cdef void _prepare(self, const SubTermC* terms, int nq) noexcept nogil:
-        """A new search: empty queue and heap; per query term, the bits of the earlier and later
-        terms and the norm of the later terms' weights."""
+        """A new search: empty queue and heap; per query term, its bits and the union of the
+        bits of the earlier and of the later terms."""
         cdef int i
         cdef TermBitsC mask
-        cdef double rest = 0.0
         self.n_searches += 1
         self.queue.clear()
         self.best.clear()
-        self.q_rest.resize(nq)
         self.q_bits.resize(nq)
         self.q_pos.assign(nq * MASK_HASHES, -1)
         self.q_before.resize(nq)
         self.q_after.resize(nq)
         mask.lo = mask.hi = 0
         for i in range(nq):
-            self.q_bits[i] = term_bits(terms[i].term, self.wide_mask)
+            self.q_bits[i] = term_bits(terms[i].term)
             bit_positions(self.q_bits[i], &self.q_pos[i * MASK_HASHES])
             self.q_before[i] = mask
             mask.lo |= self.q_bits[i].lo
@@ -417,10 +306,8 @@ cdef class RegistrationIndex:
         mask.lo = mask.hi = 0
         for i in range(nq - 1, -1, -1):
             self.q_after[i] = mask
-            self.q_rest[i] = sqrt(rest)
             mask.lo |= self.q_bits[i].lo
             mask.hi |= self.q_bits[i].hi
-            rest += terms[i].w * terms[i].w
 
     cdef void _gather_masks(self) noexcept nogil:
         """Once the entries are in place: each entry's mask, from its message's; then, for every
@@ -461,24 +348,6 @@ cdef class RegistrationIndex:
         if t >= self.term_slot.size():
             return -1
         return self.term_slot[t]
-
-    cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
-                                const STermC* st) noexcept nogil:
-        """The entries of term qi's list that may hold a later term of s: items of their own,
-        with the loose bound (_text_bound)."""
-        cdef uint64_t p
-        cdef size_t c
-        cdef int nq = h.nterms
-        cdef const SEntryC* e
-        if qi + 1 >= nq:
-            return
-        self._scan_entry_items(qi, nq, st)
-        for c in range(self.cand.size()):
-            p = self.cand[c]
-            e = &self.entries[p]
-            self.n_entry_items += 1
-            self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist),
-                               self._text_bound(terms, qi, e.w)) + BOUND_SLACK, <uint32_t>p, 0, qi, LEVEL_ENTRY)
 
     cdef void _score_entry_item(self, const SubHotC* h, const SubTermC* terms, const SItemC* it,
                                 uint32_t cap) noexcept nogil:
@@ -527,66 +396,10 @@ cdef class RegistrationIndex:
         for r in range(self.best.size()):
             out.push_back(RankedC(self.best[r].score, <uint32_t>self.best[r].seq))
 
-    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
-                    vector[RankedC]* out) noexcept nogil:
-        """The first ``cap`` messages of the subscription's ranking order (all matches if fewer),
-        appended to ``out`` in that order."""
-        cdef int nq = h.nterms, i
-        cdef double key
-        cdef STermC* st
-        cdef SItemC it
-        cdef uint64_t p, p0, p1, j0, j1
-        cdef const SBandC* band
-        cdef int32_t slot
-        self._prepare(terms, nq)
-        for i in range(nq):
-            slot = self._slot(terms[i].term)
-            if slot < 0:
-                continue
-            st = &self.terms[slot]
-            for p in range(st.band0, st.band0 + st.nbands):
-                self._push(self._box_bound(h, terms, i, &self.bands[p].box), <uint32_t>p, <uint32_t>p, i, LEVEL_BAND)
-            self._push_entry_items(h, terms, i, st)
-        while self.queue.size():
-            if self.best.size() == cap and self.queue[0].key < self.best[0].score:
-                break
-            it = self._pop()
-            self.n_items += 1
-            if it.level == LEVEL_ENTRY:
-                self._score_entry_item(h, terms, &it, cap)
-                continue
-            band = &self.bands[it.band]
-            if it.level == LEVEL_BAND:
-                j0 = band.super0
-                j1 = j0 + (band.stop - band.first + SUPER - 1) // SUPER
-                for p in range(j0, j1):
-                    key = self._box_bound(h, terms, it.qterm, &self.supers[p])
-                    if self.best.size() == cap and key < self.best[0].score:
-                        continue
-                    self._push(key, <uint32_t>p, it.band, it.qterm, LEVEL_SUPER)
-                continue
-            if it.level == LEVEL_SUPER:
-                j0 = band.block0 + (it.pos - band.super0) * (SUPER // BLOCK)
-                j1 = band.block0 + (band.stop - band.first + BLOCK - 1) // BLOCK
-                if j0 + SUPER // BLOCK < j1:
-                    j1 = j0 + SUPER // BLOCK
-                for p in range(j0, j1):
-                    key = self._box_bound(h, terms, it.qterm, &self.blocks[p])
-                    if self.best.size() == cap and key < self.best[0].score:
-                        continue
-                    self._push(key, <uint32_t>p, it.band, it.qterm, LEVEL_BLOCK)
-                continue
-            p0 = band.first + <uint64_t>(it.pos - band.block0) * BLOCK
-            p1 = p0 + BLOCK if p0 + BLOCK < band.stop else band.stop
-            self._score_block(h, terms, it.qterm, p0, p1, cap)
-        self._emit(out)
-
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
         return (self.entries.capacity() * sizeof(SEntryC) + self.masks.capacity() * sizeof(TermBitsC)
-                + self.bands.capacity() * sizeof(SBandC)
-                + (self.supers.capacity() + self.blocks.capacity()) * sizeof(SBoxC)
-                + self.terms.capacity() * sizeof(STermC) + self.term_slot.capacity() * 4)
+                + self.slices.capacity() * 8 + self.terms.capacity() * sizeof(STermC) + self.term_slot.capacity() * 4)
 
     def stats(self):
         return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
@@ -594,48 +407,6 @@ cdef class RegistrationIndex:
                 "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone,
                 "entry_scans": self.n_entry_scans,
                 "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
-
-
-cdef uint64_t search_register(Buffers b, RegistrationIndex idx, SubTable table, const sid_t* sids,
-                              size_t n, double* build_ns) noexcept nogil:
-    """Initialise the buffers of sids[0:n] (in the table, in no index) from runs found by
-    search (``idx`` built over their terms), in the order given.  The searches run in the order
-    of the subscriptions' most frequent term (their lists stay in cache), the buffers are then
-    built in the given order.  Returns the (s, m) pairs scored; adds the build time to build_ns."""
-    cdef vector[uint64_t] order
-    cdef vector[RankedC] runs
-    cdef vector[uint64_t] start, length
-    cdef vector[uint32_t] caps
-    cdef size_t i, r
-    cdef sid_t sid
-    cdef const SubHotC* h
-    cdef uint64_t before = idx.n_scored
-    cdef double t0
-    order.resize(n)
-    start.resize(n)
-    length.resize(n)
-    caps.resize(n)
-    for i in range(n):
-        h = &table.hot[sids[i]]
-        # terms are sorted by id, ids by document frequency: the last is the most frequent
-        order[i] = ((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | i) if h.nterms else i
-        caps[i] = bulk_capacity(b, h.k)
-    std_sort(order.begin(), order.end(), by_key)
-    for r in range(n):
-        i = <size_t>(order[r] & 0xFFFFFFFFu)
-        sid = sids[i]
-        h = &table.hot[sid]
-        start[i] = runs.size()
-        idx.top_c(h, &table.terms[h.term_off], caps[i], &runs)
-        length[i] = runs.size() - start[i]
-    t0 = now_ns()
-    for i in range(n):
-        sid = sids[i]
-        table.hot[sid].theta = 0.0
-        table.theta_idx[sid] = 0.0
-        b.init_sub_from(sid, runs.data() + start[i], length[i], length[i] == caps[i])
-    build_ns[0] += now_ns() - t0
-    return idx.n_scored - before
 
 
 def buffer_state(Buffers b, sid_t sid):

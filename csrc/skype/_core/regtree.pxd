@@ -4,7 +4,7 @@ from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport sid_t, SubTermC
 from skype._core.subindex cimport SubTable, SubHotC
-from skype._core.buffers cimport RankedC
+from skype._core.buffers cimport Buffers, RankedC
 from skype._core.regsearch cimport RegistrationIndex, SBoxC, STermC
 
 
@@ -21,4 +21,13 @@ cdef class RegistrationTree(RegistrationIndex):
     cdef double weight_scale     # a weight extent against a location extent / MaxDist, when splitting
     cdef uint64_t n_descents
 
+    cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
     cdef void _split(self, uint32_t node) noexcept nogil
+    cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
+                    vector[RankedC]* out) noexcept nogil
+    cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
+                                const STermC* st) noexcept nogil
+
+
+cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, const sid_t* sids,
+                              size_t n, double* build_ns) noexcept nogil

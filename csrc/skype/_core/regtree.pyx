@@ -1,10 +1,10 @@
 # cython: language_level=3
-"""Registration by search over a per-term k-d tree of (x, y, weight): the default layout.
+"""Registration by search over a per-term k-d tree of (x, y, weight): the layout of the search.
 
-The band layout (regsearch.pyx, ``registration="search-bands"``) cuts a term's list into weight
-bands before it orders space, so a subscription whose alpha makes distance dominate finds a
-near block in every band and opens one in each: its work grows with the window.  Here every
-term's list (the same entries: exact weight, location, seq; the same masks beside them)
+The earlier layout cut a term's list into weight bands before it ordered space, so a
+subscription whose alpha makes distance dominate found a near block in every band and opened
+one in each: its work grew with the window (it was removed, ``docs/results/2026-11-29-library.md``).
+Here every term's list (regsearch's entries: exact weight, location, seq; its masks beside them)
 is one k-d tree whose splits choose, node by node, the dimension that spreads most: x or y
 (divided by MaxDist, as the spatial score is) or the weight (times ``WEIGHT_SCALE``).  A
 spread-out list splits by location first; a city's cluster, where all locations are close,
@@ -18,9 +18,9 @@ term up to BLOCK).  Children are stored side by side.  Each node has the exact b
 its entries' locations and their largest weight: the header of regsearch's blocks.  Build cost:
 the collection of regsearch (two passes over the window) and O(n log n) per term.
 
-Search.  regsearch's best-first search, with the tree's root per query term in place of its
-bands: the same keys (``_box_bound``: MINDIST to the box, w(t,s) times the largest weight),
-the same entry items for entries that may hold a later term of s, the same block scoring and
+Search.  regsearch's best-first search, with the tree's root per query term as its first
+item: regsearch's keys (``_box_bound``: MINDIST to the box, w(t,s) times the largest weight),
+entry items for entries that may hold a later term of s, regsearch's leaf scoring and
 designation, the same stopping rule.  A popped node descends into its better child while that
 child's key is at least the queue's top, pushing the other child (a key below the worst kept
 score, once C are kept, is dropped): fewer heap operations, the same set of items examined in
@@ -32,13 +32,17 @@ change the kept set.
 """
 cimport cython
 from libcpp.vector cimport vector
+from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, SubTermC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
-from skype._core.regsearch cimport RegistrationIndex, SEntryC, STermC, SItemC, now_ns, box_start, box_widen
+from skype._core.buffers cimport Buffers
+from skype._core.bulk cimport bulk_capacity
+from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, LEVEL_ENTRY, now_ns, box_start,
+                                    box_widen)
 from skype._core.regmasks cimport holds_bits
 from skype._core.scoring cimport combine, spatial_sim
 
@@ -48,8 +52,7 @@ cdef double WEIGHT_SCALE = 1.0  # a weight extent counts as this much location e
 
 cdef enum:
     BLOCK = 8                # entries per leaf
-    LEVEL_NODE = 4           # an item's level: a tree node (regsearch uses 0..3)
-    LEVEL_ENTRY = 3          # regsearch's entry items
+    LEVEL_NODE = 4           # an item's level: a tree node (regsearch's entry items: LEVEL_ENTRY)
 
 
 cdef extern from *:
@@ -100,8 +103,8 @@ cdef class RegistrationTree(RegistrationIndex):
                 if self.nodes[root].child:
                     todo.push_back(self.nodes[root].child)
                     todo.push_back(self.nodes[root].child + 1)
-            st.band0 = top                          # the band fields name the tree: its root
-            st.nbands = <uint32_t>(self.nodes.size() - top)     # and its node count
+            st.group0 = top                         # the term's tree: its root
+            st.ngroups = <uint32_t>(self.nodes.size() - top)    # and its node count
         self._gather_masks()
         self.build_ns += now_ns() - t0
 
@@ -157,7 +160,7 @@ cdef class RegistrationTree(RegistrationIndex):
             if slot < 0:
                 continue
             st = &self.terms[slot]
-            self._push(self._box_bound(h, terms, i, &self.nodes[st.band0].box), st.band0, 0, i, LEVEL_NODE)
+            self._push(self._box_bound(h, terms, i, &self.nodes[st.group0].box), st.group0, i, LEVEL_NODE)
             self._push_entry_items(h, terms, i, st)
         while self.queue.size():
             if self.best.size() == cap and self.queue[0].key < self.best[0].score:
@@ -180,11 +183,11 @@ cdef class RegistrationTree(RegistrationIndex):
                 else:
                     better, other, kb, ko = nd.child + 1, nd.child, kr, kl
                 if self.best.size() < cap or ko >= self.best[0].score:
-                    self._push(ko, other, 0, it.qterm, LEVEL_NODE)
+                    self._push(ko, other, it.qterm, LEVEL_NODE)
                 if self.best.size() == cap and kb < self.best[0].score:
                     break
                 if self.queue.size() and self.queue[0].key > kb:
-                    self._push(kb, better, 0, it.qterm, LEVEL_NODE)
+                    self._push(kb, better, it.qterm, LEVEL_NODE)
                     break
                 self.n_descents += 1
                 at = better
@@ -219,7 +222,7 @@ cdef class RegistrationTree(RegistrationIndex):
                 tub = 1.0
             self.n_entry_items += 1
             self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), tub) + BOUND_SLACK,
-                       <uint32_t>p, 0, qi, LEVEL_ENTRY)
+                       <uint32_t>p, qi, LEVEL_ENTRY)
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
@@ -230,3 +233,49 @@ cdef class RegistrationTree(RegistrationIndex):
         out["nodes"] = self.nodes.size()
         out["descents"] = self.n_descents
         return out
+
+
+cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
+    return a < b
+
+
+cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, const sid_t* sids,
+                              size_t n, double* build_ns) noexcept nogil:
+    """Initialise the buffers of sids[0:n] (in the table, in no index) from runs found by
+    search (``idx`` built over their terms), in the order given.  The searches run in the order
+    of the subscriptions' most frequent term (their lists stay in cache), the buffers are then
+    built in the given order.  Returns the (s, m) pairs scored; adds the build time to build_ns."""
+    cdef vector[uint64_t] order
+    cdef vector[RankedC] runs
+    cdef vector[uint64_t] start, length
+    cdef vector[uint32_t] caps
+    cdef size_t i, r
+    cdef sid_t sid
+    cdef const SubHotC* h
+    cdef uint64_t before = idx.n_scored
+    cdef double t0
+    order.resize(n)
+    start.resize(n)
+    length.resize(n)
+    caps.resize(n)
+    for i in range(n):
+        h = &table.hot[sids[i]]
+        # terms are sorted by id, ids by document frequency: the last is the most frequent
+        order[i] = ((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | i) if h.nterms else i
+        caps[i] = bulk_capacity(b, h.k)
+    std_sort(order.begin(), order.end(), by_key)
+    for r in range(n):
+        i = <size_t>(order[r] & 0xFFFFFFFFu)
+        sid = sids[i]
+        h = &table.hot[sid]
+        start[i] = runs.size()
+        idx.top_c(h, &table.terms[h.term_off], caps[i], &runs)
+        length[i] = runs.size() - start[i]
+    t0 = now_ns()
+    for i in range(n):
+        sid = sids[i]
+        table.hot[sid].theta = 0.0
+        table.theta_idx[sid] = 0.0
+        b.init_sub_from(sid, runs.data() + start[i], length[i], length[i] == caps[i])
+    build_ns[0] += now_ns() - t0
+    return idx.n_scored - before
