@@ -118,7 +118,17 @@ def _last(spec: QuerySpec) -> float:
 
 
 class CoreQueryKinds(QueryKinds):
-    """:class:`QueryKinds` on ``skype._core.querysnapshots.SnapshotCore`` (a ``QueryCore``)."""
+    """:class:`QueryKinds` on ``skype._core.querysnapshots.SnapshotCore`` (a ``QueryCore``).
+
+    The class constants below choose the core's designs; the defaults are the product's, and no
+    engine option changes them.  The other values are bench switches (set on the class by a
+    bench, ``bench/test_queries.py``, ``bench/range_fast.py``), each kept because a test holds
+    it equal to the reference as well: ``TERMS_GRID = 0`` is the terms kind's first design
+    (bounded walks with bounds remembered in ``termsquery``'s ``MEMO`` slots, no shared counts;
+    ``tests/test_queries.py``), ``KNN_INDEX = False`` the kNN candidates from per-term lists
+    (``tests/test_queries.py``), ``RANGE_INDEX = "grid"`` the range subscriptions in per-term
+    lists of one grid (``tests/test_range_index.py``).
+    """
 
     KNN_INDEX = True  # knn candidates from the grid of k-th distance boxes (False: per cover term lists)
     TERMS_GRID = 64   # terms: cells per side of the shared per-cell term counts (0: design 1 alone)

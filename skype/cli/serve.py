@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "writes (default), or none (the OS's page cache only)")
     s.add_argument("--ingest", choices=("columnar", "records"), default="columnar",
                    help="how NDJSON message batches are read: decoded and validated by columns (default), or "
-                        "record by record in Python (the first design, kept to compare)")
+                        "record by record in Python (a bench switch: the record path is the fallback that "
+                        "names a refused batch's errors, and the columns' oracle in the tests)")
     s.add_argument("--queue-size", type=int, default=1024, help="engine jobs waiting before 429 (default: %(default)s)")
     s.add_argument("--max-body-bytes", type=int, default=16 << 20, help="request body limit (default: 16 MiB)")
     s.add_argument("--max-records", type=int, default=100_000, help="records per request (default: %(default)s)")
