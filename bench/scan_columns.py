@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     msgs = prep.workload.messages
     prep.engine.publish_batch(msgs.slice(prep.start, prep.start + turnover))
     assert isinstance(prep.engine, Engine)
-    index = prep.engine._index
+    index = prep.engine.subscription_index
     print(f"prepared in {time.perf_counter() - t0:.1f} s; kernels: {', '.join(blockindex.available_scan_kernels())}")
     variants = [v for v in args.variants.split(",")
                 if v.startswith("fat") or v[8:].split("+")[0] in blockindex.available_scan_kernels()]

@@ -317,7 +317,7 @@ def main(argv=None) -> int:
         prep.engine.publish_batch(msgs.slice(a, min(a + 20_000, prep.start + turnover)))
     assert isinstance(prep.engine, Engine)
     engine = prep.engine
-    index = engine._index
+    index = engine.subscription_index
     theta = engine.thresholds(subs.ids)
     t1 = time.perf_counter()
     first = prep.start + turnover
@@ -363,7 +363,7 @@ def timed(engine, index, model: ConeModel, args, indptr, terms, weights, m) -> d
     from skype._core.conetree import ConeScan
 
     t0 = time.perf_counter()
-    cone = ConeScan(engine._table, model.max_dist, leaf=args.leaf, rho_scale=args.rho_scale)
+    cone = ConeScan(engine.subscription_table, model.max_dist, leaf=args.leaf, rho_scale=args.rho_scale)
     cone.build()
     build_s = time.perf_counter() - t0
     seconds = {"blocks": 0.0, "cone": 0.0}

@@ -3,7 +3,7 @@ fill a count window of N tweets, register N subscriptions, publish two more wind
 
     PYTHONPATH=. python bench/window_memory.py --size 200000 [--seed 0]
 
-Prints ``WindowStore.memory_parts()`` in MB and in bytes per window message, the engine's
+Prints ``Engine.window_memory_parts()`` (the window store's) in MB and in bytes per window message, the engine's
 ``stats()["memory_bytes"]``, and the process's resident set after each step next to the engine's
 own bytes (what the process holds outside the engine).  Deterministic for a seed (the sizes do
 not depend on timing; the RSS to a few MB).
@@ -12,14 +12,9 @@ not depend on timing; the RSS to a few MB).
 from __future__ import annotations
 
 import argparse
-import gc
 
 from skype.engine import Engine
 from skype.workload import WorkloadSpec, load_workload
-
-
-def window_store(engine):
-    return next(o for o in gc.get_referents(engine._core) if type(o).__name__ == "WindowStore")
 
 
 def rss_mb() -> float:
@@ -52,7 +47,7 @@ def main() -> None:
         for batch in messages.slice(turn * n, (turn + 1) * n).batches(1000):
             engine.publish_batch(batch)
         step(f"turnover {turn}", engine)
-    parts = window_store(engine).memory_parts()
+    parts = engine.window_memory_parts()
     print("window (MB):       ", {k: round(v / 2**20, 1) for k, v in parts.items()})
     print("window (B/message):", {k: round(v / n, 1) for k, v in parts.items()})
     print("engine (MB):       ", {k: round(v / 2**20, 1) for k, v in engine.stats()["memory_bytes"].items()})

@@ -417,6 +417,23 @@ class Engine(EngineBase):
         )
         return s
 
+    @property
+    def subscription_index(self) -> Any:
+        """The core's subscription index (the Cython object of ``index``): for the benches and
+        tests that drive a scan of the index alone.  Results come from the engine's verbs."""
+        return self._index
+
+    @property
+    def subscription_table(self) -> Any:
+        """The core's subscription table (``skype._core.subindex.SubTable``), which a scan-only
+        index (the cone scan) is built over; as :attr:`subscription_index`, for benches and tests."""
+        return self._table
+
+    def window_memory_parts(self) -> dict[str, int]:
+        """The top-k core's window store in bytes by component (messages, terms, holders...):
+        ``stats()["memory_bytes"]`` gives the whole window as one figure."""
+        return self._core.window_memory_parts()
+
     def buffer_state(self, sub_id: int) -> object:
         """A topk subscription's whole buffer as the core holds it (entries, threshold, flags): the
         tests and the registration bench compare buffers built different ways, which must be

@@ -197,3 +197,17 @@ def test_buffer_state_is_the_cores_and_refuses_an_unknown_id():
 def test_the_vocabulary_the_engine_keeps_is_the_one_given():
     v = Vocabulary()
     assert Engine(EngineOptions(), window=5, vocabulary=v).vocabulary is v
+
+
+def test_the_structures_the_benches_drive_are_the_engines_own():
+    """``window_memory_parts`` adds up to the window's figure in ``stats()``; the index and the
+    table are the objects the engine's stats describe."""
+    e = Engine(window=50, bounds=BOUNDS)
+    e.subscribe(Subscription(id=1, x=1, y=1, k=2, alpha=0.5, text="coffee"))
+    for m in _stream(5, 80):
+        e.publish(m)
+    parts = e.window_memory_parts()
+    assert set(parts) >= {"messages", "terms"} and sum(parts.values()) == e.stats()["memory_bytes"]["window"]
+    assert e.subscription_index.memory_bytes() == e.stats()["memory_bytes"]["subscription_index"]
+    assert type(e.subscription_table).__name__ == "SubTable"
+

@@ -563,6 +563,10 @@ cdef class CoreEngine:
     def index_object(self):
         return self.index
 
+    def window_memory_parts(self):
+        """The window store's bytes by component (``WindowStore.memory_parts``)."""
+        return self.window.memory_parts()
+
     def _phases(self, dict b):
         """The instruments: per-phase counters, and per-phase seconds when the timers are on
         (``None`` otherwise).  scan and verify split the dissemination where the index times them."""
