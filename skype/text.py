@@ -27,7 +27,7 @@ import re
 import unicodedata
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Self, Sequence
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class Vocabulary:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_document_frequencies(cls, df: Mapping[str, int], num_docs: int) -> Vocabulary:
+    def from_document_frequencies(cls, df: Mapping[str, int], num_docs: int) -> Self:
         vocab = cls()
         vocab.num_docs = int(num_docs)
         for term, count in sorted(df.items(), key=lambda kv: (kv[1], kv[0])):
@@ -106,6 +106,23 @@ class Vocabulary:
             vocab._df.append(int(count))
         vocab.num_known = len(vocab._terms)
         return vocab
+
+    @classmethod
+    def from_table(cls, terms: Sequence[str], df: Sequence[int], num_docs: int) -> Self:
+        """The vocabulary whose term ``i`` is ``terms[i]``, of document frequency ``df[i]``, every
+        term known (the table of a saved vocabulary, as :meth:`table` gives it)."""
+        vocab = cls()
+        vocab.num_docs = int(num_docs)
+        vocab._terms = list(terms)
+        vocab._df = [int(x) for x in df]
+        vocab._ids = {t: i for i, t in enumerate(vocab._terms)}
+        vocab.num_known = len(vocab._terms)
+        return vocab
+
+    def table(self) -> tuple[list[str], list[int]]:
+        """The terms in id order and their document frequencies (the lists the vocabulary holds:
+        read them, do not change them)."""
+        return self._terms, self._df
 
     @classmethod
     def build(cls, documents: Iterable[Iterable[str]]) -> Vocabulary:

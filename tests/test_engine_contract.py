@@ -211,3 +211,11 @@ def test_the_structures_the_benches_drive_are_the_engines_own():
     assert e.subscription_index.memory_bytes() == e.stats()["memory_bytes"]["subscription_index"]
     assert type(e.subscription_table).__name__ == "SubTable"
 
+
+def test_a_vocabulary_from_its_table_is_the_same_vocabulary():
+    v = Vocabulary.build([["coffee", "paris"], ["paris", "metro"], ["paris"]])
+    terms, df = v.table()
+    again = Vocabulary.from_table(terms, df, v.num_docs)
+    assert again.to_dict() == v.to_dict() and again.table() == (terms, df)
+    assert [again.id(t) for t in terms] == list(range(len(terms)))
+    assert again.id("unseen") == len(terms)  # a new term takes the next id, as in the original

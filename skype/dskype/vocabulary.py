@@ -79,13 +79,10 @@ class FrozenVocabulary(Vocabulary):
             n += 1
         for term in cover:
             df.setdefault(term, 0)
-        plain = Vocabulary.from_document_frequencies(df, n)
-        vocab = cls()
-        vocab._ids, vocab._terms, vocab._df = plain._ids, plain._terms, plain._df
-        vocab.num_docs, vocab.num_known = plain.num_docs, plain.num_known
+        vocab = cls.from_document_frequencies(df, n)
         vocab.slots = _check_slots(slots, vocab.num_known, "slots")
         if key is None:
-            key = hashlib.blake2b(json.dumps([vocab._terms, vocab._df, n]).encode("utf-8"), digest_size=16).digest()
+            key = hashlib.blake2b(json.dumps([*vocab.table(), n]).encode("utf-8"), digest_size=16).digest()
         vocab.key = bytes(key)
         return vocab
 
@@ -146,10 +143,7 @@ class FrozenVocabulary(Vocabulary):
             raise InputError("E081", path=path, detail="terms must be distinct strings, one df each")
         if len(key) < 8:
             raise InputError("E081", path=path, detail="the unseen-term key must have at least 8 bytes")
-        vocab = cls()
-        vocab.num_docs, vocab.num_known = num_docs, len(terms)
-        vocab._terms, vocab._df = terms, df
-        vocab._ids = {t: i for i, t in enumerate(terms)}
+        vocab = cls.from_table(terms, df, num_docs)
         vocab.slots = _check_slots(slots, len(terms), f"slots of {path}")
         vocab.key = key
         return vocab
