@@ -52,7 +52,9 @@ def test_every_relative_link_resolves():
 def test_the_results_page_opens_with_the_current_figures():
     text = (ROOT / "docs" / "results.md").read_text()
     areas = re.findall(r"^## (.+)$", text, flags=re.M)
-    assert areas[0].startswith("2026-11-28") and "Core" in areas[1]
+    newest = re.match(r"\d{4}-\d{2}-\d{2}", areas[0])
+    assert newest is not None and "Core" in areas[1]
     for log in sorted((ROOT / "docs" / "results").glob("*.md")):
         index = text if "spark" not in log.name else (ROOT / "docs" / "results-spark.md").read_text()
-        assert f"results/{log.name}" in index or log.name.startswith("2026-11-28"), log.name
+        # a log as new as the newest table (or newer) waits for the next table to list it
+        assert f"results/{log.name}" in index or log.name[:10] >= newest.group(0), log.name
