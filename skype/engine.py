@@ -23,13 +23,13 @@ Every combination returns exactly the reference engine's results.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Unpack
 
 import numpy as np
 
 from skype import validate
 from skype.api import ChangeLog, EngineBase
-from skype.engine_settings import EngineOptions
+from skype.engine_settings import EngineKeywords, EngineOptions
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype._core.engine import CoreEngine
@@ -187,7 +187,7 @@ class Engine(EngineBase):
         window_seconds: float | None = None,
         bounds=None,
         vocabulary=None,
-        **keywords: Any,
+        **keywords: Unpack[EngineKeywords],
     ) -> None:
         kwargs = {} if bounds is None else {"bounds": bounds}
         super().__init__(window=window, window_seconds=window_seconds, vocabulary=vocabulary, **kwargs)

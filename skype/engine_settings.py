@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, TypedDict
 
 ENGINES = ("core", "reference")
 REGISTRATIONS = ("search", "replay")
@@ -85,6 +85,37 @@ class EngineOptions:
     def with_changes(self, **changes: Any) -> EngineOptions:
         """A copy with some fields changed (an unknown name raises ``TypeError``)."""
         return replace(self, **changes)
+
+
+class EngineKeywords(TypedDict, total=False):
+    """The fields of :class:`EngineOptions` as keyword arguments of :class:`skype.Engine` (its
+    thin front), so that a type checker sees each keyword's name and type."""
+
+    index: str
+    buffer: str
+    block_size: int
+    bands: int
+    column_test: bool
+    leaf_capacity: int
+    groups: int
+    pruning: Mapping[str, bool] | None
+    kmax: int
+    skyband_ratio: float
+    cost: Mapping[str, object] | None
+    ciq: Mapping[str, object] | None
+    message_index: str | None
+    micro_batch: int
+    message_leaf_capacity: int
+    theta_refresh: float
+    cell_walk: str
+    reverse_map: bool
+    exact_holders: bool
+    timers: bool
+    registration: str
+    snapshots: bool
+    term_trees: str
+    query_grid: int
+    knn_buffer: int
 
 
 @dataclass(frozen=True)

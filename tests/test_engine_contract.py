@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from skype import Bounds, Engine, InputError, Message, ReferenceEngine, Subscription
-from skype.engine_settings import EngineOptions, EngineSettings
+from skype.engine_settings import EngineKeywords, EngineOptions, EngineSettings
 from skype.queries import KnnSubscription, RangeSubscription, TermsSubscription, compile_subscription
 from skype.text import Vocabulary
 
@@ -96,6 +96,15 @@ def test_options_refused():
         Engine(["blocks"], window=10)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="index"):
         Engine(EngineOptions(index="btree"), window=10)  # the engine checks the values
+
+
+def test_the_keyword_front_names_every_option_with_its_type():
+    """``EngineKeywords`` (what a type checker sees of ``Engine(**keywords)``) and
+    ``EngineOptions`` hold the same fields with the same annotations."""
+    import dataclasses
+
+    keywords = {name: getattr(t, "__forward_arg__", t) for name, t in EngineKeywords.__annotations__.items()}
+    assert keywords == {f.name: f.type for f in dataclasses.fields(EngineOptions)}
 
 
 def test_settings_give_the_options_of_their_engine():
