@@ -7,6 +7,11 @@
 >>> engine.publish(Message(id=1, x=2.34, y=48.85, text="great coffee near the louvre"))
 [ResultChange(sub_id=1, entered=(1,), left=())]
 
+:class:`Engine` (the Cython core) and :class:`ReferenceEngine` (brute force, the oracle) share
+one contract (:class:`skype.api.EngineBase`): ``subscribe`` one record, ``subscribe_batch``
+many, ``publish`` / ``publish_batch``, ``advance``, the result readers.  An ``Engine`` is built
+from an :class:`EngineOptions` (or a mapping of its fields, or the same fields as keywords).
+
 One library entry point per action (the command line, ``python -m skype.run``, only parses
 options into them):
 
@@ -36,11 +41,12 @@ from skype.model import (
     TermMatrix,
 )
 from skype.text import Vocabulary, tokenize
+from skype.engine_settings import EngineOptions
 from skype.reference import ReferenceEngine
 from skype.engine import Engine
 
 __all__ = [
-    "DEFAULT_BOUNDS", "Bounds", "ChangeLog", "Engine", "InputError", "Match", "Message", "MessageBatch",
+    "DEFAULT_BOUNDS", "Bounds", "ChangeLog", "Engine", "EngineOptions", "InputError", "Match", "Message", "MessageBatch",
     "ReferenceEngine", "ResultChange", "SkypeError", "Subscription", "SubscriptionBatch", "TermMatrix",
     "Vocabulary", "simulate", "tokenize", "__version__",
 ]
