@@ -157,6 +157,17 @@ def plan_commands(pending: Commands, new: Commands, lo: int, hwm_seq: int) -> tu
 
 
 
+def _due_pending(pending: Commands, hwm_seq: int) -> tuple[Commands, np.ndarray, Commands]:
+    """The pending commands due by ``hwm_seq``, in the order the live core applied them.
+
+    A command still pending after a batch starting at ``lo`` has ``at > lo``, so the batch that
+    makes it due (which starts at ``lo`` or later, before ``at``) applies it at ``at`` itself: the
+    replay orders by ``at`` without knowing where the batches that logged nothing started (a
+    ``lo`` of ``hwm_seq + 1`` would clamp every position to it and reorder by ``cseq``)."""
+    return plan_commands(pending, Commands.empty(), 0, hwm_seq)
+
+
+
 # --------------------------------------------------------------------------- the core
 
 
@@ -218,7 +229,7 @@ class PartitionCore:
             cols = codec.unpack(blob)
             if "activation" in cols:  # sleeps and wakes, after the commands due by then
                 h = int(cols["hwm_seq"][0])
-                due, _, core.pending = plan_commands(core.pending, Commands.empty(), h + 1, h)
+                due, _, core.pending = _due_pending(core.pending, h)
                 replay_commands(core.hosted, due, core.activation)
                 assert core.activation is not None  # only prefix partitions log activation entries
                 core.activation.replay(cols)
@@ -226,7 +237,7 @@ class PartitionCore:
             if "switch" in cols:  # an adaptive partition's hand-over at the start of a batch
                 assert core.handover is not None  # only adaptive partitions log switches
                 lo = int(cols["lo"][0])
-                due, _, core.pending = plan_commands(core.pending, Commands.empty(), lo, lo - 1)
+                due, _, core.pending = _due_pending(core.pending, lo - 1)
                 replay_commands(core.hosted, due)
                 core.pending = core.handover.replay_switch(core.hosted, core.pending, cols)
                 continue
@@ -241,10 +252,14 @@ class PartitionCore:
                 if core.handover is not None and "tables_applied" in cols:
                     core.handover.applied = int(cols["tables_applied"][0])
             else:
-                due, _, core.pending = plan_commands(core.pending, cmds, int(cols["lo"][0]), int(cols["hwm_seq"][0]))
+                lo = int(cols["lo"][0])
+                # first what the batches before it, which logged nothing, made due
+                due, _, core.pending = _due_pending(core.pending, lo - 1)
+                replay_commands(core.hosted, due, core.activation)
+                due, _, core.pending = plan_commands(core.pending, cmds, lo, int(cols["hwm_seq"][0]))
                 replay_commands(core.hosted, due, core.activation)
         # batches without commands log nothing, but their messages made pending commands due
-        due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
+        due, _, core.pending = _due_pending(core.pending, int(hwm_seq))
         replay_commands(core.hosted, due, core.activation)
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
