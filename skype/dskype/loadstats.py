@@ -36,7 +36,7 @@ end where the replay counts with those live at each message (commands mid-batch)
 load model's message count of a partition when statistics come from reports.
 
 **Fold** (:func:`fold_reports`).  The reports of one batch become one :class:`BatchStats`; the
-rebalancer writes it once per batch (``stats-<b>.pkl``, :func:`skype.dskype.handover.write_once`)
+rebalancer writes it once per batch (``stats-<b>.pkl``, :func:`skype.dskype.files.write_once`)
 before deciding and decides from the file when it exists, so a re-run batch decides the same.
 :func:`advance` applies it to the copy: the commands in order, then the counts through
 :meth:`~skype.partitioning.units.UnitDistribution.observe_counts`.

@@ -50,8 +50,8 @@ import numpy as np
 from skype.errors import InputError, OperationalError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
-from skype.dskype.handover import (HANDOVER_PREFIX, TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
-                                   write_replacing, write_version)
+from skype.dskype.files import write_once, write_replacing
+from skype.dskype.handover import HANDOVER_PREFIX, TableVersion, UnitLocator, routes_everywhere, version_path, write_version
 from skype.dskype import loadstats
 from skype.dskype.results import partition_work
 

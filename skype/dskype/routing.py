@@ -24,7 +24,7 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   with the stream: a control event (``KIND_TABLES``, ``id`` = the pipeline, ``seq`` = the newest
   version the source's offset recorded, ``at`` = the one in force, the start offset's) first in
   every input piece; the router routes the piece's commands under the version in force, stamps
-  each of the pipeline's routed rows with both (``summary`` = :func:`tables_stamp`) and sends one
+  each of the pipeline's routed rows with both (``summary`` = :func:`skype.dskype.stamps.tables_stamp`) and sends one
   to every partition, so every partition learns them;
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
@@ -54,8 +54,10 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
-from skype.dskype.handover import VersionLog, owner_routed, routes_everywhere, write_replacing
+from skype.dskype.files import write_replacing
+from skype.dskype.handover import VersionLog, owner_routed, routes_everywhere
 from skype.dskype.snapshots import query_error
+from skype.dskype.stamps import tables_stamp
 
 if TYPE_CHECKING:
     from skype.dskype.summaries import SummaryTables
@@ -66,7 +68,6 @@ KIND_UNSUBSCRIBE = 2
 KIND_RESULTS = 3  # a results request (no record): to every partition
 KIND_QUERY = 4  # a snapshot query (no record): to one partition of a whole-window method, else everywhere
 KIND_TABLES = 5  # control: the table versions a batch may use (id: pipeline, seq: newest version)
-TABLES_STAMP = "tables:"
 
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
@@ -81,28 +82,6 @@ def event_arrow_schema():
                       ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), ("k", pa.int64()),
                       ("alpha", pa.float64()), ("term_ids", pa.list_(pa.int64())), ("weights", pa.list_(pa.float64())),
                       ("spec", pa.string())])
-
-
-def tables_stamp(version: int, in_force: int | None = None) -> str:
-    """The stamp of a routed row of an adaptive pipeline: the table version in force at the
-    batch's start and the newest one its offset recorded (announced, in force from the next batch).
-
-    >>> tables_stamp(3, 2), stamped_tables((tables_stamp(3, 2),)), stamped_tables(("tables:4",))
-    ('tables:2:3', (2, 3), (4, 4))
-    >>> stamped_tables(("",)) is None
-    True
-    """
-    return f"{TABLES_STAMP}{int(version if in_force is None else in_force)}:{int(version)}"
-
-
-def stamped_tables(stamps) -> tuple[int, int] | None:
-    """(in force, newest): the table versions a partition's rows carry, None if none."""
-    pairs = []
-    for s in stamps:
-        if s and s.startswith(TABLES_STAMP):
-            parts = s[len(TABLES_STAMP):].split(":")
-            pairs.append((int(parts[0]), int(parts[-1])))
-    return max(pairs) if pairs else None
 
 
 def tables_events(versions: dict):

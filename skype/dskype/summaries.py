@@ -52,9 +52,9 @@ from typing import Protocol
 
 import numpy as np
 
-from skype.dskype.handover import write_replacing
+from skype.dskype.files import write_replacing
+from skype.dskype.stamps import ALL, summary_digest, summary_parts, summary_stamp
 
-ALL = "*"  # a routed row's stamp when the router had no table for the partition: every term routed
 _NAME = re.compile(r"^p(\d+)-(\d+)\.npy$")
 KEEP_VERSIONS = 4  # versions kept per partition (the router may read one a batch older)
 
@@ -139,7 +139,7 @@ class SummaryTables:
                 stamps.append(ALL)
                 continue
             terms, dig = loaded
-            stamps.append(f"{usable[-1]}:{dig}")
+            stamps.append(summary_stamp(usable[-1], dig))
             parts.append(terms)
             full[q] = False
         if tuple(stamps) != self._union[0]:  # the union changes only with a new version
@@ -182,8 +182,8 @@ def routed_set(directory: str, partition: int, stamps: list[str]) -> np.ndarray 
     for stamp in set(stamps):
         if stamp == ALL:
             continue
-        version, _, dig = stamp.partition(":")
-        terms = _load(_file(directory, partition, int(version)))
+        version, dig = summary_parts(stamp)
+        terms = _load(_file(directory, partition, version))
         sets.append(terms if terms is not None and digest(terms) == dig else np.zeros(0, np.int64))
     if not sets:
         return None
@@ -262,7 +262,7 @@ class Coverage:
         fresh = self.here(np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64))
         missing_old = self.holders.lacking(fresh)
         tables = [st for st in stamps if st != ALL]
-        if any(st.partition(":")[2] != self.holders.published for st in tables):
+        if any(summary_digest(st) != self.holders.published for st in tables):
             self.holders.published = None  # the router read another table than this one wrote: write again
         if tables and self.holders.published is not None and not self.holders.changed and self._live is not None:
             # the router used what this partition published, which holds every held term
