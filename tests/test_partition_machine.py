@@ -31,7 +31,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from skype.dskype import codec
 from skype.dskype.codec import NO_POSITION, OP_SUB, OP_UNSUB, Commands
-from skype.dskype.partition import PartitionConfig, PartitionCore, PartitionInput, command_log_entry
+from skype.dskype.durable import command_log_entry
+from skype.dskype.partition import PartitionConfig, PartitionCore, PartitionInput
 from skype.dskype.staging import _id_only
 from skype.dskype.window import WindowSpec
 from skype.model import MessageBatch, SubscriptionBatch

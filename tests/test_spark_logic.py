@@ -22,7 +22,7 @@ from skype.run import build_parser  # noqa: E402
 from skype.dskype import codec  # noqa: E402
 from skype.dskype.codec import OP_DROP, OP_SUB, OP_UNSUB, Commands  # noqa: E402
 from skype.dskype.keys import grouping_keys, spark_partition_of  # noqa: E402
-from skype.dskype.partition import plan_commands  # noqa: E402
+from skype.dskype.hosted import plan_commands  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

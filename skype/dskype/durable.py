@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from skype.dskype import codec
+from skype.dskype.codec import Commands, command_columns
 
 MIN_SNAPSHOT_BYTES = 1 << 16  # do not compact tiny logs
 
@@ -76,3 +77,9 @@ def wants_snapshot(meta: Meta, delta_bytes: int) -> bool:
     """Compact when the deltas since the snapshot, this batch's included, outweigh it."""
     pending = meta.log_bytes + delta_bytes
     return pending > max(meta.snapshot_bytes, MIN_SNAPSHOT_BYTES)
+
+
+def command_log_entry(cmds: Commands, lo: int, hwm_seq: int) -> bytes:
+    """The durable log entry of one batch: the commands it brought, with the batch's first and
+    last sequence numbers (what :func:`skype.dskype.hosted.plan_commands` needs to replay it)."""
+    return codec.pack(lo=np.array([lo], np.int64), hwm_seq=np.array([hwm_seq], np.int64), **command_columns(cmds))

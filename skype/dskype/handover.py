@@ -73,7 +73,7 @@ from skype.errors import InputError, OperationalError
 from skype.model import SubscriptionBatch, TermMatrix
 from skype.partitioning.units import Grid, UnitDistribution, subscription_bytes
 from skype.dskype import codec
-from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands
+from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands, command_columns
 from skype.dskype.files import write_once
 from skype.dskype.stamps import stamped_tables
 from skype.dskype.hosted import Hosted
@@ -355,16 +355,6 @@ class Handover:
             {k[len("pen_"):]: v for k, v in cols.items() if k.startswith("pen_")})])
         self.applied = target
         return pending
-
-
-def command_columns(cmds: Commands, prefix: str = "") -> dict[str, np.ndarray]:
-    """The columns of a command batch for :func:`skype.dskype.codec.pack`, names prefixed."""
-    s = cmds.subs
-    cols: dict[str, np.ndarray] = {
-        "cseq": cmds.cseq, "at": cmds.at, "op": cmds.op, "ids": s.ids, "x": s.x, "y": s.y, "k": s.k, "alpha": s.alpha,
-        "nrep": cmds.nrep, "indptr": s.terms.indptr, "terms": s.terms.ids, "weights": s.terms.weights,
-        **codec.spec_columns(cmds.spec)}
-    return {prefix + k: v for k, v in cols.items()}
 
 
 def switch_entry(version: int, lo: int, records: Commands, pending: Commands) -> bytes:

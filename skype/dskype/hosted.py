@@ -6,6 +6,8 @@ hand-overs move its rows, :mod:`skype.dskype.handover`).  Invariant: ``inverse``
 is the sum of ``1 / nrep`` over the rows, kept with every add and remove.  :func:`replay_commands`
 applies due commands to a set without an engine (a rebuild from the durable log): a subscribe
 replaces the id's record, an unsubscribe removes it, a results request changes nothing.
+:func:`plan_commands` decides which commands a batch applies, in which order (``(position,
+cseq)``), and :func:`due_pending` the same for a replay that skips batches which logged nothing.
 """
 
 from __future__ import annotations
@@ -106,3 +108,29 @@ def replay_commands(hosted: Hosted, due: Commands, activation: Activation | None
         if due.op[j] == OP_SUB:
             hosted.add_from(due, j)
 
+
+def plan_commands(pending: Commands, new: Commands, lo: int, hwm_seq: int) -> tuple[Commands, np.ndarray, Commands]:
+    """Split ``pending + new`` into the commands due in a batch and those still pending.
+
+    ``lo`` is the first sequence number of the batch and ``hwm_seq`` its last.  Returns (due
+    commands sorted by (position, cseq), their positions, still-pending commands).
+    """
+    cmds = Commands.concat([pending, new])
+    if len(cmds) == 0:
+        return cmds, np.zeros(0, np.int64), cmds
+    pos = np.where(cmds.at < 0, lo, np.maximum(cmds.at, lo))
+    due = pos <= hwm_seq + 1
+    rows = np.flatnonzero(due)
+    order = rows[np.lexsort((cmds.cseq[rows], pos[rows]))]
+    return cmds.take(order), pos[order], cmds.take(np.flatnonzero(~due))
+
+
+
+def due_pending(pending: Commands, hwm_seq: int) -> tuple[Commands, np.ndarray, Commands]:
+    """The pending commands due by ``hwm_seq``, in the order the live core applied them.
+
+    A command still pending after a batch starting at ``lo`` has ``at > lo``, so the batch that
+    makes it due (which starts at ``lo`` or later, before ``at``) applies it at ``at`` itself: the
+    replay orders by ``at`` without knowing where the batches that logged nothing started (a
+    ``lo`` of ``hwm_seq + 1`` would clamp every position to it and reorder by ``cseq``)."""
+    return plan_commands(pending, Commands.empty(), 0, hwm_seq)

@@ -52,10 +52,10 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from skype.dskype import codec
 from skype.dskype.codec import Commands
-from skype.dskype.durable import Meta, wants_snapshot
+from skype.dskype.durable import Meta, command_log_entry, wants_snapshot
 from skype.spark.hosts import MERGE, PARTITION, HostError, InProcessHosts, ProcessHosts
 from skype.dskype.merge import MergeCore
-from skype.dskype.partition import PartitionConfig, PartitionInput, command_log_entry
+from skype.dskype.partition import PartitionConfig, PartitionInput
 from skype.spark.sink import TaskFiles, streaming_batch_id, write_task_files
 
 STAGE_SCHEMA_DDL = "key long, pipeline int, kind string, payload binary"
