@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from skype.spark.sources import StreamFilesReader
+    from skype.spark.readers import StreamFilesReader
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,10 @@ class BackfillSource:
 
     def _reader(self) -> StreamFilesReader:
         if not self.raw:
-            from skype.spark.sources import StreamFilesReader
+            from skype.spark.readers import StreamFilesReader
 
             return StreamFilesReader(self.path, "messages", None)
-        from skype.spark.ingest import RawFilesReader
+        from skype.spark.readers import RawFilesReader
 
         return RawFilesReader(self.path, "messages", None, vocabulary=str(self.vocabulary), claims=self.claims,
                               bounds=self.bounds, dead_letters=None, split=self.split, default_at=None)
