@@ -100,10 +100,11 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     from spark_fixtures import LocalPipeline, centralized_by_batch
 
     from skype.dskype.plan import RunSettings
+    from skype.dskype import durable
     from skype.spark import processors
     from skype.spark.hosts import InProcessHosts
 
-    monkeypatch.setattr(processors, "VALUE_PIECE_BYTES", 700)
+    monkeypatch.setattr(durable, "VALUE_PIECE_BYTES", 700)
     events = events_workload(tmp_path / "events.jsonl")
     args = build_parser().parse_args(["distributed", "--events", str(events), "--window", "500", "--method", method,
                                       "--partitions", "3", "--batch-size", "400"])
