@@ -444,7 +444,7 @@ def test_spark_queries_whole_window_is_what_the_routing_does(method, tweets_smal
 def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestion_refuses_them(tweets_small):
     from skype.dskype.codec import OP_QUERY, Commands
     from skype.dskype.records import _command_row
-    from skype.dskype.routing import screen
+    from skype.dskype.screening import screen
     from skype.dskype.staging import _id_only
 
     from skype.dskype.snapshots import lower_query

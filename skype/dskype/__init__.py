@@ -15,7 +15,8 @@ process without a JVM.
   partitions' stream position), :mod:`~skype.dskype.work` (a partition engine's work counters
   per batch), :mod:`~skype.dskype.files` (atomic commits of side files).
 - Stream records: :mod:`~skype.dskype.codec` (blobs), :mod:`~skype.dskype.records` (raw records),
-  :mod:`~skype.dskype.routing` (the router), :mod:`~skype.dskype.stamps` (what a
+  :mod:`~skype.dskype.routing` (the router), :mod:`~skype.dskype.screening`
+  (poison records out, into dead letters), :mod:`~skype.dskype.stamps` (what a
   routed row says it was routed by), :mod:`~skype.dskype.ordering` (Kafka order),
   :mod:`~skype.dskype.keys` (grouping keys), :mod:`~skype.dskype.vocabulary` (the shipped
   vocabulary), :mod:`~skype.dskype.staging` (staged inputs).

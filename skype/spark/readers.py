@@ -30,7 +30,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from skype.errors import InputError
 from skype.dskype.records import parse_lines, records_to_events
 from skype.dskype.routing import (KIND_MESSAGE, KIND_QUERY, KIND_RESULTS, KIND_SUBSCRIBE, KIND_UNSUBSCRIBE,
-                                 event_arrow_schema, write_dead_letters)
+                                 event_arrow_schema)
+from skype.dskype.screening import write_dead_letters
 
 DEFAULT_SPLIT = 10_000
 KINDS = ("messages", "commands")

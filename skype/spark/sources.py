@@ -334,7 +334,7 @@ def kafka_arrow_to_events(batches, kind: str, dense: bool = False, dead_letters:
     for batch in batches:
         events, dead = kafka_rows_to_events(batch, kind, dense=dense, vocab=vocab, bounds=space)
         if dead and dead_letters:
-            from skype.dskype.routing import write_dead_letters
+            from skype.dskype.screening import write_dead_letters
 
             write_dead_letters(dead_letters, [dict(d, kind="kafka-" + d["kind"]) for d in dead])
         yield events
