@@ -400,7 +400,7 @@ def test_spark_poison_records_go_to_dead_letters_and_the_batch_goes_on(tweets_sm
 
     from skype.partitioning import build_distribution
     from skype.dskype.routing import Router, events_from_arrow, route_arrow
-    from skype.spark.sources import to_events
+    from skype.spark.readers import to_events
     from skype.dskype.staging import command_table, message_table
 
     w = tweets_small
