@@ -213,7 +213,7 @@ def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
     refused with what to set (E130); an explicit ``--commands-per-batch`` is taken as given."""
     from skype.dskype.plan import RunSettings
     from skype.errors import InputError
-    from skype.spark import runtime
+    from skype.spark import session as runtime  # the session settings (skype.spark.session)
 
     from skype.model import Bounds
 
