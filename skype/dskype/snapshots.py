@@ -177,7 +177,7 @@ def refuse(inputs, methods: Iterable[str]) -> None:
 
 def refuse_summaries(inputs, summarised: Iterable[str]) -> None:
     """E135 for the first query of a run whose ``summarised`` methods route messages by keyword
-    summaries (``prefix`` on a count window: :func:`skype.spark.runtime.summary_dir_of`)."""
+    summaries (``prefix`` on a count window: :func:`skype.dskype.plan.summary_dir_of`)."""
     for method in summarised:
         for op, payload in inputs.steps:
             if op == "query":
