@@ -13,6 +13,7 @@ cseq)``), and :func:`due_pending` the same for a replay that skips batches which
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,12 +26,24 @@ from skype.dskype.kinds import UNBOUNDED_K, spec_from_json
 APPLIED = -2  # ``at`` of snapshot rows: subscriptions already hosted
 
 
+class HostedRow(NamedTuple):
+    """One hosted subscription's record."""
+
+    nrep: int  # how many partitions host it (1: its list here is final; more: the merge stage's)
+    x: float
+    y: float
+    k: int  # UNBOUNDED_K for a range subscription
+    alpha: float
+    term_ids: np.ndarray
+    weights: np.ndarray
+    spec: str | None  # the JSON of a range/knn/terms query (skype.dskype.kinds), None for topk
+
+
 @dataclass
 class Hosted:
-    """The subscriptions a partition hosts: id -> (nrep, x, y, k, alpha, term ids, weights, spec);
-    ``spec`` is the JSON of a range/knn/terms query (:mod:`skype.dskype.kinds`), None for topk."""
+    """The subscriptions a partition hosts: id -> :class:`HostedRow`."""
 
-    rows: dict[int, tuple] = field(default_factory=dict)
+    rows: dict[int, HostedRow] = field(default_factory=dict)
     inverse: float = 0.0  # sum of 1/nrep over the rows, kept up to date (a metric, O(1) per batch)
 
     def __len__(self) -> int:
@@ -40,7 +53,7 @@ class Hosted:
         return sub_id in self.rows
 
     def nrep(self, sub_id: int) -> int:
-        return self.rows[sub_id][0]
+        return self.rows[sub_id].nrep
 
     def add_from(self, cmds: Commands, row: int) -> None:
         ids, weights = cmds.subs.terms.row(row)
@@ -48,39 +61,40 @@ class Hosted:
         self.remove(int(s.ids[row]))
         spec = cmds.spec[row]
         k = UNBOUNDED_K if spec is not None and spec_from_json(int(s.ids[row]), spec).kind == "range" else int(s.k[row])
-        self.rows[int(s.ids[row])] = (int(cmds.nrep[row]), float(s.x[row]), float(s.y[row]), k,
-                                      float(s.alpha[row]), np.array(ids, np.int64), np.array(weights, np.float64),
-                                      spec)
+        self.rows[int(s.ids[row])] = HostedRow(int(cmds.nrep[row]), float(s.x[row]), float(s.y[row]), k,
+                                               float(s.alpha[row]), np.array(ids, np.int64),
+                                               np.array(weights, np.float64), spec)
         self.inverse += 1.0 / max(int(cmds.nrep[row]), 1)
 
     def remove(self, sub_id: int) -> bool:
         old = self.rows.pop(sub_id, None)
         if old is None:
             return False
-        self.inverse -= 1.0 / max(old[0], 1)
+        self.inverse -= 1.0 / max(old.nrep, 1)
         if not self.rows:
             self.inverse = 0.0
         return True
 
     def batch(self, ids: list[int]) -> SubscriptionBatch:
         rows = [self.rows[i] for i in ids]
-        terms = TermMatrix.from_rows([(r[5], r[6]) for r in rows])
-        k = [r[3] if r[7] is None else 1 for r in rows]
-        return SubscriptionBatch(np.array(ids, np.int64), np.array([r[1] for r in rows], np.float64),
-                                 np.array([r[2] for r in rows], np.float64), np.array(k, np.int64),
-                                 np.array([r[4] for r in rows], np.float64), terms)
+        terms = TermMatrix.from_rows([(r.term_ids, r.weights) for r in rows])
+        k = [r.k if r.spec is None else 1 for r in rows]
+        return SubscriptionBatch(np.array(ids, np.int64), np.array([r.x for r in rows], np.float64),
+                                 np.array([r.y for r in rows], np.float64), np.array(k, np.int64),
+                                 np.array([r.alpha for r in rows], np.float64), terms)
 
     def spec(self, sub_id: int) -> str | None:
-        return self.rows[sub_id][7]
+        return self.rows[sub_id].spec
 
     def subscribe(self, engine, ids: list[int]) -> None:
         """Register hosted subscriptions in ``engine``: topk in one batch, kinds one by one."""
-        topk = [i for i in ids if self.rows[i][7] is None]
+        topk = [i for i in ids if self.rows[i].spec is None]
         if topk:
             engine.subscribe_batch(self.batch(topk))
         for i in ids:
-            if self.rows[i][7] is not None:
-                engine.subscribe_spec(spec_from_json(i, self.rows[i][7]))
+            spec = self.rows[i].spec
+            if spec is not None:
+                engine.subscribe_spec(spec_from_json(i, spec))
 
     def inverse_replication(self) -> float:
         """Sum of 1/nrep over hosted subscriptions: summed over partitions, the number of
@@ -93,7 +107,7 @@ class Hosted:
         subs = self.batch(ids) if ids else codec.empty_subscriptions()
         n = len(ids)
         return Commands(np.full(n, -1, np.int64), np.full(n, APPLIED, np.int64), np.full(n, OP_SUB, np.int8), subs,
-                        [self.rows[i][0] for i in ids], [self.rows[i][7] for i in ids])
+                        [self.rows[i].nrep for i in ids], [self.rows[i].spec for i in ids])
 
 
 def replay_commands(hosted: Hosted, due: Commands, activation: Activation | None = None) -> None:

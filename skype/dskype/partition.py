@@ -293,7 +293,7 @@ class PartitionCore:
         backfill, restated, t_backfill, rebuilt = None, set(), 0.0, False
         if self.coverage is not None:
             t_b = time.perf_counter()
-            read = self.coverage.cover(due, [self.hosted.rows[sid][5] for sid in woken], self.window.seqs(), batch,
+            read = self.coverage.cover(due, [self.hosted.rows[sid].term_ids for sid in woken], self.window.seqs(), batch,
                                        seq, inp.stamps, lo, hwm_seq)
             if read is not None:
                 backfill, rebuilt = read.segment(), bool(len(read.old))
@@ -363,7 +363,7 @@ class PartitionCore:
         live_terms = 0
         if self.coverage is not None:  # the live terms, and those of the replicas waking next
             assert self.activation is not None  # coverage comes with prefix's activation
-            waking = [self.hosted.rows[sid][5] for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
+            waking = [self.hosted.rows[sid].term_ids for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
             live_terms = self.coverage.publish(self.hwm_seq, waking)
         reports, rows = self._pack_reports(report_rows)
         stats: dict[str, str | float] = {}
@@ -422,31 +422,31 @@ class PartitionCore:
             return rows, []
         indptr, _, top_scores = self.engine.topk_arrays(running)
         reach = np.array([self._reach_of(sid) for sid in running.tolist()], np.float64)
-        k = np.array([hosted.rows[sid][3] for sid in running.tolist()], np.int64)
+        k = np.array([hosted.rows[sid].k for sid in running.tolist()], np.int64)
         slept = act.decide_sleeps(activation, running, k, reach, indptr, top_scores, self.hwm_seq,
                                   self.engine._topn, self.window.seq_of)
         for sid, until in slept:
             self.engine.unsubscribe(sid)
             activation.sleep(sid, until)
             self._hold(sid, -1, record=False, engine=True)
-        return act.without_sleepers(rows, [(sid, hosted.rows[sid][0], hosted.rows[sid][3]) for sid, _ in slept]), slept
+        return act.without_sleepers(rows, [(sid, hosted.rows[sid].nrep, hosted.rows[sid].k) for sid, _ in slept]), slept
 
     def _reach_of(self, sid: int) -> float:
         """:func:`skype.dskype.activation.reach_of` of a hosted record, kept per record (a command
         replacing it drops the entry)."""
         cached = self._reach.get(sid)
         if cached is None:
-            _, _, _, _, alpha, term_ids, weights, _ = self.hosted.rows[sid]
+            row = self.hosted.rows[sid]
             assert self.config.activation is not None  # reaches are asked on prefix partitions only
-            cached = self._reach[sid] = act.reach_of(self.config.activation, self.config.partition, alpha, term_ids,
-                                                     weights)
+            cached = self._reach[sid] = act.reach_of(self.config.activation, self.config.partition, row.alpha,
+                                                     row.term_ids, row.weights)
         return cached
 
     # ------------------------------------------------------------------ keyword summaries
     def _hold(self, sid: int, delta: int, *, record: bool, engine: bool) -> None:
         """A replica starts (+1) or stops (-1) holding its terms here (keyword summaries)."""
         if self.coverage is not None:
-            self.coverage.hold(self.hosted.rows[sid][5], delta, record=record, engine=engine)
+            self.coverage.hold(self.hosted.rows[sid].term_ids, delta, record=record, engine=engine)
 
     def rebuild_engine_with(self, src: MessageBatch, src_seq: np.ndarray, extra: np.ndarray,
                              starting: set[int]) -> set[int]:
@@ -537,7 +537,7 @@ class PartitionCore:
             if not hosted_before and not hosted_after:
                 continue
             nrep_after = self.hosted.nrep(s) if hosted_after else 0
-            k = self.hosted.rows[s][3] if hosted_after else 0
+            k = self.hosted.rows[s].k if hosted_after else 0
             b_list = before[s] if hosted_before and nrep_before == 1 else EMPTY_LIST
             builder.add(s, STATE, (hosted_before, nrep_before), (hosted_after, nrep_after), k,
                         after.get(s, EMPTY_LIST), b_list)
@@ -545,7 +545,7 @@ class PartitionCore:
         lists = self._lists(stated)
         woken_set = set(woken)
         for s in stated:  # a woken replica was dormant: it was no list of the merge stage
-            nrep, k = self.hosted.rows[s][0], self.hosted.rows[s][3]
+            nrep, k = self.hosted.rows[s].nrep, self.hosted.rows[s].k
             builder.add(s, STATE, (s not in woken_set, nrep), (True, nrep), k, lists[s])
         parts.append(builder.rows())
         # subscriptions whose local top-k the batch changed (same instance): vectorised
@@ -566,6 +566,6 @@ class PartitionCore:
             return ReportRows.empty()
         touched = sub[np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])]
         rows_info = [self.hosted.rows[int(s)] for s in touched.tolist()]
-        nrep = np.fromiter((r[0] for r in rows_info), np.int32, len(rows_info))
-        k = np.fromiter((r[3] for r in rows_info), np.int64, len(rows_info))
+        nrep = np.fromiter((r.nrep for r in rows_info), np.int32, len(rows_info))
+        k = np.fromiter((r.k for r in rows_info), np.int64, len(rows_info))
         return change_rows(sub, msg, net, touched, self._arrays(touched), nrep, k)
