@@ -62,7 +62,7 @@ def run(method: str, partitions: int, a) -> dict:
     from skype.dskype.rebalancing import attach, rebalance_dir
     from skype.run import build_parser
     from skype.spark.hosts import InProcessHosts
-    from skype.spark.processors import join_pieces
+    from skype.dskype.durable import join_pieces
 
     args = build_parser().parse_args(["distributed", "--dataset", a.dataset, "--num-subs", str(a.num_subs),
                                       "--num-messages", str(a.num_messages), "--window", str(a.window),

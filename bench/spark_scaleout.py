@@ -51,7 +51,7 @@ COUNTERS = ("postings", "candidates", "admits")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from skype.spark.app import build_parser as app_parser
+    from skype.cli.spark_submit import build_parser as app_parser
 
     p = app_parser()
     p.prog = "python bench/spark_scaleout.py"

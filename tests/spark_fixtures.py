@@ -223,7 +223,7 @@ class LocalPipeline:
     def _stream(self):
         import pyarrow as pa
 
-        from skype.spark.sources import read_stream_file, to_events
+        from skype.spark.readers import read_stream_file, to_events
 
         def read(directory: str, kind: str):
             tables = [read_stream_file(str(p), kind) for p in sorted(Path(directory).iterdir())]
@@ -238,7 +238,8 @@ class LocalPipeline:
         from pyspark.sql import Row
 
         from skype.dskype.routing import route_arrow, tables_events
-        from skype.spark.sources import newest_tables, to_events
+        from skype.spark.readers import to_events
+        from skype.spark.sources import newest_tables
 
         end = min(self.position + self.settings.control.batch_size, self.messages.num_rows)
         half = (self.position + end) // 2

@@ -100,10 +100,11 @@ def test_log_entries_stored_in_pieces_rebuild_exactly(method, tmp_path, monkeypa
     from spark_fixtures import LocalPipeline, centralized_by_batch
 
     from skype.dskype.plan import RunSettings
+    from skype.dskype import durable
     from skype.spark import processors
     from skype.spark.hosts import InProcessHosts
 
-    monkeypatch.setattr(processors, "VALUE_PIECE_BYTES", 700)
+    monkeypatch.setattr(durable, "VALUE_PIECE_BYTES", 700)
     events = events_workload(tmp_path / "events.jsonl")
     args = build_parser().parse_args(["distributed", "--events", str(events), "--window", "500", "--method", method,
                                       "--partitions", "3", "--batch-size", "400"])
@@ -212,7 +213,7 @@ def test_memory_too_small_for_a_batch_of_commands_is_a_catalogue_error(spark):
     refused with what to set (E130); an explicit ``--commands-per-batch`` is taken as given."""
     from skype.dskype.plan import RunSettings
     from skype.errors import InputError
-    from skype.spark import runtime
+    from skype.spark import session as runtime  # the session settings (skype.spark.session)
 
     from skype.model import Bounds
 

@@ -1,5 +1,5 @@
 """A real standalone Spark cluster on 127.0.0.1 (pyspark's ``bin/spark-class`` Master and two
-Workers) runs ``spark-submit skype/spark/app.py`` end to end, one Worker SIGKILLed mid-stream; its
+Workers) runs ``spark-submit skype/cli/spark_submit.py`` end to end, one Worker SIGKILLed mid-stream; its
 results equal the centralized engine's.  Every process the test starts is stopped at the end."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from skype.run import main  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
-APP = Path(__file__).resolve().parents[1] / "skype" / "spark" / "app.py"
+APP = Path(__file__).resolve().parents[1] / "skype" / "cli" / "spark_submit.py"
 
 
 def _spark_home() -> Path:

@@ -22,7 +22,7 @@ from skype.run import build_parser  # noqa: E402
 from skype.dskype import codec  # noqa: E402
 from skype.dskype.codec import OP_DROP, OP_SUB, OP_UNSUB, Commands  # noqa: E402
 from skype.dskype.keys import grouping_keys, spark_partition_of  # noqa: E402
-from skype.dskype.partition import plan_commands  # noqa: E402
+from skype.dskype.hosted import plan_commands  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -400,7 +400,7 @@ def test_spark_poison_records_go_to_dead_letters_and_the_batch_goes_on(tweets_sm
 
     from skype.partitioning import build_distribution
     from skype.dskype.routing import Router, events_from_arrow, route_arrow
-    from skype.spark.sources import to_events
+    from skype.spark.readers import to_events
     from skype.dskype.staging import command_table, message_table
 
     w = tweets_small

@@ -444,7 +444,7 @@ def test_spark_queries_whole_window_is_what_the_routing_does(method, tweets_smal
 def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestion_refuses_them(tweets_small):
     from skype.dskype.codec import OP_QUERY, Commands
     from skype.dskype.records import _command_row
-    from skype.dskype.routing import screen
+    from skype.dskype.screening import screen
     from skype.dskype.staging import _id_only
 
     from skype.dskype.snapshots import lower_query
@@ -495,17 +495,14 @@ def test_spark_queries_stopped_and_resumed_run_on_a_term_method(spark, tmp_path)
 def test_spark_queries_late_query_names_the_users_qid():
     """A query that reaches a partition after the batch holding its position (an open stream's
     late write) is E138 naming the user's ``qid``, not the internal ordinal."""
-    from types import SimpleNamespace
-
     from skype.dskype.codec import OP_QUERY, Commands
-    from skype.dskype.snapshots import answer_at
+    from skype.dskype.snapshots import due_query
     from skype.dskype.staging import _id_only
 
     spec = json.dumps({"query": 3, "qid": "late-one", "kind": "range"})
     queries = Commands([7], [50], [OP_QUERY], _id_only(3), [0], np.array([spec], object))
-    core = SimpleNamespace(hwm_seq=99, config=SimpleNamespace(partition=2))
     with pytest.raises(InputError) as err:
-        answer_at(core, queries, 0, None, np.arange(0), np.arange(0), 0, None, {}, [], [])
+        due_query(queries, 0, 99, 2)
     assert err.value.code == "E138" and "'late-one'" in str(err.value) and "partition 2" in str(err.value)
 
 

@@ -145,7 +145,7 @@ def check_ownership(pipe, directory, live: set[int], version: int) -> None:
     from skype.spark.hosts import InProcessHosts
     from skype.dskype.handover import VersionLog, owner_routed
     from skype.dskype.partition import PartitionCore
-    from skype.spark.processors import join_pieces
+    from skype.dskype.durable import join_pieces
     from skype.dskype.durable import Meta
 
     locator = VersionLog(str(directory)).upto(version)[version].locator

@@ -18,9 +18,11 @@ import pytest
 pytest.importorskip("pyspark")
 
 from skype.errors import InputError, OperationalError  # noqa: E402
+from skype.dskype.files import write_once  # noqa: E402
 from skype.dskype.handover import (TableVersion, UnitLocator, VersionLog, newest_version, version_path,  # noqa: E402
-                                   write_once, write_version)
-from skype.dskype.routing import (KIND_TABLES, Router, events_from_arrow, routing_copy, stamped_tables,  # noqa: E402
+                                   write_version)
+from skype.dskype.stamps import stamped_tables  # noqa: E402
+from skype.dskype.routing import (KIND_TABLES, Router, events_from_arrow, routing_copy,  # noqa: E402
                                   tables_events, tables_from_arrow)
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,7 @@ built from a sample of the stream.
 
 Run it again with the same ``--checkpoint`` to resume a stopped run (``--stop-after-batches N``
 stops one on purpose).  Needs the ``spark`` extra (pyspark, Java 17); pyspark is imported only
-when the command runs.  On a cluster use ``spark-submit skype/spark/app.py`` with the same
+when the command runs.  On a cluster use ``spark-submit skype/cli/spark_submit.py`` with the same
 options (see ``docs/spark.md``).
 """
 

@@ -13,9 +13,11 @@ process without a JVM.
   :mod:`~skype.dskype.handover` (adaptive methods' hand-over), :mod:`~skype.dskype.kinds`
   (range/knn/terms subscriptions), :mod:`~skype.dskype.snapshots` (snapshot queries at the
   partitions' stream position), :mod:`~skype.dskype.work` (a partition engine's work counters
-  per batch).
+  per batch), :mod:`~skype.dskype.files` (atomic commits of side files).
 - Stream records: :mod:`~skype.dskype.codec` (blobs), :mod:`~skype.dskype.records` (raw records),
-  :mod:`~skype.dskype.routing` (the router), :mod:`~skype.dskype.ordering` (Kafka order),
+  :mod:`~skype.dskype.routing` (the router), :mod:`~skype.dskype.screening`
+  (poison records out, into dead letters), :mod:`~skype.dskype.stamps` (what a
+  routed row says it was routed by), :mod:`~skype.dskype.ordering` (Kafka order),
   :mod:`~skype.dskype.keys` (grouping keys), :mod:`~skype.dskype.vocabulary` (the shipped
   vocabulary), :mod:`~skype.dskype.staging` (staged inputs).
 - Driver: :mod:`~skype.dskype.plan` (the run's plan), :mod:`~skype.dskype.results` (metrics and

@@ -52,15 +52,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import numpy as np
 
 from skype.dskype.reports import STATE, ReportBuilder, ReportRows
 from skype.partitioning.prefix import EPS
-
-if TYPE_CHECKING:
-    from skype.dskype.partition import PartitionCore
 
 
 @dataclass(frozen=True)
@@ -184,58 +181,59 @@ def entry(hwm_seq: int, slept: list[tuple[int, int]], woken: list[int]) -> bytes
                       sleep_until=np.array([u for _, u in slept], np.int64), wake_ids=np.array(woken, np.int64))
 
 
-# --------------------------------------------------------------------------- on a partition
+# --------------------------------------------------------------------------- a batch's decisions
 
 
-def sleep_step(core: PartitionCore, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list]:
-    """Sleeps of a prefix partition's replicas at the end of a batch (module docstring; they
-    wake at the start of a later batch).  Returns the report rows (a replica that sleeps
-    reports its departure instead of its list) and the sleeps ``(id, u)``."""
-    activation, cfg = core.activation, core.config
-    assert activation is not None and cfg.activation is not None  # called for prefix partitions only
-    h = core.hwm_seq
+def sleep_candidates(activation: Activation, rows: ReportRows, cmd_subs: np.ndarray) -> set[int]:
+    """The replicas to examine at the end of a batch: those whose replicated local list changed
+    (``STATE`` rows) and those not examined since they started, less the ones a command touched
+    (examined next time).  They leave ``activation.fresh``."""
     changed = rows.row["sub"][(rows.row["kind"] == STATE) & rows.row["after_hosted"]
                               & (rows.row["after_nrep"] > 1)]
     candidates = (set(changed.tolist()) | activation.fresh) - set(cmd_subs.tolist())
     activation.fresh -= candidates
-    slept: list[tuple[int, int]] = []
-    running = np.array(sorted(sid for sid in candidates  # kinds never sleep
-                              if core.active(sid) and core.hosted.spec(sid) is None), np.int64)
-    if len(running) == 0:
-        return rows, []
-    indptr, _, top_scores = core.engine.topk_arrays(running)
-    reach = np.array([reach_of(core, sid) for sid in running.tolist()], np.float64)  # -1: never sleeps
-    k = np.array([core.hosted.rows[sid][3] for sid in running.tolist()], np.int64)
+    return candidates
+
+
+def decide_sleeps(activation: Activation, running: np.ndarray, k: np.ndarray, reach: np.ndarray,
+                  indptr: np.ndarray, top_scores: np.ndarray, hwm_seq: int,
+                  topn: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+                  seq_of: Callable[[np.ndarray], np.ndarray]) -> list[tuple[int, int]]:
+    """Which of the active replicas ``running`` sleep, and until when: ``[(id, u)]``
+    (module docstring).  ``k``/``reach``: each one's k and ``reach(s, i_q)`` (-1: never sleeps);
+    ``indptr``/``top_scores``: their local top-k scores (CSR); ``topn(id, n)``: the engine's n best
+    local matches ``(ids, scores)``; ``seq_of``: message ids -> sequence numbers.  Decides only:
+    the caller takes the sleepers out of its engine and records them (:meth:`Activation.sleep`)."""
+    assert activation.config is not None
     count = np.diff(indptr)
     kth = np.asarray(top_scores, np.float64)[np.maximum(indptr[1:] - 1, 0)] if len(top_scores) else np.zeros(len(k))
     # the cheap test first: k local matches above the reach (the home replica never sleeps)
     maybe = np.flatnonzero((reach >= 0) & (count >= k) & (kth > reach + EPS))
+    slept: list[tuple[int, int]] = []
     for i in maybe.tolist():
         sid = int(running[i])
-        ids, scores = core.engine.topn_arrays(sid, cfg.activation.depth_factor * int(k[i]))
-        until = activation.witnesses_until(int(k[i]), float(reach[i]), scores, core.window.seq_of(ids), h)
+        ids, scores = topn(sid, activation.config.depth_factor * int(k[i]))
+        until = activation.witnesses_until(int(k[i]), float(reach[i]), scores, seq_of(ids), hwm_seq)
         if until is not None:
             slept.append((sid, until))
+    return slept
+
+
+def without_sleepers(rows: ReportRows, slept: list[tuple[int, int, int]]) -> ReportRows:
+    """The batch's report rows once the replicas ``slept`` ``[(id, nrep, k)]`` went to sleep: each
+    reports its departure (a ``STATE`` row to not hosted) instead of its list."""
+    if not slept:
+        return rows
     builder = ReportBuilder()
-    for sid, until in slept:
-        core.engine.unsubscribe(sid)
-        activation.sleep(sid, until)
-        core._hold(sid, -1, record=False, engine=True)
-        nrep, k = core.hosted.rows[sid][0], core.hosted.rows[sid][3]
+    for sid, nrep, k in slept:
         builder.add(sid, STATE, (True, nrep), (False, nrep), k)
-    if slept:
-        keep = ~np.isin(rows.row["sub"], np.array([s for s, _ in slept], np.int64))
-        rows = rows.take(np.flatnonzero(keep))
-    return ReportRows.concat([rows, builder.rows()]), slept
+    keep = ~np.isin(rows.row["sub"], np.array([s for s, _, _ in slept], np.int64))
+    return ReportRows.concat([rows.take(np.flatnonzero(keep)), builder.rows()])
 
 
-def reach_of(core: PartitionCore, sid: int) -> float:
-    """``reach(s, i_q)`` of a hosted record on this partition, -1 when its replica never
-    sleeps (home, or no term here); kept per record (a command replacing it drops the entry)."""
-    cached = core._reach.get(sid)
-    if cached is None:
-        _, _, _, _, alpha, term_ids, weights, _ = core.hosted.rows[sid]
-        assert core.config.activation is not None  # reaches are asked on prefix partitions only
-        pos, reach = reach_here(core.config.activation, core.config.partition, alpha, term_ids, weights)
-        cached = core._reach[sid] = reach if pos > 0 else -1.0
-    return cached
+def reach_of(config: ActivationConfig, partition: int, alpha: float, term_ids: np.ndarray,
+             weights: np.ndarray) -> float:
+    """``reach(s, i_q)`` of a record on ``partition``, -1 when its replica there never sleeps
+    (home, or no term here)."""
+    pos, reach = reach_here(config, partition, alpha, term_ids, weights)
+    return reach if pos > 0 else -1.0

@@ -223,3 +223,14 @@ class Commands:
 def empty_subscriptions() -> SubscriptionBatch:
     z = np.zeros(0)
     return SubscriptionBatch(np.zeros(0, np.int64), z, z, np.zeros(0, np.int64), z, TermMatrix(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0)))
+
+
+def command_columns(cmds: Commands, prefix: str = "") -> dict[str, np.ndarray]:
+    """The columns of a command batch for :func:`pack`, names prefixed (the inverse of
+    :meth:`Commands.from_columns`)."""
+    s = cmds.subs
+    cols: dict[str, np.ndarray] = {
+        "cseq": cmds.cseq, "at": cmds.at, "op": cmds.op, "ids": s.ids, "x": s.x, "y": s.y, "k": s.k, "alpha": s.alpha,
+        "nrep": cmds.nrep, "indptr": s.terms.indptr, "terms": s.terms.ids, "weights": s.terms.weights,
+        **spec_columns(cmds.spec)}
+    return {prefix + k: v for k, v in cols.items()}

@@ -23,7 +23,7 @@ by *units* whose owner a rebalancing policy may change at runtime.  On Spark the
   the offset before the batch runs.  Every input piece carries a control event with that
   *newest* version v and the version *in force* u, the start offset's (the previous batch's
   newest); the router routes the piece's commands under u and stamps every partition's row
-  ``tables:<u>:<v>`` (:func:`skype.dskype.routing.tables_stamp`).  A replayed batch has its
+  ``tables:<u>:<v>`` (:func:`skype.dskype.stamps.tables_stamp`).  A replayed batch has its
   first attempt's offsets, hence the same (u, v).  A partition without a stamp refuses the
   batch (E115); one that gets a command whose record u places elsewhere raises E117.
 * **The hand-over** of a version v decided after batch b takes two batches:
@@ -31,7 +31,7 @@ by *units* whose owner a rebalancing policy may change at runtime.  On Spark the
   1. *announce* (batch b+1, stamped ``(u, v)``, ``v > u``): the batch runs under u; at its end
      each partition writes, once, the records it hosts and the pending commands it holds that v
      places elsewhere, grouped by new owner, as ``handover-<v>-from-<p>.pkl``
-     (:func:`handover_path`, :meth:`Handover.announce`, :func:`write_once`; every partition
+     (:func:`handover_path`, :meth:`Handover.announce`, :func:`~skype.dskype.files.write_once`; every partition
      writes its file, empty or not);
   2. *switch* (batch b+2, stamped ``(v, .)``): at its start, before any of its commands
      (they were routed under v), each partition reads exactly the P - 1 files ``(v, q)`` by name
@@ -63,9 +63,7 @@ is one section), plus the re-registration of the received records over the windo
 
 from __future__ import annotations
 
-import os
 import pickle
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +73,9 @@ from skype.errors import InputError, OperationalError
 from skype.model import SubscriptionBatch, TermMatrix
 from skype.partitioning.units import Grid, UnitDistribution, subscription_bytes
 from skype.dskype import codec
-from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands
+from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands, command_columns
+from skype.dskype.files import write_once
+from skype.dskype.stamps import stamped_tables
 from skype.dskype.hosted import Hosted
 
 _KEY = np.int64(1) << np.int64(32)  # region * 2^32 + term: the units' sorted key space
@@ -137,44 +137,11 @@ def version_path(directory: str | Path, version: int) -> Path:
 
 
 def write_version(directory: str | Path, table: TableVersion) -> bool:
-    """Write a version once (:func:`write_once`; the decision is deterministic, so the first
+    """Write a version once (:func:`~skype.dskype.files.write_once`; the decision is deterministic, so the first
     file is the one every reader must see).  Returns whether this call wrote it."""
     path = version_path(directory, table.version)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_once(path, pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _attempt_tmp(path: Path) -> Path:
-    """A temporary name unique to this attempt (a speculative or zombie attempt has its own)."""
-    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-
-
-def write_once(path: Path, blob: bytes) -> bool:
-    """Commit ``blob`` as ``path`` unless an attempt did first: written under a temporary name
-    unique to this attempt, then linked to its final name (``os.link`` fails on an existing
-    name, so two attempts never tear or replace each other's file).  Returns whether this call
-    committed it."""
-    if path.exists():
-        return False
-    tmp = _attempt_tmp(path)
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        os.unlink(tmp)
-
-
-def write_replacing(path: Path, blob: bytes) -> None:
-    """Commit ``blob`` as ``path``, replacing it atomically (a re-run's record of the same
-    decision), from a temporary name unique to this attempt."""
-    tmp = _attempt_tmp(path)
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-    os.replace(tmp, path)
 
 
 def newest_version(directory: str | Path, known: int = 0) -> int:
@@ -248,8 +215,6 @@ class Handover:
 
     def stamped(self, stamps) -> tuple[int, int]:
         """(in force, newest): the table versions a batch's routed rows carry (E115 without)."""
-        from skype.dskype.routing import stamped_tables  # routing imports this module
-
         pair = stamped_tables(stamps)
         if pair is None:
             raise InputError("E115", partition=self.partition)
@@ -347,7 +312,7 @@ class Handover:
     def announce(self, hosted: Hosted, pending: Commands, stamp: tuple[int, int]) -> bool:
         """At the end of the batch that announces version ``stamp[1]`` (newer than the one in
         force): write, once, the records and pending commands this partition loses under it,
-        grouped by their new owner (:func:`write_once`: a duplicate attempt, which computes the
+        grouped by their new owner (:func:`~skype.dskype.files.write_once`: a duplicate attempt, which computes the
         same file from the same committed state, keeps the first).  Returns whether it wrote."""
         target = stamp[1]
         if target <= self.applied:
@@ -390,16 +355,6 @@ class Handover:
             {k[len("pen_"):]: v for k, v in cols.items() if k.startswith("pen_")})])
         self.applied = target
         return pending
-
-
-def command_columns(cmds: Commands, prefix: str = "") -> dict[str, np.ndarray]:
-    """The columns of a command batch for :func:`skype.dskype.codec.pack`, names prefixed."""
-    s = cmds.subs
-    cols: dict[str, np.ndarray] = {
-        "cseq": cmds.cseq, "at": cmds.at, "op": cmds.op, "ids": s.ids, "x": s.x, "y": s.y, "k": s.k, "alpha": s.alpha,
-        "nrep": cmds.nrep, "indptr": s.terms.indptr, "terms": s.terms.ids, "weights": s.terms.weights,
-        **codec.spec_columns(cmds.spec)}
-    return {prefix + k: v for k, v in cols.items()}
 
 
 def switch_entry(version: int, lo: int, records: Commands, pending: Commands) -> bytes:

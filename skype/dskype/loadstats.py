@@ -36,7 +36,7 @@ end where the replay counts with those live at each message (commands mid-batch)
 load model's message count of a partition when statistics come from reports.
 
 **Fold** (:func:`fold_reports`).  The reports of one batch become one :class:`BatchStats`; the
-rebalancer writes it once per batch (``stats-<b>.pkl``, :func:`skype.dskype.handover.write_once`)
+rebalancer writes it once per batch (``stats-<b>.pkl``, :func:`skype.dskype.files.write_once`)
 before deciding and decides from the file when it exists, so a re-run batch decides the same.
 :func:`advance` applies it to the copy: the commands in order, then the counts through
 :meth:`~skype.partitioning.units.UnitDistribution.observe_counts`.
@@ -60,7 +60,7 @@ from skype.dskype.codec import OP_SUB, OP_UNSUB, Commands
 
 if TYPE_CHECKING:
     from skype.dskype.handover import Handover
-    from skype.dskype.hosted import Hosted
+    from skype.dskype.hosted import Hosted, HostedRow
 
 STATS_KEY = "load_stats"  # the metrics row's field holding a partition's report
 SOURCES = ("auto", "replay", "reports")  # where the rebalancer's statistics come from ("auto": by the stream)
@@ -108,7 +108,7 @@ def applied_commands(due: Commands, hosted: Hosted, skip: int) -> np.ndarray:
 
     def hosted_before(sid: int) -> bool | None:  # hosted as a topk record, as a kind, or not (None)
         row = hosted.rows.get(sid)
-        return None if row is None else row[7] is None
+        return None if row is None else row.spec is None
 
     rows = []
     now: dict[int, bool | None] = {}  # the ids the batch's rows touched: topk, kind, or None (gone)
@@ -147,9 +147,9 @@ def routed_count(batch: MessageBatch, hosted_terms: np.ndarray) -> int:
     return int(len(np.unique(rows[hit])))
 
 
-def hosted_terms(rows: Iterable[tuple]) -> np.ndarray:
+def hosted_terms(rows: Iterable[HostedRow]) -> np.ndarray:
     """The distinct terms of hosted topk records (:class:`skype.dskype.hosted.Hosted` rows)."""
-    parts = [r[5] for r in rows if r[7] is None]
+    parts = [r.term_ids for r in rows if r.spec is None]
     return np.unique(np.concatenate(parts)).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 

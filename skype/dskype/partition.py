@@ -77,12 +77,12 @@ from skype.dskype import codec
 from skype.dskype import loadstats
 from skype.dskype.activation import Activation, ActivationConfig
 from skype.dskype import snapshots
-from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands
-from skype.dskype.handover import Handover, command_columns
-from skype.dskype.hosted import APPLIED, Hosted, replay_commands
+from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands, command_columns
+from skype.dskype.handover import Handover
+from skype.dskype.hosted import APPLIED, Hosted, due_pending, plan_commands, replay_commands
 from skype.dskype.kinds import NameRanks, read_vocabulary, result_arrays
-from skype.dskype.reports import (DELTA, EMPTY_LIST, STATE, ReportBuilder, ReportRows, net_changes, pack_results,
-                                 pair_keys)
+from skype.dskype.reports import (EMPTY_LIST, STATE, ReportBuilder, ReportRows, change_rows, net_changes,
+                                 pack_by_bucket, pack_results)
 from skype.dskype.summaries import Coverage, MessageReadBack
 from skype.dskype.window import WindowShare, WindowSpec
 from skype.dskype.work import counter_delta, engine_counters
@@ -135,26 +135,6 @@ class PartitionConfig:
 def bucket_of(sub_ids: np.ndarray, num_buckets: int) -> np.ndarray:
     """The merge bucket of each subscription id."""
     return (splitmix64(np.asarray(sub_ids, np.int64)) % np.uint64(num_buckets)).astype(np.int64)
-
-
-# --------------------------------------------------------------------------- commands
-
-
-def plan_commands(pending: Commands, new: Commands, lo: int, hwm_seq: int) -> tuple[Commands, np.ndarray, Commands]:
-    """Split ``pending + new`` into the commands due in a batch and those still pending.
-
-    ``lo`` is the first sequence number of the batch and ``hwm_seq`` its last.  Returns (due
-    commands sorted by (position, cseq), their positions, still-pending commands).
-    """
-    cmds = Commands.concat([pending, new])
-    if len(cmds) == 0:
-        return cmds, np.zeros(0, np.int64), cmds
-    pos = np.where(cmds.at < 0, lo, np.maximum(cmds.at, lo))
-    due = pos <= hwm_seq + 1
-    rows = np.flatnonzero(due)
-    order = rows[np.lexsort((cmds.cseq[rows], pos[rows]))]
-    return cmds.take(order), pos[order], cmds.take(np.flatnonzero(~due))
-
 
 
 # --------------------------------------------------------------------------- the core
@@ -218,7 +198,7 @@ class PartitionCore:
             cols = codec.unpack(blob)
             if "activation" in cols:  # sleeps and wakes, after the commands due by then
                 h = int(cols["hwm_seq"][0])
-                due, _, core.pending = plan_commands(core.pending, Commands.empty(), h + 1, h)
+                due, _, core.pending = due_pending(core.pending, h)
                 replay_commands(core.hosted, due, core.activation)
                 assert core.activation is not None  # only prefix partitions log activation entries
                 core.activation.replay(cols)
@@ -226,7 +206,7 @@ class PartitionCore:
             if "switch" in cols:  # an adaptive partition's hand-over at the start of a batch
                 assert core.handover is not None  # only adaptive partitions log switches
                 lo = int(cols["lo"][0])
-                due, _, core.pending = plan_commands(core.pending, Commands.empty(), lo, lo - 1)
+                due, _, core.pending = due_pending(core.pending, lo - 1)
                 replay_commands(core.hosted, due)
                 core.pending = core.handover.replay_switch(core.hosted, core.pending, cols)
                 continue
@@ -241,10 +221,14 @@ class PartitionCore:
                 if core.handover is not None and "tables_applied" in cols:
                     core.handover.applied = int(cols["tables_applied"][0])
             else:
-                due, _, core.pending = plan_commands(core.pending, cmds, int(cols["lo"][0]), int(cols["hwm_seq"][0]))
+                lo = int(cols["lo"][0])
+                # first what the batches before it, which logged nothing, made due
+                due, _, core.pending = due_pending(core.pending, lo - 1)
+                replay_commands(core.hosted, due, core.activation)
+                due, _, core.pending = plan_commands(core.pending, cmds, lo, int(cols["hwm_seq"][0]))
                 replay_commands(core.hosted, due, core.activation)
         # batches without commands log nothing, but their messages made pending commands due
-        due, _, core.pending = plan_commands(core.pending, Commands.empty(), int(hwm_seq) + 1, int(hwm_seq))
+        due, _, core.pending = due_pending(core.pending, int(hwm_seq))
         replay_commands(core.hosted, due, core.activation)
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
@@ -309,8 +293,14 @@ class PartitionCore:
         backfill, restated, t_backfill, rebuilt = None, set(), 0.0, False
         if self.coverage is not None:
             t_b = time.perf_counter()
-            batch, seq, backfill, restated, rebuilt = self.coverage.cover(self, due, woken, batch, seq, inp.stamps,
-                                                                          lo, hwm_seq)
+            read = self.coverage.cover(due, [self.hosted.rows[sid].term_ids for sid in woken], self.window.seqs(), batch,
+                                       seq, inp.stamps, lo, hwm_seq)
+            if read is not None:
+                backfill, rebuilt = read.segment(), bool(len(read.old))
+                if rebuilt:  # the core's windows only append: older messages need the engine rebuilt
+                    restated = self.rebuild_engine_with(read.src, read.src_seq, read.old, set(woken))
+                if len(read.new):
+                    batch, seq = codec.concat_messages([(batch, seq), (read.src.take(read.new), read.src_seq[read.new])])
             t_backfill = time.perf_counter() - t_b
         if woken:
             assert self.activation is not None  # only replicas of prefix partitions wake
@@ -326,8 +316,7 @@ class PartitionCore:
         qi = 0  # the next query to answer
         for j in range(len(due)):
             while qi < len(queries) and (query_pos[qi], queries.cseq[qi]) < (positions[j], due.cseq[j]):
-                published = snapshots.answer_at(self, queries, qi, batch, seq, times, published, due, run, logs,
-                                                answers)
+                published = self._answer(queries, qi, batch, seq, times, published, due, run, logs, answers)
                 qi += 1
             cut = int(np.searchsorted(seq, positions[j], side="left"))
             if cut > published:
@@ -351,8 +340,7 @@ class PartitionCore:
                 run[sid] = j
         self._flush_subscribes(due, run)
         for qi in range(qi, len(queries)):
-            published = snapshots.answer_at(self, queries, qi, batch, seq, times, published, due, run, logs,
-                                                answers)
+            published = self._answer(queries, qi, batch, seq, times, published, due, run, logs, answers)
         if published < len(batch):
             logs.append(self._publish(batch, seq, times, published, len(batch)))
         self.hwm_seq, self.hwm_t = hwm_seq, hwm_t
@@ -369,13 +357,13 @@ class PartitionCore:
         report_rows = self._report_rows(logs, cmd_subs, before, before_meta, woken_here, restated)
         entry, slept = None, list[tuple[int, int]]()
         if self.activation is not None:
-            report_rows, slept = act.sleep_step(self, report_rows, cmd_subs)
+            report_rows, slept = self._sleep_step(report_rows, cmd_subs)
             if slept or woken:
                 entry = act.entry(self.hwm_seq, slept, woken)
         live_terms = 0
         if self.coverage is not None:  # the live terms, and those of the replicas waking next
             assert self.activation is not None  # coverage comes with prefix's activation
-            waking = [self.hosted.rows[sid][5] for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
+            waking = [self.hosted.rows[sid].term_ids for sid in self.activation.upcoming(self.hwm_seq) if sid in self.hosted]
             live_terms = self.coverage.publish(self.hwm_seq, waking)
         reports, rows = self._pack_reports(report_rows)
         stats: dict[str, str | float] = {}
@@ -402,11 +390,63 @@ class PartitionCore:
                      **(self.handover.metrics if self.handover is not None else {}), **stats},
         )
 
+    def _answer(self, queries: Commands, qi: int, batch: MessageBatch, seq: np.ndarray, times: np.ndarray,
+                published: int, due: Commands, run: dict[int, int], logs: list[ChangeLog], answers: list[str]) -> int:
+        """Answer query row ``qi`` at its position (:mod:`skype.dskype.snapshots`): publish the
+        messages before it, set the engine's clock to the query's, append the answer line;
+        returns the messages of ``batch`` now published."""
+        at, d = snapshots.due_query(queries, qi, self.hwm_seq, self.config.partition)
+        cut = int(np.searchsorted(seq, at, side="left"))
+        if cut > published:
+            self._flush_subscribes(due, run)
+            logs.append(self._publish(batch, seq, times, published, cut))
+            published = cut
+        kind = self.config.window.kind
+        clock = snapshots.query_clock(d, at, kind)
+        if clock is not None and self.config.advances() and clock > self.engine.clock:
+            logs.append(self.engine.advance_log(clock))
+        answers.append(snapshots.answer(self.engine, d, at, kind, self.config.partition, self.window.seq_of))
+        return published
+
+    # ------------------------------------------------------------------ prefix activation
+    def _sleep_step(self, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list[tuple[int, int]]]:
+        """Sleeps of this prefix partition's replicas at the end of a batch (decided by
+        :func:`skype.dskype.activation.decide_sleeps`, acted on here).  Returns the report rows
+        and the sleeps ``(id, u)``."""
+        activation, hosted = self.activation, self.hosted
+        assert activation is not None  # called for prefix partitions only
+        candidates = act.sleep_candidates(activation, rows, cmd_subs)
+        running = np.array(sorted(sid for sid in candidates  # kinds never sleep
+                                  if self.active(sid) and hosted.spec(sid) is None), np.int64)
+        if len(running) == 0:
+            return rows, []
+        indptr, _, top_scores = self.engine.topk_arrays(running)
+        reach = np.array([self._reach_of(sid) for sid in running.tolist()], np.float64)
+        k = np.array([hosted.rows[sid].k for sid in running.tolist()], np.int64)
+        slept = act.decide_sleeps(activation, running, k, reach, indptr, top_scores, self.hwm_seq,
+                                  self.engine.topn_arrays, self.window.seq_of)
+        for sid, until in slept:
+            self.engine.unsubscribe(sid)
+            activation.sleep(sid, until)
+            self._hold(sid, -1, record=False, engine=True)
+        return act.without_sleepers(rows, [(sid, hosted.rows[sid].nrep, hosted.rows[sid].k) for sid, _ in slept]), slept
+
+    def _reach_of(self, sid: int) -> float:
+        """:func:`skype.dskype.activation.reach_of` of a hosted record, kept per record (a command
+        replacing it drops the entry)."""
+        cached = self._reach.get(sid)
+        if cached is None:
+            row = self.hosted.rows[sid]
+            assert self.config.activation is not None  # reaches are asked on prefix partitions only
+            cached = self._reach[sid] = act.reach_of(self.config.activation, self.config.partition, row.alpha,
+                                                     row.term_ids, row.weights)
+        return cached
+
     # ------------------------------------------------------------------ keyword summaries
     def _hold(self, sid: int, delta: int, *, record: bool, engine: bool) -> None:
         """A replica starts (+1) or stops (-1) holding its terms here (keyword summaries)."""
         if self.coverage is not None:
-            self.coverage.hold(self.hosted.rows[sid][5], delta, record=record, engine=engine)
+            self.coverage.hold(self.hosted.rows[sid].term_ids, delta, record=record, engine=engine)
 
     def rebuild_engine_with(self, src: MessageBatch, src_seq: np.ndarray, extra: np.ndarray,
                              starting: set[int]) -> set[int]:
@@ -497,7 +537,7 @@ class PartitionCore:
             if not hosted_before and not hosted_after:
                 continue
             nrep_after = self.hosted.nrep(s) if hosted_after else 0
-            k = self.hosted.rows[s][3] if hosted_after else 0
+            k = self.hosted.rows[s].k if hosted_after else 0
             b_list = before[s] if hosted_before and nrep_before == 1 else EMPTY_LIST
             builder.add(s, STATE, (hosted_before, nrep_before), (hosted_after, nrep_after), k,
                         after.get(s, EMPTY_LIST), b_list)
@@ -505,7 +545,7 @@ class PartitionCore:
         lists = self._lists(stated)
         woken_set = set(woken)
         for s in stated:  # a woken replica was dormant: it was no list of the merge stage
-            nrep, k = self.hosted.rows[s][0], self.hosted.rows[s][3]
+            nrep, k = self.hosted.rows[s].nrep, self.hosted.rows[s].k
             builder.add(s, STATE, (s not in woken_set, nrep), (True, nrep), k, lists[s])
         parts.append(builder.rows())
         # subscriptions whose local top-k the batch changed (same instance): vectorised
@@ -515,58 +555,17 @@ class PartitionCore:
 
     def _pack_reports(self, rows: ReportRows) -> tuple[dict[int, bytes], int]:
         """Report blobs per merge bucket, and the number of report rows."""
-        upto = self.hwm_seq + 1
         if len(rows) == 0:
             return {}, 0
-        buckets = bucket_of(rows.row["sub"], self.config.num_buckets)
-        order = np.argsort(buckets, kind="stable")
-        cuts = np.flatnonzero(np.r_[True, buckets[order][1:] != buckets[order][:-1], True])
-        out = {int(buckets[order[lo]]): rows.take(order[lo:hi]).pack(self.config.partition, upto)
-               for lo, hi in zip(cuts[:-1], cuts[1:])}
-        return out, len(rows)
+        return pack_by_bucket(rows, bucket_of(rows.row["sub"], self.config.num_buckets), self.config.partition,
+                              self.hwm_seq + 1), len(rows)
 
     def _change_rows(self, sub: np.ndarray, msg: np.ndarray, net: np.ndarray) -> ReportRows:
-        """DELTA rows (single replica: netted entered entries and left ids) and STATE rows
-        (replicated: the whole local list) of the subscriptions with a non-zero net change."""
+        """:func:`skype.dskype.reports.change_rows` of the subscriptions with a non-zero net change."""
         if len(sub) == 0:
             return ReportRows.empty()
-        starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
-        touched = sub[starts]
-        pair_row = np.repeat(np.arange(len(touched)), np.diff(np.r_[starts, len(sub)]))
-        indptr, ids, scores, seqs = self._arrays(touched)
-        entry_row = np.repeat(np.arange(len(touched)), np.diff(indptr))
+        touched = sub[np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])]
         rows_info = [self.hosted.rows[int(s)] for s in touched.tolist()]
-        nrep = np.fromiter((r[0] for r in rows_info), np.int32, len(rows_info))
-        k = np.fromiter((r[3] for r in rows_info), np.int64, len(rows_info))
-        single = nrep == 1
-        # entered pairs of single-replica rows, found among the top-k entries (dense message ids)
-        entered = (net > 0) & single[pair_row]
-        entry_keys = pair_keys(entry_row, ids)
-        wanted = pair_keys(pair_row[entered], msg[entered])  # ascending: pairs come sorted by (sub, msg)
-        if entry_keys is None or wanted is None:  # large ids: dense message numbers instead
-            uniq, inverse = np.unique(np.concatenate([ids, msg[entered]]), return_inverse=True)
-            width = np.int64(len(uniq))
-            entry_keys = entry_row * width + inverse[:len(ids)]
-            wanted = np.sort(pair_row[entered] * width + inverse[len(ids):])
-        at = np.searchsorted(wanted, entry_keys).clip(0, max(len(wanted) - 1, 0))
-        pick = (wanted[at] == entry_keys if len(wanted) else np.zeros(len(ids), bool)) & single[entry_row]
-        if int(pick.sum()) != int(entered.sum()):
-            raise InputError("E026", detail="a message netted as entered is not in its subscription's top-k")
-        keep_entry = pick | ~single[entry_row]  # DELTA: entered entries; STATE: the whole list
-        a_ptr = np.zeros(len(touched) + 1, np.int64)
-        np.cumsum(np.bincount(entry_row[keep_entry], minlength=len(touched)), out=a_ptr[1:])
-        left = (net < 0) & single[pair_row]
-        b_ptr = np.zeros(len(touched) + 1, np.int64)
-        np.cumsum(np.bincount(pair_row[left], minlength=len(touched)), out=b_ptr[1:])
-        n_left = int(left.sum())
-        row = {"sub": touched, "kind": np.where(single, DELTA, STATE).astype(np.int8),
-               "before_hosted": np.ones(len(touched), bool), "before_nrep": nrep,
-               "after_hosted": np.ones(len(touched), bool), "after_nrep": nrep, "k": k}
-        return ReportRows(row, a_ptr, (ids[keep_entry], scores[keep_entry], seqs[keep_entry]), b_ptr,
-                          (msg[left], np.zeros(n_left), np.zeros(n_left, np.int64)))
-
-
-def command_log_entry(cmds: Commands, lo: int, hwm_seq: int) -> bytes:
-    """The durable log entry of one batch: the commands it brought, with the batch's first and
-    last sequence numbers (what :func:`plan_commands` needs to replay it)."""
-    return codec.pack(lo=np.array([lo], np.int64), hwm_seq=np.array([hwm_seq], np.int64), **command_columns(cmds))
+        nrep = np.fromiter((r.nrep for r in rows_info), np.int32, len(rows_info))
+        k = np.fromiter((r.k for r in rows_info), np.int64, len(rows_info))
+        return change_rows(sub, msg, net, touched, self._arrays(touched), nrep, k)

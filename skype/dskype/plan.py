@@ -18,7 +18,10 @@ A *run directory* (``--checkpoint DIR``) holds everything a run needs to resume:
     DIR/routers/              the routing tables the stream files' source reads (one file per query start)
 
 A new run stages its workload, builds each method's distribution and fixes the grouping keys; a
-resumed run reloads them and refuses other settings.  This module knows nothing of Spark's query:
+resumed run reloads them and refuses other settings.  The plan also derives what each pipeline's
+stages are given (:func:`partition_configs`, :func:`activation_config`, :func:`summary_dir_of`,
+:func:`rebalance_dir_of`, :func:`routes_in_source`), from the settings alone.  This module knows
+nothing of Spark's query:
 :mod:`skype.spark.runtime` runs a plan, :mod:`skype.spark.sink` and :mod:`skype.dskype.results`
 write and read its outputs (they import the plan, never the runtime).
 """
@@ -37,6 +40,11 @@ import numpy as np
 from skype.errors import InputError
 from skype.dskype.keys import grouping_keys
 from skype.dskype.loadstats import SOURCES as STATS_SOURCES, stats_source
+from skype.dskype.activation import ActivationConfig
+from skype.dskype.kinds import VOCABULARY_FILE
+from skype.dskype.handover import routes_everywhere
+from skype.dskype.partition import PartitionConfig
+from skype.dskype.summaries import MessageReadBack
 from skype.dskype.window import WindowSpec
 
 CHECKED_SETTINGS = ("methods", "partitions", "merge_buckets", "window_kind", "window_size", "bounds", "engine",
@@ -396,3 +404,82 @@ class RunOutcome:
     wall_s: float
     stopped_early: bool
     driver_peak_rss_bytes: int = 0
+
+
+# --------------------------------------------------------------------------- what the stages are given
+
+
+def routes_in_source(settings: RunSettings) -> bool:
+    """Whether the source routes as it reads: the staged files' source (not raw files read by
+    the executors, not Kafka, whose reader is Spark's)."""
+    return settings.source.kind == "files" and not settings.source.vocabulary
+
+
+def partition_configs(plan: Plan, backfill: MessageReadBack | None = None) -> dict[int, PartitionConfig]:
+    """Grouping key -> the partition it holds, for every pipeline; ``backfill``: where partitions
+    with keyword summaries read window messages back (the adapter's source)."""
+    s = plan.settings
+    configs = {}
+    assert s.distribution.merge_buckets is not None  # RunSettings sets it
+    vocab = plan.run_dir / "stream" / VOCABULARY_FILE  # written by staging when terms subscriptions come
+    reported = s.statistics_source() == "reports"  # adaptive partitions report the rebalancer's statistics
+    for pipe in plan.pipelines:
+        native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
+        activation = activation_config(s, pipe.distribution)
+        summaries = summary_dir_of(plan, pipe)
+        for p, key in enumerate(pipe.partition_keys):
+            configs[key] = PartitionConfig(p, s.distribution.merge_buckets, s.window, tuple(s.distribution.bounds), s.distribution.engine,
+                                           tuple(sorted(s.distribution.engine_options.items())), count_native=native,
+                                           pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
+                                           inline_merge=pipe.inline_merge, activation=activation,
+                                           final_upto=plan.stream_messages,
+                                           vocabulary_file=str(vocab) if vocab.exists() else None,
+                                           rebalance_dir=rebalance_dir_of(plan, pipe),
+                                           num_partitions=len(pipe.partition_keys),
+                                           summary_dir=summaries, summary_mode=s.distribution.summaries,
+                                           backfill=backfill if summaries else None,
+                                           load_stats=reported and rebalance_dir_of(plan, pipe) is not None)
+    return configs
+
+
+def summary_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
+    """Where a ``prefix`` pipeline's partitions publish their keyword summaries
+    (:mod:`skype.dskype.summaries`): with the loose-prefix activation, unless ``--summaries off``."""
+    if plan.settings.distribution.summaries == "off" or activation_config(plan.settings, pipe.distribution) is None:
+        return None
+    return str(plan.run_dir / "summaries" / pipe.method)
+
+
+def rebalance_dir(run_dir: Path, method: str) -> Path:
+    """``DIR/rebalance/<method>/``: an adaptive pipeline's table versions and the driver's decisions."""
+    return Path(run_dir) / "rebalance" / method
+
+
+def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
+    """The versioned ownership tables of an adaptive pipeline (:mod:`skype.dskype.handover`)."""
+    return str(rebalance_dir(plan.run_dir, pipe.method)) if routes_everywhere(pipe.distribution) else None
+
+
+def activates(settings: RunSettings, caps) -> bool:
+    """Whether a method of capabilities ``caps`` runs the loose-prefix activation under
+    ``settings`` (:func:`activation_config`); from the settings alone, before planning."""
+    return bool(caps.activation) and settings.window.kind == "count" and settings.source.kind == "files"
+
+
+def summarised_methods(settings: RunSettings) -> list[str]:
+    """The methods of ``settings`` whose partitions route messages by keyword summaries
+    (:func:`summary_dir_of`), known before planning."""
+    from skype.partitioning import capabilities_of
+
+    if settings.distribution.summaries == "off":
+        return []
+    return [method for method in settings.distribution.methods if activates(settings, capabilities_of(method))]
+
+
+def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
+    """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.dskype.activation`): count
+    windows only (a batch's expiries are bounded by its size, ``--batch-size``); other
+    methods and time windows run every replica (exact mode)."""
+    if not activates(settings, dist.capabilities):
+        return None
+    return ActivationConfig(tuple(int(x) for x in dist.starts), settings.control.batch_size, int(settings.window.size))

@@ -50,14 +50,11 @@ import numpy as np
 from skype.errors import InputError, OperationalError
 from skype.partitioning.rebalance import FADING, PAPER_POLICY, apply_plan, check_policy, decide
 from skype.partitioning.units import UnitDistribution
-from skype.dskype.handover import (HANDOVER_PREFIX, TableVersion, UnitLocator, routes_everywhere, version_path, write_once,
-                                   write_replacing, write_version)
+from skype.dskype.files import write_once, write_replacing
+from skype.dskype.handover import HANDOVER_PREFIX, TableVersion, UnitLocator, routes_everywhere, version_path, write_version
 from skype.dskype import loadstats
+from skype.dskype.plan import rebalance_dir
 from skype.dskype.results import partition_work
-
-
-def rebalance_dir(run_dir: Path, method: str) -> Path:
-    return Path(run_dir) / "rebalance" / method
 
 
 def policy_of(policy: str, method: str) -> str:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from skype.dskype import codec
+from skype.errors import InputError
 
 if TYPE_CHECKING:
     from skype.api import ChangeLog
@@ -348,3 +349,52 @@ def net_changes(logs: list[ChangeLog], exclude: np.ndarray) -> tuple[np.ndarray,
     net = np.bincount(group, weights=sign).astype(np.int64)
     nz = net != 0
     return sub[first][nz], msg[first][nz], net[nz]
+
+
+def pack_by_bucket(rows: ReportRows, buckets: np.ndarray, partition: int, upto: int) -> dict[int, bytes]:
+    """A partition's report rows as one blob per merge bucket (``buckets``: each row's)."""
+    order = np.argsort(buckets, kind="stable")
+    cuts = np.flatnonzero(np.r_[True, buckets[order][1:] != buckets[order][:-1], True])
+    return {int(buckets[order[lo]]): rows.take(order[lo:hi]).pack(partition, upto)
+            for lo, hi in zip(cuts[:-1], cuts[1:])}
+
+
+def change_rows(sub: np.ndarray, msg: np.ndarray, net: np.ndarray, touched: np.ndarray,
+                arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], nrep: np.ndarray,
+                k: np.ndarray) -> ReportRows:
+    """DELTA rows (single replica: netted entered entries and left ids) and STATE rows
+    (replicated: the whole local list) of the subscriptions with a non-zero net change.
+
+    ``(sub, msg, net)``: the batch's net changes sorted by (sub, msg) (:func:`net_changes`);
+    ``touched``: the distinct ``sub``; ``arrays``: their current local results as CSR
+    ``(indptr, ids, scores, seqs)``; ``nrep``/``k``: each one's replicas and k."""
+    starts = np.flatnonzero(np.r_[True, sub[1:] != sub[:-1]])
+    pair_row = np.repeat(np.arange(len(touched)), np.diff(np.r_[starts, len(sub)]))
+    indptr, ids, scores, seqs = arrays
+    entry_row = np.repeat(np.arange(len(touched)), np.diff(indptr))
+    single = nrep == 1
+    # entered pairs of single-replica rows, found among the top-k entries (dense message ids)
+    entered = (net > 0) & single[pair_row]
+    entry_keys = pair_keys(entry_row, ids)
+    wanted = pair_keys(pair_row[entered], msg[entered])  # ascending: pairs come sorted by (sub, msg)
+    if entry_keys is None or wanted is None:  # large ids: dense message numbers instead
+        uniq, inverse = np.unique(np.concatenate([ids, msg[entered]]), return_inverse=True)
+        width = np.int64(len(uniq))
+        entry_keys = entry_row * width + inverse[:len(ids)]
+        wanted = np.sort(pair_row[entered] * width + inverse[len(ids):])
+    at = np.searchsorted(wanted, entry_keys).clip(0, max(len(wanted) - 1, 0))
+    pick = (wanted[at] == entry_keys if len(wanted) else np.zeros(len(ids), bool)) & single[entry_row]
+    if int(pick.sum()) != int(entered.sum()):
+        raise InputError("E026", detail="a message netted as entered is not in its subscription's top-k")
+    keep_entry = pick | ~single[entry_row]  # DELTA: entered entries; STATE: the whole list
+    a_ptr = np.zeros(len(touched) + 1, np.int64)
+    np.cumsum(np.bincount(entry_row[keep_entry], minlength=len(touched)), out=a_ptr[1:])
+    left = (net < 0) & single[pair_row]
+    b_ptr = np.zeros(len(touched) + 1, np.int64)
+    np.cumsum(np.bincount(pair_row[left], minlength=len(touched)), out=b_ptr[1:])
+    n_left = int(left.sum())
+    row = {"sub": touched, "kind": np.where(single, DELTA, STATE).astype(np.int8),
+           "before_hosted": np.ones(len(touched), bool), "before_nrep": nrep,
+           "after_hosted": np.ones(len(touched), bool), "after_nrep": nrep, "k": k}
+    return ReportRows(row, a_ptr, (ids[keep_entry], scores[keep_entry], seqs[keep_entry]), b_ptr,
+                      (msg[left], np.zeros(n_left), np.zeros(n_left, np.int64)))

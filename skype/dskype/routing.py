@@ -24,7 +24,7 @@ one row per partition and input Arrow batch, ``(key, hwm_seq, hwm_t, messages, c
   with the stream: a control event (``KIND_TABLES``, ``id`` = the pipeline, ``seq`` = the newest
   version the source's offset recorded, ``at`` = the one in force, the start offset's) first in
   every input piece; the router routes the piece's commands under the version in force, stamps
-  each of the pipeline's routed rows with both (``summary`` = :func:`tables_stamp`) and sends one
+  each of the pipeline's routed rows with both (``summary`` = :func:`skype.dskype.stamps.tables_stamp`) and sends one
   to every partition, so every partition learns them;
 * ``hwm_seq``/``hwm_t``: the tick, the largest sequence number and timestamp of the Arrow batch's
   messages.  Every partition gets one whenever the batch has messages, so the stateful operator
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,8 +53,9 @@ from skype.errors import InputError
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.dskype import codec
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, OP_UNSUB, Commands
-from skype.dskype.handover import VersionLog, owner_routed, routes_everywhere, write_replacing
-from skype.dskype.snapshots import query_error
+from skype.dskype.handover import VersionLog, owner_routed, routes_everywhere
+from skype.dskype.screening import occurrence, screen, write_dead_letters  # noqa: F401  (write_dead_letters: re-exported)
+from skype.dskype.stamps import tables_stamp
 
 if TYPE_CHECKING:
     from skype.dskype.summaries import SummaryTables
@@ -66,7 +66,6 @@ KIND_UNSUBSCRIBE = 2
 KIND_RESULTS = 3  # a results request (no record): to every partition
 KIND_QUERY = 4  # a snapshot query (no record): to one partition of a whole-window method, else everywhere
 KIND_TABLES = 5  # control: the table versions a batch may use (id: pipeline, seq: newest version)
-TABLES_STAMP = "tables:"
 
 EVENT_FIELDS = ("kind", "seq", "at", "id", "x", "y", "t", "k", "alpha", "term_ids", "weights", "spec")
 EVENT_SCHEMA_DDL = ("kind byte, seq long, at long, id long, x double, y double, t double, k long, alpha double, "
@@ -81,28 +80,6 @@ def event_arrow_schema():
                       ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), ("k", pa.int64()),
                       ("alpha", pa.float64()), ("term_ids", pa.list_(pa.int64())), ("weights", pa.list_(pa.float64())),
                       ("spec", pa.string())])
-
-
-def tables_stamp(version: int, in_force: int | None = None) -> str:
-    """The stamp of a routed row of an adaptive pipeline: the table version in force at the
-    batch's start and the newest one its offset recorded (announced, in force from the next batch).
-
-    >>> tables_stamp(3, 2), stamped_tables((tables_stamp(3, 2),)), stamped_tables(("tables:4",))
-    ('tables:2:3', (2, 3), (4, 4))
-    >>> stamped_tables(("",)) is None
-    True
-    """
-    return f"{TABLES_STAMP}{int(version if in_force is None else in_force)}:{int(version)}"
-
-
-def stamped_tables(stamps) -> tuple[int, int] | None:
-    """(in force, newest): the table versions a partition's rows carry, None if none."""
-    pairs = []
-    for s in stamps:
-        if s and s.startswith(TABLES_STAMP):
-            parts = s[len(TABLES_STAMP):].split(":")
-            pairs.append((int(parts[0]), int(parts[-1])))
-    return max(pairs) if pairs else None
 
 
 def tables_events(versions: dict):
@@ -284,9 +261,9 @@ class Router:
         rows_out = [np.repeat(blind, P)]
         parts_out = [np.tile(np.arange(P, dtype=np.int64), len(blind))]
         nrep = np.zeros(n, np.int32)
-        occurrence = _occurrence(commands.subs.ids[placed])
-        for r in range(int(occurrence.max(initial=-1)) + 1):
-            rows = placed[occurrence == r]
+        occ = occurrence(commands.subs.ids[placed])
+        for r in range(int(occ.max(initial=-1)) + 1):
+            rows = placed[occ == r]
             routing = self.dist.route_subscriptions(commands.subs.take(rows), None)
             self.dist.remove_subscriptions(commands.subs.ids[rows])
             pr, pp = routing.pairs()
@@ -298,17 +275,6 @@ class Router:
             raise InputError("E026", detail=f"method {self.dist.name} placed a subscription on several partitions")
         nrep[~sub_rows] = 0
         return np.concatenate(rows_out).astype(np.int64), np.concatenate(parts_out), nrep
-
-
-def _occurrence(ids: np.ndarray) -> np.ndarray:
-    """For each position, how many earlier positions hold the same id."""
-    order = np.argsort(ids, kind="stable")
-    s = ids[order]
-    starts = np.r_[True, s[1:] != s[:-1]] if len(s) else np.zeros(0, bool)
-    group_start = np.maximum.accumulate(np.where(starts, np.arange(len(s)), 0)) if len(s) else np.zeros(0, np.int64)
-    occ = np.empty(len(ids), np.int64)
-    occ[order] = np.arange(len(s)) - group_start
-    return occ
 
 
 # --------------------------------------------------------------------------- Arrow <-> batches
@@ -429,7 +395,6 @@ def write_routers_file(directory, dists: list, keys: list[list[int]], summary_di
     reads (:mod:`skype.spark.sources`: a data source's options are strings, so it gets the path,
     not a broadcast).  A fresh name per query start (a worker caches by path), the files of
     earlier starts removed; returns the path and its bytes."""
-    import os
     import pickle
     import secrets
 
@@ -460,108 +425,6 @@ def routers_from_file(path: str) -> ShippedRouters:
 
 
 _from_file: dict = {}
-
-
-# --------------------------------------------------------------------------- poison records
-
-
-def screen(messages: MessageBatch, seq: np.ndarray, commands: Commands, bounds) -> tuple:
-    """Keep the records the engine accepts; return ``(messages, seq, commands, dead)`` where
-    ``dead`` lists the rejected ones (``kind, position, id, code, error``).
-
-    The checks are the engine's own boundary checks (:mod:`skype.validate`): one vectorised pass
-    per batch; only a batch that fails it is checked record by record.  A rejected record is left
-    out of the stream (it would raise inside the engine host, and Spark would replay the same
-    offsets forever).  An unsubscribe whose carried record is bad keeps its id (it goes to every
-    partition)."""
-    from skype.model import Bounds
-    from skype.validate import check_message_batch, check_subscription_batch
-
-    b = bounds if isinstance(bounds, Bounds) else Bounds(*bounds)
-    dead: list[dict] = []
-    if len(messages):
-        try:
-            check_message_batch(messages, b, -np.inf)
-        except InputError:
-            keep, last_t = [], -np.inf
-            for j in range(len(messages)):
-                try:
-                    check_message_batch(messages.take(np.array([j])), b, last_t)
-                except InputError as err:
-                    dead.append(_dead("message", int(seq[j]), int(messages.ids[j]), err))
-                    continue
-                keep.append(j)
-                last_t = float(messages.t[j])
-            rows = np.array(keep, np.int64)
-            messages, seq = messages.take(rows), seq[rows]
-    if len(commands):
-        has_record = np.diff(commands.subs.terms.indptr) > 0
-        asked = np.flatnonzero(commands.op == OP_QUERY)
-        # the spec the driver compiles when it stages a query (skype.dskype.snapshots), whole
-        why = {j: query_error(commands.spec[j]) for j in asked.tolist()}
-        bad = [j for j, reason in why.items() if reason is not None]
-        for j in bad:
-            dead.append(_dead("command", int(commands.cseq[j]), int(commands.subs.ids[j]),
-                              InputError("E138", where="a query command", reason=why[j])))
-        if bad:
-            commands = commands.take(np.setdiff1d(np.arange(len(commands)), bad))
-        sub = commands.op == OP_SUB
-        # kind records (a spec) were validated when compiled (skype.dskype.kinds); their rows need no terms
-        checked = np.flatnonzero((sub | has_record) & np.equal(commands.spec, np.array(None, object)))
-        try:
-            occurrence = _occurrence(commands.subs.ids[checked])
-            for r in range(int(occurrence.max(initial=-1)) + 1):  # rounds of distinct ids
-                check_subscription_batch(commands.subs.take(checked[occurrence == r]), b)
-        except InputError:
-            drop, strip = [], []
-            for j in checked.tolist():
-                try:
-                    check_subscription_batch(commands.subs.take(np.array([j])), b)
-                except InputError as err:
-                    if sub[j]:
-                        dead.append(_dead("command", int(commands.cseq[j]), int(commands.subs.ids[j]), err))
-                        drop.append(j)
-                    else:
-                        strip.append(j)
-            if strip:
-                commands = _strip_records(commands, np.array(strip, np.int64))
-            if drop:
-                commands = commands.take(np.setdiff1d(np.arange(len(commands)), drop))
-    return messages, seq, commands, dead
-
-
-def _dead(kind: str, position: int, record_id: int, err: InputError) -> dict:
-    return {"kind": kind, "position": position, "id": record_id, "code": err.code, "error": str(err)}
-
-
-def _strip_records(commands: Commands, rows: np.ndarray) -> Commands:
-    """The same commands, the given rows without their record (id only)."""
-    from skype.dskype.staging import _id_only
-
-    parts = []
-    is_stripped = np.zeros(len(commands), bool)
-    is_stripped[rows] = True
-    for j in range(len(commands)):
-        one = commands.take(np.array([j]))
-        if is_stripped[j]:
-            one = Commands(one.cseq, one.at, one.op, _id_only(int(one.subs.ids[0])), one.nrep, one.spec)
-        parts.append(one)
-    return Commands.concat(parts)
-
-
-def write_dead_letters(directory: str, dead: list[dict]) -> None:
-    """One JSONL file per (kind, first position) of a routed batch, replaced atomically: a batch
-    Spark re-runs rewrites its own file, so a dead letter is recorded once."""
-    import json
-
-    by_kind: dict[str, list[dict]] = {}
-    for d in dead:
-        by_kind.setdefault(d["kind"], []).append(d)
-    os.makedirs(directory, exist_ok=True)
-    for kind, rows in by_kind.items():
-        path = os.path.join(directory, f"{kind}-{min(r['position'] for r in rows):012d}.jsonl")
-        # a temporary name unique to the attempt; a duplicate attempt replaces the file whole
-        write_replacing(Path(path), "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
 
 
 def route_arrow(routers, batches, bounds=None, dead_letters: str | None = None):

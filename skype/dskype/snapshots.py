@@ -13,7 +13,8 @@ No pyspark here.  A query is one more command of the stream (``docs/queries.md``
 * **Routing**: a method whose partitions each receive every message (``whole_window`` in the
   capability table) sends query ``n`` to partition ``n mod P`` only, which holds the whole
   window; the other methods send it to every partition.
-* **Partitions** (:func:`answer`): a query due in a batch is answered in the batch's command order,
+* **Partitions** (:func:`due_query`, :func:`query_clock`, :func:`answer`; the partition core
+  drives them): a query due in a batch is answered in the batch's command order,
   after the messages before it and before those after it, with the engine's clock at the query's
   clock (``at - 1`` on a count window, ``now_t`` on a time window): the engine's window is then
   exactly the window ``simulate`` answers over, restricted to the partition's share.  The answer
@@ -176,7 +177,7 @@ def refuse(inputs, methods: Iterable[str]) -> None:
 
 def refuse_summaries(inputs, summarised: Iterable[str]) -> None:
     """E135 for the first query of a run whose ``summarised`` methods route messages by keyword
-    summaries (``prefix`` on a count window: :func:`skype.spark.runtime.summary_dir_of`)."""
+    summaries (``prefix`` on a count window: :func:`skype.dskype.plan.summary_dir_of`)."""
     for method in summarised:
         for op, payload in inputs.steps:
             if op == "query":
@@ -213,28 +214,16 @@ def answer(engine, d: dict, at: int, window_kind: str, partition: int, seq_of) -
     return json.dumps({"n": d["query"], "p": partition, "answer": io.answer_entries(spec.kind, result), "seq": seq})
 
 
-def answer_at(core, queries, qi: int, batch, seq: np.ndarray, times: np.ndarray, published: int, due,
-              run: dict[int, int], logs: list, answers: list[str]) -> int:
-    """A :class:`~skype.dskype.partition.PartitionCore` answers query row ``qi`` of its batch at
-    its position: it publishes the messages before it, sets its engine's clock to the query's
-    (:func:`query_clock`) and appends the answer line to ``answers``; returns the messages of
-    ``batch`` now published."""
+def due_query(queries, qi: int, hwm_seq: int, partition: int) -> tuple[int, dict]:
+    """Query row ``qi`` of a partition's due queries: its position ``at`` and its spec; E138 when
+    it arrived after the batch that holds its position (its window is gone)."""
     at = int(queries.at[qi])
     d = json.loads(queries.spec[qi])
-    if at <= core.hwm_seq:  # an open stream's producer wrote it late: its window is gone
-        raise InputError("E138", where=f"partition {core.config.partition}",
+    if at <= hwm_seq:  # an open stream's producer wrote it late
+        raise InputError("E138", where=f"partition {partition}",
                          reason=f"query {d.get('qid')!r} at position {at} arrived after the batch that holds "
                                 f"its position")
-    cut = int(np.searchsorted(seq, at, side="left"))
-    if cut > published:
-        core._flush_subscribes(due, run)
-        logs.append(core._publish(batch, seq, times, published, cut))
-        published = cut
-    clock = query_clock(d, at, core.config.window.kind)
-    if clock is not None and core.config.advances() and clock > core.engine.clock:
-        logs.append(core.engine.advance_log(clock))
-    answers.append(answer(core.engine, d, at, core.config.window.kind, core.config.partition, core.window.seq_of))
-    return published
+    return at, d
 
 
 # --------------------------------------------------------------------------- merge

@@ -52,9 +52,10 @@ from typing import Protocol
 
 import numpy as np
 
-from skype.dskype.handover import write_replacing
+from skype.model import MessageBatch
+from skype.dskype.files import write_replacing
+from skype.dskype.stamps import ALL, summary_digest, summary_parts, summary_stamp
 
-ALL = "*"  # a routed row's stamp when the router had no table for the partition: every term routed
 _NAME = re.compile(r"^p(\d+)-(\d+)\.npy$")
 KEEP_VERSIONS = 4  # versions kept per partition (the router may read one a batch older)
 
@@ -139,7 +140,7 @@ class SummaryTables:
                 stamps.append(ALL)
                 continue
             terms, dig = loaded
-            stamps.append(f"{usable[-1]}:{dig}")
+            stamps.append(summary_stamp(usable[-1], dig))
             parts.append(terms)
             full[q] = False
         if tuple(stamps) != self._union[0]:  # the union changes only with a new version
@@ -182,8 +183,8 @@ def routed_set(directory: str, partition: int, stamps: list[str]) -> np.ndarray 
     for stamp in set(stamps):
         if stamp == ALL:
             continue
-        version, _, dig = stamp.partition(":")
-        terms = _load(_file(directory, partition, int(version)))
+        version, dig = summary_parts(stamp)
+        terms = _load(_file(directory, partition, version))
         sets.append(terms if terms is not None and digest(terms) == dig else np.zeros(0, np.int64))
     if not sets:
         return None
@@ -222,6 +223,28 @@ class TermHolders:
         return np.array(sorted(self.counts), np.int64)
 
 
+@dataclass(frozen=True)
+class Backfill:
+    """What one batch reads back (:meth:`Coverage.cover`): rows of the read-back range ``src``
+    (positions ``src_seq``) older than the batch (``old``: the engine must be rebuilt over share +
+    them, the core's windows only append) and of the batch itself (``new``: they join its messages)."""
+
+    src: MessageBatch
+    src_seq: np.ndarray
+    old: np.ndarray
+    new: np.ndarray
+
+    def rows(self) -> np.ndarray:
+        return np.sort(np.concatenate([self.old, self.new]))
+
+    def segment(self) -> bytes:
+        """The backfill as one more window segment (a rebuild from durable state sees it)."""
+        from skype.dskype import codec
+
+        take = self.rows()
+        return codec.pack_messages(self.src.take(take), self.src_seq[take])
+
+
 class Coverage:
     """A partition's side of the summaries: who holds which term, what a batch must read back,
     and the version it publishes (see module docstring)."""
@@ -247,22 +270,21 @@ class Coverage:
         if record if self.holders.mode == "hosted" else engine:
             self.holders.hold(self.here(term_ids), delta)
 
-    def cover(self, core, due, woken: list[int], batch, seq: np.ndarray, stamps: tuple, lo: int, hwm_seq: int):
-        """Make ``core``'s window share hold every window message of the terms this batch needs
-        (before its wakes ``woken`` and its due commands ``due`` apply).  Returns (the batch's
-        messages with its backfilled part, their seq, the backfill as a segment blob or None, the
-        replicated subscriptions whose local list a rebuild changed, whether it rebuilt)."""
-        from skype.dskype import codec
+    def cover(self, due, woken_terms: list[np.ndarray], window_seqs: np.ndarray, batch, seq: np.ndarray,
+              stamps: tuple, lo: int, hwm_seq: int) -> Backfill | None:
+        """What a partition must read back so that its window share holds every window message of
+        the terms this batch needs (before its wakes, whose records' terms are ``woken_terms``, and
+        its due commands ``due`` apply); ``window_seqs``: the share's positions.  None: nothing."""
         from skype.dskype.codec import OP_SUB
 
         subscribes = [j for j in range(len(due)) if due.op[j] == OP_SUB]
         pieces = [due.subs.terms.row(j)[0] for j in subscribes]
         if self.holders.mode == "active":
-            pieces += [core.hosted.rows[sid][5] for sid in woken]
+            pieces += list(woken_terms)
         fresh = self.here(np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64))
         missing_old = self.holders.lacking(fresh)
         tables = [st for st in stamps if st != ALL]
-        if any(st.partition(":")[2] != self.holders.published for st in tables):
+        if any(summary_digest(st) != self.holders.published for st in tables):
             self.holders.published = None  # the router read another table than this one wrote: write again
         if tables and self.holders.published is not None and not self.holders.changed and self._live is not None:
             # the router used what this partition published, which holds every held term
@@ -271,22 +293,15 @@ class Coverage:
             routed = routed_set(self.directory, self.partition, list(stamps))
             missing_new = (np.zeros(0, np.int64) if routed is None
                            else np.setdiff1d(np.union1d(self.holders.terms(), fresh), routed))
-        unchanged = batch, seq, None, set[int](), False
         if (len(missing_old) == 0 or lo == 0) and (len(missing_new) == 0 or hwm_seq < lo):
-            return unchanged
+            return None
         src, src_seq = self.source.read(max(0, lo - self.window), hwm_seq + 1)
         rows = np.repeat(np.arange(len(src), dtype=np.int64), src.terms.lengths())
-        have = np.sort(np.concatenate([core.window.seqs(), seq]))
+        have = np.sort(np.concatenate([window_seqs, seq]))
         take = backfill_rows(src_seq, rows, np.asarray(src.terms.ids, np.int64), lo, missing_old, missing_new, have)
         if len(take) == 0:
-            return unchanged
-        old, new = take[src_seq[take] < lo], take[src_seq[take] >= lo]
-        restated: set[int] = set()
-        if len(old):  # the core's windows only append: older messages need the engine rebuilt
-            restated = core.rebuild_engine_with(src, src_seq, old, set(woken))
-        if len(new):
-            batch, seq = codec.concat_messages([(batch, seq), (src.take(new), src_seq[new])])
-        return batch, seq, codec.pack_messages(src.take(take), src_seq[take]), restated, bool(len(old))
+            return None
+        return Backfill(src, src_seq, take[src_seq[take] < lo], take[src_seq[take] >= lo])
 
     def publish(self, hwm_seq: int, waking: list[np.ndarray]) -> int:
         """Write the live terms (held, and those of the replicas due to wake at the next batch's

@@ -9,9 +9,11 @@ Data flow of one micro-batch (see ``docs/spark-design.md``)::
 
 Entry: :func:`run` (``skype.spark.run(settings, workload, spark=None)``, :mod:`~skype.spark.job`).
 Modules: :mod:`~skype.spark.sources` and :mod:`~skype.spark.ingest` (stream sources),
+:mod:`~skype.spark.readers` (stream-directory readers), :mod:`~skype.spark.session` (the session),
 :mod:`~skype.spark.processors` (``transformWithState`` processors), :mod:`~skype.spark.hosts`
 (engine hosts), :mod:`~skype.spark.backfill` (window read-back), :mod:`~skype.spark.sink`
-(``foreachBatch``), :mod:`~skype.spark.runtime` (the job), :mod:`~skype.spark.app`.
+(``foreachBatch``), :mod:`~skype.spark.runtime` (the job).  The spark-submit entry is a CLI:
+:mod:`skype.cli.spark_submit`.
 """
 
 

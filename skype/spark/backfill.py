@@ -5,7 +5,7 @@ not routed to it (:mod:`skype.dskype.summaries`).  No process keeps the whole wi
 does: a file source's offset is the number of records consumed, so position p is record p of
 the files in name order.  :class:`BackfillSource` reads positions ``[lo, hi)`` with the readers
 the streaming sources use (staged files, or raw files tokenized with the shipped vocabulary,
-:mod:`skype.spark.ingest`), and screens them as the router does (:func:`skype.dskype.routing.screen`),
+:mod:`skype.spark.ingest`), and screens them as the router does (:func:`skype.dskype.screening.screen`),
 so what comes back is exactly what routing would have sent.  A Kafka stream is not read back
 (no consumer per partition task): summaries stay off there.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from skype.spark.sources import StreamFilesReader
+    from skype.spark.readers import StreamFilesReader
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ class BackfillSource:
         left out): ``(MessageBatch, seq)``."""
         from skype.dskype import codec
         from skype.dskype.codec import Commands
-        from skype.dskype.routing import events_from_arrow, screen
+        from skype.dskype.routing import events_from_arrow
+        from skype.dskype.screening import screen
 
         if hi <= lo:
             return codec.empty_messages(), np.zeros(0, np.int64)
@@ -59,10 +60,10 @@ class BackfillSource:
 
     def _reader(self) -> StreamFilesReader:
         if not self.raw:
-            from skype.spark.sources import StreamFilesReader
+            from skype.spark.readers import StreamFilesReader
 
             return StreamFilesReader(self.path, "messages", None)
-        from skype.spark.ingest import RawFilesReader
+        from skype.spark.readers import RawFilesReader
 
         return RawFilesReader(self.path, "messages", None, vocabulary=str(self.vocabulary), claims=self.claims,
                               bounds=self.bounds, dead_letters=None, split=self.split, default_at=None)

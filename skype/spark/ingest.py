@@ -24,21 +24,16 @@ only and leaves the streams to the executors:
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql.datasource import InputPartition
 
 from skype.errors import InputError
-from skype.dskype.records import parse_lines, records_to_events
-from skype.dskype.routing import write_dead_letters
-from skype.spark.sources import StreamFilesReader, _file_format, count_records
+from skype.spark.readers import (DEFAULT_SPLIT, RawFilesReader, RawPiece, StreamFilesReader,  # noqa: F401  (re-exported)
+                                 _file_format, count_records, jsonl_marks, raw_reader, read_raw_piece)
 
-DEFAULT_SPLIT = 10_000
 INGEST_SETTINGS = ("vocabulary", "messages_dir", "commands_dir", "ingest_split")  # of the source: DIR/ingest.json, for restarts
 
 
@@ -67,107 +62,6 @@ def ship_vocabulary(spark, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- the data source
-
-
-@dataclass(frozen=True)
-class RawPiece:
-    path: str
-    skip: int
-    take: int
-    first_position: int
-    seek: int = 0  # byte offset of record ``seek_record`` (JSONL): the scan starts there
-    seek_record: int = 0
-
-
-def jsonl_marks(path: str, every: int) -> list[int]:
-    """Byte offsets of records 0, every, 2 * every, ... of a JSONL file (blank lines hold no
-    record), so that a task reading from record r scans at most ``every`` lines to reach it."""
-    marks, record, offset = [], 0, 0
-    with open(path, "rb") as fh:
-        for line in fh:
-            if line.strip():
-                if record % every == 0:
-                    marks.append(offset)
-                record += 1
-            offset += len(line)
-    return marks
-
-
-def read_raw_piece(piece: RawPiece, kind: str, vocab, bounds, default_at: int | None):
-    """Parse, validate and vectorise records ``[skip, skip + take)`` of one raw file."""
-    fmt = _file_format(piece.path)
-    if fmt == "jsonl":
-        with open(piece.path, "rb") as fh:
-            fh.seek(piece.seek)
-            nonblank = (line for line in fh if line.strip())
-            skip = piece.skip - piece.seek_record
-            lines = list(itertools.islice(nonblank, skip, skip + piece.take))
-        records = parse_lines(lines, piece.first_position)
-    elif fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(piece.path).slice(piece.skip, piece.take).to_pylist()
-        records = ((piece.first_position + i, {k: v for k, v in row.items() if v is not None})
-                   for i, row in enumerate(rows))
-    else:
-        raise InputError("E024", path=piece.path)
-    return records_to_events(records, kind, vocab, bounds, default_at)
-
-
-class RawFilesReader(StreamFilesReader):
-    """Offsets as :class:`StreamFilesReader`; each batch split into pieces of ``split`` records,
-    tokenized by the tasks that read them.  For JSONL files the reader keeps one byte offset per
-    ``split`` records (:func:`jsonl_marks`; a few integers per file), so a task seeks near its
-    first record instead of scanning the file from the start."""
-
-    def __init__(self, path: str, kind: str, max_records: int | None, *, vocabulary: str, claims: str | None,
-                 bounds: tuple, dead_letters: str | None, split: int, default_at: int | None) -> None:
-        super().__init__(path, kind, max_records)
-        self.vocabulary, self.claims, self.bounds = vocabulary, claims, tuple(bounds)
-        self.dead_letters, self.split, self.default_at = dead_letters, max(1, int(split)), default_at
-        self.marks: dict[str, list[int]] = {}
-
-    def _refresh(self) -> int:
-        total = super()._refresh()
-        for name, _ in self.files:
-            if name not in self.marks and _file_format(name) == "jsonl":
-                self.marks[name] = jsonl_marks(os.path.join(self.path, name), self.split)
-        return total
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        pieces = []
-        for part in super().partitions(start, end):
-            p = part.value
-            marks = self.marks.get(os.path.basename(p.path))
-            for lo in range(0, p.take, self.split):
-                take = min(self.split, p.take - lo)
-                skip = p.skip + lo
-                mark = min(skip // self.split, len(marks) - 1) if marks else 0
-                seek = marks[mark] if marks else 0
-                pieces.append(InputPartition(RawPiece(p.path, skip, take, p.first_position + lo, seek,
-                                                      mark * self.split if marks else 0)))
-        return pieces
-
-    def read(self, partition: InputPartition):
-        from skype.model import Bounds
-        from skype.dskype.vocabulary import shipped_vocabulary
-        from skype.spark.sources import shipped_path
-
-        vocab = shipped_vocabulary(shipped_path(self.vocabulary), self.claims)
-        batch, dead = read_raw_piece(partition.value, self.kind, vocab, Bounds(*self.bounds), self.default_at)
-        if dead and self.dead_letters:
-            write_dead_letters(self.dead_letters, [dict(d, kind="ingest-" + d["kind"]) for d in dead])
-        yield batch
-
-
-def raw_reader(options, path: str, kind: str, max_records: int | None = None) -> RawFilesReader:
-    """A :class:`RawFilesReader` from a source's options (``vocabulary``, ``bounds`` as
-    ``minx,miny,maxx,maxy``, ``claims``, ``deadLetters``, ``split``, ``defaultAt``)."""
-    default_at = options.get("defaultAt")
-    return RawFilesReader(path, kind, max_records, vocabulary=options["vocabulary"], claims=options.get("claims"),
-                          bounds=tuple(float(v) for v in options["bounds"].split(",")),
-                          dead_letters=options.get("deadLetters"), split=int(options.get("split", DEFAULT_SPLIT)),
-                          default_at=int(default_at) if default_at not in (None, "") else None)
 
 
 # --------------------------------------------------------------------------- planning from samples
@@ -286,7 +180,8 @@ def raw_events(spark, plan):
                                 dense=s.window.kind == "count", **kafka)
         commands = kafka_events(spark, s.source.kafka_bootstrap, s.source.commands_topic, "commands", **kafka)
         return messages.unionByName(commands)
-    from skype.spark.runtime import commands_cap, rebalance_dir_of
+    from skype.dskype.plan import rebalance_dir_of
+    from skype.spark.session import commands_cap
     from skype.spark.sources import paired_events
 
     tables = {pipe.index: d for pipe in plan.pipelines if (d := rebalance_dir_of(plan, pipe)) is not None}

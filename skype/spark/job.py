@@ -1,7 +1,7 @@
 """The programmatic entry of DSkype on Spark: :func:`run` plans a run, streams it, returns metrics.
 
 ``run(settings, workload, spark=None)`` is what ``python -m skype.run distributed`` and
-``spark-submit skype/spark/app.py`` call once they have parsed their options.  ``workload`` is
+``spark-submit skype/cli/spark_submit.py`` call once they have parsed their options.  ``workload`` is
 either a loaded :class:`skype.workload.Inputs` (the driver stages it as stream files, or, with
 ``settings.source.messages_dir``, reads it from existing stream directories) or :class:`RawStreams`: the
 executors read and tokenize raw files, stream directories or Kafka topics with a shipped

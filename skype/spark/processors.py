@@ -52,10 +52,11 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from skype.dskype import codec
 from skype.dskype.codec import Commands
-from skype.dskype.durable import Meta, wants_snapshot
+from skype.dskype.durable import (Meta, command_log_entry, commit_partition_log, commit_segments, join_pieces,
+                                 log_entry_count, wants_snapshot, write_log)
 from skype.spark.hosts import MERGE, PARTITION, HostError, InProcessHosts, ProcessHosts
 from skype.dskype.merge import MergeCore
-from skype.dskype.partition import PartitionConfig, PartitionInput, command_log_entry
+from skype.dskype.partition import PartitionConfig, PartitionInput
 from skype.spark.sink import TaskFiles, streaming_batch_id, write_task_files
 
 STAGE_SCHEMA_DDL = "key long, pipeline int, kind string, payload binary"
@@ -78,6 +79,19 @@ def _task_partition() -> int:
         return int(ctx.partitionId()) if ctx is not None else -1
     except Exception:  # noqa: BLE001 - metrics only
         return -1
+
+
+class _MapStore:
+    """A ``MapState`` of blobs by id as :class:`skype.dskype.durable.BlobStore`."""
+
+    def __init__(self, state) -> None:
+        self.state = state
+
+    def put(self, key: int, blob: bytes) -> None:
+        self.state.updateValue((key,), (blob,))
+
+    def remove(self, key: int) -> None:
+        self.state.removeKey((key,))
 
 
 class _HostedProcessor(StatefulProcessor):
@@ -149,41 +163,8 @@ class _HostedProcessor(StatefulProcessor):
         return output, snapshot, info
 
     def _write_log(self, meta: Meta, delta: bytes | None, snapshot: bytes | None) -> int:
-        """Write this batch's log delta, or the snapshot that replaces the log; returns bytes."""
-        if snapshot is not None:
-            for old in meta.log_ids:
-                self.log_state.removeKey((piece_id(old),))
-            meta.log_ids, meta.log_bytes, meta.snapshot_bytes = self._put_pieces(meta, snapshot), 0, len(snapshot)
-            return len(snapshot)
-        if delta is not None:
-            meta.log_ids += self._put_pieces(meta, delta)
-            meta.log_bytes += len(delta)
-            return len(delta)
-        return 0
-
-    def _put_pieces(self, meta: Meta, blob: bytes) -> list[int]:
-        """Write one log entry as pieces of at most ``VALUE_PIECE_BYTES`` (:func:`split_pieces`)."""
-        ids = []
-        for i, piece in enumerate(split_pieces(blob)):
-            pid = meta.take_id()
-            self.log_state.updateValue((pid,), (piece,))
-            ids.append(pid if i == 0 else -pid - 1)
-        return ids
-
-
-# Spark's state server copies a value into one row buffer on the JVM heap: a value of hundreds of
-# megabytes (a snapshot of 100k subscriptions' replica lists) ran a 1 GB driver out of memory.
-VALUE_PIECE_BYTES = 4 << 20
-
-
-def split_pieces(blob: bytes, size: int | None = None) -> list[bytes]:
-    """A log entry as the values it is stored in (one, unless it is larger than ``size``).
-
-    >>> split_pieces(b"abcde", 2), split_pieces(b"", 2)
-    ([b'ab', b'cd', b'e'], [b''])
-    """
-    size = size or VALUE_PIECE_BYTES
-    return [blob[i:i + size] for i in range(0, len(blob), size)] or [blob]
+        """:func:`skype.dskype.durable.write_log` into this key's ``log`` state."""
+        return write_log(meta, _MapStore(self.log_state), delta, snapshot)
 
 
 # A batch's events leave a task as rows of at most about this many bytes: a partition's events as
@@ -210,36 +191,6 @@ def split_events(blob: bytes, size: int | None = None) -> list[bytes]:
                               e_ptr=c["e_ptr"][a:b + 1] - e0, e_id=c["e_id"][e0:e1], e_score=c["e_score"][e0:e1],
                               e_seq=c["e_seq"][e0:e1], l_ptr=c["l_ptr"][a:b + 1] - l0, l_id=c["l_id"][l0:l1]))
     return out
-
-
-def piece_id(logged: int) -> int:
-    """The state key of a logged id: ``meta.log_ids`` holds an entry's first piece as its key
-    ``k`` and each further piece as ``-k - 1``."""
-    return logged if logged >= 0 else -logged - 1
-
-
-def log_entry_count(log_ids: list[int]) -> int:
-    """The log entries ``meta.log_ids`` holds (its further pieces, ``< 0``, are not entries).
-
-    >>> log_entry_count([0, -2, -3, 3])
-    2
-    """
-    return sum(1 for logged in log_ids if logged >= 0)
-
-
-def join_pieces(log_ids: list[int], values: dict[int, bytes]) -> list[bytes]:
-    """The log entries from their stored pieces, in log order.
-
-    >>> join_pieces([0, -2, -3, 3], {0: b"ab", 1: b"cd", 2: b"e", 3: b"x"})
-    [b'abcde', b'x']
-    """
-    entries: list[bytes] = []
-    for logged in log_ids:
-        if logged >= 0:
-            entries.append(values[logged])
-        else:
-            entries[-1] += values[piece_id(logged)]
-    return entries
 
 
 class PartitionProcessor(_HostedProcessor):
@@ -290,41 +241,18 @@ class PartitionProcessor(_HostedProcessor):
         t_host = time.perf_counter()
 
         t_write = time.perf_counter()
-        written = 0
-        switch = output.handover_entry  # an adaptive partition's switch at the batch's start
-        if switch is not None and snapshot is None:
-            if wants_snapshot(meta, len(switch) + (len(delta) if delta is not None else 0)):
-                reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
-                snapshot = reply[1] if reply[0] == "ok" else None
-            if snapshot is None:  # logged before the batch's commands
-                written += self._write_log(meta, switch, None)
-        written += self._write_log(meta, delta, snapshot)
-        entry = output.activation_entry
-        if entry is not None and snapshot is None:
-            # prefix replicas that slept or woke (skype.dskype.activation): logged after the commands
-            compacted = None
-            if wants_snapshot(meta, len(entry)):
-                reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
-                compacted = reply[1] if reply[0] == "ok" else None
-            written += self._write_log(meta, None if compacted is not None else entry, compacted)
+
+        def take_snapshot() -> bytes | None:
+            reply = self._hosts.call(self.stage, key, ("snapshot", self.stage, key, new))
+            return reply[1] if reply[0] == "ok" else None
+
+        logged, snapshot = commit_partition_log(meta, _MapStore(self.log_state), delta, snapshot, output.handover_entry,
+                                      output.activation_entry, take_snapshot)
         segments = [(codec.pack_messages(messages, seq), messages, seq)] if len(messages) else []
         if output.backfill is not None:  # window messages read back for newly live terms
             segments.append((output.backfill, *codec.unpack_messages(output.backfill)))
-        for segment, batch, batch_seq in segments:
-            sid = meta.take_id()
-            self.segment_state.updateValue((sid,), (segment,))
-            meta.seg_ids.append(sid)
-            meta.seg_last.append(float(spec.engine_times(batch_seq, batch.t).max()))
-            written += len(segment)
-        clock = spec.clock(new_hwm_seq, new_hwm_t)
-        keep_ids, keep_last = [], []
-        for sid, last in zip(meta.seg_ids, meta.seg_last):
-            if spec.live(np.array([last]), clock)[0]:
-                keep_ids.append(sid)
-                keep_last.append(last)
-            else:
-                self.segment_state.removeKey((sid,))
-        meta.seg_ids, meta.seg_last = keep_ids, keep_last
+        written = logged + commit_segments(meta, _MapStore(self.segment_state), segments, spec,
+                                           spec.clock(new_hwm_seq, new_hwm_t))
         meta.version, meta.tag = new
         meta.hwm_seq, meta.hwm_t = new_hwm_seq, new_hwm_t
         meta_blob = meta.to_blob()

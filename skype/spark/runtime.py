@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from contextlib import contextmanager
 from functools import partial
@@ -24,165 +23,17 @@ from typing import Iterator
 
 from skype.errors import InputError, OperationalError
 from skype.spark import hosts as hosts_mod
-from skype.dskype.activation import ActivationConfig
-from skype.dskype.kinds import VOCABULARY_FILE
 from skype.dskype.partition import PartitionConfig
-from skype.dskype.plan import Pipeline, Plan, RunOutcome, RunSettings
+from skype.dskype.plan import (Plan, RunOutcome, RunSettings, activates, activation_config,  # noqa: F401  (re-exported)
+                               rebalance_dir_of, routes_in_source, summarised_methods, summary_dir_of)
+from skype.dskype.plan import partition_configs as plan_configs
 from skype.dskype.results import driver_peak_rss_bytes
+from skype.spark.session import (BYTES_PER_COMMAND, COMMANDS_SHARE, DEFAULT_SQL_CONF,  # noqa: F401  (re-exported)
+                                 MIN_COMMANDS_PER_BATCH, batch_heap, commands_cap, conf_text, configure,
+                                 default_driver_memory, executor_cores, make_session, memory_bytes, session_conf)
 from skype.spark.sink import EventSink, TaskFiles
 
-# --------------------------------------------------------------------------- the session
-
-
-def default_driver_memory(master: str | None) -> str:
-    """The driver memory when none is given.  In local mode the executors run inside the driver's
-    JVM, so its heap holds every batch's state traffic and events: a quarter of the machine's
-    memory, between 1g and 8g (Spark's fixed 1g ran out in a 1M-subscription batch,
-    docs/results-spark.md).  Elsewhere the executors have their own heaps: Spark's 1g.
-
-    >>> default_driver_memory("spark://host:7077")
-    '1g'
-    >>> default_driver_memory("local[2]") in {f"{g}g" for g in range(1, 9)}
-    True
-    """
-    if not (master or "").startswith("local"):
-        return "1g"
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return "1g"
-    return f"{max(1, min(8, (total // 4) >> 30))}g"
-
-
-def session_conf(master: str | None, driver_memory: str | None = None) -> dict[str, str]:
-    """Spark settings the job needs (TWS requires RocksDB; see platform notes).  ``master`` None:
-    left to spark-submit.  ``driver_memory`` None: :func:`default_driver_memory`."""
-    return {
-        **({"spark.master": master} if master else {}),
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": driver_memory or default_driver_memory(master),
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.numRecentProgressUpdates": "100000",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-    }
-
-
-def make_session(master: str | None = "local[*]", app_name: str = "skype-dskype", driver_memory: str | None = None,
-                 extra: dict[str, str] | None = None):
-    """One SparkSession for a run; executors use this interpreter unless told otherwise."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(app_name)
-    for key, value in {**session_conf(master, driver_memory), **(extra or {})}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
-
-
-def executor_cores(spark) -> int | None:
-    """Cores of one executor: ``spark.executor.cores`` if set, N of ``local[N]``, else None."""
-    conf = spark.sparkContext.getConf()
-    cores = conf.get("spark.executor.cores", None)
-    if cores:
-        return max(1, int(cores))
-    master = conf.get("spark.master", "")
-    if master.startswith("local[") and master[6:-1].split(",")[0].isdigit():
-        return max(1, int(master[6:-1].split(",")[0]))
-    if master in ("local", "local[1]"):
-        return 1
-    return None
-
-
-# Settings a run takes unless the user gave their own.  The checkpoint's offsets, commits and
-# state changelogs are written through Hadoop's FileSystem API rather than FileContext: on the
-# local or shared POSIX file system a run directory lives on (docs/spark-design.md), rename is
-# atomic under both, and FileContext's calls were a large part of every micro-batch's fixed cost
-# (docs/results-spark.md, "The fixed cost of a batch at P = 1, cut").
-DEFAULT_SQL_CONF = {
-    "spark.sql.streaming.checkpointFileManagerClass":
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-}
-
-
-def configure(spark, plan: Plan) -> None:
-    """Session settings a query run needs (the shuffle partitions are frozen at the first run)."""
-    if plan.host_slots is None:
-        plan.host_slots = executor_cores(spark)
-    for key, value in session_conf(None).items():
-        if key.startswith("spark.sql."):
-            spark.conf.set(key, value)
-    for key, value in DEFAULT_SQL_CONF.items():
-        if not spark.conf.get(key, None):
-            spark.conf.set(key, value)
-    spark.conf.set("spark.sql.shuffle.partitions", str(plan.shuffle_partitions))
-
-
-# --------------------------------------------------------------------------- memory of a batch
-
-# Heap a subscription command may cost while its batch runs (routing, the transformWithState state
-# server, the partition's command log): 200,000 commands in one batch exhausted a 1 GB heap
-# (tweets, prefix, P = 2: at most about 5 KB each), and batches of 65,536 (a quarter of 1 GB at
-# 4 KB) ran to the end (docs/results-spark.md).  A batch may spend COMMANDS_SHARE of the heap.
-BYTES_PER_COMMAND = 4096
-COMMANDS_SHARE = 0.25
-MIN_COMMANDS_PER_BATCH = 1000
-
-
-def memory_bytes(text: str) -> int:
-    """A JVM memory setting (``"1g"``, ``"512m"``, ``"1536"`` MiB) in bytes.
-
-    >>> memory_bytes("1g"), memory_bytes("512m"), memory_bytes("2048")
-    (1073741824, 536870912, 2147483648)
-    """
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    value = text.strip().lower().removesuffix("b")
-    if value and value[-1] in units:
-        return int(float(value[:-1]) * units[value[-1]])
-    return int(float(value) * units["m"])
-
-
-def batch_heap(spark) -> tuple[str, int]:
-    """The JVM memory setting a batch's state traffic lives in, and its bytes: the driver's in
-    local mode (the executors run inside it), else the executors'."""
-    conf = spark.sparkContext.getConf()
-    key = "spark.driver.memory" if conf.get("spark.master", "").startswith("local") else "spark.executor.memory"
-    text = conf.get(key, "1g")
-    return key, memory_bytes(text)
-
-
-def commands_cap(spark, settings: RunSettings) -> int | None:
-    """Subscription commands per micro-batch, at most (None: no cap): ``--commands-per-batch``,
-    else ``COMMANDS_SHARE`` of the batch's heap over ``BYTES_PER_COMMAND``.  E130 when that heap
-    holds fewer than ``MIN_COMMANDS_PER_BATCH`` commands."""
-    if settings.control.commands_per_batch is not None:
-        return settings.control.commands_per_batch or None
-    key, heap = batch_heap(spark)
-    cap = int(heap * COMMANDS_SHARE / BYTES_PER_COMMAND)
-    if cap < MIN_COMMANDS_PER_BATCH:
-        need = int(MIN_COMMANDS_PER_BATCH * BYTES_PER_COMMAND / COMMANDS_SHARE)
-        raise InputError("E130", setting=key, value=conf_text(spark, key), commands=cap,
-                         advice=f"set {key} to at least {-(-need // (1 << 20))}m (--driver-memory), "
-                                "or --commands-per-batch")
-    return cap
-
-
-def conf_text(spark, key: str) -> str:
-    return spark.sparkContext.getConf().get(key, "1g")
-
-
 # --------------------------------------------------------------------------- the query
-
-
-def routes_in_source(settings: RunSettings) -> bool:
-    """Whether the source routes as it reads: the staged files' source (not raw files read by
-    the executors, not Kafka, whose reader is Spark's)."""
-    return settings.source.kind == "files" and not settings.source.vocabulary
 
 
 def source_events(spark, plan: Plan, routing: dict | None = None):
@@ -207,37 +58,10 @@ def source_events(spark, plan: Plan, routing: dict | None = None):
 
 
 def partition_configs(plan: Plan) -> dict[int, PartitionConfig]:
-    """Grouping key -> the partition it holds, for every pipeline."""
-    s = plan.settings
-    configs = {}
-    assert s.distribution.merge_buckets is not None  # RunSettings sets it
-    vocab = plan.run_dir / "stream" / VOCABULARY_FILE  # written by staging when terms subscriptions come
-    reported = s.statistics_source() == "reports"  # adaptive partitions report the rebalancer's statistics
-    for pipe in plan.pipelines:
-        native = s.window.kind == "count" and bool(getattr(pipe.distribution, "broadcasts_messages", False))
-        activation = activation_config(s, pipe.distribution)
-        summaries = summary_dir_of(plan, pipe)
-        for p, key in enumerate(pipe.partition_keys):
-            configs[key] = PartitionConfig(p, s.distribution.merge_buckets, s.window, tuple(s.distribution.bounds), s.distribution.engine,
-                                           tuple(sorted(s.distribution.engine_options.items())), count_native=native,
-                                           pipeline=pipe.index, bucket_keys=tuple(pipe.bucket_keys),
-                                           inline_merge=pipe.inline_merge, activation=activation,
-                                           final_upto=plan.stream_messages,
-                                           vocabulary_file=str(vocab) if vocab.exists() else None,
-                                           rebalance_dir=rebalance_dir_of(plan, pipe),
-                                           num_partitions=len(pipe.partition_keys),
-                                           summary_dir=summaries, summary_mode=s.distribution.summaries,
-                                           backfill=backfill_source(plan) if summaries else None,
-                                           load_stats=reported and rebalance_dir_of(plan, pipe) is not None)
-    return configs
-
-
-def summary_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
-    """Where a ``prefix`` pipeline's partitions publish their keyword summaries
-    (:mod:`skype.dskype.summaries`): with the loose-prefix activation, unless ``--summaries off``."""
-    if plan.settings.distribution.summaries == "off" or activation_config(plan.settings, pipe.distribution) is None:
-        return None
-    return str(plan.run_dir / "summaries" / pipe.method)
+    """Grouping key -> the partition it holds, for every pipeline
+    (:func:`skype.dskype.plan.partition_configs`, reading window messages back through
+    :func:`backfill_source`)."""
+    return plan_configs(plan, backfill_source(plan))
 
 
 def backfill_source(plan: Plan):
@@ -249,39 +73,6 @@ def backfill_source(plan: Plan):
         return BackfillSource(plan.messages_dir, tuple(s.distribution.bounds), raw=True, vocabulary=s.source.vocabulary,
                               claims=str(plan.run_dir / "unseen-terms"), split=s.source.ingest_split)
     return BackfillSource(plan.messages_dir, tuple(s.distribution.bounds))
-
-
-def rebalance_dir_of(plan: Plan, pipe: Pipeline) -> str | None:
-    """The versioned ownership tables of an adaptive pipeline (:mod:`skype.dskype.handover`)."""
-    from skype.dskype.handover import routes_everywhere
-    from skype.dskype.rebalancing import rebalance_dir
-
-    return str(rebalance_dir(plan.run_dir, pipe.method)) if routes_everywhere(pipe.distribution) else None
-
-
-def activates(settings: RunSettings, caps) -> bool:
-    """Whether a method of capabilities ``caps`` runs the loose-prefix activation under
-    ``settings`` (:func:`activation_config`); from the settings alone, before planning."""
-    return bool(caps.activation) and settings.window.kind == "count" and settings.source.kind == "files"
-
-
-def summarised_methods(settings: RunSettings) -> list[str]:
-    """The methods of ``settings`` whose partitions route messages by keyword summaries
-    (:func:`summary_dir_of`), known before planning."""
-    from skype.partitioning import capabilities_of
-
-    if settings.distribution.summaries == "off":
-        return []
-    return [method for method in settings.distribution.methods if activates(settings, capabilities_of(method))]
-
-
-def activation_config(settings: RunSettings, dist) -> ActivationConfig | None:
-    """The loose-prefix activation of a ``prefix`` pipeline (:mod:`skype.dskype.activation`): count
-    windows only (a batch's expiries are bounded by its size, ``--batch-size``); other
-    methods and time windows run every replica (exact mode)."""
-    if not activates(settings, dist.capabilities):
-        return None
-    return ActivationConfig(tuple(int(x) for x in dist.starts), settings.control.batch_size, int(settings.window.size))
 
 
 def closure_bytes(fn) -> int:

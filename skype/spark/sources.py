@@ -40,190 +40,17 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
 
 from skype.errors import InputError
-from skype.dskype.routing import (EVENT_SCHEMA_DDL, KIND_MESSAGE, KIND_QUERY, KIND_RESULTS, KIND_SUBSCRIBE,
-                                 KIND_UNSUBSCRIBE, ROUTED_SCHEMA_DDL, event_arrow_schema, tables_events)
+from skype.dskype.routing import (EVENT_SCHEMA_DDL, ROUTED_SCHEMA_DDL, tables_events)
+from skype.spark.readers import (KINDS, StreamFilesReader, _file_format, count_records,  # noqa: F401  (re-exported)
+                                 raw_reader, shipped_path)
 
 SOURCE_NAME = "skype_stream"
-KINDS = ("messages", "commands")
-
-
-def _file_format(name: str) -> str | None:
-    if name.endswith(".parquet"):
-        return "parquet"
-    if name.endswith((".jsonl", ".json", ".ndjson")):
-        return "jsonl"
-    return None
-
-
-def _record_schema(kind: str):
-    import pyarrow as pa
-
-    terms = [("term_ids", pa.list_(pa.int64())), ("weights", pa.list_(pa.float64()))]
-    if kind == "messages":
-        return pa.schema([("id", pa.int64()), ("x", pa.float64()), ("y", pa.float64()), ("t", pa.float64()), *terms])
-    return pa.schema([("op", pa.string()), ("at", pa.int64()), ("id", pa.int64()), ("x", pa.float64()),
-                      ("y", pa.float64()), ("k", pa.int64()), ("alpha", pa.float64()), *terms,
-                      ("spec", pa.string())])  # spec: a range/knn/terms query (skype.dskype.kinds)
-
-
-def read_stream_file(path: str, kind: str):
-    """A stream file as a pyarrow Table with the record schema of ``kind``."""
-    import pyarrow as pa
-
-    fmt = _file_format(path)
-    schema = _record_schema(kind)
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path)
-    elif fmt == "jsonl":
-        import pyarrow.json as pj
-
-        table = pj.read_json(path, parse_options=pj.ParseOptions(explicit_schema=schema,
-                                                                 unexpected_field_behavior="ignore"))
-    else:
-        raise InputError("E024", path=path)
-    cols = []
-    for field in schema:
-        if field.name in table.column_names:
-            cols.append(table.column(field.name).cast(field.type))
-        else:
-            cols.append(pa.nulls(table.num_rows, field.type))
-    return pa.table(cols, schema=schema)
-
-
-def count_records(path: str) -> int:
-    if _file_format(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
-    with open(path, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
-
-
-def to_events(table, kind: str, first_position: int):
-    """Stream-file records -> a RecordBatch of the stream-event schema; positions from
-    ``first_position`` (``seq`` of messages, ``cseq`` of commands)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = table.num_rows
-    schema = event_arrow_schema()
-    position = pa.array(np.arange(first_position, first_position + n, dtype=np.int64))
-    if kind == "messages":
-        kind_col = pa.array(np.full(n, KIND_MESSAGE, np.int8))
-        cols = {"kind": kind_col, "seq": position, "at": pa.nulls(n, pa.int64()), "k": pa.nulls(n, pa.int64()),
-                "alpha": pa.nulls(n, pa.float64()), "spec": pa.nulls(n, pa.string())}
-    else:
-        op = table.column("op").combine_chunks()
-        bad = pc.invert(pc.is_in(op, value_set=pa.array(["sub", "unsub", "results", "query"]))).fill_null(True)
-        if pc.any(bad).as_py():
-            row = int(np.flatnonzero(np.asarray(bad))[0])
-            raise InputError("E086", op=op[row].as_py())
-        kind_col = pc.if_else(pc.equal(op, "sub"), pa.scalar(KIND_SUBSCRIBE, pa.int8()),
-                              pc.if_else(pc.equal(op, "results"), pa.scalar(KIND_RESULTS, pa.int8()),
-                                         pc.if_else(pc.equal(op, "query"), pa.scalar(KIND_QUERY, pa.int8()),
-                                                    pa.scalar(KIND_UNSUBSCRIBE, pa.int8()))))
-        cols = {"kind": kind_col, "seq": position, "at": table.column("at"), "k": table.column("k"),
-                "alpha": table.column("alpha"), "t": pa.nulls(n, pa.float64()),
-                "spec": table.column("spec") if "spec" in table.column_names else pa.nulls(n, pa.string())}
-    arrays = []
-    for field in schema:
-        col = cols[field.name] if field.name in cols else table.column(field.name)
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        arrays.append(col.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-@dataclass(frozen=True)
-class FilePiece:
-    path: str
-    skip: int
-    take: int
-    first_position: int
-
-
-_last_table: dict[str, Any] = {}  # per worker: the last file read (consecutive batches share files)
-
-
-class StreamFilesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets ``{"records": n}``: the first n records (files in name order) are consumed."""
-
-    def __init__(self, path: str, kind: str, max_records: int | None) -> None:
-        if kind not in KINDS:
-            raise InputError("E022", what="stream kind", value=kind, choices=", ".join(KINDS))
-        self.path = path
-        self.kind = kind
-        self.max_records = max_records
-        self.files: list[tuple[str, int]] = []  # (name, records), name order
-        self.target: int | None = None  # availableNow: the end fixed at the start
-
-    def _refresh(self) -> int:
-        names = sorted(n for n in os.listdir(self.path) if not n.startswith((".", "_")) and _file_format(n))
-        known = {n for n, _ in self.files}
-        for name in names:
-            if name in known:
-                continue
-            if self.files and name < self.files[-1][0]:
-                raise InputError("E023", what=f"new stream file {name!r}",
-                                 expected=f"named after the files already read (last: {self.files[-1][0]!r})",
-                                 value=name)
-            self.files.append((name, count_records(os.path.join(self.path, name))))
-        return sum(n for _, n in self.files)
-
-    def initialOffset(self) -> dict:
-        return {"records": 0}
-
-    def getDefaultReadLimit(self):
-        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.target = self._refresh()
-
-    def latestOffset(self, start: dict, limit) -> dict:
-        total = self._refresh()
-        if self.target is not None:
-            total = min(total, self.target)
-        begin = int(start["records"]) if start else 0
-        if isinstance(limit, ReadMaxRows):
-            total = min(total, begin + int(limit.max_rows))
-        return {"records": max(begin, total)}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        begin, stop = int(start["records"]), int(end["records"])
-        if stop > sum(n for _, n in self.files):
-            self._refresh()
-        pieces = []
-        offset = 0
-        for name, count in self.files:
-            lo, hi = max(begin, offset), min(stop, offset + count)
-            if lo < hi:
-                pieces.append(InputPartition(FilePiece(os.path.join(self.path, name), lo - offset, hi - lo, lo)))
-            offset += count
-        return pieces
-
-    def read(self, partition: InputPartition):
-        piece: FilePiece = partition.value
-        table = _last_table.get(piece.path)
-        if table is None:
-            table = read_stream_file(piece.path, self.kind)
-            _last_table.clear()
-            _last_table[piece.path] = table
-        yield to_events(table.slice(piece.skip, piece.take), self.kind, piece.first_position)
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-# --------------------------------------------------------------------------- both streams, one source
 
 
 def command_positions(path: str) -> np.ndarray:
@@ -417,8 +244,6 @@ class PairedStreamSource(DataSource):
     def streamReader(self, schema):
         o = self.options
         if o.get("vocabulary"):
-            from skype.spark.ingest import raw_reader
-
             lanes = [raw_reader(o, o[kind], kind) for kind in KINDS]
         else:
             lanes = [StreamFilesReader(o[kind], kind, None) for kind in KINDS]
@@ -509,21 +334,7 @@ def kafka_arrow_to_events(batches, kind: str, dense: bool = False, dead_letters:
     for batch in batches:
         events, dead = kafka_rows_to_events(batch, kind, dense=dense, vocab=vocab, bounds=space)
         if dead and dead_letters:
-            from skype.dskype.routing import write_dead_letters
+            from skype.dskype.screening import write_dead_letters
 
             write_dead_letters(dead_letters, [dict(d, kind="kafka-" + d["kind"]) for d in dead])
         yield events
-
-
-def shipped_path(path: str) -> str:
-    """Where this process finds a file shipped with ``SparkContext.addFile``: its ``SparkFiles``
-    copy on an executor, else ``path`` itself (the run directory is shared)."""
-    try:
-        from pyspark import SparkFiles
-
-        local = SparkFiles.get(os.path.basename(path))
-        if os.path.exists(local):
-            return local
-    except Exception:  # not on a worker, or no SparkFiles root
-        pass
-    return path

@@ -4,7 +4,7 @@ Usage (the options are those of ``python -m skype.run distributed``, without ``-
 
     spark-submit --master spark://HOST:7077 \
         --archives skype-env.tar.gz#env --conf spark.pyspark.python=./env/bin/python \
-        skype/spark/app.py --method prefix --partitions 8 --batch-size 10000 \
+        skype/cli/spark_submit.py --method prefix --partitions 8 --batch-size 10000 \
         --checkpoint /shared/dskype-run --results-out /shared/results.jsonl
 
 The compiled engine (Cython ``.so`` modules) cannot be imported from a ``--py-files`` zip: ship a
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     from skype.cli.inputs import add_workload_args
     from skype.cli.simulate import add_engine_args
 
-    parser = argparse.ArgumentParser(prog="spark-submit skype/spark/app.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog="spark-submit skype/cli/spark_submit.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_workload_args(parser)
     add_engine_args(parser)
