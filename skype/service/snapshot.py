@@ -83,17 +83,19 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any
     return final
 
 
-def read(path: Path) -> tuple[dict, list[tuple[dict, str]], tuple[list[bytes], list[float]]]:
-    """(meta, [(subscription record, owner token)], (window records' JSON texts, their t));
-    raises on damage."""
+def read(path: Path) -> tuple[dict, tuple[list[int], list[bytes], list[str]], tuple[list[bytes], list[float]]]:
+    """(meta, (subscription ids, their records' JSON texts as written, owner tokens), (window
+    records' JSON texts, their t)); raises on damage.  The texts are not parsed here: a restore
+    keeps a subscription's text as it is and decodes the bodies in one call."""
     meta = json.loads((path / "meta.json").read_text())
     for name, crc in meta["crc"].items():
         if _crc(path / name) != crc:
             raise ValueError(f"{name} fails its checksum")
-    subs = pq.read_table(path / "subscriptions.parquet").to_pydict()
-    win = pq.read_table(path / "window.parquet").to_pydict()
-    return (meta, [(json.loads(r), t) for r, t in zip(subs["record"], subs["token"])],
-            ([r if isinstance(r, bytes) else r.encode() for r in win["record"]], win["t"]))
+    subs = pq.read_table(path / "subscriptions.parquet")
+    win = pq.read_table(path / "window.parquet")
+    return (meta, (subs.column("id").to_pylist(), subs.column("record").cast(pa.binary()).to_pylist(),
+                   subs.column("token").to_pylist()),
+            (win.column("record").cast(pa.large_binary()).to_pylist(), win.column("t").to_pylist()))
 
 
 def newest_good(directory: Path) -> tuple[Path, dict] | None:

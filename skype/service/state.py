@@ -439,9 +439,12 @@ class State:
             return []
         return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.newest(n)]
 
-    def restore(self, meta: dict, subs: list[tuple[dict, str]], window: tuple[list[bytes], Any]) -> None:
-        """Rebuild from a snapshot: the window's messages first, then every subscription in
-        bulk (topk through ``subscribe_batch``)."""
+    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]],
+                window: tuple[list[bytes], Any]) -> None:
+        """Rebuild from a snapshot (:func:`skype.service.snapshot.read`): the window's messages
+        first, then every subscription in bulk (topk through ``subscribe_batch``).  ``subs`` is
+        three columns: ids, records' JSON texts (kept as they are: the live state's bytes) and
+        owner tokens."""
         self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
         self.window = WindowRecords(engine.window, engine.window_seconds)
@@ -467,29 +470,29 @@ class State:
             engine.advance_log(clock)
         engine.restore_position(clock, int(meta["position"]))
         self.position, self.seq = int(meta["position"]), int(meta["seq"])
-        packed = [pack_record(rec) for rec, _ in subs]
-        if packed and self._restore_topk_by_columns(packed, clock):
-            for (rec, token), line in zip(subs, packed):
-                self.records[int(rec["id"])] = line
-                self.tokens[int(rec["id"])] = stored_owner(token)
-            self.subs_version += 1  # the checks above read the (empty) ids: no stale page of them
-            return
+        ids, packed, tokens = subs
+        packed = [p if isinstance(p, bytes) else p.encode() for p in packed]
+        if not (packed and self._restore_topk_by_columns(packed, clock)):
+            self._restore_by_records(ids, packed, clock)
+        self.records = dict(zip(ids, packed))
+        self.tokens = dict(zip(ids, map(stored_owner, tokens)))
+        self.subs_version += 1  # the checks above read the (empty) ids: no stale page of them
+
+    def _restore_by_records(self, ids: list[int], packed: list[bytes], clock: float) -> None:
+        """A snapshot's subscriptions record by record (any kind; the columnar checks refused)."""
         topk_rows, others = [], []
-        for (rec, token), line in zip(subs, packed):
-            sub = io.subscription_from_obj(rec)
+        for sid, line in zip(ids, packed):
+            sub = io.subscription_from_obj(json.loads(line))
             if isinstance(sub, Subscription):
-                row = validate.check_subscription(sub, self.vocabulary, engine.bounds)
+                row = validate.check_subscription(sub, self.vocabulary, self.engine.bounds)
                 topk_rows.append(row + (queries.check_until(sub.until, clock),))
             else:
                 others.append(sub)
-                self.other_kinds.add(int(rec["id"]))
-            self.records[int(rec["id"])] = line
-            self.tokens[int(rec["id"])] = stored_owner(token)
-        self.subs_version += 1
+                self.other_kinds.add(sid)
         if topk_rows:
-            engine.subscribe_batch(subscriptions_batch(topk_rows))
+            self.engine.subscribe_batch(subscriptions_batch(topk_rows))
         if others:
-            engine.subscribe_many(others)
+            self.engine.subscribe_many(others)
 
     def _restore_topk_by_columns(self, packed: list[bytes], clock: float) -> bool:
         """Register a snapshot's subscriptions through the bulk call's columnar checks when every
