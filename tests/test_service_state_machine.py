@@ -5,7 +5,8 @@ The machine drives the service's state the way the engine thread does
 (:mod:`skype.service.worker`): every command goes through ``State.apply`` with the log append
 (a real :class:`~skype.service.wal.Log`) as its ``before`` hook, and a ``snapshot`` step
 captures the state, rotates the log and writes a snapshot as ``take_snapshot`` does (reusing
-the last subscriptions file while ``subs_version`` is unchanged).  Commands: single and bulk
+the last subscriptions file while ``subs_version`` is unchanged; with the window's engine batch,
+or without it as an older snapshot).  Commands: single and bulk
 subscribes of every kind (topk by text or terms, with ``until``; range, knn, terms), re-subscribes
 of a live id, single and bulk unsubscribes (of live and unknown ids), message batches as NDJSON
 (the columnar ingest) or as records, with fresh ids, ids that have left the window, ids still in
@@ -212,10 +213,11 @@ class ServiceStateMachine(RuleBasedStateMachine):
         self._apply({"op": "advance", "t": self.clock + step})  # back in time: refused (E009) once a clock is set
         self.clock = max(self.clock, self.live.engine.clock)
 
-    @rule()
-    def take_snapshot(self):
+    @rule(with_batch=st.booleans())
+    def take_snapshot(self, with_batch):
         """As ``Worker.take_snapshot``: capture, rotate the log, write (the last subscriptions file
-        again when no subscription changed since)."""
+        again when no subscription changed since); without the window's batch, as an older
+        snapshot, half the time."""
         st_ = self.live
         index = self.log.next_index
         if self.subs_written is not None and self.subs_written[0] == st_.subs_version:
@@ -225,7 +227,8 @@ class ServiceStateMachine(RuleBasedStateMachine):
         meta = st_.meta()
         meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
         self.log.rotate()
-        path = snapshot.write(self.dir / "snapshots", index, meta, subs, st_.window.columns())
+        window = (*st_.window.columns(), st_.window.batch()) if with_batch else st_.window.columns()
+        path = snapshot.write(self.dir / "snapshots", index, meta, subs, window)
         self.subs_written = (st_.subs_version, path / "subscriptions.parquet")
         oldest = snapshot.oldest_kept(self.dir / "snapshots")
         if oldest is not None:

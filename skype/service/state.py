@@ -205,7 +205,7 @@ class State:
             return {"accepted": 0, "position": self.position}, []
         batch = messages_batch(rows)
         log = self._publish(batch, lambda rid: lines.get(rid), before, cmd)
-        self.window.add(batch.ids, batch.t, recs=recs)
+        self.window.add(batch.ids, batch.t, recs=recs, batch=batch)
         return self._published(log)
 
     def _messages_ndjson(self, raw: bytes, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
@@ -231,7 +231,7 @@ class State:
         ids = batch.ids
         line_of = lambda rid: int(numbers[int(np.flatnonzero(ids == rid)[0])])  # noqa: E731 (errors only)
         log = self._publish(batch, line_of, before, cmd)
-        self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
+        self.window.add(batch.ids, batch.t, raw=raw, starts=starts, batch=batch)
         return self._published(log)
 
     def _publish(self, batch: Any, line_of: Callable[[int], int | None], before: Callable[[dict], object],
@@ -439,23 +439,26 @@ class State:
             return []
         return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.newest(n)]
 
-    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]],
-                window: tuple[list[bytes], Any]) -> None:
+    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]], window: tuple) -> None:
         """Rebuild from a snapshot (:func:`skype.service.snapshot.read`): the window's messages
-        first, then every subscription in bulk (topk through ``subscribe_batch``).  ``subs`` is
+        first (the engine's batch as the snapshot kept it, else decoded from their texts), then
+        every subscription in bulk (topk through ``subscribe_batch``).  ``subs`` is
         three columns: ids, records' JSON texts (kept as they are: the live state's bytes) and
         owner tokens."""
         self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
         self.window = WindowRecords(engine.window, engine.window_seconds)
-        texts, ts = window
-        if texts:  # the columnar path, as the batches were published (design 1 if it refuses)
+        texts, ts = window[:2]
+        batch = window[2] if len(window) > 2 else None  # the engine's batch, when the snapshot kept it
+        if texts:  # else the columnar path, as the batches were published (design 1 if it refuses)
             raw = b"\n".join(texts)
             starts, _ = ingest.record_lines(raw)
             t = np.asarray(ts, np.float64)
             mark = len(self.vocabulary)
             try:
-                batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, engine.bounds, 0, -math.inf, t=t)
+                if batch is None:
+                    batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, engine.bounds, 0, -math.inf,
+                                                  t=t)
             except ingest.Rejected:
                 self._rollback_vocabulary(mark)
                 rows = [validate.check_message(io.message_from_obj(dict(json.loads(text), t=float(tm))),
@@ -464,7 +467,7 @@ class State:
                 batch = messages_batch(rows)
             for start in range(0, len(batch.ids), 10_000):
                 engine.publish_batch(batch.slice(start, min(start + 10_000, len(batch.ids))))
-            self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
+            self.window.add(batch.ids, batch.t, raw=raw, starts=starts, batch=batch)
         clock = float(meta["clock"]) if meta["clock"] is not None else -math.inf
         if engine.window_seconds is not None and clock > engine.clock:
             engine.advance_log(clock)
