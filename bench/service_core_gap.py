@@ -8,7 +8,9 @@ both paths, each in its own process, with the engine's work counters beside the 
   stream as NDJSON batches of ``--batch`` through ``State.apply``, no HTTP; ``state-thread`` applies
   them on a second thread while the main thread runs an idle asyncio loop, as in the server;
   ``state-vocabulary`` starts from ``simulate``'s vocabulary (every term of both files, sorted:
-  what ``serve --vocabulary FILE`` gives) instead of numbering terms as they come.
+  what ``serve --vocabulary FILE`` gives) instead of numbering terms as they come;
+  ``state-noquery`` builds the engine without the query window (``snapshots=False``, as
+  ``simulate`` does for topk-only inputs), to size what that window costs in the server.
 
 For each run: the seconds inside ``publish_batch`` (the core), inside ``State._events`` and in
 the rest of ``apply``; and the engine's counters (arrivals, expirations, re-evaluations, its own
@@ -56,7 +58,8 @@ def run_simulate(m: Path, s: Path, window: int, batch: int) -> dict:
             "msgs_per_s": round(result.metrics["throughput_msgs_per_s"]), **counters(result.engine)}
 
 
-def run_state(m: Path, s: Path, window: int, batch: int, on_thread: bool, same_vocabulary: bool) -> dict:
+def run_state(m: Path, s: Path, window: int, batch: int, on_thread: bool, same_vocabulary: bool,
+              query_window: bool = True) -> dict:
     from skype.service.build import ServiceSettings, engine_factory
     from skype.service.state import State
 
@@ -72,6 +75,12 @@ def run_state(m: Path, s: Path, window: int, batch: int, on_thread: bool, same_v
         return run
 
     make = engine_factory(ServiceSettings(data_dir=tempfile.gettempdir(), window=window))
+    if not query_window:  # the engine serve builds, without the query window (snapshots=False)
+        from skype.engine import Engine
+        from skype.model import DEFAULT_BOUNDS
+
+        def make(vocabulary):
+            return Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=False, window=window)
 
     def make_engine(vocabulary):
         engine = make(vocabulary)
@@ -106,7 +115,8 @@ def run_state(m: Path, s: Path, window: int, batch: int, on_thread: bool, same_v
     else:
         stream()
     n = len(lines)
-    name = "state" + ("-thread" if on_thread else "") + ("-vocabulary" if same_vocabulary else "")
+    name = "state" + ("-thread" if on_thread else "") + ("-vocabulary" if same_vocabulary else "") + \
+        ("" if query_window else "-noquery")
     return {"path": name, "stream_s": round(out["stream_s"], 2),
             "msgs_per_s": round(n / out["stream_s"]),
             "publish_batch_s": round(clocks["publish_batch_s"], 2), "events_s": round(clocks["events_s"], 2),
@@ -122,14 +132,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--paths", default="simulate,state,state-vocabulary,state-thread",
-                    help="simulate, state, state-thread, state-vocabulary, state-thread-vocabulary")
+                    help="simulate, or state with any of the suffixes -thread, -vocabulary, -noquery in that order")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # a child: run one path on --files
     ap.add_argument("--files", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         m, s = (Path(p) for p in a.files.split(","))
         res = run_simulate(m, s, a.window, a.batch) if a.one == "simulate" else \
-            run_state(m, s, a.window, a.batch, "-thread" in a.one, "-vocabulary" in a.one)
+            run_state(m, s, a.window, a.batch, "-thread" in a.one, "-vocabulary" in a.one, "-noquery" not in a.one)
         print(json.dumps(res))
         return
     with tempfile.TemporaryDirectory(prefix="skype-core-gap-") as tmp:
