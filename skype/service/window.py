@@ -50,7 +50,10 @@ class Chunk:
     def nbytes(self) -> int:
         raw = len(self.raw) if self.raw is not None else 0
         starts = self.starts.nbytes if self.starts is not None else 0
-        return self.ids.nbytes + self.t.nbytes + raw + starts
+        b = self.batch  # its ids and t are the arrays above
+        batch = 0 if b is None else b.x.nbytes + b.y.nbytes + b.terms.indptr.nbytes + b.terms.ids.nbytes \
+            + b.terms.weights.nbytes
+        return self.ids.nbytes + self.t.nbytes + raw + starts + batch
 
 
 def _expired(tm: float, clock: float, seconds: float) -> bool:
