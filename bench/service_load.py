@@ -18,8 +18,13 @@ and many event streams, on 127.0.0.1 only, bounded in time, stopping by itself.
    the server's final results (``GET /v1/results``): a stream that lost an event folds to a
    different result.
 
-The client is aiohttp with msgspec (the lightest Python client at hand) and takes one timestamp
-per chunk read; it shares the cores with the server, so the server's own histogram
+The readers are aiohttp in ``--readers`` processes of their own (the streams dealt round-robin),
+apart from the process that fills, registers, drives and checks.  A reader takes one timestamp per
+chunk read and keeps each event's text as it came: nothing is parsed on its loop; every event is
+decoded and folded after the run, so the check is unchanged.  Each reader samples its own loop's
+lag (how late a 10 ms sleep wakes) and its CPU clock, reported over the publishing interval: a
+busiest reader near 1.0 CPU, or a lag near the client's p99, says the client is the bottleneck.
+The readers share the cores with the server, so the server's own histogram
 (``skype_publish_request_to_write_seconds``, read from ``/metrics`` before and after publishing;
 p50/p99 as bucket upper bounds) is reported beside the client's figure.
 
@@ -28,13 +33,15 @@ to its 200), publish-to-receive p50/p99 on the client (a batch sent to an event 
 an event's ``position`` names the batch), the server's publish-request-to-write p50/p99, events
 received, streams whose fold differs from the final results (``lost``: must be 0), duplicates,
 resets received, reconnects (disconnects, slow consumers cut off), connect time, and the
-server's peak RSS.  Exit code 1 when a fold differs.
+server's peak RSS, and the readers' loop lag p50/p99 and busiest CPU share.  Exit code 1 when a
+fold differs.
 
 ``--mode`` presets the issue's targets (each option may still be overridden):
 
     python bench/service_load.py --mode sse1k     # 1,000 SSE x 1 sub; 10k subs, window 20k, 2,000 msg/s by 200
     python bench/service_load.py --mode ws1k      # 1,000 WebSockets x 10 subs; the same stream
     python bench/service_load.py --mode sse5k     # 5,000 SSE x 1 sub; 100k subs, window 100k, 1,000 msg/s by 100
+    python bench/service_load.py --mode ws1k --readers 2   # the readers in two processes
     python bench/service_load.py --subs 2000 --streams 20 --per-stream 10 --protocol ws   # small
 
 Timings on a shared 2-core machine are indicative: client and server share the cores.
@@ -83,6 +90,7 @@ DEFAULTS = dict(subs=2000, window=5000, streams=20, per_stream=10, protocol="sse
 HISTOGRAM = "skype_publish_request_to_write_seconds"
 COUNTS = ("skype_events_pushed_total", "skype_stream_writes_total", "skype_blocks_delivered_total")
 _decode = msgspec.json.Decoder().decode
+_SEQ = re.compile(rb'"seq":\s*(\d+)')
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:
@@ -93,24 +101,39 @@ def percentiles(values: list[float]) -> tuple[float, float]:
 
 
 class Stream:
-    """One connection's record: what it received, when, and its reconnects."""
+    """One connection's record: what it received (each event's JSON text, decoded only after
+    the run: the reader's loop does no parsing), when, and its reconnects."""
 
     def __init__(self, name: str, protocol: str, subs: list[int]) -> None:
         self.name, self.protocol, self.subs = name, protocol, subs
-        self.events: list[dict] = []
+        self.raw: list[bytes] = []
         self.received_at: list[float] = []
+        self.events: list[dict] = []  # decoded after the run (decode)
         self.reconnects = 0
         self.connected = asyncio.Event()
         self.last_seq = 0  # the stream's resume point (SSE: its Last-Event-ID; WS: the watermark)
 
-    def take(self, obj: dict, now: float) -> None:
-        if "sub" not in obj:
-            if "seq" in obj:  # a WebSocket watermark
-                self.last_seq = max(self.last_seq, obj["seq"])
-            return
-        self.last_seq = max(self.last_seq, obj["seq"])
-        self.events.append(obj)
+    def take(self, raw: bytes, now: float) -> None:
+        self.raw.append(raw)
         self.received_at.append(now)
+
+    def decode(self) -> None:
+        """The received texts as events (WebSocket watermarks, which carry no ``sub``, dropped)."""
+        events, times = [], []
+        for raw, now in zip(self.raw, self.received_at):
+            obj = _decode(raw)
+            if "sub" in obj:
+                events.append(obj)
+                times.append(now)
+        self.events, self.received_at, self.raw = events, times, []
+
+    def resume_seq(self) -> int:
+        """The seq to resume after (WebSocket: the last seq seen, event or watermark)."""
+        if self.protocol == "ws" and self.raw:
+            m = _SEQ.search(self.raw[-1])
+            if m:
+                self.last_seq = max(self.last_seq, int(m.group(1)))
+        return self.last_seq
 
 
 async def sse_follow(session, url: str, stream: Stream, stop: asyncio.Event) -> None:
@@ -123,7 +146,7 @@ async def sse_follow(session, url: str, stream: Stream, stop: asyncio.Event) -> 
         path, params = "/v1/events", [("sub", str(s)) for s in stream.subs]
     while not stop.is_set():
         try:
-            async with session.get(url + path, params=params + [("after", str(stream.last_seq))],
+            async with session.get(url + path, params=params + [("after", str(stream.resume_seq()))],
                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)) as resp:
                 if resp.status != 200:
                     raise RuntimeError(f"SSE {stream.name}: HTTP {resp.status}")
@@ -136,7 +159,7 @@ async def sse_follow(session, url: str, stream: Stream, stop: asyncio.Event) -> 
                     for block in blocks:
                         for line in block.split(b"\n"):
                             if line.startswith(b"data: "):
-                                stream.take(_decode(line[6:]), now)
+                                stream.take(line[6:], now)
                             elif line.startswith(b"id: "):
                                 stream.last_seq = max(stream.last_seq, int(line[4:]))
         except (aiohttp.ClientError, RuntimeError, asyncio.TimeoutError):
@@ -152,11 +175,11 @@ async def ws_follow(session, url: str, stream: Stream, stop: asyncio.Event) -> N
     while not stop.is_set():
         try:
             async with session.ws_connect(url + "/v1/events", max_msg_size=0, compress=0) as ws:
-                await ws.send_str(json.dumps({"subscribe": stream.subs, "after": stream.last_seq}))
+                await ws.send_str(json.dumps({"subscribe": stream.subs, "after": stream.resume_seq()}))
                 stream.connected.set()
                 async for msg in ws:
                     if msg.type == aiohttp.WSMsgType.TEXT:
-                        stream.take(_decode(msg.data), time.perf_counter())
+                        stream.take(msg.data.encode(), time.perf_counter())
                     elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         break
         except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -166,17 +189,64 @@ async def ws_follow(session, url: str, stream: Stream, stop: asyncio.Event) -> N
             await asyncio.sleep(0.1)
 
 
-async def wait_idle(streams: list[Stream], idle: float, limit: float) -> None:
+async def wait_idle(count, idle: float, limit: float) -> None:
+    """Until ``count()`` (events received so far) has not changed for ``idle`` seconds."""
     start = time.perf_counter()
     counts = None
     quiet_since = time.perf_counter()
     while time.perf_counter() - start < limit:
-        now = sum(len(s.events) for s in streams)
+        now = count()
         if now != counts:
             counts, quiet_since = now, time.perf_counter()
         elif time.perf_counter() - quiet_since >= idle:
             return
         await asyncio.sleep(0.1)
+
+
+def reader_main(url: str, protocol: str, specs: list, received, connected, stop_flag, out) -> None:
+    """A reader process: follows its share of the streams until ``stop_flag``; sends back each
+    stream's received texts and times, and its event loop's lag and CPU clock samples."""
+    asyncio.run(_reader(url, protocol, specs, received, connected, stop_flag, out))
+
+
+async def _reader(url: str, protocol: str, specs: list, received, connected, stop_flag, out) -> None:
+    import aiohttp
+
+    streams = [Stream(name, protocol, subs) for name, subs in specs]
+    stop = asyncio.Event()
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        follow = sse_follow if protocol == "sse" else ws_follow
+        tasks = [asyncio.create_task(follow(session, url, st, stop)) for st in streams]
+        lag: list[tuple[float, float]] = []  # (when, how late a 10 ms sleep woke): the loop's lag
+        cpu: list[tuple[float, float]] = []  # (when, this process's CPU seconds)
+        while not stop_flag.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            lag.append((now, now - t - 0.01))
+            if len(lag) % 10 == 0:
+                received.value = sum(len(st.received_at) for st in streams)
+                connected.value = sum(st.connected.is_set() for st in streams)
+                cpu.append((now, time.process_time()))
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    out.put(([(st.name, st.raw, st.received_at, st.reconnects) for st in streams], lag, cpu))
+
+
+def loop_figures(samples: list, start: float, end: float) -> tuple[float, float, float]:
+    """Over [start, end]: the readers' loop lag p50 and p99 (ms), and the busiest reader's CPU
+    share (its CPU seconds over wall seconds)."""
+    lags = [d for lag, _ in samples for t, d in lag if start <= t <= end]
+    shares = []
+    for _, cpu in samples:
+        inside = [(t, c) for t, c in cpu if start <= t <= end]
+        if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+            shares.append((inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]))
+    p50, p99 = percentiles(lags)
+    return 1e3 * p50, 1e3 * p99, max(shares) if shares else float("nan")
 
 
 async def metric(session, url: str, name: str) -> float:
@@ -285,16 +355,29 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
         for i in range(args.streams):
             followed = [int(subs[(i * args.per_stream + j) % len(subs)]["id"]) for j in range(args.per_stream)]
             streams.append(Stream(f"s{i}", args.protocol, sorted(set(followed))))
-        stop = asyncio.Event()
+        ctx = multiprocessing.get_context("spawn")
+        stop_flag, out = ctx.Event(), ctx.Queue()
+        received = [ctx.Value("q", 0, lock=False) for _ in range(args.readers)]
+        connected = [ctx.Value("q", 0, lock=False) for _ in range(args.readers)]
         t_connect = time.perf_counter()
-        follow = sse_follow if args.protocol == "sse" else ws_follow
-        tasks = [asyncio.create_task(follow(session, url, s, stop)) for s in streams]
-        await asyncio.wait_for(asyncio.gather(*(s.connected.wait() for s in streams)), 300)
-        while await metric(session, url, "skype_connected_clients") < len(streams):
+        readers = [ctx.Process(target=reader_main, daemon=True,
+                               args=(url, args.protocol, [(st.name, st.subs) for st in streams[r::args.readers]],
+                                     received[r], connected[r], stop_flag, out)) for r in range(args.readers)]
+        for proc in readers:
+            proc.start()
+
+        def count() -> int:
+            return sum(v.value for v in received)
+
+        deadline = time.perf_counter() + 300
+        while sum(v.value for v in connected) < len(streams) or \
+                await metric(session, url, "skype_connected_clients") < len(streams):
+            if time.perf_counter() > deadline or not all(proc.is_alive() for proc in readers):
+                stop_flag.set()
+                raise SystemExit("the streams did not all connect")
             await asyncio.sleep(0.2)
         connect_s = time.perf_counter() - t_connect
-        await wait_idle(streams, idle=1.0, limit=120.0)     # the backlogs (creation events) are in
-        reconnects_before = sum(s.reconnects for s in streams)
+        await wait_idle(count, idle=1.0, limit=120.0)     # the backlogs (creation events) are in
         hist0 = await histogram(session, url)
         counts0 = [await metric(session, url, name) for name in COUNTS]
 
@@ -309,7 +392,7 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
             start, sent_at, acks, end_pos = await loop.run_in_executor(
                 pool, publisher, url, bodies, args.batch / args.rate if args.rate > 0 else 0.0, args.duration)
         publish_s = (sent_at[-1] + acks[-1] - start) if sent_at else 0.0
-        await wait_idle(streams, idle=2.0, limit=120.0)
+        await wait_idle(count, idle=2.0, limit=120.0)
         hist1 = await histogram(session, url)
         counts1 = [await metric(session, url, name) for name in COUNTS]
         pushed, writes, blocks = (b - a for a, b in zip(counts0, counts1))
@@ -320,10 +403,20 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
                 if m:
                     resets_by_reason[m.group(1)] = float(m.group(2))
         slow = await metric(session, url, "skype_slow_consumers_total")
-        stop.set()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        stop_flag.set()
+        samples = []
+        by_name = {st.name: st for st in streams}
+        for _ in readers:  # (before join: a reader exits once its results are taken)
+            got, lag, cpu = out.get(timeout=600)
+            samples.append((lag, cpu))
+            for name, raw, times, reconnects in got:
+                st = by_name[name]
+                st.raw, st.received_at, st.reconnects = raw, times, reconnects
+        for proc in readers:
+            proc.join()
+        for st in streams:
+            st.decode()
+        lag50, lag99, cpu_share = loop_figures(samples, start, start + publish_s)
 
         final: dict[int, list] = {}
         async with session.get(url + "/v1/results") as resp:
@@ -367,8 +460,9 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
         "events_per_write": pushed / writes if writes else float("nan"),
         "folds_differing": bad_folds, "events_duplicated": dupes, "resets_received": resets,
         "resets_by_reason": json.dumps(resets_by_reason), "slow_consumers_cut": int(slow),
-        "reconnects_before_publishing": reconnects_before,
         "reconnects": sum(s.reconnects for s in streams),
+        "readers": args.readers, "client_loop_lag_p50_ms": lag50, "client_loop_lag_p99_ms": lag99,
+        "client_busiest_reader_cpu_share": cpu_share,
     }
 
 
@@ -427,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fsync", choices=("always", "batch", "never"), default="batch",
                    help="the started server's policy (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--readers", type=int, default=1,
+                   help="reader processes the streams are shared among (default: %(default)s)")
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for the started server (repeat; e.g. --server-arg=--snapshot-every=10000000)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")

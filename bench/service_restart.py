@@ -75,7 +75,7 @@ def build(data: Path, subs_file: Path, lines: list[bytes], a: argparse.Namespace
     meta = state.meta()
     meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
     log.rotate()
-    snapshot.write(data / "snapshots", log.next_index, meta, subs, state.window.columns())
+    snapshot.write(data / "snapshots", log.next_index, meta, subs, (*state.window.columns(), state.window.batch()))
     for i in range(0, len(replay), a.batch):  # logged only: the restart replays them against every subscription
         log.append({"op": "msgs", "ndjson": b"".join(replay[i:i + a.batch]).decode()})
     log.close()

@@ -203,7 +203,8 @@ def test_older_snapshot_with_plain_owner_tokens():
 
     state = State(lambda v: ReferenceEngine(window=5, vocabulary=v))
     meta = state.meta()
-    subs = [(dict(REC, id=1), "plain-old-token"), (dict(REC, id=2), owner_hash("newer")), (dict(REC, id=3), "")]
+    subs = ([1, 2, 3], [json.dumps(dict(REC, id=i)).encode() for i in (1, 2, 3)],
+            ["plain-old-token", owner_hash("newer"), ""])
     state.restore(meta, subs, ([], []))
     assert state.tokens == {1: owner_hash("plain-old-token"), 2: owner_hash("newer"), 3: ""}
     tokens = Tokens(["adm"], [])

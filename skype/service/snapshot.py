@@ -3,7 +3,9 @@
 A snapshot is a directory ``snap-<log record>/`` (the first log record it does not contain):
 ``subscriptions.parquet`` (id, record JSON, owner token), ``window.parquet`` (id, t, record
 JSON of the messages in the window, oldest first: the bytes of its line in the batch that brought
-it, so its own ``t`` may be missing; the column ``t`` is the one) and ``meta.json`` (position, event seq,
+it, so its own ``t`` may be missing; the column ``t`` is the one; and x, y, term ids and weights
+as the engine was given them, which a restore publishes as they are: no text decoded, no term
+looked up) and ``meta.json`` (position, event seq,
 clock, vocabulary, and the CRC32 of each Parquet file).  It is written under a temporary name,
 every file fsynced, then renamed into place and the directory fsynced: a snapshot either exists
 whole or not at all.  The newest two are kept; :func:`load_newest` returns the newest one whose
@@ -23,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from skype.model import MessageBatch, TermMatrix
 from skype.service.wal import fsync_path
 
 KEEP = 2
@@ -44,8 +47,9 @@ def snapshots(directory: Path) -> list[tuple[int, Path]]:
 
 
 def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any, str]] | Path,
-          window: tuple[Any, Any, list]) -> Path:
+          window: tuple) -> Path:
     """Write a snapshot covering the log records before ``log_index``; returns its path.
+    ``window`` is (ids, t, record texts) and optionally the engine's batch of those messages.
     ``subs`` may be the ``subscriptions.parquet`` of an earlier snapshot when no subscription
     changed since: it is copied, not encoded again."""
     if not directory.is_dir():  # a new folder: its entry in the parent must be durable too
@@ -64,9 +68,17 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any
                                                  pa.string()),
                               "token": pa.array([s[2] for s in subs], pa.string())})
         pq.write_table(sub_table, tmp / "subscriptions.parquet")
-    ids, ts, texts = window  # columns (WindowRecords.columns): a record's text may lack its t
-    win_table = pa.table({"id": pa.array(ids, pa.int64()), "t": pa.array(ts, pa.float64()),
-                          "record": pa.chunked_array(texts, pa.large_binary())})
+    ids, ts, texts = window[:3]  # columns (WindowRecords.columns): a record's text may lack its t
+    columns = {"id": pa.array(ids, pa.int64()), "t": pa.array(ts, pa.float64()),
+               "record": pa.chunked_array(texts, pa.large_binary())}
+    batch = window[3] if len(window) > 3 else None  # the engine's batch (WindowRecords.batch), or None
+    if batch is not None:
+        columns.update(x=pa.array(batch.x, pa.float64()), y=pa.array(batch.y, pa.float64()),
+                       term_ids=pa.LargeListArray.from_arrays(pa.array(batch.terms.indptr, pa.int64()),
+                                                              pa.array(batch.terms.ids, pa.int64())),
+                       term_weights=pa.LargeListArray.from_arrays(pa.array(batch.terms.indptr, pa.int64()),
+                                                                  pa.array(batch.terms.weights, pa.float64())))
+    win_table = pa.table(columns)
     pq.write_table(win_table, tmp / "window.parquet")
     meta = dict(meta, log_index=log_index, crc={name: _crc(tmp / name)
                                                 for name in ("subscriptions.parquet", "window.parquet")})
@@ -83,17 +95,32 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any
     return final
 
 
-def read(path: Path) -> tuple[dict, list[tuple[dict, str]], tuple[list[bytes], list[float]]]:
-    """(meta, [(subscription record, owner token)], (window records' JSON texts, their t));
-    raises on damage."""
+def read(path: Path) -> tuple[dict, tuple[list[int], list[bytes], list[str]], tuple]:
+    """(meta, (subscription ids, their records' JSON texts as written, owner tokens), (window
+    records' JSON texts, their t, the engine's batch of them or None)); raises on damage.  The texts are not parsed here: a restore
+    keeps a subscription's text as it is and decodes the bodies in one call."""
     meta = json.loads((path / "meta.json").read_text())
     for name, crc in meta["crc"].items():
         if _crc(path / name) != crc:
             raise ValueError(f"{name} fails its checksum")
-    subs = pq.read_table(path / "subscriptions.parquet").to_pydict()
-    win = pq.read_table(path / "window.parquet").to_pydict()
-    return (meta, [(json.loads(r), t) for r, t in zip(subs["record"], subs["token"])],
-            ([r if isinstance(r, bytes) else r.encode() for r in win["record"]], win["t"]))
+    subs = pq.read_table(path / "subscriptions.parquet")
+    win = pq.read_table(path / "window.parquet")
+    return (meta, (subs.column("id").to_pylist(), subs.column("record").cast(pa.binary()).to_pylist(),
+                   subs.column("token").to_pylist()),
+            (win.column("record").cast(pa.large_binary()).to_pylist(), win.column("t").to_pylist(),
+             _window_batch(win)))
+
+
+def _window_batch(win: pa.Table) -> MessageBatch | None:
+    """The window's messages as the engine was given them, when the snapshot holds their columns."""
+    if "term_ids" not in win.column_names:  # an older snapshot: the texts only
+        return None
+    term_ids = win.column("term_ids").combine_chunks()
+    weights = win.column("term_weights").combine_chunks()
+    indptr = term_ids.offsets.to_numpy() - term_ids.offsets[0].as_py()
+    return MessageBatch(win.column("id").to_numpy(), win.column("x").to_numpy(), win.column("y").to_numpy(),
+                        win.column("t").to_numpy(),
+                        TermMatrix(indptr, term_ids.flatten().to_numpy(), weights.flatten().to_numpy()))
 
 
 def newest_good(directory: Path) -> tuple[Path, dict] | None:

@@ -205,7 +205,7 @@ class State:
             return {"accepted": 0, "position": self.position}, []
         batch = messages_batch(rows)
         log = self._publish(batch, lambda rid: lines.get(rid), before, cmd)
-        self.window.add(batch.ids, batch.t, recs=recs)
+        self.window.add(batch.ids, batch.t, recs=recs, batch=batch)
         return self._published(log)
 
     def _messages_ndjson(self, raw: bytes, before: Callable[[dict], object], cmd: dict) -> tuple[Any, list[EventBlock]]:
@@ -231,7 +231,7 @@ class State:
         ids = batch.ids
         line_of = lambda rid: int(numbers[int(np.flatnonzero(ids == rid)[0])])  # noqa: E731 (errors only)
         log = self._publish(batch, line_of, before, cmd)
-        self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
+        self.window.add(batch.ids, batch.t, raw=raw, starts=starts, batch=batch)
         return self._published(log)
 
     def _publish(self, batch: Any, line_of: Callable[[int], int | None], before: Callable[[dict], object],
@@ -439,20 +439,26 @@ class State:
             return []
         return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.newest(n)]
 
-    def restore(self, meta: dict, subs: list[tuple[dict, str]], window: tuple[list[bytes], Any]) -> None:
-        """Rebuild from a snapshot: the window's messages first, then every subscription in
-        bulk (topk through ``subscribe_batch``)."""
+    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]], window: tuple) -> None:
+        """Rebuild from a snapshot (:func:`skype.service.snapshot.read`): the window's messages
+        first (the engine's batch as the snapshot kept it, else decoded from their texts), then
+        every subscription in bulk (topk through ``subscribe_batch``).  ``subs`` is
+        three columns: ids, records' JSON texts (kept as they are: the live state's bytes) and
+        owner tokens."""
         self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
         self.window = WindowRecords(engine.window, engine.window_seconds)
-        texts, ts = window
-        if texts:  # the columnar path, as the batches were published (design 1 if it refuses)
+        texts, ts = window[:2]
+        batch = window[2] if len(window) > 2 else None  # the engine's batch, when the snapshot kept it
+        if texts:  # else the columnar path, as the batches were published (design 1 if it refuses)
             raw = b"\n".join(texts)
             starts, _ = ingest.record_lines(raw)
             t = np.asarray(ts, np.float64)
             mark = len(self.vocabulary)
             try:
-                batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, engine.bounds, 0, -math.inf, t=t)
+                if batch is None:
+                    batch = ingest.columnar_batch(raw, len(starts), self.vocabulary, engine.bounds, 0, -math.inf,
+                                                  t=t)
             except ingest.Rejected:
                 self._rollback_vocabulary(mark)
                 rows = [validate.check_message(io.message_from_obj(dict(json.loads(text), t=float(tm))),
@@ -461,35 +467,35 @@ class State:
                 batch = messages_batch(rows)
             for start in range(0, len(batch.ids), 10_000):
                 engine.publish_batch(batch.slice(start, min(start + 10_000, len(batch.ids))))
-            self.window.add(batch.ids, batch.t, raw=raw, starts=starts)
+            self.window.add(batch.ids, batch.t, raw=raw, starts=starts, batch=batch)
         clock = float(meta["clock"]) if meta["clock"] is not None else -math.inf
         if engine.window_seconds is not None and clock > engine.clock:
             engine.advance_log(clock)
         engine.restore_position(clock, int(meta["position"]))
         self.position, self.seq = int(meta["position"]), int(meta["seq"])
-        packed = [pack_record(rec) for rec, _ in subs]
-        if packed and self._restore_topk_by_columns(packed, clock):
-            for (rec, token), line in zip(subs, packed):
-                self.records[int(rec["id"])] = line
-                self.tokens[int(rec["id"])] = stored_owner(token)
-            self.subs_version += 1  # the checks above read the (empty) ids: no stale page of them
-            return
+        ids, packed, tokens = subs
+        packed = [p if isinstance(p, bytes) else p.encode() for p in packed]
+        if not (packed and self._restore_topk_by_columns(packed, clock)):
+            self._restore_by_records(ids, packed, clock)
+        self.records = dict(zip(ids, packed))
+        self.tokens = dict(zip(ids, map(stored_owner, tokens)))
+        self.subs_version += 1  # the checks above read the (empty) ids: no stale page of them
+
+    def _restore_by_records(self, ids: list[int], packed: list[bytes], clock: float) -> None:
+        """A snapshot's subscriptions record by record (any kind; the columnar checks refused)."""
         topk_rows, others = [], []
-        for (rec, token), line in zip(subs, packed):
-            sub = io.subscription_from_obj(rec)
+        for sid, line in zip(ids, packed):
+            sub = io.subscription_from_obj(json.loads(line))
             if isinstance(sub, Subscription):
-                row = validate.check_subscription(sub, self.vocabulary, engine.bounds)
+                row = validate.check_subscription(sub, self.vocabulary, self.engine.bounds)
                 topk_rows.append(row + (queries.check_until(sub.until, clock),))
             else:
                 others.append(sub)
-                self.other_kinds.add(int(rec["id"]))
-            self.records[int(rec["id"])] = line
-            self.tokens[int(rec["id"])] = stored_owner(token)
-        self.subs_version += 1
+                self.other_kinds.add(sid)
         if topk_rows:
-            engine.subscribe_batch(subscriptions_batch(topk_rows))
+            self.engine.subscribe_batch(subscriptions_batch(topk_rows))
         if others:
-            engine.subscribe_batch(others)
+            self.engine.subscribe_batch(others)
 
     def _restore_topk_by_columns(self, packed: list[bytes], clock: float) -> bool:
         """Register a snapshot's subscriptions through the bulk call's columnar checks when every

@@ -4,7 +4,8 @@ The service needs the window's message records for snapshots (they are replayed 
 engine) and for ``GET /v1/messages``.  Design 1 kept one dict per message (about 1 KB each);
 here a batch stays as it came: its NDJSON body (bytes, one object) with the byte offset of each
 record, or, for the record-by-record path, its list of records, plus numpy columns of ids and
-timestamps.  Invariant: the chunks hold exactly the engine's window, oldest first: a count
+timestamps, and the :class:`~skype.model.MessageBatch` the engine was given (a snapshot stores
+its columns, so that a restore publishes them as they are).  Invariant: the chunks hold exactly the engine's window, oldest first: a count
 window its newest ``window`` messages, a time window the messages with ``t > clock - T`` (the
 rule of ``skype.reference``, exact at the boundary), so :meth:`WindowRecords.__len__` is the
 window's size at no cost.  Messages leave the window oldest first, so trimming drops whole
@@ -20,13 +21,16 @@ from typing import Iterator
 
 import numpy as np
 
+from skype.model import MessageBatch
+
 
 class Chunk:
-    __slots__ = ("ids", "t", "raw", "starts", "recs", "first")
+    __slots__ = ("ids", "t", "raw", "starts", "recs", "batch", "first")
 
     def __init__(self, ids: np.ndarray, t: np.ndarray, raw: bytes | None, starts: np.ndarray | None,
-                 recs: list[dict] | None) -> None:
+                 recs: list[dict] | None, batch: MessageBatch | None = None) -> None:
         self.ids, self.t, self.raw, self.starts, self.recs = ids, t, raw, starts, recs
+        self.batch = batch  # the batch as the engine was given it (a snapshot's columns), or None
         self.first = 0  # rows before this one have left the window
 
     def __len__(self) -> int:
@@ -46,7 +50,10 @@ class Chunk:
     def nbytes(self) -> int:
         raw = len(self.raw) if self.raw is not None else 0
         starts = self.starts.nbytes if self.starts is not None else 0
-        return self.ids.nbytes + self.t.nbytes + raw + starts
+        b = self.batch  # its ids and t are the arrays above
+        batch = 0 if b is None else b.x.nbytes + b.y.nbytes + b.terms.indptr.nbytes + b.terms.ids.nbytes \
+            + b.terms.weights.nbytes
+        return self.ids.nbytes + self.t.nbytes + raw + starts + batch
 
 
 def _expired(tm: float, clock: float, seconds: float) -> bool:
@@ -63,8 +70,8 @@ class WindowRecords:
         return self.size
 
     def add(self, ids: np.ndarray, t: np.ndarray, *, raw: bytes | None = None, starts: np.ndarray | None = None,
-            recs: list[dict] | None = None) -> None:
-        self.chunks.append(Chunk(ids, t, raw, starts, recs))
+            recs: list[dict] | None = None, batch: MessageBatch | None = None) -> None:
+        self.chunks.append(Chunk(ids, t, raw, starts, recs, batch))
         self.size += len(ids)
 
     def trim(self, clock: float) -> None:
@@ -126,6 +133,17 @@ class WindowRecords:
         empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
         return (np.concatenate(ids) if ids else empty_i, np.concatenate(ts) if ts else empty_f,
                 [t.cast(pa.large_binary()) for t in texts])
+
+    def batch(self) -> MessageBatch | None:
+        """The window's messages as the engine holds them (ids, places, times, term ids and
+        weights), oldest first, for a snapshot that a restore publishes without decoding a text
+        or looking a term up; None when a chunk has no batch."""
+        parts: list[MessageBatch] = []
+        for c in self.chunks:
+            if c.batch is None:
+                return None
+            parts.append(c.batch if c.first == 0 else c.batch.slice(c.first, len(c.ids)))
+        return MessageBatch.concat(parts)
 
     def records(self) -> list[tuple[int, float, dict]]:
         """(id, t, record) of every message in the window, oldest first."""

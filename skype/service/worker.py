@@ -338,7 +338,7 @@ class Worker:
         version = st.subs_version
         meta = st.meta()
         meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
-        window = st.window.columns()
+        window = (*st.window.columns(), st.window.batch())
         self.log.rotate()
         self.since_snapshot = 0
         self.last_snapshot = time.time()
