@@ -7,7 +7,8 @@ arrays without the GIL.  Choose the subscription index and the result buffer:
   alpha-bands of blocks with bound headers, fat postings, no candidate hash table
   (``docs/engine.md``); ``"igpt"``: the paper's IGPT quadtree with individual and group pruning
   (spec §3); ``"ipt"`` is IGPT without group pruning (the paper's IPT); ``"ciq"`` the CIQ
-  baseline.
+  baseline; ``"cone"`` per-term k-d trees over (x, y, rho) bounded by each posting's cone, with a
+  pair index for subscriptions sharing two terms with the message (``docs/engine.md``).
 * ``buffer="cskyband"`` (default): the cost-based k-skyband (spec §4.3); ``"skyband"``
   (Mouratidis: theta = ratio * kScore), ``"kmax"`` (Yi et al.) or ``"exact"`` (exact top-k).
 
@@ -38,7 +39,7 @@ from skype._core.subindex import SubTable
 if TYPE_CHECKING:
     from skype.querykinds import CoreQueryKinds
 
-INDEXES = ("blocks", "igpt", "ipt", "ciq")
+INDEXES = ("blocks", "igpt", "ipt", "ciq", "cone")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
 MESSAGE_INDEXES = ("lists", "quadtree")
 RULES = ("cell", "group", "early", "entry", "prefix", "spatial", "exact_spatial", "unseen")
@@ -196,7 +197,7 @@ class Engine(EngineBase):
         if message_index not in MESSAGE_INDEXES:
             raise invalid_choice("message_index", message_index, MESSAGE_INDEXES)
         self.index_kind, self.buffer_kind = index, buffer
-        known_rules = BLOCK_RULES if index == "blocks" else RULES
+        known_rules = BLOCK_RULES if index == "blocks" else () if index == "cone" else RULES
         rules = {rule: True for rule in known_rules}
         if index == "ipt":  # the paper's IPT: no alpha-partition (spec §3.5) at all
             rules["group"] = rules["early"] = rules["entry"] = False
@@ -268,6 +269,11 @@ class Engine(EngineBase):
                     block_size=params["block_size"], bands=params["bands"],
                     theta_refresh=theta_refresh, column_test=bool(column_test), **rules,
                 )
+        elif index == "cone":
+            from skype._core.coneindex import ConeIndex
+
+            def make_index(leaf_factor=1):
+                return ConeIndex(table, b.max_dist, theta_refresh=theta_refresh)
         else:
             def make_index(leaf_factor=1):
                 return IGPTIndex(
