@@ -48,6 +48,9 @@ BARRIERS = ("stationary", "window", "factor")
 TERM_TREES = ("lazy", "eager")
 
 CIQ_PARAMS = {"budget": 16, "max_depth": 12}  # cover cells per subscription, quadtree depth
+# the cone trees: postings per leaf, and a term's tree is rebuilt once its tail and dead postings
+# pass tail_fraction of its postings and tail_min
+CONE_PARAMS = {"leaf": 8, "tail_fraction": 0.25, "tail_min": 64}
 
 DEFAULT_COST = {
     "c_ins": 1.0,  # cost of touching one buffer entry on an insertion (the unit)
@@ -62,6 +65,21 @@ DEFAULT_COST = {
 TERM_ID_LIMIT = 2**32 - 1  # 32-bit term ids; the largest value marks "no term" in the block index
 REGISTRATIONS = ("replay", "search", "search-bands", "search-mask64")  # how bulk registration finds the runs (docs/engine.md)
 BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT index, times leaf_capacity
+
+
+def _cone_params(cone: Mapping[str, object] | None) -> dict:
+    """The cone trees' parameters (CONE_PARAMS), validated."""
+    params = dict(CONE_PARAMS)
+    for key, value in (cone or {}).items():
+        if key not in CONE_PARAMS:
+            raise invalid_choice("cone parameter", key, CONE_PARAMS)
+        params[key] = value
+    params["leaf"] = _positive("cone leaf", params["leaf"], int, 1, strict=False)
+    params["tail_min"] = _positive("cone tail_min", params["tail_min"], int, 0, strict=False)
+    params["tail_fraction"] = _positive("cone tail_fraction", params["tail_fraction"])
+    if params["leaf"] > 1024:
+        raise InputError("E023", what="cone leaf", expected="at most 1024", value=params["leaf"])
+    return params
 
 
 def _positive(name: str, value, kind=float, minimum=0.0, strict=True):
@@ -104,6 +122,10 @@ class Engine(EngineBase):
     ciq
         CIQ parameters: ``budget`` (cover cells per subscription, default 16) and
         ``max_depth`` of its quadtree (default 12).
+    cone
+        cone trees: ``leaf`` (postings per leaf, default 8); a term's tree is rebuilt once its
+        tail of new postings and its dead ones pass ``tail_fraction`` (default 0.25) of its
+        postings and ``tail_min`` (default 64).
     message_index
         the window's index for re-evaluations: ``lists`` (one list per term in arrival order,
         so an expiry pops list heads) or ``quadtree`` (one quadtree per term, pruning by space
@@ -172,6 +194,7 @@ class Engine(EngineBase):
         skyband_ratio: float = 0.8,
         cost: Mapping[str, object] | None = None,
         ciq: Mapping[str, object] | None = None,
+        cone: Mapping[str, object] | None = None,
         message_index: str | None = None,
         micro_batch: int = 1,
         message_leaf_capacity: int = 64,
@@ -272,8 +295,12 @@ class Engine(EngineBase):
         elif index == "cone":
             from skype._core.coneindex import ConeIndex
 
+            cone_params = _cone_params(cone)
+            self.params["cone"] = cone_params
+
             def make_index(leaf_factor=1):
-                return ConeIndex(table, b.max_dist, theta_refresh=theta_refresh)
+                return ConeIndex(table, b.max_dist, leaf=cone_params["leaf"], theta_refresh=theta_refresh,
+                                 tail_fraction=cone_params["tail_fraction"], tail_min=cone_params["tail_min"])
         else:
             def make_index(leaf_factor=1):
                 return IGPTIndex(
