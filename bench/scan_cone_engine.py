@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     p.add_argument("--buffer", default="cskyband")
     p.add_argument("--chunk", type=int, default=2_000, help="messages per timed chunk")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cone-leaf", type=int, default=8, help="postings per leaf of the cone trees")
+    p.add_argument("--cone-tail-min", type=int, default=64, help="smallest stale count that rebuilds a term's tree")
+    p.add_argument("--cone-tail-fraction", type=float, default=0.25, help="stale fraction that rebuilds a term's tree")
     p.add_argument("--json", help="write the results to this file")
     args = p.parse_args(argv)
     window = args.window or args.num_subs
@@ -45,7 +48,9 @@ def main(argv=None) -> int:
     for name in ("blocks", "cone"):
         t0 = time.perf_counter()
         spec = RunSpec(dataset=args.dataset, num_subs=args.num_subs, window=window, measured=turnover + args.measured,
-                       index=name, buffer=args.buffer, seed=args.seed)
+                       index=name, buffer=args.buffer, seed=args.seed,
+                       params=(("cone", {"leaf": args.cone_leaf, "tail_min": args.cone_tail_min,
+                                         "tail_fraction": args.cone_tail_fraction}),) if name == "cone" else ())
         prep = prepare(spec)
         msgs = prep.workload.messages
         for a in range(prep.start, prep.start + turnover, 20_000):
@@ -55,6 +60,9 @@ def main(argv=None) -> int:
     first = starts["blocks"]
     cpu = {name: 0.0 for name in engines}
     before = {name: counts(e) for name, e in engines.items()}
+    split = ("tree_postings", "tail_postings", "flat_entries", "pair_entries", "nodes_tested")
+    cone_before = {k: engines["cone"].stats()["dissemination"][k] for k in split}
+    upkeep_before = engines["cone"]._index.structure()
     for c, a in enumerate(range(first, first + args.measured, args.chunk)):
         part = msgs.slice(a, min(a + args.chunk, first + args.measured))
         logs = {}
@@ -73,6 +81,10 @@ def main(argv=None) -> int:
                      **{f"{k}_per_msg": (after[k] - before[name][k]) / n for k in after},
                      "index_bytes": e.stats()["memory_bytes"]["subscription_index"]}
     out["cone"]["structure"] = engines["cone"]._index.structure()
+    upkeep = engines["cone"]._index.structure()
+    out["cone"]["upkeep_per_msg"] = {k: (upkeep[k] - upkeep_before[k]) / n for k in ("rebuilds", "reposts",
+                                                                                   "rebuilt_postings")}
+    out["cone"]["split_per_msg"] = {k: (engines["cone"].stats()["dissemination"][k] - cone_before[k]) / n for k in split}
     out["cpu_ratio_blocks_over_cone"] = cpu["blocks"] / cpu["cone"] if cpu["cone"] else float("nan")
     print(json.dumps(out, indent=1, default=lambda v: v.tolist() if isinstance(v, np.ndarray) else str(v)))
     if args.json:
