@@ -69,17 +69,16 @@ BULK_LEAF_FACTOR = 8  # leaf capacity of bulk registration's temporary IGPT/IPT 
 
 def _cone_params(cone: Mapping[str, object] | None) -> dict:
     """The cone trees' parameters (CONE_PARAMS), validated."""
-    params = dict(CONE_PARAMS)
+    params: dict[str, object] = dict(CONE_PARAMS)
     for key, value in (cone or {}).items():
         if key not in CONE_PARAMS:
             raise invalid_choice("cone parameter", key, CONE_PARAMS)
         params[key] = value
-    params["leaf"] = _positive("cone leaf", params["leaf"], int, 1, strict=False)
-    params["tail_min"] = _positive("cone tail_min", params["tail_min"], int, 0, strict=False)
-    params["tail_fraction"] = _positive("cone tail_fraction", params["tail_fraction"])
-    if params["leaf"] > 1024:
-        raise InputError("E023", what="cone leaf", expected="at most 1024", value=params["leaf"])
-    return params
+    leaf = _positive("cone leaf", params["leaf"], int, 1, strict=False)
+    if leaf > 1024:
+        raise InputError("E023", what="cone leaf", expected="at most 1024", value=leaf)
+    return {"leaf": leaf, "tail_min": _positive("cone tail_min", params["tail_min"], int, 0, strict=False),
+            "tail_fraction": _positive("cone tail_fraction", params["tail_fraction"])}
 
 
 def _positive(name: str, value, kind=float, minimum=0.0, strict=True):

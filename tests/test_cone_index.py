@@ -144,3 +144,13 @@ def test_cone_reads_fewer_postings_than_the_block_index():
         got[index] = (rows(log), eng.stats()["phases"]["counts"]["scan_postings"])
     assert got["blocks"][0] == got["cone"][0]
     assert got["cone"][1] < got["blocks"][1]
+
+
+@pytest.mark.parametrize("cone", [{"leaf": 0}, {"leaf": 2000}, {"tail_fraction": 0.0}, {"tail_min": -1},
+                                  {"tail_min": 1.5}, {"depth": 3}])
+def test_bad_cone_parameters_are_input_errors(cone):
+    from skype import InputError
+
+    with pytest.raises(InputError) as err:
+        Engine(window=10, index="cone", cone=cone)
+    assert err.value.code == ("E022" if "depth" in cone else "E023")
