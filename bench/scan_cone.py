@@ -300,7 +300,7 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=16, help="block size of variant A's rho-sorted bands")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timed", action="store_true",
-                   help="also time the Cython cone scan (skype._core.conetree) against the block index's "
+                   help="also time the Cython cone scan (skype._core.coneindex) against the block index's "
                         "dissemination, paired chunk by chunk, and check both find the model's set")
     p.add_argument("--chunk", type=int, default=250, help="messages per timed chunk (--timed)")
     p.add_argument("--timed-only", action="store_true", help="--timed without the prototypes' counts")
@@ -360,11 +360,11 @@ def main(argv=None) -> int:
 def timed(engine, index, model: ConeModel, args, indptr, terms, weights, m) -> dict:
     """The Cython cone trees against the block index's disseminate(), on the same state: paired
     chunks in alternating order; both must report the brute force's qualifying set."""
-    from skype._core.conetree import ConeScan
+    from skype._core.coneindex import ConeIndex
 
     t0 = time.perf_counter()
-    cone = ConeScan(engine.subscription_table, model.max_dist, leaf=args.leaf, rho_scale=args.rho_scale)
-    cone.build()
+    cone = ConeIndex(engine.subscription_table, model.max_dist, leaf=args.leaf, rho_scale=args.rho_scale)
+    cone.build_from_table()
     build_s = time.perf_counter() - t0
     seconds = {"blocks": 0.0, "cone": 0.0}
     before = index.counters()["entries_visited"]
@@ -387,8 +387,8 @@ def timed(engine, index, model: ConeModel, args, indptr, terms, weights, m) -> d
     n = args.measured
     return {"timed_blocks_disseminate_us": seconds["blocks"] / n * 1e6, "timed_cone_us": seconds["cone"] / n * 1e6,
             "timed_blocks_postings": (index.counters()["entries_visited"] - before) / n,
-            "timed_cone_postings": (cone.tree_read + cone.flat_read) / n, "timed_cone_nodes": cone.nodes_tested / n,
-            "timed_cone_pair_entries": cone.pair_entries_read / n, "cone_build_s": build_s,
+            "timed_cone_postings": (cone.cone_counts[0] + cone.cone_counts[1] + cone.cone_counts[2]) / n,
+            "timed_cone_nodes": cone.cone_counts[4] / n, "timed_cone_pair_entries": cone.cone_counts[3] / n, "cone_build_s": build_s,
             "cone_memory_bytes": cone.memory_bytes()}
 
 

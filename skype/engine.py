@@ -7,7 +7,8 @@ arrays without the GIL.  Choose the subscription index and the result buffer:
   alpha-bands of blocks with bound headers, fat postings, no candidate hash table
   (``docs/engine.md``); ``"igpt"``: the paper's IGPT quadtree with individual and group pruning
   (spec §3); ``"ipt"`` is IGPT without group pruning (the paper's IPT); ``"ciq"`` the CIQ
-  baseline.
+  baseline; ``"cone"`` per-term k-d trees over (x, y, rho) bounded by each posting's cone, with a
+  pair index for subscriptions sharing two terms with the message (``docs/engine.md``).
 * ``buffer="cskyband"`` (default): the cost-based k-skyband (spec §4.3); ``"skyband"``
   (Mouratidis: theta = ratio * kScore), ``"kmax"`` (Yi et al.) or ``"exact"`` (exact top-k).
 
@@ -40,7 +41,7 @@ from skype._core.subindex import SubTable
 if TYPE_CHECKING:
     from skype.querykinds import CoreQueryKinds
 
-INDEXES = ("blocks", "igpt", "ipt", "ciq")
+INDEXES = ("blocks", "igpt", "ipt", "ciq", "cone")
 BUFFERS = ("cskyband", "skyband", "kmax", "exact")
 MESSAGE_INDEXES = ("lists", "quadtree")
 RULES = ("cell", "group", "early", "entry", "prefix", "spatial", "exact_spatial", "unseen")
@@ -49,6 +50,9 @@ BARRIERS = ("stationary", "window", "factor")
 TERM_TREES = ("lazy", "eager")
 
 CIQ_PARAMS = {"budget": 16, "max_depth": 12}  # cover cells per subscription, quadtree depth
+# the cone trees: postings per leaf, and a term's tree is rebuilt once its tail and dead postings
+# pass tail_fraction of its postings and tail_min
+CONE_PARAMS = {"leaf": 8, "tail_fraction": 0.25, "tail_min": 64}
 
 DEFAULT_COST = {
     "c_ins": 1.0,  # cost of touching one buffer entry on an insertion (the unit)
@@ -86,6 +90,20 @@ def _options_of(options: EngineOptions | Mapping[str, Any] | None, keywords: Map
             raise TypeError(f"Engine() got an unexpected keyword argument {unknown[0]!r}")
         opts = opts.with_changes(**keywords)
     return opts
+
+
+def _cone_params(cone: Mapping[str, object] | None) -> dict:
+    """The cone trees' parameters (CONE_PARAMS), validated."""
+    params: dict[str, object] = dict(CONE_PARAMS)
+    for key, value in (cone or {}).items():
+        if key not in CONE_PARAMS:
+            raise invalid_choice("cone parameter", key, CONE_PARAMS)
+        params[key] = value
+    leaf = _positive("cone leaf", params["leaf"], int, 1, strict=False)
+    if leaf > 1024:
+        raise InputError("E023", what="cone leaf", expected="at most 1024", value=leaf)
+    return {"leaf": leaf, "tail_min": _positive("cone tail_min", params["tail_min"], int, 0, strict=False),
+            "tail_fraction": _positive("cone tail_fraction", params["tail_fraction"])}
 
 
 def _positive(name: str, value, kind=float, minimum=0.0, strict=True):
@@ -131,6 +149,10 @@ class Engine(EngineBase):
     ciq
         CIQ parameters: ``budget`` (cover cells per subscription, default 16) and
         ``max_depth`` of its quadtree (default 12).
+    cone
+        cone trees: ``leaf`` (postings per leaf, default 8); a term's tree is rebuilt once its
+        tail of new postings and its dead ones pass ``tail_fraction`` (default 0.25) of its
+        postings and ``tail_min`` (default 64).
     message_index
         the window's index for re-evaluations: ``lists`` (one list per term in arrival order,
         so an expiry pops list heads) or ``quadtree`` (one quadtree per term, pruning by space
@@ -198,7 +220,7 @@ class Engine(EngineBase):
         message_leaf_capacity, cell_walk, query_grid = opts.message_leaf_capacity, opts.cell_walk, opts.query_grid
         pruning, cost, ciq, term_trees = opts.pruning, opts.cost, opts.ciq, opts.term_trees
         column_test, reverse_map, exact_holders, timers = opts.column_test, opts.reverse_map, opts.exact_holders, opts.timers
-        snapshots, knn_buffer = opts.snapshots, opts.knn_buffer
+        snapshots, knn_buffer, cone = opts.snapshots, opts.knn_buffer, opts.cone
         if index not in INDEXES:
             raise invalid_choice("index", index, INDEXES)
         if buffer not in BUFFERS:
@@ -208,7 +230,7 @@ class Engine(EngineBase):
         if message_index not in MESSAGE_INDEXES:
             raise invalid_choice("message_index", message_index, MESSAGE_INDEXES)
         self.index_kind, self.buffer_kind = index, buffer
-        known_rules = BLOCK_RULES if index == "blocks" else RULES
+        known_rules = BLOCK_RULES if index == "blocks" else () if index == "cone" else RULES
         rules = {rule: True for rule in known_rules}
         if index == "ipt":  # the paper's IPT: no alpha-partition (spec §3.5) at all
             rules["group"] = rules["early"] = rules["entry"] = False
@@ -280,6 +302,15 @@ class Engine(EngineBase):
                     block_size=params["block_size"], bands=params["bands"],
                     theta_refresh=theta_refresh, column_test=bool(column_test), **rules,
                 )
+        elif index == "cone":
+            from skype._core.coneindex import ConeIndex
+
+            cone_params = _cone_params(cone)
+            self.params["cone"] = cone_params
+
+            def make_index(leaf_factor=1):
+                return ConeIndex(table, b.max_dist, leaf=cone_params["leaf"], theta_refresh=theta_refresh,
+                                 tail_fraction=cone_params["tail_fraction"], tail_min=cone_params["tail_min"])
         else:
             def make_index(leaf_factor=1):
                 return IGPTIndex(

@@ -64,6 +64,7 @@ class EngineOptions:
     skyband_ratio: float = 0.8
     cost: Mapping[str, object] | None = None
     ciq: Mapping[str, object] | None = None
+    cone: Mapping[str, object] | None = None
     message_index: str | None = None
     micro_batch: int = 1
     message_leaf_capacity: int = 64
@@ -103,6 +104,7 @@ class EngineKeywords(TypedDict, total=False):
     skyband_ratio: float
     cost: Mapping[str, object] | None
     ciq: Mapping[str, object] | None
+    cone: Mapping[str, object] | None
     message_index: str | None
     micro_batch: int
     message_leaf_capacity: int

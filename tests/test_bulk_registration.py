@@ -20,7 +20,7 @@ from skype.engine import BUFFERS
 
 WINDOWS = {"count": {"window": 150}, "time": {"window_seconds": 100.0}}
 FILL = 400  # messages published before the subscriptions register (the window is full)
-INDEXES = {"igpt": {"leaf_capacity": 8}, "ipt": {"leaf_capacity": 8}, "ciq": {}}
+INDEXES = {"igpt": {"leaf_capacity": 8}, "ipt": {"leaf_capacity": 8}, "ciq": {}, "cone": {"cone": {"tail_min": 8}}}
 
 
 def rows(log, offset=0):

@@ -124,11 +124,26 @@ def test_cell_walk_and_lazy_cell_checks_agree(walk):
     run_core("grid", "count", index="igpt", buffer="exact", cell_walk=walk, leaf_capacity=4)
 
 
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("workload", WORKLOADS)
 @pytest.mark.parametrize("buffer", BUFFERS)
-def test_subscribe_and_unsubscribe_mid_stream(buffer):
+@pytest.mark.parametrize("cone", [{}, {"leaf": 1, "tail_min": 4, "tail_fraction": 0.5}])
+def test_cone_index_equals_reference(workload, window, buffer, cone):
+    """The cone trees (index="cone"), with the default upkeep and with tiny leaves and tails
+    rebuilt constantly, give the reference's changes and top-k for every buffer."""
+    eng = run_core(workload, window, index="cone", buffer=buffer, cone=cone)
+    s = eng.stats()
+    assert s["dissemination"]["candidates"] > 0 and s["phases"]["counts"]["scan_nodes"] > 0
+    assert eng._index.structure()["rebuilds"] > 0
+
+
+@pytest.mark.parametrize("index", ["blocks", "cone"])
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_subscribe_and_unsubscribe_mid_stream(buffer, index):
     vocab, subs, msgs = dense_workload(seed=7, num_subs=240, num_messages=1200)
     ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=80)
-    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=80, buffer=buffer, leaf_capacity=6)
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=80, buffer=buffer, index=index, leaf_capacity=6,
+                 cone={"tail_min": 8} if index == "cone" else None)
     first = subs.slice(0, 120)
     for e in (ref, eng):
         e.subscribe_batch(first)
@@ -236,7 +251,7 @@ def test_micro_batches_equal_reference(window, buffer, micro_batch):
         assert stats["batch_rescored"] > 0
 
 
-@pytest.mark.parametrize("index", ["igpt", "ciq"])
+@pytest.mark.parametrize("index", ["igpt", "ciq", "cone"])
 def test_micro_batches_on_every_index(index):
     run_core("grid", "count", index=index, buffer="cskyband", micro_batch=5, leaf_capacity=8)
 

@@ -1,7 +1,8 @@
 """Hypothesis state machines over the real engine, checked against brute force after every step
-(see engine_machine.py): every buffer kind with the block index and IGPT, IPT (count and time
-windows), CIQ with kmax, exact, cSkyband and Skyband, non-default cost model, groups and
-threshold refresh, and each pruning rule alone.  IGPT leaves hold 2 subscriptions, so the
+(see engine_machine.py): every buffer kind with the block index, IGPT and the cone trees, IPT
+(count and time windows), CIQ with kmax, exact, cSkyband and Skyband, non-default cost model,
+groups and threshold refresh, and each pruning rule alone.  Cone-tree leaves hold 1-2 postings
+and their tails are rebuilt at every few postings.  IGPT leaves hold 2 subscriptions, so the
 quadtree splits constantly; block-index blocks hold 4 postings, so bands are rebuilt constantly."""
 
 from functools import partial
@@ -23,6 +24,11 @@ for _buffer in BUFFERS:
               window_seconds=3.0)
     _register(f"Igpt{_buffer.title()}Count", partial(Engine, index="igpt", buffer=_buffer, leaf_capacity=2), window=4)
     _register(f"Igpt{_buffer.title()}Time", partial(Engine, index="igpt", buffer=_buffer, leaf_capacity=2),
+              window_seconds=3.0)
+    _register(f"Cone{_buffer.title()}Count", partial(Engine, index="cone", buffer=_buffer,
+                                                     cone={"leaf": 2, "tail_min": 2}), window=4)
+    _register(f"Cone{_buffer.title()}Time", partial(Engine, index="cone", buffer=_buffer,
+                                                    cone={"leaf": 1, "tail_min": 0, "tail_fraction": 0.5}),
               window_seconds=3.0)
 _register("IptCskybandCount", partial(Engine, index="ipt", buffer="cskyband", leaf_capacity=2), window=4)
 _register("IptSkybandTime", partial(Engine, index="ipt", buffer="skyband", leaf_capacity=2), window_seconds=3.0)

@@ -28,6 +28,7 @@ ENGINES = {
     "igpt": lambda **kw: Engine(index="igpt", leaf_capacity=8, **kw),
     "ipt": lambda **kw: Engine(index="ipt", leaf_capacity=8, **kw),
     "ciq": lambda **kw: Engine(index="ciq", buffer="exact", ciq={"budget": 8, "max_depth": 5}, **kw),
+    "cone": lambda **kw: Engine(index="cone", cone={"leaf": 2, "tail_min": 4}, **kw),
     "kmax": lambda **kw: Engine(buffer="kmax", kmax=6, block_size=4, **kw),
     "skyband": lambda **kw: Engine(index="igpt", buffer="skyband", leaf_capacity=4, groups=3, theta_refresh=0.2,
                                    **kw),
@@ -224,7 +225,7 @@ def test_replay_equals_the_incremental_oracle():
         o.ambiguous.clear()
 
 
-@pytest.mark.parametrize("kind", ["ipt", "ciq", "kmax", "skyband"])
+@pytest.mark.parametrize("kind", ["ipt", "ciq", "kmax", "skyband", "cone"])
 def test_other_indexes_and_buffers_agree_with_the_oracle(kind):
     vocab, subs, msgs = dense_workload(20, num_subs=100, num_messages=2_000, max_k=8)
     differential(ENGINES[kind], subs, msgs, vocab, BOUNDS, chunk=250, check_every=4, window_seconds=20.0)
@@ -295,7 +296,7 @@ ADVERSARIAL = {
 }
 
 
-@pytest.mark.parametrize("engine", ["blocks", "igpt", "reference"])
+@pytest.mark.parametrize("engine", ["blocks", "igpt", "cone", "reference"])
 @pytest.mark.parametrize("window", [{"window": 30}, {"window_seconds": 2.0}], ids=["count", "time"])
 @pytest.mark.parametrize("case", ADVERSARIAL)
 def test_adversarial_cases_agree_with_the_oracle(case, window, engine):

@@ -169,17 +169,17 @@ def _arrays(m):
 @pytest.mark.parametrize("workload,many_terms", [("grid", False), ("crowded", False), ("hot-term", False),
                                                  ("continuous", False), ("continuous", True)])
 def test_cone_trees_verify_exactly_the_block_index_candidates(workload, many_terms, buffer):
-    """skype._core.conetree against the block index on the same engine state, rebuilt as the
+    """skype._core.coneindex (built statically from the table) against the block index on the same engine state, rebuilt as the
     thresholds move: the same candidates (both verify exactly), message by message."""
-    from skype._core.conetree import ConeScan
+    from skype._core.coneindex import ConeIndex
 
     eng, msgs = _engine_state(workload, buffer, many_terms)
     total = 0
     for start in range(0, 500, 100):
         eng.publish_batch(msgs.slice(start, start + 100))
         for leaf in (1, 8):
-            cone = ConeScan(eng._table, eng.bounds.max_dist, leaf=leaf)
-            cone.build()
+            cone = ConeIndex(eng._table, eng.bounds.max_dist, leaf=leaf)
+            cone.build_from_table()
             part = _arrays(msgs.slice(start + 100, start + 140))
             _, want = eng._index.disseminate_only(*part)
             _, got = cone.disseminate_only(*part)
@@ -194,12 +194,12 @@ def test_cone_trees_keep_ties_on_the_edge(workload, buffer):
     """Messages equal to those in the window can score exactly a subscription's threshold (the
     k-th score of an exact buffer is such a score): ST = theta on the cone's edge, through the f32
     copies and their slack, must still be found."""
-    from skype._core.conetree import ConeScan
+    from skype._core.coneindex import ConeIndex
 
     eng, msgs = _engine_state(workload, buffer, False)
     eng.publish_batch(msgs.slice(0, 300))
-    cone = ConeScan(eng._table, eng.bounds.max_dist, leaf=4)
-    cone.build()
+    cone = ConeIndex(eng._table, eng.bounds.max_dist, leaf=4)
+    cone.build_from_table()
     part = _arrays(msgs.slice(240, 300))          # the window's own messages again
     _, want = eng._index.disseminate_only(*part)
     _, got = cone.disseminate_only(*part)

@@ -1,106 +1,58 @@
 # cython: language_level=3
-"""Scan-only cone trees (issue 35, step C; ``bench/scan_cone.py --timed``, through
-``disseminate_only``): not an engine index yet, a static structure built from a subscription
-table's current thresholds, to count and time the cone-bounded scan against the block index's on
-the same state.
+"""The cone trees' layout and upkeep (``index="cone"``; dissemination in coneindex.pyx).
 
 The cone (docs/engine.md, "The cone of a single-term posting"): a subscription s sharing exactly
 one term t with the message m, 0 < alpha < 1, qualifies iff d(s, m) <= D * lam * (w_m - rho), with
 rho = ((theta - alpha) / (1 - alpha)) / w and lam = w (1 - alpha) / alpha (lam = +inf at alpha = 0).
+rho grows with theta, so a posting whose rho was made from any theta' <= theta_s is an upper
+bound: it keeps every message that reaches theta_s.
 
 Layout.  Per term, the postings of subscriptions with at most MAX_PAIR_TERMS terms and alpha < 1
-form a k-d tree: the split is on the widest of x, y and RHO_SCALE * rho (rho clipped to [-1, 2]
-for the split only), halves rounded to whole leaves, nodes in DFS order with the right child's
-index stored.  Postings keep f32 copies: location to nearest, rho rounded down, lam rounded up; a
-node holds its members' box, rho_min and lam_max over those copies.  A node is skipped when
-w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST - pos_slack > D lam_max (that slack'd
-margin) (1 + NODE_SLACK) + NODE_SLACK D: pos_slack = max|coordinate| * 2^-23 covers the f32
-locations, NODE_SLACK the double arithmetic that made rho and lam (~1e-15).
-The tree is walked level by level (children and leaves prefetched together); a leaf's postings
-take the same test one by one, and survivors that share no other term with m are verified
-exactly, together at the end of the message (records prefetched ahead).  A subscription sharing
-two or more terms with m is found by the pair index ((t, u) -> sids, t < u; open addressing, each
-entry with the subscription's third term) and verified once, at its first two common terms.
+form a k-d tree over their first ``tree_n`` postings (split on the widest of x, y and
+RHO_SCALE * rho, rho clipped to [-1, 2] for the split only; halves rounded to whole leaves; nodes
+in DFS order with the right child's index stored), followed by a tail of postings appended since,
+tested one by one.  Postings keep f32 copies: location to nearest, rho rounded down, lam rounded
+up; a node holds its members' box, rho_min and lam_max over those copies.  Subscriptions sharing
+two or more terms with m are found by the pair index ((t, u) -> entries, t < u; open addressing).
 Postings of alpha = 1 and of subscriptions with more than MAX_PAIR_TERMS terms sit in a flat
-per-term list, read whole, each verified at its first common term.  Invariant: every qualifying
-subscription is verified exactly once (tests/test_scan_cone.py compares the candidates with the block index's).
+per-term list, read whole.
+
+Upkeep (invariants, checked by ``check_invariants``):
+* every subscription in the index has, per term, exactly one live posting (or flat entry), made
+  from theta_idx[s] <= theta_s; a posting is live iff its ``ver`` equals ``ver[s]``, a flat or pair
+  entry iff its ``gen`` equals ``gen[s]``; dead entries are skipped when met and dropped by rebuilds;
+* add: postings appended to the terms' tails, pair entries inserted; remove: ``ver`` and ``gen``
+  move on (every entry of s dies at once; the slot may be reused);
+* theta decrease: ``ver`` moves on and the postings are appended again with the new rho (at once:
+  the old rho would miss messages); a raise is lazy (the old rho is still an upper bound) until it
+  passes theta_idx + theta_refresh, then it is posted the same way;
+* a term's tree is rebuilt over its live postings once its tail and dead entries pass
+  ``tail_fraction`` of its postings (and ``tail_min``); the pair index is compacted once half dead.
 """
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libcpp.algorithm cimport sort as std_sort
 from libcpp.utility cimport pair
-from libc.math cimport INFINITY, sqrt, fabs
+from libc.math cimport INFINITY, fabs
 from libc.stdint cimport uint32_t, uint64_t
-from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch
+from skype._core.types cimport term_t, sid_t, SubTermC
 from skype._core.scoring cimport round_up, round_down
-from skype._core.subindex cimport SubscriptionIndex, SubTable, SubHotC
+from skype._core.subindex cimport SubTable, SubHotC, SubscriptionIndex
 
 cdef extern from *:
     """
     #include <utility>
-    template <class It> static inline auto skype_second(It it) -> decltype(it->second) { return it->second; }
+    #include <unordered_map>
+    #include <cstdint>
+    static inline uint32_t skype_cone_second(std::unordered_map<uint32_t, uint32_t>::iterator it) { return it->second; }
     """
-    uint32_t pair_second "skype_second"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
+    uint32_t pair_second "skype_cone_second"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
 
-
-cdef double NODE_SLACK = 1e-9
 cdef int MAX_PAIR_TERMS = 3
-cdef size_t VERIFY_AHEAD = 8            # records prefetched ahead in the verification loop
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
 cdef uint64_t PAIR_EMPTY = 0xFFFFFFFFFFFFFFFF
 cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
-
-
-cdef inline bint in_msg(const MsgTermC* m, int n, term_t t) noexcept nogil:
-    """Is t among the message's terms (ascending)?"""
-    cdef int lo = 0, hi = n, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if m[mid].term < t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < n and m[lo].term == t
-
-
-cdef struct ConePostC:
-    sid_t sid
-    term_t other0            # the subscription's other terms (NO_TERM pads): the first-meeting
-    term_t other1            # check without reading the table
-    float x                  # location, nearest f32 (distances allow pos_slack)
-    float y
-    float rho                # rounded down
-    float lam                # rounded up (+inf at alpha = 0)
-
-
-cdef struct ConeNodeC:         # 36 bytes: bounds over the members' stored (f32) fields
-    float minx
-    float miny
-    float maxx
-    float maxy
-    float rho_min
-    float lam_max
-    uint32_t lo              # members: posts[lo, hi) of the term's array
-    uint32_t hi
-    uint32_t right           # the right child's index (the left is the next node); NO_KIDS: a leaf
-
-
-cdef struct PairSlotC:          # open addressing, linear probing: one line per probe
-    uint64_t key             # t << 32 | u, t < u; PAIR_EMPTY: a free slot
-    uint32_t start           # its entries: pents[start, end)
-    uint32_t end
-
-
-cdef struct PairEntC:
-    sid_t sid
-    term_t third             # the subscription's third term (NO_TERM: two terms)
-
-
-cdef struct ConeTermC:
-    vector[ConePostC] posts
-    vector[ConeNodeC] nodes
-    vector[sid_t] flat       # alpha = 1 or more than MAX_PAIR_TERMS terms: read whole
 
 
 cdef inline double split_key(const ConePostC* p, int dim, double rho_scale) noexcept nogil:
@@ -117,143 +69,293 @@ cdef inline double split_key(const ConePostC* p, int dim, double rho_scale) noex
     return r * rho_scale
 
 
-cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, double rho_min,
-                          double lam_max, double x, double y, double wm, double max_dist,
-                          double pos_slack) noexcept nogil:
-    """False only if no posting with rho >= rho_min and lam <= lam_max in the box qualifies
-    (the box of f32 locations: a true location is within pos_slack of it)."""
-    cdef double s = wm - rho_min + NODE_SLACK * (1.0 + fabs(rho_min))
-    cdef double dx = 0.0, dy = 0.0
-    if s < 0.0:
-        return False
-    if lam_max == INFINITY:
-        return True
-    if x < minx:
-        dx = minx - x
-    elif x > maxx:
-        dx = x - maxx
-    if y < miny:
-        dy = miny - y
-    elif y > maxy:
-        dy = y - maxy
-    return sqrt(dx * dx + dy * dy) - pos_slack <= max_dist * lam_max * s * (1.0 + NODE_SLACK) + NODE_SLACK * max_dist
-
-
-cdef class ConeScan(SubscriptionIndex):
-    cdef unordered_map[term_t, uint32_t] term_slot
-    cdef vector[ConeTermC] terms
-    cdef vector[PairSlotC] pslots
-    cdef vector[sid_t] pending          # this message's survivors, verified together at the end
-    cdef vector[PairEntC] pents
-    cdef uint64_t pmask
-    cdef int pshift
-    cdef int leaf
-    cdef double rho_scale
-    cdef double pos_slack              # >= the distance error of f32 locations: max|coordinate| * 2^-23
-    cdef public uint64_t nodes_tested, pair_entries_read, flat_read, tree_read
-
-    def __cinit__(self, SubTable table, double max_dist, int leaf=8, double rho_scale=100.0):
+cdef class ConeLayout(SubscriptionIndex):
+    def __cinit__(self, SubTable table, double max_dist, int leaf=8, double rho_scale=100.0,
+                  double theta_refresh=0.02, double tail_fraction=0.25, int tail_min=64, *args, **kwargs):
         self.table = table
         self.max_dist = max_dist
         self.leaf = leaf if leaf >= 1 else 1
         self.rho_scale = rho_scale
+        self.theta_refresh = theta_refresh
+        self.tail_fraction = tail_fraction
+        self.tail_min = <uint32_t>(tail_min if tail_min >= 0 else 0)
+        self.reach = 0.0
+        self.pos_slack = 0.0
+        self.rebuilds = self.reposts = self.rebuilt_postings = 0
+        self.pair_lists = self.pair_live = self.pair_dead = 0
+        self._pair_rehash(16)
 
+    # ------------------------------------------------------------------ terms and subscriptions
     cdef uint32_t _slot(self, term_t t) noexcept nogil:
         cdef unordered_map[term_t, uint32_t].iterator it = self.term_slot.find(t)
         cdef ConeTermC fresh
         if it != self.term_slot.end():
             return pair_second(it)
+        fresh.tree_n = 0
+        fresh.dead = 0
         self.term_slot[t] = <uint32_t>self.terms.size()
         self.terms.push_back(fresh)
+        self.touched_mark.push_back(0)
         return <uint32_t>(self.terms.size() - 1)
 
-    def build(self):
-        """Postings, trees and the pair index from the table's live subscriptions and current
-        thresholds (sids ascending within each term, as bench/scan_cone.py's model)."""
-        cdef sid_t sid
-        cdef const SubHotC* h
-        cdef const SubTermC* st
+    cdef void _grow(self, sid_t sid) noexcept nogil:
+        if self.ver.size() <= sid:
+            self.ver.resize(sid + 1, 0)
+            self.gen.resize(sid + 1, 0)
+            self.present.resize(sid + 1, 0)
+
+    cdef inline bint _in_tree(self, sid_t sid) noexcept nogil:
+        """Are the subscription's terms tree postings (not flat entries)?"""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        return h.alpha < 1.0 and h.nterms <= MAX_PAIR_TERMS
+
+    cdef void _post(self, sid_t sid, bint pairs) noexcept nogil:
+        """Append the subscription's postings (or flat entries) with its current version and
+        theta_idx; with ``pairs``, its pair entries too."""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        cdef double theta = self.table.theta_idx[sid]
+        cdef bint tree = self._in_tree(sid)
         cdef int i, j
+        cdef uint32_t slot
         cdef ConePostC p
-        cdef double reach = 0.0
-        cdef ConeTermC* ct
-        cdef size_t k, a, b, cap
+        cdef FlatC f
         cdef PairEntC pe
-        cdef vector[pair[uint64_t, uint32_t]] keyed
-        cdef vector[PairEntC] ents
-        cdef uint64_t slot
-        with nogil:
-            self.terms.clear()
-            self.term_slot.clear()
-            self.pslots.clear()
-            self.pents.clear()
-            keyed.clear()
-            for sid in range(<sid_t>self.table.hot.size()):
-                h = &self.table.hot[sid]
-                if not h.alive:
+        for i in range(h.nterms):
+            slot = self._slot(st[i].term)
+            if not tree:
+                if not pairs:
                     continue
-                st = &self.table.terms[h.term_off]
-                for i in range(h.nterms):
-                    ct = &self.terms[self._slot(st[i].term)]
-                    if h.alpha >= 1.0 or h.nterms > MAX_PAIR_TERMS:
-                        ct.flat.push_back(sid)
-                        continue
-                    p.sid = sid
-                    p.other0 = NO_TERM
-                    p.other1 = NO_TERM
-                    for j in range(h.nterms):
-                        if j != i:
-                            if p.other0 == NO_TERM:
-                                p.other0 = st[j].term
-                            else:
-                                p.other1 = st[j].term
-                    p.x = <float>h.x
-                    p.y = <float>h.y
-                    p.rho = round_down(((h.theta - h.alpha) / (1.0 - h.alpha)) / st[i].w)
-                    p.lam = round_up(st[i].w * (1.0 - h.alpha) / h.alpha) if h.alpha > 0.0 else INFINITY
-                    reach = max(reach, fabs(h.x), fabs(h.y))
-                    ct.posts.push_back(p)
-                if h.alpha < 1.0 and h.nterms <= MAX_PAIR_TERMS:     # the tree's subscriptions only
-                    for i in range(h.nterms):
-                        for j in range(i + 1, h.nterms):
-                            pe.sid = sid
-                            pe.third = NO_TERM
-                            if h.nterms == 3:
-                                pe.third = st[3 - i - j].term
-                            keyed.push_back(pair[uint64_t, uint32_t]((<uint64_t>st[i].term << 32) | st[j].term,
-                                                                     <uint32_t>ents.size()))
-                            ents.push_back(pe)
-            std_sort(keyed.begin(), keyed.end())
-            cap = 16
-            while cap < 2 * keyed.size():
-                cap *= 2
-            self.pmask = cap - 1
-            self.pshift = 64
-            k = cap
-            while k > 1:
-                k >>= 1
-                self.pshift -= 1
-            self.pslots.resize(cap)
-            for k in range(cap):
-                self.pslots[k].key = PAIR_EMPTY
-            a = 0
-            while a < keyed.size():
-                b = a
-                while b < keyed.size() and keyed[b].first == keyed[a].first:
-                    self.pents.push_back(ents[keyed[b].second])
-                    b += 1
-                slot = (keyed[a].first * PAIR_HASH) >> self.pshift
-                while self.pslots[slot].key != PAIR_EMPTY:
-                    slot = (slot + 1) & self.pmask
-                self.pslots[slot].key = keyed[a].first
-                self.pslots[slot].start = <uint32_t>a
-                self.pslots[slot].end = <uint32_t>b
-                a = b
-            self.pos_slack = reach / 8388608.0
-            for k in range(self.terms.size()):
-                ct = &self.terms[k]
-                if ct.posts.size():
-                    self._build_node(ct, 0, <uint32_t>ct.posts.size())
+                f.sid = sid
+                f.gen = self.gen[sid]
+                self.terms[slot].flat.push_back(f)
+            else:
+                p.sid = sid
+                p.ver = self.ver[sid]
+                p.other0 = NO_TERM
+                p.other1 = NO_TERM
+                for j in range(h.nterms):
+                    if j != i:
+                        if p.other0 == NO_TERM:
+                            p.other0 = st[j].term
+                        else:
+                            p.other1 = st[j].term
+                p.x = <float>h.x
+                p.y = <float>h.y
+                p.rho = round_down(((theta - h.alpha) / (1.0 - h.alpha)) / st[i].w)
+                p.lam = round_up(st[i].w * (1.0 - h.alpha) / h.alpha) if h.alpha > 0.0 else INFINITY
+                self.terms[slot].posts.push_back(p)
+            if not self.touched_mark[slot]:
+                self.touched_mark[slot] = 1
+                self.touched.push_back(slot)
+        if fabs(h.x) > self.reach or fabs(h.y) > self.reach:
+            self.reach = max(fabs(h.x), fabs(h.y))
+            self.pos_slack = self.reach / 8388608.0
+        if pairs and tree:
+            for i in range(h.nterms):
+                for j in range(i + 1, h.nterms):
+                    pe.sid = sid
+                    pe.gen = self.gen[sid]
+                    pe.third = NO_TERM
+                    if h.nterms == 3:
+                        pe.third = st[3 - i - j].term
+                    self._pair_insert((<uint64_t>st[i].term << 32) | st[j].term, pe)
+
+    cdef void _kill(self, sid_t sid, bint pairs) noexcept nogil:
+        """Every posting of the subscription dies (``pairs``: its flat and pair entries too)."""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        cdef bint tree = self._in_tree(sid)
+        cdef uint32_t slot
+        cdef int i
+        if not tree and not pairs:
+            return
+        for i in range(h.nterms):
+            slot = self._slot(st[i].term)
+            self.terms[slot].dead += 1
+            if not self.touched_mark[slot]:
+                self.touched_mark[slot] = 1
+                self.touched.push_back(slot)
+        self.ver[sid] += 1
+        if pairs:
+            self.gen[sid] += 1
+            if tree:
+                self.pair_live -= <uint64_t>(h.nterms * (h.nterms - 1) // 2)
+                self.pair_dead += <uint64_t>(h.nterms * (h.nterms - 1) // 2)
+
+    cdef void _check_touched(self) noexcept nogil:
+        """Rebuild the touched terms whose tails and dead entries passed the fraction."""
+        cdef size_t i
+        cdef uint32_t slot, stale, size
+        cdef ConeTermC* ct
+        for i in range(self.touched.size()):
+            slot = self.touched[i]
+            self.touched_mark[slot] = 0
+            ct = &self.terms[slot]
+            size = <uint32_t>(ct.posts.size() + ct.flat.size())
+            stale = <uint32_t>(ct.posts.size() - ct.tree_n) + ct.dead
+            if stale >= self.tail_min and stale > self.tail_fraction * size:
+                self._rebuild_term(slot)
+        self.touched.clear()
+        if self.pair_dead > 1024 and self.pair_dead > self.pair_live:
+            self._pair_compact()
+
+    cdef void add(self, sid_t sid) noexcept nogil:
+        self.add_many(&sid, 1)
+
+    cdef void add_many(self, const sid_t* sids, size_t n) noexcept nogil:
+        cdef size_t i
+        cdef sid_t sid
+        for i in range(n):
+            sid = sids[i]
+            self._grow(sid)
+            self.ver[sid] += 1
+            self.gen[sid] += 1
+            self.present[sid] = 1
+            self.table.theta_idx[sid] = self.table.hot[sid].theta
+            if self._in_tree(sid):
+                self.pair_live += <uint64_t>(self.table.hot[sid].nterms * (self.table.hot[sid].nterms - 1) // 2)
+            self._post(sid, True)
+        self._check_touched()
+
+    cdef void remove(self, sid_t sid) noexcept nogil:
+        if sid >= self.present.size() or not self.present[sid]:
+            return
+        self._kill(sid, True)
+        self.present[sid] = 0
+        self._check_touched()
+
+    cdef double replay_raise_at(self, double theta_idx) noexcept nogil:
+        """A bulk replay tells of a raise past theta_idx + theta_refresh (a raise re-posts)."""
+        return theta_idx + self.theta_refresh
+
+    cdef void theta_changed(self, sid_t sid) noexcept nogil:
+        """theta[sid] changed: a decrease re-posts at once, a raise past theta_refresh too."""
+        cdef double new = self.table.hot[sid].theta, old = self.table.theta_idx[sid]
+        if sid >= self.present.size() or not self.present[sid] or not self._in_tree(sid):
+            self.table.theta_idx[sid] = new
+            return
+        if not new < old and not (new > old + self.theta_refresh or (old == 0.0 and new > 0.0)):
+            return
+        self._kill(sid, False)
+        self.table.theta_idx[sid] = new
+        self._post(sid, False)
+        self.reposts += 1
+        self._check_touched()
+
+    # ------------------------------------------------------------------ the pair index
+    cdef void _pair_rehash(self, size_t cap) noexcept nogil:
+        cdef vector[PairSlotC] old
+        cdef size_t k
+        cdef uint64_t slot
+        old.swap(self.pslots)
+        self.pmask = cap - 1
+        self.pshift = 64
+        k = cap
+        while k > 1:
+            k >>= 1
+            self.pshift -= 1
+        self.pslots.resize(cap)
+        for k in range(cap):
+            self.pslots[k].key = PAIR_EMPTY
+        for k in range(old.size()):
+            if old[k].key == PAIR_EMPTY:
+                continue
+            slot = (old[k].key * PAIR_HASH) >> self.pshift
+            while self.pslots[slot].key != PAIR_EMPTY:
+                slot = (slot + 1) & self.pmask
+            self.pslots[slot] = old[k]
+
+    cdef vector[PairEntC]* _pair_find(self, uint64_t key) noexcept nogil:
+        cdef uint64_t slot = (key * PAIR_HASH) >> self.pshift
+        while self.pslots[slot].key != key:
+            if self.pslots[slot].key == PAIR_EMPTY:
+                return NULL
+            slot = (slot + 1) & self.pmask
+        return &self.plists[self.pslots[slot].list]
+
+    cdef void _pair_insert(self, uint64_t key, PairEntC e) noexcept nogil:
+        cdef uint64_t slot
+        cdef vector[PairEntC]* lst = self._pair_find(key)
+        cdef vector[PairEntC] fresh
+        if lst != NULL:
+            lst.push_back(e)
+            return
+        if 2 * (self.pair_lists + 1) > self.pslots.size():
+            self._pair_rehash(2 * self.pslots.size())
+        slot = (key * PAIR_HASH) >> self.pshift
+        while self.pslots[slot].key != PAIR_EMPTY:
+            slot = (slot + 1) & self.pmask
+        self.pslots[slot].key = key
+        self.pslots[slot].list = <uint32_t>self.plists.size()
+        self.plists.push_back(fresh)
+        self.plists.back().push_back(e)
+        self.pair_lists += 1
+
+    cdef void _pair_compact(self) noexcept nogil:
+        """Drop the dead pair entries (lists left empty keep their slot)."""
+        cdef size_t k, i, kept
+        cdef vector[PairEntC]* lst
+        for k in range(self.plists.size()):
+            lst = &self.plists[k]
+            kept = 0
+            for i in range(lst.size()):
+                if self.gen[lst[0][i].sid] == lst[0][i].gen:
+                    lst[0][kept] = lst[0][i]
+                    kept += 1
+            lst.resize(kept)
+            lst.shrink_to_fit()
+        self.pair_dead = 0
+
+    # ------------------------------------------------------------------ the trees
+    cdef void _rebuild_term(self, uint32_t slot) noexcept nogil:
+        """The term's live postings (tree and tail) into one tree; dead flat entries dropped."""
+        cdef ConeTermC* ct = &self.terms[slot]
+        cdef size_t i, kept = 0
+        for i in range(ct.posts.size()):
+            if self.ver[ct.posts[i].sid] == ct.posts[i].ver:
+                ct.posts[kept] = ct.posts[i]
+                kept += 1
+        ct.posts.resize(kept)
+        kept = 0
+        for i in range(ct.flat.size()):
+            if self.gen[ct.flat[i].sid] == ct.flat[i].gen:
+                ct.flat[kept] = ct.flat[i]
+                kept += 1
+        ct.flat.resize(kept)
+        ct.nodes.clear()
+        ct.dead = 0
+        ct.tree_n = <uint32_t>ct.posts.size()
+        self.rebuilds += 1
+        self.rebuilt_postings += ct.tree_n
+        if ct.tree_n:
+            self._build_node(ct, 0, ct.tree_n)
+
+    def build(self):
+        """Every term's tree rebuilt over its live postings (a static layout for the benches)."""
+        cdef uint32_t slot
+        with nogil:
+            for slot in range(<uint32_t>self.terms.size()):
+                self._rebuild_term(slot)
+
+    def build_from_table(self):
+        """Bench hook (scan-only, ``bench/scan_cone.py``): index every live subscription of a
+        table that another index owns, at its current theta, then build every tree.  The table's
+        theta_idx (the owner's) is left as it was; this index must not hear of later changes."""
+        cdef vector[sid_t] sids
+        cdef vector[double] saved
+        cdef sid_t sid
+        cdef size_t i
+        with nogil:
+            for sid in range(<sid_t>self.table.hot.size()):
+                if self.table.hot[sid].alive:
+                    sids.push_back(sid)
+                    saved.push_back(self.table.theta_idx[sid])
+            if sids.size():
+                self.add_many(sids.data(), sids.size())
+            for i in range(sids.size()):
+                self.table.theta_idx[sids[i]] = saved[i]
+        self.build()
 
     cdef void _build_node(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil:
         cdef ConeNodeC nd
@@ -313,139 +415,85 @@ cdef class ConeScan(SubscriptionIndex):
         ct.nodes[me].right = <uint32_t>ct.nodes.size()
         self._build_node(ct, lo + half, hi)
 
-    cdef inline bint _shares_other(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil:
-        """Does the posting's subscription share a term other than the posting's with m?"""
-        cdef int j
-        if p.other0 == NO_TERM:
-            return False
-        for j in range(n):
-            if m[j].term == p.other0 or m[j].term == p.other1:
-                return True
-        return False
-
-    cdef bint _first_common(self, sid_t sid, term_t t, const MsgTermC* m, int n, term_t* second) noexcept nogil:
-        """Is t the first common term of s and m?  second: the next common term (or t)."""
-        cdef const SubHotC* h = &self.table.hot[sid]
-        cdef const SubTermC* st = &self.table.terms[h.term_off]
-        cdef int i = 0, j = 0, seen = 0
-        second[0] = t
-        while i < h.nterms and j < n:
-            if st[i].term == m[j].term:
-                if seen == 0 and st[i].term != t:
-                    return False
-                if seen == 1:
-                    second[0] = st[i].term
-                    return True
-                seen += 1
-                i += 1
-                j += 1
-            elif st[i].term < m[j].term:
-                i += 1
-            else:
-                j += 1
-        return seen >= 1
-
-    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
-        cdef int q, r
-        cdef uint32_t ni, i
-        cdef term_t second
-        cdef unordered_map[term_t, uint32_t].iterator it
-        cdef uint64_t key, slot
-        cdef const PairEntC* pe
-        cdef ConeTermC* ct
-        cdef const ConeNodeC* nd
-        cdef const ConePostC* p
-        cdef vector[uint32_t] level, following, leaves
-        cdef size_t li
-        cdef double wm
-        cdef size_t e
-        self.out.clear()
-        self.pending.clear()
-        self.ctr.messages += 1
-        for q in range(n):
-            it = self.term_slot.find(m[q].term)
-            if it == self.term_slot.end():
-                continue
-            ct = &self.terms[pair_second(it)]
-            wm = m[q].w
-            for e in range(ct.flat.size()):            # alpha = 1 or many terms: each at its first common term
-                self.flat_read += 1
-                self.ctr.entries_visited += 1
-                if self._first_common(ct.flat[e], m[q].term, m, n, &second):
-                    self.pending.push_back(ct.flat[e])
-            if not ct.nodes.size():
-                continue
-            # level by level: every passing node's children (and every passing leaf's postings)
-            # are prefetched together, so that their misses overlap
-            level.clear()
-            level.push_back(0)
-            leaves.clear()
-            while level.size():
-                following.clear()
-                for li in range(level.size()):
-                    ni = level[li]
-                    nd = &ct.nodes[ni]
-                    self.nodes_tested += 1
-                    if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
-                                    self.max_dist, self.pos_slack):
-                        continue
-                    if nd.right != NO_KIDS:
-                        prefetch(&ct.nodes[ni + 1])
-                        prefetch(&ct.nodes[nd.right])
-                        following.push_back(ni + 1)
-                        following.push_back(nd.right)
-                    else:
-                        prefetch(&ct.posts[nd.lo])
-                        prefetch(<const char*>&ct.posts[nd.lo] + 64)
-                        prefetch(<const char*>&ct.posts[nd.hi - 1])
-                        leaves.push_back(ni)
-                level.swap(following)
-            for li in range(leaves.size()):
-                nd = &ct.nodes[leaves[li]]
-                for i in range(nd.lo, nd.hi):
-                    p = &ct.posts[i]
-                    self.tree_read += 1
-                    self.ctr.entries_visited += 1
-                    if not may_hold(p.x, p.y, p.x, p.y, p.rho, p.lam, x, y, wm, self.max_dist, self.pos_slack):
-                        continue
-                    if self._shares_other(p, m, n):
-                        continue                       # the pair index decides it
-                    self.pending.push_back(p.sid)
-        for q in range(n):                             # subscriptions sharing two or more terms
-            for r in range(q + 1, n):
-                key = (<uint64_t>m[q].term << 32) | m[r].term
-                slot = (key * PAIR_HASH) >> self.pshift
-                while self.pslots[slot].key != key and self.pslots[slot].key != PAIR_EMPTY:
-                    slot = (slot + 1) & self.pmask
-                if self.pslots[slot].key == PAIR_EMPTY:
-                    continue
-                for e in range(self.pslots[slot].start, self.pslots[slot].end):
-                    pe = &self.pents[e]
-                    self.pair_entries_read += 1
-                    self.ctr.entries_visited += 1
-                    # verified at its first two common terms: here unless its third term is in m below u
-                    if pe.third == NO_TERM or pe.third > m[r].term or not in_msg(m, n, pe.third):
-                        self.pending.push_back(pe.sid)
-
-        self._verify_pending(m, n, x, y)
-
-    cdef void _verify_pending(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
-        """The survivors verified in a row, records prefetched VERIFY_AHEAD ahead (as the block
-        index does), so that their misses overlap."""
-        cdef const SubHotC* hot = self.table.hot.data()
-        cdef size_t i, c = self.pending.size()
-        cdef const sid_t* sids = self.pending.data()
-        for i in range(c):
-            if i + VERIFY_AHEAD < c:
-                prefetch(&hot[sids[i + VERIFY_AHEAD]])
-            if i + VERIFY_AHEAD // 2 < c:
-                prefetch(&self.table.terms[hot[sids[i + VERIFY_AHEAD // 2]].term_off])
-            self._verify(sids[i], x, y, m, n)
-
+    # ------------------------------------------------------------------ introspection
     cdef size_t memory(self) noexcept nogil:
         cdef size_t total = 0, k
         for k in range(self.terms.size()):
             total += (self.terms[k].posts.capacity() * sizeof(ConePostC)
                       + self.terms[k].nodes.capacity() * sizeof(ConeNodeC)
-                      + self.terms[k].flat.capacity() * sizeof(sid_t))
-        return total + self.pslots.capacity() * sizeof(PairSlotC) + self.pents.capacity() * sizeof(PairEntC)
+                      + self.terms[k].flat.capacity() * sizeof(FlatC) + sizeof(ConeTermC))
+        for k in range(self.plists.size()):
+            total += self.plists[k].capacity() * sizeof(PairEntC) + sizeof(vector[PairEntC])
+        return (total + self.pslots.capacity() * sizeof(PairSlotC) + self.term_slot.size() * 32
+                + self.ver.capacity() * 9)
+
+    def structure(self):
+        """Sizes of the layout: terms, tree postings, tail postings, nodes, flat entries, pair
+        entries (live and dead), rebuilds and re-posts so far."""
+        cdef size_t k, tree = 0, tail = 0, nodes = 0, flat = 0, pents = 0
+        for k in range(self.terms.size()):
+            tree += self.terms[k].tree_n
+            tail += self.terms[k].posts.size() - self.terms[k].tree_n
+            nodes += self.terms[k].nodes.size()
+            flat += self.terms[k].flat.size()
+        for k in range(self.plists.size()):
+            pents += self.plists[k].size()
+        return {"terms": self.terms.size(), "tree_postings": tree, "tail_postings": tail, "nodes": nodes,
+                "flat_entries": flat, "pair_entries": pents, "pair_live": self.pair_live,
+                "rebuilds": self.rebuilds, "reposts": self.reposts, "rebuilt_postings": self.rebuilt_postings}
+
+    def check_invariants(self):
+        """Per subscription in the index and per term, exactly one live posting (tree
+        subscriptions, rho from theta_idx <= theta) or flat entry; per pair of its terms, one live
+        pair entry; no live entry of a subscription out of the index; nodes bound their members."""
+        cdef sid_t sid
+        cdef size_t k, i, j
+        cdef const ConePostC* p
+        cdef const ConeNodeC* nd
+        cdef ConeTermC* ct
+        cdef const SubHotC* h
+        cdef double w
+        slot_term = {s: t for t, s in dict(self.term_slot).items()}
+        live = {}
+        pairs = {}
+        for k in range(self.terms.size()):
+            ct = &self.terms[k]
+            for i in range(ct.posts.size()):
+                p = &ct.posts[i]
+                if self.ver[p.sid] == p.ver:
+                    assert self.present[p.sid], f"sid {p.sid}: live posting out of the index"
+                    live[(p.sid, k)] = live.get((p.sid, k), 0) + 1
+                    h = &self.table.hot[p.sid]
+                    w = self.table.terms[h.term_off + self.table.term_pos(p.sid, slot_term[k])].w
+                    assert p.rho <= ((self.table.theta_idx[p.sid] - h.alpha) / (1.0 - h.alpha)) / w, \
+                        f"sid {p.sid}: posting rho above its theta_idx's"
+            for i in range(ct.flat.size()):
+                if self.gen[ct.flat[i].sid] == ct.flat[i].gen:
+                    assert self.present[ct.flat[i].sid], f"sid {ct.flat[i].sid}: live flat entry out of the index"
+                    live[(ct.flat[i].sid, k)] = live.get((ct.flat[i].sid, k), 0) + 1
+            for i in range(ct.nodes.size()):
+                nd = &ct.nodes[i]
+                assert nd.hi <= ct.tree_n, f"term slot {k}: node {i} reaches into the tail"
+                for j in range(nd.lo, nd.hi):
+                    p = &ct.posts[j]
+                    assert (nd.minx <= p.x <= nd.maxx and nd.miny <= p.y <= nd.maxy and nd.rho_min <= p.rho
+                            and p.lam <= nd.lam_max), f"term slot {k}: node {i} does not bound posting {j}"
+        for k in range(self.plists.size()):
+            for i in range(self.plists[k].size()):
+                if self.gen[self.plists[k][i].sid] == self.plists[k][i].gen:
+                    pairs[self.plists[k][i].sid] = pairs.get(self.plists[k][i].sid, 0) + 1
+        expected = 0
+        for sid in range(self.present.size()):
+            if not self.present[sid]:
+                continue
+            h = &self.table.hot[sid]
+            assert h.alive and self.table.theta_idx[sid] <= h.theta, f"sid {sid}: theta_idx above theta"
+            for i in range(h.nterms):
+                t = self.table.terms[h.term_off + i].term
+                assert live.get((sid, self.term_slot[t]), 0) == 1, f"sid {sid}: not one live posting of term {t}"
+                expected += 1
+            if h.alpha < 1.0 and h.nterms <= MAX_PAIR_TERMS:
+                assert pairs.get(sid, 0) == h.nterms * (h.nterms - 1) // 2, f"sid {sid}: pair entries"
+        assert sum(live.values()) == expected, "live postings of subscriptions out of the index"
+        assert sum(pairs.values()) == self.pair_live, "pair_live miscounted"
+        return True

@@ -576,7 +576,9 @@ cdef class CoreEngine:
         return {
             "timers": timed,
             "counts": {
-                "enter": self.arrivals, "scan_postings": c["entries_visited"], "verify": c["candidates"],
+                "enter": self.arrivals, "scan_postings": c["entries_visited"],
+                "scan_nodes": c.get("nodes_tested", c["blocks_visited"] + c["blocks_skipped"]),
+                "verify": c["candidates"],
                 "admit": b["admits"], "admits_in_topk": b["admits_in_topk"],
                 "expire": self.expirations, "holder_entries": self.holder_entries,
                 "holders_visited": self.holders_visited, "holders_found": self.holders_found,

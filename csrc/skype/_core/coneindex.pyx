@@ -1,0 +1,237 @@
+# cython: language_level=3
+"""The cone-bounded index (``index="cone"``): dissemination over the cone trees (conetree.pyx
+holds the layout and its upkeep; the rule and its proof are in docs/engine.md, "The cone of a
+single-term posting").
+
+For each message term t with weight w_m, in ascending id:
+* the flat list (alpha = 1, or more than three terms): each live entry is verified at its first
+  common term with the message;
+* the tree, level by level (children and leaves prefetched together): a node is skipped when no
+  posting with rho >= rho_min and lam <= lam_max in its box can lie in the cone, i.e. when
+  w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST - pos_slack > D lam_max (that margin)
+  (1 + NODE_SLACK) + NODE_SLACK D (pos_slack covers the f32 locations, NODE_SLACK the double
+  arithmetic that made rho and lam); the postings of a passing leaf, then the tail's, take the same
+  test one by one;
+* a posting in the cone whose subscription shares another term with m is left to the pair index;
+  the others (if live) are verified.
+Then, per pair (t, u) of message terms, t < u: each live pair entry is verified unless its third
+term is in m below u (it is verified at its first two common terms).  Every qualifying
+subscription is thus verified exactly once (one live posting per term, one pair entry per pair);
+the survivors are verified together at the end, records prefetched ahead.
+"""
+from libc.math cimport INFINITY, sqrt, fabs
+from libc.stdint cimport uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch
+from skype._core.subindex cimport SubHotC
+from skype._core.conetree cimport ConeLayout, ConePostC, ConeNodeC, ConeTermC, PairEntC
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+
+cdef extern from *:
+    """
+    #include <unordered_map>
+    #include <cstdint>
+    static inline uint32_t skype_cone_slot(std::unordered_map<uint32_t, uint32_t>::iterator it) { return it->second; }
+    """
+    uint32_t slot_of "skype_cone_slot"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
+
+cdef double NODE_SLACK = 1e-9
+cdef size_t VERIFY_AHEAD = 8            # records prefetched ahead in the verification loop
+cdef uint32_t NO_KIDS = 0xFFFFFFFF
+cdef term_t NO_TERM = 0xFFFFFFFF
+
+
+cdef inline double clock_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1e9 + ts.tv_nsec
+
+
+cdef inline bint in_msg(const MsgTermC* m, int n, term_t t) noexcept nogil:
+    """Is t among the message's terms (ascending)?"""
+    cdef int lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if m[mid].term < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < n and m[lo].term == t
+
+
+cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, double rho_min,
+                          double lam_max, double x, double y, double wm, double max_dist,
+                          double pos_slack) noexcept nogil:
+    """False only if no posting with rho >= rho_min and lam <= lam_max in the box qualifies
+    (the box of f32 locations: a true location is within pos_slack of it)."""
+    cdef double s = wm - rho_min + NODE_SLACK * (1.0 + fabs(rho_min))
+    cdef double dx = 0.0, dy = 0.0
+    if s < 0.0:
+        return False
+    if lam_max == INFINITY:
+        return True
+    if x < minx:
+        dx = minx - x
+    elif x > maxx:
+        dx = x - maxx
+    if y < miny:
+        dy = miny - y
+    elif y > maxy:
+        dy = y - maxy
+    return sqrt(dx * dx + dy * dy) - pos_slack <= max_dist * lam_max * s * (1.0 + NODE_SLACK) + NODE_SLACK * max_dist
+
+
+cdef class ConeIndex(ConeLayout):
+    def __cinit__(self, *args, **kwargs):
+        self.nodes_tested = self.tree_read = self.tail_read = self.flat_read = self.pair_entries_read = 0
+        self.timed = False
+        self.scan_ns = self.verify_ns = 0
+
+    cdef bint _first_common(self, sid_t sid, uint32_t t, const MsgTermC* m, int n) noexcept nogil:
+        """Is t the first term the subscription shares with m?"""
+        cdef const SubHotC* h = &self.table.hot[sid]
+        cdef const SubTermC* st = &self.table.terms[h.term_off]
+        cdef int i = 0, j = 0
+        while i < h.nterms and j < n:
+            if st[i].term == m[j].term:
+                return st[i].term == t
+            elif st[i].term < m[j].term:
+                i += 1
+            else:
+                j += 1
+        return False
+
+    cdef inline void _posting(self, const ConePostC* p, const MsgTermC* m, int n, double x, double y,
+                              double wm) noexcept nogil:
+        cdef int j
+        if not may_hold(p.x, p.y, p.x, p.y, p.rho, p.lam, x, y, wm, self.max_dist, self.pos_slack):
+            return
+        if p.other0 != NO_TERM:
+            for j in range(n):
+                if m[j].term == p.other0 or m[j].term == p.other1:
+                    return                              # the pair index decides it
+        if self.ver[p.sid] != p.ver:
+            return                                      # dead: re-posted or removed
+        self.pending.push_back(p.sid)
+
+    cdef void _scan(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
+        cdef int q, r
+        cdef uint32_t ni, i
+        cdef unordered_map[term_t, uint32_t].iterator it
+        cdef vector[PairEntC]* lst
+        cdef const PairEntC* pe
+        cdef ConeTermC* ct
+        cdef const ConeNodeC* nd
+        cdef size_t li, e
+        cdef double wm
+        cdef uint64_t read = 0
+        for q in range(n):
+            it = self.term_slot.find(m[q].term)
+            if it == self.term_slot.end():
+                continue
+            ct = &self.terms[slot_of(it)]
+            wm = m[q].w
+            for e in range(ct.flat.size()):            # alpha = 1 or many terms: each at its first common term
+                if self.gen[ct.flat[e].sid] == ct.flat[e].gen and self._first_common(ct.flat[e].sid, m[q].term, m, n):
+                    self.pending.push_back(ct.flat[e].sid)
+            self.flat_read += ct.flat.size()
+            read += ct.flat.size()
+            if ct.tree_n:
+                self.level.clear()
+                self.level.push_back(0)
+                self.leaves.clear()
+                while self.level.size():
+                    self.following.clear()
+                    for li in range(self.level.size()):
+                        ni = self.level[li]
+                        nd = &ct.nodes[ni]
+                        self.nodes_tested += 1
+                        if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
+                                        self.max_dist, self.pos_slack):
+                            continue
+                        if nd.right != NO_KIDS:
+                            prefetch(&ct.nodes[ni + 1])
+                            prefetch(&ct.nodes[nd.right])
+                            self.following.push_back(ni + 1)
+                            self.following.push_back(nd.right)
+                        else:
+                            prefetch(&ct.posts[nd.lo])
+                            prefetch(<const char*>&ct.posts[nd.lo] + 64)
+                            prefetch(<const char*>&ct.posts[nd.hi - 1])
+                            self.leaves.push_back(ni)
+                    self.level.swap(self.following)
+                for li in range(self.leaves.size()):
+                    nd = &ct.nodes[self.leaves[li]]
+                    self.tree_read += nd.hi - nd.lo
+                    read += nd.hi - nd.lo
+                    for i in range(nd.lo, nd.hi):
+                        self._posting(&ct.posts[i], m, n, x, y, wm)
+            for i in range(ct.tree_n, <uint32_t>ct.posts.size()):     # the tail
+                self._posting(&ct.posts[i], m, n, x, y, wm)
+            self.tail_read += ct.posts.size() - ct.tree_n
+            read += ct.posts.size() - ct.tree_n
+        for q in range(n):                             # subscriptions sharing two or more terms
+            for r in range(q + 1, n):
+                lst = self._pair_find((<uint64_t>m[q].term << 32) | m[r].term)
+                if lst == NULL:
+                    continue
+                self.pair_entries_read += lst.size()
+                read += lst.size()
+                for e in range(lst.size()):
+                    pe = &lst[0][e]
+                    # verified at its first two common terms: here unless its third term is in m below u
+                    if ((pe.third == NO_TERM or pe.third > m[r].term or not in_msg(m, n, pe.third))
+                            and self.gen[pe.sid] == pe.gen):
+                        self.pending.push_back(pe.sid)
+        self.ctr.entries_visited += read
+
+    cdef void _verify_pending(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
+        """The survivors verified in a row, records prefetched VERIFY_AHEAD ahead."""
+        cdef const SubHotC* hot = self.table.hot.data()
+        cdef size_t i, c = self.pending.size()
+        cdef const sid_t* sids = self.pending.data()
+        for i in range(c):
+            if i + VERIFY_AHEAD < c:
+                prefetch(&hot[sids[i + VERIFY_AHEAD]])
+            if i + VERIFY_AHEAD // 2 < c:
+                prefetch(&self.table.terms[hot[sids[i + VERIFY_AHEAD // 2]].term_off])
+            self._verify(sids[i], x, y, m, n)
+
+    cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
+        cdef double t0 = 0, t1 = 0
+        self.out.clear()
+        self.pending.clear()
+        self.ctr.messages += 1
+        if self.timed:
+            t0 = clock_ns()
+        self._scan(m, n, x, y)
+        if self.timed:
+            t1 = clock_ns()
+            self.scan_ns += t1 - t0
+        self._verify_pending(m, n, x, y)
+        if self.timed:
+            self.verify_ns += clock_ns() - t1
+
+    def set_timers(self, bint on):
+        self.timed = on
+
+    def phase_seconds(self):
+        """The dissemination split: the scan (flat lists, trees, tails, pair entries) and the
+        verification (timed only)."""
+        return {"scan": self.scan_ns / 1e9, "verify": self.verify_ns / 1e9} if self.timed else {}
+
+    def counters(self):
+        c = super().counters()
+        c.update(nodes_tested=self.nodes_tested, tree_postings=self.tree_read, tail_postings=self.tail_read,
+                 flat_entries=self.flat_read, pair_entries=self.pair_entries_read)
+        return c
+
+    def reset_counters(self):
+        super().reset_counters()
+        self.nodes_tested = self.tree_read = self.tail_read = self.flat_read = self.pair_entries_read = 0
+
+    @property
+    def cone_counts(self):
+        """(tree postings, tail postings, flat entries, pair entries, nodes tested) so far."""
+        return (self.tree_read, self.tail_read, self.flat_read, self.pair_entries_read, self.nodes_tested)

@@ -1,0 +1,90 @@
+# The cone trees' layout (index="cone"): per-term k-d trees over (x, y, rho) with their tails, the
+# flat lists and the pair index, and their upkeep; see conetree.pyx.  Dissemination: coneindex.pyx.
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from skype._core.types cimport term_t, sid_t
+from skype._core.subindex cimport SubscriptionIndex
+
+
+cdef struct ConePostC:         # 32 bytes: one term of a subscription in the term's tree or tail
+    sid_t sid
+    term_t other0            # the subscription's other terms (NO_TERM pads): the first-meeting
+    term_t other1            # check without reading the table
+    float x                  # location, nearest f32 (distances allow pos_slack)
+    float y
+    float rho                # rounded down, from theta_idx when posted
+    float lam                # rounded up (+inf at alpha = 0)
+    uint32_t ver             # live while it equals the subscription's version
+
+
+cdef struct ConeNodeC:         # 36 bytes: bounds over the members' stored (f32) fields
+    float minx
+    float miny
+    float maxx
+    float maxy
+    float rho_min
+    float lam_max
+    uint32_t lo              # members: posts[lo, hi) of the term's array
+    uint32_t hi
+    uint32_t right           # the right child's index (the left is the next node); NO_KIDS: a leaf
+
+
+cdef struct FlatC:             # alpha = 1 or more than MAX_PAIR_TERMS terms: read whole
+    sid_t sid
+    uint32_t gen             # live while it equals the subscription's generation
+
+
+cdef struct PairEntC:
+    sid_t sid
+    term_t third             # the subscription's third term (NO_TERM: two terms)
+    uint32_t gen
+
+
+cdef struct PairSlotC:          # open addressing, linear probing
+    uint64_t key             # t << 32 | u, t < u; PAIR_EMPTY: a free slot
+    uint32_t list            # its entries: plists[list]
+
+
+cdef struct ConeTermC:
+    vector[ConePostC] posts  # [0, tree_n): the tree's members; [tree_n, size): the tail
+    vector[ConeNodeC] nodes
+    vector[FlatC] flat
+    uint32_t tree_n
+    uint32_t dead            # killed postings and flat entries still stored
+
+
+cdef class ConeLayout(SubscriptionIndex):
+    cdef unordered_map[term_t, uint32_t] term_slot
+    cdef vector[ConeTermC] terms
+    cdef vector[PairSlotC] pslots
+    cdef vector[vector[PairEntC]] plists
+    cdef uint64_t pmask
+    cdef int pshift
+    cdef uint64_t pair_lists, pair_live, pair_dead
+    cdef vector[uint32_t] ver         # per sid: the version its live postings carry
+    cdef vector[uint32_t] gen         # per sid: the generation its flat and pair entries carry
+    cdef vector[uint8_t] present      # per sid: in the index
+    cdef vector[uint32_t] touched     # terms that got postings since the last rebuild check
+    cdef vector[uint8_t] touched_mark
+    cdef int leaf
+    cdef double rho_scale
+    cdef double pos_slack             # >= the distance error of f32 locations: max|coordinate| * 2^-23
+    cdef double reach
+    cdef double theta_refresh
+    cdef double tail_fraction
+    cdef uint32_t tail_min
+    cdef uint64_t rebuilds, reposts, rebuilt_postings
+
+    cdef uint32_t _slot(self, term_t t) noexcept nogil
+    cdef void _grow(self, sid_t sid) noexcept nogil
+    cdef bint _in_tree(self, sid_t sid) noexcept nogil
+    cdef void _post(self, sid_t sid, bint pairs) noexcept nogil
+    cdef void _kill(self, sid_t sid, bint pairs) noexcept nogil
+    cdef void _check_touched(self) noexcept nogil
+    cdef void _pair_insert(self, uint64_t key, PairEntC e) noexcept nogil
+    cdef void _pair_rehash(self, size_t cap) noexcept nogil
+    cdef vector[PairEntC]* _pair_find(self, uint64_t key) noexcept nogil
+    cdef void _pair_compact(self) noexcept nogil
+    cdef void _rebuild_term(self, uint32_t slot) noexcept nogil
+    cdef void _build_node(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil
