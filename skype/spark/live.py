@@ -433,7 +433,7 @@ class SparkBackend:
 
     def _supervise(self) -> None:
         """Start the driver once a message is staged (it plans from the stream staged by then)
-        and again whenever it dies, until the service stops."""
+        and again whenever it dies, until the service stops (its pid: ``driver.pid``)."""
         log = open(self.run_dir / "driver.log", "ab")
         try:
             while not self.stopping.is_set():
@@ -448,6 +448,7 @@ class SparkBackend:
                         self.driver = subprocess.Popen([sys.executable, "-m", DRIVER_MODULE, str(self.run_dir)],
                                                        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                                        preexec_fn=_die_with_parent)
+                        (self.run_dir / "driver.pid").write_text(f"{self.driver.pid}\n")
                         self.driver_starts += 1
                         self.gauges["driver_starts"].set(self.driver_starts)
                 self.stopping.wait(0.1)
