@@ -50,11 +50,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from skype.api import ChangeLog
-from skype.dskype.results import fold_events, ranked
 from skype.dskype.staging import command_table, message_table, write_table
 from skype.errors import InputError
 from skype.model import Bounds, MessageBatch, Subscription, SubscriptionBatch, TermMatrix
 from skype.service.events import EventBlock
+from skype.spark.live_fold import BatchRows, FoldedResults
 from skype.service.state import State
 from skype import validate
 from skype.workload import subscriptions_batch
@@ -138,71 +138,6 @@ class StreamWriter:
                 write_table(command_table(ops, ats, concat_subscriptions([b for _, _, b in self.commands])), path,
                             "parquet")
         self.clear()
-
-
-class FoldedResults:
-    """Every subscription's top-k, folded from the batches' events (module docstring, 3):
-    ``{sub: {message: (score, stream seq)}}``, the seq of the last event and the position of
-    the last batch folded.  Changed on the engine thread only."""
-
-    def __init__(self) -> None:
-        self.entries: dict[int, dict[int, tuple[float, int]]] = {}
-        self.seq = 0
-        self.batch = -1
-        self.position = 0
-
-    def result(self, sid: int) -> list:
-        return ranked(self.entries.get(sid, {}))
-
-    def topk_arrays(self, sub_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rows = [self.result(int(s)) for s in np.asarray(sub_ids, np.int64).tolist()]
-        indptr = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum([len(r) for r in rows], out=indptr[1:])
-        ids = np.array([m.id for r in rows for m in r], np.int64)
-        scores = np.array([m.score for r in rows for m in r], np.float64)
-        return indptr, ids, scores
-
-    def apply(self, batch: int, rows: list[dict], position: int) -> EventBlock | None:
-        """Fold batch ``batch``'s event rows; its events as one block (None: no event)."""
-        if batch <= self.batch:
-            return None  # folded already
-        # a subscription that moved within the batch (removed on one partition, created on
-        # another) is removed before it is created again (skype.dskype.results.folded_results)
-        rows = sorted(rows, key=lambda r: 0 if r["removed"] and not r["created"] else 1)
-        touched = sorted({int(r["sub"]) for r in rows})
-        created = {int(r["sub"]) for r in rows if r["created"]}
-        before = {sid: dict(self.entries[sid]) if sid in self.entries else None for sid in touched}
-        fold_events(rows, self.entries)
-        self.batch, self.position = batch, position
-        subs: list[int] = []
-        ent_ids: list[int] = []
-        ent_scores: list[float] = []
-        ent_ptr, left_ptr, removed = [0], [0], []
-        left_ids: list[int] = []
-        for sid in touched:
-            old, new = before[sid], self.entries.get(sid)
-            if new is None and old is None:
-                continue
-            entered = [] if new is None else [m for m in ranked(new)
-                                               if old is None or m.id not in old or old[m.id][0] != new[m.id][0]]
-            left = [] if old is None else [m.id for m in ranked(old) if new is None or m.id not in new]
-            if not entered and not left and new is not None and sid not in created:
-                continue
-            subs.append(sid)
-            ent_ids += [m.id for m in entered]
-            ent_scores += [m.score for m in entered]
-            left_ids += left
-            ent_ptr.append(len(ent_ids))
-            left_ptr.append(len(left_ids))
-            removed.append(new is None)
-        if not subs:
-            return None
-        seq0 = self.seq + 1
-        self.seq += len(subs)
-        return EventBlock(seq0, np.array(subs, np.int64), position, ent_ptr=np.array(ent_ptr, np.int64),
-                          ent_ids=np.array(ent_ids, np.int64), ent_scores=np.array(ent_scores, np.float64),
-                          left_ptr=np.array(left_ptr, np.int64), left_ids=np.array(left_ids, np.int64),
-                          removed=np.array(removed, bool))
 
 
 class StreamEngine:
@@ -381,7 +316,7 @@ class SparkBackend:
     def attach(self, service: Service) -> None:
         """Fold the batches completed before this start and hand their events to the hub (the
         worker has not started: nothing else reads the fold yet)."""
-        from prometheus_client import Gauge
+        from prometheus_client import Counter, Gauge
 
         self.service = service
         registry = service.metrics.registry
@@ -389,6 +324,9 @@ class SparkBackend:
             "position": Gauge("skype_spark_position", "messages the folded Spark batches cover", registry=registry),
             "batch": Gauge("skype_spark_batch", "the last Spark micro-batch folded", registry=registry),
             "driver_starts": Gauge("skype_spark_driver_starts", "Spark driver processes started", registry=registry),
+            "fold_s": Counter("skype_spark_fold_seconds", "reading and folding the batches' events, off the engine "
+                                                          "thread", registry=registry),
+            "rows": Counter("skype_spark_event_rows", "event rows read from the batches", registry=registry),
         }
         for batch in self.completed_batches():
             block = self.fold.apply(batch, self.batch_rows(batch), self.batch_position(batch))
@@ -464,13 +402,11 @@ class SparkBackend:
         ids = sorted(int(p.name[6:14]) for p in metrics.glob("batch-*.json"))
         return [b for b in ids if b > self.fold.batch]
 
-    def batch_rows(self, batch: int) -> list[dict]:
+    def batch_rows(self, batch: int) -> BatchRows:
         import pyarrow.parquet as pq
 
-        rows: list[dict] = []
-        for path in sorted((self.run_dir / "events" / self.options["method"]).glob(f"batch-{batch:08d}-part-*.parquet")):
-            rows += pq.read_table(path).to_pylist()
-        return rows
+        paths = sorted((self.run_dir / "events" / self.options["method"]).glob(f"batch-{batch:08d}-part-*.parquet"))
+        return BatchRows([pq.read_table(path) for path in paths])
 
     def batch_position(self, batch: int) -> int:
         """The messages the batch's end offset covers (the Spark checkpoint's offset log)."""
@@ -496,30 +432,35 @@ class SparkBackend:
                 self.stopping.wait(0.02)
                 continue
             for batch in batches:
-                rows, position = self.batch_rows(batch), self.batch_position(batch)
-                future = asyncio.run_coroutine_threadsafe(self._fold(batch, rows, position), self.loop)
+                t0 = time.perf_counter()
+                rows = self.batch_rows(batch)
+                prepared = self.fold.prepare(batch, rows, self.batch_position(batch))
+                self.gauges["fold_s"].inc(time.perf_counter() - t0)
+                self.gauges["rows"].inc(rows.count)
+                future = asyncio.run_coroutine_threadsafe(self._fold(prepared), self.loop)
                 try:
                     future.result()
                 except Exception as err:  # the worker failed or stopped: nothing more to fold
                     print(f"skype serve: folding Spark batch {batch} failed: {err!r}", file=sys.stderr, flush=True)
                     return
 
-    async def _fold(self, batch: int, rows: list[dict], position: int) -> None:
-        """On the loop: fold on the engine thread (a ``read`` job), then publish the events."""
+    async def _fold(self, prepared: tuple | None) -> None:
+        """On the loop: commit the prepared batch on the engine thread (a ``read`` job: the
+        results and their seq change between two of its jobs), then publish the events."""
         from skype.service.worker import Busy
 
         assert self.service is not None
         worker = self.service.worker
         while True:
             try:
-                future = worker.submit("read", lambda st: self.fold.apply(batch, rows, position))
+                future = worker.submit("read", lambda st: self.fold.commit(prepared))
                 break
             except Busy:
                 await asyncio.sleep(0.01)
         block = await future
         self._count()
         if block is not None:
-            self.service.hub.publish([block], self.arrival_before(position))
+            self.service.hub.publish([block], self.arrival_before(block.position))
 
     def note_arrival(self, position: int, t0: float) -> None:
         self.pushed_upto.append((position, t0))
