@@ -463,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for the started server (repeat; e.g. --server-arg=--snapshot-every=10000000)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--keep-data", action="store_true", help="keep the started server's data directory (printed)")
     args = p.parse_args(argv)
     for key, value in {**DEFAULTS, **MODES.get(args.mode or "", {})}.items():
         if getattr(args, key) is None:
@@ -492,7 +493,10 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep_data:
+            print(f"data directory kept: {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     width = max(map(len, report))
     for key, value in report.items():
         shown = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value

@@ -2,7 +2,7 @@
 fold (:func:`skype.dskype.results.fold_events`, in the order of ``folded_results``), on random
 batches of event rows (Hypothesis; no Spark needed): the same top-k after every batch; the
 events, folded by a follower, give those top-k; seqs 1, 2, ... without a gap; a batch folded
-twice (a restart, a re-run batch) changes nothing."""
+twice (a restart, a re-run batch) changes nothing.  And the staging of the writes across a restart."""
 
 from __future__ import annotations
 
@@ -59,3 +59,45 @@ def test_fold_equals_the_runtime_fold_and_its_events_fold_to_it(batches, split):
         assert fold.apply(batch, BatchRows(parts), position=10 * batch) is None  # folded once only
         assert fold.entries == want
     assert seqs == list(range(1, len(seqs) + 1)) and fold.seq == len(seqs)
+
+
+def test_staging_after_a_restart_stages_every_record_once_in_log_order(tmp_path):
+    """Records 0-4 staged, record 5 pending at a kill; the restarted writer replays 0-5 (as the
+    log's replay does) and stages only what no file holds, under names that sort after the
+    files already there, so the stream reads every message and command once, in log order."""
+    import pyarrow.parquet as pq
+
+    from skype.spark.live import StreamWriter
+    from skype.workload import messages_batch, subscriptions_batch
+
+    def msg(i: int):
+        return messages_batch([(i, 0.0, 0.0, float(i), [1], [1.0])])
+
+    sub = subscriptions_batch([(7, 0.0, 0.0, 1, 0.5, [1], [1.0])])
+
+    def replay(w: StreamWriter, upto: int) -> None:
+        for i in range(upto):
+            if i == 5:
+                w.command("sub", 5, sub)
+            else:
+                w.message(msg(i))
+            w.written()
+
+    first = StreamWriter(tmp_path)
+    replay(first, 5)
+    first.flush()
+    replay_from = first.index
+    first.command("sub", 5, sub)
+    first.written()  # pending when the service is killed: never flushed
+    assert replay_from == 5
+    again = StreamWriter(tmp_path)
+    replay(again, 6)
+    again.message(msg(6))
+    again.written()
+    again.flush()
+    names = {d: sorted(p.name for p in (tmp_path / "in" / d).glob("*.parquet")) for d in ("messages", "commands")}
+    assert names["messages"] == ["part-000000000000-000000000004.parquet", "part-000000000005-000000000006.parquet"]
+    assert names["commands"] == ["part-000000000005-000000000006.parquet"]
+    ids = [i for n in names["messages"] for i in pq.read_table(tmp_path / "in" / "messages" / n).column("id").to_pylist()]
+    assert ids == [0, 1, 2, 3, 4, 6]  # record 5 is the subscription
+    assert pq.read_table(tmp_path / "in" / "commands" / names["commands"][0]).column("id").to_pylist() == [7]

@@ -6,11 +6,12 @@ only the engine changes (:mod:`skype.service.backend`).  Its flow:
 1. **Writes.**  The service validates each write as for the in-process engine
    (:class:`SparkState` is a :class:`~skype.service.state.State` whose engine is a
    :class:`StreamEngine`: the same parsers, checks and vocabulary), appends it to its log, and
-   then *stages* it: the vectorised messages or subscription commands of log record ``i`` become
-   the stream file ``part-<i>`` of ``DIR/spark/in/messages`` or ``in/commands``
+   then *stages* it: the vectorised messages or subscription commands of log records ``i..j``
+   become the stream file ``part-<i>-<j>`` of ``DIR/spark/in/messages`` or ``in/commands``
    (:mod:`skype.dskype.staging`'s format; commands carry ``at``, the messages before them),
-   written atomically.  Names follow the log, so the stream's order is the log's, and a restart
-   that replays the log rewrites no file it already wrote (an existing name is kept).
+   written atomically every half trigger (:class:`StreamWriter`).  Names follow the log, so the
+   stream's order is the log's, and a restart that replays the log stages only the records no
+   file holds yet.
 2. **The engine.**  A Spark driver process (:mod:`skype.spark.live_driver`, restarted when it
    dies) runs DSkype over those two directories as an open stream (``trigger-ms`` apart) and
    writes each micro-batch's result-change events to ``DIR/spark/events/<method>/``.  It plans
@@ -94,8 +95,17 @@ def _id_rows(ids: list[int]) -> SubscriptionBatch:
 
 
 class StreamWriter:
-    """Stages the logged writes as stream files: log record ``i`` -> ``part-<i>.parquet``
-    (module docstring, 1).  Used on the engine thread only."""
+    """Stages the logged writes as stream files (module docstring, 1), grouped: the writes of log
+    records ``i..j`` go to ``part-<i>-<j>.parquet`` of each directory they touch, written when
+    :meth:`flush` is called (by a timer, at a size, and before every snapshot: the log replays
+    what a snapshot does not cover, so whatever the newest snapshot covers must be staged).
+    Per directory, the last record staged (the largest ``j``) tells a restart which records to
+    stage again: a replayed record at or below it is not.  Commands are written before the
+    messages of one flush, so every command is staged no later than the messages after it.
+    Used on the engine thread only."""
+
+    FLUSH_RECORDS = 256      # log records pending before a flush without waiting for the timer
+    FLUSH_MESSAGES = 20_000
 
     def __init__(self, run_dir: Path) -> None:
         self.messages_dir = run_dir / "in" / "messages"
@@ -103,41 +113,78 @@ class StreamWriter:
         self.messages_dir.mkdir(parents=True, exist_ok=True)
         self.commands_dir.mkdir(parents=True, exist_ok=True)
         self.index = 0          # the log index of the next write
+        self.first: int | None = None  # the log index of the first write pending (None: none)
         self.muted = False      # a snapshot being restored: its writes are staged already
         self.messages: list[MessageBatch] = []
         self.commands: list[tuple[str, int, SubscriptionBatch]] = []
-        self.staged_messages = any(self.messages_dir.iterdir())
+        self.pending_messages = 0
+        self.staged = {"messages": _staged_upto(self.messages_dir), "commands": _staged_upto(self.commands_dir)}
+        self.staged_messages = self.staged["messages"] > 0
+        self.files = 0          # stream files written by this process
 
-    def clear(self) -> None:
-        self.messages, self.commands = [], []
+    def mark(self) -> tuple:
+        return len(self.messages), len(self.commands), self.pending_messages, self.first
+
+    def undo(self, mark: tuple) -> None:
+        """Forget what a refused write added."""
+        del self.messages[mark[0]:], self.commands[mark[1]:]
+        self.pending_messages, self.first = mark[2], mark[3]
+
+    def _pending(self) -> None:
+        if self.first is None:
+            self.first = self.index
 
     def message(self, batch: MessageBatch) -> None:
-        if not self.muted:
+        if not self.muted and self.index >= self.staged["messages"]:
+            self._pending()
             self.messages.append(batch)
+            self.pending_messages += len(batch)
 
     def command(self, op: str, at: int, batch: SubscriptionBatch) -> None:
-        if not self.muted:
+        if not self.muted and self.index >= self.staged["commands"]:
+            self._pending()
             self.commands.append((op, at, batch))
 
-    def flush(self) -> None:
-        """Stage what the write just applied did, under the write's log index."""
-        name = f"part-{self.index:012d}.parquet"
+    def written(self) -> None:
+        """A write was applied (and logged): the next one has the next log index."""
         self.index += 1
-        if self.messages:
-            path = self.messages_dir / name
-            if not path.exists():
-                write_table(message_table(MessageBatch.concat(self.messages)), path, "parquet")
-            self.staged_messages = True
-        if self.commands:
-            path = self.commands_dir / name
-            if not path.exists():
-                from skype.partitioning.registry import concat_subscriptions
+        if self.first is not None and (self.index - self.first >= self.FLUSH_RECORDS
+                                       or self.pending_messages >= self.FLUSH_MESSAGES):
+            self.flush()
 
-                ops = [op for op, _, b in self.commands for _ in range(len(b))]
-                ats: list[int | None] = [at for _, at, b in self.commands for _ in range(len(b))]
-                write_table(command_table(ops, ats, concat_subscriptions([b for _, _, b in self.commands])), path,
-                            "parquet")
-        self.clear()
+    def flush(self) -> None:
+        """Stage the pending writes (records ``first .. index - 1``; a record already staged,
+        replayed after a restart, is not pending)."""
+        if self.first is None:
+            return
+        name = f"part-{self.first:012d}-{self.index - 1:012d}.parquet"
+        if self.commands:
+            from skype.partitioning.registry import concat_subscriptions
+
+            ops = [op for op, _, b in self.commands for _ in range(len(b))]
+            ats: list[int | None] = [at for _, at, b in self.commands for _ in range(len(b))]
+            write_table(command_table(ops, ats, concat_subscriptions([b for _, _, b in self.commands])),
+                        self.commands_dir / name, "parquet")
+            self.files += 1
+        if self.messages:
+            write_table(message_table(MessageBatch.concat(self.messages)), self.messages_dir / name, "parquet")
+            self.staged_messages = True
+            self.files += 1
+        self.messages, self.commands, self.pending_messages = [], [], 0
+        self.first = None
+
+    def restored(self, log_index: int) -> None:
+        """A snapshot covering the records before ``log_index`` was restored."""
+        self.index, self.first = log_index, None
+
+
+def _staged_upto(directory: Path) -> int:
+    """One past the last log record whose writes a directory holds (0: none)."""
+    last = -1
+    for path in directory.glob("part-*.parquet"):
+        parts = path.stem.split("-")
+        last = max(last, int(parts[-1]))
+    return last + 1
 
 
 class StreamEngine:
@@ -264,13 +311,13 @@ class SparkState(State):
 
     def apply(self, cmd: dict, lines: list[int] | None = None, before: Any = None) -> tuple[Any, list[EventBlock]]:
         writer = self.backend.writer
-        writer.clear()
+        mark = writer.mark()
         try:
             value, _ = super().apply(cmd, lines, before)  # its events are not the engine's: the fold's are
         except BaseException:
-            writer.clear()
+            writer.undo(mark)
             raise
-        writer.flush()
+        writer.written()
         if cmd["op"] == "msgs":
             self.backend.note_arrival(self.position, time.monotonic())
         return value, []
@@ -282,7 +329,13 @@ class SparkState(State):
             super().restore(meta, subs, window)
         finally:
             writer.muted = False
-        writer.index = int(meta["log_index"])
+        writer.restored(int(meta["log_index"]))
+
+    def meta(self) -> dict:
+        """What a snapshot records (called on the engine thread as the snapshot is captured):
+        first the pending writes are staged, since the log will not replay them."""
+        self.backend.writer.flush()
+        return super().meta()
 
 
 
@@ -302,6 +355,7 @@ class SparkBackend:
         self.driver: subprocess.Popen | None = None
         self.driver_starts = 0
         self.threads: list[threading.Thread] = []
+        self.flusher: asyncio.Task | None = None
         self.gauges: dict[str, Any] = {}
         self.pushed_upto: deque[tuple[int, float]] = deque()  # (messages accepted after a write, its arrival)
 
@@ -335,6 +389,7 @@ class SparkBackend:
         self._count()
 
     async def start(self) -> None:
+        self.flusher = asyncio.get_running_loop().create_task(self._stage_periodically())
         for target, name in ((self._supervise, "skype-spark-driver"), (self._tail, "skype-spark-tailer")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -342,6 +397,8 @@ class SparkBackend:
 
     async def stop(self) -> None:
         self.stopping.set()
+        if self.flusher is not None:
+            self.flusher.cancel()
         driver = self.driver
         if driver is not None and driver.poll() is None:
             driver.send_signal(signal.SIGTERM)
@@ -349,6 +406,34 @@ class SparkBackend:
                 await asyncio.get_running_loop().run_in_executor(None, driver.wait, 30)
             except subprocess.TimeoutExpired:
                 driver.kill()
+
+    # ------------------------------------------------------------------ staging
+    async def _stage_periodically(self) -> None:
+        """Every half trigger (at most 250 ms), stage the pending writes on the engine thread:
+        a micro-batch then reads a few files, not one per write (each file is a task of the
+        batch's first stage)."""
+        from skype.service.worker import Busy
+
+        assert self.service is not None
+        period = min(0.25, self.options["trigger_ms"] / 2000.0)
+        writer = self.writer
+        while not self.stopping.is_set():
+            await asyncio.sleep(period)
+            if writer.first is not None or (writer.staged_messages and not self._settings_file().exists()):
+                try:
+                    await self.service.worker.submit("read", self._stage)
+                except Busy:
+                    continue
+                except Exception as err:  # the worker failed or stopped: its status says so
+                    print(f"skype serve: staging stopped: {err!r}", file=sys.stderr, flush=True)
+                    return
+
+    def _stage(self, state: Any) -> None:
+        """On the engine thread: stage what is pending; with the first message staged, write the
+        driver's settings (the vocabulary is read here, where it changes)."""
+        self.writer.flush()
+        if self.writer.staged_messages and not self._settings_file().exists():
+            self._write_settings()
 
     # ------------------------------------------------------------------ the driver process
     def _settings_file(self) -> Path:
@@ -380,9 +465,7 @@ class SparkBackend:
                         print(f"skype serve: the Spark driver exited ({self.driver.returncode}); starting it again",
                               file=sys.stderr, flush=True)
                         self.stopping.wait(1.0)
-                    if (self.run_dir / "run.json").exists() or self.writer.staged_messages:
-                        if not self._settings_file().exists():
-                            self._write_settings()
+                    if self._settings_file().exists():  # written with the first message staged
                         self.driver = subprocess.Popen([sys.executable, "-m", DRIVER_MODULE, str(self.run_dir)],
                                                        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                                        preexec_fn=_die_with_parent)
