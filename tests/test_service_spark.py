@@ -48,7 +48,7 @@ def spark_position(url: str) -> float:
     raise AssertionError("no skype_spark_position in /metrics")
 
 
-def wait_caught_up(url: str, position: int, timeout: float = 240.0) -> None:
+def wait_caught_up(url: str, position: int, timeout: float = 900.0) -> None:
     """Until the folded batches cover ``position`` messages, and one more trigger has passed
     (commands after the last message ride in the next batch)."""
     deadline = time.monotonic() + timeout
