@@ -42,7 +42,14 @@ fold differs.
     python bench/service_load.py --mode ws1k      # 1,000 WebSockets x 10 subs; the same stream
     python bench/service_load.py --mode sse5k     # 5,000 SSE x 1 sub; 100k subs, window 100k, 1,000 msg/s by 100
     python bench/service_load.py --mode ws1k --readers 2   # the readers in two processes
+    python bench/service_load.py --mode spark     # serve --engine spark (local[2], trigger 500 ms): 100 SSE x 1
+                                                  # sub; 10k subs, window 10k, 500 msg/s by 100 for 30 s
     python bench/service_load.py --subs 2000 --streams 20 --per-stream 10 --protocol ws   # small
+
+With ``--engine spark`` (``serve --engine spark``, ``--master``, ``--partitions``, ``--method``,
+``--trigger-ms``), the fill and the registrations are followed by a wait until the Spark job's
+folded batches cover them (``skype_spark_position``; the driver's start and first batch, not
+measured), and the drain by a wait until they cover the last message published.
 
 Timings on a shared 2-core machine are indicative: client and server share the cores.
 """
@@ -85,8 +92,11 @@ MODES = {
                  duration=20.0),
     "sse5k": dict(subs=100_000, window=100_000, streams=5000, per_stream=1, protocol="sse", rate=1000, batch=100,
                   duration=20.0),
+    "spark": dict(subs=10_000, window=10_000, streams=100, per_stream=1, protocol="sse", rate=500, batch=100,
+                  duration=30.0, engine="spark"),
 }
-DEFAULTS = dict(subs=2000, window=5000, streams=20, per_stream=10, protocol="sse", rate=2000, batch=200, duration=20.0)
+DEFAULTS = dict(subs=2000, window=5000, streams=20, per_stream=10, protocol="sse", rate=2000, batch=200, duration=20.0,
+                engine="core")
 HISTOGRAM = "skype_publish_request_to_write_seconds"
 COUNTS = ("skype_events_pushed_total", "skype_stream_writes_total", "skype_blocks_delivered_total")
 _decode = msgspec.json.Decoder().decode
@@ -342,6 +352,16 @@ async def register(session, url: str, subs: list[dict]) -> float:
     return time.perf_counter() - t0
 
 
+async def spark_caught_up(session, url: str, position: int, limit: float = 900.0) -> float:
+    """``--engine spark``: wait until the folded Spark batches cover ``position`` messages; the seconds waited."""
+    t0 = time.perf_counter()
+    while await metric(session, url, "skype_spark_position") < position:
+        if time.perf_counter() - t0 > limit:
+            raise SystemExit(f"the Spark job did not reach position {position} within {limit} s")
+        await asyncio.sleep(0.2)
+    return time.perf_counter() - t0
+
+
 async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[dict]) -> dict:
     import aiohttp
 
@@ -350,6 +370,7 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
         for i in range(0, args.window, 1000):                                 # fill the window
             await post(session, url, "\n".join(json.dumps(r) for r in msgs[i:min(i + 1000, args.window)]) + "\n")
         register_s = await register(session, url, subs)
+        spark_start_s = await spark_caught_up(session, url, args.window) if args.engine == "spark" else 0.0
 
         streams = []
         for i in range(args.streams):
@@ -392,6 +413,8 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
             start, sent_at, acks, end_pos = await loop.run_in_executor(
                 pool, publisher, url, bodies, args.batch / args.rate if args.rate > 0 else 0.0, args.duration)
         publish_s = (sent_at[-1] + acks[-1] - start) if sent_at else 0.0
+        if args.engine == "spark" and end_pos:
+            await spark_caught_up(session, url, end_pos[-1], limit=300.0)
         await wait_idle(count, idle=2.0, limit=120.0)
         hist1 = await histogram(session, url)
         counts1 = [await metric(session, url, name) for name in COUNTS]
@@ -449,7 +472,9 @@ async def run(args: argparse.Namespace, url: str, subs: list[dict], msgs: list[d
     return {
         "subscriptions": len(subs), "window": args.window, "protocol": args.protocol, "connections": args.streams,
         "per_stream": args.per_stream, "rate_target": args.rate, "batch": args.batch, "duration_s": publish_s,
-        "register_s": register_s, "connect_s": connect_s,
+        "register_s": register_s, "connect_s": connect_s, "engine": args.engine, "spark_start_s": spark_start_s,
+        "offered_msgs_per_s": args.rate,
+        "accepted_ratio": (accepted / publish_s) / args.rate if publish_s and args.rate > 0 else float("nan"),
         "messages": accepted, "throughput_msgs_per_s": accepted / publish_s if publish_s else 0.0,
         "ack_p50_ms": 1e3 * ack50, "ack_p99_ms": 1e3 * ack99,
         "client_push_p50_ms": 1e3 * push50, "client_push_p99_ms": 1e3 * push99,
@@ -478,7 +503,10 @@ def start_server(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.P
            "--port", str(port), "--window", str(args.window), "--fsync", args.fsync,
            "--max-connections", str(max(2048, 2 * args.streams + 64)),
            "--max-streams-per-connection", str(max(1000, args.per_stream)),
-           "--retain-events", str(max(100_000, 2 * args.subs)), *args.server_arg]
+           "--retain-events", str(max(100_000, 2 * args.subs)), "--engine", args.engine, *args.server_arg]
+    if args.engine == "spark":
+        cmd += ["--trigger-ms", str(args.trigger_ms), "--partitions", str(args.partitions)] + \
+            (["--master", args.master] if args.master else []) + (["--method", args.method] if args.method else [])
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
@@ -523,9 +551,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--readers", type=int, default=1,
                    help="reader processes the streams are shared among (default: %(default)s)")
+    p.add_argument("--engine", choices=("core", "reference", "spark"), help="the started server's engine (default: core)")
+    p.add_argument("--trigger-ms", type=int, default=500, help="--engine spark: ms between micro-batches (default: 500)")
+    p.add_argument("--partitions", type=int, default=2, help="--engine spark: partitions (default: 2)")
+    p.add_argument("--master", help="--engine spark: Spark master (default: the server's, local[2])")
+    p.add_argument("--method", help="--engine spark: distribution method (default: the server's, location)")
     p.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for the started server (repeat; e.g. --server-arg=--snapshot-every=10000000)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--keep-data", action="store_true", help="keep the started server's data directory (printed)")
     args = p.parse_args(argv)
     for key, value in {**DEFAULTS, **MODES.get(args.mode or "", {})}.items():
         if getattr(args, key) is None:
@@ -555,7 +589,10 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep_data:
+            print(f"data directory kept: {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     width = max(map(len, report))
     for key, value in report.items():
         shown = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else value

@@ -20,7 +20,8 @@ def settings_of(args: argparse.Namespace):
 
     return ServiceSettings(
         data_dir=args.data_dir, window=args.window, window_seconds=args.window_seconds, host=args.host,
-        port=args.port, bounds=args.bounds, engine=args.engine, engine_options=engine_options(args),
+        port=args.port, bounds=args.bounds, engine=args.engine,
+        engine_options=spark_options(args) if args.engine == "spark" else engine_options(args),
         vocabulary=args.vocabulary, token_file=args.token_file, allow_origins=tuple(args.allow_origin),
         fsync=args.fsync, ingest=args.ingest, queue_size=args.queue_size, max_body_bytes=args.max_body_bytes,
         max_records=args.max_records, max_connections=args.max_connections,
@@ -28,6 +29,11 @@ def settings_of(args: argparse.Namespace):
         stream_buffer_bytes=args.stream_buffer_bytes, retain_events=args.retain_events,
         retain_seconds=args.retain_seconds, snapshot_every=args.snapshot_every,
         snapshot_seconds=args.snapshot_seconds)
+
+
+def spark_options(args: argparse.Namespace) -> dict:
+    """The options of ``--engine spark`` (``skype.spark.live.spark_options`` checks them)."""
+    return {"master": args.master, "method": args.method, "partitions": args.partitions, "trigger_ms": args.trigger_ms}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -52,6 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--bounds", type=bounds_arg, default=DEFAULT_BOUNDS, metavar="MINX,MINY,MAXX,MAXY",
                    help="space bounds (default: -180,-90,180,90)")
     add_engine_args(p)
+    for action in p._actions:  # serve also runs over DSkype on Spark
+        if action.dest == "engine":
+            action.choices = (*(action.choices or ()), "spark")
+            action.help = "the Cython core (default), the brute-force reference, or DSkype on Spark (docs/service.md)"
+    sp = p.add_argument_group("--engine spark (DSkype on Spark; docs/service-spark.md)")
+    sp.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
+    sp.add_argument("--method", default=None, help="distribution method (default: location)")
+    sp.add_argument("--partitions", type=int, default=None, help="subscription partitions (default: 2)")
+    sp.add_argument("--trigger-ms", type=int, default=None, help="milliseconds between micro-batches (default: 500)")
     s = p.add_argument_group("service")
     s.add_argument("--token-file", metavar="FILE",
                    help='JSON {"admin": [tokens], "publisher": [tokens]}; without it, loopback only and no auth')

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from skype.errors import InputError
 from skype.model import DEFAULT_BOUNDS, Bounds
 
-ENGINES = ("core", "reference")
+ENGINES = ("core", "reference", "spark")  # spark: DSkype on Spark (skype.spark.live, skype.service.backend)
 
 
 @dataclass
@@ -38,8 +38,9 @@ class ServiceSettings:
     host: str = "127.0.0.1"
     port: int = 8750
     bounds: Bounds | tuple[float, float, float, float] = DEFAULT_BOUNDS
-    engine: str = "core"                      # "core" (skype.Engine) or "reference" (brute force)
+    engine: str = "core"                      # "core" (skype.Engine), "reference" (brute force) or "spark"
     engine_options: dict[str, Any] = field(default_factory=dict)  # keyword arguments of skype.Engine
+    # (spark: master, method, partitions, trigger_ms; skype.spark.live.spark_options)
     vocabulary: str | None = None             # a vocabulary file (python -m skype.run vocabulary)
     token_file: str | None = None             # None: no tokens, loopback only
     allow_origins: tuple[str, ...] = ()       # browser origins besides the server's own that may write
@@ -120,6 +121,7 @@ def build_service(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | N
     (a damaged log, E140), having changed nothing."""
     from skype.service.app import Limits, Service
     from skype.service.auth import Tokens, check_host
+    from skype.service.backend import backend_of
     from skype.service.guard import Guard
     from skype.service.hub import Hub
     from skype.service.metrics import Metrics
@@ -137,14 +139,19 @@ def build_service(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | N
     loop = loop or asyncio.get_running_loop()
     metrics = Metrics()
     hub = Hub(settings.retain_events, retain_seconds=settings.retain_seconds)
-    state = State(engine_factory(settings), vocabulary, ingest=settings.ingest, max_records=settings.max_records)
+    backend = backend_of(settings, data_dir, loop)
+    state = State(engine_factory(settings), vocabulary, ingest=settings.ingest, max_records=settings.max_records) \
+        if backend is None else backend.make_state(vocabulary, settings.ingest, settings.max_records)
     worker = Worker(data_dir, state, fsync=settings.fsync, queue_size=settings.queue_size,
                     snapshot_every=settings.snapshot_every, snapshot_seconds=settings.snapshot_seconds,
                     metrics=metrics, loop=loop, publish=hub.publish, start_at=hub.start_at, on_failure=on_failure)
     limits = Limits(settings.max_body_bytes, settings.max_records, settings.max_connections,
                     settings.max_streams_per_connection, settings.stream_queue, settings.stream_buffer_bytes)
     guard = Guard(settings.host, settings.port, tokenless=tokens is None, allow_origins=settings.allow_origins)
-    return Service(worker, hub, tokens, limits, metrics, guard=guard)
+    service = Service(worker, hub, tokens, limits, metrics, guard=guard)
+    if backend is not None:
+        backend.attach(service)
+    return service
 
 
 def create_app(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | None = None,
@@ -157,15 +164,21 @@ def create_app(settings: ServiceSettings, loop: asyncio.AbstractEventLoop | None
     from aiohttp import web
 
     from skype.service.app import SERVICE
+    from skype.service.backend import backend_of_service
 
     service = build_service(settings, loop, on_failure)
     app = service.app()
     app[SERVICE] = service
+    backend = backend_of_service(service)
 
     async def start_worker(app: web.Application) -> None:
         service.worker.start()
+        if backend is not None:
+            await backend.start()
 
     async def stop_worker(app: web.Application) -> None:
+        if backend is not None:
+            await backend.stop()
         await asyncio.get_running_loop().run_in_executor(None, service.worker.stop)
 
     app.on_startup.append(start_worker)

@@ -1,0 +1,106 @@
+"""The Spark driver of ``serve --engine spark``: ``python -m skype.spark.live_driver RUN_DIR``.
+
+Started (and started again when it dies) by the service (:mod:`skype.spark.live`).  It runs
+DSkype (:func:`skype.spark.job.run`) over the service's stream directories ``RUN_DIR/in/messages``
+and ``RUN_DIR/in/commands`` as an open stream, one micro-batch every ``trigger_ms``, until it is
+stopped; events go to ``RUN_DIR/events/<method>/``, the Spark checkpoint to ``RUN_DIR/spark``.
+Its settings are ``RUN_DIR/live.json``, written by the service.
+
+A new run plans its distribution from what the directories hold when it starts: the
+subscriptions staged so far and up to ``sample_size`` messages (with the vocabulary of
+``live.json``); a run directory that has a plan (``run.json``) resumes with it, from the
+checkpoint, so a killed driver continues exactly where its last committed batch ended.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SAMPLE = 10_000
+
+
+def planning_inputs(run_dir: Path, cfg: dict):
+    """The workload the plan is made from: the staged subscriptions (the last record of each id
+    still subscribed) and the first staged messages."""
+    import pyarrow as pa
+
+    from skype.model import Bounds, MessageBatch, SubscriptionBatch, TermMatrix
+    from skype.text import Vocabulary
+    from skype.workload import Inputs
+    import pyarrow.parquet as pq
+    import numpy as np
+
+    def table(directory: Path, limit: int | None = None):
+        parts, count = [], 0
+        for path in sorted(directory.glob("part-*.parquet")):
+            parts.append(pq.read_table(path))
+            count += parts[-1].num_rows
+            if limit is not None and count >= limit:
+                break
+        return pa.concat_tables(parts, promote_options="default") if parts else None
+
+    def terms(tab) -> TermMatrix:
+        ids = tab.column("term_ids").combine_chunks()
+        weights = tab.column("weights").combine_chunks()
+        return TermMatrix(np.asarray(ids.offsets, np.int64), np.asarray(ids.values, np.int64),
+                          np.asarray(weights.values, np.float64))
+
+    commands = table(run_dir / "in" / "commands")
+    live: dict[int, int] = {}
+    if commands is not None:
+        for row, (op, sid) in enumerate(zip(commands.column("op").to_pylist(), commands.column("id").to_pylist())):
+            if op == "sub":
+                live[int(sid)] = row
+            else:
+                live.pop(int(sid), None)
+    if live:
+        subs_table = commands.take(sorted(live.values()))
+        c = {name: subs_table.column(name).to_numpy() for name in ("id", "x", "y", "k", "alpha")}
+        subs = SubscriptionBatch(c["id"], c["x"], c["y"], c["k"], c["alpha"], terms(subs_table))
+    else:
+        from skype.partitioning.registry import empty_subscriptions
+
+        subs = empty_subscriptions()
+    steps = []
+    messages = table(run_dir / "in" / "messages", SAMPLE)
+    if messages is not None:
+        messages = messages.slice(0, SAMPLE)
+        m = {name: messages.column(name).to_numpy() for name in ("id", "x", "y", "t")}
+        steps.append(("msgs", MessageBatch(m["id"], m["x"], m["y"], m["t"], terms(messages))))
+    return Inputs(Vocabulary.from_dict(cfg["vocabulary"]), subs, steps, Bounds(*cfg["bounds"]),
+                  "the live service's stream")
+
+
+def run_driver(run_dir: str | Path) -> dict:
+    """Run the live stream of ``run_dir`` until stopped (SIGTERM) or killed; its metrics."""
+    from skype.dskype.plan import RunSettings
+    from skype.model import Bounds
+    from skype.spark.job import run
+
+    run_dir = Path(run_dir).resolve()
+    cfg = json.loads((run_dir / "live.json").read_text())
+    options = {"method": cfg["method"], "partitions": cfg["partitions"], "window": cfg["window"],
+               "messages_dir": str(run_dir / "in" / "messages"), "commands_dir": str(run_dir / "in" / "commands"),
+               "trigger_seconds": cfg["trigger_ms"] / 1000.0, "batch_size": cfg["batch_size"],
+               "sample_size": SAMPLE}
+    settings = RunSettings.from_options(options, Bounds(*cfg["bounds"]))
+    return run(settings, planning_inputs(run_dir, cfg), run_dir=run_dir, master=cfg["master"],
+               driver_memory=cfg.get("driver_memory"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m skype.spark.live_driver RUN_DIR", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    run_driver(args[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
