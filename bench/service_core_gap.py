@@ -60,7 +60,8 @@ def run_simulate(m: Path, s: Path, window: int, batch: int) -> dict:
 
 def run_state(m: Path, s: Path, window: int, batch: int, on_thread: bool, same_vocabulary: bool,
               query_window: bool = True) -> dict:
-    from skype.service.build import ServiceSettings, engine_factory
+    from skype.service.build import engine_factory
+    from skype.service.settings import ServiceSettings
     from skype.service.state import State
 
     clocks = {"publish_batch_s": 0.0, "events_s": 0.0}

@@ -1,4 +1,4 @@
-"""The fold of ``serve --engine spark`` (:mod:`skype.spark.live_fold`), against the runtime's own
+"""The fold of ``serve --engine spark`` (:mod:`skype.service.spark_fold`), against the runtime's own
 fold (:func:`skype.dskype.results.fold_events`, in the order of ``folded_results``), on random
 batches of event rows (Hypothesis; no Spark needed): the same top-k after every batch; the
 events, folded by a follower, give those top-k; seqs 1, 2, ... without a gap; a batch folded
@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from skype.dskype.reports import events_schema  # noqa: E402
 from skype.dskype.results import fold_events  # noqa: E402
-from skype.spark.live_fold import BatchRows, FoldedResults  # noqa: E402
+from skype.service.spark_fold import BatchRows, FoldedResults  # noqa: E402
 
 entry = st.fixed_dictionaries({"id": st.integers(0, 12), "score": st.sampled_from([0.25, 0.5, 0.75, 1.0]),
                                "seq": st.integers(0, 50)})
@@ -67,7 +67,7 @@ def test_staging_after_a_restart_stages_every_record_once_in_log_order(tmp_path)
     files already there, so the stream reads every message and command once, in log order."""
     import pyarrow.parquet as pq
 
-    from skype.spark.live import StreamWriter
+    from skype.service.spark_backend import StreamWriter
     from skype.workload import messages_batch, subscriptions_batch
 
     def msg(i: int):

@@ -533,7 +533,8 @@ def test_a_new_snapshots_folder_is_fsynced_in_its_parent(tmp_path, monkeypatch):
 
 
 def test_settings_are_written_atomically(tmp_path, monkeypatch):
-    from skype.service.build import ServiceSettings, check_data_dir
+    from skype.service.build import check_data_dir
+    from skype.service.settings import ServiceSettings
 
     settings = ServiceSettings(data_dir=str(tmp_path / "d"), window=10)
     synced: list[int] = []

@@ -16,7 +16,7 @@ from skype.model import DEFAULT_BOUNDS
 
 def settings_of(args: argparse.Namespace):
     """The :class:`~skype.service.build.ServiceSettings` of the parsed arguments."""
-    from skype.service.build import ServiceSettings
+    from skype.service.settings import ServiceSettings
 
     return ServiceSettings(
         data_dir=args.data_dir, window=args.window, window_seconds=args.window_seconds, host=args.host,
@@ -32,7 +32,7 @@ def settings_of(args: argparse.Namespace):
 
 
 def spark_options(args: argparse.Namespace) -> dict:
-    """The options of ``--engine spark`` (``skype.spark.live.spark_options`` checks them)."""
+    """The options of ``--engine spark`` (``skype.service.spark_backend.spark_options`` checks them)."""
     return {"master": args.master, "method": args.method, "partitions": args.partitions, "trigger_ms": args.trigger_ms}
 
 

@@ -32,6 +32,7 @@ when a stream sends them) replaced design 1 (a dict per record and per event); `
 records`` keeps design 1's record-by-record validation to compare (``docs/service.md``).
 """
 
-from skype.service.build import ServiceSettings, build_service, create_app, serve
+from skype.service.build import build_service, create_app, serve
+from skype.service.settings import ServiceSettings
 
 __all__ = ["ServiceSettings", "build_service", "create_app", "serve"]

@@ -6,7 +6,7 @@ command; the results; snapshot queries.  ``core`` and ``reference`` are a ``Stat
 in-process engine and need nothing more.  Another engine is an :class:`EngineBackend`: it makes
 the state (``make_state``), is handed the assembled service (``attach``: its worker, hub and
 metrics), and runs beside the application (``start`` with it, ``stop`` at its cleanup).  The one
-other backend today is DSkype on Spark (:mod:`skype.spark.live`), imported here only when asked
+other backend today is DSkype on Spark (:mod:`skype.service.spark_backend`), imported here only when asked
 for, so pyspark stays an extra.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from skype.service.app import Service
-    from skype.service.build import ServiceSettings
+    from skype.service.settings import ServiceSettings
     from skype.service.state import State
 
 
@@ -35,7 +35,7 @@ class EngineBackend(Protocol):
 def backend_of(settings: ServiceSettings, data_dir: Path, loop: asyncio.AbstractEventLoop) -> EngineBackend | None:
     """The backend of ``settings.engine``; None for the in-process engines (``core``, ``reference``)."""
     if settings.engine == "spark":
-        from skype.spark.live import SparkBackend  # pyspark stays an extra: only this engine loads it
+        from skype.service.spark_backend import SparkBackend  # its driver process is the only part that imports pyspark
 
         return SparkBackend(settings, data_dir, loop)
     return None

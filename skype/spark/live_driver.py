@@ -1,6 +1,6 @@
 """The Spark driver of ``serve --engine spark``: ``python -m skype.spark.live_driver RUN_DIR``.
 
-Started (and started again when it dies) by the service (:mod:`skype.spark.live`).  It runs
+Started (and started again when it dies) by the service (:mod:`skype.service.spark_backend`).  It runs
 DSkype (:func:`skype.spark.job.run`) over the service's stream directories ``RUN_DIR/in/messages``
 and ``RUN_DIR/in/commands`` as an open stream, one micro-batch every ``trigger_ms``, until it is
 stopped; events go to ``RUN_DIR/events/<method>/``, the Spark checkpoint to ``RUN_DIR/spark``.

@@ -1,4 +1,4 @@
-"""The results of ``serve --engine spark``, folded from the Spark job's batch outputs (:mod:`skype.spark.live`).
+"""The results of ``serve --engine spark``, folded from the Spark job's batch outputs (:mod:`skype.service.spark_backend`).
 
 Each micro-batch's event files (``events/<method>/batch-<id>-part-*``, the schema of
 :func:`skype.dskype.reports.events_schema`) are read as columns (:class:`BatchRows`) and folded,

@@ -55,14 +55,14 @@ from skype.dskype.staging import command_table, message_table, write_table
 from skype.errors import InputError
 from skype.model import Bounds, MessageBatch, Subscription, SubscriptionBatch, TermMatrix
 from skype.service.events import EventBlock
-from skype.spark.live_fold import BatchRows, FoldedResults
+from skype.service.spark_fold import BatchRows, FoldedResults
 from skype.service.state import State
 from skype import validate
 from skype.workload import subscriptions_batch
 
 if TYPE_CHECKING:
     from skype.service.app import Service
-    from skype.service.build import ServiceSettings
+    from skype.service.settings import ServiceSettings
 
 DEFAULTS = {"master": "local[2]", "method": "location", "partitions": 2, "trigger_ms": 500, "batch_size": 100_000,
             "driver_memory": None}
@@ -322,7 +322,7 @@ class SparkState(State):
             self.backend.note_arrival(self.position, time.monotonic())
         return value, []
 
-    def restore(self, meta: dict, subs: list, window: Any) -> None:
+    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]], window: tuple) -> None:
         writer = self.backend.writer
         writer.muted = True
         try:
