@@ -201,3 +201,22 @@ def test_check_runs_compares_projected_with_measured():
     # batch = 0.5 + 500 * 1e-4 = 0.55 s -> 909 msg/s
     assert [r["within_25"] for r in rows] == [False, True]
     assert rows[0]["projected"] == pytest.approx(500 / 0.55) and rows[0]["ratio"] == pytest.approx(500 / 0.55 / 500)
+
+
+def test_the_event_cost_is_fitted_on_one_run_and_spread_over_the_tasks():
+    from skype.sizing.model import event_cost
+
+    at = AtPartitions(1, Linear(1e-4, 0.0), Linear(1e-4, 0.0), Linear(0.0, 0.0), Linear(0.0, 0.0), Linear(0.0, 0.0),
+                      1.0, Linear(0.0, 0.5))  # reports: 0.5 bytes per message per subscription
+    prof = MethodProfile("m", 1000, 500, (1000,), (at,), 0.0, 0.0, 0.0)
+    fixed = FixedCost(0.5, 0.0)
+    # at N = 2000 a batch moves 500 * 1000 bytes of reports; the run took 0.1 s more than 0.55 s
+    fitted = event_cost(prof, fixed, 2000, 0.65, partitions=1, cores=2)
+    assert fitted.per_report_byte == pytest.approx(0.1 / 500_000) and (fitted.f0, fitted.f_task) == (0.5, 0.0)
+    assert project(prof, fitted, 2000, 1, 2).batch_s == pytest.approx(0.65)
+    # P = 4 on 2 cores: the same bytes, written by two tasks at a time
+    p4 = project(prof, fitted, 2000, 4, 2)
+    expected = 0.5 + 500 * (max(1e-4, 4e-4 / 2) + fitted.per_report_byte * 1000 / 2)
+    assert p4.batch_s == pytest.approx(expected)
+    # a run faster than the projection gives no negative cost
+    assert event_cost(prof, fixed, 2000, 0.3).per_report_byte == 0.0

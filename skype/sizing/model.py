@@ -6,7 +6,8 @@ and the fixed cost of a batch from Spark runs whose engines do next to nothing.
 
 **Time of a micro-batch** of B messages, P partitions on K cores (one task per core at a time)::
 
-    T(N, P, K) = F(P, K) + B * (r + stage(busy(N, P), sum(N, P), K) + stage(mbusy(N, P), msum(N, P), K))
+    T(N, P, K) = F(P, K) + B * (r + stage(busy(N, P), sum(N, P), K) + stage(mbusy(N, P), msum(N, P), K)
+                                + e * reports(N, P) / min(P, K))
     stage(busy, total, K) = max(busy, total / K)          # the slowest task, or the cores' share
     throughput = B / T
 
@@ -23,6 +24,10 @@ and the fixed cost of a batch from Spark runs whose engines do next to nothing.
 * ``F(P, K) = f0 + f_task * P / K``: a batch's fixed cost (planning, offsets, commits, the sink)
   plus each task's overhead, in core-seconds, spread over the cores.  ``f0`` and ``f_task`` come
   from two Spark runs (P = 1 and P = P1) of a workload with ~no engine work (K = 2 here).
+* The reports a partition sends (the result changes) become events the Spark tasks write:
+  ``B * e * reports(N, P) / min(P, K)`` more seconds per batch, with ``reports`` the report bytes
+  per message (all partitions, fitted like the times) and ``e`` seconds per byte, fitted on one
+  measured Spark run (:func:`event_cost`; 0 when not fitted).
 * The costs hold at the measured window W and batch size B: a larger window admits fewer
   messages per subscription, a larger batch spreads a partition's per-batch bookkeeping (both
   make the projection conservative, not exact).
@@ -89,6 +94,7 @@ class AtPartitions:
     merge_total: Linear
     route: Linear
     replication: float  # replicas / subscriptions (the mean over the measured N)
+    report_bytes: Linear = Linear(0.0, 0.0)  # report bytes per message, all partitions (what becomes events)
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,13 @@ class MethodProfile:
 
 @dataclass(frozen=True)
 class FixedCost:
-    """``F(P, K) = f0 + f_task * P / K`` seconds per batch (module docstring)."""
+    """``F(P, K) = f0 + f_task * P / K`` seconds per batch (module docstring); ``per_report_byte``:
+    the seconds a Spark task spends per byte of reports besides the engine (writing the events,
+    :func:`event_cost`), 0 unless fitted."""
 
     f0: float
     f_task: float
+    per_report_byte: float = 0.0
 
     def __call__(self, partitions: int, cores: int) -> float:
         return self.f0 + self.f_task * partitions / max(cores, 1)
@@ -130,7 +139,7 @@ class FixedCost:
         """From measured ``(P, fixed seconds per batch)`` on ``cores`` cores: a line in P/K.
 
         >>> FixedCost.fit([(1, 0.3), (8, 1.0)], cores=2)
-        FixedCost(f0=0.2, f_task=0.2)
+        FixedCost(f0=0.2, f_task=0.2, per_report_byte=0.0)
         """
         line = Linear.fit([p / cores for p, _ in points], [s for _, s in points])
         return cls(round(max(line.intercept, 0.0), 12), round(max(line.slope, 0.0), 12))
@@ -149,7 +158,25 @@ def per_message(profile: MethodProfile, subscriptions: float, partitions: int) -
         "merge_busy": fits.merge_busy.intercept + fits.merge_busy.slope * subscriptions * scale,
         "merge_total": fits.merge_total.intercept / scale + fits.merge_total.slope * subscriptions,
         "route": fits.route(subscriptions),
+        "report_bytes": fits.report_bytes(subscriptions),  # all partitions: the number of replicas is the same
     }
+
+
+def event_cost(profile: MethodProfile, fixed: FixedCost, subscriptions: float, measured_batch_s: float,
+               partitions: int = 1, cores: int = 2) -> FixedCost:
+    """``fixed`` with ``per_report_byte`` fitted on one measured Spark run (its mean batch
+    seconds): what the run took beyond the projection without it, per byte of reports (the
+    events the stateful tasks write, spread over ``min(P, K)`` tasks); never negative.
+
+    >>> prof = MethodProfile("m", 100, 10, (1,), (AtPartitions(1, Linear(0.01, 0.0), Linear(0.01, 0.0),
+    ...     Linear(0.0, 0.0), Linear(0.0, 0.0), Linear(0.0, 0.0), 1.0, Linear(1000.0, 0.0)),), 0.0, 0.0, 0.0)
+    >>> event_cost(prof, FixedCost(0.5, 0.0), 1, 0.7, partitions=1).per_report_byte  # 0.1 s over 10 x 1000 bytes
+    1e-05
+    """
+    base = project(profile, FixedCost(fixed.f0, fixed.f_task), subscriptions, partitions, cores)
+    volume = base.batch_size * per_message(profile, subscriptions, partitions)["report_bytes"] / max(min(partitions, cores), 1)
+    extra = (measured_batch_s - base.batch_s) / volume if volume > 0 else 0.0
+    return FixedCost(fixed.f0, fixed.f_task, round(max(extra, 0.0), 15))
 
 
 def stage(busy: float, total: float, cores: int) -> float:
@@ -190,7 +217,8 @@ def project(profile: MethodProfile, fixed: FixedCost, subscriptions: float, part
     b = int(batch_size or profile.batch_size)
     cost = per_message(profile, subscriptions, partitions)
     per_msg = (cost["route"] + stage(cost["busy"], cost["total"], cores)
-               + stage(cost["merge_busy"], cost["merge_total"], cores))
+               + stage(cost["merge_busy"], cost["merge_total"], cores)
+               + fixed.per_report_byte * cost["report_bytes"] / max(min(partitions, cores), 1))
     f = fixed(partitions, cores)
     t = f + b * per_msg
     mem, replicas = partition_bytes(profile, subscriptions, partitions)
@@ -301,7 +329,8 @@ def fit_profile(runs: list[dict], *, host_base_bytes: float = 0.0) -> MethodProf
             P, line([max(r["apply_cpu_s"]) / msgs(r) for r in rows]), line([sum(r["apply_cpu_s"]) / msgs(r) for r in rows]),
             line([max(m) / msgs(r) for m, r in zip(merge, rows)]), line([sum(m) / msgs(r) for m, r in zip(merge, rows)]),
             line([r["route_s"] / msgs(r) for r in rows]),
-            float(np.mean([r["replication_ratio"] for r in rows]))))
+            float(np.mean([r["replication_ratio"] for r in rows])),
+            line([r.get("report_bytes", 0) / msgs(r) for r in rows])))
     # memory: the engine's own accounting per window-share message; the resident set per replica
     win = [(sum(m.get("window", 0) + m.get("message_index", 0) for m in r["engine_memory_bytes"]), sum(r["window_share"]))
            for r in runs]
