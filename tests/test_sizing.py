@@ -137,7 +137,12 @@ def test_fit_profile_recovers_the_coefficients():
         assert at.route(1000) == pytest.approx(1e-7)
     assert prof.bytes_per_window_message == pytest.approx(250.0)
     assert prof.bytes_per_replica == pytest.approx(900.0) and prof.rss_intercept_bytes == pytest.approx(5_000_000, rel=1e-6)
-    assert prof.partition_base_bytes == 123.0
+    assert prof.partition_base_bytes == 123.0 and prof.memory_basis == "end"
+    peaked = _synthetic_runs()
+    for r in peaked:  # the peak: 600 more bytes per replica during registration
+        r["rss_peak_growth_bytes"] = r["rss_growth_bytes"] + 600 * sum(r["replicas"])
+    prof = fit_profile(peaked)
+    assert prof.memory_basis == "peak" and prof.bytes_per_replica == pytest.approx(1500.0)
     with pytest.raises(ValueError):
         fit_profile(_synthetic_runs("a") + _synthetic_runs("b"))
 

@@ -35,7 +35,7 @@ and the fixed cost of a batch from Spark runs whose engines do next to nothing.
 **Memory of a partition**: ``m0 + m_rep * replicas + m_win * window_share`` bytes, with
 ``m_win`` the engine's own accounting per window-share message (window + message index) and
 ``m_rep`` fitted on the measured processes' resident-set growth against the replicas they
-hosted, and ``m0`` an idle engine host's resident set (its interpreter and libraries) (a replica is one subscription on one partition: the engine's index and top-k buffers,
+hosted (their peak, registration's transient buffers included, where measured), and ``m0`` an idle engine host's resident set (its interpreter and libraries) (a replica is one subscription on one partition: the engine's index and top-k buffers,
 the partition's record of it, the allocator's overhead).  An executor of C cores runs C
 partitions: its memory is C partitions plus the JVM's heap (a setting, not projected).
 
@@ -110,6 +110,7 @@ class MethodProfile:
     bytes_per_window_message: float
     partition_base_bytes: float  # one engine host's interpreter and libraries (measured apart)
     rss_intercept_bytes: float = 0.0  # the resident-set fit's intercept (reported, not projected)
+    memory_basis: str = "end"  # "peak": bytes_per_replica fitted on the peak resident set; "end": at the stream's end
 
     def fits_at(self, partitions: int) -> AtPartitions:
         """The fits at ``partitions`` if measured, else at the largest measured P below it
@@ -335,10 +336,14 @@ def fit_profile(runs: list[dict], *, host_base_bytes: float = 0.0) -> MethodProf
     win = [(sum(m.get("window", 0) + m.get("message_index", 0) for m in r["engine_memory_bytes"]), sum(r["window_share"]))
            for r in runs]
     per_win = sum(b for b, _ in win) / max(sum(s for _, s in win), 1)
-    rss = Linear.fit([sum(r["replicas"]) for r in runs],
-                     [r["rss_growth_bytes"] - per_win * sum(r["window_share"]) for r in runs])
+    # the peak (registration's transients included) where the runs measured it at two replica counts or more
+    peaked = [r for r in runs if r.get("rss_peak_growth_bytes")]
+    basis, key = ("peak", "rss_peak_growth_bytes") if len({sum(r["replicas"]) for r in peaked}) >= 2 else \
+        ("end", "rss_growth_bytes")
+    used = peaked if basis == "peak" else runs
+    rss = Linear.fit([sum(r["replicas"]) for r in used], [r[key] - per_win * sum(r["window_share"]) for r in used])
     return MethodProfile(runs[0]["method"], window.pop(), batch.pop(), tuple(sorted({r["subscriptions"] for r in runs})),
-                         tuple(at), max(rss.slope, 0.0), per_win, host_base_bytes, rss.intercept)
+                         tuple(at), max(rss.slope, 0.0), per_win, host_base_bytes, rss.intercept, basis)
 
 
 # --------------------------------------------------------------------------- the check

@@ -21,7 +21,8 @@ share), the work counters (:mod:`skype.dskype.work`), the messages routed to it;
 seconds (the source tasks'), and per merge bucket its CPU seconds (the replicated methods).  At the end: per partition the hosted replicas, the engine's active
 subscriptions, its window share, its engine's own memory accounting (``memory_bytes`` of
 ``Engine.stats()``); for the process, the growth of its resident set from before the partitions
-were made to the end (all P partitions live in this process, so the growth is their sum).
+were made to the end, and its peak (``VmHWM``) over the same base: registration's transient
+buffers included (all P partitions live in this process, so the growth is their sum).
 
 **Invariants the tests check.**  Counters, replicas, routed messages and window shares are
 deterministic functions of the workload and the settings (seconds are not); every replica the
@@ -46,16 +47,27 @@ from skype.dskype.work import COUNTERS
 STEADY = "steady"
 
 
-def resident_bytes() -> int:
-    """This process's resident set (``VmRSS``), in bytes; 0 where ``/proc`` is missing."""
+def resident_bytes(field: str = "VmRSS") -> int:
+    """This process's resident set (``VmRSS``; ``VmHWM``: its peak so far), in bytes; 0 where
+    ``/proc`` is missing."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def reset_peak() -> bool:
+    """Start ``VmHWM`` again from the current resident set (Linux: ``clear_refs`` 5); whether it could."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,7 @@ class PartitionCosts:
     merge_cpu_s: list[float]  # per merge bucket, its CPU seconds over the steady batches (replicated methods)
     report_bytes: int  # report blobs sent to merge buckets over the steady batches
     rss_growth_bytes: int
+    rss_peak_growth_bytes: int = 0  # the process's peak (VmHWM) at the end less its resident set before the partitions
     communication_per_message: float = 0.0
     replication_ratio: float = 0.0
     settings: dict = field(default_factory=dict)
@@ -178,6 +191,7 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         configs, _, tables = _configs(settings, dist, Path(tmp), messages)
         router = Router(dist, list(range(P)), summary_dir=configs[0].summary_dir, tables_dir=tables)
         stamp = (0, 0) if tables else None
+        reset_peak()
         rss0 = resident_bytes()
         cores = [PartitionCore(c) for c in configs]
         merges = None if configs[0].inline_merge else [MergeCore() for _ in range(P)]
@@ -239,6 +253,7 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
                 route_s += t_route
                 report_bytes += sum(len(x) for blobs in reports.values() for x in blobs)
         rss = resident_bytes() - rss0
+        peak = resident_bytes("VmHWM") - rss0
         memory = []
         for core in cores:
             stats = core.engine.stats() if hasattr(core.engine, "stats") else {}
@@ -254,6 +269,6 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         engine_cpu_s=cpu.round(6).tolist(), apply_s=wall.round(6).tolist(), apply_cpu_s=apply_cpu.round(6).tolist(),
         work={k: v.tolist() for k, v in work.items()}, engine_memory_bytes=memory,
         registration_s=registration.round(6).tolist(), route_s=route_s, merge_cpu_s=merge_cpu.round(6).tolist(), report_bytes=report_bytes,
-        rss_growth_bytes=int(rss), communication_per_message=copies / max(len(messages), 1),
+        rss_growth_bytes=int(rss), rss_peak_growth_bytes=int(peak), communication_per_message=copies / max(len(messages), 1),
         replication_ratio=sum(replicas) / max(len(subs), 1),
         settings={"sample_size": int(sample_size), "summaries": summaries, **(options or {})})
