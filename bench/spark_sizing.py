@@ -69,7 +69,17 @@ def cmd_project(args) -> int:
     calib = saved.get("calibration") or saved["runs"]
     fixed = FixedCost.fit([(r["partitions"], r["fixed_cost_s"]) for r in calib], cores=args.calibration_cores)
     base = min(r["process_base_bytes"] for r in runs)
-    lines = [f"Fixed cost per batch: F(P, K) = {fixed.f0:.3f} s + {fixed.f_task:.3f} core-s x P / K "
+    lines = ["Per-partition costs measured in process (steady batches; CPU seconds of `apply`, per message)", "",
+             "| method | N | P | replication | busiest partition µs/msg | all partitions µs/msg | busiest merge µs/msg "
+             "| report bytes/msg | resident growth, end / peak (MB) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(runs, key=lambda r: ([x["method"] for x in runs].index(r["method"]), r["subscriptions"], r["partitions"])):
+        m = max(r["steady_messages"], 1)
+        lines.append(f"| {r['method']} | {r['subscriptions']:,} | {r['partitions']} | {r['replication_ratio']:.2f} "
+                     f"| {1e6 * max(r['apply_cpu_s']) / m:.1f} | {1e6 * sum(r['apply_cpu_s']) / m:.1f} "
+                     f"| {1e6 * max(r['merge_cpu_s']) / m:.1f} | {r['report_bytes'] / m:,.0f} "
+                     f"| {r['rss_growth_bytes'] / 1e6:,.0f} / "
+                     f"{(r['rss_peak_growth_bytes'] / 1e6) if r.get('rss_peak_growth_bytes') else float('nan'):,.0f} |")
+    lines += ["", f"Fixed cost per batch: F(P, K) = {fixed.f0:.3f} s + {fixed.f_task:.3f} core-s x P / K "
              f"(from {args.calibration}: " + ", ".join(f"P = {r['partitions']}: {r['fixed_cost_s']:.3f} s" for r in calib)
              + ")", ""]
     profiles = {}

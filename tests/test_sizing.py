@@ -223,5 +223,7 @@ def test_the_event_cost_is_fitted_on_one_run_and_spread_over_the_tasks():
     p4 = project(prof, fitted, 2000, 4, 2)
     expected = 0.5 + 500 * (max(1e-4, 4e-4 / 2) + fitted.per_report_byte * 1000 / 2)
     assert p4.batch_s == pytest.approx(expected)
+    # a partition holds one batch's reports: 500 messages x 1000 bytes over 4 partitions
+    assert p4.partition_bytes == pytest.approx(500 * 1000 / 4)
     # a run faster than the projection gives no negative cost
     assert event_cost(prof, fixed, 2000, 0.3).per_report_byte == 0.0

@@ -32,7 +32,8 @@ and the fixed cost of a batch from Spark runs whose engines do next to nothing.
   messages per subscription, a larger batch spreads a partition's per-batch bookkeeping (both
   make the projection conservative, not exact).
 
-**Memory of a partition**: ``m0 + m_rep * replicas + m_win * window_share`` bytes, with
+**Memory of a partition**: ``m0 + m_rep * replicas + m_win * window_share + B * reports(N) / P``
+bytes (the last: one batch's result changes, held once), with
 ``m_win`` the engine's own accounting per window-share message (window + message index) and
 ``m_rep`` fitted on the measured processes' resident-set growth against the replicas they
 hosted (their peak, registration's transient buffers included, where measured), and ``m0`` an idle engine host's resident set (its interpreter and libraries) (a replica is one subscription on one partition: the engine's index and top-k buffers,
@@ -202,14 +203,18 @@ class Projection:
         return asdict(self)
 
 
-def partition_bytes(profile: MethodProfile, subscriptions: float, partitions: int) -> tuple[float, float]:
-    """(bytes of one partition, replicas in all): replicas spread evenly over P, every partition
-    holding the window share of the measured P nearest below (broadcast methods: the whole window)."""
+def partition_bytes(profile: MethodProfile, subscriptions: float, partitions: int,
+                    batch_size: int | None = None) -> tuple[float, float]:
+    """(bytes of one partition, replicas in all): replicas spread evenly over P, the whole window
+    (a conservative share), and one batch's reports (``B * reports(N) / P``: a batch's result
+    changes, held once while the task sends them)."""
     fits = profile.fits_at(partitions)
     replicas = fits.replication * subscriptions
-    share = profile.window  # a conservative share: the whole window
+    share = profile.window
+    batch = int(batch_size or profile.batch_size)
+    reports = batch * per_message(profile, subscriptions, partitions)["report_bytes"] / partitions
     return (profile.partition_base_bytes + profile.bytes_per_replica * replicas / partitions
-            + profile.bytes_per_window_message * share), replicas
+            + profile.bytes_per_window_message * share + reports), replicas
 
 
 def project(profile: MethodProfile, fixed: FixedCost, subscriptions: float, partitions: int, cores: int,
@@ -222,7 +227,7 @@ def project(profile: MethodProfile, fixed: FixedCost, subscriptions: float, part
                + fixed.per_report_byte * cost["report_bytes"] / max(min(partitions, cores), 1))
     f = fixed(partitions, cores)
     t = f + b * per_msg
-    mem, replicas = partition_bytes(profile, subscriptions, partitions)
+    mem, replicas = partition_bytes(profile, subscriptions, partitions, b)
     return Projection(profile.method, float(subscriptions), int(partitions), int(cores), b, t, f,
                       b / t if t > 0 else math.inf, mem, replicas)
 
