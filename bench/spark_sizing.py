@@ -94,12 +94,16 @@ def cmd_project(args) -> int:
                      f"| {1e6 * at.busy.intercept:.2f} + {1e6 * at.busy.slope * 1000:.4f} per 1k subs (P = {at.partitions}) |")
     if args.check:
         measured = json.loads(Path(args.check).read_text())["runs"]
+        stretch = {int(r["partitions"]): sum(r["partition_engine_wall_s"]) / max(sum(r["partition_engine_cpu_s"]), 1e-9)
+                   for r in calib if "partition_engine_cpu_s" in r}
         lines += ["", f"Check against Spark on local[{args.calibration_cores}] ({args.check}, "
                   f"{args.check_subscriptions:,} subscriptions).  Attempt (a): the fixed cost from the calibration "
                   "runs only; (b): plus the event cost per report byte fitted on the method's P = 1 run "
-                  "(so P = 1 matches by construction under (b))", "",
+                  "(so P = 1 matches by construction under (b)); (c): (a) with the CPU costs stretched by the "
+                  "calibration run's wall / CPU at that P (" + ", ".join(f"P = {p}: {x:.1f}" for p, x in sorted(stretch.items()))
+                  + ")", "",
                   "| method | P | measured msg/s | (a) projected | (a) / measured | (b) projected | (b) / measured "
-                  "| (b) within 25% |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "| (c) projected | (c) / measured | within 25% (a, b, c) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for m, prof in profiles.items():
             one = [r for r in measured if r["method"] == m and r["partitions"] == 1]
             events = (event_cost(prof, fixed, args.check_subscriptions, prof.batch_size / one[0]["throughput_msgs_per_s"],
@@ -108,11 +112,37 @@ def cmd_project(args) -> int:
             mine = [r for r in measured if r["method"] == m]
             plain = check_runs(profiles, fixed, mine, args.check_subscriptions, cores=args.calibration_cores)
             with_events = check_runs(profiles, events, mine, args.check_subscriptions, cores=args.calibration_cores)
-            for a, b in zip(plain, with_events):
+            stretched = check_runs(profiles, fixed, mine, args.check_subscriptions, cores=args.calibration_cores,
+                                   stretch=stretch)
+            for a, b, c in zip(plain, with_events, stretched):
+                verdict = ", ".join("yes" if x["within_25"] else "NO" for x in (a, b, c))
                 lines.append(f"| {m} | {a['partitions']} | {a['measured']:,.0f} | {a['projected']:,.0f} | {a['ratio']:.2f} "
-                             f"| {b['projected']:,.0f} | {b['ratio']:.2f} | {'yes' if b['within_25'] else 'NO'} |")
+                             f"| {b['projected']:,.0f} | {b['ratio']:.2f} | {c['projected']:,.0f} | {c['ratio']:.2f} "
+                             f"| {verdict} |")
+        lines += ["", "Engine CPU seconds per batch of the busiest partition: in process (the harness) against the "
+                  "Spark run's own `engine_cpu_s`; and the Spark partitions' engine + report wall seconds over their "
+                  "engine CPU seconds (how far the machine stretched a CPU second)", "",
+                  "| method | P | harness CPU s | Spark CPU s | Spark / harness | Spark wall / CPU |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in measured:
+            if "partition_engine_cpu_s" not in r:
+                continue
+            mine = [c for c in runs if c["method"] == r["method"] and c["partitions"] == r["partitions"]
+                    and c["subscriptions"] == args.check_subscriptions]
+            harness = max(mine[0]["engine_cpu_s"]) / max(mine[0]["steady_batches"], 1) if mine else float("nan")
+            spark_cpu = max(r["partition_engine_cpu_s"])
+            stretch = sum(r["partition_engine_wall_s"]) / max(sum(r["partition_engine_cpu_s"]), 1e-9)
+            lines.append(f"| {r['method']} | {r['partitions']} | {harness:.3f} | {spark_cpu:.3f} "
+                         f"| {spark_cpu / harness if harness else float('nan'):.2f} | {stretch:.1f} |")
         lines += ["", "Event cost per report byte (b): " + ", ".join(f"{m} {f.per_report_byte * 1e9:.2f} ns"
                                                                    for m, f in fitted.items())]
+    table_fixed = fixed
+    if args.table_fixed:
+        points = [(int(a), float(b)) for a, b in (x.split(":") for x in args.table_fixed.split(","))]
+        table_fixed = FixedCost.fit(points, cores=args.calibration_cores)
+        fitted = {}  # the event costs of (b) carry this machine's load; (c) shows they are not needed
+        lines += ["", f"Sizing table's fixed cost: F(P, K) = {table_fixed.f0:.3f} s + {table_fixed.f_task:.3f} core-s x P / K "
+                  f"from {args.table_fixed} ({args.table_fixed_source or 'given'}); CPU costs unstretched"]
     lines += ["", f"Projection: executors of {args.cores} cores and {args.executor_gib} GiB ({args.jvm_gib} GiB JVM heap), "
               f"batches of {args.batch_size or 'the measured size'}, target {args.target:g} msg/s"
               + (", event cost (b) of each method" if fitted else ""), "",
@@ -120,7 +150,7 @@ def cmd_project(args) -> int:
               "throughput (msg/s) | executors for the target | throughput there |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m, prof in profiles.items():
         for n in [int(float(x)) for x in args.project_sizes.split(",")]:
-            s = size(prof, fitted.get(m, fixed), n, cores_per_executor=args.cores, executor_bytes=args.executor_gib * (1 << 30),
+            s = size(prof, fitted.get(m, table_fixed), n, cores_per_executor=args.cores, executor_bytes=args.executor_gib * (1 << 30),
                      jvm_bytes=args.jvm_gib * (1 << 30), target_msgs_per_s=args.target, batch_size=args.batch_size)
             lines.append(f"| {m} | {n:,} | {s.executors:,} | {s.partitions:,} | {s.executor_bytes / (1 << 30):.1f} "
                          f"| {s.throughput_msgs_per_s:,.0f} | {s.executors_for_target if s.executors_for_target else 'not reached'} "
@@ -164,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--jvm-gib", type=float, default=2.0)
     j.add_argument("--target", type=float, default=5_000.0, help="throughput to reach (msg/s)")
     j.add_argument("--batch-size", type=int, default=None, help="batch size of the projection (default: measured)")
+    j.add_argument("--table-fixed", default=None, metavar="P:S,...",
+                   help="the sizing table's fixed cost from these measured (P, seconds per batch) on "
+                        "--calibration-cores cores instead of the calibration runs (e.g. a quiet machine's)")
+    j.add_argument("--table-fixed-source", default="", help="where --table-fixed was measured (printed)")
     j.add_argument("--table-out")
     j.add_argument("--profiles-out")
     j.set_defaults(func=cmd_project)

@@ -50,10 +50,30 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--driver-memory", default="3g")
     b.add_argument("--run-root", default="out/sizing-check", help="one run directory per (method, P) under it")
     b.add_argument("--out", required=True, help="JSON of every run's figures")
+    b.add_argument("--rescan", action="store_true",
+                   help="run nothing: add the per-partition CPU figures to the runs already in --out, from their run directories")
     b.add_argument("--calibration-subs", type=int, default=1000,
                    help="before the methods at each P, a `location` run with this many subscriptions (next to no "
                         "engine work) measures the fixed cost of a batch at that P beside them (0: none)")
     return p
+
+
+def partition_cpu(run_dir: Path, num_messages: int, P: int) -> dict:
+    """Per partition, the mean engine CPU seconds (``engine_cpu_s``) and engine + report wall
+    seconds per stream batch, and per merge bucket the mean ``merge_s``: CPU against wall shows
+    how far the machine's load stretched the run (the harness measures CPU)."""
+    records = stream_batches(run_dir, num_messages)
+    cpu, wall, merge = np.zeros(P), np.zeros(P), np.zeros(P)
+    for r in records:
+        for m in r["stages"]:
+            if m.get("stage") == "partition":
+                cpu[int(m["partition"])] += float(m.get("engine_cpu_s", 0.0))
+                wall[int(m["partition"])] += float(m["engine_s"]) + float(m["report_s"])
+            elif m.get("stage") == "merge":
+                merge[int(m["bucket"]) % P] += float(m.get("merge_s", 0.0))
+    n = max(len(records), 1)
+    return {"partition_engine_cpu_s": (cpu / n).round(4).tolist(), "partition_engine_wall_s": (wall / n).round(4).tolist(),
+            "merge_wall_s": (merge / n).round(4).tolist()}
 
 
 def measure_run(args, inputs, spark, method: str, P: int, label: str = "") -> dict:
@@ -97,6 +117,7 @@ def measure_run(args, inputs, spark, method: str, P: int, label: str = "") -> di
         "communication_per_message": metrics.get("communication_per_message"),
         "replication_ratio": metrics.get("replication_ratio"),
         "host_peak_rss_bytes": metrics.get("host_peak_rss_bytes"),
+        **partition_cpu(run_dir, int(inputs.num_messages), P),
     }
 
 
@@ -105,6 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     from skype.spark.runtime import make_session
 
     args = build_parser().parse_args(argv)
+    if args.rescan:
+        saved = json.loads(Path(args.out).read_text())
+        for label, key in (("", "runs"), ("calibration-", "calibration")):
+            for row in saved.get(key, []):
+                run_dir = Path(args.run_root).resolve() / f"{label}{row['method']}-P{row['partitions']}"
+                row.update(partition_cpu(run_dir, int(args.num_messages), int(row["partitions"])))
+        Path(args.out).write_text(json.dumps(saved, indent=2, default=float) + "\n")
+        return 0
     inputs = load_inputs(vars(args))
     calibration_inputs = (load_inputs({**vars(args), "num_subs": args.calibration_subs})
                           if args.calibration_subs else None)

@@ -16,7 +16,8 @@ and the fixed cost of a batch from Spark runs whose engines do next to nothing.
   buckets' (replicated methods; 0 otherwise); ``r`` the routing seconds per message.  Each is
   fitted per method and measured P as ``a + b * N`` (least squares over the measured N): ``a``
   is what a message costs whatever the subscriptions (its window share, the batch's bookkeeping),
-  ``b`` what grows with the subscriptions (postings, admissions, reports).
+  ``b`` what grows with the subscriptions (postings, admissions, reports).  Routing is the mean
+  over the measured N (a message is routed by the method's tables, whatever N).
 * Beyond the largest measured P (``P0``) the subscription part divides and the message part does
   not: ``busy(N, P) = a(P0) + b(P0) * N * P0 / P`` and ``sum(N, P) = a_sum(P0) * P / P0 + b_sum(P0) * N``.
   This keeps the measured imbalance at ``P0`` and, for a method that replicates more as P grows
@@ -218,12 +219,14 @@ def partition_bytes(profile: MethodProfile, subscriptions: float, partitions: in
 
 
 def project(profile: MethodProfile, fixed: FixedCost, subscriptions: float, partitions: int, cores: int,
-            batch_size: int | None = None) -> Projection:
-    """Throughput and memory of ``partitions`` partitions on ``cores`` cores (module docstring)."""
+            batch_size: int | None = None, stretch: float = 1.0) -> Projection:
+    """Throughput and memory of ``partitions`` partitions on ``cores`` cores (module docstring).
+    ``stretch``: wall seconds per CPU second of the machine the projection is for (1 on a machine
+    whose cores are the run's alone; a loaded machine's, measured beside the runs, above 1)."""
     b = int(batch_size or profile.batch_size)
     cost = per_message(profile, subscriptions, partitions)
-    per_msg = (cost["route"] + stage(cost["busy"], cost["total"], cores)
-               + stage(cost["merge_busy"], cost["merge_total"], cores)
+    per_msg = (stretch * (cost["route"] + stage(cost["busy"], cost["total"], cores)
+                          + stage(cost["merge_busy"], cost["merge_total"], cores))
                + fixed.per_report_byte * cost["report_bytes"] / max(min(partitions, cores), 1))
     f = fixed(partitions, cores)
     t = f + b * per_msg
@@ -334,7 +337,7 @@ def fit_profile(runs: list[dict], *, host_base_bytes: float = 0.0) -> MethodProf
         at.append(AtPartitions(
             P, line([max(r["apply_cpu_s"]) / msgs(r) for r in rows]), line([sum(r["apply_cpu_s"]) / msgs(r) for r in rows]),
             line([max(m) / msgs(r) for m, r in zip(merge, rows)]), line([sum(m) / msgs(r) for m, r in zip(merge, rows)]),
-            line([r["route_s"] / msgs(r) for r in rows]),
+            Linear(float(np.mean([r["route_s"] / msgs(r) for r in rows])), 0.0),  # a message's routing: the tables, not N
             float(np.mean([r["replication_ratio"] for r in rows])),
             line([r.get("report_bytes", 0) / msgs(r) for r in rows])))
     # memory: the engine's own accounting per window-share message; the resident set per replica
@@ -355,10 +358,11 @@ def fit_profile(runs: list[dict], *, host_base_bytes: float = 0.0) -> MethodProf
 
 
 def check_runs(profiles: dict[str, MethodProfile], fixed: FixedCost, measured: list[dict], subscriptions: float,
-               *, cores: int, tolerance: float = 0.25) -> list[dict]:
+               *, cores: int, tolerance: float = 0.25, stretch: dict[int, float] | None = None) -> list[dict]:
     """Projected against measured throughput, one row per measured Spark run
     (``bench/spark_sizing_check.py``'s ``method``, ``partitions``, ``throughput_msgs_per_s``), on
-    ``cores`` cores; ``within`` when ``|projected / measured - 1| <= tolerance``.
+    ``cores`` cores; ``within`` when ``|projected / measured - 1| <= tolerance``; ``stretch``: the
+    machine's wall seconds per CPU second at each P (:func:`project`).
 
     >>> prof = MethodProfile("m", 100, 10, (1,), (AtPartitions(1, Linear(0.01, 0.0), Linear(0.01, 0.0),
     ...     Linear(0.0, 0.0), Linear(0.0, 0.0), Linear(0.0, 0.0), 1.0),), 0.0, 0.0, 0.0)
@@ -372,7 +376,8 @@ def check_runs(profiles: dict[str, MethodProfile], fixed: FixedCost, measured: l
         prof = profiles.get(run["method"])
         if prof is None:
             continue
-        proj = project(prof, fixed, subscriptions, int(run["partitions"]), cores)
+        proj = project(prof, fixed, subscriptions, int(run["partitions"]), cores,
+                       stretch=(stretch or {}).get(int(run["partitions"]), 1.0))
         got = float(run["throughput_msgs_per_s"])
         ratio = proj.throughput_msgs_per_s / got if got > 0 else math.inf
         rows.append({"method": run["method"], "partitions": int(run["partitions"]), "measured": got,
