@@ -136,6 +136,14 @@ def cmd_project(args) -> int:
                          f"| {spark_cpu / harness if harness else float('nan'):.2f} | {stretch:.1f} |")
         lines += ["", "Event cost per report byte (b): " + ", ".join(f"{m} {f.per_report_byte * 1e9:.2f} ns"
                                                                    for m, f in fitted.items())]
+    if args.memory_check:
+        from skype.sizing.model import partition_bytes
+
+        m, n, P, b, got = args.memory_check.split(":")
+        projected, _ = partition_bytes(profiles[m], float(n), int(P), int(b))
+        lines += ["", f"Memory check: {m}, {float(n):,.0f} subscriptions, P = {P}, batches of {b}: projected "
+                  f"{projected / 1e9:.2f} GB per partition, measured {float(got) / 1e9:.2f} GB "
+                  f"(ratio {float(got) / projected:.2f}; memory basis: {profiles[m].memory_basis})"]
     table_fixed = fixed
     if args.table_fixed:
         points = [(int(a), float(b)) for a, b in (x.split(":") for x in args.table_fixed.split(","))]
@@ -144,14 +152,16 @@ def cmd_project(args) -> int:
         lines += ["", f"Sizing table's fixed cost: F(P, K) = {table_fixed.f0:.3f} s + {table_fixed.f_task:.3f} core-s x P / K "
                   f"from {args.table_fixed} ({args.table_fixed_source or 'given'}); CPU costs unstretched"]
     lines += ["", f"Projection: executors of {args.cores} cores and {args.executor_gib} GiB ({args.jvm_gib} GiB JVM heap), "
-              f"batches of {args.batch_size or 'the measured size'}, target {args.target:g} msg/s"
+              f"batches of {args.batch_size or 'the measured size'}, target {args.target:g} msg/s, "
+              f"memory x {args.memory_factor:g}"
               + (", event cost (b) of each method" if fitted else ""), "",
               "| method | subscriptions | executors (memory) | partitions | memory per executor (GiB) | "
               "throughput (msg/s) | executors for the target | throughput there |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m, prof in profiles.items():
         for n in [int(float(x)) for x in args.project_sizes.split(",")]:
             s = size(prof, fitted.get(m, table_fixed), n, cores_per_executor=args.cores, executor_bytes=args.executor_gib * (1 << 30),
-                     jvm_bytes=args.jvm_gib * (1 << 30), target_msgs_per_s=args.target, batch_size=args.batch_size)
+                     jvm_bytes=args.jvm_gib * (1 << 30), target_msgs_per_s=args.target, batch_size=args.batch_size,
+                     memory_factor=args.memory_factor)
             lines.append(f"| {m} | {n:,} | {s.executors:,} | {s.partitions:,} | {s.executor_bytes / (1 << 30):.1f} "
                          f"| {s.throughput_msgs_per_s:,.0f} | {s.executors_for_target if s.executors_for_target else 'not reached'} "
                          f"| {s.throughput_at_target or 0:,.0f} |")
@@ -198,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the sizing table's fixed cost from these measured (P, seconds per batch) on "
                         "--calibration-cores cores instead of the calibration runs (e.g. a quiet machine's)")
     j.add_argument("--table-fixed-source", default="", help="where --table-fixed was measured (printed)")
+    j.add_argument("--memory-factor", type=float, default=1.0,
+                   help="multiply the projected partition memory by this measured ratio (an engine host's peak "
+                        "over the projection, e.g. of the 1M run)")
+    j.add_argument("--memory-check", default=None, metavar="METHOD:N:P:B:BYTES",
+                   help="a measured engine host's peak (BYTES) at N subscriptions over P partitions, batches of B: "
+                        "printed against the projected partition memory")
     j.add_argument("--table-out")
     j.add_argument("--profiles-out")
     j.set_defaults(func=cmd_project)

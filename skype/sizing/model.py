@@ -253,15 +253,16 @@ class Sizing:
 
 def size(profile: MethodProfile, fixed: FixedCost, subscriptions: float, *, cores_per_executor: int = 4,
          executor_bytes: float = 16 * GIB, jvm_bytes: float = 2 * GIB, target_msgs_per_s: float | None = None,
-         max_executors: int = 10_000, batch_size: int | None = None) -> Sizing:
+         max_executors: int = 10_000, batch_size: int | None = None, memory_factor: float = 1.0) -> Sizing:
     """The least executors whose partitions hold ``subscriptions`` in memory, their throughput, and
-    the least executors reaching ``target_msgs_per_s`` (module docstring)."""
+    the least executors reaching ``target_msgs_per_s`` (module docstring).  ``memory_factor``: a
+    measured ratio of an engine host's peak to :func:`partition_bytes` (1: the projection as is)."""
     c = int(cores_per_executor)
     budget = executor_bytes - jvm_bytes
 
     def fits(e: int) -> tuple[bool, Projection]:
         proj = project(profile, fixed, subscriptions, e * c, e * c, batch_size)
-        return c * proj.partition_bytes <= budget, proj
+        return c * proj.partition_bytes * memory_factor <= budget, proj
 
     lo = None
     for e in _doubling(max_executors):
@@ -273,7 +274,8 @@ def size(profile: MethodProfile, fixed: FixedCost, subscriptions: float, *, core
         raise ValueError(f"{subscriptions:,.0f} subscriptions do not fit in {max_executors} executors")
     e = _least(lambda x: fits(x)[0], max(1, lo // 2), lo)
     proj = fits(e)[1]
-    out = Sizing(profile.method, float(subscriptions), e, e * c, c * proj.partition_bytes, proj.throughput_msgs_per_s)
+    out = Sizing(profile.method, float(subscriptions), e, e * c, c * proj.partition_bytes * memory_factor,
+                 proj.throughput_msgs_per_s)
     if target_msgs_per_s is None:
         return out
     reach = [x for x in _doubling(max_executors) if x >= e
