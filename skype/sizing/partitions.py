@@ -122,23 +122,13 @@ class PartitionCosts:
         return int(np.argmax(self.apply_cpu_s)) if self.partitions else 0
 
 
-def _activation(settings, dist):
-    """The loose-prefix activation of a ``prefix`` pipeline, as the job sets it
-    (``skype.spark.runtime.activation_config``: count windows over the stream-files source)."""
-    from skype.dskype.activation import ActivationConfig
-
-    if not dist.capabilities.activation or settings.window.kind != "count":
-        return None
-    return ActivationConfig(tuple(int(x) for x in dist.starts), settings.control.batch_size, int(settings.window.size))
-
-
 def _configs(settings, dist, work_dir: Path, messages) -> tuple[list, str | None, str | None]:
     from skype.dskype.handover import TableVersion, UnitLocator, routes_everywhere, write_version
     from skype.dskype.partition import PartitionConfig
-    from skype.dskype.plan import single_replica
+    from skype.dskype.plan import activation_config, single_replica
 
     P = settings.distribution.partitions
-    activation = _activation(settings, dist)
+    activation = activation_config(settings, dist)  # as the job sets it
     summaries = (str(work_dir / "summaries") if activation is not None and settings.distribution.summaries != "off"
                  else None)
     tables = None
