@@ -44,11 +44,10 @@ heaps keep the same best C_s.
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
+from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC
-from skype._core.buffers cimport Buffers, RankedC, BUF_EXACT, BUF_KMAX, BUF_SKYBAND
+from skype._core.buffers cimport Buffers, RankedC, BUF_CSKYBAND, BUF_EXACT, BUF_KMAX, BUF_SKYBAND
 
 cdef enum:
     BULK_TIES = 16          # extra heap slots of the skyband kinds, for ties at the scan's end
@@ -60,12 +59,6 @@ cdef struct HeapRefC:       # one subscription's bounded heap in the shared arra
     uint64_t base
     uint32_t size
     uint32_t cap
-
-
-cdef inline double now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
 cdef inline bint worse(const RankedC* a, double score, uint32_t seq_lo) noexcept nogil:
@@ -264,3 +257,30 @@ cdef uint64_t bulk_replay(Buffers b, SubscriptionIndex tmp, SubTable table, Wind
         b.init_sub_from(sid, h, hr.size, hr.size == hr.cap)
     build_ns[0] += now_ns() - t0
     return offers
+
+
+cdef void sample_then_rest(Buffers b, SubTable table, vector[sid_t]& sids, vector[sid_t]& rest,
+                           bint adapt) noexcept nogil:
+    """The first step of a bulk registration: cSkyband's cost model needs C_q, the mean work of
+    a message-index query; with no estimate yet, a spread sample of 32 of ``sids`` takes the
+    per-subscription path (``init_sub``) first, and the others go to ``rest`` for the bulk
+    passes.  With ``adapt``, the sample's scans size the runs: ``bulk_factor`` becomes at
+    least 1.25x the upper quartile of the scans (per k) of its second half (the first half
+    scans with an unsettled C_q), so that fallbacks stay rare when the cost model scans
+    further (a larger window, a larger C_q)."""
+    cdef size_t n = sids.size(), i, SAMPLE = 32
+    cdef size_t stride = n // SAMPLE if b.kind == BUF_CSKYBAND and b.n_queries == 0 else 0
+    cdef double worst = 0.0
+    cdef vector[double] ratios
+    for i in range(n):
+        if stride and i % stride == 0 and i // stride < SAMPLE:
+            b.init_sub(sids[i])
+            if i // stride >= SAMPLE // 2:      # C_q has settled: scans as in bulk
+                ratios.push_back(<double>b.last_scan / table.hot[sids[i]].k)
+        else:
+            rest.push_back(sids[i])
+    if ratios.size():
+        std_sort(ratios.begin(), ratios.end())
+        worst = ratios[(ratios.size() * 3) // 4]
+    if stride and adapt and <int>(1.25 * worst + 1.0) > b.bulk_factor:
+        b.bulk_factor = <int>(1.25 * worst + 1.0)

@@ -22,18 +22,16 @@ The batch API takes numpy arrays (terms in CSR form) and loops in C without the 
 import numpy as np
 cimport numpy as cnp
 from libcpp.vector cimport vector
-from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch
+from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.scoring cimport outside_time_window, score_pair
 from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_oldest, win_terms,
                                  win_extra_holders, win_holder_at)
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
-from skype._core.buffers cimport Buffers, EventC, BUF_CSKYBAND, BUF_SKYBAND, prefetch_buffer
-from skype._core.bulk cimport bulk_capacity, bulk_replay
+from skype._core.buffers cimport Buffers, EventC, BUF_SKYBAND, prefetch_buffer
+from skype._core.bulk cimport bulk_capacity, bulk_replay, sample_then_rest
 from skype._core.regsearch import buffer_state
 from skype._core.regtree cimport RegistrationTree, search_register
 from skype._core.flush cimport TopkChanges
@@ -48,12 +46,6 @@ cdef enum:
 
 cdef double DECAY = 1.0 - 1.0 / 10000.0     # time windows: arrival/expiry rates over ~10k events
 cdef double RATE_PRIOR = 500.0              # pseudo-events of each kind in that estimate
-
-
-cdef inline double now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
 cdef class CoreEngine:
@@ -402,33 +394,14 @@ cdef class CoreEngine:
     cdef void _subscribe_bulk(self, vector[sid_t]& sids):
         """Initialise the buffers of a large batch from runs found by replaying the window
         (bulk.pyx) or by searching a static index of it (regtree.pyx, ``reg_search``)."""
-        cdef size_t n = sids.size(), i, start, stride, SAMPLE = 32
+        cdef size_t n = sids.size(), i, start
         cdef uint64_t used
         cdef vector[sid_t] rest
         cdef SubscriptionIndex tmp
         cdef RegistrationTree search = None
         cdef double t0 = now_ns()
-        cdef double worst = 0.0
-        cdef vector[double] ratios
-        # cSkyband's cost model needs C_q, the mean work of a message-index query: with no
-        # estimate yet, a spread sample of the batch takes the per-subscription path first
-        stride = n // SAMPLE if self.buffers.kind == BUF_CSKYBAND and self.buffers.n_queries == 0 else 0
         with nogil:
-            for i in range(n):
-                if stride and i % stride == 0 and i // stride < SAMPLE:
-                    self.buffers.init_sub(sids[i])
-                    if i // stride >= SAMPLE // 2:      # C_q has settled: scans as in bulk
-                        ratios.push_back(<double>self.buffers.last_scan / self.table.hot[sids[i]].k)
-                else:
-                    rest.push_back(sids[i])
-        # the sample's scans size the runs: 1.25x the upper quartile of the scans (per k) of its
-        # second half (the first half scans with an unsettled C_q), so that fallbacks stay rare
-        # when the cost model scans further (a larger window, a larger C_q)
-        if ratios.size():
-            std_sort(ratios.begin(), ratios.end())
-            worst = ratios[(ratios.size() * 3) // 4]
-        if stride and self.bulk_adapt and <int>(1.25 * worst + 1.0) > self.buffers.bulk_factor:
-            self.buffers.bulk_factor = <int>(1.25 * worst + 1.0)
+            sample_then_rest(self.buffers, self.table, sids, rest, self.bulk_adapt)
         # registration by search (regtree.pyx): one static index of the window for the batch,
         # the same passes, runs and build order as the replay
         search = None
@@ -558,10 +531,6 @@ cdef class CoreEngine:
 
     def window_ids(self):
         return self.window.ext_ids()
-
-    @property
-    def index_object(self):
-        return self.index
 
     def window_memory_parts(self):
         """The window store's bytes by component (``WindowStore.memory_parts``)."""

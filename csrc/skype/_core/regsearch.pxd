@@ -3,7 +3,6 @@ cimport cython
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, seq_t, RectC, SubTermC
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
@@ -111,12 +110,6 @@ cdef class RegistrationIndex:          # no layout of its own: RegistrationTree 
 
     @cython.final
     cdef void _offer(self, uint32_t cap, double score, seq_t seq) noexcept nogil
-
-
-cdef inline double now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
 cdef inline void box_start(SBoxC* b, const SEntryC* e) noexcept nogil:

@@ -35,13 +35,13 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt
 from libc.stdint cimport int32_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, SubTermC
+from skype._core.types cimport sid_t, SubTermC, now_ns
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
 from skype._core.buffers cimport Buffers
 from skype._core.bulk cimport bulk_capacity
-from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, LEVEL_ENTRY, now_ns, box_start,
+from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, LEVEL_ENTRY, box_start,
                                     box_widen)
 from skype._core.regmasks cimport holds_bits
 from skype._core.scoring cimport combine, spatial_sim

@@ -1,6 +1,7 @@
 # Shared C types of the core.  Term ids are the global (df-ascending) order; every term list
 # is sorted by id.  Subscription slots (sid) index the subscription table.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 ctypedef uint32_t term_t     # term id = position in the global order (rarest first)
 ctypedef uint32_t sid_t      # subscription slot in the subscription table
@@ -35,3 +36,10 @@ cdef extern from *:
 
 cdef enum:
     PREFETCH_AHEAD = 4       # records fetched ahead in the hot loops
+
+
+# a monotonic clock in nanoseconds, for the phase timers
+cdef inline double now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec * 1e9 + ts.tv_nsec
