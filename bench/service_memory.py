@@ -129,7 +129,7 @@ def main() -> None:
         "design2": {"event_ring_mb": mb(hub.nbytes()), "window_records_mb": mb(state.window.nbytes()),
                     "subscription_records_mb": mb(records_bytes)},
         "vocabulary_terms": len(state.vocabulary),
-        "imports_rss_mb": {"simulate (skype.cli.simulate)": import_rss_mb("skype.cli.simulate"),
+        "imports_rss_mb": {"simulate (skype.simulate)": import_rss_mb("skype.simulate"),
                            "serve (engine, aiohttp, prometheus_client, msgspec, pyarrow.parquet)":
                                import_rss_mb("skype.engine,aiohttp.web,prometheus_client,msgspec,pyarrow.parquet")},
     }, indent=1))

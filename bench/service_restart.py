@@ -32,14 +32,12 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def make_state(window: int, registration: str = "search"):
-    from skype.cli.simulate import engine_options
     from skype.engine import Engine
     from skype.model import DEFAULT_BOUNDS
-    from skype.run import build_parser
+    from skype.engine_settings import engine_options
     from skype.service.state import State
 
-    args = build_parser().parse_args(["serve", "--data-dir", "unused", "--window", str(window),
-                                      "--registration", registration])
+    options = engine_options({"window": window, "registration": registration})  # serve's defaults otherwise
     clocks: dict[str, float] = {}
 
     def timed(name, fn):
@@ -52,7 +50,7 @@ def make_state(window: int, registration: str = "search"):
         return run
 
     def make_engine(vocabulary):  # as skype/cli/serve.py builds it, with clocks on two calls
-        engine = Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=True, **engine_options(args),
+        engine = Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=True, **options,
                         window=window)
         engine.subscribe_batch = timed("subscribe_batch_s", engine.subscribe_batch)
         engine.publish_batch = timed("publish_batch_s", engine.publish_batch)

@@ -50,12 +50,31 @@ import numpy as np
 COUNTERS = ("postings", "candidates", "admits")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from skype.cli.spark_submit import build_parser as app_parser
+def _pair(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip().replace("-", "_"), value.strip()
 
-    p = app_parser()
-    p.prog = "python bench/spark_scaleout.py"
-    p.description = __doc__
+
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's options; any other option of the ``distributed`` command (or of the engine)
+    goes by ``--option NAME=VALUE`` into the same mapping that :meth:`RunSettings.from_options`
+    and :func:`skype.simulate.load_inputs` read (absent ones at their defaults)."""
+    p = argparse.ArgumentParser(prog="python bench/spark_scaleout.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    w = p.add_argument_group("workload")
+    w.add_argument("--dataset", default="geonames")
+    w.add_argument("--num-subs", type=int)
+    w.add_argument("--num-messages", type=int)
+    w.add_argument("--window", type=int)
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--batch-size", type=int, default=10_000, help="messages per micro-batch (default: %(default)s)")
+    w.add_argument("--range-cut", help="prefix's range cut (the distributed command's --range-cut)")
+    w.add_argument("--option", type=_pair, action="append", default=[], metavar="NAME=VALUE",
+                   help="any other option of the distributed command or the engine (repeat)")
+    w.add_argument("--conf", type=_pair, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark configuration entry (repeat)")
     b = p.add_argument_group("scale-out bench")
     b.add_argument("--methods", default="location,prefix,agrid", help="methods to measure (comma-separated)")
     b.add_argument("--partition-counts", default="1,2,4,8,16", help="values of P (comma-separated)")
@@ -72,13 +91,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def options_of(args: argparse.Namespace) -> dict:
+    """The mapping of options the library reads: the parsed ones and the ``--option`` pairs
+    (values parsed as JSON where they parse: numbers, booleans)."""
+    out = {k: v for k, v in vars(args).items() if k not in ("option", "conf") and v is not None}
+    for key, value in args.option:
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def centralized_stream(args, inputs) -> dict:
     """``simulate``'s stream, one batch at a time: registration timed apart, then per batch of
     ``--batch-size`` messages the engine CPU seconds and work counters, keyed by first seq."""
     from skype.simulate import make_engine
     from skype.dskype.work import counter_delta, engine_counters
 
-    engine = make_engine(vars(args), inputs)
+    engine = make_engine(options_of(args), inputs)
     t0 = time.process_time()
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_batch(inputs.others)
@@ -153,7 +184,7 @@ def measure_run(args, inputs, spark, method: str, P: int, reference: NearestRefe
     a = copy.copy(args)
     a.method, a.partitions = (method,), P
     a.rebalance = args.adaptive_rebalance if capabilities_of(method).adaptive else "never"
-    settings = RunSettings.from_options(vars(a), inputs.bounds)
+    settings = RunSettings.from_options(options_of(a), inputs.bounds)
     run_dir = Path(args.run_root).resolve() / f"{method}-P{P}"
     if run_dir.exists():
         raise SystemExit(f"{run_dir} exists: remove it or pick another --run-root")
@@ -242,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.batch_size >= (args.window or 0):
         raise SystemExit("the protocol needs a batch smaller than the window (--batch-size < --window)")
-    inputs = load_inputs(vars(args))
+    inputs = load_inputs(options_of(args))
     reference = NearestReference(args, inputs, args.central_repeats)
     central = reference.before()
     print(f"centralized: registration {central['registration_cpu_s']:.2f} s CPU, "
