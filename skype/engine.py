@@ -344,12 +344,42 @@ class Engine(EngineBase):
         self._kind_queries: CoreQueryKinds | None = None
         if term_trees not in TERM_TREES:
             raise invalid_choice("term_trees", term_trees, TERM_TREES)
+        self.params["term_trees"] = term_trees
         if snapshots:
-            from skype.querykinds import CoreQueryKinds
+            self._queries = self._kind_queries = self._make_query_kinds()
 
-            self._queries = self._kind_queries = CoreQueryKinds(b, self.vocabulary, self.window, self.window_seconds,
-                                           grid=self.params["query_grid"], knn_factor=self.params["knn_buffer"],
-                                           leaf_capacity=self.params["message_leaf_capacity"], term_trees=term_trees)
+    def _make_query_kinds(self) -> CoreQueryKinds:
+        from skype.querykinds import CoreQueryKinds
+
+        return CoreQueryKinds(self.bounds, self.vocabulary, self.window, self.window_seconds,
+                              grid=self.params["query_grid"], knn_factor=self.params["knn_buffer"],
+                              leaf_capacity=self.params["message_leaf_capacity"], term_trees=self.params["term_trees"])
+
+    @property
+    def queries_open(self) -> bool:
+        """Whether the query window is kept (``snapshots=True``, or :meth:`open_queries` called)."""
+        return self._kind_queries is not None
+
+    def open_queries(self, window: MessageBatch) -> None:
+        """Keep the query window from now on, in an engine made without it (``snapshots=False``):
+        built from ``window``, the messages of the engine's window oldest first, as they were
+        published (the caller's copy: the service keeps one).  Both windows slide by the same
+        rule, so from here the engine is one made with ``snapshots=True`` that saw the same
+        stream: every snapshot query and every kind answers the same (the service opens it
+        before its first query or subscription of another kind; ``serve --queries lazy``).
+        A ``window`` that is not the engine's window is refused (E023), changing nothing."""
+        if self._kind_queries is not None:
+            return
+        held = self._core.window_ids()
+        if len(window) != len(held) or not np.array_equal(np.sort(window.ids), np.sort(held)):
+            raise InputError("E023", what="open_queries() window", expected="the engine's window, oldest first",
+                             value=f"{len(window)} messages against {len(held)}")
+        kinds = self._make_query_kinds()
+        for start in range(0, len(window), 10_000):
+            kinds.publish(window.slice(start, min(start + 10_000, len(window))))
+        if self.window_seconds is not None and self._clock > -np.inf:
+            kinds.advance(self._clock)
+        self._queries = self._kind_queries = kinds
 
     # ------------------------------------------------------------------ EngineBase
     def _reserve_terms(self, terms: TermMatrix) -> None:

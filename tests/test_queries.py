@@ -483,3 +483,54 @@ def test_queries_step_timers_add_up_to_the_stream_time(tmp_path):
         assert 0 < kinds[kind]["net_s"] <= kinds[kind]["time_s"]
     assert set(d["parts_us"]) == {"range", "knn", "terms", "query window", "topk"}
     assert sum(d["parts_us"].values()) <= d["amp_us"] + d["emp_us"] + d["flush_us"]
+
+
+@pytest.mark.parametrize("window", [dict(window=300), dict(window_seconds=250.0)])
+@pytest.mark.parametrize("open_at", [0, 3, 6])
+def test_queries_window_opened_mid_stream_equals_one_kept_from_the_start(window, open_at):
+    """``snapshots=False`` then ``open_queries(window)`` at batch ``open_at`` (the service's lazy
+    query window): from there, every change log, snapshot answer and result equals an engine
+    made with ``snapshots=True`` and the reference's, on a count and a time window (with clock
+    advances); a window that is not the engine's is refused and changes nothing."""
+    w = make_workload("tweets", num_subs=1, num_messages=400, seed=4)
+    rng = np.random.default_rng(6)
+    topk, others = peer_subscriptions(w.messages, w.vocabulary, 60, rng, kinds=dict(topk=1, range=1, knn=1, terms=1),
+                                      area=0.02, k=5, bounds=w.bounds)
+    queries = peer_queries(w.messages, w.vocabulary, 40, rng, kinds=dict(topk=1, range=1, knn=1, terms=1), k=5,
+                           last=200.0, bounds=w.bounds)
+    makers = [functools.partial(Engine, snapshots=False), functools.partial(Engine, snapshots=True), ReferenceEngine]
+    engines = [cls(vocabulary=w.vocabulary.copy(), bounds=w.bounds, **window) for cls in makers]
+    logs: list[list] = [[], [], []]
+    for i, e in enumerate(engines):
+        kept: list = []  # the lazy engine's copy of its window, as the service keeps one
+        e.subscribe_batch(topk)
+        for part, chunk in enumerate(w.messages.batches(50)):
+            if part == open_at:
+                if i == 0:
+                    assert not e.queries_open
+                    with pytest.raises(InputError, match="E050"):
+                        e.subscribe(others[0])
+                    window_now = type(chunk).concat(kept) if kept else chunk.slice(0, 0)
+                    window_now = window_now.take(np.flatnonzero(np.isin(window_now.ids, e.window_ids())))
+                    if len(window_now):
+                        with pytest.raises(InputError, match="E023"):
+                            e.open_queries(window_now.slice(1, len(window_now)))
+                        assert not e.queries_open
+                    e.open_queries(window_now)
+                    assert e.queries_open
+                for s in others:
+                    e.subscribe(s)
+            log = e.publish_batch(chunk)
+            kept.append(chunk)
+            if part >= open_at:
+                logs[i].append(sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist())))
+                q = queries[part]
+                logs[i].append(e.query(q["kind"], **{k: v for k, v in q.items() if k not in ("op", "qid", "kind")}))
+            if "window_seconds" in window and part % 2 == 1:
+                last_t = float(chunk.t[-1])
+                adv = e.advance_log(last_t)
+                if part >= open_at:
+                    logs[i].append(sorted(zip(adv.sub.tolist(), adv.msg.tolist(), adv.entered.tolist())))
+        logs[i].append(list(e.results_by_kind()))
+    assert logs[0] == logs[1] == logs[2]
+    assert any(entry for entry in logs[0] if isinstance(entry, list) and entry and isinstance(entry[0], tuple))
