@@ -84,8 +84,11 @@ def subscription(draw, sid: int) -> dict:
     return rec
 
 
-def _engine(window: dict):
-    return lambda vocabulary: Engine(bounds=BOUNDS, vocabulary=vocabulary, snapshots=True, **window)
+def _engine(window: dict, eager: bool = True):
+    """The service's engine; ``eager=False``: the query window opened by the state when first
+    needed (``serve --queries lazy``), so live, replayed and restored states open it at
+    different moments."""
+    return lambda vocabulary: Engine(bounds=BOUNDS, vocabulary=vocabulary, snapshots=eager, **window)
 
 
 def _reference(window: dict):
@@ -105,12 +108,14 @@ def _events(blocks: list) -> list[dict]:
 
 class ServiceStateMachine(RuleBasedStateMachine):
     @initialize(kind=st.sampled_from(["count", "time"]), size=st.sampled_from([3, 8]),
-                first=st.lists(st.integers(0, IDS - 1), min_size=1, max_size=4, unique=True), data=st.data())
-    def start(self, kind, size, first, data):
+                first=st.lists(st.integers(0, IDS - 1), min_size=1, max_size=4, unique=True), eager=st.booleans(),
+                data=st.data())
+    def start(self, kind, size, first, eager, data):
         self.window = {"window": size} if kind == "count" else {"window_seconds": float(size)}
+        self.eager = eager
         self.timed = kind == "time"
         self.dir = Path(tempfile.mkdtemp(prefix="skype-state-machine-", dir=SCRATCH))
-        self.live = State(_engine(self.window))
+        self.live = State(_engine(self.window, self.eager))
         self.oracle = State(_reference(self.window))
         self.log = Log(self.dir / "log", "never")  # compacted by snapshots, as the server's
         self.full_log = Log(self.dir / "full", "never")  # never compacted: the replayed state's input
@@ -208,6 +213,23 @@ class ServiceStateMachine(RuleBasedStateMachine):
             self._apply({"op": "msgs", "recs": recs})
 
     @precondition(lambda self: self.timed)
+    @rule(data=st.data())
+    def snapshot_query(self, data):
+        """A snapshot query of any kind (fields as a subscription's): the live state answers as
+        the reference does, or refuses it with the same code; with ``--queries lazy`` the first
+        one opens the live engine's query window."""
+        rec = data.draw(subscription(0))
+        rec.pop("id")
+        rec.pop("until", None)
+        rec = dict(rec, kind=rec.get("kind", "topk"), qid=1)
+        answers = []
+        for state in (self.live, self.oracle):
+            try:
+                answers.append(state.query(dict(rec)))
+            except InputError as err:
+                answers.append(err.code)
+        assert answers[0] == answers[1]
+
     @rule(step=st.sampled_from([0.0, 1.0, 3.0, 20.0, -1.0]))
     def advance(self, step):
         self._apply({"op": "advance", "t": self.clock + step})  # back in time: refused (E009) once a clock is set
@@ -248,7 +270,7 @@ class ServiceStateMachine(RuleBasedStateMachine):
         want = _view(self.live)
         copy = self._crash_copy()
         try:
-            replayed = State(_engine(self.window))
+            replayed = State(_engine(self.window, self.eager))
             events = _events([blk for _, cmd in Log(copy / "full", "never").recover(0)
                               for blk in replayed.apply(cmd)[1]])
             assert events == self.events
@@ -257,7 +279,7 @@ class ServiceStateMachine(RuleBasedStateMachine):
             if snap is None:
                 return
             meta, subs, window = snap
-            restored = State(_engine(self.window))
+            restored = State(_engine(self.window, self.eager))
             restored.restore(meta, subs, window)
             events = _events([blk for _, cmd in Log(copy / "log", "never").recover(int(meta["log_index"]))
                               for blk in restored.apply(cmd)[1]])

@@ -28,7 +28,7 @@ def settings_of(args: argparse.Namespace):
         max_streams_per_connection=args.max_streams_per_connection, stream_queue=args.stream_queue,
         stream_buffer_bytes=args.stream_buffer_bytes, retain_events=args.retain_events,
         retain_seconds=args.retain_seconds, snapshot_every=args.snapshot_every,
-        snapshot_seconds=args.snapshot_seconds)
+        snapshot_seconds=args.snapshot_seconds, queries=args.queries)
 
 
 def spark_options(args: argparse.Namespace) -> dict:
@@ -100,4 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: %(default)s)")
     s.add_argument("--snapshot-seconds", type=float, default=300.0,
                    help="snapshot after T seconds with writes (default: %(default)s)")
+    s.add_argument("--queries", choices=("lazy", "eager"), default="lazy",
+                   help="the query window (snapshot queries, the range, knn and terms kinds): kept from the "
+                        "first command that needs it on, built from the window then (lazy), or from the "
+                        "start (eager) (default: %(default)s)")
     p.set_defaults(func=cmd_serve)

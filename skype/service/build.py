@@ -63,7 +63,8 @@ def engine_factory(settings: ServiceSettings) -> Callable[[Any], Any]:
             return ReferenceEngine(bounds=settings.bounds, vocabulary=vocabulary, **window)
         from skype.engine import Engine
 
-        return Engine(bounds=settings.bounds, vocabulary=vocabulary, snapshots=True, **settings.engine_options,
+        return Engine(bounds=settings.bounds, vocabulary=vocabulary, snapshots=settings.queries == "eager",
+                      **settings.engine_options,
                       **window)
     return make_engine
 

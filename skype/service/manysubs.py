@@ -200,6 +200,7 @@ def subscribe_many(state: State, cmd: dict, before: Callable[[dict], object]) ->
         if batch is not None:
             state.engine.subscribe_batch(batch)
         if others:
+            state.open_queries()
             state.engine.subscribe_batch(others)
         before(dict(cmd, token_hashes=hashes))  # logged with the owners' hashes
     except BaseException:  # not registered, or not logged: undo

@@ -13,6 +13,7 @@ from typing import Any
 
 from skype.model import DEFAULT_BOUNDS, Bounds
 
+QUERY_WINDOWS = ("lazy", "eager")
 ENGINES = ("core", "reference", "spark")  # spark: DSkype on Spark (skype.service.spark_backend, skype.service.backend)
 
 
@@ -46,6 +47,8 @@ class ServiceSettings:
     retain_seconds: float | None = None
     snapshot_every: int = 20_000
     snapshot_seconds: float = 300.0
+    queries: str = "lazy"                     # the query window: "lazy" (kept from the first snapshot query or
+    # subscription of another kind than topk on, built from the window then) or "eager" (from the start)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bounds, Bounds):
@@ -54,4 +57,8 @@ class ServiceSettings:
             from skype.errors import invalid_choice
 
             raise invalid_choice("engine", self.engine, ENGINES)
+        if self.queries not in QUERY_WINDOWS:
+            from skype.errors import invalid_choice
+
+            raise invalid_choice("queries", self.queries, QUERY_WINDOWS)
         self.allow_origins = tuple(self.allow_origins)

@@ -260,6 +260,8 @@ class State:
             raise InputError("E033", kind="subscription", value=rec)
         sub = io.subscription_from_obj(rec)
         sid = validate.check_id(rec["id"])
+        if not isinstance(sub, Subscription):
+            self.open_queries()
         events: list[EventBlock] = []
         old = self.record(sid)
         old_keys: list = []
@@ -411,6 +413,17 @@ class State:
                  for obj in io.kind_result_objects(self.engine.results_by_kind()))
         return "".join(line + "\n" for line in lines).encode()
 
+    def open_queries(self) -> None:
+        """The engine's query window, kept from the first command that needs it on (a snapshot
+        query, a subscription of another kind than topk: ``serve --queries lazy``), built from
+        the window's messages as the engine was given them (:meth:`skype.Engine.open_queries`).
+        An engine that keeps it from the start, or has no such verb, is left as it is."""
+        open_queries = getattr(self.engine, "open_queries", None)
+        if open_queries is not None and not getattr(self.engine, "queries_open", True):
+            batch = self.window.batch()
+            assert batch is not None, "every window chunk keeps the engine's batch"
+            open_queries(batch)
+
     def query(self, rec: Any) -> dict:
         if not isinstance(rec, dict):
             raise InputError("E033", kind="query", value=rec)
@@ -419,6 +432,7 @@ class State:
         q = io.query_from_obj(rec)
         validate.check_id(q["qid"])
         fields = {k: v for k, v in q.items() if k not in ("qid", "kind")}
+        self.open_queries()
         mark = len(self.vocabulary)
         try:
             answer = self.engine.query(q["kind"], **fields)
@@ -495,6 +509,7 @@ class State:
         if topk_rows:
             self.engine.subscribe_batch(subscriptions_batch(topk_rows))
         if others:
+            self.open_queries()
             self.engine.subscribe_batch(others)
 
     def _restore_topk_by_columns(self, packed: list[bytes], clock: float) -> bool:
