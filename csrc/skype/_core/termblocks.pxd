@@ -25,11 +25,12 @@ cdef struct BlockC:                # 64 lanes, structure of arrays
     double maxx[64]
     double maxy[64]
     uint64_t theta[64]             # members' keys are below it, tracked non-members' at or above
-    uint64_t bound[64]             # no untracked term's key is below it (UINT64_MAX: none has a count)
+    uint64_t gate[64]              # an untracked term is tracked when its key falls below it (>= theta)
+    uint64_t bound[64]             # no untracked term's key is below it (>= gate; UINT64_MAX: none has a count)
     RectC uni                      # the union of its lanes' rectangles (grows only)
     CellRangeC ucells              # the count grid's cells the union meets
     uint64_t alive                 # lanes holding a subscription
-    uint64_t theta_max             # the largest theta of its live lanes
+    uint64_t gate_max              # the largest gate of its live lanes
     uint32_t centre                # its cell of centres (the grid that groups lanes)
 
 
@@ -38,7 +39,8 @@ cdef struct LaneC:                 # a terms subscription: slot = block * 64 + l
     CellRangeC cells               # the count grid's cells its rectangle meets
     int64_t ext_id
     uint32_t k
-    uint32_t cap                   # terms kept tracked after a refill (>= k)
+    uint32_t gate_at               # its gate is the key of its gate_at-th tracked term at a re-rank (> k)
+    uint32_t fill                  # terms tracked after a refill (>= gate_at)
     uint64_t stamp                 # the step of its last threshold crossing
 
 
@@ -70,7 +72,8 @@ cdef class TermBlocks:
     cdef uint64_t block_visits, row_updates, crossings, reranks, refills, walks, walks_bounded
     cdef uint64_t block_bounded, lane_bounded, tracked_new, events, live
 
-    cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k, uint32_t cap) noexcept nogil
+    cdef uint32_t gate_factor, fill_factor     # gate_at = gate_factor * k, fill = fill_factor * k
+    cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k) noexcept nogil
     cdef void c_remove(self, uint32_t slot) noexcept nogil
     cdef void c_event(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil
     cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,
@@ -87,4 +90,4 @@ cdef class TermBlocks:
     cdef void _rerank(self, uint32_t slot, bint emit, int64_t at, vector[int64_t]* out_at,
                       vector[int64_t]* out_sub, vector[int64_t]* out_entry,
                       vector[uint8_t]* out_entered) noexcept nogil
-    cdef void _theta_max(self, uint32_t b) noexcept nogil
+    cdef void _gate_max(self, uint32_t b) noexcept nogil

@@ -52,11 +52,14 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memset
 from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.querywindow cimport QueryWindow
-from skype._core.termgrid cimport TermGrid, CellRangeC
+from skype._core.termgrid cimport TermGrid
 
 
 cdef extern from *:
     int ctz64 "__builtin_ctzll"(unsigned long long) noexcept nogil
+
+cdef extern from "<algorithm>" namespace "std" nogil:
+    void nth_element[Iter](Iter first, Iter nth, Iter last) noexcept
 
 cdef uint64_t NO_BOUND = 0xFFFFFFFFFFFFFFFFu
 
@@ -74,13 +77,15 @@ cdef inline uint32_t need_count(uint64_t theta, uint32_t label) noexcept nogil:
 
 cdef class TermBlocks:
     def __cinit__(self, QueryWindow qw, double minx, double miny, double maxx, double maxy,
-                  uint32_t cells=64, uint32_t centre_cells=64):
+                  uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=3, uint32_t fill_factor=4):
         self.qw = qw
         self.grid = None
         self.labels = NULL
         self.space = RectC(minx, miny, maxx, maxy)
         self.cells = max(cells, 1)
         self.centre_cells = max(centre_cells, 1)
+        self.gate_factor = max(gate_factor, 1)
+        self.fill_factor = max(fill_factor, self.gate_factor)
         self.scale_x = 1.0 / (maxx - minx) if maxx > minx else 0.0
         self.scale_y = 1.0 / (maxy - miny) if maxy > miny else 0.0
         self.cell_blocks.resize(<size_t>self.cells * self.cells)
@@ -107,7 +112,7 @@ cdef class TermBlocks:
         return <uint32_t>c
 
     # ------------------------------------------------------------------ subscriptions
-    cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k, uint32_t cap) noexcept nogil:
+    cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k) noexcept nogil:
         """A lane for the subscription in a block of its centre cell (a new block when all are
         full); its top-k from a count of its rectangle.  Returns its slot."""
         cdef double cx = (r.minx + r.maxx) * 0.5, cy = (r.miny + r.maxy) * 0.5
@@ -169,10 +174,12 @@ cdef class TermBlocks:
         blk.alive |= (<uint64_t>1) << i
         blk.bound[i] = NO_BOUND
         blk.theta[i] = 0
+        blk.gate[i] = 0
         self.lanes[slot].rect = r[0]
         self.lanes[slot].ext_id = ext_id
         self.lanes[slot].k = max(k, 1)
-        self.lanes[slot].cap = max(cap, self.lanes[slot].k)
+        self.lanes[slot].gate_at = self.gate_factor * self.lanes[slot].k
+        self.lanes[slot].fill = self.fill_factor * self.lanes[slot].k
         self.lanes[slot].stamp = 0
         self.members[slot].clear()
         self.live += 1
@@ -191,13 +198,14 @@ cdef class TermBlocks:
                 self._untrack(b, i, r)
         blk.alive &= ~bit
         blk.theta[i] = 0
+        blk.gate[i] = 0
         blk.bound[i] = NO_BOUND
         blk.minx[i] = 1.0                              # no point is inside an empty rectangle
         blk.maxx[i] = 0.0
         self.members[slot].clear()
         self.members[slot].shrink_to_fit()
         self.live -= 1
-        self._theta_max(b)
+        self._gate_max(b)
 
     # ------------------------------------------------------------------ rows
     cdef int64_t _row_of(self, uint32_t b, term_t t) noexcept nogil:
@@ -267,14 +275,14 @@ cdef class TermBlocks:
             self.crossed.push_back(slot)
             self.crossings += 1
 
-    cdef void _theta_max(self, uint32_t b) noexcept nogil:
+    cdef void _gate_max(self, uint32_t b) noexcept nogil:
         cdef BlockC* blk = &self.blocks[b]
         cdef uint64_t mx = 0
         cdef uint32_t i
         for i in range(LANES):
-            if blk.theta[i] > mx:
-                mx = blk.theta[i]
-        blk.theta_max = mx
+            if blk.gate[i] > mx:
+                mx = blk.gate[i]
+        blk.gate_max = mx
 
     # ------------------------------------------------------------------ events
     cdef void c_event(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
@@ -343,7 +351,7 @@ cdef class TermBlocks:
         if not table:                                  # the window's count bounds it anywhere
             ub = self.qw.index.nodes[self.qw.index.root[t]].count
         key = lane_key(ub, lab)
-        if key >= blk.theta_max:                       # reaches no lane's threshold: bounds only
+        if key >= blk.gate_max:                        # reaches no lane's gate: bounds only
             self.block_bounded += 1
             for i in range(LANES):
                 if (u >> i) & 1 and key < blk.bound[i]:
@@ -359,7 +367,7 @@ cdef class TermBlocks:
             if table:
                 self.grid.c_upper(t, &lane.cells, &ub)
                 key = lane_key(ub, lab)
-            if key >= blk.theta[i]:
+            if key >= blk.gate[i]:
                 self.lane_bounded += 1
                 if key < blk.bound[i]:
                     blk.bound[i] = key
@@ -367,10 +375,10 @@ cdef class TermBlocks:
             if blk.bound[i] == NO_BOUND:               # every term with a count is tracked: t had none
                 count = 1
             else:
-                need = need_count(blk.theta[i], lab)
+                need = need_count(blk.gate[i], lab)
                 self.walks += 1
                 count = self.qw.c_count_bounded(t, &lane.rect, need)
-                if count < need:                       # a bound below the threshold
+                if count < need:                       # a bound that does not reach the gate
                     self.walks_bounded += 1
                     key = lane_key(count, lab)
                     if key < blk.bound[i]:
@@ -384,7 +392,7 @@ cdef class TermBlocks:
 
     # ------------------------------------------------------------------ re-ranks
     cdef void _refill(self, uint32_t slot) noexcept nogil:
-        """Lane ``slot`` tracks the top ``cap`` terms of a count of its rectangle's messages;
+        """Lane ``slot`` tracks the top ``fill`` terms of a count of its rectangle's messages;
         ``bound`` is the next key."""
         cdef uint32_t b = slot // LANES, i = slot % LANES, r
         cdef LaneC* lane = &self.lanes[slot]
@@ -401,12 +409,12 @@ cdef class TermBlocks:
             t = self.touched[j]
             self.tkeys.push_back(pair[uint64_t, term_t](lane_key(self.counts[t], self.labels[0][t]), t))
             self.counts[t] = 0
-        n = min(self.tkeys.size(), <size_t>lane.cap + 1)
+        n = min(self.tkeys.size(), <size_t>lane.fill + 1)
         partial_sort(self.tkeys.begin(), self.tkeys.begin() + n, self.tkeys.end())
-        for j in range(min(n, <size_t>lane.cap)):
+        for j in range(min(n, <size_t>lane.fill)):
             t = self.tkeys[j].second
             self._track(b, i, t, 0xFFFFFFFFu - <uint32_t>(self.tkeys[j].first >> 32))
-        self.blocks[b].bound[i] = self.tkeys[lane.cap].first if self.tkeys.size() > lane.cap else NO_BOUND
+        self.blocks[b].bound[i] = self.tkeys[lane.fill].first if self.tkeys.size() > lane.fill else NO_BOUND
         self.refills += 1
 
     cdef void _rerank(self, uint32_t slot, bint emit, int64_t at, vector[int64_t]* out_at,
@@ -415,7 +423,7 @@ cdef class TermBlocks:
         """Lane ``slot``'s members and threshold from its rows (refilled first when they do not
         prove its top-k); with ``emit`` the terms that entered and left since its last re-rank."""
         cdef uint32_t b = slot // LANES, i = slot % LANES, r, k = self.lanes[slot].k
-        cdef uint32_t cap = self.lanes[slot].cap
+        cdef uint32_t fill = self.lanes[slot].fill, gate_at = self.lanes[slot].gate_at
         cdef uint64_t bit = (<uint64_t>1) << i, nxt, kth, bound
         cdef size_t j, a, n
         cdef bint found
@@ -435,19 +443,23 @@ cdef class TermBlocks:
                         self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i],
                                                                               self.labels[0][row.term]), r))
             n = self.keys.size()
-            std_sort(self.keys.begin(), self.keys.end())
+            if n > <size_t>fill + k:                   # untrack the worst: their keys bound the rest
+                nth_element(self.keys.begin(), self.keys.begin() + fill + k, self.keys.end())
+                for j in range(fill + k, n):
+                    if self.keys[j].first < self.blocks[b].bound[i]:
+                        self.blocks[b].bound[i] = self.keys[j].first
+                    self._untrack(b, i, self.keys[j].second)
+                self.keys.resize(fill + k)
+                n = fill + k
+            if n > gate_at:                            # keys[gate_at]: the gate's place
+                nth_element(self.keys.begin(), self.keys.begin() + gate_at, self.keys.end())
+            partial_sort(self.keys.begin(), self.keys.begin() + min(n, <size_t>k + 1),
+                         self.keys.begin() + min(n, <size_t>gate_at))
             bound = self.blocks[b].bound[i]
             if bound == NO_BOUND or (n >= k and self.keys[k - 1].first < bound) or attempt == 1:
                 break
             self._refill(slot)
         n = self.keys.size()
-        while n > <size_t>cap + k:                     # untrack the worst: their keys bound the rest
-            r = self.keys[n - 1].second
-            if self.keys[n - 1].first < self.blocks[b].bound[i]:
-                self.blocks[b].bound[i] = self.keys[n - 1].first
-            self._untrack(b, i, r)
-            self.keys.pop_back()
-            n -= 1
         bound = self.blocks[b].bound[i]
         if n > k or (n == k and bound != NO_BOUND):    # halfway between the k-th key and the next
             kth = self.keys[k - 1].first
@@ -455,13 +467,15 @@ cdef class TermBlocks:
             self.blocks[b].theta[i] = kth + (nxt - kth + 1) // 2
         else:                                          # every term is tracked and a member
             self.blocks[b].theta[i] = lane_key(0, 0)   # any term with a count enters
+        # an arriving untracked term is bounded while its key stays at or above the gate
+        self.blocks[b].gate[i] = min(self.keys[gate_at].first, bound) if n > gate_at else bound
         self.before.swap(mem[0])
         mem.clear()
         for j in range(min(n, <size_t>k)):
             row = &self.rows[b][self.keys[j].second]
             row.member |= bit
             mem.push_back(row.term)
-        self._theta_max(b)
+        self._gate_max(b)
         if not emit:
             return
         for a in range(mem.size()):

@@ -58,7 +58,7 @@ cdef class TermsCore:
             if self.grid_cells and not self.grid_on:
                 self._start_grid()
                 self.blocks.c_set_grid(self.grid)
-            return self.blocks.c_add(ext_id, &r, k, k * max(self.knn_factor, 2))
+            return self.blocks.c_add(ext_id, &r, k)
         slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
         if slot >= self.region.size():
             self.region.resize(slot + 1)
@@ -99,17 +99,20 @@ cdef class TermsCore:
         if self.blocks_on:
             self.blocks.c_set_grid(self.grid if self.grid_on else None)
 
-    def set_terms_blocks(self, bint on, uint32_t cells=64, uint32_t centre_cells=64):
+    def set_terms_blocks(self, bint on, uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=3,
+                         uint32_t fill_factor=4):
         """Design 3 on (lanes in blocks of 64: ``termblocks.pyx``; ``cells`` per side of the index
-        of blocks, lanes grouped by the cell of their centre among ``centre_cells`` per side) or
-        off (design 1/2).  Only before the first terms subscription."""
+        of blocks, lanes grouped by the cell of their centre among ``centre_cells`` per side; a
+        lane's gate at its ``gate_factor * k``-th term, ``fill_factor * k`` terms tracked after a
+        refill) or off (design 1/2).  Only before the first terms subscription."""
         cdef RectC b = self.qw.index.bounds
         if self.regions.size() or (self.blocks is not None and self.blocks.size()):
             raise RuntimeError("the terms design is chosen before the first terms subscription")
         self.blocks_on = on
         self.blocks = None
         if on:
-            self.blocks = TermBlocks(self.qw, b.minx, b.miny, b.maxx, b.maxy, cells, centre_cells)
+            self.blocks = TermBlocks(self.qw, b.minx, b.miny, b.maxx, b.maxy, cells, centre_cells, gate_factor,
+                                     fill_factor)
             self.blocks.labels = &self.labels
             self.blocks.c_set_grid(self.grid if self.grid_on else None)
 
