@@ -25,7 +25,7 @@ import resource
 from skype import simulate
 from skype.querykinds import CoreQueryKinds
 
-COUNTERS = {"blocks": ["block_visits", "row_updates", "crossings", "reranks", "refills", "walks",
+COUNTERS = {"blocks": ["block_visits", "row_updates", "crossings", "reranks", "light_reranks", "refills", "walks",
                        "walks_bounded", "block_bounded", "lane_bounded", "tracked_new"],
             "buffers": ["matches", "count_updates", "walks", "walks_bounded", "grid_checks", "reevaluations"]}
 

@@ -42,6 +42,7 @@ cdef struct LaneC:                 # a terms subscription: slot = block * 64 + l
     uint32_t gate_at               # its gate is the key of its gate_at-th tracked term at a re-rank (> k)
     uint32_t fill                  # terms tracked after a refill (>= gate_at)
     uint64_t stamp                 # the step of its last threshold crossing
+    uint8_t full                   # a crossing in this step needs a full re-rank (not only entries)
 
 
 cdef class TermBlocks:
@@ -62,6 +63,7 @@ cdef class TermBlocks:
     cdef vector[vector[uint32_t]] centre_blocks   # by centre cell: its blocks
     cdef uint64_t step
     cdef vector[uint32_t] crossed          # slots whose threshold was crossed in this step
+    cdef vector[vector[uint32_t]] entering  # by slot: rows of non-members that fell below theta in the step
     # scratch
     cdef vector[pair[uint64_t, uint32_t]] keys
     cdef vector[pair[uint64_t, term_t]] tkeys
@@ -70,7 +72,7 @@ cdef class TermBlocks:
     cdef vector[term_t] before
     # counters
     cdef uint64_t block_visits, row_updates, crossings, reranks, refills, walks, walks_bounded
-    cdef uint64_t block_bounded, lane_bounded, tracked_new, events, live
+    cdef uint64_t block_bounded, lane_bounded, tracked_new, events, live, light_reranks
 
     cdef uint32_t gate_factor, fill_factor     # gate_at = gate_factor * k, fill = fill_factor * k
     cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k) noexcept nogil
@@ -84,7 +86,13 @@ cdef class TermBlocks:
     cdef int64_t _row_of(self, uint32_t b, term_t t) noexcept nogil
     cdef uint32_t _track(self, uint32_t b, uint32_t i, term_t t, uint32_t count) noexcept nogil
     cdef void _untrack(self, uint32_t b, uint32_t i, uint32_t r) noexcept nogil
-    cdef void _cross(self, uint32_t slot) noexcept nogil
+    cdef void _cross(self, uint32_t slot, int64_t row) noexcept nogil
+    cdef bint _rerank_entries(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                              vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                              vector[uint8_t]* out_entered) noexcept nogil
+    cdef void _emit_changes(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                            vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                            vector[uint8_t]* out_entered) noexcept nogil
     cdef void _untracked(self, uint32_t b, term_t t, uint64_t u) noexcept nogil
     cdef void _refill(self, uint32_t slot) noexcept nogil
     cdef void _rerank(self, uint32_t slot, bint emit, int64_t at, vector[int64_t]* out_at,

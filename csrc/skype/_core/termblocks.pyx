@@ -139,6 +139,7 @@ cdef class TermBlocks:
             self.free_rows.resize(b + 1)
             self.lanes.resize(<size_t>(b + 1) * LANES)
             self.members.resize(<size_t>(b + 1) * LANES)
+            self.entering.resize(<size_t>(b + 1) * LANES)
             blk = &self.blocks[b]
             memset(blk, 0, sizeof(BlockC))
             blk.uni = r[0]
@@ -269,11 +270,19 @@ cdef class TermBlocks:
         row.term = 0
         self.free_rows[b].push_back(r)
 
-    cdef void _cross(self, uint32_t slot) noexcept nogil:
+    cdef void _cross(self, uint32_t slot, int64_t row) noexcept nogil:
+        """Lane ``slot``'s threshold was crossed: by the non-member of ``row`` falling below it,
+        or (row -1) by a member reaching it (a full re-rank at the step's end)."""
         if self.lanes[slot].stamp != self.step:
             self.lanes[slot].stamp = self.step
+            self.lanes[slot].full = 0
+            self.entering[slot].clear()
             self.crossed.push_back(slot)
-            self.crossings += 1
+        self.crossings += 1
+        if row < 0:
+            self.lanes[slot].full = 1
+        else:
+            self.entering[slot].push_back(<uint32_t>row)
 
     cdef void _gate_max(self, uint32_t b) noexcept nogil:
         cdef BlockC* blk = &self.blocks[b]
@@ -330,12 +339,12 @@ cdef class TermBlocks:
                             if delta > 0:
                                 row.count[i] += 1
                                 if not (row.member & bit) and lane_key(row.count[i], lab) < blk.theta[i]:
-                                    self._cross(b * LANES + i)
+                                    self._cross(b * LANES + i, r)
                             else:
                                 row.count[i] -= 1
                                 if (row.member & bit) and (row.count[i] == 0
                                                            or lane_key(row.count[i], lab) >= blk.theta[i]):
-                                    self._cross(b * LANES + i)
+                                    self._cross(b * LANES + i, -1)
                 if delta > 0 and (c & ~tracked):
                     self._untracked(b, t, c & ~tracked)
                     blk = &self.blocks[b]
@@ -343,7 +352,7 @@ cdef class TermBlocks:
     cdef void _untracked(self, uint32_t b, term_t t, uint64_t u) noexcept nogil:
         """An arriving message of term t in the rectangles of lanes u, which do not track t."""
         cdef BlockC* blk = &self.blocks[b]
-        cdef uint32_t lab = self.labels[0][t], ub, i, need, count, slot
+        cdef uint32_t lab = self.labels[0][t], ub, i, need, count, slot, r
         cdef bint table
         cdef uint64_t key, mm
         cdef LaneC* lane
@@ -385,10 +394,10 @@ cdef class TermBlocks:
                         blk.bound[i] = key
                     continue
             self.tracked_new += 1
-            self._track(b, i, t, count)
+            r = self._track(b, i, t, count)
             blk = &self.blocks[b]
             if lane_key(count, lab) < blk.theta[i]:
-                self._cross(slot)
+                self._cross(slot, r)
 
     # ------------------------------------------------------------------ re-ranks
     cdef void _refill(self, uint32_t slot) noexcept nogil:
@@ -425,8 +434,7 @@ cdef class TermBlocks:
         cdef uint32_t b = slot // LANES, i = slot % LANES, r, k = self.lanes[slot].k
         cdef uint32_t fill = self.lanes[slot].fill, gate_at = self.lanes[slot].gate_at
         cdef uint64_t bit = (<uint64_t>1) << i, nxt, kth, bound
-        cdef size_t j, a, n
-        cdef bint found
+        cdef size_t j, n
         cdef RowC* row
         cdef vector[term_t]* mem = &self.members[slot]
         cdef int attempt
@@ -476,8 +484,66 @@ cdef class TermBlocks:
             row.member |= bit
             mem.push_back(row.term)
         self._gate_max(b)
-        if not emit:
-            return
+        if emit:
+            self._emit_changes(slot, at, out_at, out_sub, out_entry, out_entered)
+
+    cdef bint _rerank_entries(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                              vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                              vector[uint8_t]* out_entered) noexcept nogil:
+        """The light re-rank of a lane whose crossings in this step were all non-members falling
+        below theta (its k members all below theta before the step and still below it, every
+        other tracked non-member at or above it): the new top-k is the top k of the members and
+        those entries; theta moves down halfway between the new k-th key and the next of them
+        (or the old theta), the gate and bound stay.  False (nothing done) when the lane needs
+        the full re-rank."""
+        cdef uint32_t b = slot // LANES, i = slot % LANES, k = self.lanes[slot].k, r
+        cdef uint64_t bit = (<uint64_t>1) << i, kth, nxt, theta = self.blocks[b].theta[i]
+        cdef vector[term_t]* mem = &self.members[slot]
+        cdef vector[uint32_t]* ent = &self.entering[slot]
+        cdef size_t j, n
+        cdef int64_t rr
+        cdef RowC* row
+        if self.lanes[slot].full or mem.size() < k:
+            return False
+        self.keys.clear()
+        for j in range(mem.size()):
+            rr = self._row_of(b, mem[0][j])
+            row = &self.rows[b][rr]
+            self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]),
+                                                         <uint32_t>rr))
+        for j in range(ent.size()):
+            r = ent[0][j]
+            row = &self.rows[b][r]
+            if row.count[i] == 0 or row.member & bit or row.term == 0 or not (row.tracked & bit):
+                continue
+            row.member |= bit                          # marks it taken (cleared below)
+            self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
+        n = self.keys.size()
+        partial_sort(self.keys.begin(), self.keys.begin() + min(n, <size_t>k + 1), self.keys.end())
+        kth = self.keys[k - 1].first
+        nxt = min(self.keys[k].first, theta) if n > k else theta
+        if kth >= nxt:                                 # cannot happen: members stayed below theta
+            return False
+        for j in range(n):
+            self.rows[b][self.keys[j].second].member &= ~bit
+        self.blocks[b].theta[i] = kth + (nxt - kth + 1) // 2
+        self.before.swap(mem[0])
+        mem.clear()
+        for j in range(k):
+            row = &self.rows[b][self.keys[j].second]
+            row.member |= bit
+            mem.push_back(row.term)
+        self.light_reranks += 1
+        self._emit_changes(slot, at, out_at, out_sub, out_entry, out_entered)
+        return True
+
+    cdef void _emit_changes(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                            vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                            vector[uint8_t]* out_entered) noexcept nogil:
+        """The terms of the lane's members now and not in ``before`` entered; the reverse left."""
+        cdef vector[term_t]* mem = &self.members[slot]
+        cdef size_t j, a
+        cdef bint found
         for a in range(mem.size()):
             found = False
             for j in range(self.before.size()):
@@ -505,10 +571,14 @@ cdef class TermBlocks:
                       vector[int64_t]* out_entry, vector[uint8_t]* out_entered) noexcept nogil:
         """The step's end: each crossed lane re-ranked alone, its changes emitted."""
         cdef size_t j
+        cdef uint32_t slot
         for j in range(self.crossed.size()):
-            if not self.blocks[self.crossed[j] // LANES].alive & ((<uint64_t>1) << (self.crossed[j] % LANES)):
+            slot = self.crossed[j]
+            if not self.blocks[slot // LANES].alive & ((<uint64_t>1) << (slot % LANES)):
                 continue                               # unsubscribed in this step
-            self._rerank(self.crossed[j], True, at, out_at, out_sub, out_entry, out_entered)
+            if not self._rerank_entries(slot, at, out_at, out_sub, out_entry, out_entered):
+                self._rerank(slot, True, at, out_at, out_sub, out_entry, out_entered)
+            self.entering[slot].clear()
         self.crossed.clear()
         self.step += 1
 
@@ -562,7 +632,8 @@ cdef class TermBlocks:
             rows += self.rows[b].size() - self.free_rows[b].size()
         return {"design": "blocks", "blocks": self.blocks.size(), "rows": rows, "events": self.events,
                 "block_visits": self.block_visits, "row_updates": self.row_updates,
-                "crossings": self.crossings, "reranks": self.reranks, "refills": self.refills,
+                "crossings": self.crossings, "reranks": self.reranks, "light_reranks": self.light_reranks,
+                "refills": self.refills,
                 "walks": self.walks, "walks_bounded": self.walks_bounded,
                 "block_bounded": self.block_bounded, "lane_bounded": self.lane_bounded,
                 "tracked_new": self.tracked_new, "bytes": self.memory_bytes()}
