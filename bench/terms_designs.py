@@ -12,6 +12,8 @@ updates, walks), and the peak RSS of the process so far.
         --sub-kinds topk,range,knn,terms --messages-out m20.jsonl --subscriptions-out s20.jsonl
     python bench/terms_designs.py --messages m20.jsonl --subscriptions s20.jsonl --window 20000 \\
         blocks buffers --rounds 2
+    # design 3's parameters (TERMS_BLOCKS: index cells, centre cells, gate and fill factors):
+    python bench/terms_designs.py ... blocks:64,64,3,4 blocks:64,32,2,4
     # the issue's size: --num-subs 100000 --num-messages 230000, --window 100000 (one design a
     # process for the RSS: run ``blocks`` and ``buffers`` separately)
 """
@@ -31,7 +33,9 @@ COUNTERS = {"blocks": ["block_visits", "row_updates", "crossings", "reranks", "l
 
 
 def one_run(design: str, args: argparse.Namespace) -> dict:
+    design, _, params = design.partition(":")
     CoreQueryKinds.TERMS_DESIGN = design
+    CoreQueryKinds.TERMS_BLOCKS = tuple(int(v) for v in params.split(",")) if params else BLOCKS_DEFAULT
     options = {"messages": args.messages, "subscriptions": args.subscriptions, "window": args.window,
                "fill_window": True, "timers": True, "progress": False}
     m = simulate.run(options).metrics
@@ -39,7 +43,7 @@ def one_run(design: str, args: argparse.Namespace) -> dict:
     terms = m["engine_stats"]["queries"]["kinds"]["terms"]
     counts = terms["blocks"] if design == "blocks" else terms
     kinds_total = {key: counts[key] for key in COUNTERS[design]}
-    row = {"design": design, "msg_s": round(m["throughput_msgs_per_s"], 1), "amp_us": round(m["amp_us"], 1),
+    row = {"design": design + (":" + params if params else ""), "msg_s": round(m["throughput_msgs_per_s"], 1), "amp_us": round(m["amp_us"], 1),
            "emp_us": round(m["emp_us"], 1), "flush_us": round(m["flush_us"], 1),
            "terms_us": round(m["parts_us"].get("terms", 0.0), 1),
            "parts_us": {k: round(v, 1) for k, v in m["parts_us"].items()},
@@ -50,9 +54,12 @@ def one_run(design: str, args: argparse.Namespace) -> dict:
     return row
 
 
+BLOCKS_DEFAULT = CoreQueryKinds.TERMS_BLOCKS
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("designs", nargs="+", choices=["blocks", "buffers"])
+    p.add_argument("designs", nargs="+", help="blocks, buffers, or blocks:CELLS,CENTRE_CELLS,GATE,FILL")
     p.add_argument("--messages", required=True)
     p.add_argument("--subscriptions", required=True)
     p.add_argument("--window", type=int, required=True)

@@ -132,7 +132,7 @@ class CoreQueryKinds(QueryKinds):
     TERMS_DESIGN = "blocks"
     # design 3: (cells per side of the index of blocks, cells per side grouping lanes by centre, a lane's
     # gate at its (g * k)-th term, f * k terms tracked after a refill)
-    TERMS_BLOCKS = (64, 64, 3, 4)
+    TERMS_BLOCKS = (64, 64, 2, 4)
     RANGE_INDEX = "keyword"  # range subscriptions keyword first ("grid": the per-term lists of one grid)
 
     def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,

@@ -35,7 +35,8 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport seq_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
 from skype._core.querywindow cimport QueryWindow, ALL_TERM
-from skype._core.rangeindex cimport RectSubIndex, RectSubC, KeywordRangeIndex
+from skype._core.rangeindex cimport RectSubIndex, RectSubC
+from skype._core.kwrangeindex cimport KeywordRangeIndex
 from skype._core.knnquery cimport KnnCore
 from skype._core.predicate cimport OP_AND
 

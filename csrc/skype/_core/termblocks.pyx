@@ -53,6 +53,7 @@ from libc.string cimport memset
 from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.querywindow cimport QueryWindow
 from skype._core.termgrid cimport TermGrid
+from skype._core.cells cimport cell_of
 
 
 cdef extern from *:
@@ -77,7 +78,7 @@ cdef inline uint32_t need_count(uint64_t theta, uint32_t label) noexcept nogil:
 
 cdef class TermBlocks:
     def __cinit__(self, QueryWindow qw, double minx, double miny, double maxx, double maxy,
-                  uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=3, uint32_t fill_factor=4):
+                  uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2, uint32_t fill_factor=4):
         self.qw = qw
         self.grid = None
         self.labels = NULL
@@ -104,12 +105,7 @@ cdef class TermBlocks:
                 self.lanes[s].cells = grid.c_cells(&self.lanes[s].rect)
 
     cdef uint32_t _cell(self, double v, double lo, double scale) noexcept nogil:
-        cdef double c = (v - lo) * scale * self.cells
-        if c <= 0.0:
-            return 0
-        if c >= self.cells:
-            return self.cells - 1
-        return <uint32_t>c
+        return cell_of((v - lo) * scale * self.cells, self.cells)
 
     # ------------------------------------------------------------------ subscriptions
     cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k) noexcept nogil:
@@ -118,9 +114,7 @@ cdef class TermBlocks:
         cdef double cx = (r.minx + r.maxx) * 0.5, cy = (r.miny + r.maxy) * 0.5
         cdef double fx = (cx - self.space.minx) * self.scale_x * self.centre_cells
         cdef double fy = (cy - self.space.miny) * self.scale_y * self.centre_cells
-        cdef uint32_t ccx = 0 if fx <= 0.0 else (self.centre_cells - 1 if fx >= self.centre_cells else <uint32_t>fx)
-        cdef uint32_t ccy = 0 if fy <= 0.0 else (self.centre_cells - 1 if fy >= self.centre_cells else <uint32_t>fy)
-        cdef uint32_t centre = ccy * self.centre_cells + ccx
+        cdef uint32_t centre = cell_of(fy, self.centre_cells) * self.centre_cells + cell_of(fx, self.centre_cells)
         cdef vector[uint32_t]* mine = &self.centre_blocks[centre]
         cdef uint32_t b = 0xFFFFFFFFu, i, slot, x0, x1, y0, y1, gx, gy, ox0 = 1, ox1 = 0, oy0 = 1, oy1 = 0
         cdef size_t j

@@ -99,7 +99,7 @@ cdef class TermsCore:
         if self.blocks_on:
             self.blocks.c_set_grid(self.grid if self.grid_on else None)
 
-    def set_terms_blocks(self, bint on, uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=3,
+    def set_terms_blocks(self, bint on, uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2,
                          uint32_t fill_factor=4):
         """Design 3 on (lanes in blocks of 64: ``termblocks.pyx``; ``cells`` per side of the index
         of blocks, lanes grouped by the cell of their centre among ``centre_cells`` per side; a
