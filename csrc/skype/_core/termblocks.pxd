@@ -13,10 +13,10 @@ cdef enum:
 
 
 cdef struct RowC:                  # one term's exact counts for the lanes of a block that track it
-    uint32_t count[64]             # by lane (0 where not tracked)
-    uint64_t tracked               # lanes whose count here is exact and maintained
-    uint64_t member                # lanes with this term in their top-k
+    uint64_t tracked               # lanes whose count here is exact and maintained (first: a re-rank
+    uint64_t member                # reads the masks of every row) / lanes with this term in their top-k
     term_t term                    # 0: a free row
+    uint32_t count[64]             # by lane (0 where not tracked)
 
 
 cdef struct BlockC:                # 64 lanes, structure of arrays
