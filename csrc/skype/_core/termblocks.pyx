@@ -348,7 +348,7 @@ cdef class TermBlocks:
         cdef BlockC* blk = &self.blocks[b]
         cdef uint32_t lab = self.labels[0][t], ub, i, need, count, slot, r
         cdef bint table
-        cdef uint64_t key, mm
+        cdef uint64_t key, lkey, mm
         cdef LaneC* lane
         table = self.grid is not None and self.grid.c_upper(t, &blk.ucells, &ub)
         if not table:                                  # the window's count bounds it anywhere
@@ -367,13 +367,14 @@ cdef class TermBlocks:
             slot = b * LANES + i
             lane = &self.lanes[slot]
             blk = &self.blocks[b]
+            lkey = key                                 # the block's bound, or the lane's own
             if table:
                 self.grid.c_upper(t, &lane.cells, &ub)
-                key = lane_key(ub, lab)
-            if key >= blk.gate[i]:
+                lkey = lane_key(ub, lab)
+            if lkey >= blk.gate[i]:
                 self.lane_bounded += 1
-                if key < blk.bound[i]:
-                    blk.bound[i] = key
+                if lkey < blk.bound[i]:
+                    blk.bound[i] = lkey
                 continue
             if blk.bound[i] == NO_BOUND:               # every term with a count is tracked: t had none
                 count = 1
@@ -383,9 +384,9 @@ cdef class TermBlocks:
                 count = self.qw.c_count_bounded(t, &lane.rect, need)
                 if count < need:                       # a bound that does not reach the gate
                     self.walks_bounded += 1
-                    key = lane_key(count, lab)
-                    if key < blk.bound[i]:
-                        blk.bound[i] = key
+                    lkey = lane_key(count, lab)
+                    if lkey < blk.bound[i]:
+                        blk.bound[i] = lkey
                     continue
             self.tracked_new += 1
             r = self._track(b, i, t, count)
@@ -604,6 +605,23 @@ cdef class TermBlocks:
             ids[j] = <int64_t>order[j].second - 1
             counts[j] = 0xFFFFFFFFu - <uint32_t>(order[j].first >> 32)
         return ids, counts
+
+    def lane_state(self, uint32_t slot):
+        """(theta, gate, bound, {vocabulary term id: count} of the terms it tracks, member ids):
+        for tests of the invariants."""
+        cdef uint32_t b = slot // LANES, i = slot % LANES, r
+        tracked = {}
+        for r in range(self.rows[b].size()):
+            if self.rows[b][r].tracked & ((<uint64_t>1) << i):
+                tracked[<int64_t>self.rows[b][r].term - 1] = self.rows[b][r].count[i]
+        return (self.blocks[b].theta[i], self.blocks[b].gate[i], self.blocks[b].bound[i], tracked,
+                [<int64_t>t - 1 for t in self.members[slot]])
+
+    def blocks_at(self, double x, double y):
+        """The blocks listed in the index cell of (x, y), with their unions (for tests)."""
+        cdef uint32_t cx = self._cell(x, self.space.minx, self.scale_x)
+        cdef uint32_t cy = self._cell(y, self.space.miny, self.scale_y)
+        return [(b, self.blocks[b].uni) for b in self.cell_blocks[cy * self.cells + cx]]
 
     def size(self):
         return self.live

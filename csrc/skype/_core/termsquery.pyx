@@ -339,6 +339,13 @@ cdef class TermsCore:
         self.region_touched.push_back(slot)
         self.region_before[slot].swap(self.region_top[slot])   # region_top is rebuilt after the step's change
 
+    def terms_blocks_at(self, double x, double y):
+        return self.blocks.blocks_at(x, y)
+
+    def terms_lane_state(self, uint32_t slot):
+        """Design 3: a lane's theta, gate, bound, tracked counts and members (for tests)."""
+        return self.blocks.lane_state(slot)
+
     def terms_result(self, uint32_t slot):
         """(vocabulary term ids, counts) of a terms subscription's top-k."""
         if self.blocks_on:
