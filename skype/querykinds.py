@@ -136,6 +136,12 @@ class CoreQueryKinds(QueryKinds):
     # snapshot terms: count tables of (cells per side, a table from this many window messages, until below
     # this) over the whole window, built at the first snapshot terms query ((0, 0, 0): count every message)
     SNAPSHOT_TERMS_GRID = (32, 32, 16)
+    # terms: "blocks" (design 3: lanes in blocks of 64, shared rows, a threshold per lane) or "buffers"
+    # (design 1/2: a buffer of 2k exact counts per subscription)
+    TERMS_DESIGN = "blocks"
+    # design 3: (cells per side of the index of blocks, cells per side grouping lanes by centre, a lane's
+    # gate at its (g * k)-th term, f * k terms tracked after a refill)
+    TERMS_BLOCKS = (64, 64, 2, 4)
     RANGE_INDEX = "keyword"  # range subscriptions keyword first ("grid": the per-term lists of one grid)
 
     def __init__(self, bounds: Bounds, vocabulary: Vocabulary, window: int | None, window_seconds: float | None,
@@ -147,6 +153,7 @@ class CoreQueryKinds(QueryKinds):
         self._core = SnapshotCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity,
                                knn_index=self.KNN_INDEX, range_keyword=self.RANGE_INDEX == "keyword")
+        self._core.set_terms_blocks(self.TERMS_DESIGN == "blocks", *self.TERMS_BLOCKS)
         self._core.set_terms_grid(self.TERMS_GRID, *self.TERMS_GRID_TABLES)
         self._core.set_snapshot_grid(*self.SNAPSHOT_TERMS_GRID)
         self._publish_s = 0.0  # wall time of publish(): the core's steps and the glue around them

@@ -319,6 +319,7 @@ def test_queries_terms_bounded_walks_equal_reference(monkeypatch, grid):
 
     monkeypatch.setattr(CoreQueryKinds, "TERMS_GRID", grid)
     monkeypatch.setattr(CoreQueryKinds, "TERMS_GRID_TABLES", (8, 4))
+    monkeypatch.setattr(CoreQueryKinds, "TERMS_DESIGN", "buffers")     # design 1/2's counters
     rng = np.random.default_rng(11)
     names = [f"t{i:02d}" for i in range(80)]
     p = 1.0 / np.arange(1, 81)

@@ -33,11 +33,12 @@ def rects(draw):
     return (a, c, b, d)
 
 
-def _grid_engine(monkeypatch, cells, tables, window):
+def _grid_engine(monkeypatch, cells, tables, window, design="blocks"):
     from skype.querykinds import CoreQueryKinds
 
     monkeypatch.setattr(CoreQueryKinds, "TERMS_GRID", cells)
     monkeypatch.setattr(CoreQueryKinds, "TERMS_GRID_TABLES", tables)
+    monkeypatch.setattr(CoreQueryKinds, "TERMS_DESIGN", design)
     return Engine(bounds=BOUNDS, window=window, snapshots=True)
 
 
@@ -78,17 +79,18 @@ def test_terms_grid_tables_equal_brute_force_counts_per_cell(cells, stream, prob
                 assert got == in_cells >= in_rect
 
 
+@pytest.mark.parametrize("design", ["blocks", "buffers"])
 @pytest.mark.parametrize("cells,tables", [(0, (32, 16)), (1, (1, 1)), (8, (1, 1)), (16, (3, 2)), (64, (2, 1))])
 @settings(max_examples=30)
 @given(stream=messages, subs=st.lists(st.tuples(rects(), st.integers(1, 2)), min_size=1, max_size=8),
        window=st.integers(1, 15), late=st.integers(0, 60))
-def test_terms_grid_results_equal_reference(cells, tables, stream, subs, window, late):
+def test_terms_grid_results_equal_reference(design, cells, tables, stream, subs, window, late):
     """Adversarial streams: eight names (counts tie all the time, ties by name with non-ASCII;
     k of 1-2, so that buffers of 2k fill), points on the rectangles' and the cells' edges, repeated words in a message, small windows
     (counts fall to 0, tables dropped and rebuilt), subscriptions registered before and during
     the stream: every step's change log and every result equal the reference's."""
     with pytest.MonkeyPatch.context() as mp:
-        engines = [_grid_engine(mp, cells, tables, window), ReferenceEngine(bounds=BOUNDS, window=window)]
+        engines = [_grid_engine(mp, cells, tables, window, design), ReferenceEngine(bounds=BOUNDS, window=window)]
     logs: list[list] = [[], []]
     for i, e in enumerate(engines):
         for j, (x, y, words) in enumerate(stream):
@@ -114,7 +116,8 @@ def test_terms_grid_bounds_most_arrivals_and_equals_reference_on_a_skewed_stream
     stream = [(float(rng.uniform(0, 8)), float(rng.uniform(0, 8)),
                " ".join(rng.choice(names, size=int(rng.integers(1, 6)), p=p))) for _ in range(600)]
     logs, stats = [], []
-    for make in (lambda mp: _grid_engine(mp, 8, (4, 2), 200), lambda mp: _grid_engine(mp, 0, (32, 16), 200),
+    for make in (lambda mp: _grid_engine(mp, 8, (4, 2), 200, "buffers"),
+                 lambda mp: _grid_engine(mp, 0, (32, 16), 200, "buffers"),
                  lambda mp: ReferenceEngine(bounds=BOUNDS, window=200)):
         with pytest.MonkeyPatch.context() as mp:
             e = make(mp)

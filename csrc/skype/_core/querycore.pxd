@@ -2,7 +2,8 @@
 from libcpp.vector cimport vector
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
-from skype._core.rangeindex cimport RectSubIndex, KeywordRangeIndex
+from skype._core.rangeindex cimport RectSubIndex
+from skype._core.kwrangeindex cimport KeywordRangeIndex
 from skype._core.knnquery cimport KnnCore
 from skype._core.termgrid cimport TermGrid
 

@@ -13,7 +13,9 @@ then the netted events of the step.
   buffers of the nearest matching messages, candidates from the ``near`` index of k-th distance
   boxes, refills from the message index.
 * ``terms``: the base class :class:`~skype._core.termsquery.TermsCore` (``termsquery.pyx``):
-  per-subscription buffers of exact counts, a bound, bounded tree walks, remembered bounds.
+  design 3 (the default): lanes in blocks of 64 with shared rows of exact counts and a threshold
+  per lane (``termblocks.pyx``); design 1/2: per-subscription buffers of exact counts, a bound,
+  bounded tree walks, remembered bounds.
 * Events of knn and terms subscriptions are netted per step (``_knn_net``, ``_terms_net``):
   their top-k before the step's first change to them is compared with the top-k after the step.
 
@@ -33,7 +35,8 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.types cimport seq_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
 from skype._core.querywindow cimport QueryWindow, ALL_TERM
-from skype._core.rangeindex cimport RectSubIndex, RectSubC, KeywordRangeIndex
+from skype._core.rangeindex cimport RectSubIndex, RectSubC
+from skype._core.kwrangeindex cimport KeywordRangeIndex
 from skype._core.knnquery cimport KnnCore
 from skype._core.predicate cimport OP_AND
 
@@ -120,7 +123,10 @@ cdef class QueryCore(KnnCore):
             t0 = t1
         self._terms_window(m.x, m.y, mt, m.nterms, -1)
         self.hits.clear()
-        self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
+        if self.blocks_on:                     # design 3: the blocks' rows, crossings noted
+            self.blocks.c_event(m.x, m.y, mt, m.nterms, -1)
+        else:
+            self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
         self.terms_matches += self.hits.size()
         self._mark_terms(mt, m.nterms, 1)
         for i in range(self.hits.size()):
@@ -198,7 +204,10 @@ cdef class QueryCore(KnnCore):
             t0 = t1
         self._terms_window(x, y, mt, m.nterms, 1)
         self.hits.clear()
-        self.regions.c_probe(x, y, mt, m.nterms, &self.hits)
+        if self.blocks_on:                     # design 3: the blocks' rows, crossings noted
+            self.blocks.c_event(x, y, mt, m.nterms, 1)
+        else:
+            self.regions.c_probe(x, y, mt, m.nterms, &self.hits)
         self.terms_matches += self.hits.size()
         self._mark_terms(mt, m.nterms, 1)
         for i in range(self.hits.size()):
@@ -350,7 +359,9 @@ cdef class QueryCore(KnnCore):
                         "index_posts": self.knn_posts, "index_candidates": self.near.candidates,
                         "index_grown": self.near.grown, "index_tail_merges": self.near.merges,
                         "net_s": self.knn_net_ns / 1e9, "time_s": self.knn_ns / 1e9},
-                "terms": {"subscriptions": self.regions.size(), "probed": self.regions.candidates,
+                "terms": {"subscriptions": self.blocks.size() if self.blocks_on else self.regions.size(),
+                          "probed": self.regions.candidates,
+                          "blocks": self.blocks.stats() if self.blocks_on else None,
                           "matches": self.terms_matches, "count_updates": self.region_updates,
                           "walks": self.region_walks, "walks_bounded": self.region_bounded,
                           "walks_saved": self.region_memo_hits,

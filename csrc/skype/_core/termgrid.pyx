@@ -25,15 +25,7 @@ from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get
 from skype._core.msgindex cimport MEntryC
 from skype._core.querywindow cimport QueryWindow
-
-
-cdef inline uint32_t cell_of(double c, uint32_t cells) noexcept nogil:
-    """The cell of a coordinate scaled to cells (monotone in it), clamped to the grid."""
-    if c <= 0.0:
-        return 0
-    if c >= cells:
-        return cells - 1
-    return <uint32_t>c
+from skype._core.cells cimport cell_of
 
 
 cdef class TermGrid:

@@ -6,6 +6,7 @@ from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.querywindow cimport QueryWindow
 from skype._core.rangeindex cimport RectSubIndex
 from skype._core.termgrid cimport TermGrid, CellRangeC
+from skype._core.termblocks cimport TermBlocks
 
 
 cdef enum:
@@ -58,6 +59,9 @@ cdef class TermsCore:
     cdef TermGrid grid
     cdef vector[CellRangeC] region_cells   # by slot: the grid cells its rectangle meets
     cdef uint64_t region_grid_checks, region_grid_bounded
+    # design 3 (set_terms_blocks): lanes in blocks of 64 hold the terms subscriptions instead
+    cdef TermBlocks blocks
+    cdef bint blocks_on
     # the change log of the kinds, in columns (range, knn and terms all emit into it)
     cdef vector[int64_t] out_at, out_sub, out_entry
     cdef vector[uint8_t] out_entered

@@ -46,13 +46,20 @@ from libcpp.algorithm cimport partial_sort
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.termgrid cimport TermGrid, CellRangeC
+from skype._core.termblocks cimport TermBlocks
 
 
 cdef class TermsCore:
     def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
-        cdef uint32_t slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
+        cdef uint32_t slot
         self.qw.c_need_term_trees()         # term counts in rectangles are read from them
+        if self.blocks_on:                  # design 3: a lane of a block
+            if self.grid_cells and not self.grid_on:
+                self._start_grid()
+                self.blocks.c_set_grid(self.grid)
+            return self.blocks.c_add(ext_id, &r, k)
+        slot = self.regions.c_add(ext_id, &r, NULL, 0, NULL, 0, True)
         if slot >= self.region.size():
             self.region.resize(slot + 1)
             self.region_buf.resize(slot + 1)
@@ -84,11 +91,30 @@ cdef class TermsCore:
         self.grid_drop_below = drop_below
         self.grid_on = False
         self.grid = None
-        if cells and self.regions.size():
+        if cells and (self.regions.size() or (self.blocks_on and self.blocks.size())):
             self._start_grid()
             for slot in range(self.region.size()):
                 if self.region[slot].alive:
                     self.region_cells[slot] = self.grid.c_cells(&self.region[slot].rect)
+        if self.blocks_on:
+            self.blocks.c_set_grid(self.grid if self.grid_on else None)
+
+    def set_terms_blocks(self, bint on, uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2,
+                         uint32_t fill_factor=4):
+        """Design 3 on (lanes in blocks of 64: ``termblocks.pyx``; ``cells`` per side of the index
+        of blocks, lanes grouped by the cell of their centre among ``centre_cells`` per side; a
+        lane's gate at its ``gate_factor * k``-th term, ``fill_factor * k`` terms tracked after a
+        refill) or off (design 1/2).  Only before the first terms subscription."""
+        cdef RectC b = self.qw.index.bounds
+        if self.regions.size() or (self.blocks is not None and self.blocks.size()):
+            raise RuntimeError("the terms design is chosen before the first terms subscription")
+        self.blocks_on = on
+        self.blocks = None
+        if on:
+            self.blocks = TermBlocks(self.qw, b.minx, b.miny, b.maxx, b.maxy, cells, centre_cells, gate_factor,
+                                     fill_factor)
+            self.blocks.labels = &self.labels
+            self.blocks.c_set_grid(self.grid if self.grid_on else None)
 
     def _start_grid(self):
         cdef RectC b = self.qw.index.bounds
@@ -121,6 +147,9 @@ cdef class TermsCore:
         return count if self.grid.c_upper(<term_t>(term + 1), &c, &count) else None
 
     def unsubscribe_terms(self, uint32_t slot):
+        if self.blocks_on:
+            self.blocks.c_remove(slot)
+            return
         self.regions.c_remove(slot)
         self.region[slot].alive = 0
         self.region_buf[slot].clear()
@@ -297,6 +326,8 @@ cdef class TermsCore:
             self.labels[i + 1] = labels[i]
         if not relabel:
             return
+        if self.blocks_on:
+            self.blocks.c_relabel()
         for slot in range(self.region.size()):      # keys changed: buffers and bounds anew
             if self.region[slot].alive:
                 self._region_refill(slot)
@@ -308,8 +339,17 @@ cdef class TermsCore:
         self.region_touched.push_back(slot)
         self.region_before[slot].swap(self.region_top[slot])   # region_top is rebuilt after the step's change
 
+    def terms_blocks_at(self, double x, double y):
+        return self.blocks.blocks_at(x, y)
+
+    def terms_lane_state(self, uint32_t slot):
+        """Design 3: a lane's theta, gate, bound, tracked counts and members (for tests)."""
+        return self.blocks.lane_state(slot)
+
     def terms_result(self, uint32_t slot):
         """(vocabulary term ids, counts) of a terms subscription's top-k."""
+        if self.blocks_on:
+            return self.blocks.result(slot)
         cdef vector[term_t]* top = &self.region_top[slot]
         cdef size_t i
         ids = np.empty(top.size(), dtype=np.int64)
@@ -328,6 +368,9 @@ cdef class TermsCore:
 
     cdef void _terms_net(self, int64_t at) noexcept nogil:
         """The step's events: a term entered (in the top-k now, not before) or left."""
+        if self.blocks_on:
+            self.blocks.c_flush(at, &self.out_at, &self.out_sub, &self.out_entry, &self.out_entered)
+            return
         cdef size_t i, j, a
         cdef uint32_t slot
         cdef bint found

@@ -1,0 +1,651 @@
+# cython: language_level=3
+"""The continuous ``terms`` kind, design 3 (issue 36): lanes in blocks, shared rows, thresholds.
+
+A ``terms`` result changes only when a term enters or leaves a subscription's top-k *set*, so the
+work per message follows the few subscriptions whose set can change, not every subscription the
+message falls in.
+
+Structure.  Each subscription is a *lane* of a *block* of 64: lanes are grouped by the cell of
+their rectangle's centre (``centre_cells`` per side), so a block's lanes overlap.  A block keeps
+its lanes' rectangles as arrays (one message is tested against 64 of them at once), the union of
+their rectangles, and *rows*: for a term, 64 exact counts (one per lane), a ``tracked`` mask and a
+``member`` mask.  A uniform grid over the space lists the blocks whose union meets each cell.
+
+Keys rank terms as design 1/2 do: ``(UINT32_MAX - count) << 32 | label`` (count descending,
+then name ascending).  Invariants, per lane ``i`` of block ``b``:
+
+1. where ``i`` is tracked in a row, the row's count is ``i``'s exact count of that term;
+2. its members (its top-k at its last re-rank) are tracked, and every member's key is below
+   ``theta[i]``, every tracked non-member's key is at or above it; no member has a count of 0;
+3. every untracked term's key is at or above ``bound[i]`` >= ``theta[i]`` (``UINT64_MAX``: every
+   term with a count in the rectangle is tracked).
+
+So the members are the top-k (fewer when the rectangle holds fewer terms).
+
+Events.  A message arriving (+1, in the window already) or expiring (-1, still in it) at (x, y)
+visits the blocks of its cell; per block the lanes whose rectangle holds it (edges included),
+then per term of the message the block's row: the tracked lanes' counts move, and a lane whose
+key crosses its threshold (a non-member's falls below it on an arrival, a member's reaches it or
+its count reaches 0 on an expiry) is *crossed*.  An arriving term untracked by some lanes is
+bounded once per block by the count grid over the block's union cells (``termgrid.TermGrid``;
+the window count without a table); only when that bound could pass the largest threshold of the
+block are the lanes bounded one by one (grid over the lane's cells, then a bounded walk of the
+term's tree): a term that reaches a lane's threshold becomes tracked (its exact count) and
+crosses the lane, otherwise its bound lowers the lane's ``bound``.  Nothing else is done for a
+member rising or a non-member falling.
+
+The step's end (``c_flush``).  Each crossed lane is re-ranked alone from its rows: its tracked
+keys sorted; when fewer than k have a count or the k-th reaches ``bound``, it is refilled from a
+count of its rectangle's messages (the top ``cap`` terms tracked, ``bound`` the next key); the
+new members are compared with the old (entered / left, netted over the step) and ``theta`` set
+halfway between the k-th key and the next (the (k+1)-th tracked key or ``bound``).  Lanes
+tracking more than ``cap + k`` terms untrack the worst (their keys lower ``bound``).  A row no
+lane tracks is freed.
+
+Results are the members in the order of their current keys (counts read from the rows).
+"""
+import numpy as np
+from libcpp.vector cimport vector
+from libcpp.pair cimport pair
+from libcpp.algorithm cimport sort as std_sort, partial_sort
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memset
+from skype._core.types cimport term_t, RectC, MsgTermC
+from skype._core.querywindow cimport QueryWindow
+from skype._core.termgrid cimport TermGrid
+from skype._core.cells cimport cell_of
+
+
+cdef extern from *:
+    int ctz64 "__builtin_ctzll"(unsigned long long) noexcept nogil
+
+cdef extern from "<algorithm>" namespace "std" nogil:
+    void nth_element[Iter](Iter first, Iter nth, Iter last) noexcept
+
+cdef uint64_t NO_BOUND = 0xFFFFFFFFFFFFFFFFu
+
+
+cdef inline uint64_t lane_key(uint32_t count, uint32_t label) noexcept nogil:
+    """Ascending keys rank count descending, then name ascending (labels follow name order)."""
+    return ((<uint64_t>(0xFFFFFFFFu - count)) << 32) | label
+
+
+cdef inline uint32_t need_count(uint64_t theta, uint32_t label) noexcept nogil:
+    """The least count whose key (with this label) is below theta."""
+    cdef uint32_t c = 0xFFFFFFFFu - <uint32_t>(theta >> 32)
+    return c if label < <uint32_t>(theta & 0xFFFFFFFFu) else c + 1
+
+
+cdef class TermBlocks:
+    def __cinit__(self, QueryWindow qw, double minx, double miny, double maxx, double maxy,
+                  uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2, uint32_t fill_factor=4):
+        self.qw = qw
+        self.grid = None
+        self.labels = NULL
+        self.space = RectC(minx, miny, maxx, maxy)
+        self.cells = max(cells, 1)
+        self.centre_cells = max(centre_cells, 1)
+        self.gate_factor = max(gate_factor, 1)
+        self.fill_factor = max(fill_factor, self.gate_factor)
+        self.scale_x = 1.0 / (maxx - minx) if maxx > minx else 0.0
+        self.scale_y = 1.0 / (maxy - miny) if maxy > miny else 0.0
+        self.cell_blocks.resize(<size_t>self.cells * self.cells)
+        self.centre_blocks.resize(<size_t>self.centre_cells * self.centre_cells)
+        self.step = 1
+
+    cdef void c_set_grid(self, TermGrid grid):
+        """The shared count grid (None: window counts bound untracked terms)."""
+        cdef size_t b, s
+        self.grid = grid
+        for b in range(self.blocks.size()):
+            if grid is not None:
+                self.blocks[b].ucells = grid.c_cells(&self.blocks[b].uni)
+        for s in range(self.lanes.size()):
+            if grid is not None:
+                self.lanes[s].cells = grid.c_cells(&self.lanes[s].rect)
+
+    cdef uint32_t _cell(self, double v, double lo, double scale) noexcept nogil:
+        return cell_of((v - lo) * scale * self.cells, self.cells)
+
+    # ------------------------------------------------------------------ subscriptions
+    cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k) noexcept nogil:
+        """A lane for the subscription in a block of its centre cell (a new block when all are
+        full); its top-k from a count of its rectangle.  Returns its slot."""
+        cdef double cx = (r.minx + r.maxx) * 0.5, cy = (r.miny + r.maxy) * 0.5
+        cdef double fx = (cx - self.space.minx) * self.scale_x * self.centre_cells
+        cdef double fy = (cy - self.space.miny) * self.scale_y * self.centre_cells
+        cdef uint32_t centre = cell_of(fy, self.centre_cells) * self.centre_cells + cell_of(fx, self.centre_cells)
+        cdef vector[uint32_t]* mine = &self.centre_blocks[centre]
+        cdef uint32_t b = 0xFFFFFFFFu, i, slot, x0, x1, y0, y1, gx, gy, ox0 = 1, ox1 = 0, oy0 = 1, oy1 = 0
+        cdef size_t j
+        cdef BlockC* blk
+        cdef bint fresh
+        for j in range(mine.size()):
+            if ~self.blocks[mine[0][j]].alive:
+                b = mine[0][j]
+                break
+        fresh = b == 0xFFFFFFFFu
+        if fresh:
+            b = <uint32_t>self.blocks.size()
+            self.blocks.resize(b + 1)
+            self.rows.resize(b + 1)
+            self.row_map.resize(b + 1)
+            self.free_rows.resize(b + 1)
+            self.lanes.resize(<size_t>(b + 1) * LANES)
+            self.members.resize(<size_t>(b + 1) * LANES)
+            self.entering.resize(<size_t>(b + 1) * LANES)
+            blk = &self.blocks[b]
+            memset(blk, 0, sizeof(BlockC))
+            blk.uni = r[0]
+            blk.centre = centre
+            mine.push_back(b)
+        blk = &self.blocks[b]
+        i = <uint32_t>ctz64(~blk.alive)
+        slot = b * LANES + i
+        if not fresh:                                  # the union's old index cells
+            ox0 = self._cell(blk.uni.minx, self.space.minx, self.scale_x)
+            ox1 = self._cell(blk.uni.maxx, self.space.minx, self.scale_x)
+            oy0 = self._cell(blk.uni.miny, self.space.miny, self.scale_y)
+            oy1 = self._cell(blk.uni.maxy, self.space.miny, self.scale_y)
+            blk.uni.minx = min(blk.uni.minx, r.minx)
+            blk.uni.miny = min(blk.uni.miny, r.miny)
+            blk.uni.maxx = max(blk.uni.maxx, r.maxx)
+            blk.uni.maxy = max(blk.uni.maxy, r.maxy)
+        x0 = self._cell(blk.uni.minx, self.space.minx, self.scale_x)
+        x1 = self._cell(blk.uni.maxx, self.space.minx, self.scale_x)
+        y0 = self._cell(blk.uni.miny, self.space.miny, self.scale_y)
+        y1 = self._cell(blk.uni.maxy, self.space.miny, self.scale_y)
+        for gy in range(y0, y1 + 1):                   # listed in the cells the union gained
+            for gx in range(x0, x1 + 1):
+                if not (ox0 <= gx <= ox1 and oy0 <= gy <= oy1):
+                    self.cell_blocks[gy * self.cells + gx].push_back(b)
+        if self.grid is not None:
+            blk.ucells = self.grid.c_cells(&blk.uni)
+            self.lanes[slot].cells = self.grid.c_cells(r)
+        blk.minx[i] = r.minx
+        blk.miny[i] = r.miny
+        blk.maxx[i] = r.maxx
+        blk.maxy[i] = r.maxy
+        blk.alive |= (<uint64_t>1) << i
+        blk.bound[i] = NO_BOUND
+        blk.theta[i] = 0
+        blk.gate[i] = 0
+        self.lanes[slot].rect = r[0]
+        self.lanes[slot].ext_id = ext_id
+        self.lanes[slot].k = max(k, 1)
+        self.lanes[slot].gate_at = self.gate_factor * self.lanes[slot].k
+        self.lanes[slot].fill = self.fill_factor * self.lanes[slot].k
+        self.lanes[slot].stamp = 0
+        self.members[slot].clear()
+        self.live += 1
+        self._refill(slot)
+        self._rerank(slot, False, 0, NULL, NULL, NULL, NULL)       # registration emits nothing
+        return slot
+
+    cdef void c_remove(self, uint32_t slot) noexcept nogil:
+        cdef uint32_t b = slot // LANES, i = slot % LANES, r
+        cdef BlockC* blk = &self.blocks[b]
+        cdef uint64_t bit = (<uint64_t>1) << i
+        if not (blk.alive & bit):
+            return
+        for r in range(self.rows[b].size()):
+            if self.rows[b][r].tracked & bit:
+                self._untrack(b, i, r)
+        blk.alive &= ~bit
+        blk.theta[i] = 0
+        blk.gate[i] = 0
+        blk.bound[i] = NO_BOUND
+        blk.minx[i] = 1.0                              # no point is inside an empty rectangle
+        blk.maxx[i] = 0.0
+        self.members[slot].clear()
+        self.members[slot].shrink_to_fit()
+        self.live -= 1
+        self._gate_max(b)
+
+    # ------------------------------------------------------------------ rows
+    cdef int64_t _row_of(self, uint32_t b, term_t t) noexcept nogil:
+        cdef vector[pair[term_t, uint32_t]]* m = &self.row_map[b]
+        cdef size_t lo = 0, hi = m.size(), mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if m[0][mid].first < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < m.size() and m[0][lo].first == t:
+            return m[0][lo].second
+        return -1
+
+    cdef uint32_t _track(self, uint32_t b, uint32_t i, term_t t, uint32_t count) noexcept nogil:
+        """Lane i tracks term t with its exact count (a row for t made when the block has none)."""
+        cdef int64_t found = self._row_of(b, t)
+        cdef uint32_t r
+        cdef vector[pair[term_t, uint32_t]]* m
+        cdef size_t pos
+        if found >= 0:
+            r = <uint32_t>found
+        else:
+            if self.free_rows[b].size():
+                r = self.free_rows[b].back()
+                self.free_rows[b].pop_back()
+            else:
+                r = <uint32_t>self.rows[b].size()
+                self.rows[b].resize(r + 1)
+            memset(&self.rows[b][r], 0, sizeof(RowC))
+            self.rows[b][r].term = t
+            m = &self.row_map[b]
+            pos = m.size()
+            m.push_back(pair[term_t, uint32_t](t, r))
+            while pos > 0 and m[0][pos - 1].first > t:
+                m[0][pos] = m[0][pos - 1]
+                pos -= 1
+            m[0][pos] = pair[term_t, uint32_t](t, r)
+        self.rows[b][r].count[i] = count
+        self.rows[b][r].tracked |= (<uint64_t>1) << i
+        return r
+
+    cdef void _untrack(self, uint32_t b, uint32_t i, uint32_t r) noexcept nogil:
+        cdef RowC* row = &self.rows[b][r]
+        cdef uint64_t bit = (<uint64_t>1) << i
+        cdef vector[pair[term_t, uint32_t]]* m
+        cdef size_t pos, j
+        row.tracked &= ~bit
+        row.member &= ~bit
+        row.count[i] = 0
+        if row.tracked:
+            return
+        m = &self.row_map[b]                           # no lane tracks it: the row is freed
+        for pos in range(m.size()):
+            if m[0][pos].second == r:
+                for j in range(pos + 1, m.size()):
+                    m[0][j - 1] = m[0][j]
+                m.pop_back()
+                break
+        row.term = 0
+        self.free_rows[b].push_back(r)
+
+    cdef void _cross(self, uint32_t slot, int64_t row) noexcept nogil:
+        """Lane ``slot``'s threshold was crossed: by the non-member of ``row`` falling below it,
+        or (row -1) by a member reaching it (a full re-rank at the step's end)."""
+        if self.lanes[slot].stamp != self.step:
+            self.lanes[slot].stamp = self.step
+            self.lanes[slot].full = 0
+            self.entering[slot].clear()
+            self.crossed.push_back(slot)
+        self.crossings += 1
+        if row < 0:
+            self.lanes[slot].full = 1
+        else:
+            self.entering[slot].push_back(<uint32_t>row)
+
+    cdef void _gate_max(self, uint32_t b) noexcept nogil:
+        cdef BlockC* blk = &self.blocks[b]
+        cdef uint64_t mx = 0
+        cdef uint32_t i
+        for i in range(LANES):
+            if blk.gate[i] > mx:
+                mx = blk.gate[i]
+        blk.gate_max = mx
+
+    # ------------------------------------------------------------------ events
+    cdef void c_event(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
+        """A message arrives (+1: in the window and the grid already) or expires (-1: still in
+        them): the rows of the blocks it falls in move, crossed lanes are noted."""
+        cdef uint32_t cx = self._cell(x, self.space.minx, self.scale_x)
+        cdef uint32_t cy = self._cell(y, self.space.miny, self.scale_y)
+        cdef vector[uint32_t]* bl = &self.cell_blocks[cy * self.cells + cx]
+        cdef size_t j
+        cdef uint32_t b, i, ti, lab
+        cdef uint64_t c, tracked, mm, bit
+        cdef int64_t r
+        cdef BlockC* blk
+        cdef RowC* row
+        cdef term_t t
+        self.events += 1
+        for j in range(bl.size()):
+            b = bl[0][j]
+            blk = &self.blocks[b]
+            if x < blk.uni.minx or x > blk.uni.maxx or y < blk.uni.miny or y > blk.uni.maxy:
+                continue
+            c = 0
+            for i in range(LANES):
+                c |= (<uint64_t>((blk.minx[i] <= x) & (x <= blk.maxx[i]) & (blk.miny[i] <= y)
+                                 & (y <= blk.maxy[i]))) << i
+            c &= blk.alive
+            if not c:
+                continue
+            self.block_visits += 1
+            for ti in range(1, nterms):
+                t = mt[ti].term
+                tracked = 0
+                r = self._row_of(b, t)
+                if r >= 0:
+                    row = &self.rows[b][r]
+                    tracked = c & row.tracked
+                    if tracked:
+                        self.row_updates += 1
+                        lab = self.labels[0][t]
+                        mm = tracked
+                        while mm:
+                            i = <uint32_t>ctz64(mm)
+                            mm &= mm - 1
+                            bit = (<uint64_t>1) << i
+                            if delta > 0:
+                                row.count[i] += 1
+                                if not (row.member & bit) and lane_key(row.count[i], lab) < blk.theta[i]:
+                                    self._cross(b * LANES + i, r)
+                            else:
+                                row.count[i] -= 1
+                                if (row.member & bit) and (row.count[i] == 0
+                                                           or lane_key(row.count[i], lab) >= blk.theta[i]):
+                                    self._cross(b * LANES + i, -1)
+                if delta > 0 and (c & ~tracked):
+                    self._untracked(b, t, c & ~tracked)
+                    blk = &self.blocks[b]
+
+    cdef void _untracked(self, uint32_t b, term_t t, uint64_t u) noexcept nogil:
+        """An arriving message of term t in the rectangles of lanes u, which do not track t."""
+        cdef BlockC* blk = &self.blocks[b]
+        cdef uint32_t lab = self.labels[0][t], ub, i, need, count, slot, r
+        cdef bint table
+        cdef uint64_t key, lkey, mm
+        cdef LaneC* lane
+        table = self.grid is not None and self.grid.c_upper(t, &blk.ucells, &ub)
+        if not table:                                  # the window's count bounds it anywhere
+            ub = self.qw.index.nodes[self.qw.index.root[t]].count
+        key = lane_key(ub, lab)
+        if key >= blk.gate_max:                        # reaches no lane's gate: bounds only
+            self.block_bounded += 1
+            for i in range(LANES):
+                if (u >> i) & 1 and key < blk.bound[i]:
+                    blk.bound[i] = key
+            return
+        mm = u
+        while mm:
+            i = <uint32_t>ctz64(mm)
+            mm &= mm - 1
+            slot = b * LANES + i
+            lane = &self.lanes[slot]
+            blk = &self.blocks[b]
+            lkey = key                                 # the block's bound, or the lane's own
+            if table:
+                self.grid.c_upper(t, &lane.cells, &ub)
+                lkey = lane_key(ub, lab)
+            if lkey >= blk.gate[i]:
+                self.lane_bounded += 1
+                if lkey < blk.bound[i]:
+                    blk.bound[i] = lkey
+                continue
+            if blk.bound[i] == NO_BOUND:               # every term with a count is tracked: t had none
+                count = 1
+            else:
+                need = need_count(blk.gate[i], lab)
+                self.walks += 1
+                count = self.qw.c_count_bounded(t, &lane.rect, need)
+                if count < need:                       # a bound that does not reach the gate
+                    self.walks_bounded += 1
+                    lkey = lane_key(count, lab)
+                    if lkey < blk.bound[i]:
+                        blk.bound[i] = lkey
+                    continue
+            self.tracked_new += 1
+            r = self._track(b, i, t, count)
+            blk = &self.blocks[b]
+            if lane_key(count, lab) < blk.theta[i]:
+                self._cross(slot, r)
+
+    # ------------------------------------------------------------------ re-ranks
+    cdef void _refill(self, uint32_t slot) noexcept nogil:
+        """Lane ``slot`` tracks the top ``fill`` terms of a count of its rectangle's messages;
+        ``bound`` is the next key."""
+        cdef uint32_t b = slot // LANES, i = slot % LANES, r
+        cdef LaneC* lane = &self.lanes[slot]
+        cdef uint64_t bit = (<uint64_t>1) << i
+        cdef size_t j, n
+        cdef term_t t
+        for r in range(self.rows[b].size()):
+            if self.rows[b][r].tracked & bit:
+                self._untrack(b, i, r)
+        self.touched.clear()
+        self.qw.c_region_counts(&lane.rect, 0.0, 0.0, &self.counts, &self.touched)
+        self.tkeys.clear()
+        for j in range(self.touched.size()):
+            t = self.touched[j]
+            self.tkeys.push_back(pair[uint64_t, term_t](lane_key(self.counts[t], self.labels[0][t]), t))
+            self.counts[t] = 0
+        n = min(self.tkeys.size(), <size_t>lane.fill + 1)
+        partial_sort(self.tkeys.begin(), self.tkeys.begin() + n, self.tkeys.end())
+        for j in range(min(n, <size_t>lane.fill)):
+            t = self.tkeys[j].second
+            self._track(b, i, t, 0xFFFFFFFFu - <uint32_t>(self.tkeys[j].first >> 32))
+        self.blocks[b].bound[i] = self.tkeys[lane.fill].first if self.tkeys.size() > lane.fill else NO_BOUND
+        self.refills += 1
+
+    cdef void _rerank(self, uint32_t slot, bint emit, int64_t at, vector[int64_t]* out_at,
+                      vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                      vector[uint8_t]* out_entered) noexcept nogil:
+        """Lane ``slot``'s members and threshold from its rows (refilled first when they do not
+        prove its top-k); with ``emit`` the terms that entered and left since its last re-rank."""
+        cdef uint32_t b = slot // LANES, i = slot % LANES, r, k = self.lanes[slot].k
+        cdef uint32_t fill = self.lanes[slot].fill, gate_at = self.lanes[slot].gate_at
+        cdef uint64_t bit = (<uint64_t>1) << i, nxt, kth, bound
+        cdef size_t j, n
+        cdef RowC* row
+        cdef vector[term_t]* mem = &self.members[slot]
+        cdef int attempt
+        self.reranks += 1
+        for attempt in range(2):
+            self.keys.clear()
+            for r in range(self.rows[b].size()):
+                row = &self.rows[b][r]
+                if row.tracked & bit:
+                    row.member &= ~bit
+                    if row.count[i] == 0:              # a term without a count needs no tracking
+                        self._untrack(b, i, r)
+                    else:
+                        self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i],
+                                                                              self.labels[0][row.term]), r))
+            n = self.keys.size()
+            if n > <size_t>fill + k:                   # untrack the worst: their keys bound the rest
+                nth_element(self.keys.begin(), self.keys.begin() + fill + k, self.keys.end())
+                for j in range(fill + k, n):
+                    if self.keys[j].first < self.blocks[b].bound[i]:
+                        self.blocks[b].bound[i] = self.keys[j].first
+                    self._untrack(b, i, self.keys[j].second)
+                self.keys.resize(fill + k)
+                n = fill + k
+            if n > gate_at:                            # keys[gate_at]: the gate's place
+                nth_element(self.keys.begin(), self.keys.begin() + gate_at, self.keys.end())
+            partial_sort(self.keys.begin(), self.keys.begin() + min(n, <size_t>k + 1),
+                         self.keys.begin() + min(n, <size_t>gate_at))
+            bound = self.blocks[b].bound[i]
+            if bound == NO_BOUND or (n >= k and self.keys[k - 1].first < bound) or attempt == 1:
+                break
+            self._refill(slot)
+        n = self.keys.size()
+        bound = self.blocks[b].bound[i]
+        if n > k or (n == k and bound != NO_BOUND):    # halfway between the k-th key and the next
+            kth = self.keys[k - 1].first
+            nxt = min(self.keys[k].first, bound) if n > k else bound
+            self.blocks[b].theta[i] = kth + (nxt - kth + 1) // 2
+        else:                                          # every term is tracked and a member
+            self.blocks[b].theta[i] = lane_key(0, 0)   # any term with a count enters
+        # an arriving untracked term is bounded while its key stays at or above the gate
+        self.blocks[b].gate[i] = min(self.keys[gate_at].first, bound) if n > gate_at else bound
+        self.before.swap(mem[0])
+        mem.clear()
+        for j in range(min(n, <size_t>k)):
+            row = &self.rows[b][self.keys[j].second]
+            row.member |= bit
+            mem.push_back(row.term)
+        self._gate_max(b)
+        if emit:
+            self._emit_changes(slot, at, out_at, out_sub, out_entry, out_entered)
+
+    cdef bint _rerank_entries(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                              vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                              vector[uint8_t]* out_entered) noexcept nogil:
+        """The light re-rank of a lane whose crossings in this step were all non-members falling
+        below theta (its k members all below theta before the step and still below it, every
+        other tracked non-member at or above it): the new top-k is the top k of the members and
+        those entries; theta moves down halfway between the new k-th key and the next of them
+        (or the old theta), the gate and bound stay.  False (nothing done) when the lane needs
+        the full re-rank."""
+        cdef uint32_t b = slot // LANES, i = slot % LANES, k = self.lanes[slot].k, r
+        cdef uint64_t bit = (<uint64_t>1) << i, kth, nxt, theta = self.blocks[b].theta[i]
+        cdef vector[term_t]* mem = &self.members[slot]
+        cdef vector[uint32_t]* ent = &self.entering[slot]
+        cdef size_t j, n
+        cdef int64_t rr
+        cdef RowC* row
+        if self.lanes[slot].full or mem.size() < k:
+            return False
+        self.keys.clear()
+        for j in range(mem.size()):
+            rr = self._row_of(b, mem[0][j])
+            row = &self.rows[b][rr]
+            self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]),
+                                                         <uint32_t>rr))
+        for j in range(ent.size()):
+            r = ent[0][j]
+            row = &self.rows[b][r]
+            if row.count[i] == 0 or row.member & bit or row.term == 0 or not (row.tracked & bit):
+                continue
+            row.member |= bit                          # marks it taken (cleared below)
+            self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
+        n = self.keys.size()
+        partial_sort(self.keys.begin(), self.keys.begin() + min(n, <size_t>k + 1), self.keys.end())
+        kth = self.keys[k - 1].first
+        nxt = min(self.keys[k].first, theta) if n > k else theta
+        if kth >= nxt:                                 # cannot happen: members stayed below theta
+            return False
+        for j in range(n):
+            self.rows[b][self.keys[j].second].member &= ~bit
+        self.blocks[b].theta[i] = kth + (nxt - kth + 1) // 2
+        self.before.swap(mem[0])
+        mem.clear()
+        for j in range(k):
+            row = &self.rows[b][self.keys[j].second]
+            row.member |= bit
+            mem.push_back(row.term)
+        self.light_reranks += 1
+        self._emit_changes(slot, at, out_at, out_sub, out_entry, out_entered)
+        return True
+
+    cdef void _emit_changes(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                            vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                            vector[uint8_t]* out_entered) noexcept nogil:
+        """The terms of the lane's members now and not in ``before`` entered; the reverse left."""
+        cdef vector[term_t]* mem = &self.members[slot]
+        cdef size_t j, a
+        cdef bint found
+        for a in range(mem.size()):
+            found = False
+            for j in range(self.before.size()):
+                if self.before[j] == mem[0][a]:
+                    found = True
+                    break
+            if not found:
+                out_at.push_back(at)
+                out_sub.push_back(self.lanes[slot].ext_id)
+                out_entry.push_back(<int64_t>mem[0][a] - 1)
+                out_entered.push_back(1)
+        for j in range(self.before.size()):
+            found = False
+            for a in range(mem.size()):
+                if self.before[j] == mem[0][a]:
+                    found = True
+                    break
+            if not found:
+                out_at.push_back(at)
+                out_sub.push_back(self.lanes[slot].ext_id)
+                out_entry.push_back(<int64_t>self.before[j] - 1)
+                out_entered.push_back(0)
+
+    cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,
+                      vector[int64_t]* out_entry, vector[uint8_t]* out_entered) noexcept nogil:
+        """The step's end: each crossed lane re-ranked alone, its changes emitted."""
+        cdef size_t j
+        cdef uint32_t slot
+        for j in range(self.crossed.size()):
+            slot = self.crossed[j]
+            if not self.blocks[slot // LANES].alive & ((<uint64_t>1) << (slot % LANES)):
+                continue                               # unsubscribed in this step
+            if not self._rerank_entries(slot, at, out_at, out_sub, out_entry, out_entered):
+                self._rerank(slot, True, at, out_at, out_sub, out_entry, out_entered)
+            self.entering[slot].clear()
+        self.crossed.clear()
+        self.step += 1
+
+    cdef void c_relabel(self) noexcept nogil:
+        """Labels changed (their order did not): every lane's bound, threshold anew."""
+        cdef size_t s
+        for s in range(self.lanes.size()):
+            if self.blocks[s // LANES].alive & ((<uint64_t>1) << (s % LANES)):
+                self._refill(<uint32_t>s)
+                self._rerank(<uint32_t>s, False, 0, NULL, NULL, NULL, NULL)
+
+    # ------------------------------------------------------------------ Python access
+    def result(self, uint32_t slot):
+        """(vocabulary term ids, counts) of a lane's top-k, in rank order."""
+        cdef uint32_t b = slot // LANES, i = slot % LANES
+        cdef vector[pair[uint64_t, term_t]] order
+        cdef vector[term_t]* mem = &self.members[slot]
+        cdef size_t j
+        cdef int64_t r
+        cdef term_t t
+        for j in range(mem.size()):
+            t = mem[0][j]
+            r = self._row_of(b, t)
+            order.push_back(pair[uint64_t, term_t](lane_key(self.rows[b][r].count[i], self.labels[0][t]), t))
+        std_sort(order.begin(), order.end())
+        ids = np.empty(order.size(), dtype=np.int64)
+        counts = np.empty(order.size(), dtype=np.int64)
+        for j in range(order.size()):
+            ids[j] = <int64_t>order[j].second - 1
+            counts[j] = 0xFFFFFFFFu - <uint32_t>(order[j].first >> 32)
+        return ids, counts
+
+    def lane_state(self, uint32_t slot):
+        """(theta, gate, bound, {vocabulary term id: count} of the terms it tracks, member ids):
+        for tests of the invariants."""
+        cdef uint32_t b = slot // LANES, i = slot % LANES, r
+        tracked = {}
+        for r in range(self.rows[b].size()):
+            if self.rows[b][r].tracked & ((<uint64_t>1) << i):
+                tracked[<int64_t>self.rows[b][r].term - 1] = self.rows[b][r].count[i]
+        return (self.blocks[b].theta[i], self.blocks[b].gate[i], self.blocks[b].bound[i], tracked,
+                [<int64_t>t - 1 for t in self.members[slot]])
+
+    def blocks_at(self, double x, double y):
+        """The blocks listed in the index cell of (x, y), with their unions (for tests)."""
+        cdef uint32_t cx = self._cell(x, self.space.minx, self.scale_x)
+        cdef uint32_t cy = self._cell(y, self.space.miny, self.scale_y)
+        return [(b, self.blocks[b].uni) for b in self.cell_blocks[cy * self.cells + cx]]
+
+    def size(self):
+        return self.live
+
+    def memory_bytes(self):
+        cdef size_t total = self.blocks.capacity() * sizeof(BlockC) + self.lanes.capacity() * sizeof(LaneC)
+        cdef size_t b
+        for b in range(self.rows.size()):
+            total += self.rows[b].capacity() * sizeof(RowC) + self.row_map[b].capacity() * 8
+            total += self.free_rows[b].capacity() * 4
+        for b in range(self.members.size()):
+            total += self.members[b].capacity() * 4 + 24
+        for b in range(self.cell_blocks.size()):
+            total += self.cell_blocks[b].capacity() * 4 + 24
+        return total
+
+    def stats(self):
+        cdef size_t b, rows = 0
+        for b in range(self.rows.size()):
+            rows += self.rows[b].size() - self.free_rows[b].size()
+        return {"design": "blocks", "blocks": self.blocks.size(), "rows": rows, "events": self.events,
+                "block_visits": self.block_visits, "row_updates": self.row_updates,
+                "crossings": self.crossings, "reranks": self.reranks, "light_reranks": self.light_reranks,
+                "refills": self.refills,
+                "walks": self.walks, "walks_bounded": self.walks_bounded,
+                "block_bounded": self.block_bounded, "lane_bounded": self.lane_bounded,
+                "tracked_new": self.tracked_new, "bytes": self.memory_bytes()}
