@@ -31,20 +31,13 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libcpp.functional cimport greater
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport seq_t, RectC, MsgTermC
+from skype._core.types cimport seq_t, RectC, MsgTermC, now_ns
 from skype._core.window cimport MsgC, win_get, win_terms, win_oldest
 from skype._core.querywindow cimport QueryWindow, ALL_TERM
 from skype._core.rangeindex cimport RectSubIndex, RectSubC
 from skype._core.kwrangeindex cimport KeywordRangeIndex
 from skype._core.knnquery cimport KnnCore
 from skype._core.predicate cimport OP_AND
-
-
-cdef inline double now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
 def _arr(vector[int64_t]& v):

@@ -29,18 +29,11 @@ from libcpp.pair cimport pair
 from libcpp.queue cimport priority_queue
 from libcpp.algorithm cimport make_heap, pop_heap
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from skype._core.termgrid cimport TermGrid, CellRangeC
-from skype._core.types cimport term_t, seq_t, RectC, SubTermC
+from skype._core.types cimport term_t, seq_t, RectC, SubTermC, now_ns
 from skype._core.window cimport win_get
 from skype._core.scoring cimport round_up
 from skype._core.querycore cimport QueryCore
-
-
-cdef inline double now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1e9 + ts.tv_nsec
 
 
 cdef class SnapshotCore(QueryCore):
