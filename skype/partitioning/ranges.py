@@ -62,8 +62,11 @@ from skype.errors import invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary
 
-CUTS = ("balanced", "bisection")  # how the vocabulary is cut into ranges (module docstring)
+CUTS = ("balanced", "bisection", "work")  # how the vocabulary is cut into ranges (module docstring)
 MESSAGE_WEIGHT = 250  # what a message reaching a partition costs its engine besides postings (RangePostings)
+# the "work" cut's weights, in postings: fitted on per-partition engines (bench/partition_work.py)
+WORK_MESSAGE_WEIGHT = 75  # a message reaching the partition
+WORK_HOLDING_WEIGHT = 0.0056  # a subscription placed there, per sample message (its upkeep per batch)
 MODEL_SUBSCRIPTIONS = 50_000  # the balanced cut weighs ranges with at most this many subscriptions (evenly spaced)
 CUT_TOLERANCE = 0.002  # the balanced cut's largest range is within this fraction of the least possible
 
@@ -153,9 +156,10 @@ class RangePostings:
 
     def __init__(self, num_terms: int, held_rows: np.ndarray, held_terms: np.ndarray, subs: TermMatrix,
                  msgs: TermMatrix, live: np.ndarray | None, *, message_weight: int = MESSAGE_WEIGHT,
-                 scale: int = 1) -> None:
+                 holding_weight: float = 0.0, scale: int = 1) -> None:
         self.num_terms = num_terms
         self.message_weight, self.scale = int(message_weight), int(scale)
+        self.holding_weight = float(holding_weight)
         self.num_subs = subs.rows
         self.held_rows, self.held_terms = held_rows, held_terms
         self.sub_rows, self.sub_terms = entry_rows(subs), subs.ids
@@ -173,7 +177,8 @@ class RangePostings:
         reach = np.zeros(self.num_msgs, bool)
         reach[self.route_rows[(self.route_terms >= a) & (self.route_terms < b)]] = True
         postings = int(holders[self.msg_terms[reach[self.msg_rows]]].sum())
-        return self.scale * postings + self.message_weight * int(reach.sum())
+        holding = int(self.holding_weight * self.scale * int(placed.sum()) * self.num_msgs)
+        return self.scale * postings + self.message_weight * int(reach.sum()) + holding
 
 
 def balanced_ranges(cost: Callable[[int, int], int], num_terms: int, num_partitions: int, *,
@@ -235,6 +240,10 @@ def balanced_ranges(cost: Callable[[int, int], int], num_terms: int, num_partiti
     return starts
 
 
+_WEIGHTS: dict[str, dict] = {"balanced": {"message_weight": MESSAGE_WEIGHT},
+                             "work": {"message_weight": WORK_MESSAGE_WEIGHT, "holding_weight": WORK_HOLDING_WEIGHT}}
+
+
 def _batch_entries(terms: TermMatrix) -> tuple[np.ndarray, np.ndarray]:
     return entry_rows(terms), terms.ids
 
@@ -286,7 +295,7 @@ class RangeDistribution(Distribution):
             keep = live[m_terms]
             m_rows, m_terms = m_rows[keep], m_terms[keep]
         postings = None
-        if cut == "balanced" and sample is not None:
+        if cut in ("balanced", "work") and sample is not None:
             # the model's subscriptions: every one, or every step-th (the cost of a call)
             step = max(1, -(-len(subscriptions) // MODEL_SUBSCRIPTIONS))
             model = np.arange(0, len(subscriptions), step)
@@ -294,7 +303,7 @@ class RangeDistribution(Distribution):
             model_held = prefix_mask(model_terms, lengths[model])
             postings = RangePostings(vocab_size, entry_rows(model_terms)[model_held], model_terms.ids[model_held],
                                      model_terms, sample.terms, live if use_summary or use_prefix else None,
-                                     scale=step)
+                                     scale=step, **_WEIGHTS[cut])
         if postings is not None and postings(0, vocab_size) > 0:
             starts = balanced_ranges(postings, vocab_size, num_partitions, tolerance=CUT_TOLERANCE)
         else:  # the paper's cut, or nothing to weigh the ranges with (no sample, no shared term)
