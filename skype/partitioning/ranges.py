@@ -24,7 +24,13 @@ The balanced cut weighs a range by that work on the sample (:class:`RangePosting
 consecutive ranges whose largest weight is the least possible (:func:`balanced_ranges`, exact for
 a weight that grows with the range).  The measured effect on Spark is on the results page
 (``docs/results-spark.md``, "prefix at P = 8").  A range that is one term can still weigh more
-than 1/P.  Both cuts give consecutive ranges, so everything below holds for either.
+than 1/P.
+
+**Work cut** (``cut="work"``).  The balanced cut's min-max with weights fitted on per-partition
+engines in one process (``bench/partition_work.py``): ``WORK_MESSAGE_WEIGHT`` per message reaching
+the range and ``WORK_HOLDING_WEIGHT`` per subscription placed there and sample message (the
+upkeep of a held subscription in every batch).  Every cut gives consecutive ranges, so
+everything below holds for each.
 
 **Unseen terms.**  A term id ``t >= V0`` (first seen after the build) belongs to partition
 ``(t - V0) mod P``: a fixed rule, so late terms spread round-robin and route deterministically.
@@ -133,9 +139,11 @@ class RangePostings:
     ``keyword`` with summaries, else every term.  The engine of the range scans, for each message
     that reaches it, the postings of *every* term of the message among the placed subscriptions,
     and pays a cost per message besides (the window's upkeep, and the admissions of its replicas'
-    local lists, which the postings do not count):
+    local lists, which the postings do not count), and, with ``holding_weight``, a cost per placed
+    subscription and sample message:
 
         W([a, b)) = sum over reaching m of (message_weight + scale * sum over t in m of |placed holding t|)
+                    + holding_weight * scale * |placed| * |sample|
 
     ``message_weight`` is that cost in postings: ``MESSAGE_WEIGHT`` was fitted on the partitions'
     counters and engine CPU seconds of a ``prefix`` run on Spark (``docs/results-spark.md``,
@@ -152,6 +160,9 @@ class RangePostings:
     12
     >>> RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=10, scale=3)(0, 1)
     16
+    >>> # and one placed subscription for each of the 3 sample messages: 2 + 3
+    >>> RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=0, holding_weight=1.0)(0, 1)
+    5
     """
 
     def __init__(self, num_terms: int, held_rows: np.ndarray, held_terms: np.ndarray, subs: TermMatrix,
