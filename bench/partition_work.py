@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-size", type=int, default=10_000)
     p.add_argument("--methods", default="location,prefix")
     p.add_argument("--partitions", type=int, default=8)
-    p.add_argument("--range-cut", default="balanced", help="prefix: the range cut (skype.partitioning.ranges.CUTS)")
+    p.add_argument("--range-cut", default="balanced",
+                   help="prefix: the range cut(s), comma-separated (skype.partitioning.ranges.CUTS); several "
+                        "run side by side against the same centralized run (default: %(default)s)")
     p.add_argument("--location-cut", default=None,
                    help="location: the KD cut (skype.partitioning.location.CUTS; default: the method's)")
     p.add_argument("--out", help="JSON of the figures")
@@ -92,7 +94,7 @@ class Tally:
         into["messages"] += len(batch)
 
 
-def distribution_of(method: str, args, inputs, subs, messages):
+def distribution_of(method: str, args, inputs, subs, messages, cut: str):
     sample = messages.slice(0, min(args.sample_size, len(messages)))
     theta = None
     if capabilities_of(method).thresholds:
@@ -100,16 +102,16 @@ def distribution_of(method: str, args, inputs, subs, messages):
                                     "auto", bounds=inputs.bounds)
     params: dict = {"bounds": inputs.bounds}
     if method == "prefix":
-        params.update(summary=True, cut=args.range_cut)
+        params.update(summary=True, cut=cut)
     if method == "location" and args.location_cut:
         params["cut"] = args.location_cut
     params = {k: v for k, v in params.items() if k in METHOD_PARAMS[method]}
     return build_distribution(method, args.partitions, subs, sample, inputs.vocabulary, theta, **params), theta
 
 
-def run_method(method: str, args, inputs, subs, messages, central: Tally) -> dict:
+def run_method(method: str, args, inputs, subs, messages, central: Tally, cut: str) -> dict:
     P = args.partitions
-    dist, theta = distribution_of(method, args, inputs, subs, messages)
+    dist, theta = distribution_of(method, args, inputs, subs, messages, cut)
     routing = dist.route_subscriptions(subs, theta)
     rows, parts = routing.pairs()
     broadcast = bool(getattr(dist, "broadcasts_messages", False))
@@ -136,7 +138,7 @@ def run_method(method: str, args, inputs, subs, messages, central: Tally) -> dic
                 tallies[p].publish(engines[p], timed.take(np.sort(m_rows[m_parts == p])), steady,
                                    clock=float(seq + len(chunk) - 1))
         seq += len(chunk)
-    return summarize(method, P, tallies, central, held, dist)
+    return {**summarize(method, P, tallies, central, held, dist), "cut": cut if method == "prefix" else None}
 
 
 def summarize(method: str, P: int, tallies: list[Tally], central: Tally, held: list[int], dist) -> dict:
@@ -168,11 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     for chunk in messages.batches(args.batch_size):
         central.publish(central_engine, chunk, seq >= args.window)
         seq += len(chunk)
-    rows = [run_method(m.strip(), args, inputs, subs, messages, central)
-            for m in args.methods.split(",") if m.strip()]
+    cuts = [c.strip() for c in args.range_cut.split(",") if c.strip()]
+    rows = [run_method(m, args, inputs, subs, messages, central, cut)
+            for m in (m.strip() for m in args.methods.split(",") if m.strip())
+            for cut in (cuts if m == "prefix" else cuts[:1])]
     for r in rows:
         s = r["steady"]
-        print(f"{r['method']} P={r['partitions']}: busiest/central " +
+        cpu = np.array(s["per_partition"]["cpu_s"])
+        print(f"{r['method']} ({r['cut']}) P={r['partitions']}: cpu max/mean {cpu.max() / cpu.mean():.3f}, busiest/central " +
               ", ".join(f"{k} {v:.3f}" for k, v in s["busiest_share"].items() if v is not None) +
               " | sum/central " + ", ".join(f"{k} {v:.2f}" for k, v in s["sum_over_central"].items() if v is not None),
               file=sys.stderr)
