@@ -85,7 +85,7 @@ def add_distributed_args(p: argparse.ArgumentParser, *, master: bool = True) -> 
     d.add_argument("--range-cut", choices=CUTS, default="balanced",
                    help="term ranges of keyword, prefix and the hybrids: 'balanced' makes the largest range's "
                         "work on the sample (postings scanned, messages received) the least possible, 'bisection' "
-                        "is the paper's Algorithm 4 (default: %(default)s)")
+                        "is the paper's Algorithm 4, 'work' also weighs the subscriptions a range holds (default: %(default)s)")
     d.add_argument("--sample-size", type=int, default=10_000,
                    help="first messages used as the distribution's cost sample (default: %(default)s)")
     d.add_argument("--thresholds", choices=("auto", "core", "reference", "kscore", "none"), default="auto",

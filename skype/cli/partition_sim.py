@@ -264,7 +264,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--range-cut", choices=CUTS, default="balanced",
                    help="term ranges of keyword, prefix and the hybrids: 'balanced' makes the largest range's "
                         "work on the sample (postings scanned, messages received) the least possible, 'bisection' "
-                        "is the paper's Algorithm 4 (default: %(default)s)")
+                        "is the paper's Algorithm 4, 'work' also weighs the subscriptions a range holds (default: %(default)s)")
     g.add_argument("--sample-size", type=int, default=DEFAULT_SAMPLE,
                    help="messages used to build (the rest are streamed; default: %(default)s)")
     g.add_argument("--thresholds", choices=THRESHOLD_ENGINES, default="auto",

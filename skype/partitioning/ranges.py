@@ -24,7 +24,13 @@ The balanced cut weighs a range by that work on the sample (:class:`RangePosting
 consecutive ranges whose largest weight is the least possible (:func:`balanced_ranges`, exact for
 a weight that grows with the range).  The measured effect on Spark is on the results page
 (``docs/results-spark.md``, "prefix at P = 8").  A range that is one term can still weigh more
-than 1/P.  Both cuts give consecutive ranges, so everything below holds for either.
+than 1/P.
+
+**Work cut** (``cut="work"``).  The balanced cut's min-max with weights fitted on per-partition
+engines in one process (``bench/partition_work.py``): ``WORK_MESSAGE_WEIGHT`` per message reaching
+the range and ``WORK_HOLDING_WEIGHT`` per subscription placed there and sample message (the
+upkeep of a held subscription in every batch).  Every cut gives consecutive ranges, so
+everything below holds for each.
 
 **Unseen terms.**  A term id ``t >= V0`` (first seen after the build) belongs to partition
 ``(t - V0) mod P``: a fixed rule, so late terms spread round-robin and route deterministically.
@@ -62,8 +68,11 @@ from skype.errors import invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary
 
-CUTS = ("balanced", "bisection")  # how the vocabulary is cut into ranges (module docstring)
+CUTS = ("balanced", "bisection", "work")  # how the vocabulary is cut into ranges (module docstring)
 MESSAGE_WEIGHT = 250  # what a message reaching a partition costs its engine besides postings (RangePostings)
+# the "work" cut's weights, in postings: fitted on per-partition engines (bench/partition_work.py)
+WORK_MESSAGE_WEIGHT = 75  # a message reaching the partition
+WORK_HOLDING_WEIGHT = 0.0056  # a subscription placed there, per sample message (its upkeep per batch)
 MODEL_SUBSCRIPTIONS = 50_000  # the balanced cut weighs ranges with at most this many subscriptions (evenly spaced)
 CUT_TOLERANCE = 0.002  # the balanced cut's largest range is within this fraction of the least possible
 
@@ -130,9 +139,11 @@ class RangePostings:
     ``keyword`` with summaries, else every term.  The engine of the range scans, for each message
     that reaches it, the postings of *every* term of the message among the placed subscriptions,
     and pays a cost per message besides (the window's upkeep, and the admissions of its replicas'
-    local lists, which the postings do not count):
+    local lists, which the postings do not count), and, with ``holding_weight``, a cost per placed
+    subscription and sample message:
 
         W([a, b)) = sum over reaching m of (message_weight + scale * sum over t in m of |placed holding t|)
+                    + holding_weight * scale * |placed| * |sample|
 
     ``message_weight`` is that cost in postings: ``MESSAGE_WEIGHT`` was fitted on the partitions'
     counters and engine CPU seconds of a ``prefix`` run on Spark (``docs/results-spark.md``,
@@ -149,13 +160,17 @@ class RangePostings:
     12
     >>> RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=10, scale=3)(0, 1)
     16
+    >>> # and one placed subscription for each of the 3 sample messages: 2 + 3
+    >>> RangePostings(3, entry_rows(subs), subs.ids, subs, msgs, None, message_weight=0, holding_weight=1.0)(0, 1)
+    5
     """
 
     def __init__(self, num_terms: int, held_rows: np.ndarray, held_terms: np.ndarray, subs: TermMatrix,
                  msgs: TermMatrix, live: np.ndarray | None, *, message_weight: int = MESSAGE_WEIGHT,
-                 scale: int = 1) -> None:
+                 holding_weight: float = 0.0, scale: int = 1) -> None:
         self.num_terms = num_terms
         self.message_weight, self.scale = int(message_weight), int(scale)
+        self.holding_weight = float(holding_weight)
         self.num_subs = subs.rows
         self.held_rows, self.held_terms = held_rows, held_terms
         self.sub_rows, self.sub_terms = entry_rows(subs), subs.ids
@@ -173,7 +188,8 @@ class RangePostings:
         reach = np.zeros(self.num_msgs, bool)
         reach[self.route_rows[(self.route_terms >= a) & (self.route_terms < b)]] = True
         postings = int(holders[self.msg_terms[reach[self.msg_rows]]].sum())
-        return self.scale * postings + self.message_weight * int(reach.sum())
+        holding = int(self.holding_weight * self.scale * int(placed.sum()) * self.num_msgs)
+        return self.scale * postings + self.message_weight * int(reach.sum()) + holding
 
 
 def balanced_ranges(cost: Callable[[int, int], int], num_terms: int, num_partitions: int, *,
@@ -235,6 +251,10 @@ def balanced_ranges(cost: Callable[[int, int], int], num_terms: int, num_partiti
     return starts
 
 
+_WEIGHTS: dict[str, dict] = {"balanced": {"message_weight": MESSAGE_WEIGHT},
+                             "work": {"message_weight": WORK_MESSAGE_WEIGHT, "holding_weight": WORK_HOLDING_WEIGHT}}
+
+
 def _batch_entries(terms: TermMatrix) -> tuple[np.ndarray, np.ndarray]:
     return entry_rows(terms), terms.ids
 
@@ -286,7 +306,7 @@ class RangeDistribution(Distribution):
             keep = live[m_terms]
             m_rows, m_terms = m_rows[keep], m_terms[keep]
         postings = None
-        if cut == "balanced" and sample is not None:
+        if cut in ("balanced", "work") and sample is not None:
             # the model's subscriptions: every one, or every step-th (the cost of a call)
             step = max(1, -(-len(subscriptions) // MODEL_SUBSCRIPTIONS))
             model = np.arange(0, len(subscriptions), step)
@@ -294,7 +314,7 @@ class RangeDistribution(Distribution):
             model_held = prefix_mask(model_terms, lengths[model])
             postings = RangePostings(vocab_size, entry_rows(model_terms)[model_held], model_terms.ids[model_held],
                                      model_terms, sample.terms, live if use_summary or use_prefix else None,
-                                     scale=step)
+                                     scale=step, **_WEIGHTS[cut])
         if postings is not None and postings(0, vocab_size) > 0:
             starts = balanced_ranges(postings, vocab_size, num_partitions, tolerance=CUT_TOLERANCE)
         else:  # the paper's cut, or nothing to weigh the ranges with (no sample, no shared term)
