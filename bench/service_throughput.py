@@ -75,6 +75,8 @@ def main() -> None:
                     help="the server's --ingest: design 2 (columnar, default) or design 1 (records), to A/B them")
     ap.add_argument("--snapshot-every", type=int, default=20_000,
                     help="the server's option (default: its default); a huge value times a full log replay")
+    ap.add_argument("--queries", choices=("lazy", "eager"), default="lazy",
+                    help="the server's --queries (default: lazy, the server's default), to A/B the query window")
     a = ap.parse_args()
     tmp = TMP
     m, s = tmp / "m.jsonl", tmp / "s.jsonl"
@@ -89,7 +91,7 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = ["--window", str(a.window), "--fsync", a.fsync, "--snapshot-every", str(a.snapshot_every),
-            "--ingest", a.ingest]
+            "--ingest", a.ingest, "--queries", a.queries]
     proc = start(tmp / "data", port, args)
     session = requests.Session()
     t0 = time.perf_counter()
