@@ -21,8 +21,8 @@ the survivors are verified together at the end, records prefetched ahead.
 """
 from libc.math cimport INFINITY, sqrt, fabs
 from libc.stdint cimport uint32_t, uint64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch
+from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch, now_ns
+from skype._core.predicate cimport holds_term
 from skype._core.subindex cimport SubHotC
 from skype._core.conetree cimport ConeLayout, ConePostC, ConeNodeC, ConeTermC, PairEntC
 from libcpp.vector cimport vector
@@ -40,24 +40,6 @@ cdef double NODE_SLACK = 1e-9
 cdef size_t VERIFY_AHEAD = 8            # records prefetched ahead in the verification loop
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
-
-
-cdef inline double clock_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec * 1e9 + ts.tv_nsec
-
-
-cdef inline bint in_msg(const MsgTermC* m, int n, term_t t) noexcept nogil:
-    """Is t among the message's terms (ascending)?"""
-    cdef int lo = 0, hi = n, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if m[mid].term < t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < n and m[lo].term == t
 
 
 cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, double rho_min,
@@ -181,7 +163,7 @@ cdef class ConeIndex(ConeLayout):
                 for e in range(lst.size()):
                     pe = &lst[0][e]
                     # verified at its first two common terms: here unless its third term is in m below u
-                    if ((pe.third == NO_TERM or pe.third > m[r].term or not in_msg(m, n, pe.third))
+                    if ((pe.third == NO_TERM or pe.third > m[r].term or not holds_term(m, n, pe.third))
                             and self.gen[pe.sid] == pe.gen):
                         self.pending.push_back(pe.sid)
         self.ctr.entries_visited += read
@@ -204,14 +186,14 @@ cdef class ConeIndex(ConeLayout):
         self.pending.clear()
         self.ctr.messages += 1
         if self.timed:
-            t0 = clock_ns()
+            t0 = now_ns()
         self._scan(m, n, x, y)
         if self.timed:
-            t1 = clock_ns()
+            t1 = now_ns()
             self.scan_ns += t1 - t0
         self._verify_pending(m, n, x, y)
         if self.timed:
-            self.verify_ns += clock_ns() - t1
+            self.verify_ns += now_ns() - t1
 
     def set_timers(self, bint on):
         self.timed = on

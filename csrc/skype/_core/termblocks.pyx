@@ -76,6 +76,26 @@ cdef inline uint32_t need_count(uint64_t theta, uint32_t label) noexcept nogil:
     return c if label < <uint32_t>(theta & 0xFFFFFFFFu) else c + 1
 
 
+cdef inline void _emit_absent(const vector[term_t]* terms, const vector[term_t]* other, uint8_t entered, int64_t at,
+                              int64_t ext_id, vector[int64_t]* out_at, vector[int64_t]* out_sub,
+                              vector[int64_t]* out_entry, vector[uint8_t]* out_entered) noexcept nogil:
+    """One change row (``entered``) per term of ``terms`` that ``other`` lacks (a lane's members
+    hold a few terms: a linear search)."""
+    cdef size_t a, j
+    cdef bint found
+    for a in range(terms.size()):
+        found = False
+        for j in range(other.size()):
+            if other[0][j] == terms[0][a]:
+                found = True
+                break
+        if not found:
+            out_at.push_back(at)
+            out_sub.push_back(ext_id)
+            out_entry.push_back(<int64_t>terms[0][a] - 1)
+            out_entered.push_back(entered)
+
+
 cdef class TermBlocks:
     def __cinit__(self, QueryWindow qw, double minx, double miny, double maxx, double maxy,
                   uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2, uint32_t fill_factor=4):
@@ -536,31 +556,9 @@ cdef class TermBlocks:
                             vector[int64_t]* out_sub, vector[int64_t]* out_entry,
                             vector[uint8_t]* out_entered) noexcept nogil:
         """The terms of the lane's members now and not in ``before`` entered; the reverse left."""
-        cdef vector[term_t]* mem = &self.members[slot]
-        cdef size_t j, a
-        cdef bint found
-        for a in range(mem.size()):
-            found = False
-            for j in range(self.before.size()):
-                if self.before[j] == mem[0][a]:
-                    found = True
-                    break
-            if not found:
-                out_at.push_back(at)
-                out_sub.push_back(self.lanes[slot].ext_id)
-                out_entry.push_back(<int64_t>mem[0][a] - 1)
-                out_entered.push_back(1)
-        for j in range(self.before.size()):
-            found = False
-            for a in range(mem.size()):
-                if self.before[j] == mem[0][a]:
-                    found = True
-                    break
-            if not found:
-                out_at.push_back(at)
-                out_sub.push_back(self.lanes[slot].ext_id)
-                out_entry.push_back(<int64_t>self.before[j] - 1)
-                out_entered.push_back(0)
+        cdef int64_t ext_id = self.lanes[slot].ext_id
+        _emit_absent(&self.members[slot], &self.before, 1, at, ext_id, out_at, out_sub, out_entry, out_entered)
+        _emit_absent(&self.before, &self.members[slot], 0, at, ext_id, out_at, out_sub, out_entry, out_entered)
 
     cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,
                       vector[int64_t]* out_entry, vector[uint8_t]* out_entered) noexcept nogil:
