@@ -90,9 +90,6 @@ cdef class TermBlocks:
     cdef bint _rerank_entries(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
                               vector[int64_t]* out_sub, vector[int64_t]* out_entry,
                               vector[uint8_t]* out_entered) noexcept nogil
-    cdef void _emit_changes(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
-                            vector[int64_t]* out_sub, vector[int64_t]* out_entry,
-                            vector[uint8_t]* out_entered) noexcept nogil
     cdef void _untracked(self, uint32_t b, term_t t, uint64_t u) noexcept nogil
     cdef void _refill(self, uint32_t slot) noexcept nogil
     cdef void _rerank(self, uint32_t slot, bint emit, int64_t at, vector[int64_t]* out_at,

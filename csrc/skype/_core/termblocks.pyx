@@ -11,7 +11,7 @@ its lanes' rectangles as arrays (one message is tested against 64 of them at onc
 their rectangles, and *rows*: for a term, 64 exact counts (one per lane), a ``tracked`` mask and a
 ``member`` mask.  A uniform grid over the space lists the blocks whose union meets each cell.
 
-Keys rank terms as design 1/2 do: ``(UINT32_MAX - count) << 32 | label`` (count descending,
+Keys rank terms as design 1/2 do (``termrank.pxd``): ``(UINT32_MAX - count) << 32 | label`` (count descending,
 then name ascending).  Invariants, per lane ``i`` of block ``b``:
 
 1. where ``i`` is tracked in a row, the row's count is ``i``'s exact count of that term;
@@ -22,25 +22,13 @@ then name ascending).  Invariants, per lane ``i`` of block ``b``:
 
 So the members are the top-k (fewer when the rectangle holds fewer terms).
 
-Events.  A message arriving (+1, in the window already) or expiring (-1, still in it) at (x, y)
-visits the blocks of its cell; per block the lanes whose rectangle holds it (edges included),
-then per term of the message the block's row: the tracked lanes' counts move, and a lane whose
-key crosses its threshold (a non-member's falls below it on an arrival, a member's reaches it or
-its count reaches 0 on an expiry) is *crossed*.  An arriving term untracked by some lanes is
-bounded once per block by the count grid over the block's union cells (``termgrid.TermGrid``;
-the window count without a table); only when that bound could pass the largest threshold of the
-block are the lanes bounded one by one (grid over the lane's cells, then a bounded walk of the
-term's tree): a term that reaches a lane's threshold becomes tracked (its exact count) and
-crosses the lane, otherwise its bound lowers the lane's ``bound``.  Nothing else is done for a
-member rising or a non-member falling.
-
-The step's end (``c_flush``).  Each crossed lane is re-ranked alone from its rows: its tracked
-keys sorted; when fewer than k have a count or the k-th reaches ``bound``, it is refilled from a
-count of its rectangle's messages (the top ``cap`` terms tracked, ``bound`` the next key); the
-new members are compared with the old (entered / left, netted over the step) and ``theta`` set
-halfway between the k-th key and the next (the (k+1)-th tracked key or ``bound``).  Lanes
-tracking more than ``cap + k`` terms untrack the worst (their keys lower ``bound``).  A row no
-lane tracks is freed.
+Events (``c_event``) move the counts of the lanes that hold the message and track its terms, and
+note a lane only when a key *crosses* its threshold; an untracked arriving term is bounded once
+per block by the count grid, then per lane (grid, then a bounded walk), and tracked when it
+reaches the lane's gate.  The step's end (``c_flush``) re-ranks each noted lane alone (from its
+members and entries, else from all its rows, refilled from a count of its rectangle when they do
+not prove its top-k), sets ``theta`` halfway between the k-th key and the next, and emits the
+set's changes.  The full walk-through is in ``docs/queries.md`` ("Terms design 3").
 
 Results are the members in the order of their current keys (counts read from the rows).
 """
@@ -54,6 +42,7 @@ from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.querywindow cimport QueryWindow
 from skype._core.termgrid cimport TermGrid
 from skype._core.cells cimport cell_of
+from skype._core.termrank cimport term_key as lane_key, key_count, need_count, emit_set_changes
 
 
 cdef extern from *:
@@ -63,37 +52,6 @@ cdef extern from "<algorithm>" namespace "std" nogil:
     void nth_element[Iter](Iter first, Iter nth, Iter last) noexcept
 
 cdef uint64_t NO_BOUND = 0xFFFFFFFFFFFFFFFFu
-
-
-cdef inline uint64_t lane_key(uint32_t count, uint32_t label) noexcept nogil:
-    """Ascending keys rank count descending, then name ascending (labels follow name order)."""
-    return ((<uint64_t>(0xFFFFFFFFu - count)) << 32) | label
-
-
-cdef inline uint32_t need_count(uint64_t theta, uint32_t label) noexcept nogil:
-    """The least count whose key (with this label) is below theta."""
-    cdef uint32_t c = 0xFFFFFFFFu - <uint32_t>(theta >> 32)
-    return c if label < <uint32_t>(theta & 0xFFFFFFFFu) else c + 1
-
-
-cdef inline void _emit_absent(const vector[term_t]* terms, const vector[term_t]* other, uint8_t entered, int64_t at,
-                              int64_t ext_id, vector[int64_t]* out_at, vector[int64_t]* out_sub,
-                              vector[int64_t]* out_entry, vector[uint8_t]* out_entered) noexcept nogil:
-    """One change row (``entered``) per term of ``terms`` that ``other`` lacks (a lane's members
-    hold a few terms: a linear search)."""
-    cdef size_t a, j
-    cdef bint found
-    for a in range(terms.size()):
-        found = False
-        for j in range(other.size()):
-            if other[0][j] == terms[0][a]:
-                found = True
-                break
-        if not found:
-            out_at.push_back(at)
-            out_sub.push_back(ext_id)
-            out_entry.push_back(<int64_t>terms[0][a] - 1)
-            out_entered.push_back(entered)
 
 
 cdef class TermBlocks:
@@ -437,7 +395,7 @@ cdef class TermBlocks:
         partial_sort(self.tkeys.begin(), self.tkeys.begin() + n, self.tkeys.end())
         for j in range(min(n, <size_t>lane.fill)):
             t = self.tkeys[j].second
-            self._track(b, i, t, 0xFFFFFFFFu - <uint32_t>(self.tkeys[j].first >> 32))
+            self._track(b, i, t, key_count(self.tkeys[j].first))
         self.blocks[b].bound[i] = self.tkeys[lane.fill].first if self.tkeys.size() > lane.fill else NO_BOUND
         self.refills += 1
 
@@ -500,7 +458,7 @@ cdef class TermBlocks:
             mem.push_back(row.term)
         self._gate_max(b)
         if emit:
-            self._emit_changes(slot, at, out_at, out_sub, out_entry, out_entered)
+            emit_set_changes(mem, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
 
     cdef bint _rerank_entries(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
                               vector[int64_t]* out_sub, vector[int64_t]* out_entry,
@@ -549,16 +507,8 @@ cdef class TermBlocks:
             row.member |= bit
             mem.push_back(row.term)
         self.light_reranks += 1
-        self._emit_changes(slot, at, out_at, out_sub, out_entry, out_entered)
+        emit_set_changes(mem, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
         return True
-
-    cdef void _emit_changes(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
-                            vector[int64_t]* out_sub, vector[int64_t]* out_entry,
-                            vector[uint8_t]* out_entered) noexcept nogil:
-        """The terms of the lane's members now and not in ``before`` entered; the reverse left."""
-        cdef int64_t ext_id = self.lanes[slot].ext_id
-        _emit_absent(&self.members[slot], &self.before, 1, at, ext_id, out_at, out_sub, out_entry, out_entered)
-        _emit_absent(&self.before, &self.members[slot], 0, at, ext_id, out_at, out_sub, out_entry, out_entered)
 
     cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,
                       vector[int64_t]* out_entry, vector[uint8_t]* out_entered) noexcept nogil:
@@ -601,7 +551,7 @@ cdef class TermBlocks:
         counts = np.empty(order.size(), dtype=np.int64)
         for j in range(order.size()):
             ids[j] = <int64_t>order[j].second - 1
-            counts[j] = 0xFFFFFFFFu - <uint32_t>(order[j].first >> 32)
+            counts[j] = key_count(order[j].first)
         return ids, counts
 
     def lane_state(self, uint32_t slot):

@@ -7,6 +7,7 @@ from skype._core.querywindow cimport QueryWindow
 from skype._core.rangeindex cimport RectSubIndex
 from skype._core.termgrid cimport TermGrid, CellRangeC
 from skype._core.termblocks cimport TermBlocks
+from skype._core.termrank cimport term_key, key_count
 
 
 cdef enum:
@@ -23,12 +24,7 @@ cdef struct RegionSubC:            # a terms subscription (its rectangle is in `
 
 
 cdef inline pair[uint64_t, term_t] rank_key(uint32_t count, uint32_t label, term_t t) noexcept nogil:
-    # ascending keys rank count descending, then name ascending (labels follow name order)
-    return pair[uint64_t, term_t](((<uint64_t>(0xFFFFFFFFu - count)) << 32) | label, t)
-
-
-cdef inline uint32_t key_count(uint64_t key) noexcept nogil:
-    return 0xFFFFFFFFu - <uint32_t>(key >> 32)
+    return pair[uint64_t, term_t](term_key(count, label), t)
 
 
 cdef class TermsCore:

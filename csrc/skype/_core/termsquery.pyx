@@ -47,6 +47,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
 from skype._core.termgrid cimport TermGrid, CellRangeC
 from skype._core.termblocks cimport TermBlocks
+from skype._core.termrank cimport emit_set_changes
 
 
 cdef class TermsCore:
@@ -371,29 +372,11 @@ cdef class TermsCore:
         if self.blocks_on:
             self.blocks.c_flush(at, &self.out_at, &self.out_sub, &self.out_entry, &self.out_entered)
             return
-        cdef size_t i, j, a
+        cdef size_t i
         cdef uint32_t slot
-        cdef bint found
-        cdef vector[term_t]* top
         for i in range(self.region_touched.size()):
             slot = self.region_touched[i]
-            top = &self.region_top[slot]
-            if top[0] == self.region_before[slot]:   # the common case: counts moved, not the top-k
-                continue
-            for a in range(top.size()):
-                found = False
-                for j in range(self.region_before[slot].size()):
-                    if self.region_before[slot][j] == top[0][a]:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.region[slot].ext_id, <int64_t>top[0][a] - 1, True)
-            for j in range(self.region_before[slot].size()):
-                found = False
-                for a in range(top.size()):
-                    if self.region_before[slot][j] == top[0][a]:
-                        found = True
-                        break
-                if not found:
-                    self._emit(at, self.region[slot].ext_id, <int64_t>self.region_before[slot][j] - 1, False)
+            if self.region_top[slot] != self.region_before[slot]:   # common: counts moved, not the top-k
+                emit_set_changes(&self.region_top[slot], &self.region_before[slot], at, self.region[slot].ext_id,
+                                 &self.out_at, &self.out_sub, &self.out_entry, &self.out_entered)
         self.region_touched.clear()
