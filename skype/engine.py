@@ -31,6 +31,7 @@ import numpy as np
 from skype import validate
 from skype.api import ChangeLog, EngineBase
 from skype.engine_settings import EngineKeywords, EngineOptions
+from skype.engine_state import ENGINE_STATE_VERSION, checked_state
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype._core.engine import CoreEngine
@@ -494,6 +495,59 @@ class Engine(EngineBase):
         """The top-k core's window store in bytes by component (messages, terms, holders...):
         ``stats()["memory_bytes"]`` gives the whole window as one figure."""
         return self._core.window_memory_parts()
+
+    # ------------------------------------------------------------------ engine state
+    def export_state(self) -> dict[str, np.ndarray]:
+        """The top-k subscriptions as registered, with their result buffers, as numpy arrays
+        (a service snapshot keeps them, so that a restart need not register them again:
+        :meth:`import_state`).  Messages are named by their position in the window, so the
+        state fits an engine whose window holds the same messages in the same order
+        (``window_ids``).  Subscriptions of the other kinds are not included: they are
+        registered again.  Versioned; the arrays: :data:`skype.engine_state.STATE_ARRAYS`."""
+        (ids, x, y, k, alpha, indptr, terms, weights), bufs = self._core.export_state()
+        (buf_k, complete, cq, refresh_at, p_theta, age, admits, retune_at, theta,
+         entry_indptr, entry_pos, entry_score, entry_dc) = bufs
+        until = np.array([self._until.get(int(sid), np.nan) for sid in ids.tolist()], np.float64) \
+            if self._until else np.full(len(ids), np.nan)
+        return {"version": np.array([ENGINE_STATE_VERSION], np.int64),
+                "buffer": np.array([BUFFERS.index(self.buffer_kind)], np.int64),
+                "window_ids": self.window_ids(),
+                "ids": ids, "x": x, "y": y, "k": k, "alpha": alpha, "until": until,
+                "term_indptr": indptr, "term_ids": terms, "term_weights": weights,
+                "complete": complete, "cq": cq, "refresh_at": refresh_at, "p_theta": p_theta, "age": age,
+                "admits": admits, "retune_at": retune_at, "theta": theta, "entry_indptr": entry_indptr,
+                "entry_pos": entry_pos.astype(np.uint32), "entry_score": entry_score, "entry_dc": entry_dc}
+
+    def import_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Register the top-k subscriptions of :meth:`export_state` with their buffers as they
+        were, instead of searching the window for them: the results, thresholds and buffers
+        are those of the engine that exported them.  The engine must hold none of them, use
+        the same buffer kind, and its window must hold the exported window's messages in the
+        same order.  Everything is checked first; a state that does not fit raises E160 (an
+        :class:`InputError`) having registered nothing."""
+        arrays = checked_state(state, BUFFERS.index(self.buffer_kind), len(self.vocabulary))
+        ids = arrays["ids"]
+        if len(ids) == 0:  # nothing to register (whatever its window)
+            return
+        held = self.window_ids()
+        if not np.array_equal(held, arrays["window_ids"]):
+            raise InputError("E160", detail=f"its window ({len(arrays['window_ids'])} messages) is not the engine's "
+                                            f"({len(held)} messages, oldest first)")
+        known = self._known_subscriptions(ids) | np.isin(ids, np.fromiter(self._kinds, np.int64, len(self._kinds)))
+        if known.any():
+            sid = int(ids[np.argmax(known)])
+            raise InputError("E007", id=sid, record_id=sid)
+        if len(ids) > self._table.capacity():
+            raise InputError("E160", detail=f"{len(ids)} subscriptions, room for {self._table.capacity()}")
+        self._wake_core()
+        self._core.import_state((ids, arrays["x"], arrays["y"], arrays["k"], arrays["alpha"], arrays["term_indptr"],
+                                 arrays["term_ids"], arrays["term_weights"]),
+                                (arrays["k"], arrays["complete"], arrays["cq"], arrays["refresh_at"],
+                                 arrays["p_theta"], arrays["age"], arrays["admits"], arrays["retune_at"],
+                                 arrays["theta"], arrays["entry_indptr"], arrays["entry_pos"].astype(np.int64),
+                                 arrays["entry_score"], arrays["entry_dc"]))
+        for i in np.flatnonzero(~np.isnan(arrays["until"])).tolist():
+            self._set_until(int(ids[i]), float(arrays["until"][i]))
 
     def buffer_state(self, sub_id: int) -> object:
         """A topk subscription's whole buffer as the core holds it (entries, threshold, flags): the

@@ -172,6 +172,8 @@ class Errors:
             "changed; `python -m skype.run wal check {directory}` shows what a repair would drop, "
             "`wal repair` drops it")
     E141 = "wal {action} {path!r}: {detail}"
+    # E160: an engine state (Engine.import_state) that does not fit the engine (issue 34)
+    E160 = "engine state: {detail}; nothing was registered"
 
 
 class CodedError(SkypeError):

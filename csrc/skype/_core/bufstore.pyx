@@ -29,7 +29,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.string cimport memcpy, memset
 from libc.stdlib cimport free, abort
 from posix.stdlib cimport posix_memalign
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from skype._core.arena cimport NO_SLOT, NO_OWNER
 
 
@@ -246,6 +246,104 @@ cdef class BufferStore:
         live = [sid for sid in range(self.buf_n) if sid < self.table.hot.size() and self.table.hot[sid].alive]
         return (np.array([self.buf[sid].size for sid in live], dtype=np.int64),
                 np.array([self.buf[sid].complete for sid in live], dtype=bool))
+
+    # ------------------------------------------------------------------ export and import
+    def export_buffers(self, const uint32_t[::1] sids):
+        """The buffers of ``sids`` (Engine.export_state), with no absolute seq: each entry's
+        message as its position in the window (seq - oldest seq) and each record's ``born`` as
+        its age (next seq - born), so that a window holding the same messages in the same order
+        takes them back (``import_buffers``).  Returns (k, complete, cq, refresh_at, p_theta,
+        age, admits, retune_at, theta, entry indptr, entry positions, scores, dominance counts)."""
+        import numpy as np
+        cdef size_t n = sids.shape[0], i, j, ne = 0, o = 0
+        cdef seq_t oldest = self.window.oldest_seq
+        cdef uint32_t next_lo = <uint32_t>win_next_seq(self.window)
+        cdef const SubBufC* sb
+        cdef const BufEntryC* B
+        for i in range(n):
+            ne += self.buf[sids[i]].size
+        k = np.empty(n, np.int64)
+        complete = np.empty(n, np.uint8)
+        cq = np.empty(n, np.float32)
+        refresh_at = np.empty(n, np.uint32)
+        p_theta = np.empty(n, np.float32)
+        age = np.empty(n, np.uint32)
+        admits = np.empty(n, np.uint32)
+        retune_at = np.empty(n, np.uint32)
+        theta = np.empty(n, np.float64)
+        indptr = np.zeros(n + 1, np.int64)
+        pos = np.empty(ne, np.int64)
+        score = np.empty(ne, np.float64)
+        dc = np.empty(ne, np.uint16)
+        cdef int64_t[::1] k_v = k, p_v = indptr, pos_v = pos
+        cdef uint8_t[::1] c_v = complete
+        cdef float[::1] cq_v = cq, pt_v = p_theta
+        cdef uint32_t[::1] r_v = refresh_at, age_v = age, ad_v = admits, rt_v = retune_at
+        cdef double[::1] th_v = theta, sc_v = score
+        cdef uint16_t[::1] dc_v = dc
+        with nogil:
+            for i in range(n):
+                sb = &self.buf[sids[i]]
+                B = self._entries(sb)
+                k_v[i] = sb.k
+                c_v[i] = sb.complete
+                cq_v[i] = sb.cq
+                r_v[i] = sb.refresh_at
+                pt_v[i] = sb.p_theta
+                age_v[i] = next_lo - sb.born
+                ad_v[i] = sb.admits
+                rt_v[i] = sb.retune_at
+                th_v[i] = self.table.hot[sids[i]].theta
+                for j in range(sb.size):
+                    pos_v[o] = <int64_t>(self._full_seq(B[j].seq_lo) - oldest)
+                    sc_v[o] = B[j].score
+                    dc_v[o] = B[j].dc
+                    o += 1
+                p_v[i + 1] = <int64_t>o
+        return k, complete, cq, refresh_at, p_theta, age, admits, retune_at, theta, indptr, pos, score, dc
+
+    def import_buffers(self, const uint32_t[::1] sids, const int64_t[::1] k, const uint8_t[::1] complete,
+                       const float[::1] cq, const uint32_t[::1] refresh_at, const float[::1] p_theta,
+                       const uint32_t[::1] age, const uint32_t[::1] admits, const uint32_t[::1] retune_at,
+                       const double[::1] theta, const int64_t[::1] indptr, const int64_t[::1] pos,
+                       const double[::1] score, const uint16_t[::1] dc):
+        """Give the new subscriptions ``sids`` (registered in the table, not yet in the index)
+        the buffers ``export_buffers`` wrote, over a window that holds the same messages in
+        the same order: each entry in the window's reverse map (a holder, as a rebuild adds
+        it), each threshold set as registration sets it.  The caller validated the arrays
+        (positions inside the window, entries in ranking order: Engine.import_state)."""
+        cdef size_t n = sids.shape[0], i, j, m
+        cdef seq_t oldest = self.window.oldest_seq, seq
+        cdef uint32_t next_lo = <uint32_t>win_next_seq(self.window)
+        cdef SubBufC* sb
+        cdef BufEntryC* B
+        cdef sid_t sid
+        with nogil:
+            for i in range(n):
+                sid = sids[i]
+                self.ensure(sid)
+                sb = &self.buf[sid]
+                if sb.slot.cls != NO_SLOT:
+                    self._release(sb)
+                m = <size_t>(indptr[i + 1] - indptr[i])
+                sb.slot = self.arena.take(self.arena.class_for(m + 1), sid)
+                B = self._entries(sb)
+                for j in range(m):
+                    seq = oldest + <seq_t>pos[indptr[i] + j]
+                    B[j].score = score[indptr[i] + j]
+                    B[j].seq_lo = <uint32_t>seq
+                    B[j].dc = dc[indptr[i] + j]
+                    B[j].hold = self.window.add_holder(seq, sid) if self.track_holders else 0
+                sb.size = <uint32_t>m
+                sb.k = <int32_t>k[i]
+                sb.complete = complete[i]
+                sb.cq = cq[i]
+                sb.refresh_at = refresh_at[i]
+                sb.p_theta = p_theta[i]
+                sb.born = next_lo - age[i]
+                sb.admits = admits[i]
+                sb.retune_at = retune_at[i]
+                self._set_theta(sid, theta[i], False)
 
     def memory_bytes(self):
         return self.buf_cap * sizeof(SubBufC) + self.arena.memory_bytes()

@@ -391,6 +391,22 @@ cdef class CoreEngine:
             if n:
                 self.index.add_many(&sids[0], n)
 
+    def export_state(self):
+        """The subscriptions and their buffers (Engine.export_state): SubTable.export_rows and
+        BufferStore.export_buffers, messages by window position."""
+        rows = self.table.export_rows()
+        return rows[1:], self.buffers.export_buffers(rows[0])
+
+    def import_state(self, tuple rows, tuple buffers):
+        """Register subscriptions with the buffers export_state wrote, not searched for: rows
+        (SubTable.add_rows), buffers (BufferStore.import_buffers), then the index, as
+        subscribe_batch does.  The caller checked the arrays and the window (Engine.import_state)."""
+        cdef uint32_t[::1] sids = self.table.add_rows(*rows)
+        self.buffers.import_buffers(sids, *buffers)
+        with nogil:
+            if sids.shape[0]:
+                self.index.add_many(<sid_t*>&sids[0], sids.shape[0])
+
     cdef void _subscribe_bulk(self, vector[sid_t]& sids):
         """Initialise the buffers of a large batch from runs found by replaying the window
         (bulk.pyx) or by searching a static index of it (regtree.pyx, ``reg_search``)."""

@@ -14,7 +14,7 @@ ST(s, m) >= theta_s: its pruning rules only skip on upper bounds below theta, an
 is verified here with its exact score (``_verify``), the one place where a candidate is
 admitted.
 """
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libc.string cimport memset
 from skype._core.types cimport term_t, sid_t, ext_id_t, MsgTermC
@@ -107,6 +107,60 @@ cdef class SubTable:
             if self.terms[off + i].term == t:
                 return <int>i
         return -1
+
+    def add_rows(self, const int64_t[::1] ids, const double[::1] x, const double[::1] y, const int64_t[::1] k,
+                 const double[::1] alpha, const int64_t[::1] indptr, const uint32_t[::1] terms,
+                 const double[::1] weights):
+        """Add checked rows (``export_rows``' columns, terms ascending); returns their slots."""
+        import numpy as np
+        cdef Py_ssize_t i, n = ids.shape[0]
+        sids = np.empty(n, np.uint32)
+        cdef uint32_t[::1] s_v = sids
+        self.reserve(n, terms.shape[0])
+        with nogil:
+            for i in range(n):
+                s_v[i] = self.add(ids[i], x[i], y[i], <int32_t>k[i], alpha[i], &terms[indptr[i]],
+                                  &weights[indptr[i]], <int>(indptr[i + 1] - indptr[i]))
+        return sids
+
+    def export_rows(self):
+        """The live subscriptions in slot order, as the engine gave them (Engine.export_state):
+        (slots, ids, x, y, k, alpha, term indptr, term ids, unit weights)."""
+        import numpy as np
+        cdef size_t sid, i, n = 0, nt = 0, r = 0, o = 0
+        for sid in range(self.hot.size()):
+            if self.hot[sid].alive:
+                n += 1
+                nt += self.hot[sid].nterms
+        slots = np.empty(n, np.uint32)
+        ids = np.empty(n, np.int64)
+        x = np.empty(n, np.float64)
+        y = np.empty(n, np.float64)
+        k = np.empty(n, np.int64)
+        alpha = np.empty(n, np.float64)
+        indptr = np.zeros(n + 1, np.int64)
+        terms = np.empty(nt, np.uint32)
+        weights = np.empty(nt, np.float64)
+        cdef uint32_t[::1] s_v = slots, t_v = terms
+        cdef int64_t[::1] i_v = ids, k_v = k, p_v = indptr
+        cdef double[::1] x_v = x, y_v = y, a_v = alpha, w_v = weights
+        with nogil:
+            for sid in range(self.hot.size()):
+                if not self.hot[sid].alive:
+                    continue
+                s_v[r] = <uint32_t>sid
+                i_v[r] = self.ext_id[sid]
+                x_v[r] = self.hot[sid].x
+                y_v[r] = self.hot[sid].y
+                k_v[r] = self.hot[sid].k
+                a_v[r] = self.hot[sid].alpha
+                for i in range(self.hot[sid].nterms):
+                    t_v[o] = self.terms[self.hot[sid].term_off + i].term
+                    w_v[o] = self.terms[self.hot[sid].term_off + i].w
+                    o += 1
+                r += 1
+                p_v[r] = <int64_t>o
+        return slots, ids, x, y, k, alpha, indptr, terms, weights
 
     def memory_bytes(self):
         return (self.hot.capacity() * sizeof(SubHotC) + self.ext_id.capacity() * 16
