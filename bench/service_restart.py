@@ -5,7 +5,8 @@ holding ``--subs`` subscriptions and a full window of ``--window`` messages (a g
 workload), then ``--replay`` messages logged after it in NDJSON batches of ``--batch`` (what a
 SIGKILL just before the next snapshot leaves: ``--snapshot-every`` at most).  Then, in this
 process, times the phases of recovery: reading the snapshot, the restore (the window published
-into an empty engine; the subscriptions validated; their bulk registration), and the log replay;
+into an empty engine; the subscriptions validated; their bulk registration, or the import of
+the engine's state the snapshot kept: ``Engine.import_state``), and the log replay;
 and, unless ``--no-server``, the wall time until a real server on that directory answers
 ``/healthz`` ok.  Prints one JSON object.
 
@@ -54,12 +55,13 @@ def make_state(window: int, registration: str = "search"):
                         window=window)
         engine.subscribe_batch = timed("subscribe_batch_s", engine.subscribe_batch)
         engine.publish_batch = timed("publish_batch_s", engine.publish_batch)
+        engine.import_state = timed("import_state_s", engine.import_state)
         return engine
 
     return State(make_engine, None, ingest="columnar", max_records=100_000), clocks
 
 
-def build(data: Path, subs_file: Path, lines: list[bytes], a: argparse.Namespace) -> None:
+def build(data: Path, subs_file: Path, lines: list[bytes], a: argparse.Namespace) -> dict:
     from skype.service import snapshot
     from skype.service.wal import Log
 
@@ -69,25 +71,39 @@ def build(data: Path, subs_file: Path, lines: list[bytes], a: argparse.Namespace
     window, replay = lines[:a.window], lines[a.window:a.window + a.replay]
     for i in range(0, len(window), a.batch):  # no subscription yet: cheap
         state.apply({"op": "msgs", "ndjson": b"".join(window[i:i + a.batch]).decode()}, before=log.append)
-    subs = [(json.loads(line)["id"], line.decode().strip(), "") for line in open(subs_file, "rb")]
+    body = open(subs_file, "rb").read().decode()
+    state.apply({"op": "subs", "ndjson": body, "token_hashes": [""] * sum(1 for ln in body.splitlines() if ln.strip())})  # in the snapshot, not logged
+    subs = [(sid, rec.decode(), state.tokens.get(sid, "")) for sid, rec in sorted(state.records.items())]
     meta = state.meta()
     meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
     log.rotate()
-    snapshot.write(data / "snapshots", log.next_index, meta, subs, (*state.window.columns(), state.window.batch()))
+    t0 = time.perf_counter()
+    engine_state = state.engine_state()  # as the server captures it, on the engine thread
+    export_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    path = snapshot.write(data / "snapshots", log.next_index, meta, subs, (*state.window.columns(), state.window.batch()),
+                          engine_state)
+    write_s = time.perf_counter() - t0
     for i in range(0, len(replay), a.batch):  # logged only: the restart replays them against every subscription
         log.append({"op": "msgs", "ndjson": b"".join(replay[i:i + a.batch]).decode()})
     log.close()
+    size = (path / snapshot.ENGINE_FILE).stat().st_size if engine_state is not None else 0
+    return {"capture_engine_state_s": round(export_s, 3), "write_snapshot_s": round(write_s, 2),
+            "engine_state_mb": round(size / 1e6, 1)}
 
 
-def phases(data: Path, window: int, registration: str) -> dict:
+def phases(data: Path, window: int, registration: str, engine_state: bool) -> dict:
+    """The phases of recovery in this process; ``engine_state`` False: the snapshot's engine
+    state is dropped after the read, so the restore registers every subscription (as from a
+    snapshot without it)."""
     from skype.service import snapshot
     from skype.service.wal import Log
 
     state, clocks = make_state(window, registration)
     t0 = time.perf_counter()
-    meta, subs, win = snapshot.load_newest(data / "snapshots")
+    meta, subs, win, kept = snapshot.load_newest(data / "snapshots")
     t1 = time.perf_counter()
-    state.restore(meta, subs, win)
+    state.restore(meta, subs, win, kept if engine_state else None)
     t2 = time.perf_counter()
     restore_publish = clocks.get("publish_batch_s", 0.0)
     replayed = 0
@@ -98,6 +114,7 @@ def phases(data: Path, window: int, registration: str) -> dict:
     return {"read_snapshot_s": round(t1 - t0, 2), "restore_s": round(t2 - t1, 2),
             "restore_publish_window_s": round(restore_publish, 2),
             "restore_subscribe_batch_s": round(clocks.get("subscribe_batch_s", 0.0), 2),
+            "restore_import_state_s": round(clocks.get("import_state_s", 0.0), 2),
             "replay_s": round(t3 - t2, 2), "replay_records": replayed,
             "replay_publish_s": round(clocks.get("publish_batch_s", 0.0) - restore_publish, 2),
             "recovery_s": round(t3 - t0, 2)}
@@ -133,6 +150,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--registration", default="search", help="the engine's bulk registration (serve's option)")
     ap.add_argument("--no-server", action="store_true", help="skip the end-to-end start of a real server")
+    ap.add_argument("--only", choices=("with_engine_state", "registering"),
+                    help="time one restore only (default: both, one after the other)")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="skype-restart-bench-"))
     try:
@@ -142,9 +161,13 @@ def main() -> None:
                         "--subscriptions-out", str(s)], env=ENV, check=True, capture_output=True)
         lines = open(m, "rb").readlines()
         t0 = time.perf_counter()
-        build(tmp / "data", s, lines, a)
+        built = build(tmp / "data", s, lines, a)
         out = {"registration": a.registration, "subscriptions": a.subs, "window": a.window, "replay_messages": a.replay, "batch": a.batch,
-               "build_s": round(time.perf_counter() - t0, 2), **phases(tmp / "data", a.window, a.registration)}
+               "build_s": round(time.perf_counter() - t0, 2), **built}
+        # A/B in one run: the restore importing the engine's state, and registering again
+        for name, kept in (("with_engine_state", True), ("registering", False)):
+            if a.only in (None, name):
+                out[name] = phases(tmp / "data", a.window, a.registration, kept)
         if not a.no_server:
             out["ready_s"] = round(ready(tmp / "data", a.window, a.registration), 2)
         print(json.dumps(out, indent=1))

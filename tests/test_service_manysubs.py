@@ -160,7 +160,7 @@ def _restored(state: State, tmp_path, name: str, *, columns: bool, monkeypatch) 
 
     subs = [(sid, rec.decode(), state.tokens.get(sid, "")) for sid, rec in sorted(state.records.items())]
     path = snap.write(tmp_path / name, 1, state.meta(), subs, state.window.columns())
-    meta, recs, window = snap.read(path)
+    meta, recs, window, _ = snap.read(path)  # (no engine state: written without one)
     again = State(lambda v: ReferenceEngine(window=12, vocabulary=v))
     if not columns:
         monkeypatch.setattr(State, "_restore_topk_by_columns", lambda self, packed, clock: False)

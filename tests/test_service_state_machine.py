@@ -6,7 +6,8 @@ The machine drives the service's state the way the engine thread does
 (a real :class:`~skype.service.wal.Log`) as its ``before`` hook, and a ``snapshot`` step
 captures the state, rotates the log and writes a snapshot as ``take_snapshot`` does (reusing
 the last subscriptions file while ``subs_version`` is unchanged; with the window's engine batch,
-or without it as an older snapshot).  Commands: single and bulk
+or without it as an older snapshot; with the engine's exported state, or without it as an older
+snapshot).  Commands: single and bulk
 subscribes of every kind (topk by text or terms, with ``until``; range, knn, terms), re-subscribes
 of a live id, single and bulk unsubscribes (of live and unknown ids), message batches as NDJSON
 (the columnar ingest) or as records, with fresh ids, ids that have left the window, ids still in
@@ -235,11 +236,12 @@ class ServiceStateMachine(RuleBasedStateMachine):
         self._apply({"op": "advance", "t": self.clock + step})  # back in time: refused (E009) once a clock is set
         self.clock = max(self.clock, self.live.engine.clock)
 
-    @rule(with_batch=st.booleans())
-    def take_snapshot(self, with_batch):
+    @rule(with_batch=st.booleans(), with_engine=st.booleans())
+    def take_snapshot(self, with_batch, with_engine):
         """As ``Worker.take_snapshot``: capture, rotate the log, write (the last subscriptions file
         again when no subscription changed since); without the window's batch, as an older
-        snapshot, half the time."""
+        snapshot, half the time; with the engine's state (``Engine.export_state``: the restore
+        imports the subscriptions' buffers) half the time, else without, as an older one."""
         st_ = self.live
         index = self.log.next_index
         if self.subs_written is not None and self.subs_written[0] == st_.subs_version:
@@ -250,7 +252,8 @@ class ServiceStateMachine(RuleBasedStateMachine):
         meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
         self.log.rotate()
         window = (*st_.window.columns(), st_.window.batch()) if with_batch else st_.window.columns()
-        path = snapshot.write(self.dir / "snapshots", index, meta, subs, window)
+        engine_state = st_.engine_state() if with_engine else None
+        path = snapshot.write(self.dir / "snapshots", index, meta, subs, window, engine_state)
         self.subs_written = (st_.subs_version, path / "subscriptions.parquet")
         oldest = snapshot.oldest_kept(self.dir / "snapshots")
         if oldest is not None:
@@ -278,9 +281,12 @@ class ServiceStateMachine(RuleBasedStateMachine):
             snap = snapshot.load_newest(copy / "snapshots") if (copy / "snapshots").is_dir() else None
             if snap is None:
                 return
-            meta, subs, window = snap
+            meta, subs, window, engine_state = snap
+            assert (engine_state is not None) == ("engine.npz" in meta["crc"])
             restored = State(_engine(self.window, self.eager))
-            restored.restore(meta, subs, window)
+            restored.restore(meta, subs, window, engine_state)
+            if engine_state is not None:  # imported, not registered again
+                assert restored.restored_by == "engine state"
             events = _events([blk for _, cmd in Log(copy / "log", "never").recover(int(meta["log_index"]))
                               for blk in restored.apply(cmd)[1]])
             assert events == [ev for ev in self.events if ev["seq"] > int(meta["seq"])]

@@ -6,7 +6,13 @@ JSON of the messages in the window, oldest first: the bytes of its line in the b
 it, so its own ``t`` may be missing; the column ``t`` is the one; and x, y, term ids and weights
 as the engine was given them, which a restore publishes as they are: no text decoded, no term
 looked up) and ``meta.json`` (position, event seq,
-clock, vocabulary, and the CRC32 of each Parquet file).  It is written under a temporary name,
+clock, vocabulary, and the CRC32 of each file).  When the engine can export its state
+(:meth:`skype.Engine.export_state`: the top-k subscriptions as registered, with their result
+buffers), ``engine.npz`` holds those arrays (numpy's uncompressed format, no pickles) and meta its
+version (``engine_state``): a restore imports them instead of registering the subscriptions
+again.  That file is checked on its own: when it is missing, fails its checksum or does not load,
+the restore says so on stderr and registers the subscriptions from ``subscriptions.parquet`` as
+a snapshot without it does (the same state, more slowly).  It is written under a temporary name,
 every file fsynced, then renamed into place and the directory fsynced: a snapshot either exists
 whole or not at all.  The newest two are kept; :func:`load_newest` returns the newest one whose
 files read back and match their checksums, so a damaged snapshot falls back to the one before
@@ -15,6 +21,7 @@ files read back and match their checksums, so a damaged snapshot falls back to t
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sys
@@ -22,6 +29,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -29,6 +37,7 @@ from skype.model import MessageBatch, TermMatrix
 from skype.service.wal import fsync_path
 
 KEEP = 2
+ENGINE_FILE = "engine.npz"  # the engine's exported state (optional)
 
 
 def _crc(path: Path) -> int:
@@ -47,11 +56,12 @@ def snapshots(directory: Path) -> list[tuple[int, Path]]:
 
 
 def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any, str]] | Path,
-          window: tuple) -> Path:
+          window: tuple, engine: dict[str, np.ndarray] | None = None) -> Path:
     """Write a snapshot covering the log records before ``log_index``; returns its path.
     ``window`` is (ids, t, record texts) and optionally the engine's batch of those messages.
     ``subs`` may be the ``subscriptions.parquet`` of an earlier snapshot when no subscription
-    changed since: it is copied, not encoded again."""
+    changed since: it is copied, not encoded again.  ``engine``: the engine's exported state
+    (``Engine.export_state``), or None."""
     if not directory.is_dir():  # a new folder: its entry in the parent must be durable too
         directory.mkdir(parents=True)
         fsync_path(directory.parent)
@@ -80,10 +90,16 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any
                                                                   pa.array(batch.terms.weights, pa.float64())))
     win_table = pa.table(columns)
     pq.write_table(win_table, tmp / "window.parquet")
-    meta = dict(meta, log_index=log_index, crc={name: _crc(tmp / name)
-                                                for name in ("subscriptions.parquet", "window.parquet")})
+    names = ["subscriptions.parquet", "window.parquet"]
+    if engine is not None:
+        with open(tmp / ENGINE_FILE, "wb") as f:
+            arrays: dict[str, Any] = dict(engine)
+            np.savez(f, **arrays)
+        names.append(ENGINE_FILE)
+        meta = dict(meta, engine_state=int(engine["version"][0]))
+    meta = dict(meta, log_index=log_index, crc={name: _crc(tmp / name) for name in names})
     (tmp / "meta.json").write_text(json.dumps(meta))
-    for name in ("subscriptions.parquet", "window.parquet", "meta.json"):
+    for name in (*names, "meta.json"):
         fsync_path(tmp / name)
     fsync_path(tmp)
     if final.exists():
@@ -95,20 +111,45 @@ def write(directory: Path, log_index: int, meta: dict, subs: list[tuple[int, Any
     return final
 
 
-def read(path: Path) -> tuple[dict, tuple[list[int], list[bytes], list[str]], tuple]:
+def read(path: Path) -> tuple[dict, tuple[list[int], list[bytes], list[str]], tuple, dict | None]:
     """(meta, (subscription ids, their records' JSON texts as written, owner tokens), (window
-    records' JSON texts, their t, the engine's batch of them or None)); raises on damage.  The texts are not parsed here: a restore
-    keeps a subscription's text as it is and decodes the bodies in one call."""
+    records' JSON texts, their t, the engine's batch of them or None), the engine's state or
+    None); raises on damage to the subscriptions, the window or meta.  Damage to the engine's
+    state only drops it (said on stderr): the restore then registers the subscriptions.  The
+    texts are not parsed here: a restore keeps a subscription's text as it is and decodes the
+    bodies in one call."""
     meta = json.loads((path / "meta.json").read_text())
     for name, crc in meta["crc"].items():
-        if _crc(path / name) != crc:
+        if name != ENGINE_FILE and _crc(path / name) != crc:
             raise ValueError(f"{name} fails its checksum")
     subs = pq.read_table(path / "subscriptions.parquet")
     win = pq.read_table(path / "window.parquet")
     return (meta, (subs.column("id").to_pylist(), subs.column("record").cast(pa.binary()).to_pylist(),
                    subs.column("token").to_pylist()),
             (win.column("record").cast(pa.large_binary()).to_pylist(), win.column("t").to_pylist(),
-             _window_batch(win)))
+             _window_batch(win)),
+            _engine_state(path, meta))
+
+
+def _engine_state(path: Path, meta: dict) -> dict[str, np.ndarray] | None:
+    """The engine's exported state when the snapshot holds one that reads back whole (its
+    checksum, every array); else None, saying why on stderr when it was meant to be there."""
+    crc = meta["crc"].get(ENGINE_FILE)
+    if crc is None:  # an older snapshot, or an engine that exports nothing
+        return None
+    why = None
+    try:
+        raw = (path / ENGINE_FILE).read_bytes()
+        if zlib.crc32(raw) != crc:
+            why = "it fails its checksum"
+        else:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as arrays:
+                return {name: arrays[name] for name in arrays.files}
+    except Exception as err:  # a missing or unreadable file: the same fallback
+        why = f"it does not read back ({err})"
+    print(f"skype serve: snapshot {path.name}: the engine state {ENGINE_FILE} is dropped: {why}; the "
+          f"subscriptions are registered again from subscriptions.parquet", file=sys.stderr)
+    return None
 
 
 def _window_batch(win: pa.Table) -> MessageBatch | None:
@@ -129,7 +170,7 @@ def newest_good(directory: Path) -> tuple[Path, dict] | None:
     for _, path in reversed(snapshots(directory)):
         try:
             meta = json.loads((path / "meta.json").read_text())
-            if all(_crc(path / name) == crc for name, crc in meta["crc"].items()):
+            if all(_crc(path / name) == crc for name, crc in meta["crc"].items() if name != ENGINE_FILE):
                 return path, meta
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -137,7 +178,8 @@ def newest_good(directory: Path) -> tuple[Path, dict] | None:
 
 
 def load_newest(directory: Path) -> tuple[Any, ...] | None:
-    """The newest snapshot that reads back whole: (meta, subs, window), or None.  Removes the
+    """The newest snapshot that reads back whole: (meta, subs, window, engine state or None),
+    or None.  Removes the
     half-written ``.tmp`` directories a crash left."""
     for tmp in directory.glob("snap-*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)

@@ -322,11 +322,12 @@ class SparkState(State):
             self.backend.note_arrival(self.position, time.monotonic())
         return value, []
 
-    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]], window: tuple) -> None:
+    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]], window: tuple,
+                engine_state: dict | None = None) -> None:
         writer = self.backend.writer
         writer.muted = True
         try:
-            super().restore(meta, subs, window)
+            super().restore(meta, subs, window, engine_state)
         finally:
             writer.muted = False
         writer.restored(int(meta["log_index"]))

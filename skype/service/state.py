@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -126,6 +127,7 @@ class State:
         # the records of the messages in the window, oldest first
         self.window = WindowRecords(self.engine.window, self.engine.window_seconds)
         self.sorted_ids_cache: tuple[int, np.ndarray] = (-1, _EMPTY_I)  # (subs_version, ids ascending): manysubs
+        self.restored_by = ""  # how restore registered the subscriptions: "engine state", "columns" or "records"
 
     @property
     def window_size(self) -> int:
@@ -453,12 +455,20 @@ class State:
             return []
         return [{k: rec[k] for k in MESSAGE_FIELDS if k in rec} for rec in self.window.newest(n)]
 
-    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]], window: tuple) -> None:
+    def engine_state(self) -> dict[str, np.ndarray] | None:
+        """The engine's state for a snapshot (:meth:`skype.Engine.export_state`: the top-k
+        subscriptions as registered, with their buffers), or None for an engine without it."""
+        export = getattr(self.engine, "export_state", None)
+        return export() if export is not None else None
+
+    def restore(self, meta: dict, subs: tuple[list[int], list[bytes], list[str]], window: tuple,
+                engine_state: dict[str, np.ndarray] | None = None) -> None:
         """Rebuild from a snapshot (:func:`skype.service.snapshot.read`): the window's messages
         first (the engine's batch as the snapshot kept it, else decoded from their texts), then
-        every subscription in bulk (topk through ``subscribe_batch``).  ``subs`` is
-        three columns: ids, records' JSON texts (kept as they are: the live state's bytes) and
-        owner tokens."""
+        every subscription: imported with its buffer from ``engine_state`` when the snapshot
+        kept one that fits (:meth:`_restore_from_engine_state`), else in bulk (topk through
+        ``subscribe_batch``).  ``subs`` is three columns: ids, records' JSON texts (kept as
+        they are: the live state's bytes) and owner tokens."""
         self.vocabulary = type(self.vocabulary).from_dict(meta["vocabulary"])
         engine = self.engine = self.make_engine(self.vocabulary)
         self.window = WindowRecords(engine.window, engine.window_seconds)
@@ -489,11 +499,45 @@ class State:
         self.position, self.seq = int(meta["position"]), int(meta["seq"])
         ids, packed, tokens = subs
         packed = [p if isinstance(p, bytes) else p.encode() for p in packed]
-        if not (packed and self._restore_topk_by_columns(packed, clock)):
+        if engine_state is not None and self._restore_from_engine_state(ids, packed, engine_state, clock):
+            self.restored_by = "engine state"
+        elif packed and self._restore_topk_by_columns(packed, clock):
+            self.restored_by = "columns"
+        else:
             self._restore_by_records(ids, packed, clock)
+            self.restored_by = "records"
         self.records = dict(zip(ids, packed))
         self.tokens = dict(zip(ids, map(stored_owner, tokens)))
         self.subs_version += 1  # the checks above read the (empty) ids: no stale page of them
+
+    def _restore_from_engine_state(self, ids: list[int], packed: list[bytes], engine_state: dict[str, np.ndarray],
+                                   clock: float) -> bool:
+        """The top-k subscriptions imported with their buffers as the snapshot's engine kept
+        them (``Engine.import_state``: no registration search), the rest (other kinds) record
+        by record.  False, with nothing registered, when the engine cannot import, or the
+        state names a subscription the snapshot's records do not hold, or the engine refuses it
+        (E160: said on stderr); the caller then registers every subscription."""
+        import_state = getattr(self.engine, "import_state", None)
+        if import_state is None:
+            return False
+        all_ids = np.asarray(ids, np.int64)
+        in_state = np.isin(all_ids, np.asarray(engine_state.get("ids", _EMPTY_I)))
+        why = None
+        if int(in_state.sum()) != len(engine_state.get("ids", _EMPTY_I)):
+            why = "it names subscriptions the snapshot's records do not hold"
+        else:
+            try:
+                import_state(engine_state)
+            except InputError as err:
+                why = str(err)
+        if why is not None:
+            print(f"skype serve: the snapshot's engine state is not used ({why}); registering the subscriptions "
+                  f"again", file=sys.stderr)
+            return False
+        rest = np.flatnonzero(~in_state).tolist()
+        if rest:  # the other kinds (and any record the state lacks)
+            self._restore_by_records([ids[i] for i in rest], [packed[i] for i in rest], clock)
+        return True
 
     def _restore_by_records(self, ids: list[int], packed: list[bytes], clock: float) -> None:
         """A snapshot's subscriptions record by record (any kind; the columnar checks refused)."""

@@ -287,8 +287,8 @@ class Worker:
         start = 0
         snap = snapshot.load_newest(self.snap_dir)
         if snap is not None:
-            meta, subs, window = snap
-            self.state.restore(meta, subs, window)
+            meta, subs, window, engine_state = snap
+            self.state.restore(meta, subs, window, engine_state)
             start = int(meta["log_index"])
             if self.start_at is not None:
                 self.loop.call_soon_threadsafe(self.start_at, self.state.seq)
@@ -339,20 +339,23 @@ class Worker:
         meta = st.meta()
         meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
         window = (*st.window.columns(), st.window.batch())
+        engine_state = st.engine_state()  # the engine's subscriptions and buffers (copies: it goes on)
         self.log.rotate()
         self.since_snapshot = 0
         self.last_snapshot = time.time()
         if wait:
-            self._write_snapshot(index, meta, subs, window, version)
+            self._write_snapshot(index, meta, subs, window, version, engine_state)
         else:
-            self.pending = self.snapshot_thread.submit(self._write_snapshot, index, meta, subs, window, version)
+            self.pending = self.snapshot_thread.submit(self._write_snapshot, index, meta, subs, window, version,
+                                                       engine_state)
 
-    def _write_snapshot(self, index: int, meta: dict, subs: list | Path, window: tuple, version: int) -> None:
+    def _write_snapshot(self, index: int, meta: dict, subs: list | Path, window: tuple, version: int,
+                        engine_state: dict | None = None) -> None:
         """On the snapshot thread.  A failure stops the worker (status failed): the log still
         holds everything, but a server that cannot snapshot grows its log and its restart time
         without bound, and says so rather than answering ``ok``."""
         try:
-            path = snapshot.write(self.snap_dir, index, meta, subs, window)
+            path = snapshot.write(self.snap_dir, index, meta, subs, window, engine_state)
             self.subs_written = (version, path / "subscriptions.parquet")
             oldest = snapshot.oldest_kept(self.snap_dir)
             if oldest is not None:
