@@ -516,7 +516,7 @@ class Engine(EngineBase):
                 "term_indptr": indptr, "term_ids": terms, "term_weights": weights,
                 "complete": complete, "cq": cq, "refresh_at": refresh_at, "p_theta": p_theta, "age": age,
                 "admits": admits, "retune_at": retune_at, "theta": theta, "entry_indptr": entry_indptr,
-                "entry_pos": entry_pos.astype(np.uint32), "entry_score": entry_score, "entry_dc": entry_dc}
+                "entry_pos": entry_pos, "entry_score": entry_score, "entry_dc": entry_dc}
 
     def import_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Register the top-k subscriptions of :meth:`export_state` with their buffers as they
@@ -544,7 +544,7 @@ class Engine(EngineBase):
                                  arrays["term_ids"], arrays["term_weights"]),
                                 (arrays["k"], arrays["complete"], arrays["cq"], arrays["refresh_at"],
                                  arrays["p_theta"], arrays["age"], arrays["admits"], arrays["retune_at"],
-                                 arrays["theta"], arrays["entry_indptr"], arrays["entry_pos"].astype(np.int64),
+                                 arrays["theta"], arrays["entry_indptr"], arrays["entry_pos"],
                                  arrays["entry_score"], arrays["entry_dc"]))
         for i in np.flatnonzero(~np.isnan(arrays["until"])).tolist():
             self._set_until(int(ids[i]), float(arrays["until"][i]))

@@ -19,6 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
+from skype._core.bufstore import entries_fit
 from skype.errors import InputError
 
 ENGINE_STATE_VERSION = 1  # Engine.export_state's layout
@@ -84,13 +85,8 @@ def checked_state(state: Mapping[str, np.ndarray], buffer: int, vocabulary_size:
         raise bad("a subscription's terms are not in ascending order")
     if not (np.isfinite(a["theta"]).all() and (a["theta"] >= 0).all()):
         raise bad("a threshold is not finite and >= 0")
-    if ne and int(a["entry_pos"].max()) >= len(a["window_ids"]):
-        raise bad("an entry names a message outside the window")
-    if not np.isfinite(a["entry_score"]).all():
-        raise bad("an entry's score is not finite")
-    erows = np.repeat(np.arange(n), np.diff(a["entry_indptr"]))
-    same = erows[1:] == erows[:-1]
-    ds, dp = np.diff(a["entry_score"]), np.diff(a["entry_pos"].astype(np.int64))
-    if ne > 1 and (same & ((ds > 0) | ((ds == 0) & (dp >= 0)))).any():
-        raise bad("a buffer's entries are not in ranking order")
+    bad_row = entries_fit(a["entry_indptr"], a["entry_pos"], a["entry_score"], len(a["window_ids"]))
+    if bad_row >= 0:
+        raise bad(f"the buffer of subscription {int(a['ids'][bad_row])} names a message outside the window, "
+                  f"or a score not finite, or is not in ranking order")
     return a

@@ -272,13 +272,13 @@ cdef class BufferStore:
         retune_at = np.empty(n, np.uint32)
         theta = np.empty(n, np.float64)
         indptr = np.zeros(n + 1, np.int64)
-        pos = np.empty(ne, np.int64)
+        pos = np.empty(ne, np.uint32)
         score = np.empty(ne, np.float64)
         dc = np.empty(ne, np.uint16)
-        cdef int64_t[::1] k_v = k, p_v = indptr, pos_v = pos
+        cdef int64_t[::1] k_v = k, p_v = indptr
         cdef uint8_t[::1] c_v = complete
         cdef float[::1] cq_v = cq, pt_v = p_theta
-        cdef uint32_t[::1] r_v = refresh_at, age_v = age, ad_v = admits, rt_v = retune_at
+        cdef uint32_t[::1] r_v = refresh_at, age_v = age, ad_v = admits, rt_v = retune_at, pos_v = pos
         cdef double[::1] th_v = theta, sc_v = score
         cdef uint16_t[::1] dc_v = dc
         with nogil:
@@ -295,7 +295,7 @@ cdef class BufferStore:
                 rt_v[i] = sb.retune_at
                 th_v[i] = self.table.hot[sids[i]].theta
                 for j in range(sb.size):
-                    pos_v[o] = <int64_t>(self._full_seq(B[j].seq_lo) - oldest)
+                    pos_v[o] = <uint32_t>(self._full_seq(B[j].seq_lo) - oldest)
                     sc_v[o] = B[j].score
                     dc_v[o] = B[j].dc
                     o += 1
@@ -305,13 +305,13 @@ cdef class BufferStore:
     def import_buffers(self, const uint32_t[::1] sids, const int64_t[::1] k, const uint8_t[::1] complete,
                        const float[::1] cq, const uint32_t[::1] refresh_at, const float[::1] p_theta,
                        const uint32_t[::1] age, const uint32_t[::1] admits, const uint32_t[::1] retune_at,
-                       const double[::1] theta, const int64_t[::1] indptr, const int64_t[::1] pos,
+                       const double[::1] theta, const int64_t[::1] indptr, const uint32_t[::1] pos,
                        const double[::1] score, const uint16_t[::1] dc):
         """Give the new subscriptions ``sids`` (registered in the table, not yet in the index)
         the buffers ``export_buffers`` wrote, over a window that holds the same messages in
         the same order: each entry in the window's reverse map (a holder, as a rebuild adds
         it), each threshold set as registration sets it.  The caller validated the arrays
-        (positions inside the window, entries in ranking order: Engine.import_state)."""
+        (``entries_fit`` and skype.engine_state.checked_state)."""
         cdef size_t n = sids.shape[0], i, j, m
         cdef seq_t oldest = self.window.oldest_seq, seq
         cdef uint32_t next_lo = <uint32_t>win_next_seq(self.window)
@@ -347,3 +347,24 @@ cdef class BufferStore:
 
     def memory_bytes(self):
         return self.buf_cap * sizeof(SubBufC) + self.arena.memory_bytes()
+
+
+def entries_fit(const int64_t[::1] indptr, const uint32_t[::1] pos, const double[::1] score, uint64_t window_n):
+    """import_buffers' entry checks, one pass without the GIL: every entry's message inside a
+    window of window_n, every score finite, each buffer in ranking order (score descending,
+    the newer message first among equal scores).  Returns -1, or the first buffer that fails."""
+    cdef Py_ssize_t i, n = indptr.shape[0] - 1
+    cdef int64_t j
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(n):
+            for j in range(indptr[i], indptr[i + 1]):
+                if pos[j] >= window_n or not (score[j] - score[j] == 0.0):  # NaN and infinities fail
+                    bad = i
+                    break
+                if j > indptr[i] and (score[j] > score[j - 1] or (score[j] == score[j - 1] and pos[j] >= pos[j - 1])):
+                    bad = i
+                    break
+            if bad >= 0:
+                break
+    return bad
