@@ -248,3 +248,16 @@ def test_the_arrays_are_the_documented_ones():
     _, _, _, state = _exported()
     assert set(state) == set(STATE_ARRAYS)
     assert all(state[name].dtype == dtype for name, (dtype, _) in STATE_ARRAYS.items())
+
+
+@pytest.mark.parametrize("holders", [{"reverse_map": False}, {"exact_holders": False}, {"micro_batch": 16}])
+def test_imported_engine_equals_the_exporter_with_other_holder_and_batch_settings(holders):
+    vocab, subs, msgs = workload(8)
+    kw = dict(window=150, **holders)
+    a = Engine(bounds=BOUNDS, vocabulary=vocab, **kw)
+    ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=150)
+    assert first_part(a, subs, msgs) == first_part(ref, subs, msgs)
+    b = restored(a, vocab, msgs, **kw)
+    assert buffers(b) == buffers(a) and results(b) == results(ref)
+    assert second_part(b, subs, msgs) == second_part(a, subs, msgs) == second_part(ref, subs, msgs)
+    assert results(b) == results(a) == results(ref)
