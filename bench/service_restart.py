@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
-def make_state(window: int, registration: str = "search"):
+def make_state(window: int, registration: str = "search", queries: str = "lazy"):
     from skype.engine import Engine
     from skype.model import DEFAULT_BOUNDS
     from skype.engine_settings import engine_options
@@ -51,7 +51,7 @@ def make_state(window: int, registration: str = "search"):
         return run
 
     def make_engine(vocabulary):  # as skype/cli/serve.py builds it, with clocks on two calls
-        engine = Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=True, **options,
+        engine = Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=queries == "eager", **options,
                         window=window)
         engine.subscribe_batch = timed("subscribe_batch_s", engine.subscribe_batch)
         engine.publish_batch = timed("publish_batch_s", engine.publish_batch)
@@ -65,7 +65,7 @@ def build(data: Path, subs_file: Path, lines: list[bytes], a: argparse.Namespace
     from skype.service import snapshot
     from skype.service.wal import Log
 
-    state, _ = make_state(a.window)
+    state, _ = make_state(a.window, queries=a.queries)
     log = Log(data / "log", "never")
     list(log.recover())
     window, replay = lines[:a.window], lines[a.window:a.window + a.replay]
@@ -77,29 +77,40 @@ def build(data: Path, subs_file: Path, lines: list[bytes], a: argparse.Namespace
     meta = state.meta()
     meta["vocabulary"] = {k: list(v) if isinstance(v, list) else v for k, v in meta["vocabulary"].items()}
     log.rotate()
-    t0 = time.perf_counter()
-    engine_state = state.engine_state()  # as the server captures it, on the engine thread
+    t0 = time.perf_counter()  # the capture, as the server takes it on the engine thread
+    window_columns = (*state.window.columns(), state.window.batch())
+    engine_state = state.engine_state()
     export_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    path = snapshot.write(data / "snapshots", log.next_index, meta, subs, (*state.window.columns(), state.window.batch()),
-                          engine_state)
+    path = snapshot.write(data / "snapshots", log.next_index, meta, subs, window_columns, engine_state)
     write_s = time.perf_counter() - t0
+    sizes = {f.name: f.stat().st_size for f in path.iterdir()}
+    steady_capture = steady_write = 0.0
+    for _ in range(a.snapshot_repeats):  # a snapshot with no subscription changed (as --snapshot-every weighs it)
+        t0 = time.perf_counter()
+        again = (state.meta(), (*state.window.columns(), state.window.batch()), state.engine_state())
+        steady_capture += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        snapshot.write(data / "extra-snapshots", 1, again[0], path / "subscriptions.parquet", again[1], again[2])
+        steady_write += time.perf_counter() - t0
+    repeats = max(a.snapshot_repeats, 1)
     for i in range(0, len(replay), a.batch):  # logged only: the restart replays them against every subscription
         log.append({"op": "msgs", "ndjson": b"".join(replay[i:i + a.batch]).decode()})
     log.close()
-    size = (path / snapshot.ENGINE_FILE).stat().st_size if engine_state is not None else 0
-    return {"capture_engine_state_s": round(export_s, 3), "write_snapshot_s": round(write_s, 2),
-            "engine_state_mb": round(size / 1e6, 1)}
+    shutil.rmtree(data / "extra-snapshots", ignore_errors=True)
+    return {"capture_s": round(export_s, 3), "write_snapshot_s": round(write_s, 2),
+            "steady_capture_s": round(steady_capture / repeats, 3), "steady_write_s": round(steady_write / repeats, 2),
+            "snapshot_mb": {name: round(size / 1e6, 1) for name, size in sorted(sizes.items())}}
 
 
-def phases(data: Path, window: int, registration: str, engine_state: bool) -> dict:
+def phases(data: Path, window: int, registration: str, engine_state: bool, queries: str = "lazy") -> dict:
     """The phases of recovery in this process; ``engine_state`` False: the snapshot's engine
     state is dropped after the read, so the restore registers every subscription (as from a
     snapshot without it)."""
     from skype.service import snapshot
     from skype.service.wal import Log
 
-    state, clocks = make_state(window, registration)
+    state, clocks = make_state(window, registration, queries)
     t0 = time.perf_counter()
     meta, subs, win, kept = snapshot.load_newest(data / "snapshots")
     t1 = time.perf_counter()
@@ -120,13 +131,13 @@ def phases(data: Path, window: int, registration: str, engine_state: bool) -> di
             "recovery_s": round(t3 - t0, 2)}
 
 
-def ready(data: Path, window: int, registration: str) -> float:
+def ready(data: Path, window: int, registration: str, queries: str = "lazy") -> float:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "skype.run", "serve", "--data-dir", str(data), "--port", str(port),
-                             "--window", str(window), "--registration", registration], env=ENV,
+                             "--window", str(window), "--registration", registration, "--queries", queries], env=ENV,
                             stderr=subprocess.DEVNULL)
     try:
         while proc.poll() is None:
@@ -150,6 +161,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--registration", default="search", help="the engine's bulk registration (serve's option)")
     ap.add_argument("--no-server", action="store_true", help="skip the end-to-end start of a real server")
+    ap.add_argument("--queries", choices=("lazy", "eager"), default="lazy",
+                    help="serve's --queries: the engine keeps the query window from the start (eager) or not")
+    ap.add_argument("--snapshot-repeats", type=int, default=2,
+                    help="further snapshots of the same state, to time a snapshot's capture and write")
     ap.add_argument("--only", choices=("with_engine_state", "registering"),
                     help="time one restore only (default: both, one after the other)")
     a = ap.parse_args()
@@ -162,14 +177,14 @@ def main() -> None:
         lines = open(m, "rb").readlines()
         t0 = time.perf_counter()
         built = build(tmp / "data", s, lines, a)
-        out = {"registration": a.registration, "subscriptions": a.subs, "window": a.window, "replay_messages": a.replay, "batch": a.batch,
+        out = {"registration": a.registration, "queries": a.queries, "subscriptions": a.subs, "window": a.window, "replay_messages": a.replay, "batch": a.batch,
                "build_s": round(time.perf_counter() - t0, 2), **built}
         # A/B in one run: the restore importing the engine's state, and registering again
         for name, kept in (("with_engine_state", True), ("registering", False)):
             if a.only in (None, name):
-                out[name] = phases(tmp / "data", a.window, a.registration, kept)
+                out[name] = phases(tmp / "data", a.window, a.registration, kept, a.queries)
         if not a.no_server:
-            out["ready_s"] = round(ready(tmp / "data", a.window, a.registration), 2)
+            out["ready_s"] = round(ready(tmp / "data", a.window, a.registration, a.queries), 2)
         print(json.dumps(out, indent=1))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -22,15 +22,21 @@ from skype.errors import SkypeError
 
 SUBCOMMANDS = ("skype.cli.simulate", "skype.cli.experiments", "skype.cli.partition_sim", "skype.cli.distributed",
                "skype.cli.vocabulary", "skype.cli.serve", "skype.cli.wal")
+# the module that registers each subcommand: a command line that names one imports that module
+# only (a restarting server does not wait for the others' imports: scipy, the experiments)
+COMMANDS = {"simulate": "skype.cli.simulate", "generate": "skype.cli.simulate", "experiments": "skype.cli.experiments",
+            "partition-sim": "skype.cli.partition_sim", "distributed": "skype.cli.distributed",
+            "vocabulary": "skype.cli.vocabulary", "serve": "skype.cli.serve", "wal": "skype.cli.wal"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or only of ``command``'s module when it names one."""
     import importlib
 
     parser = argparse.ArgumentParser(prog="python -m skype.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="<subcommand>")
-    for name in SUBCOMMANDS:
+    for name in (COMMANDS[command],) if command in COMMANDS else SUBCOMMANDS:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
@@ -42,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
