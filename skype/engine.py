@@ -510,7 +510,7 @@ class Engine(EngineBase):
         until = np.array([self._until.get(int(sid), np.nan) for sid in ids.tolist()], np.float64) \
             if self._until else np.full(len(ids), np.nan)
         return {"version": np.array([ENGINE_STATE_VERSION], np.int64),
-                "buffer": np.array([BUFFERS.index(self.buffer_kind)], np.int64),
+                "buffer": np.array([BUFFERS.index(self.buffer_kind)], np.int64), "buffer_params": self.buffer_params(),
                 "window_ids": self.window_ids(),
                 "ids": ids, "x": x, "y": y, "k": k, "alpha": alpha, "until": until,
                 "term_indptr": indptr, "term_ids": terms, "term_weights": weights,
@@ -518,14 +518,23 @@ class Engine(EngineBase):
                 "admits": admits, "retune_at": retune_at, "theta": theta, "entry_indptr": entry_indptr,
                 "entry_pos": entry_pos, "entry_score": entry_score, "entry_dc": entry_dc}
 
+    def buffer_params(self) -> np.ndarray:
+        """What shapes a result buffer besides its kind, as one array (an exported state fits
+        an engine with the same): kmax, the Skyband ratio and the cost model's parameters
+        (the barrier as its index in ``BARRIERS``)."""
+        c = self.cost
+        return np.array([self.params["kmax"], self.params["skyband_ratio"], c["c_ins"], c["c_del"], c["query_cost"],
+                         BARRIERS.index(c["barrier"]), c["barrier_factor"], c["stop_after"], c["nmax_factor"],
+                         c["refresh_factor"]], np.float64)
+
     def import_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Register the top-k subscriptions of :meth:`export_state` with their buffers as they
         were, instead of searching the window for them: the results, thresholds and buffers
         are those of the engine that exported them.  The engine must hold none of them, use
-        the same buffer kind, and its window must hold the exported window's messages in the
+        the same buffer kind and parameters (:meth:`buffer_params`), and its window must hold the exported window's messages in the
         same order.  Everything is checked first; a state that does not fit raises E160 (an
         :class:`InputError`) having registered nothing."""
-        arrays = checked_state(state, BUFFERS.index(self.buffer_kind), len(self.vocabulary))
+        arrays = checked_state(state, BUFFERS.index(self.buffer_kind), self.buffer_params(), len(self.vocabulary))
         ids = arrays["ids"]
         if len(ids) == 0:  # nothing to register (whatever its window)
             return

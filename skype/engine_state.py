@@ -7,8 +7,9 @@ buffers' records (the cost model's fields, the threshold; ``age`` is the arrival
 buffer's last re-evaluation) and entries (CSR: the message as its position in the window, oldest
 first; score; dominance counter), and the window's message ids, oldest first.  Invariants a
 state must keep to be imported (:func:`checked_state`, before anything changes): every array of
-its dtype and length; the version and the buffer kind (an index into ``skype.engine.BUFFERS``)
-the engine's; CSR offsets from 0 to the end, never decreasing; ids unique; fields in range;
+its dtype and length; the version, the buffer kind (an index into ``skype.engine.BUFFERS``) and
+the buffers' parameters (kmax, the Skyband ratio, the cost model's: ``Engine.buffer_params``) the
+engine's; CSR offsets from 0 to the end, never decreasing; ids unique; fields in range;
 each buffer's entries inside the window and in ranking order (score descending, the newer
 message first among equal scores).  That the window is the engine's is checked by the engine.
 """
@@ -23,9 +24,11 @@ from skype._core.bufstore import entries_fit
 from skype.errors import InputError
 
 ENGINE_STATE_VERSION = 1  # Engine.export_state's layout
-# its arrays: name -> dtype, and what their length follows ("subs", "terms", "entries", "window", 1)
+# its arrays: name -> dtype, and what their length follows ("subs", "terms", "entries", "window",
+# "params", 1)
 STATE_ARRAYS = {
-    "version": (np.int64, 1), "buffer": (np.int64, 1), "window_ids": (np.int64, "window"),
+    "version": (np.int64, 1), "buffer": (np.int64, 1), "buffer_params": (np.float64, "params"),
+    "window_ids": (np.int64, "window"),
     "ids": (np.int64, "subs"), "x": (np.float64, "subs"), "y": (np.float64, "subs"), "k": (np.int64, "subs"),
     "alpha": (np.float64, "subs"), "until": (np.float64, "subs"), "term_indptr": (np.int64, "subs+1"),
     "term_ids": (np.uint32, "terms"), "term_weights": (np.float64, "terms"), "complete": (np.uint8, "subs"),
@@ -36,7 +39,8 @@ STATE_ARRAYS = {
 }
 
 
-def checked_state(state: Mapping[str, np.ndarray], buffer: int, vocabulary_size: int) -> dict[str, np.ndarray]:
+def checked_state(state: Mapping[str, np.ndarray], buffer: int, buffer_params: np.ndarray,
+                  vocabulary_size: int) -> dict[str, np.ndarray]:
     """``Engine.import_state``'s checks of an exported state, all before anything changes: every
     array present with its dtype and length, the version and buffer kind, CSR offsets, the
     subscriptions' fields in range, and each buffer's entries inside the window, in ranking
@@ -57,8 +61,11 @@ def checked_state(state: Mapping[str, np.ndarray], buffer: int, vocabulary_size:
         raise bad(f"version {a['version'].tolist()}, this engine reads {ENGINE_STATE_VERSION}")
     if len(a["buffer"]) != 1 or int(a["buffer"][0]) != buffer:
         raise bad(f"buffer kind {a['buffer'].tolist()}, this engine's is {buffer} (indexes into skype.engine.BUFFERS)")
+    if not np.array_equal(a["buffer_params"], buffer_params):
+        raise bad(f"buffer parameters {a['buffer_params'].tolist()}, this engine's are {buffer_params.tolist()}")
     n, nt, ne = len(a["ids"]), len(a["term_ids"]), len(a["entry_pos"])
-    sizes = {"subs": n, "subs+1": n + 1, "terms": nt, "entries": ne, "window": len(a["window_ids"]), 1: 1}
+    sizes = {"subs": n, "subs+1": n + 1, "terms": nt, "entries": ne, "window": len(a["window_ids"]),
+             "params": len(buffer_params), 1: 1}
     for name, (_, length) in STATE_ARRAYS.items():
         if len(a[name]) != sizes[length]:
             raise bad(f"{name} holds {len(a[name])} values, expected {sizes[length]}")

@@ -216,6 +216,16 @@ def test_other_buffer_kind_refused():
     assert err.value.code == "E160" and "buffer kind" in str(err.value)
 
 
+@pytest.mark.parametrize("other", [{"kmax": 30}, {"skyband_ratio": 0.5}, {"cost": {"barrier": "window"}},
+                                   {"cost": {"refresh_factor": 4.0}}])
+def test_other_buffer_parameters_refused(other):
+    a, vocab, msgs, state = _exported()
+    b = _target(a, vocab, msgs, **other)
+    with pytest.raises(InputError) as err:
+        b.import_state(state)
+    assert err.value.code == "E160" and "buffer parameters" in str(err.value) and len(b.subscription_ids()) == 0
+
+
 def test_a_window_holding_other_messages_is_refused():
     a, vocab, msgs, state = _exported()
     b = Engine(bounds=BOUNDS, vocabulary=vocab, window=150)
