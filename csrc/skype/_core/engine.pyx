@@ -500,6 +500,32 @@ cdef class CoreEngine:
         return (indptr, np.asarray(<int64_t[:ids.size()]>ids.data()).copy() if ids.size() else np.zeros(0, np.int64),
                 np.asarray(<double[:scores.size()]>scores.data()).copy() if scores.size() else np.zeros(0, np.float64))
 
+    def topk_ranks(self, const int64_t[::1] ext_ids, const int64_t[::1] msg_ids):
+        """Where message ``msg_ids[i]`` stands in the top-k of subscription ``ext_ids[i]``: its
+        rank (0 is the best; -1 when it is not there) and its score (NaN when not), as two arrays.
+        Consecutive pairs of one subscription read its top-k once."""
+        cdef Py_ssize_t i, j, n = ext_ids.shape[0]
+        if msg_ids.shape[0] != n:
+            raise ValueError("ext_ids and msg_ids differ in length")
+        rank = np.full(n, -1, dtype=np.int64)
+        score = np.full(n, np.nan, dtype=np.float64)
+        cdef int64_t[::1] rk = rank
+        cdef double[::1] sc = score
+        cdef vector[int64_t] ids
+        cdef vector[double] scores
+        with nogil:
+            for i in range(n):
+                if i == 0 or ext_ids[i] != ext_ids[i - 1]:
+                    ids.clear()
+                    scores.clear()
+                    self.buffers.topk_into(self.table.by_ext[ext_ids[i]], &ids, &scores)
+                for j in range(<Py_ssize_t>ids.size()):
+                    if ids[j] == msg_ids[i]:
+                        rk[i] = j
+                        sc[i] = scores[j]
+                        break
+        return rank, score
+
     def topn(self, int64_t ext_id, Py_ssize_t n):
         """The n best window messages of a subscription (ids, scores), straight from the message
         index: exact, independent of the subscription's buffer."""
