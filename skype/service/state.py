@@ -325,7 +325,8 @@ class State:
             s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
         else:
             s, m, e = _EMPTY_I, _EMPTY_I, np.zeros(0, bool)
-        subs = np.union1d(np.unique(s), ended) if len(ended) else np.unique(s)
+        distinct = s[np.r_[True, s[1:] != s[:-1]]] if len(s) else _EMPTY_I  # s is sorted
+        subs = np.union1d(distinct, ended) if len(ended) else distinct
         count = len(subs)
         if count == 0:
             return []
