@@ -4,7 +4,7 @@ The core engine's verb (one C loop over the pairs) against the generic one of
 :class:`~skype.api.EngineBase` on the reference engine, and both against a brute-force reading
 of each ``topk``: after every batch of an adversarial stream, for the pairs of every result
 change of the batch (in their top-k or not), pairs of messages still in the window or never
-published, repeated pairs and pairs in no particular order, on every index.
+published, repeated pairs and pairs in no particular order, on every index and buffer.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from adversarial import BOUNDS, dense_workload
 from skype import Engine, InputError, ReferenceEngine
-from skype.engine import INDEXES
+from skype.engine import BUFFERS, INDEXES
 
 
 def brute_ranks(engine, subs: np.ndarray, msgs: np.ndarray) -> list[tuple[int, float]]:
@@ -52,13 +52,13 @@ def pairs_of(log, rng: np.random.Generator, sub_ids: np.ndarray, window_ids: np.
     return np.concatenate(subs).astype(np.int64), np.concatenate(msgs).astype(np.int64)
 
 
-@settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 2**16), index=st.sampled_from(INDEXES), batch=st.sampled_from([1, 7, 64]),
-       time_window=st.booleans())
-def test_core_and_generic_topk_ranks_equal_brute_force(seed, index, batch, time_window):
+@settings(max_examples=16, deadline=None)
+@given(seed=st.integers(0, 2**16), index=st.sampled_from(INDEXES), buffer=st.sampled_from(BUFFERS),
+       batch=st.sampled_from([1, 7, 64]), time_window=st.booleans())
+def test_core_and_generic_topk_ranks_equal_brute_force(seed, index, buffer, batch, time_window):
     vocab, subs, msgs = dense_workload(seed, num_subs=80, num_messages=300, vocab_size=12)
     window = {"window_seconds": 25.0} if time_window else {"window": 40}
-    core = Engine(bounds=BOUNDS, vocabulary=vocab, index=index, **window)
+    core = Engine(bounds=BOUNDS, vocabulary=vocab, index=index, buffer=buffer, **window)
     ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, **window)
     rng = np.random.default_rng(seed)
     for e in (core, ref):
