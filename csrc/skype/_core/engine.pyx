@@ -21,15 +21,13 @@ The batch API takes numpy arrays (terms in CSR form) and loops in C without the 
 """
 import numpy as np
 cimport numpy as cnp
-from cython.operator cimport dereference as deref
-from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from skype._core.arena cimport BufEntryC
 from skype._core.bufstore cimport SubBufC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.scoring cimport outside_time_window, score_pair
-from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_next_seq, win_oldest, win_terms,
+from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_of, win_oldest, win_terms,
                                  win_extra_holders, win_holder_at)
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
@@ -508,10 +506,9 @@ cdef class CoreEngine:
         """Where message ``msg_ids[i]`` stands in the top-k of subscription ``ext_ids[i]``: its
         rank (0 is the best; -1 when it is not there) and its score (NaN when not), as two arrays.
 
-        Each distinct message's seq is found once, scanning the window from the newest back until
-        all are found (a step's entered messages are mostly its own, the newest); a top-k entry
-        is then matched by its seq's low 32 bits (unique in the window), so no entry's external
-        id is read.  Consecutive pairs of one subscription read its buffer once."""
+        Each message's seq comes from the window's id set (-1: not in the window, so in no
+        top-k); a top-k entry is matched by its seq's low 32 bits (unique in the window), so no
+        entry's external id is read.  Consecutive pairs of one subscription read its buffer once."""
         cdef Py_ssize_t i, j, n = ext_ids.shape[0], top = 0
         if msg_ids.shape[0] != n:
             raise ValueError("ext_ids and msg_ids differ in length")
@@ -519,30 +516,17 @@ cdef class CoreEngine:
         score = np.full(n, np.nan, dtype=np.float64)
         cdef int64_t[::1] rk = rank
         cdef double[::1] sc = score
-        cdef unordered_map[int64_t, int64_t] seq_of   # message id -> its seq (-1: not in the window)
-        cdef unordered_map[int64_t, int64_t].iterator it
-        cdef size_t missing
-        cdef seq_t s = win_next_seq(self.window)
         cdef const SubBufC* sb = NULL
         cdef const BufEntryC* B = NULL
         cdef int64_t target
         cdef uint32_t lo
         with nogil:
             for i in range(n):
-                seq_of[msg_ids[i]] = -1
-            missing = seq_of.size()
-            while missing > 0 and s > self.window.oldest_seq:
-                s -= 1
-                it = seq_of.find(win_get(self.window, s).ext_id)
-                if it != seq_of.end() and deref(it).second < 0:
-                    deref(it).second = <int64_t>s
-                    missing -= 1
-            for i in range(n):
                 if i == 0 or ext_ids[i] != ext_ids[i - 1]:
                     sb = &self.buffers.buf[self.table.by_ext[ext_ids[i]]]
                     B = self.buffers._entries(sb)
                     top = sb.size if <int32_t>sb.size < sb.k else sb.k
-                target = seq_of[msg_ids[i]]
+                target = win_seq_of(self.window, msg_ids[i])
                 if target < 0:
                     continue
                 lo = <uint32_t>target
