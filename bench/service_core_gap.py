@@ -13,7 +13,8 @@ both paths, each in its own process, with the engine's work counters beside the 
   ``simulate`` does for topk-only inputs), to size what that window costs in the server.
 
 For each run: the seconds inside ``publish_batch`` (the core), inside ``State._events`` and in
-the rest of ``apply``; and the engine's counters (arrivals, expirations, re-evaluations, its own
+the rest of ``apply``; the engine each path built (index, buffer and options: the last line says
+whether every path built the same, so that a default changed on one path shows); and the engine's counters (arrivals, expirations, re-evaluations, its own
 AMP/EMP clocks, the per-phase counts), which say whether both paths made the engine do the same
 work.  The paths alternate (``--rounds``), so that a busy machine slows both alike.
 
@@ -42,24 +43,26 @@ COUNTERS = ("arrivals", "expirations", "reevaluations", "amp_us", "emp_us", "avg
 def counters(engine) -> dict:
     stats = engine.stats()
     out = {k: stats[k] for k in COUNTERS if k in stats}
+    out["engine"] = stats.get("engine")  # "core (index, buffer)": both paths must name the same
+    out["options"] = {k: v for k, v in sorted(getattr(engine, "params", {}).items()) if not isinstance(v, dict)}
     phases = stats.get("phases") or {}
     out["phase_counts"] = {k: v for k, v in phases.items() if k != "seconds"}
     return out
 
 
-def run_simulate(m: Path, s: Path, window: int, batch: int) -> dict:
+def run_simulate(m: Path, s: Path, window: int, batch: int, options: dict) -> dict:
     from skype import simulate
 
     t0 = time.perf_counter()
     result = simulate.run({"messages": str(m), "subscriptions": str(s), "window": window, "batch_size": batch,
-                           "progress": False})
+                           "progress": False, **options})
     return {"path": "simulate", "wall_s": round(time.perf_counter() - t0, 2),
             "stream_s": round(result.metrics["stream_s"], 2),
             "msgs_per_s": round(result.metrics["throughput_msgs_per_s"]), **counters(result.engine)}
 
 
 def run_state(m: Path, s: Path, window: int, batch: int, on_thread: bool, same_vocabulary: bool,
-              query_window: bool = True) -> dict:
+              query_window: bool = True, options: dict | None = None) -> dict:
     from skype.service.build import engine_factory
     from skype.service.settings import ServiceSettings
     from skype.service.state import State
@@ -75,13 +78,15 @@ def run_state(m: Path, s: Path, window: int, batch: int, on_thread: bool, same_v
                 clocks[name] += time.perf_counter() - t
         return run
 
-    make = engine_factory(ServiceSettings(data_dir=tempfile.gettempdir(), window=window))
+    make = engine_factory(ServiceSettings(data_dir=tempfile.gettempdir(), window=window,
+                                          engine_options=dict(options or {})))
     if not query_window:  # the engine serve builds, without the query window (snapshots=False)
         from skype.engine import Engine
         from skype.model import DEFAULT_BOUNDS
 
         def make(vocabulary):
-            return Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=False, window=window)
+            return Engine(bounds=DEFAULT_BOUNDS, vocabulary=vocabulary, snapshots=False, window=window,
+                          **(options or {}))
 
     def make_engine(vocabulary):
         engine = make(vocabulary)
@@ -134,13 +139,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--paths", default="simulate,state,state-vocabulary,state-thread",
                     help="simulate, or state with any of the suffixes -thread, -vocabulary, -noquery in that order")
+    ap.add_argument("--index", help="the engine's index on both paths (default: each path's default; the "
+                    "report names the engine each path built, which must be the same)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # a child: run one path on --files
     ap.add_argument("--files", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         m, s = (Path(p) for p in a.files.split(","))
-        res = run_simulate(m, s, a.window, a.batch) if a.one == "simulate" else \
-            run_state(m, s, a.window, a.batch, "-thread" in a.one, "-vocabulary" in a.one, "-noquery" not in a.one)
+        options = {"index": a.index} if a.index else {}
+        res = run_simulate(m, s, a.window, a.batch, options) if a.one == "simulate" else \
+            run_state(m, s, a.window, a.batch, "-thread" in a.one, "-vocabulary" in a.one, "-noquery" not in a.one,
+                      options=options)
         print(json.dumps(res))
         return
     with tempfile.TemporaryDirectory(prefix="skype-core-gap-") as tmp:
@@ -152,10 +161,13 @@ def main() -> None:
         for _ in range(a.rounds):
             for path in a.paths.split(","):
                 out = subprocess.run([sys.executable, __file__, "--one", path, "--files", f"{m},{s}",
-                                      "--window", str(a.window), "--batch", str(a.batch)],
+                                      "--window", str(a.window), "--batch", str(a.batch),
+                                      *(["--index", a.index] if a.index else [])],
                                      env=ENV, check=True, capture_output=True, text=True)
                 runs.append(json.loads(out.stdout))
                 print(json.dumps(runs[-1]), flush=True)
+        engines = {json.dumps([r["engine"], r["options"]]) for r in runs}
+        print(json.dumps({"same_engine_options": len(engines) == 1, "engines": sorted(engines)}), flush=True)
 
 
 if __name__ == "__main__":

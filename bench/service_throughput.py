@@ -77,21 +77,24 @@ def main() -> None:
                     help="the server's option (default: its default); a huge value times a full log replay")
     ap.add_argument("--queries", choices=("lazy", "eager"), default="lazy",
                     help="the server's --queries (default: lazy, the server's default), to A/B the query window")
+    ap.add_argument("--index", help="the engine's index, given to simulate and to the server alike (default: their "
+                    "defaults; the report names simulate's engine)")
     a = ap.parse_args()
+    engine_args = ["--index", a.index] if a.index else []
     tmp = TMP
     m, s = tmp / "m.jsonl", tmp / "s.jsonl"
     subprocess.run([sys.executable, "-m", "skype.run", "generate", "--dataset", "tweets", "--num-subs", str(a.subs),
                     "--num-messages", str(a.messages), "--messages-out", str(m), "--subscriptions-out", str(s)],
                    env=ENV, check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "skype.run", "simulate", "--messages", str(m), "--subscriptions", str(s),
-                    "--window", str(a.window), "--metrics-out", str(tmp / "sim.json"), "--no-progress"],
+                    "--window", str(a.window), "--metrics-out", str(tmp / "sim.json"), "--no-progress", *engine_args],
                    env=ENV, check=True, capture_output=True)
     sim = json.loads((tmp / "sim.json").read_text())
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = ["--window", str(a.window), "--fsync", a.fsync, "--snapshot-every", str(a.snapshot_every),
-            "--ingest", a.ingest, "--queries", a.queries]
+            "--ingest", a.ingest, "--queries", a.queries, *engine_args]
     proc = start(tmp / "data", port, args)
     session = requests.Session()
     t0 = time.perf_counter()
@@ -125,6 +128,7 @@ def main() -> None:
     serve_tp = len(lines) / stream_s
     print(json.dumps({
         "subscriptions": a.subs, "messages": len(lines), "window": a.window, "batch": a.batch, "fsync": a.fsync, "ingest": a.ingest,
+        "simulate_engine": sim.get("engine"), "index": a.index or "default",
         "simulate_msgs_per_s": round(sim["throughput_msgs_per_s"]), "serve_msgs_per_s": round(serve_tp),
         "ratio": round(serve_tp / sim["throughput_msgs_per_s"], 3),
         "ack_p50_ms": round(1e3 * float(np.percentile(acks, 50)), 2),

@@ -445,6 +445,9 @@ class Engine(EngineBase):
     def _topk_arrays(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self._core.topk_arrays(sub_ids)
 
+    def _topk_ranks(self, subs: np.ndarray, msgs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._core.topk_ranks(subs, msgs)
+
     def _topn(self, sub_id: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         return self._core.topn(sub_id, n)
 

@@ -233,17 +233,17 @@ def test_a_failed_log_append_changes_nothing(tmp_path):
     assert [cmd["t"] for _, cmd in Log(tmp_path, "never").recover(0)] == [1.0, 3.0]
 
 
-@pytest.mark.parametrize("deep", [False, True])
-def test_entered_positions_of_shallow_and_deep_top_k(deep):
-    from skype.service.state import _entered_positions
+@pytest.mark.parametrize("wide", [False, True])
+def test_by_sub_then_message_is_lexsort(wide):
+    """The events' order of a change log (one combined key, or two when the ids are wide)."""
+    from skype.service.state import _by_sub_then_message
 
     rng = np.random.default_rng(11)
-    lens = [3000] if deep else rng.integers(0, 12, 300).tolist()
-    indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
-    span = 10**15 if deep else 5000  # wide ids: binary search; narrow: the lookup table
-    ids = np.concatenate([rng.choice(span, n, replace=False) for n in lens]).astype(np.int64)
-    pick = np.sort(rng.choice(len(ids), min(len(ids), 2000), replace=False))  # entries that entered
-    rows = np.searchsorted(indptr, pick, side="right") - 1
-    order = rng.permutation(len(pick))  # any order in, sorted positions out
-    got = _entered_positions(indptr, ids, rows[order], ids[pick][order])
-    assert got.tolist() == pick.tolist()
+    for n in (0, 1, 2, 50, 3000):
+        span = 2**62 if wide else 5000
+        sub = rng.integers(-span, span, n) if n % 2 else rng.integers(0, 30, n)  # ties, repeats
+        msg = rng.integers(-span, span, n)
+        if n > 10:
+            msg[: n // 3] = msg[0]  # equal pairs: the order keeps their positions
+            sub[: n // 3] = sub[0]
+        assert _by_sub_then_message(sub, msg).tolist() == np.lexsort((msg, sub)).tolist()

@@ -17,7 +17,8 @@ command, the entries that entered (shaped as in the results file, taken from the
 the command) and the ids that left (terms for ``terms``).  Subscriptions in ascending id
 order; ``seq`` increases by one per event.  A command's events are one
 :class:`~skype.service.events.EventBlock` (columns, built with numpy from the engine's change
-log and one ``topk_arrays`` call: no Python object per top-k event).
+log, netted with one stable sort, and one ``topk_ranks`` call that gives the rank and score of
+every entered entry: no Python object per top-k event, no changed top-k read whole).
 
 A message batch is either records (``{"op": "msgs", "recs"}``: design 1, validated record by
 record) or an NDJSON body (``{"op": "msgs", "ndjson"}``: design 2, :mod:`skype.service.ingest`,
@@ -61,41 +62,17 @@ _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
 
 
-def _entered_positions(indptr: np.ndarray, ids: np.ndarray, rows: np.ndarray, msgs: np.ndarray) -> np.ndarray:
-    """Where each entered message ``msgs[j]`` stands in the top-k CSR ``(indptr, ids)`` (it is
-    in row ``rows[j]``: it entered and is there after the write), as positions into ``ids``,
-    sorted: by row, then rank (CSR rows hold their entries in ranking order).
-
-    The entered messages are few next to the top-k entries: each entry looks its id up among
-    the distinct entered messages (a lookup table over their id range when it is narrow, as a
-    stream's ids are; else a binary search), and only the entries found there are matched as
-    (row, message rank) pairs against the entered pairs."""
-    if len(rows) == 0:
-        return _EMPTY_I
-    distinct = np.unique(msgs)
-    lo, span = int(distinct[0]), int(distinct[-1]) - int(distinct[0]) + 1
-    if span <= 8 * (len(ids) + len(distinct)) + 4096:  # ids close together: a lookup table
-        table = np.full(span, -1, np.int64)
-        table[distinct - lo] = np.arange(len(distinct))
-        inside = np.flatnonzero((ids >= distinct[0]) & (ids <= distinct[-1]))
-        rank = np.full(len(ids), -1, np.int64)
-        rank[inside] = table[ids[inside] - lo]
-        candidate = np.flatnonzero(rank >= 0)  # entries whose id entered somewhere
-        msg_rank = table[msgs - lo]
-    else:
-        rank = np.minimum(np.searchsorted(distinct, ids), len(distinct) - 1)
-        candidate = np.flatnonzero(distinct[rank] == ids)
-        msg_rank = np.searchsorted(distinct, msgs)
-    row_of = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    width = len(distinct)
-    key_entry = row_of[candidate] * width + rank[candidate]
-    order = np.argsort(key_entry)
-    key_entry = key_entry[order]  # ascending: by row, then id
-    key_entered = rows * width + msg_rank
-    found = np.searchsorted(key_entry, key_entered)
-    assert np.array_equal(key_entry[np.minimum(found, len(key_entry) - 1)], key_entered), \
-        "an entered message is missing from its top-k"
-    return np.sort(candidate[order[found]])
+def _by_sub_then_message(sub: np.ndarray, msg: np.ndarray) -> np.ndarray:
+    """The stable order of the pairs ``(sub[i], msg[i])``: by ``sub``, then ``msg``, then
+    position (``np.lexsort((msg, sub))``).  One stable sort of a combined key when both spans
+    fit in it together (as a stream's ids do), else the two-key sort."""
+    if len(sub) < 2:
+        return np.arange(len(sub), dtype=np.int64)
+    s0, m0 = int(sub.min()), int(msg.min())
+    s_span, m_span = int(sub.max()) - s0 + 1, int(msg.max()) - m0 + 1
+    if s_span * m_span >= 1 << 62:
+        return np.lexsort((msg, sub))
+    return np.argsort((sub - s0) * m_span + (msg - m0), kind="stable")
 
 
 def pack_record(rec: dict) -> bytes:
@@ -342,7 +319,7 @@ class State:
         n = len(log)
         ended = np.array(sorted(sid for sid in self.engine.ended_subscriptions() if sid in self.records), np.int64)
         if n:
-            order = np.lexsort((log.msg, log.sub))  # by sub, then message, then time (a stable sort)
+            order = _by_sub_then_message(log.sub, log.msg)  # then time (a stable sort)
             sub, msg, ent = log.sub[order], log.msg[order], log.entered[order]
             starts = np.flatnonzero(np.r_[True, (sub[1:] != sub[:-1]) | (msg[1:] != msg[:-1])])
             ends = np.r_[starts[1:], n] - 1
@@ -350,7 +327,8 @@ class State:
             s, m, e = sub[starts][changed], msg[starts][changed], ent[ends][changed]
         else:
             s, m, e = _EMPTY_I, _EMPTY_I, np.zeros(0, bool)
-        subs = np.union1d(np.unique(s), ended) if len(ended) else np.unique(s)
+        distinct = s[np.r_[True, s[1:] != s[:-1]]] if len(s) else _EMPTY_I  # s is sorted
+        subs = np.union1d(distinct, ended) if len(ended) else distinct
         count = len(subs)
         if count == 0:
             return []
@@ -365,10 +343,11 @@ class State:
         is_topk = np.zeros(count, bool)
         is_topk[topk_ev] = True
         pick = e & is_topk[ev]
-        ent_ev, ent_msg = ev[pick], m[pick]
-        indptr, ids, scores = self.engine.topk_arrays(subs[topk_ev]) if len(topk_ev) else (
-            np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F)
-        at = _entered_positions(indptr, ids, np.searchsorted(topk_ev, ent_ev), ent_msg)
+        ent_ev, ent_msg = ev[pick], m[pick]  # by event, then message id
+        # their rank and score in the top-k after the command, from the engine in one call
+        rank, score = self.engine.topk_ranks(s[pick], ent_msg) if len(ent_ev) else (_EMPTY_I, _EMPTY_F)
+        assert (rank >= 0).all(), "an entered message is missing from its top-k"
+        at = _by_sub_then_message(ent_ev, rank)  # each event's entries in ranking order
         ent_ptr = np.zeros(count + 1, np.int64)
         np.cumsum(np.bincount(ent_ev, minlength=count), out=ent_ptr[1:])
         left_ev, left_ids = ev[~e], m[~e]
@@ -396,7 +375,7 @@ class State:
                 after = io.answer_entries(kind, self.engine.result(sid))
                 obj.update(entered=[x for x in after if ENTRY_KEY[kind](x) in entered_keys], left=left_l)
             objects[i] = obj
-        return [EventBlock(seq0, subs, self.position, ent_ptr=ent_ptr, ent_ids=ids[at], ent_scores=scores[at],
+        return [EventBlock(seq0, subs, self.position, ent_ptr=ent_ptr, ent_ids=ent_msg[at], ent_scores=score[at],
                            left_ptr=left_ptr, left_ids=left_ids, removed=is_ended, objects=objects)]
 
     def record(self, sid: int) -> dict | None:

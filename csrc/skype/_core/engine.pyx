@@ -23,9 +23,11 @@ import numpy as np
 cimport numpy as cnp
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from skype._core.arena cimport BufEntryC
+from skype._core.bufstore cimport SubBufC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.scoring cimport outside_time_window, score_pair
-from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_oldest, win_terms,
+from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_of, win_oldest, win_terms,
                                  win_extra_holders, win_holder_at)
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
@@ -515,6 +517,41 @@ cdef class CoreEngine:
                 ip[i + 1] = ids.size()
         return (indptr, np.asarray(<int64_t[:ids.size()]>ids.data()).copy() if ids.size() else np.zeros(0, np.int64),
                 np.asarray(<double[:scores.size()]>scores.data()).copy() if scores.size() else np.zeros(0, np.float64))
+
+    def topk_ranks(self, const int64_t[::1] ext_ids, const int64_t[::1] msg_ids):
+        """Where message ``msg_ids[i]`` stands in the top-k of subscription ``ext_ids[i]``: its
+        rank (0 is the best; -1 when it is not there) and its score (NaN when not), as two arrays.
+
+        Each message's seq comes from the window's id set (-1: not in the window, so in no
+        top-k); a top-k entry is matched by its seq's low 32 bits (unique in the window), so no
+        entry's external id is read.  Consecutive pairs of one subscription read its buffer once."""
+        cdef Py_ssize_t i, j, n = ext_ids.shape[0], top = 0
+        if msg_ids.shape[0] != n:
+            raise ValueError("ext_ids and msg_ids differ in length")
+        rank = np.full(n, -1, dtype=np.int64)
+        score = np.full(n, np.nan, dtype=np.float64)
+        cdef int64_t[::1] rk = rank
+        cdef double[::1] sc = score
+        cdef const SubBufC* sb = NULL
+        cdef const BufEntryC* B = NULL
+        cdef int64_t target
+        cdef uint32_t lo
+        with nogil:
+            for i in range(n):
+                if i == 0 or ext_ids[i] != ext_ids[i - 1]:
+                    sb = &self.buffers.buf[self.table.by_ext[ext_ids[i]]]
+                    B = self.buffers._entries(sb)
+                    top = sb.size if <int32_t>sb.size < sb.k else sb.k
+                target = win_seq_of(self.window, msg_ids[i])
+                if target < 0:
+                    continue
+                lo = <uint32_t>target
+                for j in range(top):
+                    if B[j].seq_lo == lo:
+                        rk[i] = j
+                        sc[i] = B[j].score
+                        break
+        return rank, score
 
     def topn(self, int64_t ext_id, Py_ssize_t n):
         """The n best window messages of a subscription (ids, scores), straight from the message

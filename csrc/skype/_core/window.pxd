@@ -8,6 +8,7 @@ cdef extern from *:
     #define SKYPE_NO_HOLDER 0xFFFFFFFFu
     #define SKYPE_HOLD_EXTRA 0x80000000u
     #define SKYPE_HOLD_MASK 0x7FFFFFFFu
+    #define SKYPE_NO_ID_SLOT 0xFFFFFFFFu
     """
     # a dropped reverse-map entry (its buffer evicted the message)
     const sid_t NO_HOLDER "SKYPE_NO_HOLDER"
@@ -15,6 +16,8 @@ cdef extern from *:
     # of an absolute position in the holder ring
     const uint32_t HOLD_EXTRA "SKYPE_HOLD_EXTRA"
     const uint32_t HOLD_MASK "SKYPE_HOLD_MASK"
+    # an empty slot of the id set (id_slots)
+    const uint32_t NO_ID_SLOT "SKYPE_NO_ID_SLOT"
 
 
 ctypedef vector[sid_t]* HolderListP     # an extra-holder list
@@ -94,3 +97,20 @@ cdef inline vector[sid_t]* win_extra_holders(WindowStore w, seq_t seq) noexcept 
 
 cdef inline sid_t win_holder_at(WindowStore w, uint64_t pos) noexcept nogil:
     return w.hold_ring[pos & (w.hold_ring.size() - 1)]
+
+
+cdef inline uint64_t win_id_hash(int64_t ext_id) noexcept nogil:
+    """The id set's hash of an external id (Fibonacci hashing, high bits folded down)."""
+    cdef uint64_t k = <uint64_t>ext_id * 0x9E3779B97F4A7C15ULL
+    return k ^ (k >> 29)
+
+
+cdef inline int64_t win_seq_of(WindowStore w, int64_t ext_id) noexcept nogil:
+    """The seq of the window's message ``ext_id`` (one probe run of the id set), or -1 when no
+    message of the window has that id."""
+    cdef uint64_t i = win_id_hash(ext_id) & w.id_mask
+    while w.id_slots[i] != NO_ID_SLOT:
+        if w.ring[w.id_slots[i]].ext_id == ext_id:
+            return <int64_t>w.ring[w.id_slots[i]].seq
+        i = (i + 1) & w.id_mask
+    return -1

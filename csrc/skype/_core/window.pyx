@@ -34,7 +34,7 @@ Invariants:
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
-from skype._core.window cimport win_next_seq, win_get, NO_HOLDER, HOLD_EXTRA, HOLD_MASK
+from skype._core.window cimport win_next_seq, win_get, win_id_hash, NO_HOLDER, HOLD_EXTRA, HOLD_MASK, NO_ID_SLOT
 
 cdef enum:
     INITIAL_RING = 1024
@@ -42,12 +42,7 @@ cdef enum:
     INITIAL_HOLDERS = 16384
     KEEP_EXTRA = 16             # a recycled extra list keeps at most this many entries' storage
 
-cdef uint32_t NO_SLOT = 0xFFFFFFFFu
-
-
-cdef inline uint64_t id_hash(int64_t ext_id) noexcept nogil:
-    cdef uint64_t k = <uint64_t>ext_id * 0x9E3779B97F4A7C15ULL
-    return k ^ (k >> 29)
+cdef uint32_t NO_SLOT = NO_ID_SLOT
 
 
 cdef class WindowStore:
@@ -76,14 +71,14 @@ cdef class WindowStore:
 
     # ------------------------------------------------------------------ duplicate detection
     cdef void _id_insert(self, uint32_t slot) noexcept nogil:
-        cdef uint64_t i = id_hash(self.ring[slot].ext_id) & self.id_mask
+        cdef uint64_t i = win_id_hash(self.ring[slot].ext_id) & self.id_mask
         while self.id_slots[i] != NO_SLOT:
             i = (i + 1) & self.id_mask
         self.id_slots[i] = slot
 
     cdef void _id_erase(self, uint32_t slot) noexcept nogil:
         """Remove ring slot ``slot`` (still holding its message) from the set."""
-        cdef uint64_t i = id_hash(self.ring[slot].ext_id) & self.id_mask, j, home
+        cdef uint64_t i = win_id_hash(self.ring[slot].ext_id) & self.id_mask, j, home
         while self.id_slots[i] != slot:
             i = (i + 1) & self.id_mask
         j = i
@@ -91,14 +86,14 @@ cdef class WindowStore:
             j = (j + 1) & self.id_mask
             if self.id_slots[j] == NO_SLOT:
                 break
-            home = id_hash(self.ring[self.id_slots[j]].ext_id) & self.id_mask
+            home = win_id_hash(self.ring[self.id_slots[j]].ext_id) & self.id_mask
             if ((j - home) & self.id_mask) >= ((j - i) & self.id_mask):
                 self.id_slots[i] = self.id_slots[j]
                 i = j
         self.id_slots[i] = NO_SLOT
 
     cdef bint _id_contains(self, int64_t ext_id) noexcept nogil:
-        cdef uint64_t i = id_hash(ext_id) & self.id_mask
+        cdef uint64_t i = win_id_hash(ext_id) & self.id_mask
         while self.id_slots[i] != NO_SLOT:
             if self.ring[self.id_slots[i]].ext_id == ext_id:
                 return True
