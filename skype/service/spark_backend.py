@@ -28,8 +28,8 @@ only the engine changes (:mod:`skype.service.backend`).  Its flow:
 
 Results (``GET /v1/results``, resets) are the folded events: they trail the acknowledged writes
 by the batches Spark has not completed (``skype_spark_position`` in ``/metrics`` says how far it
-has come).  Snapshot queries are refused (E138): DSkype answers them only on a stream its driver
-stages.  Subscriptions are topk without ``until`` (E048) and the window counts messages
+has come).  Snapshot queries are commands of the stream, staged at the acknowledged position and
+answered from the batch that holds them (:mod:`skype.service.spark_queries`).  Subscriptions are topk without ``until`` (E048) and the window counts messages
 (``--window``).  A write is staged after its log append and before the group's fsync: a machine
 crash can leave a staged write the log lost (a SIGKILL cannot: the page cache survives).
 """
@@ -56,6 +56,7 @@ from skype.errors import InputError
 from skype.model import Bounds, MessageBatch, Subscription, SubscriptionBatch, TermMatrix
 from skype.service.events import EventBlock
 from skype.service.spark_fold import BatchRows, FoldedResults
+from skype.service.spark_queries import LiveQueries
 from skype.service.state import State
 from skype import validate
 from skype.workload import subscriptions_batch
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from skype.service.settings import ServiceSettings
 
 DEFAULTS = {"master": "local[2]", "method": "location", "partitions": 2, "trigger_ms": 500, "batch_size": 100_000,
-            "driver_memory": None}
+            "driver_memory": None, "query_timeout_s": 120}
 DRIVER_MODULE = "skype.spark.live_driver"
 
 
@@ -76,7 +77,7 @@ def spark_options(settings: ServiceSettings) -> dict:
     unknown = sorted(set(opts) - set(DEFAULTS))
     if unknown:
         raise InputError("E023", what="options of --engine spark", expected=f"among {sorted(DEFAULTS)}", value=unknown)
-    for name in ("partitions", "trigger_ms", "batch_size"):
+    for name in ("partitions", "trigger_ms", "batch_size", "query_timeout_s"):
         value = opts[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError("E023", what=f"--{name.replace('_', '-')}", expected="an integer >= 1", value=value)
@@ -173,6 +174,17 @@ class StreamWriter:
         self.messages, self.commands, self.pending_messages = [], [], 0
         self.first = None
 
+    def query(self, n: int, at: int, spec: str) -> None:
+        """Stage snapshot query ``n`` at position ``at`` (its compiled ``spec``): the pending writes
+        first, then its own command file, named after the last log record before it
+        (:mod:`skype.service.spark_queries`)."""
+        from skype.service.spark_queries import query_file_name
+
+        self.flush()
+        write_table(command_table(["query"], [at], _id_rows([n]), spec=[spec]),
+                    self.commands_dir / query_file_name(self.index - 1, n), "parquet")
+        self.files += 1
+
     def restored(self, log_index: int) -> None:
         """A snapshot covering the records before ``log_index`` was restored."""
         self.index, self.first = log_index, None
@@ -182,7 +194,7 @@ def _staged_upto(directory: Path) -> int:
     """One past the last log record whose writes a directory holds (0: none)."""
     last = -1
     for path in directory.glob("part-*.parquet"):
-        parts = path.stem.split("-")
+        parts = path.name.split(".")[0].split("-")  # part-<i>-<j>.parquet, or a query's part-<j>-<j>.q<n>.parquet
         last = max(last, int(parts[-1]))
     return last + 1
 
@@ -200,6 +212,7 @@ class StreamEngine:
         self.arrivals = 0
         self.subscribed: set[int] = set()
         self._window_ids: deque[np.ndarray] = deque()
+        self._window_t: deque[np.ndarray] = deque()  # the timestamps beside (snapshot queries' clocks)
         self._window_count = 0
 
     # ------------------------------------------------------------------ messages
@@ -216,16 +229,24 @@ class StreamEngine:
             raise InputError("E009", t=float(batch.t[0]), prev=self.clock, record_id=int(batch.ids[0]))
         self.writer.message(batch)
         self._window_ids.append(batch.ids.copy())
+        self._window_t.append(np.asarray(batch.t, np.float64).copy())
         self._window_count += len(batch.ids)
         while self._window_count - len(self._window_ids[0]) >= self.window:
             self._window_count -= len(self._window_ids.popleft())
+            self._window_t.popleft()
         excess = self._window_count - self.window
         if excess > 0:
             self._window_ids[0] = self._window_ids[0][excess:]
+            self._window_t[0] = self._window_t[0][excess:]
             self._window_count -= excess
         self.clock = float(batch.t[-1])
         self.arrivals += len(batch.ids)
         return ChangeLog.empty()  # the events come from the fold
+
+    def window_times(self) -> list[np.ndarray]:
+        """The timestamps of the window's messages, oldest first, as non-empty chunks ending at
+        the newest (what :func:`skype.dskype.snapshots.lower_query` reads)."""
+        return [t for t in self._window_t if len(t)]
 
     def restore_position(self, clock: float, arrivals: int) -> None:
         self.clock, self.arrivals = max(self.clock, clock), arrivals
@@ -285,10 +306,6 @@ class StreamEngine:
         for sid in sorted(self.subscribed):
             yield sid, "topk", self.fold.result(sid)
 
-    def query(self, kind: str, **fields: Any) -> list:
-        raise InputError("E138", where="serve --engine spark",
-                         reason="DSkype answers snapshot queries only on a stream its driver stages "
-                                "(python -m skype.run distributed --answers-out)")
 
 
 class SparkState(State):
@@ -331,6 +348,11 @@ class SparkState(State):
             writer.muted = False
         writer.restored(int(meta["log_index"]))
 
+    def query(self, rec: Any) -> Any:
+        """A snapshot query, staged as a command of the stream; the route awaits its answer
+        (:mod:`skype.service.spark_queries`)."""
+        return self.backend.queries.stage(self, rec, self.backend.writer)
+
     def meta(self) -> dict:
         """What a snapshot records (called on the engine thread as the snapshot is captured):
         first the pending writes are staged, since the log will not replay them."""
@@ -349,6 +371,8 @@ class SparkBackend:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.writer = StreamWriter(self.run_dir)
         self.fold = FoldedResults()
+        self.queries = LiveQueries(self.run_dir, self.options["method"], self.options["partitions"], self._bounds(),
+                                   int(settings.window or 0), self.options["query_timeout_s"])
         self.state: SparkState | None = None
         self.service: Service | None = None
         self.stopping = threading.Event()
@@ -526,6 +550,7 @@ class SparkBackend:
                 except Exception as err:  # the worker failed or stopped: nothing more to fold
                     print(f"skype serve: folding Spark batch {batch} failed: {err!r}", file=sys.stderr, flush=True)
                     return
+                self.queries.batch_done(batch)
 
     async def _fold(self, prepared: tuple | None) -> None:
         """On the loop: commit the prepared batch on the engine thread (a ``read`` job: the

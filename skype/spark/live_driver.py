@@ -4,7 +4,8 @@ Started (and started again when it dies) by the service (:mod:`skype.service.spa
 DSkype (:func:`skype.spark.job.run`) over the service's stream directories ``RUN_DIR/in/messages``
 and ``RUN_DIR/in/commands`` as an open stream, one micro-batch every ``trigger_ms``, until it is
 stopped; events go to ``RUN_DIR/events/<method>/``, the Spark checkpoint to ``RUN_DIR/spark``.
-Its settings are ``RUN_DIR/live.json``, written by the service.
+Its settings are ``RUN_DIR/live.json``, written by the service.  The partitions' engines keep the
+query window (``snapshots``): the service stages snapshot queries as commands of the stream.
 
 A new run plans its distribution from what the directories hold when it starts: the
 subscriptions staged so far and up to ``sample_size`` messages (with the vocabulary of
@@ -53,7 +54,7 @@ def planning_inputs(run_dir: Path, cfg: dict):
         for row, (op, sid) in enumerate(zip(commands.column("op").to_pylist(), commands.column("id").to_pylist())):
             if op == "sub":
                 live[int(sid)] = row
-            else:
+            elif op == "unsub":  # a query's id is its ordinal, not a subscription
                 live.pop(int(sid), None)
     if live:
         subs_table = commands.take(sorted(live.values()))
@@ -73,6 +74,15 @@ def planning_inputs(run_dir: Path, cfg: dict):
                   "the live service's stream")
 
 
+def engine_options(run_dir: Path) -> dict:
+    """The partitions' engines keep the query window (the service stages snapshot queries:
+    :mod:`skype.service.spark_queries`); a run planned before that resumes with its own options."""
+    meta = run_dir / "run.json"
+    if meta.exists():
+        return dict(json.loads(meta.read_text())["settings"].get("engine_options", {}))
+    return {"snapshots": True}
+
+
 def run_driver(run_dir: str | Path) -> dict:
     """Run the live stream of ``run_dir`` until stopped (SIGTERM) or killed; its metrics."""
     from skype.dskype.plan import RunSettings
@@ -86,6 +96,7 @@ def run_driver(run_dir: str | Path) -> dict:
                "trigger_seconds": cfg["trigger_ms"] / 1000.0, "batch_size": cfg["batch_size"],
                "sample_size": SAMPLE}
     settings = RunSettings.from_options(options, Bounds(*cfg["bounds"]))
+    settings.distribution.engine_options.update(engine_options(run_dir))
     return run(settings, planning_inputs(run_dir, cfg), run_dir=run_dir, master=cfg["master"],
                driver_memory=cfg.get("driver_memory"))
 
