@@ -24,7 +24,8 @@ pytest.importorskip("pyarrow")
 from skype.dskype.snapshots import write_part  # noqa: E402
 from skype.errors import InputError, OperationalError  # noqa: E402
 from skype.model import DEFAULT_BOUNDS  # noqa: E402
-from skype.service.spark_backend import StreamEngine, StreamWriter, _staged_upto  # noqa: E402
+from skype.service.spark_backend import StreamEngine  # noqa: E402
+from skype.service.spark_staging import StreamWriter, _staged_upto  # noqa: E402
 from skype.service.spark_fold import FoldedResults  # noqa: E402
 from skype.service.spark_queries import LiveQueries, PendingAnswer, staged_queries  # noqa: E402
 from skype.text import Vocabulary  # noqa: E402
