@@ -226,3 +226,24 @@ def test_a_run_planned_without_the_query_window_refuses_queries(tmp_path):
     one_message(state, writer)
     with pytest.raises(InputError, match="E138"):
         queries_of(tmp_path).stage(state, {"kind": "knn", "x": 0, "y": 0, "k": 1}, writer)
+
+
+def test_the_driver_plans_from_the_subscriptions_whatever_the_queries_staged(tmp_path):
+    """A query's id is its ordinal: staged before the driver's first start, it must not drop the
+    subscription with that id from the planning workload; a resumed run reads no sample."""
+    from skype.spark.live_driver import planning_inputs
+
+    writer = StreamWriter(tmp_path)
+    state = FakeState(writer, window=10)
+    live = queries_of(tmp_path)
+    state.engine.subscribe_batch(subscriptions_batch([(sid, 0.0, 0.0, 1, 0.5, [1], [1.0]) for sid in (0, 1, 2)]))
+    writer.written()
+    one_message(state, writer)
+    for _ in range(3):  # ordinals 0, 1, 2: the ids of the subscriptions
+        live.stage(state, {"kind": "knn", "x": 0, "y": 0, "k": 1}, writer)
+    cfg = {"vocabulary": state.vocabulary.to_dict(), "bounds": list(DEFAULT_BOUNDS.as_tuple())}
+    planned = planning_inputs(tmp_path, cfg)
+    assert sorted(planned.subscriptions.ids.tolist()) == [0, 1, 2]
+    assert sum(len(p) for op, p in planned.steps if op == "msgs") == 1
+    resumed = planning_inputs(tmp_path, cfg, sample=False)
+    assert len(resumed.subscriptions) == 0 and resumed.steps == []
