@@ -168,7 +168,7 @@ def test_spark_service_equals_the_single_process_service_and_survives_kills(tmp_
     next_msg = iter(range(1, 10_000))
     with Server(tmp_path / "core", "--window", str(WINDOW)) as core, \
             Server(tmp_path / "spark", "--window", str(WINDOW), "--engine", "spark", "--partitions", "2",
-                   "--trigger-ms", "300") as spark:
+                   "--trigger-ms", "300", "--query-timeout-s", "900") as spark:  # a bound, not a timing
         twin = Twin(core, spark)
         twin.queries(query_records(rng, 3))  # before any message: answered at once, empty
         created = twin.call("POST", "/v1/subscriptions", ndjson(subs[:50]))
