@@ -14,7 +14,12 @@
    the staged batches).  Checks that nothing acknowledged was lost: the subscriptions and the
    position ``/healthz`` reports, and the position the events reach, equal what was acknowledged.
 
-Prints one JSON object; exit code 1 when something acknowledged was lost.
+Prints one JSON object; exit code 1 when something acknowledged was lost.  ``restart`` in it is
+the timeline of the restart, in seconds after the kill: the service answering (``ready``), the
+new driver's phases (``driver.log``: its imports, its inputs, the Spark session), the first batch
+after the restart planned (its offset file) and completed (its metrics file, with the batch's own
+``pipeline_s``, the slowest partition task and the partitions' engine rebuilds), and the
+events caught up (``events``).
 
     PYTHONPATH=. python bench/service_spark_restart.py --subs 100000 --window 10000
 """
@@ -79,6 +84,35 @@ def wait_position(url: str, position: int, limit: float) -> float:
     return time.perf_counter() - t0
 
 
+def restart_timeline(run_dir: Path, killed_at: float) -> dict:
+    """Seconds after the kill at which each step of the restart happened (module docstring)."""
+    out: dict = {}
+    log = run_dir / "driver.log"
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if line.startswith("skype live_driver {"):
+            entry = json.loads(line[len("skype live_driver "):])
+            if entry["at"] >= killed_at:
+                out[f"driver_{entry['phase']}"] = round(entry["at"] - killed_at, 2)
+    # the first batch completed after the kill (a batch in flight at the kill is re-run from its
+    # logged offsets: its offset file is older than the kill, "planned" is then left out)
+    done = sorted(p for p in (run_dir / "metrics").glob("batch-*.json") if p.stat().st_mtime >= killed_at)
+    if done:
+        first = int(done[0].name[6:14])
+        offsets = run_dir / "spark" / "offsets" / str(first)
+        if offsets.exists() and offsets.stat().st_mtime >= killed_at:
+            out["batch_planned"] = round(offsets.stat().st_mtime - killed_at, 2)
+        metrics = done[0]
+        out["batch_done"] = round(metrics.stat().st_mtime - killed_at, 2)
+        m = json.loads(metrics.read_text())
+        stages = [st for st in m.get("stages", []) if st.get("stage") == "partition"]
+        out["batch"] = {"id": first, "pipeline_s": round(m.get("pipeline_s", 0.0), 2),
+                        "messages": max((st.get("messages", 0) for st in stages), default=0),
+                        "task_s_max": round(max((st.get("task_s", 0.0) for st in stages), default=0.0), 2),
+                        "rebuild_s_max": round(max((st.get("rebuild_s", 0.0) for st in stages), default=0.0), 2),
+                        "events_write_s": round(m.get("events_write_s", 0.0), 2)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subs", type=int, default=100_000)
@@ -124,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         first_events_s = wait_position(url, position, 1800.0)
         publish(args.window, args.window + args.tail)
         acked = {"subscriptions": args.subs, "position": position}
+        killed_at = time.time()
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         t0 = time.perf_counter()
@@ -140,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "position": health.get("position")},
             "events_position": metric(url, "skype_spark_position"),
             "driver_starts": metric(url, "skype_spark_driver_starts"),
+            "restart": dict(restart_timeline(tmp / "data" / "spark", killed_at), ready=round(ready_s, 2),
+                            events=round(events_s, 2)),
             "lost": int(health.get("subscriptions") != args.subs or health.get("position") != position),
         }
     finally:

@@ -30,6 +30,7 @@ OPERATIONAL = frozenset({
     "E064", "E065", "E067", "E087",   # a rebalancing run directory incomplete or unreadable, events not shared
     "E093", "E094", "E098",           # the live service: queue full, recovering or failed, too many connections
     "E116", "E123", "E131", "E137",   # a hand-over unreadable, the memory floor, a failed batch, answers missing
+    "E139",                           # serve --engine spark: a snapshot query's batch not completed in time
 })
 # merged codes: old -> the code that now carries the message (the old ones were published in
 # docs/service.md and tests; a code read from an older log still resolves in the catalogue)
@@ -167,6 +168,8 @@ class Errors:
     E136 = "{what} needs a stream the driver stages and the file sink: {detail}"
     E137 = "the answers of snapshot queries {missing} are missing from {path!r}: the run directory is incomplete"
     E138 = "{where} cannot answer snapshot queries: {reason}"
+    E139 = ("snapshot query {qid!r}, staged at position {at}, was not answered within {seconds} s: the Spark "
+            "batch that holds it has not completed (see /metrics skype_spark_batch); retry later")
     # E140-E144: the live service's write-ahead log (issue 34; skype.service.wal, python -m skype.run wal)
     E140 = ("the log is damaged before its tail: {segment}, byte {offset} (record {record}): {detail}. Nothing was "
             "changed; `python -m skype.run wal check {directory}` shows what a repair would drop, "

@@ -3,10 +3,13 @@
 The same HTTP calls go to a single-process server (``--engine core``) and to a Spark one; once
 the Spark one's folded batches cover every acknowledged message (``skype_spark_position``), both
 answer the same results.  One SSE stream following every subscription from ``after=0`` folds to
-those results, with seqs 1, 2, ... without a gap.  Then the driver alone is SIGKILLed, then the
-service (its driver dies with it): after each, nothing acknowledged is lost, the results still
-equal the single-process server's, and the events read again from ``after=0`` are the ones read
-before, seq for seq.  Real subprocesses throughout (the Spark driver is the service's child).
+those results, with seqs 1, 2, ... without a gap.  Snapshot queries (range, knn, topk; with and
+without terms, ``last``, before any message) answer what the single-process server answers at the
+same position, to the bit, also when asked while the driver is dead.  Then the driver alone is
+SIGKILLed, then the service (its driver dies with it): after each, nothing acknowledged is lost,
+the results still equal the single-process server's, and the events read again from ``after=0``
+are the ones read before, seq for seq.  Real subprocesses throughout (the Spark driver is the
+service's child).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import random
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -37,8 +41,35 @@ def sub_record(sid: int, rng: random.Random) -> dict:
 
 
 def msg_record(mid: int, rng: random.Random) -> dict:
-    return {"id": mid, "x": rng.uniform(-10, 10), "y": rng.uniform(-10, 10),
+    """Message ``mid`` at ``t = mid`` (both servers see the same times: queries with ``last``)."""
+    return {"id": mid, "x": rng.uniform(-10, 10), "y": rng.uniform(-10, 10), "t": float(mid),
             "text": " ".join(rng.choices(WORDS, k=rng.randint(1, 3)))}
+
+
+def query_records(rng: random.Random, n: int) -> list[dict]:
+    """Snapshot queries of the kinds the Spark service answers: range and knn with and without
+    terms, topk, an expression, ``last`` (times are message ids), an empty corner, a term no
+    message holds."""
+    out: list[dict] = []
+    for i in range(n):
+        x, y = rng.uniform(-10, 10), rng.uniform(-10, 10)
+        text = " ".join(rng.sample(WORDS, rng.randint(1, 2)))
+        kind = ("range", "knn", "topk")[i % 3]
+        if kind == "range":
+            w = rng.uniform(1, 12)
+            q: dict = {"kind": "range", "rect": [x - w, y - w, x + w, y + w]}
+        elif kind == "knn":
+            q = {"kind": "knn", "x": x, "y": y, "k": rng.randint(1, 8)}
+        else:
+            q = {"kind": "topk", "x": x, "y": y, "k": rng.randint(1, 8), "alpha": rng.uniform(0.1, 0.9)}
+        if kind == "topk" or rng.random() < 0.5:
+            q["text"] = text
+        if rng.random() < 0.4:
+            q["last"] = rng.choice([0.5, 7.0, 25.5, 1000.0])
+        out.append(dict(q, qid=len(out) + 1))
+    return out + [{"qid": 900, "kind": "range", "rect": [-10, -10, 10, 10], "match": "pizza AND (sushi OR ramen)"},
+                  {"qid": 901, "kind": "knn", "x": 10, "y": 10, "k": 3, "text": "noodles"},  # no message holds it
+                  {"qid": 902, "kind": "range", "rect": [9.99, 9.99, 10, 10]}]
 
 
 def spark_position(url: str) -> float:
@@ -110,6 +141,18 @@ class Twin:
         assert core.status_code == 200 and core.json() == spark.json()
         self.position = core.json()["position"]
 
+    def queries(self, recs: list[dict]) -> None:
+        """The same snapshot queries, at the same position: the core server answers each at once,
+        the Spark one once the batch that holds it completes (all of them asked together)."""
+        want = [requests.post(self.core.url + "/v1/query", json=q, timeout=60) for q in recs]
+        with ThreadPoolExecutor(len(recs)) as pool:
+            got = list(pool.map(lambda q: requests.post(self.spark.url + "/v1/query", json=q, timeout=900), recs))
+        for q, w, g in zip(recs, want, got):
+            assert w.status_code == 200 and g.status_code == 200, (q, w.text, g.text)
+            assert g.headers["X-Skype-Position"] == w.headers["X-Skype-Position"] == str(self.position)
+            assert g.json() == w.json(), q  # to the bit, in the same order
+        assert self.position == 0 or sum(bool(w.json()) for w in want) >= len(recs) // 2  # answers, not empties
+
     def same(self) -> dict[int, dict]:
         wait_caught_up(self.spark.url, self.position)
         want = server_results(self.core.url)
@@ -125,8 +168,9 @@ def test_spark_service_equals_the_single_process_service_and_survives_kills(tmp_
     next_msg = iter(range(1, 10_000))
     with Server(tmp_path / "core", "--window", str(WINDOW)) as core, \
             Server(tmp_path / "spark", "--window", str(WINDOW), "--engine", "spark", "--partitions", "2",
-                   "--trigger-ms", "300") as spark:
+                   "--trigger-ms", "300", "--query-timeout-s", "900") as spark:  # a bound, not a timing
         twin = Twin(core, spark)
+        twin.queries(query_records(rng, 3))  # before any message: answered at once, empty
         created = twin.call("POST", "/v1/subscriptions", ndjson(subs[:50]))
         assert created[0].status_code == 201 and created[0].json()["ids"] == created[1].json()["ids"]
         for _ in range(3):
@@ -143,8 +187,12 @@ def test_spark_service_equals_the_single_process_service_and_survives_kills(tmp_
         r = requests.put(spark.url + "/v1/subscriptions/9999", json={"id": 9999, "kind": "range",
                                                                      "rect": [-5, -5, 5, 5], "text": "pizza"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "E048"
-        r = requests.post(spark.url + "/v1/query", json={"kind": "range", "rect": [-5, -5, 5, 5]})
-        assert r.status_code == 400 and r.json()["error"]["code"] == "E138"
+        r = requests.post(spark.url + "/v1/query", json={"kind": "terms", "rect": [-5, -5, 5, 5], "k": 3})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "E138"  # terms: no live term names
+        bad = [requests.post(u + "/v1/query", json={"kind": "knn", "x": 0, "y": 0, "k": 0}) for u in (core.url, spark.url)]
+        assert [r.status_code for r in bad] == [400, 400]  # checked as the core server checks
+        assert bad[0].json()["error"]["code"] == bad[1].json()["error"]["code"]
+        twin.queries(query_records(rng, 12))  # snapshot queries: DSkype commands at the acknowledged position
 
         results = twin.same()
         ids = sorted(rec["id"] for rec in subs[:55] if rec["id"] != subs[1]["id"])  # every live subscription
@@ -156,6 +204,7 @@ def test_spark_service_equals_the_single_process_service_and_survives_kills(tmp_
         # the driver alone, SIGKILLed: started again, it resumes from its checkpoint
         pid = int((tmp_path / "spark" / "spark" / "driver.pid").read_text())
         os.kill(pid, signal.SIGKILL)
+        twin.queries(query_records(rng, 6))  # staged while no driver runs: answered by the next one
         for _ in range(2):
             twin.messages([msg_record(next(next_msg), rng) for _ in range(40)])
         results = twin.same()

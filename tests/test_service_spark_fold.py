@@ -67,7 +67,7 @@ def test_staging_after_a_restart_stages_every_record_once_in_log_order(tmp_path)
     files already there, so the stream reads every message and command once, in log order."""
     import pyarrow.parquet as pq
 
-    from skype.service.spark_backend import StreamWriter
+    from skype.service.spark_staging import StreamWriter
     from skype.workload import messages_batch, subscriptions_batch
 
     def msg(i: int):

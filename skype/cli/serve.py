@@ -33,7 +33,8 @@ def settings_of(args: argparse.Namespace):
 
 def spark_options(args: argparse.Namespace) -> dict:
     """The options of ``--engine spark`` (``skype.service.spark_backend.spark_options`` checks them)."""
-    return {"master": args.master, "method": args.method, "partitions": args.partitions, "trigger_ms": args.trigger_ms}
+    return {"master": args.master, "method": args.method, "partitions": args.partitions, "trigger_ms": args.trigger_ms,
+            "query_timeout_s": args.query_timeout_s}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -67,6 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--method", default=None, help="distribution method (default: location)")
     sp.add_argument("--partitions", type=int, default=None, help="subscription partitions (default: 2)")
     sp.add_argument("--trigger-ms", type=int, default=None, help="milliseconds between micro-batches (default: 500)")
+    sp.add_argument("--query-timeout-s", type=int, default=None,
+                    help="seconds a snapshot query waits for the batch that answers it (default: 120; then E139)")
     s = p.add_argument_group("service")
     s.add_argument("--token-file", metavar="FILE",
                    help='JSON {"admin": [tokens], "publisher": [tokens]}; without it, loopback only and no auth')

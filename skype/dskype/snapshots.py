@@ -33,6 +33,9 @@ No pyspark here.  A query is one more command of the stream (``docs/queries.md``
   it globally too).
 * **Answers file** (:func:`write_answers`): the lines of ``simulate --answers-out``, in query order;
   a query whose partials are not all there is an error (E137), never a partial answer.
+* **A live stream** (``serve --engine spark``): the service stages each query as it comes
+  (:func:`lower_query` at the acknowledged position, :func:`refuse_live` first) and answers it from
+  the answer files of the batch that holds it (:func:`batch_partials`, :func:`merge_partials`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import os
 import secrets
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 import numpy as np
@@ -187,6 +191,20 @@ def refuse_summaries(inputs, summarised: Iterable[str]) -> None:
                                         "terms (--summaries off routes every term)")
 
 
+def refuse_live(payload: dict, method: str, summarised: bool, where: str) -> None:
+    """A live stream's checks of one query before it is staged (``serve --engine spark``): E135
+    for what ``method`` cannot answer exactly (:func:`refuse`, and :func:`refuse_summaries` when it
+    routes by keyword summaries), E138 for ``terms``: its ties order by term name, which the
+    partitions read once, from a vocabulary the live stream still grows."""
+    one = SimpleNamespace(steps=[("query", payload)])
+    refuse(one, [method])
+    if summarised:
+        refuse_summaries(one, [method])
+    if payload.get("kind") == "terms":
+        raise InputError("E138", where=where, reason="a terms answer orders its ties by term name, and the "
+                                                     "partitions hold no names of the terms the live stream adds")
+
+
 # --------------------------------------------------------------------------- partitions
 
 
@@ -294,6 +312,18 @@ def read_partials(directory: str | Path, upto: int | None = None) -> dict[int, d
     for path in sorted(d.glob("batch-*.jsonl")):
         if upto is not None and int(path.name.split("-")[1]) > upto:
             continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out.setdefault(int(row["n"]), {})[int(row["p"])] = row
+    return out
+
+
+def batch_partials(directory: str | Path, batch_id: int) -> dict[int, dict[int, dict]]:
+    """Query ordinal -> partition -> its answer line, from the answer files of one completed batch
+    (a live stream's waiting queries: each is answered whole in the batch that holds it)."""
+    out: dict[int, dict[int, dict]] = {}
+    for path in sorted(Path(directory).glob(f"batch-{batch_id:08d}-part-*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)

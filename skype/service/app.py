@@ -17,6 +17,7 @@ the backlog is above ``--stream-queue`` events, or when the ``seq`` is beyond th
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from functools import partial
 from pathlib import Path
@@ -235,6 +236,8 @@ class Service:
         if isinstance(rec, dict) and rec.get("op", "query") != "query":
             raise InputError("E018", op=rec.get("op"))
         line = await self.run("query", rec)
+        if inspect.isawaitable(line):  # an engine that answers later (serve --engine spark: skype.service.spark_queries)
+            line = await line
         # the contract's answer is the answers file's `answer`; the position it was taken at
         # (the line's `after`) travels in a header
         return web.json_response(line["answer"], headers={"X-Skype-Position": str(line["after"])})

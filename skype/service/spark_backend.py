@@ -9,12 +9,12 @@ only the engine changes (:mod:`skype.service.backend`).  Its flow:
    then *stages* it: the vectorised messages or subscription commands of log records ``i..j``
    become the stream file ``part-<i>-<j>`` of ``DIR/spark/in/messages`` or ``in/commands``
    (:mod:`skype.dskype.staging`'s format; commands carry ``at``, the messages before them),
-   written atomically every half trigger (:class:`StreamWriter`).  Names follow the log, so the
+   written atomically every half trigger (:mod:`skype.service.spark_staging`).  Names follow the log, so the
    stream's order is the log's, and a restart that replays the log stages only the records no
    file holds yet.
-2. **The engine.**  A Spark driver process (:mod:`skype.spark.live_driver`, restarted when it
-   dies) runs DSkype over those two directories as an open stream (``trigger-ms`` apart) and
-   writes each micro-batch's result-change events to ``DIR/spark/events/<method>/``.  It plans
+2. **The engine.**  A Spark driver process (:mod:`skype.spark.live_driver`, started before
+   the service folds its completed batches on a restart, and restarted when it dies) runs
+   DSkype over those two directories as an open stream (``trigger-ms`` apart) and writes each micro-batch's result-change events to ``DIR/spark/events/<method>/``.  It plans
    the distribution when it first starts, from what is staged by then (it starts with the first
    message); the Spark checkpoint in ``DIR/spark`` resumes it after a kill.
 3. **Events back.**  A tailer follows the completed batches (``metrics/batch-<id>.json`` is
@@ -28,8 +28,8 @@ only the engine changes (:mod:`skype.service.backend`).  Its flow:
 
 Results (``GET /v1/results``, resets) are the folded events: they trail the acknowledged writes
 by the batches Spark has not completed (``skype_spark_position`` in ``/metrics`` says how far it
-has come).  Snapshot queries are refused (E138): DSkype answers them only on a stream its driver
-stages.  Subscriptions are topk without ``until`` (E048) and the window counts messages
+has come).  Snapshot queries are commands of the stream, staged at the acknowledged position and
+answered from the batch that holds them (:mod:`skype.service.spark_queries`).  Subscriptions are topk without ``until`` (E048) and the window counts messages
 (``--window``).  A write is staged after its log append and before the group's fsync: a machine
 crash can leave a staged write the log lost (a SIGKILL cannot: the page cache survives).
 """
@@ -51,11 +51,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from skype.api import ChangeLog
-from skype.dskype.staging import command_table, message_table, write_table
 from skype.errors import InputError
-from skype.model import Bounds, MessageBatch, Subscription, SubscriptionBatch, TermMatrix
+from skype.model import Bounds, MessageBatch, Subscription, SubscriptionBatch
 from skype.service.events import EventBlock
 from skype.service.spark_fold import BatchRows, FoldedResults
+from skype.service.spark_staging import StreamWriter, _id_rows
+from skype.service.spark_queries import LiveQueries
 from skype.service.state import State
 from skype import validate
 from skype.workload import subscriptions_batch
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from skype.service.settings import ServiceSettings
 
 DEFAULTS = {"master": "local[2]", "method": "location", "partitions": 2, "trigger_ms": 500, "batch_size": 100_000,
-            "driver_memory": None}
+            "driver_memory": None, "query_timeout_s": 120}
 DRIVER_MODULE = "skype.spark.live_driver"
 
 
@@ -76,7 +77,7 @@ def spark_options(settings: ServiceSettings) -> dict:
     unknown = sorted(set(opts) - set(DEFAULTS))
     if unknown:
         raise InputError("E023", what="options of --engine spark", expected=f"among {sorted(DEFAULTS)}", value=unknown)
-    for name in ("partitions", "trigger_ms", "batch_size"):
+    for name in ("partitions", "trigger_ms", "batch_size", "query_timeout_s"):
         value = opts[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError("E023", what=f"--{name.replace('_', '-')}", expected="an integer >= 1", value=value)
@@ -84,107 +85,6 @@ def spark_options(settings: ServiceSettings) -> dict:
         raise InputError("E023", what="--window-seconds", expected="--window N (a count window) with --engine spark",
                          value=settings.window_seconds)
     return opts
-
-
-def _id_rows(ids: list[int]) -> SubscriptionBatch:
-    """Unsubscribe rows: ids only (they reach every partition)."""
-    n = len(ids)
-    z = np.zeros(n)
-    return SubscriptionBatch(np.array(ids, np.int64), z, z, np.zeros(n, np.int64), z,
-                             TermMatrix(np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)))
-
-
-class StreamWriter:
-    """Stages the logged writes as stream files (module docstring, 1), grouped: the writes of log
-    records ``i..j`` go to ``part-<i>-<j>.parquet`` of each directory they touch, written when
-    :meth:`flush` is called (by a timer, at a size, and before every snapshot: the log replays
-    what a snapshot does not cover, so whatever the newest snapshot covers must be staged).
-    Per directory, the last record staged (the largest ``j``) tells a restart which records to
-    stage again: a replayed record at or below it is not.  Commands are written before the
-    messages of one flush, so every command is staged no later than the messages after it.
-    Used on the engine thread only."""
-
-    FLUSH_RECORDS = 256      # log records pending before a flush without waiting for the timer
-    FLUSH_MESSAGES = 20_000
-
-    def __init__(self, run_dir: Path) -> None:
-        self.messages_dir = run_dir / "in" / "messages"
-        self.commands_dir = run_dir / "in" / "commands"
-        self.messages_dir.mkdir(parents=True, exist_ok=True)
-        self.commands_dir.mkdir(parents=True, exist_ok=True)
-        self.index = 0          # the log index of the next write
-        self.first: int | None = None  # the log index of the first write pending (None: none)
-        self.muted = False      # a snapshot being restored: its writes are staged already
-        self.messages: list[MessageBatch] = []
-        self.commands: list[tuple[str, int, SubscriptionBatch]] = []
-        self.pending_messages = 0
-        self.staged = {"messages": _staged_upto(self.messages_dir), "commands": _staged_upto(self.commands_dir)}
-        self.staged_messages = self.staged["messages"] > 0
-        self.files = 0          # stream files written by this process
-
-    def mark(self) -> tuple:
-        return len(self.messages), len(self.commands), self.pending_messages, self.first
-
-    def undo(self, mark: tuple) -> None:
-        """Forget what a refused write added."""
-        del self.messages[mark[0]:], self.commands[mark[1]:]
-        self.pending_messages, self.first = mark[2], mark[3]
-
-    def _pending(self) -> None:
-        if self.first is None:
-            self.first = self.index
-
-    def message(self, batch: MessageBatch) -> None:
-        if not self.muted and self.index >= self.staged["messages"]:
-            self._pending()
-            self.messages.append(batch)
-            self.pending_messages += len(batch)
-
-    def command(self, op: str, at: int, batch: SubscriptionBatch) -> None:
-        if not self.muted and self.index >= self.staged["commands"]:
-            self._pending()
-            self.commands.append((op, at, batch))
-
-    def written(self) -> None:
-        """A write was applied (and logged): the next one has the next log index."""
-        self.index += 1
-        if self.first is not None and (self.index - self.first >= self.FLUSH_RECORDS
-                                       or self.pending_messages >= self.FLUSH_MESSAGES):
-            self.flush()
-
-    def flush(self) -> None:
-        """Stage the pending writes (records ``first .. index - 1``; a record already staged,
-        replayed after a restart, is not pending)."""
-        if self.first is None:
-            return
-        name = f"part-{self.first:012d}-{self.index - 1:012d}.parquet"
-        if self.commands:
-            from skype.partitioning.registry import concat_subscriptions
-
-            ops = [op for op, _, b in self.commands for _ in range(len(b))]
-            ats: list[int | None] = [at for _, at, b in self.commands for _ in range(len(b))]
-            write_table(command_table(ops, ats, concat_subscriptions([b for _, _, b in self.commands])),
-                        self.commands_dir / name, "parquet")
-            self.files += 1
-        if self.messages:
-            write_table(message_table(MessageBatch.concat(self.messages)), self.messages_dir / name, "parquet")
-            self.staged_messages = True
-            self.files += 1
-        self.messages, self.commands, self.pending_messages = [], [], 0
-        self.first = None
-
-    def restored(self, log_index: int) -> None:
-        """A snapshot covering the records before ``log_index`` was restored."""
-        self.index, self.first = log_index, None
-
-
-def _staged_upto(directory: Path) -> int:
-    """One past the last log record whose writes a directory holds (0: none)."""
-    last = -1
-    for path in directory.glob("part-*.parquet"):
-        parts = path.stem.split("-")
-        last = max(last, int(parts[-1]))
-    return last + 1
 
 
 class StreamEngine:
@@ -200,6 +100,7 @@ class StreamEngine:
         self.arrivals = 0
         self.subscribed: set[int] = set()
         self._window_ids: deque[np.ndarray] = deque()
+        self._window_t: deque[np.ndarray] = deque()  # the timestamps beside (snapshot queries' clocks)
         self._window_count = 0
 
     # ------------------------------------------------------------------ messages
@@ -216,16 +117,24 @@ class StreamEngine:
             raise InputError("E009", t=float(batch.t[0]), prev=self.clock, record_id=int(batch.ids[0]))
         self.writer.message(batch)
         self._window_ids.append(batch.ids.copy())
+        self._window_t.append(np.asarray(batch.t, np.float64).copy())
         self._window_count += len(batch.ids)
         while self._window_count - len(self._window_ids[0]) >= self.window:
             self._window_count -= len(self._window_ids.popleft())
+            self._window_t.popleft()
         excess = self._window_count - self.window
         if excess > 0:
             self._window_ids[0] = self._window_ids[0][excess:]
+            self._window_t[0] = self._window_t[0][excess:]
             self._window_count -= excess
         self.clock = float(batch.t[-1])
         self.arrivals += len(batch.ids)
         return ChangeLog.empty()  # the events come from the fold
+
+    def window_times(self) -> list[np.ndarray]:
+        """The timestamps of the window's messages, oldest first, as non-empty chunks ending at
+        the newest (what :func:`skype.dskype.snapshots.lower_query` reads)."""
+        return [t for t in self._window_t if len(t)]
 
     def restore_position(self, clock: float, arrivals: int) -> None:
         self.clock, self.arrivals = max(self.clock, clock), arrivals
@@ -285,10 +194,6 @@ class StreamEngine:
         for sid in sorted(self.subscribed):
             yield sid, "topk", self.fold.result(sid)
 
-    def query(self, kind: str, **fields: Any) -> list:
-        raise InputError("E138", where="serve --engine spark",
-                         reason="DSkype answers snapshot queries only on a stream its driver stages "
-                                "(python -m skype.run distributed --answers-out)")
 
 
 class SparkState(State):
@@ -332,6 +237,11 @@ class SparkState(State):
             writer.muted = False
         writer.restored(int(meta["log_index"]))
 
+    def query(self, rec: Any) -> Any:
+        """A snapshot query, staged as a command of the stream; the route awaits its answer
+        (:mod:`skype.service.spark_queries`)."""
+        return self.backend.queries.stage(self, rec, self.backend.writer)
+
     def meta(self) -> dict:
         """What a snapshot records (called on the engine thread as the snapshot is captured):
         first the pending writes are staged, since the log will not replay them."""
@@ -350,10 +260,13 @@ class SparkBackend:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.writer = StreamWriter(self.run_dir)
         self.fold = FoldedResults()
+        self.queries = LiveQueries(self.run_dir, self.options["method"], self.options["partitions"], self._bounds(),
+                                   int(settings.window or 0), self.options["query_timeout_s"])
         self.state: SparkState | None = None
         self.service: Service | None = None
         self.stopping = threading.Event()
         self.driver: subprocess.Popen | None = None
+        self.driver_log: Any = None
         self.driver_starts = 0
         self.threads: list[threading.Thread] = []
         self.flusher: asyncio.Task | None = None
@@ -369,9 +282,12 @@ class SparkBackend:
         return self.state
 
     def attach(self, service: Service) -> None:
-        """Fold the batches completed before this start and hand their events to the hub (the
+        """Start the driver of a run that has one (its JVM starts while this process recovers),
+        then fold the batches completed before this start and hand their events to the hub (the
         worker has not started: nothing else reads the fold yet)."""
         from prometheus_client import Counter, Gauge
+
+        self._spawn_driver()
 
         self.service = service
         registry = service.metrics.registry
@@ -383,6 +299,7 @@ class SparkBackend:
                                                           "thread", registry=registry),
             "rows": Counter("skype_spark_event_rows", "event rows read from the batches", registry=registry),
         }
+        self.gauges["driver_starts"].set(self.driver_starts)
         for batch in self.completed_batches():
             block = self.fold.apply(batch, self.batch_rows(batch), self.batch_position(batch))
             if block is not None:
@@ -458,7 +375,6 @@ class SparkBackend:
     def _supervise(self) -> None:
         """Start the driver once a message is staged (it plans from the stream staged by then)
         and again whenever it dies, until the service stops (its pid: ``driver.pid``)."""
-        log = open(self.run_dir / "driver.log", "ab")
         try:
             while not self.stopping.is_set():
                 if self.driver is None or self.driver.poll() is not None:
@@ -466,16 +382,25 @@ class SparkBackend:
                         print(f"skype serve: the Spark driver exited ({self.driver.returncode}); starting it again",
                               file=sys.stderr, flush=True)
                         self.stopping.wait(1.0)
-                    if self._settings_file().exists():  # written with the first message staged
-                        self.driver = subprocess.Popen([sys.executable, "-m", DRIVER_MODULE, str(self.run_dir)],
-                                                       stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                                       preexec_fn=_die_with_parent)
-                        (self.run_dir / "driver.pid").write_text(f"{self.driver.pid}\n")
-                        self.driver_starts += 1
-                        self.gauges["driver_starts"].set(self.driver_starts)
+                    self._spawn_driver()
                 self.stopping.wait(0.1)
         finally:
-            log.close()
+            if self.driver_log is not None:
+                self.driver_log.close()
+
+    def _spawn_driver(self) -> None:
+        """Start the driver process if its settings are written (with the first message staged)."""
+        if not self._settings_file().exists():
+            return
+        if self.driver_log is None:
+            self.driver_log = open(self.run_dir / "driver.log", "ab")
+        self.driver = subprocess.Popen([sys.executable, "-m", DRIVER_MODULE, str(self.run_dir)],
+                                       stdout=self.driver_log, stderr=self.driver_log, stdin=subprocess.DEVNULL,
+                                       preexec_fn=_die_with_parent)
+        (self.run_dir / "driver.pid").write_text(f"{self.driver.pid}\n")
+        self.driver_starts += 1
+        if self.gauges:
+            self.gauges["driver_starts"].set(self.driver_starts)
 
     # ------------------------------------------------------------------ the batches' events
     def completed_batches(self) -> list[int]:
@@ -490,7 +415,8 @@ class SparkBackend:
         import pyarrow.parquet as pq
 
         paths = sorted((self.run_dir / "events" / self.options["method"]).glob(f"batch-{batch:08d}-part-*.parquet"))
-        return BatchRows([pq.read_table(path) for path in paths])
+        # ParquetFile.read, not read_table: the latter imports pyarrow.dataset (about 0.5 s on a restart)
+        return BatchRows([pq.ParquetFile(path).read() for path in paths])
 
     def batch_position(self, batch: int) -> int:
         """The messages the batch's end offset covers (the Spark checkpoint's offset log)."""
@@ -527,6 +453,7 @@ class SparkBackend:
                 except Exception as err:  # the worker failed or stopped: nothing more to fold
                     print(f"skype serve: folding Spark batch {batch} failed: {err!r}", file=sys.stderr, flush=True)
                     return
+                self.queries.batch_done(batch)
 
     async def _fold(self, prepared: tuple | None) -> None:
         """On the loop: commit the prepared batch on the engine thread (a ``read`` job: the

@@ -84,20 +84,25 @@ class FoldedResults:
             return None
         new: dict[int, dict[int, tuple[float, int]] | None] = {}
         created: set[int] = set()
+        if rows.count:  # the columns as lists once: slicing lists is cheaper than slicing arrays per row
+            sub_of, was_created, was_removed = rows.sub.tolist(), rows.created.tolist(), rows.removed.tolist()
+            left_ptr_l, left_l = rows.left_ptr.tolist(), rows.left_ids.tolist()
+            ent_ptr_l, ent_id_l = rows.ent_ptr.tolist(), rows.ent_id.tolist()
+            ent_score_l, ent_seq_l = rows.ent_score.tolist(), rows.ent_seq.tolist()
         for r in (rows.order.tolist() if rows.count else []):
-            sid = int(rows.sub[r])
-            cur = new[sid] if sid in new else (dict(self.entries[sid]) if sid in self.entries else None)
-            if rows.created[r]:
+            sid = sub_of[r]
+            if was_created[r]:
                 created.add(sid)
-            if rows.created[r] or cur is None:
-                cur = {}
-            for m in rows.left_ids[rows.left_ptr[r]:rows.left_ptr[r + 1]].tolist():
+                cur: dict[int, tuple[float, int]] = {}
+            elif sid in new:
+                cur = new[sid] or {}
+            else:
+                cur = dict(self.entries[sid]) if sid in self.entries else {}
+            for m in left_l[left_ptr_l[r]:left_ptr_l[r + 1]]:
                 cur.pop(m, None)
-            lo, hi = rows.ent_ptr[r], rows.ent_ptr[r + 1]
-            for m, score, seq in zip(rows.ent_id[lo:hi].tolist(), rows.ent_score[lo:hi].tolist(),
-                                     rows.ent_seq[lo:hi].tolist()):
-                cur[m] = (score, seq)
-            new[sid] = None if rows.removed[r] else cur
+            lo, hi = ent_ptr_l[r], ent_ptr_l[r + 1]
+            cur.update(zip(ent_id_l[lo:hi], zip(ent_score_l[lo:hi], ent_seq_l[lo:hi])))
+            new[sid] = None if was_removed[r] else cur
         subs: list[int] = []
         ent_ids: list[int] = []
         ent_scores: list[float] = []
@@ -107,14 +112,19 @@ class FoldedResults:
             old, now = self.entries.get(sid), new[sid]
             if now is None and old is None:
                 continue
-            entered = [] if now is None else [m for m in ranked(now)
-                                               if old is None or m.id not in old or old[m.id][0] != now[m.id][0]]
-            left = [] if old is None else [m.id for m in ranked(old) if now is None or m.id not in now]
+            if now is None:
+                entered: list[int] = []
+            elif old is None:  # every entry entered (a new subscription, or the first fold of it)
+                entered = _ranked_ids(now)
+            else:
+                entered = [m for m in _ranked_ids(now) if m not in old or old[m][0] != now[m][0]]
+            left = [] if old is None else [m for m in _ranked_ids(old) if now is None or m not in now]
             if not entered and not left and now is not None and old is not None and sid not in created:
                 continue
             subs.append(sid)
-            ent_ids += [m.id for m in entered]
-            ent_scores += [m.score for m in entered]
+            ent_ids += entered
+            if now is not None:
+                ent_scores += [now[m][0] for m in entered]
             left_ids += left
             ent_ptr.append(len(ent_ids))
             left_ptr.append(len(left_ids))
@@ -147,3 +157,9 @@ class FoldedResults:
     def apply(self, batch: int, rows: BatchRows, position: int) -> EventBlock | None:
         """:meth:`prepare` then :meth:`commit` (one thread)."""
         return self.commit(self.prepare(batch, rows, position))
+
+
+def _ranked_ids(entries: dict[int, tuple[float, int]]) -> list[int]:
+    """The message ids of a top-k in ranking order (:func:`skype.dskype.results.ranked`'s: score
+    descending, then the newer message first), without building its matches."""
+    return sorted(entries, key=lambda m: (-entries[m][0], -entries[m][1]))
