@@ -28,7 +28,7 @@ Snapshot walks (all exact; nothing is approximated):
 Per-term trees are kept only once something reads them (``c_need_term_trees``: kNN and
 ``terms`` subscriptions, snapshot ``range``, ``knn`` and ``topk`` queries), and so is the
 ``ALL_TERM`` tree (``c_need_spatial_tree``: the walks that read it call it first, so a stream of
-``range`` subscriptions alone keeps no tree at all).  A tree first needed is built from the
+``range`` subscriptions alone keeps no tree at all; the per-term trees keep it with them).  A tree first needed is built from the
 window store, oldest first.  ``c_range`` without the per-term trees walks the ``ALL_TERM``
 tree and tests the cover and the predicate per message: the same answer.  Invariant: with
 ``term_trees`` set, every window message is in the tree of each of its terms; with
@@ -107,10 +107,12 @@ cdef class QueryWindow:
         return seq
 
     cdef void c_need_term_trees(self) noexcept nogil:
-        """Keep the per-term trees from now on (built from the window store the first time)."""
+        """Keep the per-term trees from now on (built from the window store the first time), and
+        the ``ALL_TERM`` tree with them (their readers read it too)."""
         cdef seq_t seq
         if self.term_trees:
             return
+        self.c_need_spatial_tree()
         for seq in range(self.window.oldest_seq, self.window.oldest_seq + self.window.count):
             self.index.insert_terms(seq, 1, 0xFFFFFFFFu)
         self.term_trees = True
