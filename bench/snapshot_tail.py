@@ -9,6 +9,7 @@ thread's CPU time (the machine is shared); the counters are exact and determinis
 
     python bench/snapshot_tail.py --window 1000000 --queries 1000 --kinds topk,terms
     python bench/snapshot_tail.py --window 200000 --queries 300 --kinds topk --slowest 10
+    python bench/snapshot_tail.py --kinds terms --cells 64      # finer count tables (4x the memory)
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from skype.data.peer_workloads import peer_queries
 COUNTERS = {"topk": ("topk_work",), "terms": ("terms_visits", "terms_walks", "terms_scans")}
 
 
-def run(window: int, queries: int, kinds: list[str], slowest: int) -> dict:
+def run(window: int, queries: int, kinds: list[str], slowest: int, cells: int = 0) -> dict:
+    if cells:
+        from skype.querykinds import CoreQueryKinds
+
+        CoreQueryKinds.SNAPSHOT_TERMS_GRID = (cells, *CoreQueryKinds.SNAPSHOT_TERMS_GRID[1:])
     w = make_workload("tweets", num_subs=1, num_messages=window, seed=13)
     e = Engine(window=window, vocabulary=w.vocabulary, bounds=w.bounds, snapshots=True, term_trees="eager")
     for chunk in w.messages.batches(20_000):
@@ -67,8 +72,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=1_000)
     ap.add_argument("--kinds", default="topk,terms")
     ap.add_argument("--slowest", type=int, default=12)
+    ap.add_argument("--cells", type=int, default=0, help="cells per side of the snapshot terms' count tables "
+                    "(default: CoreQueryKinds.SNAPSHOT_TERMS_GRID's)")
     a = ap.parse_args()
-    print(json.dumps(run(a.window, a.queries, a.kinds.split(","), a.slowest), indent=1))
+    print(json.dumps(run(a.window, a.queries, a.kinds.split(","), a.slowest, a.cells), indent=1))
 
 
 if __name__ == "__main__":
