@@ -28,9 +28,10 @@ Snapshot walks (all exact; nothing is approximated):
 Per-term trees are kept only once something reads them (``c_need_term_trees``: kNN and
 ``terms`` subscriptions, snapshot ``range``, ``knn`` and ``topk`` queries), and so is the
 ``ALL_TERM`` tree (``c_need_spatial_tree``: the walks that read it call it first, so a stream of
-``range`` subscriptions alone keeps no tree at all; the per-term trees keep it with them).  A tree first needed is built from the
-window store, oldest first.  ``c_range`` without the per-term trees walks the ``ALL_TERM``
-tree and tests the cover and the predicate per message: the same answer.  Invariant: with
+``range`` subscriptions alone keeps no tree at all; the per-term trees keep it with them).  A
+tree first needed is built from the window store, oldest first.  ``c_range`` without the
+per-term trees walks the ``ALL_TERM`` tree and tests the cover and the predicate per message: the
+same answer.  Invariant: with
 ``term_trees`` set, every window message is in the tree of each of its terms; with
 ``spatial_tree`` set, in the ``ALL_TERM`` tree; in no other tree.
 """
