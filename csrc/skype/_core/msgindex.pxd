@@ -1,14 +1,20 @@
 # Message index over the window: per-term quadtrees with best-first retrieval by score.
 from libcpp.vector cimport vector
-from libc.stdint cimport int32_t, uint32_t
+from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport seq_t, RectC, SubTermC
 from skype._core.ranking cimport WindowRanking
 
 
-cdef packed struct MEntryC:      # a window message in a term's tree leaf (20 bytes)
+cdef packed struct MEntryC:      # a window message in a term's tree leaf (28 bytes)
     seq_t seq
     float w                      # the message's weight for the term, rounded up
     float x, y                   # its coordinates rounded down (entry_in_rect)
+    uint64_t sig                 # bit term_bit(u) set for each term u of the message
+
+
+cdef inline uint64_t term_bit(uint32_t t) noexcept nogil:
+    """A term's bit in an entry's signature (a message without the bit does not hold the term)."""
+    return (<uint64_t>1) << ((t * <uint32_t>2654435761u) >> 26)
 
 
 cdef inline int entry_in_rect(const MEntryC* e, const RectC* r, const RectC* rd) noexcept nogil:
@@ -56,4 +62,5 @@ cdef class MessageIndex(WindowRanking):
     cdef void _gather(self, int32_t n, vector[MEntryC]* out) noexcept nogil
     cdef void _collapse(self, int32_t n) noexcept nogil
     cdef double _bound(self, int32_t n, uint32_t qi, float w, uint32_t ctx) noexcept nogil
+    cdef double _entry_bound(self, const MEntryC* e, uint32_t qi, uint32_t ctx) noexcept nogil
     cdef void _push_group(self, int32_t n, uint32_t cursor, uint32_t qi, float w, uint32_t ctx) noexcept nogil

@@ -1,7 +1,7 @@
 """Message index: the window's messages in one quadtree per term, for best-first retrieval.
 
 Structure. For every term t, the window messages that contain t sit in a quadtree over the space; a
-leaf holds at most ``leaf_capacity`` entries (seq, w, x, y) sorted by w descending, where w is the
+leaf holds at most ``leaf_capacity`` entries (seq, w, x, y, sig) sorted by w descending, where w is the
 message's weight for t rounded up to float and x, y its coordinates rounded down (a counting walk
 tests a cut leaf's entries without reading the window: ``entry_in_rect``). Every node keeps
 ``maxw``, the exact maximum w over its subtree (maintained on insert and on delete), and ``count``.
@@ -14,18 +14,24 @@ group's bound is read from their own trees at the same place: all trees split th
 rectangle at the same midpoints and route a point alike, so a message under node n of term t's tree
 lies, in term u's tree, under the node on n's path (or the leaf that ends that path higher up):
 that node's ``maxw`` bounds the message's weight for u, and 0 when u has no message there. The
-search carries these *shadow* nodes down with each group (``q_shadow``). The quadtree prunes by
+search carries these *shadow* nodes down with each group (``q_shadow``). An entry also carries
+a 64-bit signature of its message's terms (``term_bit``): when a leaf cursor pops, its entry is
+bounded alone (its own location, and only the other query terms whose bit it holds) and, if that
+is lower, pushed back as a one-entry item, so the message is read from the window only if it
+pops again. The quadtree prunes by
 space as well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, uint32_t, UINT64_MAX
+from libc.math cimport nextafterf, INFINITY
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.scoring cimport mindist, combine, quadrant, child_rect, round_up, round_down
 from skype._core.ranking cimport HeapItemC, WindowRanking
 
 cdef double BOUND_SLACK = 1e-12
+cdef uint32_t ENTRY_ITEM = 0x80000000u   # HeapItemC.qterm flag: one leaf entry, not a cursor
 
 
 cdef bint entry_heavier(const MEntryC& a, const MEntryC& b) noexcept nogil:
@@ -138,6 +144,9 @@ cdef class MessageIndex(WindowRanking):
         cdef int32_t n
         cdef MEntryC e
         cdef size_t pos
+        e.sig = 0
+        for j in range(m.nterms):
+            e.sig |= term_bit(terms[j].term)
         for j in range(first, min(stop, m.nterms)):
             t = terms[j].term
             if t >= self.root.size():
@@ -236,6 +245,27 @@ cdef class MessageIndex(WindowRanking):
         return combine(self.q_alpha, 1.0 - mindist(&self.nodes[n].rect, self.q_x, self.q_y) / self.max_dist,
                        tub) + BOUND_SLACK
 
+    cdef double _entry_bound(self, const MEntryC* e, uint32_t qi, uint32_t ctx) noexcept nogil:
+        """:meth:`_bound` for one entry: its own location (the float box its coordinates round
+        down from) and only the other query terms whose bit its signature holds."""
+        cdef double a = self.q_terms[qi].w
+        cdef double mine = a * e.w, others = 0.0, o, tub
+        cdef int j
+        cdef int32_t s
+        cdef RectC box = RectC(e.x, e.y, nextafterf(e.x, INFINITY), nextafterf(e.y, INFINITY))
+        for j in range(self.q_n):
+            s = self.q_shadow[ctx + j]
+            if j == <int>qi or s < 0 or not (e.sig & term_bit(self.q_terms[j].term)):
+                continue
+            o = self.q_terms[j].w * self.nodes[s].maxw
+            others += o if o < mine else mine
+        tub = mine + others
+        if mine + self.q_rest[qi] < tub:
+            tub = mine + self.q_rest[qi]
+        if tub > 1.0:
+            tub = 1.0
+        return combine(self.q_alpha, 1.0 - mindist(&box, self.q_x, self.q_y) / self.max_dist, tub) + BOUND_SLACK
+
     cdef void _push_group(self, int32_t n, uint32_t cursor, uint32_t qi, float w, uint32_t ctx) noexcept nogil:
         cdef HeapItemC item
         item.key = self._bound(n, qi, w, ctx)
@@ -265,6 +295,7 @@ cdef class MessageIndex(WindowRanking):
 
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil:
         cdef HeapItemC item
+        cdef double key
         cdef int32_t n, c, s
         cdef int q, j
         cdef uint32_t ctx
@@ -291,11 +322,20 @@ cdef class MessageIndex(WindowRanking):
                         self._push_group(c, 0, item.qterm, self.nodes[c].maxw, ctx)
                 continue
             leaf = &self.entries[n]
+            if item.qterm & ENTRY_ITEM:             # one entry, keyed by its own bound: score it
+                self._offer(leaf[0][item.cursor].seq, item.qterm & ~ENTRY_ITEM)
+                continue
             if item.cursor >= leaf.size():
                 continue
             if item.cursor + 1 < leaf.size():
                 self._push_group(n, item.cursor + 1, item.qterm, leaf[0][item.cursor + 1].w, item.ctx)
-            self._offer(leaf[0][item.cursor].seq, item.qterm)
+            key = self._entry_bound(&leaf[0][item.cursor], item.qterm, item.ctx)
+            if key < item.key:                      # a tighter bound: read the message only if it pops
+                item.key = key
+                item.qterm |= ENTRY_ITEM
+                self._push_item(item)
+            else:
+                self._offer(leaf[0][item.cursor].seq, item.qterm)
         return False
 
     # ------------------------------------------------------------------ Python access
