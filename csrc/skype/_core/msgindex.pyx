@@ -8,17 +8,17 @@ tests a cut leaf's entries without reading the window: ``entry_in_rect``). Every
 Underfull subtrees are collapsed back into a leaf.
 
 Retrieval. ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups are tree
-nodes (bound from the node's rectangle and ``maxw``) and leaf cursors (bound from the leaf's
-rectangle and the next entry's w, since a leaf is sorted by w). The other query terms' part of a
+nodes (bound from the node's rectangle and ``maxw``) and leaves (bound from the leaf's
+rectangle and ``maxw``, then from their entries' own bounds, below). The other query terms' part of a
 group's bound is read from their own trees at the same place: all trees split the same root
 rectangle at the same midpoints and route a point alike, so a message under node n of term t's tree
 lies, in term u's tree, under the node on n's path (or the leaf that ends that path higher up):
 that node's ``maxw`` bounds the message's weight for u, and 0 when u has no message there. The
 search carries these *shadow* nodes down with each group (``q_shadow``). An entry also carries
-a 64-bit signature of its message's terms (``term_bit``): when a leaf cursor pops, its entry is
-bounded alone (its own location, and only the other query terms whose bit it holds) and, if that
-is lower, pushed back as a one-entry item, so the message is read from the window only if it
-pops again. The quadtree prunes by
+a 64-bit signature of its message's terms (``term_bit``): an entry is bounded alone by its own
+location and only the other query terms whose bit it holds.  A leaf group first pops keyed by
+its max weight; it is pushed back keyed by its best entry's bound; when it pops again, each entry
+is pushed alone, and a message is read from the window only when its entry pops. The quadtree prunes by
 space as well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
 """
 from libcpp.vector cimport vector
@@ -31,7 +31,8 @@ from skype._core.scoring cimport mindist, combine, quadrant, child_rect, round_u
 from skype._core.ranking cimport HeapItemC, WindowRanking
 
 cdef double BOUND_SLACK = 1e-12
-cdef uint32_t ENTRY_ITEM = 0x80000000u   # HeapItemC.qterm flag: one leaf entry, not a cursor
+cdef uint32_t ENTRY_ITEM = 0x80000000u   # HeapItemC.qterm flag: one leaf entry
+cdef uint32_t SCANNED_LEAF = 0x40000000u  # HeapItemC.qterm flag: a leaf keyed by its best entry's bound
 
 
 cdef bint entry_heavier(const MEntryC& a, const MEntryC& b) noexcept nogil:
@@ -294,8 +295,10 @@ cdef class MessageIndex(WindowRanking):
                 self._push_group(r, 0, i, self.nodes[r].maxw, 0)
 
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil:
-        cdef HeapItemC item
-        cdef double key
+        cdef HeapItemC item, entry
+        cdef double key, b
+        cdef uint32_t qi
+        cdef size_t e
         cdef int32_t n, c, s
         cdef int q, j
         cdef uint32_t ctx
@@ -325,17 +328,28 @@ cdef class MessageIndex(WindowRanking):
             if item.qterm & ENTRY_ITEM:             # one entry, keyed by its own bound: score it
                 self._offer(leaf[0][item.cursor].seq, item.qterm & ~ENTRY_ITEM)
                 continue
-            if item.cursor >= leaf.size():
-                continue
-            if item.cursor + 1 < leaf.size():
-                self._push_group(n, item.cursor + 1, item.qterm, leaf[0][item.cursor + 1].w, item.ctx)
-            key = self._entry_bound(&leaf[0][item.cursor], item.qterm, item.ctx)
-            if key < item.key:                      # a tighter bound: read the message only if it pops
-                item.key = key
-                item.qterm |= ENTRY_ITEM
-                self._push_item(item)
-            else:
-                self._offer(leaf[0][item.cursor].seq, item.qterm)
+            qi = item.qterm & ~SCANNED_LEAF
+            if not (item.qterm & SCANNED_LEAF):     # first pop: key the leaf by its best entry
+                key = -INFINITY
+                for e in range(leaf.size()):
+                    b = self._entry_bound(&leaf[0][e], qi, item.ctx)
+                    if b > key:
+                        key = b
+                if leaf.size() == 0:
+                    continue
+                if key < item.key:
+                    item.key = key
+                    item.qterm = qi | SCANNED_LEAF
+                    self._push_item(item)
+                    continue
+            entry.tie = UINT64_MAX                  # every entry alone, keyed by its own bound
+            entry.node = n
+            entry.qterm = qi | ENTRY_ITEM
+            entry.ctx = item.ctx
+            for e in range(leaf.size()):
+                entry.key = self._entry_bound(&leaf[0][e], qi, item.ctx)
+                entry.cursor = <uint32_t>e
+                self._push_item(entry)
         return False
 
     # ------------------------------------------------------------------ Python access
