@@ -332,6 +332,10 @@ cdef class MessageIndex(WindowRanking):
             if not (item.qterm & SCANNED_LEAF):     # first pop: key the leaf by its best entry
                 key = -INFINITY
                 for e in range(leaf.size()):
+                    # entries are sorted by w: once the leaf's bound at this w is no higher than
+                    # the best so far, no later entry scores above it
+                    if e and self._bound(n, qi, leaf[0][e].w, item.ctx) <= key:
+                        break
                     b = self._entry_bound(&leaf[0][e], qi, item.ctx)
                     if b > key:
                         key = b
