@@ -18,6 +18,7 @@ and ``--rounds R`` the runs alternate, so both see the same machine load.
     python bench/range_fast.py                           # all and any, the default index, one round
     python bench/range_fast.py --index keyword,grid --rounds 3      # A/B, interleaved
     python bench/range_fast.py --continuous --measured 10000      # 100k/100k tweets, any: both indexes
+    python bench/range_fast.py --paired-lazy          # with / without the windows range alone does not read
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*QueryCore*publish_batch*' \\
         python bench/range_fast.py --match all --measured 3000      # instruction counts of the core's stream
 """
@@ -83,6 +84,60 @@ def run_once(m: Path, s: Path, window: int, index: str, batch: int = 1000) -> di
             "range_index_mb": round(q["range_index_bytes"] / 2**20, 1)}
 
 
+def paired_lazy(m: Path, s: Path, window: int, batch: int = 250) -> dict:
+    """The same engine twice on one stream, interleaved chunk by chunk (turns first alternate):
+    ``before`` keeps the top-k core's window and the query window's ``ALL_TERM`` tree (as the
+    engine did before both became lazy for a stream of ``range`` subscriptions alone), ``lazy``
+    neither.  Both report the same change log (asserted per chunk); per measured message: AMP
+    and EMP (the engine's timers), the range kind's part and the process CPU time."""
+    import numpy as np
+
+    from skype import Subscription
+    from skype.simulate import load_inputs, make_engine, split_fill, window_of, work_counts
+
+    options = {"messages": str(m), "subscriptions": str(s), "window": window}
+    inputs = load_inputs(options)
+    engines = {}
+    steps: list = []
+    for name in ("before", "lazy"):
+        e = make_engine(options, inputs)
+        fill, steps = split_fill(inputs.steps, window_of(options))
+        for part in fill:
+            for c in part.batches(1000):
+                e.publish_batch(c)
+        e.subscribe_batch(inputs.subscriptions)
+        e.subscribe_batch(inputs.others)
+        if name == "before":
+            e.subscribe(Subscription(-1, 0.0, 0.0, 1, 0.5, terms={inputs.vocabulary.term(0): 1.0}))
+            e.unsubscribe(-1)
+            e.query("range", rect=inputs.bounds.as_tuple(), last=1e-300)
+        engines[name] = e
+    assert engines["before"].stats()["core_window"] == "kept" != engines["lazy"].stats()["core_window"]
+    before = {name: (work_counts(e), e.stats()["queries"]["kinds"]["range"]) for name, e in engines.items()}
+    cpu = dict.fromkeys(engines, 0.0)
+    n = 0
+    chunks = [c for op, payload in steps for c in payload.batches(batch)]
+    for i, c in enumerate(chunks):
+        logs = {}
+        for name in (list(engines) if i % 2 == 0 else list(engines)[::-1]):
+            c0 = time.process_time()
+            log = engines[name].publish_batch(c)
+            cpu[name] += time.process_time() - c0
+            logs[name] = log
+        a, b = logs["before"], logs["lazy"]
+        assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("at", "sub", "msg", "entered"))
+        n += len(c)
+    out: dict = {"messages": n}
+    for name, e in engines.items():
+        w0, k0 = before[name]
+        w1, k1 = work_counts(e), e.stats()["queries"]["kinds"]["range"]
+        out[name] = {"amp_us": round((w1["arrival_us"] - w0["arrival_us"]) / (w1["arrivals"] - w0["arrivals"]), 3),
+                     "emp_us": round((w1["expiry_us"] - w0["expiry_us"]) / (w1["expirations"] - w0["expirations"]), 3),
+                     "range_us": round((k1["time_s"] - k0["time_s"]) / n * 1e6, 3),
+                     "cpu_us": round(cpu[name] / n * 1e6, 3), "matches": k1["matches"] - k0["matches"]}
+    return out
+
+
 def continuous_100k(subs: int, window: int, measured: int, chunk: int = 250) -> dict:
     """Issue 12's continuous ``range`` workload (tweets, ``subs`` subscriptions of 1% area, 1-3
     terms, ``any``, seeds of ``bench/test_queries.py``): both indexes in one process, fed the same
@@ -134,6 +189,9 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write every run's figures here")
     p.add_argument("--continuous", action="store_true",
                    help="instead: issue 12's 100k/100k continuous range workload, both indexes interleaved")
+    p.add_argument("--paired-lazy", action="store_true",
+                   help="instead: the default index with and without the windows a range-only stream "
+                        "does not read (top-k core's, ALL_TERM tree), interleaved, same matches asserted")
     a = p.parse_args(argv)
     if a.continuous:
         print(json.dumps(continuous_100k(100_000, 100_000, a.measured), indent=1))
@@ -141,6 +199,11 @@ def cli(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory() if a.workdir is None else None
     folder = Path(a.workdir or tmp.name)  # type: ignore[union-attr]
     folder.mkdir(parents=True, exist_ok=True)
+    if a.paired_lazy:
+        for match in a.match.split(","):
+            m, s = workload(folder, match, a.seed, a.subs, a.window, a.measured)
+            print(json.dumps({"match": match, **paired_lazy(m, s, a.window)}), flush=True)
+        return 0
     runs: list[dict] = []
     for r in range(a.rounds):
         for match in a.match.split(","):

@@ -411,6 +411,8 @@ class Engine(EngineBase):
         self._core_live = True
 
     def _subscribe_batch(self, batch: SubscriptionBatch) -> None:
+        if len(batch) == 0:  # no topk subscription: the core's window stays asleep
+            return
         self._wake_core()
         if len(batch) > self._table.capacity():
             raise InputError("E023", what="number of subscriptions", expected=f"at most {self._table.capacity()} more",

@@ -134,8 +134,9 @@ class CoreQueryKinds(QueryKinds):
     TERMS_GRID = 64   # terms: cells per side of the shared per-cell term counts (0: design 1 alone)
     TERMS_GRID_TABLES = (32, 16)  # a term has a table of counts from 32 window messages until below 16
     # snapshot terms: count tables of (cells per side, a table from this many window messages, until below
-    # this) over the whole window, built at the first snapshot terms query ((0, 0, 0): count every message)
-    SNAPSHOT_TERMS_GRID = (32, 32, 16)
+    # this) over the whole window, built at the first snapshot terms query ((0, 0, 0): count every message);
+    # 64 cells: 30% fewer walks than 32 for 4x the memory (356 MB of tables at 1M tweets; results 2026-11-29)
+    SNAPSHOT_TERMS_GRID = (64, 32, 16)
     # terms: "blocks" (design 3: lanes in blocks of 64, shared rows, a threshold per lane) or "buffers"
     # (design 1/2: a buffer of 2k exact counts per subscription)
     TERMS_DESIGN = "blocks"

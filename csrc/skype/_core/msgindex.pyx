@@ -1,26 +1,38 @@
-# cython: language_level=3
 """Message index: the window's messages in one quadtree per term, for best-first retrieval.
 
-Structure.  For every term t, the window messages that contain t sit in a quadtree over the
-space; a leaf holds at most ``leaf_capacity`` entries (seq, w) sorted by w descending, where w is
-the message's weight for t rounded up to float.  Every node keeps ``maxw``, the exact maximum w
-over its subtree (maintained on insert and on delete), and ``count``.  Underfull subtrees are
-collapsed back into a leaf.
+Structure. For every term t, the window messages that contain t sit in a quadtree over the space; a
+leaf holds at most ``leaf_capacity`` entries (seq, w, x, y, sig) sorted by w descending, where w is the
+message's weight for t rounded up to float and x, y its coordinates rounded down (a counting walk
+tests a cut leaf's entries without reading the window: ``entry_in_rect``). Every node keeps
+``maxw``, the exact maximum w over its subtree (maintained on insert and on delete), and ``count``.
+Underfull subtrees are collapsed back into a leaf.
 
-Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups are tree
-nodes (bound from the node's rectangle and ``maxw``) and leaf cursors (bound from the leaf's
-rectangle and the next entry's w, since a leaf is sorted by w).  The quadtree prunes by space as
-well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
+Retrieval. ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups are tree
+nodes (bound from the node's rectangle and ``maxw``) and leaves (bound from the leaf's
+rectangle and ``maxw``, then from their entries' own bounds, below). The other query terms' part of a
+group's bound is read from their own trees at the same place: all trees split the same root
+rectangle at the same midpoints and route a point alike, so a message under node n of term t's tree
+lies, in term u's tree, under the node on n's path (or the leaf that ends that path higher up):
+that node's ``maxw`` bounds the message's weight for u, and 0 when u has no message there. The
+search carries these *shadow* nodes down with each group (``q_shadow``). An entry also carries
+a 64-bit signature of its message's terms (``term_bit``): an entry is bounded alone by its own
+location and only the other query terms whose bit it holds.  A leaf group first pops keyed by
+its max weight; it is pushed back keyed by its best entry's bound; when it pops again, each entry
+is pushed alone, and a message is read from the window only when its entry pops. The quadtree prunes by
+space as well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, uint32_t, UINT64_MAX
+from libc.math cimport nextafterf, INFINITY
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
-from skype._core.scoring cimport mindist, combine, quadrant, child_rect, round_up
+from skype._core.scoring cimport mindist, combine, quadrant, child_rect, round_up, round_down
 from skype._core.ranking cimport HeapItemC, WindowRanking
 
 cdef double BOUND_SLACK = 1e-12
+cdef uint32_t ENTRY_ITEM = 0x80000000u   # HeapItemC.qterm flag: one leaf entry
+cdef uint32_t SCANNED_LEAF = 0x40000000u  # HeapItemC.qterm flag: a leaf keyed by its best entry's bound
 
 
 cdef bint entry_heavier(const MEntryC& a, const MEntryC& b) noexcept nogil:
@@ -133,6 +145,9 @@ cdef class MessageIndex(WindowRanking):
         cdef int32_t n
         cdef MEntryC e
         cdef size_t pos
+        e.sig = 0
+        for j in range(m.nterms):
+            e.sig |= term_bit(terms[j].term)
         for j in range(first, min(stop, m.nterms)):
             t = terms[j].term
             if t >= self.root.size():
@@ -143,6 +158,8 @@ cdef class MessageIndex(WindowRanking):
             n = self.root[t]
             e.seq = seq
             e.w = round_up(terms[j].w)
+            e.x = round_down(m.x)
+            e.y = round_down(m.y)
             while True:
                 self.nodes[n].count += 1
                 if e.w > self.nodes[n].maxw:
@@ -204,25 +221,87 @@ cdef class MessageIndex(WindowRanking):
                 self.root[t] = -1
 
     # ------------------------------------------------------------------ best-first retrieval
-    cdef double _bound(self, int32_t n, uint32_t qi, float w) noexcept nogil:
+    cdef double _bound(self, int32_t n, uint32_t qi, float w, uint32_t ctx) noexcept nogil:
+        """Score bound of the messages designated to query term qi under node n whose weight for
+        it is at most w.  Each other query term j adds at most the designated contribution
+        (a w) and at most w(j, s) times the max weight of term j's node at n's place (its
+        *shadow*, ``q_shadow[ctx + j]``: every tree splits space alike, so a message under n
+        lies under the shadow in j's tree; -1: j has no message there).  The ranking's bound
+        ``a w + |s without t|`` caps it."""
+        cdef double a = self.q_terms[qi].w
+        cdef double mine = a * w, others = 0.0, o, tub
+        cdef int j
+        cdef int32_t s
+        for j in range(self.q_n):
+            s = self.q_shadow[ctx + j]
+            if j == <int>qi or s < 0:
+                continue
+            o = self.q_terms[j].w * self.nodes[s].maxw
+            others += o if o < mine else mine
+        tub = mine + others
+        if mine + self.q_rest[qi] < tub:
+            tub = mine + self.q_rest[qi]
+        if tub > 1.0:
+            tub = 1.0
         return combine(self.q_alpha, 1.0 - mindist(&self.nodes[n].rect, self.q_x, self.q_y) / self.max_dist,
-                       self._text_bound(qi, w)) + BOUND_SLACK
+                       tub) + BOUND_SLACK
+
+    cdef double _entry_bound(self, const MEntryC* e, uint32_t qi, uint32_t ctx) noexcept nogil:
+        """:meth:`_bound` for one entry: its own location (the float box its coordinates round
+        down from) and only the other query terms whose bit its signature holds."""
+        cdef double a = self.q_terms[qi].w
+        cdef double mine = a * e.w, others = 0.0, o, tub
+        cdef int j
+        cdef int32_t s
+        cdef RectC box = RectC(e.x, e.y, nextafterf(e.x, INFINITY), nextafterf(e.y, INFINITY))
+        for j in range(self.q_n):
+            s = self.q_shadow[ctx + j]
+            if j == <int>qi or s < 0 or not (e.sig & term_bit(self.q_terms[j].term)):
+                continue
+            o = self.q_terms[j].w * self.nodes[s].maxw
+            others += o if o < mine else mine
+        tub = mine + others
+        if mine + self.q_rest[qi] < tub:
+            tub = mine + self.q_rest[qi]
+        if tub > 1.0:
+            tub = 1.0
+        return combine(self.q_alpha, 1.0 - mindist(&box, self.q_x, self.q_y) / self.max_dist, tub) + BOUND_SLACK
+
+    cdef void _push_group(self, int32_t n, uint32_t cursor, uint32_t qi, float w, uint32_t ctx) noexcept nogil:
+        cdef HeapItemC item
+        item.key = self._bound(n, qi, w, ctx)
+        item.tie = UINT64_MAX
+        item.node = n
+        item.cursor = cursor
+        item.qterm = qi
+        item.ctx = ctx
+        self._push_item(item)
 
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil:
         cdef int i
         cdef term_t t
         cdef int32_t r
         self._begin(alpha, x, y, terms, n)
-        for i in range(n):
+        self.q_shadow.clear()
+        for i in range(n):                      # the roots: every term's shadow at the top
             t = terms[i].term
-            if t < self.root.size() and self.root[t] >= 0:
+            r = -1
+            if t < self.root.size():
                 r = self.root[t]
-                self._push(self._bound(r, i, self.nodes[r].maxw), UINT64_MAX, r, 0, i)
+            self.q_shadow.push_back(r)
+        for i in range(n):
+            r = self.q_shadow[i]
+            if r >= 0:
+                self._push_group(r, 0, i, self.nodes[r].maxw, 0)
 
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil:
-        cdef HeapItemC item
-        cdef int32_t n, c
-        cdef int q
+        cdef HeapItemC item, entry
+        cdef double key, b
+        cdef uint32_t qi
+        cdef size_t e
+        cdef int32_t n, c, s
+        cdef int q, j
+        cdef uint32_t ctx
         cdef vector[MEntryC]* leaf
         while self.heap.size():
             item = self._pop()
@@ -237,15 +316,44 @@ cdef class MessageIndex(WindowRanking):
                 for q in range(4):
                     c = self.nodes[n].child + q
                     if self.nodes[c].count:
-                        self._push(self._bound(c, item.qterm, self.nodes[c].maxw), UINT64_MAX, c, 0, item.qterm)
+                        ctx = <uint32_t>self.q_shadow.size()
+                        for j in range(self.q_n):   # the shadows one level down (a leaf stays)
+                            s = self.q_shadow[item.ctx + j]
+                            if s >= 0 and self.nodes[s].child >= 0:
+                                s = self.nodes[s].child + q
+                            self.q_shadow.push_back(s)
+                        self._push_group(c, 0, item.qterm, self.nodes[c].maxw, ctx)
                 continue
             leaf = &self.entries[n]
-            if item.cursor >= leaf.size():
+            if item.qterm & ENTRY_ITEM:             # one entry, keyed by its own bound: score it
+                self._offer(leaf[0][item.cursor].seq, item.qterm & ~ENTRY_ITEM)
                 continue
-            if item.cursor + 1 < leaf.size():
-                self._push(self._bound(n, item.qterm, leaf[0][item.cursor + 1].w), UINT64_MAX, n,
-                           item.cursor + 1, item.qterm)
-            self._offer(leaf[0][item.cursor].seq, item.qterm)
+            qi = item.qterm & ~SCANNED_LEAF
+            if not (item.qterm & SCANNED_LEAF):     # first pop: key the leaf by its best entry
+                key = -INFINITY
+                for e in range(leaf.size()):
+                    # entries are sorted by w: once the leaf's bound at this w is no higher than
+                    # the best so far, no later entry scores above it
+                    if e and self._bound(n, qi, leaf[0][e].w, item.ctx) <= key:
+                        break
+                    b = self._entry_bound(&leaf[0][e], qi, item.ctx)
+                    if b > key:
+                        key = b
+                if leaf.size() == 0:
+                    continue
+                if key < item.key:
+                    item.key = key
+                    item.qterm = qi | SCANNED_LEAF
+                    self._push_item(item)
+                    continue
+            entry.tie = UINT64_MAX                  # every entry alone, keyed by its own bound
+            entry.node = n
+            entry.qterm = qi | ENTRY_ITEM
+            entry.ctx = item.ctx
+            for e in range(leaf.size()):
+                entry.key = self._entry_bound(&leaf[0][e], qi, item.ctx)
+                entry.cursor = <uint32_t>e
+                self._push_item(entry)
         return False
 
     # ------------------------------------------------------------------ Python access

@@ -30,11 +30,13 @@ cdef class QueryWindow:
     cdef vector[int32_t] walk      # tree walk
     cdef vector[int32_t] cut       # leaves a counting walk cuts (scanned only when needed)
     cdef vector[NearC] heap        # kNN queue
-    cdef bint term_trees           # the per-term trees are kept (else the ALL_TERM tree only)
+    cdef bint term_trees           # the per-term trees are kept
+    cdef bint spatial_tree         # the ALL_TERM tree is kept
 
     cdef seq_t c_append(self, int64_t ext_id, double x, double y, double t,
                         const uint32_t* terms, const double* w, int n) noexcept nogil
     cdef void c_need_term_trees(self) noexcept nogil
+    cdef void c_need_spatial_tree(self) noexcept nogil
     cdef bint c_accept_any(self, const MsgC* m, const int64_t* prog, int plen, const int64_t* cover,
                            int ncover) noexcept nogil
     cdef bint c_must_expire(self, double t, bint arriving) noexcept nogil
@@ -53,5 +55,6 @@ cdef class QueryWindow:
                               vector[uint32_t]* counts, vector[term_t]* touched) noexcept nogil
     cdef uint32_t c_count_in(self, term_t t, const RectC* r) noexcept nogil
     cdef uint32_t c_count_bounded(self, term_t t, const RectC* r, uint32_t need) noexcept nogil
+    cdef uint32_t _count_leaf(self, int32_t n, const RectC* r, const RectC* rd) noexcept nogil
     cdef void c_top_terms(self, vector[uint32_t]* counts, vector[term_t]* touched, size_t k,
                           vector[term_t]* out) noexcept nogil

@@ -26,12 +26,14 @@ Snapshot walks (all exact; nothing is approximated):
 * ``last``: a message counts when ``now - t < last`` holds exactly (TwoSum, as the time window).
 
 Per-term trees are kept only once something reads them (``c_need_term_trees``: kNN and
-``terms`` subscriptions, snapshot ``range``, ``knn`` and ``topk`` queries); until then only the
-``ALL_TERM`` tree is kept, and a message's other terms are inserted when the trees are first
-needed (from the window store, oldest first).  ``c_range`` without them walks the ``ALL_TERM``
-tree and tests the cover and the predicate per message: the same answer.  Invariant: with
-``term_trees`` set, every window message is in the tree of each of its terms; without it, in the
-``ALL_TERM`` tree only.
+``terms`` subscriptions, snapshot ``range``, ``knn`` and ``topk`` queries), and so is the
+``ALL_TERM`` tree (``c_need_spatial_tree``: the walks that read it call it first, so a stream of
+``range`` subscriptions alone keeps no tree at all; the per-term trees keep it with them).  A
+tree first needed is built from the window store, oldest first.  ``c_range`` without the
+per-term trees walks the ``ALL_TERM`` tree and tests the cover and the predicate per message: the
+same answer.  Invariant: with
+``term_trees`` set, every window message is in the tree of each of its terms; with
+``spatial_tree`` set, in the ``ALL_TERM`` tree; in no other tree.
 """
 import numpy as np
 from libcpp.vector cimport vector
@@ -40,8 +42,8 @@ from libcpp.algorithm cimport sort as std_sort, unique as std_unique
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms, win_oldest
-from skype._core.msgindex cimport MessageIndex, MEntryC
-from skype._core.scoring cimport mindist, outside_time_window
+from skype._core.msgindex cimport MessageIndex, MEntryC, entry_in_rect
+from skype._core.scoring cimport mindist, outside_time_window, round_down
 from skype._core.predicate cimport eval_program, holds_term, point_distance, OP_AND
 
 
@@ -76,6 +78,7 @@ cdef class QueryWindow:
         self.time_window = time_window
         self.max_dist = max_dist
         self.term_trees = False
+        self.spatial_tree = False
         self.names.push_back(b"")
 
     # ------------------------------------------------------------------ names and stream
@@ -101,17 +104,28 @@ cdef class QueryWindow:
             self.scratch[j + 1].pad = 0
             self.scratch[j + 1].w = w[j]
         seq = self.window.append(ext_id, x, y, t, self.scratch.data(), n + 1)
-        self.index.insert_terms(seq, 0, n + 1 if self.term_trees else 1)
+        self.index.insert_terms(seq, 0 if self.spatial_tree else 1, n + 1 if self.term_trees else 1)
         return seq
 
     cdef void c_need_term_trees(self) noexcept nogil:
-        """Keep the per-term trees from now on (built from the window store the first time)."""
+        """Keep the per-term trees from now on (built from the window store the first time), and
+        the ``ALL_TERM`` tree with them (their readers read it too)."""
         cdef seq_t seq
         if self.term_trees:
             return
+        self.c_need_spatial_tree()
         for seq in range(self.window.oldest_seq, self.window.oldest_seq + self.window.count):
             self.index.insert_terms(seq, 1, 0xFFFFFFFFu)
         self.term_trees = True
+
+    cdef void c_need_spatial_tree(self) noexcept nogil:
+        """Keep the ``ALL_TERM`` tree from now on (built from the window store the first time)."""
+        cdef seq_t seq
+        if self.spatial_tree:
+            return
+        for seq in range(self.window.oldest_seq, self.window.oldest_seq + self.window.count):
+            self.index.insert_terms(seq, 0, 1)
+        self.spatial_tree = True
 
     cdef bint c_must_expire(self, double t, bint arriving) noexcept nogil:
         """Whether the oldest message leaves before a message at t arrives (or the clock moves to t)."""
@@ -122,7 +136,8 @@ cdef class QueryWindow:
         return outside_time_window(win_oldest(self.window).t, t, self.time_window)
 
     cdef void c_pop_oldest(self) noexcept nogil:
-        self.index.remove_terms(win_oldest(self.window).seq, 0, 0xFFFFFFFFu if self.term_trees else 1)
+        self.index.remove_terms(win_oldest(self.window).seq, 0 if self.spatial_tree else 1,
+                                0xFFFFFFFFu if self.term_trees else 1)
         self.window.pop_oldest()
 
     cdef bint c_fresh(self, const MsgC* m, double now, double last) noexcept nogil:
@@ -169,6 +184,8 @@ cdef class QueryWindow:
                 implied = False
         if spatial:
             ntrees = 1
+        if ncover == 0 or spatial:
+            self.c_need_spatial_tree()
         for c in range(ntrees):
             t = <term_t>cover[c] if ncover and not spatial else ALL_TERM
             if t >= self.index.root.size() or self.index.root[t] < 0:
@@ -259,6 +276,8 @@ cdef class QueryWindow:
             return
         if ncover:
             self.c_need_term_trees()
+        else:
+            self.c_need_spatial_tree()
         for c in range(ntrees):
             t = <term_t>cover[c] if ncover else ALL_TERM
             if t < self.index.root.size() and self.index.root[t] >= 0:
@@ -312,11 +331,11 @@ cdef class QueryWindow:
         the nodes inside ``r``, a scan of the leaves it cuts."""
         cdef uint32_t total = 0
         cdef int32_t n, q
-        cdef size_t e
-        cdef MsgC* m
         cdef RectC* nr
-        cdef vector[MEntryC]* leaf
+        cdef RectC rd = RectC(round_down(r.minx), round_down(r.miny), round_down(r.maxx), round_down(r.maxy))
         self.c_need_term_trees()
+        if t == ALL_TERM:
+            self.c_need_spatial_tree()
         if t >= self.index.root.size() or self.index.root[t] < 0:
             return 0
         self.walk.clear()
@@ -334,11 +353,24 @@ cdef class QueryWindow:
                 for q in range(4):
                     self.walk.push_back(self.index.nodes[n].child + q)
                 continue
-            leaf = &self.index.entries[n]
-            for e in range(leaf.size()):
-                m = win_get(self.window, leaf[0][e].seq)
-                if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy:
-                    total += 1
+            total += self._count_leaf(n, r, &rd)
+        return total
+
+    cdef uint32_t _count_leaf(self, int32_t n, const RectC* r, const RectC* rd) noexcept nogil:
+        """Entries of leaf n whose message lies in r, from the entries' coordinates (a window
+        read only for an entry within a float step of an edge: ``entry_in_rect``)."""
+        cdef vector[MEntryC]* leaf = &self.index.entries[n]
+        cdef const MEntryC* ent = leaf.data()
+        cdef size_t e, size = leaf.size()
+        cdef uint32_t total = 0
+        cdef int where
+        cdef MsgC* m
+        for e in range(size):
+            where = entry_in_rect(&ent[e], r, rd)
+            if where < 0:
+                m = win_get(self.window, ent[e].seq)
+                where = r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy
+            total += where
         return total
 
     cdef uint32_t c_count_bounded(self, term_t t, const RectC* r, uint32_t need) noexcept nogil:
@@ -349,11 +381,12 @@ cdef class QueryWindow:
         (a term that cannot reach ``need`` here reads no message)."""
         cdef uint32_t total = 0, cut = 0, pending
         cdef int32_t n, q, c
-        cdef size_t e, i, head = 0
-        cdef MsgC* m
+        cdef size_t i, head = 0
         cdef RectC* nr
-        cdef vector[MEntryC]* leaf
+        cdef RectC rd = RectC(round_down(r.minx), round_down(r.miny), round_down(r.maxx), round_down(r.maxy))
         self.c_need_term_trees()
+        if t == ALL_TERM:
+            self.c_need_spatial_tree()
         if t >= self.index.root.size() or self.index.root[t] < 0:
             return 0
         self.walk.clear()
@@ -381,11 +414,10 @@ cdef class QueryWindow:
         if total + cut < need:
             return total + cut
         for i in range(self.cut.size()):
-            leaf = &self.index.entries[self.cut[i]]
-            for e in range(leaf.size()):
-                m = win_get(self.window, leaf[0][e].seq)
-                if r.minx <= m.x <= r.maxx and r.miny <= m.y <= r.maxy:
-                    total += 1
+            cut -= self.index.nodes[self.cut[i]].count
+            total += self._count_leaf(self.cut[i], r, &rd)
+            if total + cut < need:               # still a bound below need: stop there too
+                return total + cut
         return total
 
     cdef void c_top_terms(self, vector[uint32_t]* counts, vector[term_t]* touched, size_t k,

@@ -12,6 +12,7 @@ cdef struct HeapItemC:           # best-first queue item; max-heap on (key, tie)
     int32_t node                 # the index's own item tag or node id; -1 for a message
     uint32_t cursor              # the index's position inside the item
     uint32_t qterm               # index of the list's term among the query's terms
+    uint32_t ctx                 # the index's own context of a group (0 if unused)
 
 
 cdef inline bint heap_before(const HeapItemC* a, const HeapItemC* b) noexcept nogil:
@@ -42,5 +43,6 @@ cdef class WindowRanking:
     cdef void _begin(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
     cdef double _text_bound(self, uint32_t qi, float w) noexcept nogil
     cdef void _push(self, double key, uint64_t tie, int32_t node, uint32_t cursor, uint32_t qterm) noexcept nogil
+    cdef void _push_item(self, HeapItemC item) noexcept nogil
     cdef HeapItemC _pop(self) noexcept nogil
     cdef void _offer(self, seq_t seq, uint32_t qterm) noexcept nogil

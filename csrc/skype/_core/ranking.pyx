@@ -75,12 +75,16 @@ cdef class WindowRanking:
 
     cdef void _push(self, double key, uint64_t tie, int32_t node, uint32_t cursor, uint32_t qterm) noexcept nogil:
         cdef HeapItemC item
-        cdef size_t i, parent
         item.key = key
         item.tie = tie
         item.node = node
         item.cursor = cursor
         item.qterm = qterm
+        item.ctx = 0
+        self._push_item(item)
+
+    cdef void _push_item(self, HeapItemC item) noexcept nogil:
+        cdef size_t i, parent
         self.heap.push_back(item)
         i = self.heap.size() - 1
         while i > 0:

@@ -1,0 +1,82 @@
+"""Snapshot queries over a large window, query by query: the tail and what makes it.
+
+The workload and queries are ``bench/test_queries.py::test_snapshot``'s (tweets, seed 13 for the
+window, seed 14 for the queries, 1%-area rectangles, k = 20), so the percentiles here are that
+bench's; this script adds the work counters of each query (``snapshots`` in the engine's stats:
+heap pops of ``topk``, terms visited and walks of ``terms``) and lists the slowest queries with
+what they have in common (terms, their window counts, ``alpha``).  Times are the querying
+thread's CPU time (the machine is shared); the counters are exact and deterministic.
+
+    python bench/snapshot_tail.py --window 1000000 --queries 1000 --kinds topk,terms
+    python bench/snapshot_tail.py --window 200000 --queries 300 --kinds topk --slowest 10
+    python bench/snapshot_tail.py --kinds terms --cells 64      # finer count tables (4x the memory)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from skype import Engine
+from skype.data import make_workload
+from skype.data.peer_workloads import peer_queries
+
+COUNTERS = {"topk": ("topk_work",), "terms": ("terms_visits", "terms_walks", "terms_scans")}
+
+
+def run(window: int, queries: int, kinds: list[str], slowest: int, cells: int = 0) -> dict:
+    if cells:
+        from skype.querykinds import CoreQueryKinds
+
+        CoreQueryKinds.SNAPSHOT_TERMS_GRID = (cells, *CoreQueryKinds.SNAPSHOT_TERMS_GRID[1:])
+    w = make_workload("tweets", num_subs=1, num_messages=window, seed=13)
+    e = Engine(window=window, vocabulary=w.vocabulary, bounds=w.bounds, snapshots=True, term_trees="eager")
+    for chunk in w.messages.batches(20_000):
+        e.publish_batch(chunk)
+    window_count = np.bincount(w.messages.terms.ids, minlength=len(w.vocabulary))
+    out: dict = {"window": window, "queries": queries}
+    for kind in kinds:
+        qs = peer_queries(w.messages, w.vocabulary, queries, np.random.default_rng(14), kinds={kind: 1.0},
+                          area=0.01, k=20, bounds=w.bounds)
+        rows = []
+        for q in qs:
+            fields = {k: v for k, v in q.items() if k not in ("op", "qid", "kind")}
+            s0 = e.stats()["queries"]["snapshots"]
+            c0 = time.thread_time()
+            answer = e.query(kind, **fields)
+            cpu_us = (time.thread_time() - c0) * 1e6
+            s1 = e.stats()["queries"]["snapshots"]
+            row = {"cpu_us": round(cpu_us, 1), "answer": len(answer)}
+            row.update({c: s1[c] - s0[c] for c in COUNTERS[kind]})
+            if kind == "topk":
+                row.update(alpha=round(fields["alpha"], 3),
+                           window_counts=[int(window_count[w.vocabulary.id(t)]) for t in fields["terms"]])
+            else:
+                row["rect"] = [round(v, 4) for v in fields["rect"]]
+            rows.append(row)
+        us = np.array([r["cpu_us"] for r in rows])
+        summary = {"p50_us": round(float(np.percentile(us, 50)), 1), "p99_us": round(float(np.percentile(us, 99)), 1),
+                   "max_us": round(float(us.max()), 1), "mean_us": round(float(us.mean()), 1)}
+        summary.update({f"{c}_per_query": round(sum(r[c] for r in rows) / len(rows), 1) for c in COUNTERS[kind]})
+        summary["slowest"] = sorted(rows, key=lambda r: -r["cpu_us"])[:slowest]
+        out[kind] = summary
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--window", type=int, default=1_000_000)
+    ap.add_argument("--queries", type=int, default=1_000)
+    ap.add_argument("--kinds", default="topk,terms")
+    ap.add_argument("--slowest", type=int, default=12)
+    ap.add_argument("--cells", type=int, default=0, help="cells per side of the snapshot terms' count tables "
+                    "(default: CoreQueryKinds.SNAPSHOT_TERMS_GRID's)")
+    a = ap.parse_args()
+    print(json.dumps(run(a.window, a.queries, a.kinds.split(","), a.slowest, a.cells), indent=1))
+
+
+if __name__ == "__main__":
+    main()
