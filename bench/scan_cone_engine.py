@@ -5,10 +5,14 @@ in alternating order, each chunk timed in process CPU time (``time.process_time`
 other load does not enter it as it enters wall clocks).  Every chunk's result changes must be
 equal (asserted).  Reported per measured message: CPU microseconds, and from ``stats()`` the
 postings and nodes (block headers for the block index) the scan read, the verifications and the
-admissions; the cone's upkeep (rebuilds, re-posts) over the whole run.
+admissions; the cone's upkeep (rebuilds, re-posts) over the whole run.  ``--variants`` picks the
+engines (``blocks``, ``cone``, and ``cone-nopair``: the cone without the pair bound, to A/B it);
+``--timers`` adds the engines' phase clocks (scan, verify, admit, expire, flush; wall clocks read
+inside the core, so they carry the machine's load, unlike the CPU times).
 
     python bench/scan_cone_engine.py --num-subs 100000 --measured 100000
     python bench/scan_cone_engine.py --num-subs 1000000 --measured 20000 --turnover 200000
+    python bench/scan_cone_engine.py --num-subs 200000 --measured 40000 --variants cone,cone-nopair --timers
 """
 
 from __future__ import annotations
@@ -20,9 +24,23 @@ import time
 import numpy as np
 
 
+VARIANTS = {"blocks": "blocks", "cone": "cone", "cone-nopair": "cone"}   # variant -> index
+CONE_SPLIT = ("tree_postings", "tail_postings", "flat_entries", "pair_entries", "pair_pruned", "nodes_tested")
+
+
 def counts(engine) -> dict:
     c = engine.stats()["phases"]["counts"]
     return {"postings": c["scan_postings"], "nodes": c["scan_nodes"], "verify": c["verify"], "admit": c["admit"]}
+
+
+def clocks(engine) -> dict:
+    """The phase clocks so far (seconds; empty without timers)."""
+    return dict(engine.stats()["phases"]["seconds"] or {})
+
+
+def cone_split(engine) -> dict:
+    d = engine.stats()["dissemination"]
+    return {k: d[k] for k in CONE_SPLIT if k in d}
 
 
 def main(argv=None) -> int:
@@ -37,42 +55,51 @@ def main(argv=None) -> int:
     p.add_argument("--buffer", default="cskyband")
     p.add_argument("--chunk", type=int, default=2_000, help="messages per timed chunk")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variants", default="blocks,cone", help="engines, comma-separated: blocks, cone, cone-nopair")
+    p.add_argument("--timers", action="store_true", help="the engines' phase clocks too (wall, inside the core)")
     p.add_argument("--cone-leaf", type=int, default=8, help="postings per leaf of the cone trees")
     p.add_argument("--cone-tail-min", type=int, default=64, help="smallest stale count that rebuilds a term's tree")
     p.add_argument("--cone-tail-fraction", type=float, default=0.25, help="stale fraction that rebuilds a term's tree")
     p.add_argument("--json", help="write the results to this file")
     args = p.parse_args(argv)
+    variants = args.variants.split(",")
+    assert variants and all(v in VARIANTS for v in variants), f"variants: {', '.join(VARIANTS)}"
     window = args.window or args.num_subs
     turnover = window if args.turnover is None else args.turnover
     engines, prep_s, starts = {}, {}, {}
-    for name in ("blocks", "cone"):
+    cone = {"leaf": args.cone_leaf, "tail_min": args.cone_tail_min, "tail_fraction": args.cone_tail_fraction}
+    for name in variants:
         t0 = time.perf_counter()
+        index = VARIANTS[name]
+        params = (("cone", cone),) if index == "cone" else ()
         spec = RunSpec(dataset=args.dataset, num_subs=args.num_subs, window=window, measured=turnover + args.measured,
-                       index=name, buffer=args.buffer, seed=args.seed,
-                       params=(("cone", {"leaf": args.cone_leaf, "tail_min": args.cone_tail_min,
-                                         "tail_fraction": args.cone_tail_fraction}),) if name == "cone" else ())
+                       index=index, buffer=args.buffer, seed=args.seed, params=params + (("timers", args.timers),))
         prep = prepare(spec)
+        if name == "cone-nopair":
+            prep.engine.subscription_index.set_pair_bound(False)
         msgs = prep.workload.messages
         for a in range(prep.start, prep.start + turnover, 20_000):
             prep.engine.publish_batch(msgs.slice(a, min(a + 20_000, prep.start + turnover)))
         engines[name], starts[name], prep_s[name] = prep.engine, prep.start + turnover, time.perf_counter() - t0
-        assert starts[name] == starts["blocks"]
-    first = starts["blocks"]
+        assert starts[name] == starts[variants[0]]
+    first = starts[variants[0]]
     cpu = {name: 0.0 for name in engines}
     before = {name: counts(e) for name, e in engines.items()}
-    split = ("tree_postings", "tail_postings", "flat_entries", "pair_entries", "nodes_tested")
-    cone_before = {k: engines["cone"].stats()["dissemination"][k] for k in split}
-    upkeep_before = engines["cone"].subscription_index.structure()
+    clocks_before = {name: clocks(e) for name, e in engines.items()}
+    split_before = {name: cone_split(e) for name, e in engines.items()}
+    upkeep_before = {name: e.subscription_index.structure() for name, e in engines.items() if VARIANTS[name] == "cone"}
     for c, a in enumerate(range(first, first + args.measured, args.chunk)):
         part = msgs.slice(a, min(a + args.chunk, first + args.measured))
         logs = {}
-        for name in (("blocks", "cone") if c % 2 == 0 else ("cone", "blocks")):
+        order = variants[c % len(variants):] + variants[:c % len(variants)]   # each engine leads in turn
+        for name in order:
             t = time.process_time()
             logs[name] = engines[name].publish_batch(part)
             cpu[name] += time.process_time() - t
         rows = {name: sorted(zip(lg.at.tolist(), lg.sub.tolist(), lg.msg.tolist(), lg.entered.tolist()))
                 for name, lg in logs.items()}
-        assert rows["blocks"] == rows["cone"], f"chunk {c}: the cone engine's changes differ from the block index's"
+        for name in variants[1:]:
+            assert rows[name] == rows[variants[0]], f"chunk {c}: {name}'s changes differ from {variants[0]}'s"
     n = args.measured
     out = {"args": vars(args), "prepare_s": prep_s}
     for name, e in engines.items():
@@ -80,12 +107,18 @@ def main(argv=None) -> int:
         out[name] = {"cpu_us_per_msg": cpu[name] / n * 1e6,
                      **{f"{k}_per_msg": (after[k] - before[name][k]) / n for k in after},
                      "index_bytes": e.stats()["memory_bytes"]["subscription_index"]}
-    out["cone"]["structure"] = engines["cone"].subscription_index.structure()
-    upkeep = engines["cone"].subscription_index.structure()
-    out["cone"]["upkeep_per_msg"] = {k: (upkeep[k] - upkeep_before[k]) / n for k in ("rebuilds", "reposts",
-                                                                                   "rebuilt_postings")}
-    out["cone"]["split_per_msg"] = {k: (engines["cone"].stats()["dissemination"][k] - cone_before[k]) / n for k in split}
-    out["cpu_ratio_blocks_over_cone"] = cpu["blocks"] / cpu["cone"] if cpu["cone"] else float("nan")
+        if args.timers:
+            now = clocks(e)
+            out[name]["clock_us_per_msg"] = {k: (now[k] - clocks_before[name].get(k, 0.0)) / n * 1e6 for k in now}
+        if VARIANTS[name] == "cone":
+            upkeep = e.subscription_index.structure()
+            out[name]["structure"] = upkeep
+            out[name]["upkeep_per_msg"] = {k: (upkeep[k] - upkeep_before[name][k]) / n
+                                           for k in ("rebuilds", "reposts", "rebuilt_postings")}
+            split = cone_split(e)
+            out[name]["split_per_msg"] = {k: (split[k] - split_before[name][k]) / n for k in split}
+    for name in variants[1:]:
+        out[f"cpu_ratio_{variants[0]}_over_{name}"] = cpu[variants[0]] / cpu[name] if cpu[name] else float("nan")
     print(json.dumps(out, indent=1, default=lambda v: v.tolist() if isinstance(v, np.ndarray) else str(v)))
     if args.json:
         with open(args.json, "w") as f:

@@ -3,12 +3,13 @@
 Inputs are validated once here (see :class:`skype.api.EngineBase`); the core then runs on typed
 arrays without the GIL.  Choose the subscription index and the result buffer:
 
-* ``index="blocks"`` (default): the keyword-first block index: per-term posting lists in
-  alpha-bands of blocks with bound headers, fat postings, no candidate hash table
+* ``index="cone"`` (default): per-term k-d trees over (x, y, rho) bounded by each posting's
+  cone, with a pair index for subscriptions sharing two terms with the message
+  (``docs/cone-index.md``); ``"blocks"``: the keyword-first block index: per-term posting lists
+  in alpha-bands of blocks with bound headers, fat postings, no candidate hash table
   (``docs/engine.md``); ``"igpt"``: the paper's IGPT quadtree with individual and group pruning
   (spec §3); ``"ipt"`` is IGPT without group pruning (the paper's IPT); ``"ciq"`` the CIQ
-  baseline; ``"cone"`` per-term k-d trees over (x, y, rho) bounded by each posting's cone, with a
-  pair index for subscriptions sharing two terms with the message (``docs/engine.md``).
+  baseline.
 * ``buffer="cskyband"`` (default): the cost-based k-skyband (spec §4.3); ``"skyband"``
   (Mouratidis: theta = ratio * kScore), ``"kmax"`` (Yi et al.) or ``"exact"`` (exact top-k).
 

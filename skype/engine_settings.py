@@ -52,7 +52,7 @@ class EngineOptions:
     'exact'
     """
 
-    index: str = "blocks"
+    index: str = "cone"
     buffer: str = "cskyband"
     block_size: int = 64
     bands: int = 8
@@ -127,7 +127,7 @@ class EngineSettings:
     line's defaults."""
 
     engine: str = "core"                # the Cython core, or the brute-force "reference"
-    index: str = "blocks"
+    index: str = "cone"
     buffer: str = "cskyband"
     kmax: int = 60
     skyband_ratio: float = 0.8

@@ -19,7 +19,7 @@ FIRED = {"band": "bands_skipped", "block": "blocks_skipped", "entry": "entry_pru
 @pytest.mark.parametrize("workload", ["grid", "continuous", "hot-term"])
 def test_blockindex_each_rule_alone_is_exact(rule, workload):
     only = {r: r == rule for r in BLOCK_RULES}
-    eng = run_core(workload, "count", buffer="exact", pruning=only, block_size=4, bands=3)
+    eng = run_core(workload, "count", index="blocks", buffer="exact", pruning=only, block_size=4, bands=3)
     d = eng.stats()["dissemination"]
     assert d[FIRED[rule]] > 0, f"rule {rule} never fired: the test would not catch an unsafe rule"
 
@@ -50,7 +50,7 @@ def spatial_clusters(seed: int):
 def test_blockindex_each_rule_alone_skips_far_clusters_exactly(rule):
     subs, msgs = spatial_clusters(5)
     ref = ReferenceEngine(window=50)
-    eng = Engine(window=50, buffer="exact", block_size=4, bands=10, pruning={r: r == rule for r in BLOCK_RULES})
+    eng = Engine(window=50, index="blocks", buffer="exact", block_size=4, bands=10, pruning={r: r == rule for r in BLOCK_RULES})
     for e in (ref, eng):
         for s in subs:
             e.subscribe(s)
@@ -63,7 +63,7 @@ def test_blockindex_each_rule_alone_skips_far_clusters_exactly(rule):
 
 
 def test_blockindex_without_any_rule_is_exact():
-    eng = run_core("continuous", "count", buffer="exact", pruning={r: False for r in BLOCK_RULES})
+    eng = run_core("continuous", "count", index="blocks", buffer="exact", pruning={r: False for r in BLOCK_RULES})
     d = eng.stats()["dissemination"]
     assert d["bands_skipped"] == d["blocks_skipped"] == d["entry_pruned"] == 0
     assert d["revisits_skipped"] > 0  # multi-term subscriptions are met once per message
@@ -72,7 +72,7 @@ def test_blockindex_without_any_rule_is_exact():
 @pytest.mark.parametrize("block_size,bands", [(4, 1), (5, 7), (64, 64), (1024, 2)])
 @pytest.mark.parametrize("window", ["count", "time"])
 def test_blockindex_layouts_are_exact(block_size, bands, window):
-    run_core("crowded", window, buffer="cskyband", block_size=block_size, bands=bands,
+    run_core("crowded", window, index="blocks", buffer="cskyband", block_size=block_size, bands=bands,
              column_test=block_size < 64)
 
 
@@ -81,7 +81,7 @@ def test_blockindex_churn_with_slot_reuse(buffer):  # with the column mirror, ke
     """Subscribe and unsubscribe mid-stream, reusing ids and slots, across band rebuilds."""
     vocab, subs, msgs = dense_workload(seed=11, num_subs=300, num_messages=900, vocab_size=8)
     ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=70)
-    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=70, buffer=buffer, block_size=4, bands=2, column_test=True)
+    eng = Engine(bounds=BOUNDS, vocabulary=vocab, window=70, index="blocks", buffer=buffer, block_size=4, bands=2, column_test=True)
     for e in (ref, eng):
         e.subscribe_batch(subs.slice(0, 150))
     rng = np.random.default_rng(3)
@@ -108,7 +108,7 @@ def test_blockindex_churn_with_slot_reuse(buffer):  # with the column mirror, ke
 
 
 def test_blockindex_counters_and_structure():
-    eng = run_core("hot-term", "time", buffer="cskyband", block_size=8)
+    eng = run_core("hot-term", "time", index="blocks", buffer="cskyband", block_size=8)
     d = eng.stats()["dissemination"]
     assert d["candidates"] >= d["admitted"] > 0
     assert d["blocks_visited"] > 0
@@ -122,7 +122,7 @@ def test_blockindex_with_the_column_test_is_exact(window):
     """The entry rule over the column mirror first (the mirror kept in step through appends,
     rebuilds, threshold changes and removals, which check_invariants compares) gives the same
     answers and prunes the same postings."""
-    with_columns = run_core("hot-term", window, buffer="cskyband", block_size=8, column_test=True)
-    without = run_core("hot-term", window, buffer="cskyband", block_size=8)
+    with_columns = run_core("hot-term", window, index="blocks", buffer="cskyband", block_size=8, column_test=True)
+    without = run_core("hot-term", window, index="blocks", buffer="cskyband", block_size=8)
     on, off = with_columns.stats()["dissemination"], without.stats()["dissemination"]
     assert on["candidates"] == off["candidates"] and on["admitted"] == off["admitted"]

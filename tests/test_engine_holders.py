@@ -89,15 +89,23 @@ def test_no_reverse_map_counts_its_visits():
     assert c["holders_visited"] >= c["holders_found"] > 0
 
 
-def test_instruments_and_optional_timers():
+@pytest.mark.parametrize("index", ["cone", "blocks"])
+def test_instruments_and_optional_timers(index):
     vocab, subs, msgs = dense_workload(seed=3, num_subs=150, num_messages=600)
-    off = Engine(bounds=BOUNDS, vocabulary=vocab, window=60)
-    on = Engine(bounds=BOUNDS, vocabulary=vocab, window=60, timers=True)
+    off = Engine(bounds=BOUNDS, vocabulary=vocab, window=60, index=index)
+    on = Engine(bounds=BOUNDS, vocabulary=vocab, window=60, index=index, timers=True)
     assert run(off, subs, msgs) == run(on, subs, msgs)
     p_off, p_on = off.stats()["phases"], on.stats()["phases"]
     assert p_off["timers"] is False and p_off["seconds"] is None
     assert p_on["counts"] == p_off["counts"] and p_on["band_postings"] == p_off["band_postings"]
-    assert sum(p_off["band_postings"]) == off.stats()["dissemination"]["entries_visited"]
+    d = off.stats()["dissemination"]
+    if index == "blocks":  # the postings read per alpha-band add up to the scan's count
+        assert sum(p_off["band_postings"]) == d["entries_visited"] == p_off["counts"]["scan_postings"]
+    else:  # the cone's split (trees, tails, flat lists, pair lists) adds up to it
+        assert p_off["band_postings"] is None
+        split = d["tree_postings"] + d["tail_postings"] + d["flat_entries"] + d["pair_entries"]
+        assert split == d["entries_visited"] == p_off["counts"]["scan_postings"] > 0
+        assert p_off["counts"]["scan_nodes"] == d["nodes_tested"] > 0
     counts = p_off["counts"]
     assert counts["enter"] == 600 and counts["expire"] == 540
     assert 0 < counts["admits_in_topk"] <= counts["admit"] <= counts["verify"]

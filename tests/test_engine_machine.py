@@ -19,8 +19,8 @@ def _register(name, factory, **window):
 
 
 for _buffer in BUFFERS:
-    _register(f"Blocks{_buffer.title()}Count", partial(Engine, buffer=_buffer, block_size=4, bands=3), window=4)
-    _register(f"Blocks{_buffer.title()}Time", partial(Engine, buffer=_buffer, block_size=4, bands=3),
+    _register(f"Blocks{_buffer.title()}Count", partial(Engine, index="blocks", buffer=_buffer, block_size=4, bands=3), window=4)
+    _register(f"Blocks{_buffer.title()}Time", partial(Engine, index="blocks", buffer=_buffer, block_size=4, bands=3),
               window_seconds=3.0)
     _register(f"Igpt{_buffer.title()}Count", partial(Engine, index="igpt", buffer=_buffer, leaf_capacity=2), window=4)
     _register(f"Igpt{_buffer.title()}Time", partial(Engine, index="igpt", buffer=_buffer, leaf_capacity=2),
@@ -43,7 +43,7 @@ _register("IgptTunedCount", partial(Engine, index="igpt", leaf_capacity=2, group
 _register("IgptTunedTime", partial(Engine, index="igpt", leaf_capacity=3, groups=1, theta_refresh=0.0,
                                    cost={"c_del": 5.0, "barrier": "factor", "barrier_factor": 1.0}),
           window_seconds=2.5)
-_register("BlocksTunedTime", partial(Engine, block_size=5, bands=1, theta_refresh=0.0,
+_register("BlocksTunedTime", partial(Engine, index="blocks", block_size=5, bands=1, theta_refresh=0.0,
                                      cost={"query_cost": 0.5, "stop_after": 1, "barrier": "window"}),
           window_seconds=2.5)
 _register("CiqKmaxCount", partial(Engine, index="ciq", buffer="kmax", ciq={"budget": 4, "max_depth": 4}), window=4)
@@ -53,5 +53,5 @@ for _rule in RULES:
     _register(f"Only{_rule.title()}", partial(Engine, index="igpt", buffer="exact", leaf_capacity=2,
                                               pruning={r: r == _rule for r in RULES}), window=4)
 for _rule in BLOCK_RULES:
-    _register(f"BlocksOnly{_rule.title()}", partial(Engine, buffer="exact", block_size=4,
+    _register(f"BlocksOnly{_rule.title()}", partial(Engine, index="blocks", buffer="exact", block_size=4,
                                                     pruning={r: r == _rule for r in BLOCK_RULES}), window=4)

@@ -61,4 +61,4 @@ def test_turnover_zero_measures_everything_after_the_fill(tmp_path):
     assert metrics["turnover_messages"] == 0 and metrics["messages"] == 400
     phases = metrics["phases"]
     assert phases["timers"] is True and phases["counts"]["expire"] == 400
-    assert phases["seconds"]["disseminate"] > 0 and sum(phases["band_postings"]) == phases["counts"]["scan_postings"]
+    assert phases["seconds"]["disseminate"] > 0 and phases["counts"]["scan_postings"] >= phases["counts"]["verify"] > 0

@@ -24,12 +24,12 @@ from skype.model import Bounds, MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary, normalize_rows
 
 ENGINES = {
-    "blocks": lambda **kw: Engine(block_size=8, **kw),
+    "blocks": lambda **kw: Engine(index="blocks", block_size=8, **kw),
     "igpt": lambda **kw: Engine(index="igpt", leaf_capacity=8, **kw),
     "ipt": lambda **kw: Engine(index="ipt", leaf_capacity=8, **kw),
     "ciq": lambda **kw: Engine(index="ciq", buffer="exact", ciq={"budget": 8, "max_depth": 5}, **kw),
     "cone": lambda **kw: Engine(index="cone", cone={"leaf": 2, "tail_min": 4}, **kw),
-    "kmax": lambda **kw: Engine(buffer="kmax", kmax=6, block_size=4, **kw),
+    "kmax": lambda **kw: Engine(index="blocks", buffer="kmax", kmax=6, block_size=4, **kw),
     "skyband": lambda **kw: Engine(index="igpt", buffer="skyband", leaf_capacity=4, groups=3, theta_refresh=0.2,
                                    **kw),
     "reference": lambda **kw: ReferenceEngine(**kw),

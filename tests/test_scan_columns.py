@@ -150,8 +150,8 @@ def test_engine_with_the_column_test_equals_the_reference(kernel, buffer, worklo
     """Each kernel, each buffer: the reference's answers (run_core checks them and the
     invariants, which compare the columns with the postings), the candidates of the plain scan,
     and the column test did prune where thresholds rise."""
-    on = run_core(workload, "count", buffer=buffer, block_size=8, column_test=True)
-    off = run_core(workload, "count", buffer=buffer, block_size=8)
+    on = run_core(workload, "count", index="blocks", buffer=buffer, block_size=8, column_test=True)
+    off = run_core(workload, "count", index="blocks", buffer=buffer, block_size=8)
     a, b = on.stats()["dissemination"], off.stats()["dissemination"]
     for key in ("candidates", "admitted", "entries_visited", "revisits_skipped"):
         assert a[key] == b[key], key
@@ -165,16 +165,16 @@ def test_engine_with_the_column_test_equals_the_reference(kernel, buffer, worklo
 def test_the_scan_prefetch_changes_no_answer(columns):
     blockindex.set_scan_prefetch(True)
     try:
-        on = run_core("hot-term", "time", buffer="cskyband", block_size=8, column_test=columns)
+        on = run_core("hot-term", "time", index="blocks", buffer="cskyband", block_size=8, column_test=columns)
     finally:
         blockindex.set_scan_prefetch(False)
-    off = run_core("hot-term", "time", buffer="cskyband", block_size=8, column_test=columns)
+    off = run_core("hot-term", "time", index="blocks", buffer="cskyband", block_size=8, column_test=columns)
     assert on.stats()["dissemination"] == off.stats()["dissemination"]
 
 
 def test_scan_only_finds_what_disseminate_scans_and_needs_the_columns():
-    eng = run_core("hot-term", "count", buffer="cskyband", block_size=8, column_test=True)
-    plain = run_core("hot-term", "count", buffer="cskyband", block_size=8)
+    eng = run_core("hot-term", "count", index="blocks", buffer="cskyband", block_size=8, column_test=True)
+    plain = run_core("hot-term", "count", index="blocks", buffer="cskyband", block_size=8)
     x = np.array([0.0, 10.0, -20.0])
     y = np.array([0.0, 5.0, 30.0])
     terms = np.array([0, 1, 2, 1, 3], np.uint32)
@@ -190,7 +190,7 @@ def test_scan_only_finds_what_disseminate_scans_and_needs_the_columns():
 @pytest.mark.parametrize("window", ["count", "time"])
 def test_micro_batches_with_the_column_test_equal_the_reference(kernel, window):
     """disseminate_batch scans term-major through the same band scan: the columns there too."""
-    on = run_core("hot-term", window, buffer="cskyband", block_size=5, column_test=True, micro_batch=7)
-    off = run_core("hot-term", window, buffer="cskyband", block_size=5, micro_batch=7)
+    on = run_core("hot-term", window, index="blocks", buffer="cskyband", block_size=5, column_test=True, micro_batch=7)
+    off = run_core("hot-term", window, index="blocks", buffer="cskyband", block_size=5, micro_batch=7)
     assert on.stats()["dissemination"]["candidates"] == off.stats()["dissemination"]["candidates"]
     assert 0 < on.stats()["dissemination"]["column_kept"] < on.stats()["dissemination"]["entries_visited"]

@@ -30,7 +30,7 @@ def test_the_library_run_writes_what_the_command_line_writes(tmp_path):
     assert (tmp_path / "lib.jsonl").read_bytes() == (tmp_path / "cli.jsonl").read_bytes()
     assert (tmp_path / "lib.changes").read_bytes() == (tmp_path / "cli.changes").read_bytes()
     assert run.metrics["result_changes"] > 0 and (tmp_path / "cli.changes").stat().st_size > 0
-    assert run.metrics["engine"] == "core (blocks, cskyband)" and run.metrics["window"] == 500
+    assert run.metrics["engine"] == "core (cone, cskyband)" and run.metrics["window"] == 500
 
 
 @settings(max_examples=6, deadline=None)

@@ -56,7 +56,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("engine")
     g.add_argument("--engine", choices=ENGINES, default=ENGINE_DEFAULTS.engine, help="the Cython core (default) or the brute-force reference")
-    g.add_argument("--index", choices=INDEXES, default=ENGINE_DEFAULTS.index, help="subscription index of the core (default: blocks)")
+    g.add_argument("--index", choices=INDEXES, default=ENGINE_DEFAULTS.index, help="subscription index of the core (default: %(default)s)")
     g.add_argument("--buffer", choices=BUFFERS, default=ENGINE_DEFAULTS.buffer, help="result buffer of the core (default: cskyband)")
     g.add_argument("--kmax", type=int, default=ENGINE_DEFAULTS.kmax, help="kmax of the kmax buffer (default: %(default)s)")
     g.add_argument("--skyband-ratio", type=float, default=ENGINE_DEFAULTS.skyband_ratio, help="theta / kScore of the Skyband buffer (default: %(default)s)")

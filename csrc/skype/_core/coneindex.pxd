@@ -9,6 +9,8 @@ cdef class ConeIndex(ConeLayout):
     cdef vector[sid_t] pending          # this message's survivors, verified together at the end
     cdef vector[uint32_t] level, following, leaves   # the walk's scratch
     cdef uint64_t nodes_tested, tree_read, tail_read, flat_read, pair_entries_read
+    cdef uint64_t pair_pruned           # pair entries the pair bound skipped
+    cdef bint pair_bound_on             # the pair bound (on; off only to A/B it: set_pair_bound)
     cdef bint timed
     cdef double scan_ns, verify_ns
 

@@ -15,14 +15,18 @@ For each message term t with weight w_m, in ascending id:
 * a posting in the cone whose subscription shares another term with m is left to the pair index;
   the others (if live) are verified.
 Then, per pair (t, u) of message terms, t < u: each live pair entry is verified unless its third
-term is in m below u (it is verified at its first two common terms).  Every qualifying
+term is in m below u (it is verified at its first two common terms), or unless the pair bound
+rules it out: the entry holds the score's fields (location and alpha to nearest f32, each
+(1 - alpha) w(s, v) rounded up), so alpha (1 - max(0, d - pos_slack) / D) + sum of (1 - alpha)
+w(s, v) w_m(v) over the entry's terms in m, plus PAIR_SLACK, bounds ST(s, m) from above; below
+theta_idx[s] <= theta_s the subscription cannot qualify (proof: docs/cone-index.md, "The pair
+bound").  Every qualifying
 subscription is thus verified exactly once (one live posting per term, one pair entry per pair);
 the survivors are verified together at the end, records prefetched ahead.
 """
 from libc.math cimport INFINITY, sqrt, fabs
 from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch, now_ns
-from skype._core.predicate cimport holds_term
 from skype._core.subindex cimport SubHotC
 from skype._core.conetree cimport ConeLayout, ConePostC, ConeNodeC, ConeTermC, PairEntC
 from libcpp.vector cimport vector
@@ -37,9 +41,32 @@ cdef extern from *:
     uint32_t slot_of "skype_cone_slot"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
 
 cdef double NODE_SLACK = 1e-9
+cdef double PAIR_SLACK = 1e-6           # the pair bound's f32 alpha (|error| <= 2^-24 alpha, |S| <= 1), doubles
 cdef size_t VERIFY_AHEAD = 8            # records prefetched ahead in the verification loop
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
+
+
+cdef inline double msg_weight(const MsgTermC* m, int n, term_t t) noexcept nogil:
+    """w_m(t), or 0 if the message lacks t (weights are > 0; terms ascending)."""
+    cdef int lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if m[mid].term < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return m[lo].w if lo < n and m[lo].term == t else 0.0
+
+
+cdef inline double pair_bound(const PairEntC* pe, double x, double y, double wt, double wu, double w3,
+                              double max_dist, double pos_slack) noexcept nogil:
+    """An upper bound of ST(s, m) for the subscription of a pair entry (docs/cone-index.md)."""
+    cdef double dx = x - pe.x, dy = y - pe.y
+    cdef double d = sqrt(dx * dx + dy * dy) - pos_slack
+    if d < 0.0:
+        d = 0.0
+    return pe.alpha * (1.0 - d / max_dist) + pe.b_t * wt + pe.b_u * wu + pe.b_third * w3 + PAIR_SLACK
 
 
 cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, double rho_min,
@@ -67,6 +94,8 @@ cdef inline bint may_hold(double minx, double miny, double maxx, double maxy, do
 cdef class ConeIndex(ConeLayout):
     def __cinit__(self, *args, **kwargs):
         self.nodes_tested = self.tree_read = self.tail_read = self.flat_read = self.pair_entries_read = 0
+        self.pair_pruned = 0
+        self.pair_bound_on = True
         self.timed = False
         self.scan_ns = self.verify_ns = 0
 
@@ -106,8 +135,9 @@ cdef class ConeIndex(ConeLayout):
         cdef ConeTermC* ct
         cdef const ConeNodeC* nd
         cdef size_t li, e
-        cdef double wm
+        cdef double wm, w3
         cdef uint64_t read = 0
+        cdef const double* theta_idx = self.table.theta_idx.data()
         for q in range(n):
             it = self.term_slot.find(m[q].term)
             if it == self.term_slot.end():
@@ -162,9 +192,16 @@ cdef class ConeIndex(ConeLayout):
                 read += lst.size()
                 for e in range(lst.size()):
                     pe = &lst[0][e]
-                    # verified at its first two common terms: here unless its third term is in m below u
-                    if ((pe.third == NO_TERM or pe.third > m[r].term or not holds_term(m, n, pe.third))
-                            and self.gen[pe.sid] == pe.gen):
+                    w3 = 0.0
+                    if pe.third != NO_TERM:
+                        w3 = msg_weight(m, n, pe.third)
+                        if w3 > 0.0 and pe.third < m[r].term:
+                            continue                    # verified at its first two common terms
+                    if (self.pair_bound_on and pair_bound(pe, x, y, m[q].w, m[r].w, w3, self.max_dist, self.pos_slack)
+                            < theta_idx[pe.sid]):
+                        self.pair_pruned += 1
+                        continue
+                    if self.gen[pe.sid] == pe.gen:
                         self.pending.push_back(pe.sid)
         self.ctr.entries_visited += read
 
@@ -198,6 +235,11 @@ cdef class ConeIndex(ConeLayout):
     def set_timers(self, bint on):
         self.timed = on
 
+    def set_pair_bound(self, bint on):
+        """The pair bound on (the default) or off: a hook for the paired bench and the tests
+        (the results are the same either way; off, every live pair entry is verified)."""
+        self.pair_bound_on = on
+
     def phase_seconds(self):
         """The dissemination split: the scan (flat lists, trees, tails, pair entries) and the
         verification (timed only)."""
@@ -206,12 +248,13 @@ cdef class ConeIndex(ConeLayout):
     def counters(self):
         c = super().counters()
         c.update(nodes_tested=self.nodes_tested, tree_postings=self.tree_read, tail_postings=self.tail_read,
-                 flat_entries=self.flat_read, pair_entries=self.pair_entries_read)
+                 flat_entries=self.flat_read, pair_entries=self.pair_entries_read, pair_pruned=self.pair_pruned)
         return c
 
     def reset_counters(self):
         super().reset_counters()
         self.nodes_tested = self.tree_read = self.tail_read = self.flat_read = self.pair_entries_read = 0
+        self.pair_pruned = 0
 
     @property
     def cone_counts(self):

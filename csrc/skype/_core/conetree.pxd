@@ -35,10 +35,16 @@ cdef struct FlatC:             # alpha = 1 or more than MAX_PAIR_TERMS terms: re
     uint32_t gen             # live while it equals the subscription's generation
 
 
-cdef struct PairEntC:
+cdef struct PairEntC:         # 36 bytes: a subscription holding both terms of the pair (t, u)
     sid_t sid
     term_t third             # the subscription's third term (NO_TERM: two terms)
     uint32_t gen
+    float x                  # the score's fields for the pair bound (coneindex.pyx): location
+    float y                  # and alpha to nearest (pos_slack and PAIR_SLACK allow for them),
+    float alpha
+    float b_t                # (1 - alpha) * w(s, t), (1 - alpha) * w(s, u) and (1 - alpha) * w(s, third)
+    float b_u                # (0 without a third term), each rounded up
+    float b_third
 
 
 cdef struct PairSlotC:          # open addressing, linear probing

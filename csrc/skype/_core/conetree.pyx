@@ -152,13 +152,20 @@ cdef class ConeLayout(SubscriptionIndex):
             self.reach = max(fabs(h.x), fabs(h.y))
             self.pos_slack = self.reach / 8388608.0
         if pairs and tree:
+            pe.sid = sid
+            pe.x = <float>h.x
+            pe.y = <float>h.y
+            pe.alpha = <float>h.alpha
             for i in range(h.nterms):
                 for j in range(i + 1, h.nterms):
-                    pe.sid = sid
                     pe.gen = self.gen[sid]
+                    pe.b_t = round_up((1.0 - h.alpha) * st[i].w)
+                    pe.b_u = round_up((1.0 - h.alpha) * st[j].w)
                     pe.third = NO_TERM
+                    pe.b_third = 0.0
                     if h.nterms == 3:
                         pe.third = st[3 - i - j].term
+                        pe.b_third = round_up((1.0 - h.alpha) * st[3 - i - j].w)
                     self._pair_insert((<uint64_t>st[i].term << 32) | st[j].term, pe)
 
     cdef void _kill(self, sid_t sid, bint pairs) noexcept nogil:
@@ -452,6 +459,7 @@ cdef class ConeLayout(SubscriptionIndex):
         cdef const ConeNodeC* nd
         cdef ConeTermC* ct
         cdef const SubHotC* h
+        cdef const PairEntC* pe
         cdef double w
         slot_term = {s: t for t, s in dict(self.term_slot).items()}
         live = {}
@@ -478,10 +486,26 @@ cdef class ConeLayout(SubscriptionIndex):
                     p = &ct.posts[j]
                     assert (nd.minx <= p.x <= nd.maxx and nd.miny <= p.y <= nd.maxy and nd.rho_min <= p.rho
                             and p.lam <= nd.lam_max), f"term slot {k}: node {i} does not bound posting {j}"
-        for k in range(self.plists.size()):
-            for i in range(self.plists[k].size()):
-                if self.gen[self.plists[k][i].sid] == self.plists[k][i].gen:
-                    pairs[self.plists[k][i].sid] = pairs.get(self.plists[k][i].sid, 0) + 1
+        for k in range(self.pslots.size()):
+            if self.pslots[k].key == PAIR_EMPTY:
+                continue
+            t, u = self.pslots[k].key >> 32, self.pslots[k].key & 0xFFFFFFFF
+            for i in range(self.plists[self.pslots[k].list].size()):
+                pe = &self.plists[self.pslots[k].list][i]
+                if self.gen[pe.sid] != pe.gen:
+                    continue
+                pairs[pe.sid] = pairs.get(pe.sid, 0) + 1
+                h = &self.table.hot[pe.sid]
+                weights = {self.table.terms[h.term_off + j].term: self.table.terms[h.term_off + j].w
+                           for j in range(h.nterms)}
+                b = {t: pe.b_t, u: pe.b_u}
+                if pe.third != NO_TERM:
+                    b[pe.third] = pe.b_third
+                assert set(b) == set(weights), f"sid {pe.sid}: pair entry ({t}, {u}) names other terms"
+                assert pe.x == <float>h.x and pe.y == <float>h.y and pe.alpha == <float>h.alpha, \
+                    f"sid {pe.sid}: pair entry's location or alpha"
+                assert all(b[v] >= (1.0 - h.alpha) * weights[v] for v in b), \
+                    f"sid {pe.sid}: pair entry's text weights not rounded up"
         expected = 0
         for sid in range(self.present.size()):
             if not self.present[sid]:
