@@ -38,6 +38,15 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
+def rss_bytes() -> int:
+    """Resident set size of this process now (Linux ``/proc/self/statm``; elsewhere the peak)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return peak_rss_bytes()
+
+
 def machine_info() -> dict[str, object]:
     """CPU model, cores, memory and versions, for reports."""
     cpu = platform.processor() or platform.machine()
@@ -83,6 +92,8 @@ def simulate_rows(metrics: dict) -> list[tuple[str, object]]:
         ("re-evaluations", metrics["reevaluations"]), ("avg buffer size", f"{metrics['avg_buffer_size']:.2f}"),
         ("result changes", metrics["result_changes"]), ("rejected records", metrics["rejected_records"]),
         ("peak RSS (MB)", f"{metrics['peak_rss_bytes'] / 2**20:,.0f}"),
+        *[(f"RSS / peak after {m['stage']} (MB)", f"{m['rss_bytes'] / 2**20:,.0f} / {m['peak_rss_bytes'] / 2**20:,.0f}"
+           f" (engine {m['engine_bytes'] / 2**20:,.0f})") for m in metrics.get("memory_stages") or []],
     ]
 
 

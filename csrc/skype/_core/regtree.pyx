@@ -232,6 +232,7 @@ cdef class RegistrationTree(RegistrationIndex):
         out = RegistrationIndex.stats(self)
         out["nodes"] = self.nodes.size()
         out["descents"] = self.n_descents
+        out["index_bytes"] = self.memory_bytes()     # a transient: dropped after the batch
         return out
 
 
