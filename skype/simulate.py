@@ -48,7 +48,7 @@ from skype.api import EngineBase
 from skype.engine_settings import (DEFAULT_WINDOW, ENGINES, REGISTRATIONS, EngineSettings, Options, engine_options,
                                    pick, window_of)
 from skype.model import DEFAULT_BOUNDS
-from skype.report import peak_rss_bytes, progress_bar, rss_bytes
+from skype.report import peak_rss_bytes, progress_bar, release_free_memory, rss_bytes
 from skype.workload import Inputs, WorkloadSpec, load_workload
 
 __all__ = ["DEFAULT_WINDOW", "ENGINES", "REGISTRATIONS", "ControlSettings", "EngineSettings", "SimulateRun",
@@ -354,12 +354,16 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
 def _memory_stage(stages: list[dict[str, Any]], stage: str, engine: EngineBase) -> None:
     """Append the process's RSS now and its peak so far, and the engine's bytes, after ``stage``:
     the peak's growth between two stages says in which one it happened (a registration's
-    transients raise the peak without staying resident)."""
+    transients raise the peak without staying resident).  The heap's free pages go back to the OS
+    first: what a stage freed (the loader's temporaries, the registration's scratch, the extra
+    holder lists of the registration's messages) would otherwise stay resident to the end."""
+    release_free_memory()
     s = engine.stats()
     engine_bytes = s.get("memory_bytes") or {}
     rss = rss_bytes()       # the kernel's high-water mark can lag the current figure by a few pages
     stages.append({"stage": stage, "rss_bytes": rss, "peak_rss_bytes": max(rss, peak_rss_bytes()),
-                   "engine_bytes": sum(v for v in engine_bytes.values() if isinstance(v, (int, float)))})
+                   "engine_bytes": sum(v for v in engine_bytes.values() if isinstance(v, (int, float))),
+                   "engine_parts": {**engine_bytes, **(s.get("memory_parts") or {})}})
 
 
 def _timed(chunks: Iterator[Any], total: list[float]) -> Iterator[Any]:
