@@ -240,6 +240,15 @@ cdef class RegistrationTree(RegistrationIndex):
         return out
 
 
+def set_runs_at_once(uint64_t n):
+    """Set the runs ``search_register`` holds at once (a test hook: a small figure forces many
+    parts; at least 1); returns the previous figure."""
+    global RUNS_AT_ONCE
+    cdef uint64_t before = RUNS_AT_ONCE
+    RUNS_AT_ONCE = n if n > 0 else 1
+    return before
+
+
 cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
     return a < b
 
