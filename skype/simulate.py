@@ -356,12 +356,16 @@ def _memory_stage(stages: list[dict[str, Any]], stage: str, engine: EngineBase) 
     the peak's growth between two stages says in which one it happened (a registration's
     transients raise the peak without staying resident).  The heap's free pages go back to the OS
     first: what a stage freed (the loader's temporaries, the registration's scratch, the extra
-    holder lists of the registration's messages) would otherwise stay resident to the end."""
+    holder lists of the registration's messages) would otherwise stay resident to the end;
+    ``untrimmed_rss_bytes`` is the RSS before that."""
+    untrimmed = rss_bytes()
     release_free_memory()
     s = engine.stats()
     engine_bytes = s.get("memory_bytes") or {}
     rss = rss_bytes()       # the kernel's high-water mark can lag the current figure by a few pages
-    stages.append({"stage": stage, "rss_bytes": rss, "peak_rss_bytes": max(rss, peak_rss_bytes()),
+    stages.append({"stage": stage, "rss_bytes": rss, "untrimmed_rss_bytes": untrimmed,
+                   "peak_rss_bytes": max(rss, untrimmed, peak_rss_bytes(),
+                                         stages[-1]["peak_rss_bytes"] if stages else 0),
                    "engine_bytes": sum(v for v in engine_bytes.values() if isinstance(v, (int, float))),
                    "engine_parts": {**engine_bytes, **(s.get("memory_parts") or {})}})
 
