@@ -479,6 +479,15 @@ class Engine(EngineBase):
         if not self._core_live:  # the messages went through the query window only
             q = s["queries"]
             s.update(arrivals=q["arrivals"], expirations=q["expirations"], window_size=q["query_window_size"])
+        arena = s["buffer_arena"]
+        s["memory_parts"] = {  # the components of memory_bytes that the layouts work on
+            "buffer_records": s["memory_bytes"]["buffers"] - arena["page_bytes"],
+            "buffer_entries_held": s["buffered_entries"] * arena["entry_bytes"],
+            "buffer_class_rounding": arena["live_bytes"] - s["buffered_entries"] * arena["entry_bytes"],
+            "buffer_page_slack": arena["page_bytes"] - arena["live_bytes"],
+            **{f"window_{k}": v for k, v in self._core.window_memory_parts().items()},
+            "registration_index_peak": s["bulk_registration"]["search"].get("index_bytes", 0),
+        }
         s["index_bytes_per_subscription"] = (
             (s["memory_bytes"]["subscription_index"] + s["memory_bytes"]["subscription_table"]) / s["subscriptions"]
             if s["subscriptions"] else 0.0

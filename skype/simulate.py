@@ -48,7 +48,7 @@ from skype.api import EngineBase
 from skype.engine_settings import (DEFAULT_WINDOW, ENGINES, REGISTRATIONS, EngineSettings, Options, engine_options,
                                    pick, window_of)
 from skype.model import DEFAULT_BOUNDS
-from skype.report import peak_rss_bytes, progress_bar
+from skype.report import peak_rss_bytes, progress_bar, release_free_memory, rss_bytes
 from skype.workload import Inputs, WorkloadSpec, load_workload
 
 __all__ = ["DEFAULT_WINDOW", "ENGINES", "REGISTRATIONS", "ControlSettings", "EngineSettings", "SimulateRun",
@@ -232,6 +232,8 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
     ``inputs.subscriptions`` is replaced by an empty batch (the engine holds its own copy), so
     that a large registration does not stay in memory through the stream."""
     steps = inputs.steps
+    memory: list[dict[str, Any]] = []
+    _memory_stage(memory, "loaded", engine)
     fill_s = 0.0
     fill_n = 0
     if fill_window is not None:
@@ -242,12 +244,14 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
                 engine.publish_batch(chunk)          # no subscription yet: no result changes
         fill_s = time.perf_counter() - t0
         fill_n = sum(len(p) for p in fill)
+        _memory_stage(memory, "filled", engine)
     t0 = time.perf_counter()
     engine.subscribe_batch(inputs.subscriptions)
     engine.subscribe_batch(inputs.others)
     t_subscribe = time.perf_counter() - t0
     if release_subscriptions:
         inputs.subscriptions = inputs.subscriptions.slice(0, 0)
+    _memory_stage(memory, "registered", engine)
     turnover_s, turnover_n = 0.0, 0
     if fill_window is not None and turnover > 0:
         size = fill_window.get("window")
@@ -260,6 +264,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
                 engine.publish_batch(chunk)
         turnover_s = time.perf_counter() - t0
         turnover_n = sum(len(p) for p in turn)
+        _memory_stage(memory, "turned over", engine)
     before = work_counts(engine)
     parts_before = part_seconds(engine)
     phases_before = phase_counts(engine)
@@ -304,6 +309,7 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
             if fh is not None:
                 fh.close()
     wall = time.perf_counter() - t0 - generate[0]    # a streamed workload's generation is not the engine's
+    _memory_stage(memory, "measured", engine)
     stats = engine.stats()
     after = work_counts(engine)
     n = measured
@@ -330,7 +336,8 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "generate_s": generate[0],
         "fill_s": fill_s,
         "subscribe_s": t_subscribe,
-        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_bytes": max(peak_rss_bytes(), memory[-1]["peak_rss_bytes"]),
+        "memory_stages": memory,
         "reevaluations": after["reevaluations"] - before["reevaluations"],
         "avg_buffer_size": stats["avg_buffer_size"],
         "result_changes": changes,
@@ -342,6 +349,25 @@ def run_stream(engine: EngineBase, inputs: Inputs, *, batch_size: int, progress:
         "phases": phase_delta(phases_before, phase_counts(engine)),
         "engine_stats": stats,
     }
+
+
+def _memory_stage(stages: list[dict[str, Any]], stage: str, engine: EngineBase) -> None:
+    """Append the process's RSS now and its peak so far, and the engine's bytes, after ``stage``:
+    the peak's growth between two stages says in which one it happened (a registration's
+    transients raise the peak without staying resident).  The heap's free pages go back to the OS
+    first: what a stage freed (the loader's temporaries, the registration's scratch, the extra
+    holder lists of the registration's messages) would otherwise stay resident to the end;
+    ``untrimmed_rss_bytes`` is the RSS before that."""
+    untrimmed = rss_bytes()
+    release_free_memory()
+    s = engine.stats()
+    engine_bytes = s.get("memory_bytes") or {}
+    rss = rss_bytes()       # the kernel's high-water mark can lag the current figure by a few pages
+    stages.append({"stage": stage, "rss_bytes": rss, "untrimmed_rss_bytes": untrimmed,
+                   "peak_rss_bytes": max(rss, untrimmed, peak_rss_bytes(),
+                                         stages[-1]["peak_rss_bytes"] if stages else 0),
+                   "engine_bytes": sum(v for v in engine_bytes.values() if isinstance(v, (int, float))),
+                   "engine_parts": {**engine_bytes, **(s.get("memory_parts") or {})}})
 
 
 def _timed(chunks: Iterator[Any], total: list[float]) -> Iterator[Any]:

@@ -219,6 +219,14 @@ def test_the_structures_the_benches_drive_are_the_engines_own():
     assert set(parts) >= {"messages", "terms"} and sum(parts.values()) == e.stats()["memory_bytes"]["window"]
     assert e.subscription_index.memory_bytes() == e.stats()["memory_bytes"]["subscription_index"]
     assert type(e.subscription_table).__name__ == "SubTable"
+    s = e.stats()
+    mem = s["memory_parts"]
+    buffer_parts = ("buffer_records", "buffer_entries_held", "buffer_class_rounding", "buffer_page_slack")
+    assert sum(mem[k] for k in buffer_parts) == s["memory_bytes"]["buffers"]
+    assert mem["buffer_entries_held"] == s["buffered_entries"] * s["buffer_arena"]["entry_bytes"] > 0
+    assert mem["buffer_class_rounding"] >= 0 and mem["buffer_page_slack"] >= 0
+    assert sum(v for k, v in mem.items() if k.startswith("window_")) == s["memory_bytes"]["window"]
+    assert mem["registration_index_peak"] == 0          # one subscription: no bulk registration
 
 
 def test_a_vocabulary_from_its_table_is_the_same_vocabulary():

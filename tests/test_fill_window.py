@@ -38,6 +38,15 @@ def test_fill_window_registers_into_the_full_window_and_measures_the_rest(tmp_pa
     assert metrics["subscribe_s"] > 0 and metrics["fill_s"] > 0
     # 2,500 subscriptions into a full window: the bulk path
     assert metrics["engine_stats"]["bulk_registration"]["subscriptions"] == 2500
+    # the process's memory after each stage: the peak never falls, the engine's bytes are in it
+    stages = metrics["memory_stages"]
+    assert [m["stage"] for m in stages] == ["loaded", "filled", "registered", "turned over", "measured"]
+    peaks = [m["peak_rss_bytes"] for m in stages]
+    assert peaks == sorted(peaks) and peaks[-1] <= metrics["peak_rss_bytes"]
+    assert all(0 < m["engine_bytes"] < m["rss_bytes"] <= m["peak_rss_bytes"] for m in stages), stages
+    assert stages[0]["engine_bytes"] < stages[1]["engine_bytes"] < stages[2]["engine_bytes"]
+    # the registration's static index of the window was built and counted, then dropped
+    assert metrics["engine_stats"]["memory_parts"]["registration_index_peak"] > 0
     if window[0] == "--window":
         want = brute_force_topk(w.subscriptions, w.messages.slice(600, 900), w.bounds.max_dist)
         got = io.read_results(tmp_path / "r.jsonl")

@@ -79,6 +79,28 @@ def test_buffers_identical_to_the_replay(buffer):
     assert got["search"] == got["replay"]
 
 
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_runs_in_many_parts_give_the_same_buffers(buffer):
+    """A pass's runs are searched and built in parts bounded by RUNS_AT_ONCE: parts of a few
+    subscriptions (each part its own sort by term) give every buffer the state of one part."""
+    from skype._core.regtree import set_runs_at_once
+
+    vocab, subs, msgs = workload(5)
+    got = []
+    for at_once in (1 << 21, 1, 90):
+        before = set_runs_at_once(at_once)
+        try:
+            eng = engine(vocab, "search", buffer=buffer, budget=700, factor=1, window=150)
+            eng.publish_batch(msgs.slice(0, FILL))
+            eng.subscribe_batch(subs)
+        finally:
+            set_runs_at_once(before)
+        after = states(eng, subs.ids)
+        eng.publish_batch(msgs.slice(FILL, len(msgs)))
+        got.append((after, states(eng, subs.ids), eng.stats()["bulk_fallbacks"]))
+    assert got[1] == got[0] and got[2] == got[0]
+
+
 def test_short_runs_fall_back_identically():
     # hot terms, tied scores: runs of k + 16 are too short for many skyband scans
     vocab, subs, msgs = dense_workload(seed=3, num_subs=160, num_messages=900, vocab_size=6, zipf=2.0)

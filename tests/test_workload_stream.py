@@ -55,7 +55,7 @@ def test_load_workload_stream_falls_back_for_other_workloads():
 
 
 TIMING = {"turnover_s", "amp_us", "emp_us", "throughput_msgs_per_s", "stream_s", "fill_s", "subscribe_s",
-          "peak_rss_bytes", "snapshot_query_us", "engine_stats", "phases", "generate_s", "flush_us", "other_us",
+          "peak_rss_bytes", "memory_stages", "snapshot_query_us", "engine_stats", "phases", "generate_s", "flush_us", "other_us",
           "parts_us"}
 
 

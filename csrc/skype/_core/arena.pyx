@@ -138,4 +138,5 @@ cdef class EntryArena:
             if self.pages[c].size() > (self.handed[c] + per_page - 1) // per_page + 1:
                 loose += 1
         return {"live_slots": self.live_slots, "live_bytes": self.live_bytes, "page_bytes": self.page_bytes,
-                "classes": self.cap.size() - 1, "loose_classes": loose, "pages": pages, "paged_classes": paged}
+                "classes": self.cap.size() - 1, "loose_classes": loose, "pages": pages, "paged_classes": paged,
+                "entry_bytes": sizeof(BufEntryC)}

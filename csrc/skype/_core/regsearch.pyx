@@ -24,9 +24,10 @@ weight (``SBoxC``).
 
 Masks (regmasks.pyx).  Beside the entries, ``masks[p]``: a Bloom filter of the terms of entry
 p's message (no false negatives: "may hold t" or "holds no t").  The lists of the terms before
-the last of some subscription (scanned for entry items) are also bit-sliced, so
-``_scan_entry_items`` finds their entries that may hold a later term 64 at a time, by the same
-test as ``may_hold`` on each entry.
+the last of some subscription (scanned for entry items) are also bit-sliced when they hold at
+least ``SLICE_MIN`` entries, so ``_scan_entry_items`` finds their entries that may hold a later
+term 64 at a time, by the same test as ``may_hold`` on each entry (which it runs on the shorter
+lists: a sliced list costs 128 words per 64 entries, 1 KB for a list of one entry).
 
 Search (the layout's ``top_c``): a max-heap of items keyed by an upper bound of their messages'
 scores (``_push``/``_pop``); a group whose key is popped is opened, and a leaf's entries are
@@ -72,7 +73,8 @@ from skype._core.regmasks cimport (MASK_HASHES, term_bits, may_hold, bit_positio
                                    scan_slices)
 
 cdef double BOUND_SLACK = 1e-12
-cdef uint64_t NO_SLICE = 0xFFFFFFFFFFFFFFFFull  # STermC.slice0 of a term whose list is never scanned
+cdef uint64_t NO_SLICE = 0xFFFFFFFFFFFFFFFFull  # STermC.slice0 of a term whose list is not sliced
+cdef uint64_t SLICE_MIN = 64     # a shorter list is scanned entry by entry (its slices would be mostly padding)
 
 cdef extern from *:
     """
@@ -325,9 +327,11 @@ cdef class RegistrationIndex:
         self.msg_masks.shrink_to_fit()
         for nt in range(self.terms.size()):
             st = &self.terms[nt]
-            if st.slice0 != NO_SLICE:
+            if st.slice0 != NO_SLICE and st.stop - st.first >= SLICE_MIN:
                 st.slice0 = total
                 total += 128 * ((st.stop - st.first + 63) >> 6)
+            else:
+                st.slice0 = NO_SLICE
         self.slices.assign(total, 0)
         for nt in range(self.terms.size()):
             st = &self.terms[nt]
@@ -338,8 +342,16 @@ cdef class RegistrationIndex:
         """The entries of query term qi's list that may hold a later term of s (``may_hold``: the
         mask has all the bits of one of them), in list order, into ``cand``: per 64 entries, the
         OR over the later terms of the AND of their bits' rows."""
+        cdef uint64_t p
+        cdef TermBitsC after
         self.cand.clear()
         self.n_entry_scans += st.stop - st.first
+        if st.slice0 == NO_SLICE:                # a short list: the same test, entry by entry
+            after = self.q_after[qi]
+            for p in range(st.first, st.stop):
+                if may_hold(&self.masks[p], self.q_bits.data(), qi + 1, nq, &after):
+                    self.cand.push_back(p)
+            return
         scan_slices(self.slices.data() + st.slice0, st.stop - st.first, st.first, self.q_pos.data(), qi + 1, nq,
                     &self.cand)
 

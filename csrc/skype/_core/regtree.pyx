@@ -49,6 +49,10 @@ from skype._core.scoring cimport combine, spatial_sim
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
 cdef double NORM_SLACK = 1e-9    # a message's weights have norm 1 up to rounding: their squares sum below 1 + this
 cdef double WEIGHT_SCALE = 1.0  # a weight extent counts as this much location extent / MaxDist (tuned: docs/results.md)
+# the runs held at once (12 bytes each): a pass of the engine (up to its heap budget, 16M runs)
+# is searched and built in parts of at most this many; a search needs no replay, so a part
+# costs nothing but its sort, and the runs' memory (a registration transient) stays small
+cdef uint64_t RUNS_AT_ONCE = 2 << 20
 
 cdef enum:
     BLOCK = 8                # entries per leaf
@@ -232,7 +236,17 @@ cdef class RegistrationTree(RegistrationIndex):
         out = RegistrationIndex.stats(self)
         out["nodes"] = self.nodes.size()
         out["descents"] = self.n_descents
+        out["index_bytes"] = self.memory_bytes()     # a transient: dropped after the batch
         return out
+
+
+def set_runs_at_once(uint64_t n):
+    """Set the runs ``search_register`` holds at once (a test hook: a small figure forces many
+    parts; at least 1); returns the previous figure."""
+    global RUNS_AT_ONCE
+    cdef uint64_t before = RUNS_AT_ONCE
+    RUNS_AT_ONCE = n if n > 0 else 1
+    return before
 
 
 cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
@@ -242,40 +256,52 @@ cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
 cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, const sid_t* sids,
                               size_t n, double* build_ns) noexcept nogil:
     """Initialise the buffers of sids[0:n] (in the table, in no index) from runs found by
-    search (``idx`` built over their terms), in the order given.  The searches run in the order
-    of the subscriptions' most frequent term (their lists stay in cache), the buffers are then
-    built in the given order.  Returns the (s, m) pairs scored; adds the build time to build_ns."""
+    search (``idx`` built over their terms), in the order given, in parts whose runs fit in
+    ``RUNS_AT_ONCE`` (the runs vector is reserved to its part's bound: no doubling).  In a part
+    the searches run in the order of the subscriptions' most frequent term (their lists stay in
+    cache), the buffers are then built in the given order.  Returns the (s, m) pairs scored;
+    adds the build time to build_ns."""
     cdef vector[uint64_t] order
     cdef vector[RankedC] runs
     cdef vector[uint64_t] start, length
     cdef vector[uint32_t] caps
-    cdef size_t i, r
+    cdef size_t i, r, lo = 0, hi
     cdef sid_t sid
     cdef const SubHotC* h
-    cdef uint64_t before = idx.n_scored
+    cdef uint64_t before = idx.n_scored, bound
     cdef double t0
-    order.resize(n)
     start.resize(n)
     length.resize(n)
     caps.resize(n)
     for i in range(n):
-        h = &table.hot[sids[i]]
-        # terms are sorted by id, ids by document frequency: the last is the most frequent
-        order[i] = ((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | i) if h.nterms else i
-        caps[i] = bulk_capacity(b, h.k)
-    std_sort(order.begin(), order.end(), by_key)
-    for r in range(n):
-        i = <size_t>(order[r] & 0xFFFFFFFFu)
-        sid = sids[i]
-        h = &table.hot[sid]
-        start[i] = runs.size()
-        idx.top_c(h, &table.terms[h.term_off], caps[i], &runs)
-        length[i] = runs.size() - start[i]
-    t0 = now_ns()
-    for i in range(n):
-        sid = sids[i]
-        table.hot[sid].theta = 0.0
-        table.theta_idx[sid] = 0.0
-        b.init_sub_from(sid, runs.data() + start[i], length[i], length[i] == caps[i])
-    build_ns[0] += now_ns() - t0
+        caps[i] = bulk_capacity(b, table.hot[sids[i]].k)
+    while lo < n:
+        hi = lo
+        bound = 0
+        while hi < n and (hi == lo or bound + caps[hi] <= RUNS_AT_ONCE):
+            bound += caps[hi]
+            hi += 1
+        order.clear()
+        for i in range(lo, hi):
+            h = &table.hot[sids[i]]
+            # terms are sorted by id, ids by document frequency: the last is the most frequent
+            order.push_back(((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | i) if h.nterms else i)
+        std_sort(order.begin(), order.end(), by_key)
+        runs.clear()
+        runs.reserve(bound)
+        for r in range(order.size()):
+            i = <size_t>(order[r] & 0xFFFFFFFFu)
+            sid = sids[i]
+            h = &table.hot[sid]
+            start[i] = runs.size()
+            idx.top_c(h, &table.terms[h.term_off], caps[i], &runs)
+            length[i] = runs.size() - start[i]
+        t0 = now_ns()
+        for i in range(lo, hi):
+            sid = sids[i]
+            table.hot[sid].theta = 0.0
+            table.theta_idx[sid] = 0.0
+            b.init_sub_from(sid, runs.data() + start[i], length[i], length[i] == caps[i])
+        build_ns[0] += now_ns() - t0
+        lo = hi
     return idx.n_scored - before

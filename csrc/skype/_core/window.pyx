@@ -44,6 +44,41 @@ cdef enum:
 
 cdef uint32_t NO_SLOT = NO_ID_SLOT
 
+# The extra lists a bulk registration fills (tens of holders for every window message) are
+# freed one small block at a time as their messages expire: malloc keeps the pages, so the
+# turnover that follows a registration held the lists' memory and the holder ring's at once
+# (the 1M run's peak).  Every TRIM_AFTER bytes of released lists, the heap's free pages go
+# back to the OS (glibc's malloc_trim; elsewhere nothing).  Process-wide, as the heap is.
+cdef extern from *:
+    """
+    #if defined(__GLIBC__)
+    #include <malloc.h>
+    static inline void skype_trim_heap(void) { malloc_trim(0); }
+    #else
+    static inline void skype_trim_heap(void) {}
+    #endif
+    """
+    void skype_trim_heap() noexcept nogil
+
+cdef uint64_t TRIM_AFTER = 32 << 20
+cdef uint64_t released_bytes = 0     # extra-list bytes released since the last trim
+cdef uint64_t heap_trims = 0
+
+
+def extra_list_trims():
+    """How many times released extra lists gave the heap's free pages back (process-wide)."""
+    return heap_trims
+
+
+
+cdef inline void _note_released(uint64_t nbytes) noexcept nogil:
+    global released_bytes, heap_trims
+    released_bytes += nbytes
+    if released_bytes >= TRIM_AFTER:
+        released_bytes = 0
+        heap_trims += 1
+        skype_trim_heap()
+
 
 cdef class WindowStore:
     def __cinit__(self):
@@ -245,6 +280,7 @@ cdef class WindowStore:
         self._id_erase(<uint32_t>self.head)
         if e:                                       # recycle its extra list
             if self.extra_pool[e - 1].capacity() > KEEP_EXTRA:
+                _note_released(self.extra_pool[e - 1].capacity() * sizeof(sid_t))
                 self.extra_pool[e - 1].swap(empty)  # release the memory
             self.extra_pool[e - 1].clear()
             self.extra_free.push_back(e - 1)
