@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="central,prefix,prefix+floors",
                    help="which runs, comma-separated: prefix, prefix+floors (floors of earlier batches kept while "
                         "valid), prefix+latest (the newest floors only)")
+    p.add_argument("--floor-margin", type=float, default=0.0,
+                   help="sticky floors (FloorKeeper.margin) in the floor runs; default: %(default)s")
     p.add_argument("--out", help="JSON of the figures")
     return p
 
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
             continue
         floors = {"floors": "retained", "latest": "latest"}.get(name.partition("+")[2], False)
         costs = measure_partitions(inputs, name.split("+")[0], args.partitions, window=args.window,
-                                   batch_size=args.batch_size, floors=floors)
+                                   batch_size=args.batch_size, floors=floors, floor_margin=args.floor_margin)
         out["runs"][name] = {**costs.as_dict(), "summary": summarize(costs, central)}
         s = out["runs"][name]["summary"]
         print(f"{name:>14}  admits/msg {s['admits_per_message']:7.1f}  Σ admits/central {s['sum_admits_over_central']:.2f}"

@@ -121,20 +121,25 @@ class FloorKeeper:
     With ``retain`` (the default) it also keeps the floors of earlier batches while they are valid
     (``until`` not passed): each is still a lower bound of the global k-th score, so the engine
     gets the highest valid one, which falls less often (a fall below a skipped score costs the
-    engine a rebuild).  Without it, only the newest floors apply."""
+    engine a rebuild).  Without it, only the newest floors apply.
 
-    floored: set[int] = field(default_factory=set)  # ids with a finite floor in the engine
+    ``margin`` makes floors sticky: the engine gets ``f - margin * |f|`` for a valid floor f, and
+    keeps the floor it holds while that is between ``f - 2 * margin * |f|`` and f (any floor at or
+    below a valid one is valid), so a small fall of f costs no rebuild; 0 passes f itself."""
+
+    floored: dict[int, float] = field(default_factory=dict)  # id -> the finite floor its engine buffer holds
     subscribed_at: dict[int, int] = field(default_factory=dict)  # id -> high-water mark of its record's batch
     restarted_at: int = -1  # records older than the keeper count as subscribed here (a rebuild)
     retain: bool = True
     kept: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)  # id -> [(floor, until, asof)]
+    margin: float = 0.0
 
     def subscribed(self, sub_ids, hwm_seq: int) -> None:
         """Records (re)subscribed in the batch ending at ``hwm_seq``: their engine buffers start
         without a floor (the engine resets it), and floors older than this batch do not apply."""
         for sid in sub_ids:
             self.subscribed_at[int(sid)] = int(hwm_seq)
-            self.floored.discard(int(sid))
+            self.floored.pop(int(sid), None)
             self.kept.pop(int(sid), None)
 
     def engine_replaced(self, hwm_seq: int) -> None:
@@ -163,9 +168,15 @@ class FloorKeeper:
                          if sid in chosen}
             self.kept = {sid: rows for sid, rows in self.kept.items() if rows}
         lifted = [sid for sid in self.floored if sid not in chosen and eligible(sid)]
-        self.floored = set(chosen)
-        if not chosen and not lifted:
+        held, self.floored, changed = self.floored, {}, {}
+        for sid, f in chosen.items():
+            now = held.get(sid)
+            if now is not None and f - 2 * self.margin * abs(f) <= now <= f:
+                self.floored[sid] = now  # still valid and close enough: unchanged, nothing to rebuild
+            else:
+                self.floored[sid] = changed[sid] = f - self.margin * abs(f)
+        if not changed and not lifted:
             return ChangeLog.empty()
-        ids = np.array(list(chosen) + lifted, np.int64)
-        values = np.array(list(chosen.values()) + [-np.inf] * len(lifted), np.float64)
+        ids = np.array(list(changed) + lifted, np.int64)
+        values = np.array(list(changed.values()) + [-np.inf] * len(lifted), np.float64)
         return engine.set_floors(ids, values)
