@@ -12,8 +12,8 @@ keyword summaries, the merge buckets):
   a count window: the centralized engine's work (its counters equal a lone engine's);
 * ``prefix``: ``prefix`` at P = ``--partitions``, as DSkype runs it today;
 * ``prefix+floors``: the same with the merge buckets' global k-th score floors
-  (:mod:`skype.dskype.floors`) fed into each next batch's partition inputs, the partitions keeping
-  earlier floors while valid; ``prefix+latest``: the newest floors only.
+  (:mod:`skype.dskype.floors`) fed into each next batch's partition inputs (``--floor-margin``:
+  sticky floors).
 
 Per run, over the steady batches (after the window has filled): the sum over partitions and the
 busiest partition of every work counter (postings, candidates, admissions, re-evaluation work,
@@ -44,8 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=2_000)
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--runs", default="central,prefix,prefix+floors",
-                   help="which runs, comma-separated: prefix, prefix+floors (floors of earlier batches kept while "
-                        "valid), prefix+latest (the newest floors only)")
+                   help="which runs, comma-separated: prefix, prefix+floors")
     p.add_argument("--floor-margin", type=float, default=0.0,
                    help="sticky floors (FloorKeeper.margin) in the floor runs; default: %(default)s")
     p.add_argument("--out", help="JSON of the figures")
@@ -88,7 +87,7 @@ def main(argv=None) -> int:
     for name in runs:
         if name == "central":
             continue
-        floors = {"floors": "retained", "latest": "latest"}.get(name.partition("+")[2], False)
+        floors = name.endswith("+floors")
         costs = measure_partitions(inputs, name.split("+")[0], args.partitions, window=args.window,
                                    batch_size=args.batch_size, floors=floors, floor_margin=args.floor_margin)
         out["runs"][name] = {**costs.as_dict(), "summary": summarize(costs, central)}

@@ -221,7 +221,7 @@ def test_keeper_ignores_stale_floors_and_floors_older_than_the_record():
 
             return ChangeLog.empty()
 
-    keeper, engine = FloorKeeper(retain=False), Recorder()
+    keeper, engine = FloorKeeper(), Recorder()
     floors = Floors(np.array([1, 2, 3]), np.array([0.5, 0.6, 0.7]), np.array([100, 50, 100]), np.array([40, 40, 40]))
     keeper.subscribed([3], 41)  # record 3 is newer than the merge state the floors come from
     keeper.apply(engine, floors, 60, lambda sid: True)
@@ -231,23 +231,10 @@ def test_keeper_ignores_stale_floors_and_floors_older_than_the_record():
     keeper.engine_replaced(80)
     keeper.apply(engine, floors, 90, lambda sid: True)
     assert len(engine.calls) == 2  # a restart at 80: floors as of 40 no longer apply
-    # retained: a floor still valid keeps applying until its witnesses may leave, the higher one wins
-    keeper, engine = FloorKeeper(), Recorder()
-
-    def last():
-        return dict(zip(*engine.calls[-1]))
-
-    keeper.apply(engine, floors, 60, lambda sid: True)
-    keeper.apply(engine, Floors(np.array([1]), np.array([0.4]), np.array([120]), np.array([60])), 70, lambda sid: True)
-    assert last() == {1: 0.5, 3: 0.7}
-    keeper.apply(engine, Floors.empty(), 110, lambda sid: True)
-    assert last() == {1: 0.4, 3: -np.inf}  # the first floors lapsed at 100
-    keeper.apply(engine, Floors.empty(), 121, lambda sid: True)
-    assert last() == {1: -np.inf}
     keeper.apply(engine, floors, 60, lambda sid: sid != 1)  # not eligible (asleep, single replica): untouched
     assert 1 not in keeper.floored
     # sticky: the engine keeps a lower floor while it stays within twice the margin of the valid one
-    keeper, engine = FloorKeeper(retain=False, margin=0.1), Recorder()
+    keeper, engine = FloorKeeper(margin=0.1), Recorder()
     for f in (0.5, 0.48, 0.44):
         keeper.apply(engine, Floors(np.array([1]), np.array([f]), np.array([100]), np.array([40])), 60, lambda sid: True)
     assert [c[1][0] for c in engine.calls] == pytest.approx([0.45, 0.396])  # 0.48: 0.45 kept, no call

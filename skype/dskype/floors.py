@@ -46,7 +46,6 @@ subscribed at the restart (a floor computed before is not applied).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 
@@ -118,10 +117,9 @@ def floors_of(merge, asof: int, window: int, lookahead: int) -> Floors:
 class FloorKeeper:
     """A partition's side: which floors its engine holds, and when each record was subscribed.
 
-    With ``retain`` (the default) it also keeps the floors of earlier batches while they are valid
-    (``until`` not passed): each is still a lower bound of the global k-th score, so the engine
-    gets the highest valid one, which falls less often (a fall below a skipped score costs the
-    engine a rebuild).  Without it, only the newest floors apply.
+    Only the newest floors apply.  (Keeping earlier ones while valid and taking the highest was
+    tried: the counts did not move, since a newer floor is at least an older one still valid in
+    practice; ``docs/results/2026-11-29-prefix-bound.md``.)
 
     ``margin`` makes floors sticky: the engine gets ``f - margin * |f|`` for a valid floor f, and
     keeps the floor it holds while that is between ``f - 2 * margin * |f|`` and f (any floor at or
@@ -130,8 +128,6 @@ class FloorKeeper:
     floored: dict[int, float] = field(default_factory=dict)  # id -> the finite floor its engine buffer holds
     subscribed_at: dict[int, int] = field(default_factory=dict)  # id -> high-water mark of its record's batch
     restarted_at: int = -1  # records older than the keeper count as subscribed here (a rebuild)
-    retain: bool = True
-    kept: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)  # id -> [(floor, until, asof)]
     margin: float = 0.0
 
     def subscribed(self, sub_ids, hwm_seq: int) -> None:
@@ -140,12 +136,10 @@ class FloorKeeper:
         for sid in sub_ids:
             self.subscribed_at[int(sid)] = int(hwm_seq)
             self.floored.pop(int(sid), None)
-            self.kept.pop(int(sid), None)
 
     def engine_replaced(self, hwm_seq: int) -> None:
         """A fresh engine holds no floors; records of unknown age count as subscribed now."""
         self.floored.clear()
-        self.kept.clear()
         self.restarted_at = max(self.restarted_at, int(hwm_seq))
 
     def apply(self, engine, floors: Floors, hwm_seq: int, eligible) -> ChangeLog:
@@ -153,20 +147,11 @@ class FloorKeeper:
         replicas (active, topk, replicated), lift the others the engine holds; returns the top-k
         changes of the buffers the engine rebuilt."""
         chosen: dict[int, float] = {}
-        offered: Iterable[tuple[int, float, int, int]] = zip(floors.ids.tolist(), floors.floor.tolist(),
-                                                             floors.until.tolist(), floors.asof.tolist())
-        if self.retain:
-            for sid, f, until, asof in offered:
-                self.kept.setdefault(sid, []).append((f, until, asof))
-            offered = ((sid, f, until, asof) for sid, rows in self.kept.items() for f, until, asof in rows)
-        for sid, f, until, asof in offered:
+        for sid, f, until, asof in zip(floors.ids.tolist(), floors.floor.tolist(), floors.until.tolist(),
+                                       floors.asof.tolist()):
             born = max(self.subscribed_at.get(sid, -1), self.restarted_at)
             if until >= hwm_seq and born <= asof and eligible(sid):
                 chosen[sid] = max(chosen.get(sid, -np.inf), f)  # two valid floors: the higher holds
-        if self.retain:  # keep what may still hold at a later batch: the valid floors of eligible replicas
-            self.kept = {sid: [row for row in rows if row[1] > hwm_seq] for sid, rows in self.kept.items()
-                         if sid in chosen}
-            self.kept = {sid: rows for sid, rows in self.kept.items() if rows}
         lifted = [sid for sid in self.floored if sid not in chosen and eligible(sid)]
         held, self.floored, changed = self.floored, {}, {}
         for sid, f in chosen.items():

@@ -155,16 +155,14 @@ def _partition_input(part, pinput_cls):
 
 def measure_partitions(inputs, method: str, partitions: int, *, window: int, batch_size: int,
                        sample_size: int = 10_000, summaries: str = "active", options: dict | None = None,
-                       registration_chunk: int = 50_000, floors: bool | str = False,
+                       registration_chunk: int = 50_000, floors: bool = False,
                        floor_margin: float = 0.0) -> PartitionCosts:
     """Run ``method`` over ``partitions`` partitions on ``inputs`` (a workload whose subscriptions
     all come first, :class:`skype.workload.Inputs`) with a count window of ``window`` messages;
     see the module docstring.  ``options``: further options of the ``distributed`` command
     (engine options, ``range_cut``...).  ``floors``: after each batch the merge buckets' global
     k-th score floors (:mod:`skype.dskype.floors`) go into the next batch's partition inputs (their
-    computation counts as merge CPU); ``"latest"``: the partitions apply only the newest floors
-    (``FloorKeeper.retain`` off), ``True`` or ``"retained"``: also the earlier ones still valid;
-    ``floor_margin``: ``FloorKeeper.margin`` (sticky floors)."""
+    computation counts as merge CPU); ``floor_margin``: ``FloorKeeper.margin`` (sticky floors)."""
     from skype.dskype.floors import Floors, floors_of
     from skype.dskype.merge import MergeCore
     from skype.dskype.partition import PartitionCore, PartitionInput
@@ -192,7 +190,6 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         rss0 = resident_bytes()
         cores = [PartitionCore(c) for c in configs]
         for core in cores:
-            core.floors.retain = floors != "latest"
             core.floors.margin = float(floor_margin)
         merges = None if configs[0].inline_merge else [MergeCore() for _ in range(P)]
         registration = np.zeros(P)
@@ -281,5 +278,5 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         registration_s=registration.round(6).tolist(), route_s=route_s, merge_cpu_s=merge_cpu.round(6).tolist(), report_bytes=report_bytes,
         rss_growth_bytes=int(rss), rss_peak_growth_bytes=int(peak), communication_per_message=copies / max(len(messages), 1),
         replication_ratio=sum(replicas) / max(len(subs), 1),
-        settings={"sample_size": int(sample_size), "summaries": summaries, "floors": floors if isinstance(floors, str) else bool(floors),
+        settings={"sample_size": int(sample_size), "summaries": summaries, "floors": bool(floors),
                   "floor_margin": float(floor_margin), **(options or {})})
