@@ -71,12 +71,11 @@ def _lists(blob: bytes) -> list[str]:
 class FloorRun:
     """The distributed run and its centralized oracle (module docstring)."""
 
-    def __init__(self, parts: int, window: int, use_floors: bool, lag: int, margin: float = 0.0,
-                 horizons: int = 1) -> None:
+    def __init__(self, parts: int, window: int, use_floors: bool, lag: int, margin: float = 0.0) -> None:
         spec = WindowSpec("count", float(window))
         self.configs = [_config(p, spec) for p in range(parts)]
         self.cores = [PartitionCore(c) for c in self.configs]
-        self.margin, self.horizons = margin, horizons
+        self.margin = margin
         self._sticky()
         self.central = PartitionCore(_config(0, spec))
         self.merge = MergeCore()
@@ -114,7 +113,7 @@ class FloorRun:
         self.central.apply(PartitionInput(msgs, seq, central_cmds, hwm, float(hwm)))
         self.merge.apply(blobs)
         self.hwm = hwm
-        self.history.append(floors_of(self.merge, hwm, self.window, lookahead, self.horizons))
+        self.history.append(floors_of(self.merge, hwm, self.window, lookahead))
 
     def restart(self) -> None:
         """Every partition rebuilt from its command log and window segments."""
@@ -160,10 +159,10 @@ def _messages(rng, pool: MessageBatch, lo: int, n: int) -> MessageBatch:
 
 
 def _play(seed: int, parts: int, window: int, max_batch: int, pool_size: int, lag: int, restart_at: int,
-          use_floors: bool = True, margin: float = 0.0, horizons: int = 1) -> FloorRun:
+          use_floors: bool = True, margin: float = 0.0) -> FloorRun:
     rng = np.random.default_rng(seed)
     pool = _pool(rng, pool_size)
-    run = FloorRun(parts, window, use_floors, lag, margin, horizons)
+    run = FloorRun(parts, window, use_floors, lag, margin)
     cseq, lo, stale = 0, 0, None
     for b in range(14):
         n = int(rng.integers(1, max_batch + 1))
@@ -187,11 +186,10 @@ def _play(seed: int, parts: int, window: int, max_batch: int, pool_size: int, la
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 16), parts=st.sampled_from([2, 3]), window=st.sampled_from([12, 25, 40]),
        max_batch=st.sampled_from([8, 25]), pool_size=st.sampled_from([3, 12, 200]), lag=st.sampled_from([0, 0, 1, 2]),
-       restart_at=st.sampled_from([-1, 5, 9]), margin=st.sampled_from([0.0, 0.0, 0.05]),
-       horizons=st.sampled_from([1, 3]))
+       restart_at=st.sampled_from([-1, 5, 9]), margin=st.sampled_from([0.0, 0.0, 0.05]))
 def test_floors_keep_the_merged_lists_equal_to_the_centralized_engine(seed, parts, window, max_batch, pool_size,
-                                                                      lag, restart_at, margin, horizons):
-    _play(seed, parts, window, max_batch, pool_size, lag, restart_at, margin=margin, horizons=horizons)
+                                                                      lag, restart_at, margin):
+    _play(seed, parts, window, max_batch, pool_size, lag, restart_at, margin=margin)
 
 
 @pytest.mark.parametrize("pool_size", [3, 200])
@@ -229,27 +227,16 @@ def test_keeper_ignores_stale_floors_and_floors_older_than_the_record():
     keeper.apply(engine, floors, 60, lambda sid: True)
     assert engine.calls == [([1], [0.5])]  # 2 lapsed (until 50 < 60), 3 speaks of an older record
     keeper.apply(engine, Floors.empty(), 70, lambda sid: True)
-    assert len(engine.calls) == 1  # no new floor, the one given still valid: unchanged
-    keeper.apply(engine, Floors.empty(), 101, lambda sid: True)
-    assert engine.calls[-1] == ([1], [-np.inf])  # lapsed: lifted
+    assert engine.calls[-1] == ([1], [-np.inf])  # no new floor: lifted
     keeper.engine_replaced(80)
     keeper.apply(engine, floors, 90, lambda sid: True)
     assert len(engine.calls) == 2  # a restart at 80: floors as of 40 no longer apply
     keeper.apply(engine, floors, 60, lambda sid: sid != 1)  # not eligible (asleep, single replica): untouched
     assert 1 not in keeper.floored
-    # kept: an older floor still valid holds when no newer one is given, the higher one wins
-    keeper, engine = FloorKeeper(), Recorder()
-    keeper.apply(engine, Floors(np.array([1, 1]), np.array([0.5, 0.3]), np.array([75, 95]), np.array([40, 40])), 60,
-                 lambda sid: True)
-    keeper.apply(engine, Floors.empty(), 80, lambda sid: True)
-    assert dict(zip(*engine.calls[-1])) == {1: 0.3}  # 0.5 lapsed at 75, 0.3 holds through 95
-    keeper.apply(engine, Floors.empty(), 96, lambda sid: True)
-    assert dict(zip(*engine.calls[-1])) == {1: -np.inf}
     # sticky: the engine keeps a lower floor while it stays within twice the margin of the valid one
     keeper, engine = FloorKeeper(margin=0.1), Recorder()
-    for f, until, hwm in ((0.5, 65, 60), (0.48, 75, 70), (0.44, 100, 80)):  # each lapses before the next
-        keeper.apply(engine, Floors(np.array([1]), np.array([f]), np.array([until]), np.array([40])), hwm,
-                     lambda sid: True)
+    for f in (0.5, 0.48, 0.44):
+        keeper.apply(engine, Floors(np.array([1]), np.array([f]), np.array([100]), np.array([40])), 60, lambda sid: True)
     assert [c[1][0] for c in engine.calls] == pytest.approx([0.45, 0.396])  # 0.48: 0.45 kept, no call
 
 

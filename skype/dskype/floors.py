@@ -91,11 +91,10 @@ def witness_floor(scores: np.ndarray, seqs: np.ndarray, k: int, horizon: int, wi
     return float(scores[order[-1]]), int(np.asarray(seqs)[order].min()) + int(window) - 1
 
 
-def floors_of(merge, asof: int, window: int, lookahead: int, horizons: int = 1) -> Floors:
+def floors_of(merge, asof: int, window: int, lookahead: int) -> Floors:
     """The floors of every replicated subscription a merge bucket (:class:`MergeCore`) holds,
-    from its state at high-water mark ``asof`` (module docstring).  ``horizons`` > 1 adds, per
-    subscription, the floors whose witnesses stay through ``j * lookahead`` messages (j = 2, 3...):
-    lower, but still valid in later batches, when the newest floor may not exist."""
+    from its state at high-water mark ``asof`` (module docstring)."""
+    horizon = int(asof) + int(lookahead) - int(window)
     ids, floor, until = [], [], []
     for sid, (k, reps) in merge.state.items():
         lists = [entry for entry in reps.values() if len(entry[0])]
@@ -103,11 +102,9 @@ def floors_of(merge, asof: int, window: int, lookahead: int, horizons: int = 1) 
             continue
         msg = np.concatenate([e[0] for e in lists])
         _, first = np.unique(msg, return_index=True)
-        scores, seqs = np.concatenate([e[1] for e in lists])[first], np.concatenate([e[2] for e in lists])[first]
-        for j in range(1, int(horizons) + 1):
-            got = witness_floor(scores, seqs, int(k), int(asof) + j * int(lookahead) - int(window), window)
-            if got is None:
-                break
+        got = witness_floor(np.concatenate([e[1] for e in lists])[first], np.concatenate([e[2] for e in lists])[first],
+                            int(k), horizon, window)
+        if got is not None:
             ids.append(sid)
             floor.append(got[0])
             until.append(got[1])
@@ -120,10 +117,9 @@ def floors_of(merge, asof: int, window: int, lookahead: int, horizons: int = 1) 
 class FloorKeeper:
     """A partition's side: which floors its engine holds, and when each record was subscribed.
 
-    It keeps the floors it was given while they are valid (``until`` not passed) and gives the
-    engine the highest valid one: with one horizon a newer floor was never below an older one still
-    valid, but with several (:func:`floors_of`) an older, longer floor covers a batch whose newest
-    floor does not exist, so the floor lapses (a rebuild where the engine skipped) less often.
+    Only the newest floors apply.  (Keeping earlier ones while valid and taking the highest was
+    tried: the counts did not move, since a newer floor is at least an older one still valid in
+    practice; ``docs/results/2026-11-29-prefix-bound.md``.)
 
     ``margin`` makes floors sticky: the engine gets ``f - margin * |f|`` for a valid floor f, and
     keeps the floor it holds while that is between ``f - 2 * margin * |f|`` and f (any floor at or
@@ -133,7 +129,6 @@ class FloorKeeper:
     subscribed_at: dict[int, int] = field(default_factory=dict)  # id -> high-water mark of its record's batch
     restarted_at: int = -1  # records older than the keeper count as subscribed here (a rebuild)
     margin: float = 0.0
-    kept: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)  # id -> [(floor, until, asof)]
 
     def subscribed(self, sub_ids, hwm_seq: int) -> None:
         """Records (re)subscribed in the batch ending at ``hwm_seq``: their engine buffers start
@@ -141,12 +136,10 @@ class FloorKeeper:
         for sid in sub_ids:
             self.subscribed_at[int(sid)] = int(hwm_seq)
             self.floored.pop(int(sid), None)
-            self.kept.pop(int(sid), None)
 
     def engine_replaced(self, hwm_seq: int) -> None:
         """A fresh engine holds no floors; records of unknown age count as subscribed now."""
         self.floored.clear()
-        self.kept.clear()
         self.restarted_at = max(self.restarted_at, int(hwm_seq))
 
     def apply(self, engine, floors: Floors, hwm_seq: int, eligible) -> ChangeLog:
@@ -156,19 +149,9 @@ class FloorKeeper:
         chosen: dict[int, float] = {}
         for sid, f, until, asof in zip(floors.ids.tolist(), floors.floor.tolist(), floors.until.tolist(),
                                        floors.asof.tolist()):
-            self.kept.setdefault(sid, []).append((f, until, asof))
-        kept: dict[int, list[tuple[float, int, int]]] = {}
-        for sid, rows in self.kept.items():
-            if not eligible(sid):
-                continue  # asleep, gone or single-replica: its floors go (a woken replica starts afresh)
             born = max(self.subscribed_at.get(sid, -1), self.restarted_at)
-            for f, until, asof in rows:
-                if until >= hwm_seq and born <= asof:
-                    chosen[sid] = max(chosen.get(sid, -np.inf), f)  # valid floors: the highest holds
-            rows = [row for row in rows if row[1] > hwm_seq]  # what may still hold at a later batch
-            if rows:
-                kept[sid] = rows
-        self.kept = kept
+            if until >= hwm_seq and born <= asof and eligible(sid):
+                chosen[sid] = max(chosen.get(sid, -np.inf), f)  # two valid floors: the higher holds
         lifted = [sid for sid in self.floored if sid not in chosen and eligible(sid)]
         held, self.floored, changed = self.floored, {}, {}
         for sid, f in chosen.items():

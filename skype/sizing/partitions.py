@@ -156,14 +156,13 @@ def _partition_input(part, pinput_cls):
 def measure_partitions(inputs, method: str, partitions: int, *, window: int, batch_size: int,
                        sample_size: int = 10_000, summaries: str = "active", options: dict | None = None,
                        registration_chunk: int = 50_000, floors: bool = False,
-                       floor_margin: float = 0.0, floor_horizons: int = 1) -> PartitionCosts:
+                       floor_margin: float = 0.0) -> PartitionCosts:
     """Run ``method`` over ``partitions`` partitions on ``inputs`` (a workload whose subscriptions
     all come first, :class:`skype.workload.Inputs`) with a count window of ``window`` messages;
     see the module docstring.  ``options``: further options of the ``distributed`` command
     (engine options, ``range_cut``...).  ``floors``: after each batch the merge buckets' global
     k-th score floors (:mod:`skype.dskype.floors`) go into the next batch's partition inputs (their
-    computation counts as merge CPU); ``floor_margin``: ``FloorKeeper.margin`` (sticky floors);
-    ``floor_horizons``: :func:`~skype.dskype.floors.floors_of`'s ``horizons``."""
+    computation counts as merge CPU); ``floor_margin``: ``FloorKeeper.margin`` (sticky floors)."""
     from skype.dskype.floors import Floors, floors_of
     from skype.dskype.merge import MergeCore
     from skype.dskype.partition import PartitionCore, PartitionInput
@@ -251,7 +250,7 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
                     parts = []
                     for bucket, merge in enumerate(merges):
                         c0 = time.thread_time()
-                        parts.append(floors_of(merge, hi - 1, int(window), int(batch_size), int(floor_horizons)))
+                        parts.append(floors_of(merge, hi - 1, int(window), int(batch_size)))
                         if measured:
                             merge_cpu[bucket] += time.thread_time() - c0
                     next_floors = Floors.concat(parts)
@@ -280,4 +279,4 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         rss_growth_bytes=int(rss), rss_peak_growth_bytes=int(peak), communication_per_message=copies / max(len(messages), 1),
         replication_ratio=sum(replicas) / max(len(subs), 1),
         settings={"sample_size": int(sample_size), "summaries": summaries, "floors": bool(floors),
-                  "floor_margin": float(floor_margin), "floor_horizons": int(floor_horizons), **(options or {})})
+                  "floor_margin": float(floor_margin), **(options or {})})
