@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which runs, comma-separated: prefix, prefix+floors")
     p.add_argument("--floor-margin", type=float, default=0.0,
                    help="sticky floors (FloorKeeper.margin) in the floor runs; default: %(default)s")
+    p.add_argument("--floor-settle", action="store_true",
+                   help="a floor applies only from its second batch in a row (FloorKeeper.settle)")
     p.add_argument("--out", help="JSON of the figures")
     return p
 
@@ -89,7 +91,8 @@ def main(argv=None) -> int:
             continue
         floors = name.endswith("+floors")
         costs = measure_partitions(inputs, name.split("+")[0], args.partitions, window=args.window,
-                                   batch_size=args.batch_size, floors=floors, floor_margin=args.floor_margin)
+                                   batch_size=args.batch_size, floors=floors, floor_margin=args.floor_margin,
+                                   floor_settle=args.floor_settle)
         out["runs"][name] = {**costs.as_dict(), "summary": summarize(costs, central)}
         s = out["runs"][name]["summary"]
         print(f"{name:>14}  admits/msg {s['admits_per_message']:7.1f}  Σ admits/central {s['sum_admits_over_central']:.2f}"

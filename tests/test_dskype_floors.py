@@ -71,11 +71,12 @@ def _lists(blob: bytes) -> list[str]:
 class FloorRun:
     """The distributed run and its centralized oracle (module docstring)."""
 
-    def __init__(self, parts: int, window: int, use_floors: bool, lag: int, margin: float = 0.0) -> None:
+    def __init__(self, parts: int, window: int, use_floors: bool, lag: int, margin: float = 0.0,
+                 settle: bool = False) -> None:
         spec = WindowSpec("count", float(window))
         self.configs = [_config(p, spec) for p in range(parts)]
         self.cores = [PartitionCore(c) for c in self.configs]
-        self.margin = margin
+        self.margin, self.settle = margin, settle
         self._sticky()
         self.central = PartitionCore(_config(0, spec))
         self.merge = MergeCore()
@@ -88,7 +89,7 @@ class FloorRun:
 
     def _sticky(self) -> None:
         for core in self.cores:
-            core.floors.margin = self.margin
+            core.floors.margin, core.floors.settle = self.margin, self.settle
 
     def floors_for_next(self) -> Floors | None:
         if not self.use_floors or len(self.history) <= self.lag:
@@ -159,10 +160,10 @@ def _messages(rng, pool: MessageBatch, lo: int, n: int) -> MessageBatch:
 
 
 def _play(seed: int, parts: int, window: int, max_batch: int, pool_size: int, lag: int, restart_at: int,
-          use_floors: bool = True, margin: float = 0.0) -> FloorRun:
+          use_floors: bool = True, margin: float = 0.0, settle: bool = False) -> FloorRun:
     rng = np.random.default_rng(seed)
     pool = _pool(rng, pool_size)
-    run = FloorRun(parts, window, use_floors, lag, margin)
+    run = FloorRun(parts, window, use_floors, lag, margin, settle)
     cseq, lo, stale = 0, 0, None
     for b in range(14):
         n = int(rng.integers(1, max_batch + 1))
@@ -186,10 +187,10 @@ def _play(seed: int, parts: int, window: int, max_batch: int, pool_size: int, la
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 16), parts=st.sampled_from([2, 3]), window=st.sampled_from([12, 25, 40]),
        max_batch=st.sampled_from([8, 25]), pool_size=st.sampled_from([3, 12, 200]), lag=st.sampled_from([0, 0, 1, 2]),
-       restart_at=st.sampled_from([-1, 5, 9]), margin=st.sampled_from([0.0, 0.0, 0.05]))
+       restart_at=st.sampled_from([-1, 5, 9]), margin=st.sampled_from([0.0, 0.0, 0.05]), settle=st.booleans())
 def test_floors_keep_the_merged_lists_equal_to_the_centralized_engine(seed, parts, window, max_batch, pool_size,
-                                                                      lag, restart_at, margin):
-    _play(seed, parts, window, max_batch, pool_size, lag, restart_at, margin=margin)
+                                                                      lag, restart_at, margin, settle):
+    _play(seed, parts, window, max_batch, pool_size, lag, restart_at, margin=margin, settle=settle)
 
 
 @pytest.mark.parametrize("pool_size", [3, 200])
@@ -238,6 +239,13 @@ def test_keeper_ignores_stale_floors_and_floors_older_than_the_record():
     for f in (0.5, 0.48, 0.44):
         keeper.apply(engine, Floors(np.array([1]), np.array([f]), np.array([100]), np.array([40])), 60, lambda sid: True)
     assert [c[1][0] for c in engine.calls] == pytest.approx([0.45, 0.396])  # 0.48: 0.45 kept, no call
+    # settle: a floor applies from the second batch in a row that has one
+    keeper, engine = FloorKeeper(settle=True), Recorder()
+    one = Floors(np.array([1]), np.array([0.5]), np.array([100]), np.array([40]))
+    keeper.apply(engine, one, 60, lambda sid: True)
+    assert engine.calls == []
+    keeper.apply(engine, one, 70, lambda sid: True)
+    assert engine.calls == [([1], [0.5])]
 
 
 def test_engine_rebuilds_a_buffer_when_its_floor_falls_below_a_skipped_score():

@@ -129,6 +129,8 @@ class FloorKeeper:
     subscribed_at: dict[int, int] = field(default_factory=dict)  # id -> high-water mark of its record's batch
     restarted_at: int = -1  # records older than the keeper count as subscribed here (a rebuild)
     margin: float = 0.0
+    settle: bool = False  # apply a floor only to a replica that had a valid one in the batch before too
+    offered_before: set[int] = field(default_factory=set)  # settle: ids with a valid floor last batch
 
     def subscribed(self, sub_ids, hwm_seq: int) -> None:
         """Records (re)subscribed in the batch ending at ``hwm_seq``: their engine buffers start
@@ -152,6 +154,9 @@ class FloorKeeper:
             born = max(self.subscribed_at.get(sid, -1), self.restarted_at)
             if until >= hwm_seq and born <= asof and eligible(sid):
                 chosen[sid] = max(chosen.get(sid, -np.inf), f)  # two valid floors: the higher holds
+        if self.settle:  # floors that come and go cost a rebuild each time they go: wait for a second one
+            valid, chosen = set(chosen), {sid: f for sid, f in chosen.items() if sid in self.offered_before}
+            self.offered_before = valid
         lifted = [sid for sid in self.floored if sid not in chosen and eligible(sid)]
         held, self.floored, changed = self.floored, {}, {}
         for sid, f in chosen.items():
