@@ -270,3 +270,19 @@ def test_engine_rebuilds_a_buffer_when_its_floor_falls_below_a_skipped_score():
         eng.set_floors([99], [0.1])  # not a subscription
     with pytest.raises(InputError):
         eng.set_floors([1], [np.nan])
+
+
+def test_the_reference_engine_ignores_floors_and_stays_exact():
+    from skype.reference import ReferenceEngine
+
+    rng = np.random.default_rng(4)
+    sub, msgs = _record(rng, 1), _messages(rng, _pool(rng, 50), 0, 80)
+    eng, ref = ReferenceEngine(bounds=BOUNDS, window=30), ReferenceEngine(bounds=BOUNDS, window=30)
+    for e in (eng, ref):
+        e.subscribe_batch(sub)
+    assert len(eng.set_floors([1], [np.inf]).sub) == 0
+    for e in (eng, ref):
+        e.publish_batch(msgs)
+    assert eng.topk_arrays([1])[1].tolist() == ref.topk_arrays([1])[1].tolist()
+    with pytest.raises(InputError):
+        eng.set_floors([7], [0.5])
