@@ -408,6 +408,29 @@ class EngineBase(abc.ABC):
                 score[i] = scores[a + int(hit[0])]
         return rank, score
 
+    def set_floors(self, sub_ids, floors) -> ChangeLog:
+        """Admission floors of topk subscriptions: the caller promises that, until its next call,
+        no arrival scoring below ``floors[i]`` can matter to subscription ``sub_ids[i]`` (DSkype:
+        the global k-th score, :mod:`skype.dskype.floors`); ``-inf`` lifts a floor.  The engine
+        may then skip admitting such arrivals; every top-k entry ranking above the current floor
+        stays exact.  Returns the top-k changes of the buffers a lowered floor rebuilt.  A floor
+        permits, it never obliges: this default ignores them, which is exact."""
+        self._floor_inputs(sub_ids, floors)
+        return ChangeLog.empty()
+
+    def _floor_inputs(self, sub_ids, floors) -> tuple[np.ndarray, np.ndarray]:
+        """Validated ``set_floors`` arrays: known topk subscriptions, one float (not NaN) each."""
+        ids = np.ascontiguousarray(sub_ids, dtype=np.int64)
+        values = np.ascontiguousarray(floors, dtype=np.float64)
+        if values.shape != ids.shape or np.isnan(values).any():
+            raise InputError("E023", what="floors", expected="one score (not NaN) per subscription id",
+                             value=f"{len(values)} floors for {len(ids)} ids")
+        known = self._known_subscriptions(ids)
+        if not known.all():
+            sid = int(ids[np.argmin(known)])
+            raise InputError("E020", id=sid, record_id=sid)
+        return ids, values
+
     def _topk_arrays(self, sub_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parts = [self._topk(int(sid)) for sid in sub_ids]
         indptr = np.zeros(len(parts) + 1, dtype=np.int64)

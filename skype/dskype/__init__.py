@@ -6,7 +6,8 @@ Invariant: no module here imports pyspark, so the whole protocol runs (and is te
 process without a JVM.
 
 - Executors: :mod:`~skype.dskype.partition` (a partition's batch), :mod:`~skype.dskype.merge`
-  (exact top-k of the replicas), :mod:`~skype.dskype.reports` (the rows a partition emits),
+  (exact top-k of the replicas), :mod:`~skype.dskype.floors` (the merge's global k-th score
+  floors, which let replicas skip admissions), :mod:`~skype.dskype.reports` (the rows a partition emits),
   :mod:`~skype.dskype.window` (the window share), :mod:`~skype.dskype.hosted` (the hosted
   records), :mod:`~skype.dskype.durable` (the durable log), :mod:`~skype.dskype.activation`
   (``prefix``'s loose-prefix activation), :mod:`~skype.dskype.summaries` (keyword summaries),

@@ -78,6 +78,7 @@ from skype.dskype import loadstats
 from skype.dskype.activation import Activation, ActivationConfig
 from skype.dskype import snapshots
 from skype.dskype.codec import OP_QUERY, OP_RESULTS, OP_SUB, Commands, command_columns
+from skype.dskype.floors import FloorKeeper, Floors
 from skype.dskype.handover import Handover
 from skype.dskype.hosted import APPLIED, Hosted, due_pending, plan_commands, replay_commands
 from skype.dskype.kinds import NameRanks, read_vocabulary, result_arrays
@@ -111,6 +112,7 @@ class PartitionConfig:
     summary_mode: str = "active"  # which replicas' terms are live: "active" or "hosted"
     backfill: MessageReadBack | None = None  # where window messages are read back (skype.spark.backfill)
     load_stats: bool = False  # adaptive: report the rebalancer's statistics (skype.dskype.loadstats)
+    floors: bool = False  # the merge stage sends floors (skype.dskype.floors): a rebuilt core restates its lists
 
     def make_engine(self):
         options = dict(self.engine_options)
@@ -150,6 +152,7 @@ class PartitionInput:
     hwm_seq: int  # the batch's high-water sequence number (from the ticks), -1 if none yet
     hwm_t: float
     stamps: tuple = ()  # the summary versions the router used for these messages (skype.dskype.summaries)
+    floors: Floors | None = None  # the merge stage's global k-th score floors (skype.dskype.floors)
 
 
 @dataclass
@@ -181,6 +184,8 @@ class PartitionCore:
         self._reach: dict[int, float] = {}  # prefix: each hosted record's reach here (activation.reach_of)
         self.coverage = (Coverage(config)
                          if config.summary_dir is not None and config.activation is not None else None)
+        self.floors = FloorKeeper()
+        self._restate_all = False  # the next batch reports every replicated list whole (after a rebuild)
 
     def active(self, sub_id: int) -> bool:
         """Hosted and in the engine (not a dormant prefix replica)."""
@@ -231,6 +236,10 @@ class PartitionCore:
         due, _, core.pending = due_pending(core.pending, int(hwm_seq))
         replay_commands(core.hosted, due, core.activation)
         core.hwm_seq, core.hwm_t = int(hwm_seq), float(hwm_t)
+        core.floors.engine_replaced(core.hwm_seq)
+        # below their floors the live engine's lists differed from a rebuilt one's (they hold other
+        # entries there): the merge stage gets every replicated list again with the next batch
+        core._restate_all = config.floors
         running = [sid for sid in sorted(core.hosted.rows) if core.active(sid)]
         if running:
             core.hosted.subscribe(core.engine, running)
@@ -302,6 +311,9 @@ class PartitionCore:
                 if len(read.new):
                     batch, seq = codec.concat_messages([(batch, seq), (read.src.take(read.new), read.src_seq[read.new])])
             t_backfill = time.perf_counter() - t_b
+        if self._restate_all:  # the first batch after a rebuild (skype.dskype.floors)
+            restated = set(restated) | {sid for sid in self.hosted.rows if self._floorable(sid)}
+            self._restate_all = False
         if woken:
             assert self.activation is not None  # only replicas of prefix partitions wake
             self.hosted.subscribe(self.engine, woken)
@@ -310,6 +322,8 @@ class PartitionCore:
                 self._hold(sid, +1, record=False, engine=True)
         times = spec.engine_times(seq, batch.t)
         logs: list[ChangeLog] = []
+        if inp.floors is not None:  # before any arrival: floors valid through this batch (skype.dskype.floors)
+            logs.append(self.floors.apply(self.engine, inp.floors, hwm_seq, self._floorable))
         published = 0
         run: dict[int, int] = {}  # subscribe rows waiting for one subscribe_batch call: id -> row
         answers: list[str] = []
@@ -408,6 +422,10 @@ class PartitionCore:
         answers.append(snapshots.answer(self.engine, d, at, kind, self.config.partition, self.window.seq_of))
         return published
 
+    def _floorable(self, sid: int) -> bool:
+        """A replica the merge stage's floors may apply to: active, topk, replicated."""
+        return self.active(sid) and self.hosted.spec(sid) is None and self.hosted.nrep(sid) > 1
+
     # ------------------------------------------------------------------ prefix activation
     def _sleep_step(self, rows: ReportRows, cmd_subs: np.ndarray) -> tuple[ReportRows, list[tuple[int, int]]]:
         """Sleeps of this prefix partition's replicas at the end of a batch (decided by
@@ -462,6 +480,7 @@ class PartitionCore:
         running = [sid for sid in sorted(self.hosted.rows) if self.active(sid) and sid not in starting]
         before = self._lists(running)
         self.engine = self.config.make_engine()
+        self.floors.engine_replaced(self.hwm_seq)
         self.window = WindowShare()
         if running:
             self.hosted.subscribe(self.engine, running)
@@ -501,6 +520,7 @@ class PartitionCore:
         if not run:
             return
         rows = np.array(list(run.values()), np.int64)
+        self.floors.subscribed(due.subs.ids[rows].tolist(), self.hwm_seq + 1)  # the batch's first position
         for j in rows.tolist():
             self.hosted.add_from(due, j)
             self._hold(int(due.subs.ids[j]), +1, record=True, engine=True)

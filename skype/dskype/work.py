@@ -22,6 +22,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "reevaluation_work": ("reevaluation_work",),
     "arrivals": ("arrivals",),
     "expirations": ("expirations",),
+    "floor_skips": ("floor_skips",),  # admissions skipped below a floor (skype.dskype.floors)
+    "floor_repairs": ("floor_repairs",),  # buffers rebuilt because a floor fell below a skipped score
 }
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,11 +155,16 @@ def _partition_input(part, pinput_cls):
 
 def measure_partitions(inputs, method: str, partitions: int, *, window: int, batch_size: int,
                        sample_size: int = 10_000, summaries: str = "active", options: dict | None = None,
-                       registration_chunk: int = 50_000) -> PartitionCosts:
+                       registration_chunk: int = 50_000, floors: bool = False,
+                       floor_margin: float = 0.0, floor_settle: bool = False) -> PartitionCosts:
     """Run ``method`` over ``partitions`` partitions on ``inputs`` (a workload whose subscriptions
     all come first, :class:`skype.workload.Inputs`) with a count window of ``window`` messages;
     see the module docstring.  ``options``: further options of the ``distributed`` command
-    (engine options, ``range_cut``...)."""
+    (engine options, ``range_cut``...).  ``floors``: after each batch the merge buckets' global
+    k-th score floors (:mod:`skype.dskype.floors`) go into the next batch's partition inputs (their
+    computation counts as merge CPU); ``floor_margin``, ``floor_settle``: ``FloorKeeper.margin``
+    (sticky floors) and ``.settle`` (a floor applies from its second batch in a row)."""
+    from skype.dskype.floors import Floors, floors_of
     from skype.dskype.merge import MergeCore
     from skype.dskype.partition import PartitionCore, PartitionInput
     from skype.dskype.plan import RunSettings, build_distribution_for
@@ -179,11 +184,15 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
     P = int(partitions)
     with tempfile.TemporaryDirectory(prefix="skype-sizing-") as tmp:
         configs, _, tables = _configs(settings, dist, Path(tmp), messages)
+        configs = [replace(c, floors=bool(floors)) for c in configs]
         router = Router(dist, list(range(P)), summary_dir=configs[0].summary_dir, tables_dir=tables)
         stamp = (0, 0) if tables else None
         reset_peak()
         rss0 = resident_bytes()
         cores = [PartitionCore(c) for c in configs]
+        for core in cores:
+            core.floors.margin = float(floor_margin)
+            core.floors.settle = bool(floor_settle)
         merges = None if configs[0].inline_merge else [MergeCore() for _ in range(P)]
         registration = np.zeros(P)
         for lo in range(0, len(subs), registration_chunk):
@@ -208,6 +217,7 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         work = {name: np.zeros(P, np.int64) for name in COUNTERS}
         route_s = 0.0
         report_bytes = steady = steady_messages = copies = 0
+        next_floors: Floors | None = None
         for b, lo in enumerate(range(0, len(messages), int(batch_size))):
             hi = min(lo + int(batch_size), len(messages))
             batch, seq = messages.slice(lo, hi), np.arange(lo, hi, dtype=np.int64)
@@ -219,6 +229,7 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
             for p, part in routed.items():
                 copies += part.num_messages
                 inp = _partition_input(part, PartitionInput)
+                inp.floors = next_floors
                 t0, c0 = time.perf_counter(), time.thread_time()
                 out = cores[p].apply(inp)
                 spent, spent_cpu = time.perf_counter() - t0, time.thread_time() - c0
@@ -237,6 +248,14 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
                     merges[bucket].apply(blobs)
                     if measured:
                         merge_cpu[bucket] += time.thread_time() - c0
+                if floors:
+                    parts = []
+                    for bucket, merge in enumerate(merges):
+                        c0 = time.thread_time()
+                        parts.append(floors_of(merge, hi - 1, int(window), int(batch_size)))
+                        if measured:
+                            merge_cpu[bucket] += time.thread_time() - c0
+                    next_floors = Floors.concat(parts)
             if measured:
                 steady += 1
                 steady_messages += hi - lo
@@ -261,4 +280,5 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         registration_s=registration.round(6).tolist(), route_s=route_s, merge_cpu_s=merge_cpu.round(6).tolist(), report_bytes=report_bytes,
         rss_growth_bytes=int(rss), rss_peak_growth_bytes=int(peak), communication_per_message=copies / max(len(messages), 1),
         replication_ratio=sum(replicas) / max(len(subs), 1),
-        settings={"sample_size": int(sample_size), "summaries": summaries, **(options or {})})
+        settings={"sample_size": int(sample_size), "summaries": summaries, "floors": bool(floors),
+                  "floor_margin": float(floor_margin), "floor_settle": bool(floor_settle), **(options or {})})

@@ -62,6 +62,10 @@ cdef class Buffers(BufferStore):
     cdef bint timed                          # time re-evaluations (engine.set_timers)
     cdef double reeval_ns
     cdef int32_t bulk_factor                 # skyband kinds: bulk runs hold bulk_factor * k (+ ties)
+    # floors (set_floor): empty until the first floor is set, so admit tests one size when unused
+    cdef vector[double] floor_of             # per sid: an admission scoring below it may be skipped
+    cdef vector[double] skipped_of           # per sid: the best score skipped since the last rebuild
+    cdef uint64_t n_floor_skips, n_floor_repairs
 
     cdef void init_sub(self, sid_t sid) noexcept nogil
     cdef void _init_state(self, sid_t sid) noexcept nogil
@@ -77,6 +81,7 @@ cdef class Buffers(BufferStore):
     cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil
     cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil
+    cdef void set_floor(self, sid_t sid, double floor) noexcept nogil
 
 
 cdef inline void prefetch_buffer(Buffers b, sid_t sid) noexcept nogil:

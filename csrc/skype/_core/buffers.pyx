@@ -35,6 +35,15 @@ engine then finds the holders of an expiring message by disseminating it again, 
 on the invariant that every buffered entry scores >= its subscription's current theta (exact:
 theta is the k-th of at most k entries; kmax: the last entry; skyband kinds: theta only changes
 when the buffer is rebuilt from entries >= it; complete buffers: theta = 0).
+
+**Floors** (``set_floor``, for a caller that knows a lower bound of the score a message needs to
+matter to it, e.g. DSkype's global k-th score, docs/dskype-on-spark.md): an arrival scoring below
+the subscription's floor is not admitted, and ``skipped_of`` keeps the best score skipped since the
+last rebuild.  Invariant: the buffer is the one above with the skipped messages (all scoring below
+the floor in force) removed and older entries they would have dominated kept, so every entry
+ranking above the current floor is where it would be without floors.  Setting a floor at or below
+a skipped score rebuilds the buffer first (a rebuild pulls every message again); unused, the floor
+vectors stay empty and admit pays one size test.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
@@ -140,6 +149,8 @@ cdef class Buffers(BufferStore):
         self.n_bulk_inits = 0
         self.n_bulk_fallbacks = 0
         self.arena = EntryArena()
+        self.n_floor_skips = 0
+        self.n_floor_repairs = 0
 
     cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
         """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
@@ -281,6 +292,8 @@ cdef class Buffers(BufferStore):
         sb = &self.buf[sid]
         B = self._entries(sb)
         k = sb.k
+        if sid < self.skipped_of.size():
+            self.skipped_of[sid] = -INFINITY            # the pull below sees every message again
         # old state, for events and for the reverse map
         self.old_all.clear()
         for i in range(sb.size):
@@ -411,6 +424,8 @@ cdef class Buffers(BufferStore):
         sb.born = 0
         sb.admits = 0
         sb.retune_at = 0
+        if sid < self.floor_of.size():
+            self.floor_of[sid] = -INFINITY              # a new record has no floor yet
 
     cdef void drop_sub(self, sid_t sid) noexcept nogil:
         cdef const BufEntryC* B = self._entries(&self.buf[sid])
@@ -419,14 +434,34 @@ cdef class Buffers(BufferStore):
             self._drop_entry(&B[i])
         self._release(&self.buf[sid])
         self.buf[sid].complete = 1
+        if sid < self.floor_of.size():
+            self.floor_of[sid] = -INFINITY
+            self.skipped_of[sid] = -INFINITY
+
+    cdef void set_floor(self, sid_t sid, double floor) noexcept nogil:
+        """From now on an arrival scoring below ``floor`` may be skipped (module docstring); a
+        message skipped earlier that scores >= ``floor`` could matter again: rebuild first."""
+        if sid >= self.floor_of.size():
+            self.floor_of.resize(sid + 1, -INFINITY)
+            self.skipped_of.resize(sid + 1, -INFINITY)
+        if self.skipped_of[sid] >= floor:
+            self._reevaluate(sid, True, True)
+            self.n_floor_repairs += 1
+        self.floor_of[sid] = floor
 
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil:
         """An arriving message scored ``score >= theta_s`` against ``sid``."""
         cdef SubBufC* sb = &self.buf[sid]
         cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k, cap
-        cdef size_t n = sb.size, pos = insert_pos(B, n, score), i, w
+        cdef size_t n = sb.size, pos, i, w
         cdef BufEntryC e
+        if sid < self.floor_of.size() and score < self.floor_of[sid]:
+            self.n_floor_skips += 1                 # below the floor: cannot matter (set_floor)
+            if score > self.skipped_of[sid]:
+                self.skipped_of[sid] = score
+            return
+        pos = insert_pos(B, n, score)
         e.score = score
         e.seq_lo = <uint32_t>seq
         e.hold = 0
@@ -544,4 +579,5 @@ cdef class Buffers(BufferStore):
             "exact_holders": bool(self.exact_holders), "reevaluate_seconds": self.reeval_ns / 1e9,
             "loose_slots": loose, "buffer_record_bytes": sizeof(SubBufC),
             "buffer_records_aligned": <size_t>self.buf % 64 == 0,
+            "floor_skips": self.n_floor_skips, "floor_repairs": self.n_floor_repairs,
         }

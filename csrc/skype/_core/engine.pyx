@@ -490,6 +490,16 @@ cdef class CoreEngine:
             self.buffers.drop_sub(sid)
             self.table.remove(sid)
 
+    def set_floors(self, const int64_t[::1] ext_ids, const double[::1] floors):
+        """Per-subscription admission floors (buffers.pyx, set_floor); returns the top-k changes
+        of the buffers a lowered floor rebuilt, as (at, sub, msg, entered) arrays."""
+        cdef Py_ssize_t i
+        with nogil:
+            for i in range(ext_ids.shape[0]):
+                self.buffers.set_floor(self.table.by_ext[ext_ids[i]], floors[i])
+            self._flush(0)
+        return self.changes.take()
+
     # ------------------------------------------------------------------ queries
     def has_subscriptions(self, const int64_t[::1] ids):
         out = np.zeros(ids.shape[0], dtype=bool)

@@ -1,0 +1,110 @@
+"""What the merge stage's floors save ``prefix`` replicas: counted in one process, no Spark (issue 37).
+
+    python bench/prefix_floors.py --dataset tweets --num-subs 20000 --num-messages 50000 \
+        --window 5000 --batch-size 2000 --partitions 8 --out floors-5k.json
+
+**Protocol.**  One seeded workload (``skype.simulate.load_inputs``).  Three runs of
+:func:`skype.sizing.partitions.measure_partitions`, the in-process DSkype runtime (the router, one
+:class:`~skype.dskype.partition.PartitionCore` per partition with the loose-prefix activation and
+keyword summaries, the merge buckets):
+
+* ``central``: ``location`` at P = 1, one engine holding every subscription and every message in
+  a count window: the centralized engine's work (its counters equal a lone engine's);
+* ``prefix``: ``prefix`` at P = ``--partitions``, as DSkype runs it today;
+* ``prefix+floors``: the same with the merge buckets' global k-th score floors
+  (:mod:`skype.dskype.floors`) fed into each next batch's partition inputs (``--floor-margin``:
+  sticky floors).
+
+Per run, over the steady batches (after the window has filled): the sum over partitions and the
+busiest partition of every work counter (postings, candidates, admissions, re-evaluation work,
+skipped admissions, floor repairs), and the thread CPU seconds of each partition's ``apply``.
+Printed: admissions per message, Σ admissions over the centralized engine's, the busiest
+partition's admissions and CPU over the centralized engine's.  Counters are deterministic; CPU
+seconds are noisy on a shared machine (leave the final timing to a quiet one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python bench/prefix_floors.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="tweets")
+    p.add_argument("--num-subs", type=int, default=20_000)
+    p.add_argument("--num-messages", type=int, default=50_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--window", type=int, default=5_000)
+    p.add_argument("--batch-size", type=int, default=2_000)
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--runs", default="central,prefix,prefix+floors",
+                   help="which runs, comma-separated: prefix, prefix+floors")
+    p.add_argument("--floor-margin", type=float, default=0.0,
+                   help="sticky floors (FloorKeeper.margin) in the floor runs; default: %(default)s")
+    p.add_argument("--floor-settle", action="store_true",
+                   help="a floor applies only from its second batch in a row (FloorKeeper.settle)")
+    p.add_argument("--out", help="JSON of the figures")
+    return p
+
+
+def summarize(costs, central) -> dict:
+    """The figures of one run against the centralized run (module docstring)."""
+    work = {k: np.asarray(v, np.int64) for k, v in costs.work.items()}
+    msgs = max(costs.steady_messages, 1)
+    c_admits = max(int(sum(central.work["admits"])), 1)
+    c_cpu = max(float(sum(central.apply_cpu_s)), 1e-9)
+    busiest_admits = int(work["admits"].max())
+    return {
+        "admits_per_message": float(work["admits"].sum()) / msgs,
+        "sum_admits_over_central": float(work["admits"].sum()) / c_admits,
+        "busiest_admits_over_central": busiest_admits / c_admits,
+        "sum_postings_over_central": float(work["postings"].sum()) / max(int(sum(central.work["postings"])), 1),
+        "busiest_cpu_over_central": float(max(costs.apply_cpu_s)) / c_cpu,
+        "sum_cpu_over_central": float(sum(costs.apply_cpu_s)) / c_cpu,
+        "floor_skips_per_message": float(work["floor_skips"].sum()) / msgs,
+        "floor_repairs": int(work["floor_repairs"].sum()),
+        "reevaluation_work_over_central": float(work["reevaluation_work"].sum())
+        / max(int(sum(central.work["reevaluation_work"])), 1),
+        "merge_cpu_s": float(sum(costs.merge_cpu_s)),
+    }
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from skype.simulate import load_inputs
+    from skype.sizing.partitions import measure_partitions
+
+    inputs = load_inputs({"dataset": args.dataset, "num_subs": args.num_subs, "num_messages": args.num_messages,
+                          "window": args.window, "seed": args.seed})
+    runs = args.runs.split(",")
+    out: dict = {"settings": vars(args), "runs": {}}
+    central = measure_partitions(inputs, "location", 1, window=args.window, batch_size=args.batch_size)
+    out["runs"]["central"] = central.as_dict()
+    for name in runs:
+        if name == "central":
+            continue
+        floors = name.endswith("+floors")
+        costs = measure_partitions(inputs, name.split("+")[0], args.partitions, window=args.window,
+                                   batch_size=args.batch_size, floors=floors, floor_margin=args.floor_margin,
+                                   floor_settle=args.floor_settle)
+        out["runs"][name] = {**costs.as_dict(), "summary": summarize(costs, central)}
+        s = out["runs"][name]["summary"]
+        print(f"{name:>14}  admits/msg {s['admits_per_message']:7.1f}  Σ admits/central {s['sum_admits_over_central']:.2f}"
+              f"  busiest admits/central {s['busiest_admits_over_central']:.3f}  busiest CPU/central "
+              f"{s['busiest_cpu_over_central']:.3f}  Σ CPU/central {s['sum_cpu_over_central']:.2f}  skips/msg "
+              f"{s['floor_skips_per_message']:.1f}  repairs {s['floor_repairs']}", flush=True)
+    c = central.work
+    print(f"{'central':>14}  admits/msg {sum(c['admits']) / max(central.steady_messages, 1):7.1f}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
