@@ -36,6 +36,7 @@ from skype.engine_state import ENGINE_STATE_VERSION, checked_state
 from skype.errors import InputError, invalid_choice
 from skype.model import MessageBatch, SubscriptionBatch, TermMatrix
 from skype._core.engine import CoreEngine
+from skype._core.enginestats import engine_stats
 from skype._core.blockindex import BlockIndex
 from skype._core.igpt import IGPTIndex
 from skype._core.subindex import SubTable
@@ -477,7 +478,7 @@ class Engine(EngineBase):
         return self._core.window_ids()
 
     def stats(self) -> dict:
-        s = self._core.stats()
+        s = engine_stats(self._core)
         s["engine"] = f"core ({self.index_kind}, {self.buffer_kind})"
         s["query_subscriptions"] = len(self._kinds)
         if self._queries is not None:

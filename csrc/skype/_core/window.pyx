@@ -70,7 +70,6 @@ def extra_list_trims():
     return heap_trims
 
 
-
 cdef inline void _note_released(uint64_t nbytes) noexcept nogil:
     global released_bytes, heap_trims
     released_bytes += nbytes
