@@ -115,7 +115,7 @@ class LiveQueries:
             spec, asked = snapshots.lower_query(q, self.next, state.vocabulary, self.bounds, at,
                                                 state.engine.window_times())
         finally:
-            state._rollback_vocabulary(mark)
+            state.vocabulary.forget_from(mark)
         snapshots.refuse_live(q, self.method, self.summarised, WHERE)
         if not self.window_kept():
             raise InputError("E138", where=WHERE, reason="this data directory's Spark run was planned without the "
