@@ -55,7 +55,7 @@ cdef class TermBlocks:
     cdef uint32_t centre_cells             # the grouping of lanes: cells per side of their centres
     cdef vector[BlockC] blocks
     cdef vector[vector[RowC]] rows         # by block
-    cdef vector[vector[pair[term_t, uint32_t]]] row_map   # by block: (term, row), sorted by term
+    cdef vector[vector[uint64_t]] row_map  # by block: term -> row (rowmap.pxd)
     cdef vector[vector[uint32_t]] free_rows                # by block
     cdef vector[LaneC] lanes               # by slot
     cdef vector[vector[term_t]] members    # by slot: its top-k at its last re-rank (rank order)
@@ -83,7 +83,6 @@ cdef class TermBlocks:
     cdef void c_relabel(self) noexcept nogil
     cdef void c_set_grid(self, TermGrid grid)
     cdef uint32_t _cell(self, double v, double lo, double scale) noexcept nogil
-    cdef int64_t _row_of(self, uint32_t b, term_t t) noexcept nogil
     cdef uint32_t _track(self, uint32_t b, uint32_t i, term_t t, uint32_t count) noexcept nogil
     cdef void _untrack(self, uint32_t b, uint32_t i, uint32_t r) noexcept nogil
     cdef void _cross(self, uint32_t slot, int64_t row) noexcept nogil

@@ -43,6 +43,7 @@ from skype._core.querywindow cimport QueryWindow
 from skype._core.termgrid cimport TermGrid
 from skype._core.cells cimport cell_of
 from skype._core.termrank cimport term_key as lane_key, key_count, need_count, emit_set_changes
+from skype._core.rowmap cimport rowmap_find, rowmap_insert, rowmap_erase
 
 
 cdef extern from *:
@@ -181,25 +182,10 @@ cdef class TermBlocks:
         self._gate_max(b)
 
     # ------------------------------------------------------------------ rows
-    cdef int64_t _row_of(self, uint32_t b, term_t t) noexcept nogil:
-        cdef vector[pair[term_t, uint32_t]]* m = &self.row_map[b]
-        cdef size_t lo = 0, hi = m.size(), mid
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if m[0][mid].first < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < m.size() and m[0][lo].first == t:
-            return m[0][lo].second
-        return -1
-
     cdef uint32_t _track(self, uint32_t b, uint32_t i, term_t t, uint32_t count) noexcept nogil:
         """Lane i tracks term t with its exact count (a row for t made when the block has none)."""
-        cdef int64_t found = self._row_of(b, t)
+        cdef int64_t found = rowmap_find(&self.row_map[b], t)
         cdef uint32_t r
-        cdef vector[pair[term_t, uint32_t]]* m
-        cdef size_t pos
         if found >= 0:
             r = <uint32_t>found
         else:
@@ -211,13 +197,7 @@ cdef class TermBlocks:
                 self.rows[b].resize(r + 1)
             memset(&self.rows[b][r], 0, sizeof(RowC))
             self.rows[b][r].term = t
-            m = &self.row_map[b]
-            pos = m.size()
-            m.push_back(pair[term_t, uint32_t](t, r))
-            while pos > 0 and m[0][pos - 1].first > t:
-                m[0][pos] = m[0][pos - 1]
-                pos -= 1
-            m[0][pos] = pair[term_t, uint32_t](t, r)
+            rowmap_insert(&self.row_map[b], t, r, self.rows[b].size() - self.free_rows[b].size() - 1)
         self.rows[b][r].count[i] = count
         self.rows[b][r].tracked |= (<uint64_t>1) << i
         return r
@@ -225,20 +205,12 @@ cdef class TermBlocks:
     cdef void _untrack(self, uint32_t b, uint32_t i, uint32_t r) noexcept nogil:
         cdef RowC* row = &self.rows[b][r]
         cdef uint64_t bit = (<uint64_t>1) << i
-        cdef vector[pair[term_t, uint32_t]]* m
-        cdef size_t pos, j
         row.tracked &= ~bit
         row.member &= ~bit
         row.count[i] = 0
         if row.tracked:
             return
-        m = &self.row_map[b]                           # no lane tracks it: the row is freed
-        for pos in range(m.size()):
-            if m[0][pos].second == r:
-                for j in range(pos + 1, m.size()):
-                    m[0][j - 1] = m[0][j]
-                m.pop_back()
-                break
+        rowmap_erase(&self.row_map[b], row.term)     # no lane tracks it: the row is freed
         row.term = 0
         self.free_rows[b].push_back(r)
 
@@ -296,7 +268,7 @@ cdef class TermBlocks:
             for ti in range(1, nterms):
                 t = mt[ti].term
                 tracked = 0
-                r = self._row_of(b, t)
+                r = rowmap_find(&self.row_map[b], t)
                 if r >= 0:
                     row = &self.rows[b][r]
                     tracked = c & row.tracked
@@ -480,7 +452,7 @@ cdef class TermBlocks:
             return False
         self.keys.clear()
         for j in range(mem.size()):
-            rr = self._row_of(b, mem[0][j])
+            rr = rowmap_find(&self.row_map[b], mem[0][j])
             row = &self.rows[b][rr]
             self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]),
                                                          <uint32_t>rr))
@@ -544,7 +516,7 @@ cdef class TermBlocks:
         cdef term_t t
         for j in range(mem.size()):
             t = mem[0][j]
-            r = self._row_of(b, t)
+            r = rowmap_find(&self.row_map[b], t)
             order.push_back(pair[uint64_t, term_t](lane_key(self.rows[b][r].count[i], self.labels[0][t]), t))
         std_sort(order.begin(), order.end())
         ids = np.empty(order.size(), dtype=np.int64)
