@@ -308,9 +308,12 @@ cdef class TermBlocks(BlockRows):
         cdef uint64_t bit = (<uint64_t>1) << i, nxt, kth, bound
         cdef size_t j, n
         cdef RowC* row
-        cdef vector[term_t]* mem = &self.members[slot]
+        cdef vector[uint32_t]* mem = &self.members[slot]
         cdef int attempt
         self.reranks += 1
+        self.before.clear()                            # its terms now (a refill may reuse their rows)
+        for j in range(mem.size()):
+            self.before.push_back(self.rows[b][mem[0][j]].term)
         for attempt in range(2):
             self.keys.clear()
             self.reserve[slot].clear()
@@ -351,17 +354,18 @@ cdef class TermBlocks(BlockRows):
             self.blocks[b].theta[i] = lane_key(0, 0)   # any term with a count enters
         # an arriving untracked term is bounded while its key stays at or above the gate
         self.blocks[b].gate[i] = min(self.keys[gate_at].first, bound) if n > gate_at else bound
-        self.before.swap(mem[0])
         mem.clear()
+        self.after.clear()
         for j in range(min(n, <size_t>k)):
             row = &self.rows[b][self.keys[j].second]
             row.member |= bit
-            mem.push_back(row.term)
+            mem.push_back(self.keys[j].second)
+            self.after.push_back(row.term)
         for j in range(k, min(n, <size_t>gate_at)):   # the next terms, all below the gate
             self._reserve_add(b, i, self.keys[j].second)
         self._gate_max(b)
         if emit:
-            emit_set_changes(mem, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
+            emit_set_changes(&self.after, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
 
     cdef bint _rerank_light(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
                             vector[int64_t]* out_sub, vector[int64_t]* out_entry,
@@ -377,11 +381,10 @@ cdef class TermBlocks(BlockRows):
         resets every member and reserve bit of the lane."""
         cdef uint32_t b = slot // LANES, i = slot % LANES, k = self.lanes[slot].k, r
         cdef uint64_t bit = (<uint64_t>1) << i, kth, nxt, gate = self.blocks[b].gate[i], limit
-        cdef vector[term_t]* mem = &self.members[slot]
+        cdef vector[uint32_t]* mem = &self.members[slot]
         cdef vector[uint32_t]* res = &self.reserve[slot]
         cdef vector[uint32_t]* cand = &self.entering[slot]
         cdef size_t j, n, q
-        cdef int64_t rr
         cdef RowC* row
         if mem.size() < k:
             return False
@@ -392,13 +395,14 @@ cdef class TermBlocks(BlockRows):
             for j in range(res.size()):
                 self.rows[b][res[0][j]].reserve &= ~bit
         self.keys.clear()
+        self.before.clear()
         for j in range(mem.size()):
-            rr = rowmap_find(&self.row_map[b], mem[0][j])
-            row = &self.rows[b][rr]
+            r = mem[0][j]
+            row = &self.rows[b][r]
             row.member &= ~bit
+            self.before.push_back(row.term)
             if row.count[i]:
-                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]),
-                                                             <uint32_t>rr))
+                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
         for j in range(cand.size()):
             r = cand[0][j]
             row = &self.rows[b][r]
@@ -418,13 +422,14 @@ cdef class TermBlocks(BlockRows):
         if kth >= nxt:
             return False
         self.blocks[b].theta[i] = kth + (nxt - kth + 1) // 2
-        self.before.swap(mem[0])
         mem.clear()
+        self.after.clear()
         for j in range(k):
             r = self.keys[j].second
             row = &self.rows[b][r]
             row.member |= bit
-            mem.push_back(row.term)
+            mem.push_back(r)
+            self.after.push_back(row.term)
             if row.reserve & bit:                      # an entry out of the reserve
                 row.reserve &= ~bit
                 for q in range(res.size()):
@@ -439,7 +444,8 @@ cdef class TermBlocks(BlockRows):
         if self.lanes[slot].fell:
             self.light_falls += 1
         self.light_reranks += 1
-        emit_set_changes(mem, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
+        emit_set_changes(&self.after, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry,
+                         out_entered)
         return True
 
     cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,

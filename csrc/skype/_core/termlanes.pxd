@@ -61,7 +61,7 @@ cdef class BlockRows:
     cdef vector[vector[uint64_t]] row_map  # by block: term -> row (rowmap.pxd)
     cdef vector[vector[uint32_t]] free_rows                # by block
     cdef vector[LaneC] lanes               # by slot
-    cdef vector[vector[term_t]] members    # by slot: its top-k at its last re-rank (rank order)
+    cdef vector[vector[uint32_t]] members  # by slot: the rows of its top-k at its last re-rank (rank order)
     cdef vector[vector[uint32_t]] reserve  # by slot: the rows of its reserve
     cdef vector[vector[uint32_t]] cell_blocks     # by index cell: blocks whose union meets it
     cdef vector[vector[uint32_t]] centre_blocks   # by centre cell: its blocks
@@ -73,7 +73,7 @@ cdef class BlockRows:
     cdef vector[pair[uint64_t, term_t]] tkeys
     cdef vector[uint32_t] counts
     cdef vector[term_t] touched
-    cdef vector[term_t] before
+    cdef vector[term_t] before, after      # a re-ranked lane's top-k terms before and after
     # counters
     cdef uint64_t block_visits, row_updates, crossings, reranks, refills, walks, walks_bounded
     cdef uint64_t block_bounded, lane_bounded, tracked_new, events, live, light_reranks, light_falls

@@ -12,7 +12,7 @@ top-k among its members and its reserve).  A block's map term -> row is a sorted
 
 Invariants kept here: a row's ``member`` and ``reserve`` lanes are among its ``tracked`` ones
 and do not meet; a lane's reserve list holds exactly its rows with its ``reserve`` bit; a lane's
-``members`` are the terms of its rows with its ``member`` bit, in rank order at its last re-rank.
+``members`` are its rows with its ``member`` bit, in rank order at its last re-rank.
 The thresholds that make the members the top-k are termblocks.pyx's.
 """
 import numpy as np
@@ -127,14 +127,12 @@ cdef class BlockRows:
         """(vocabulary term ids, counts) of a lane's top-k, in rank order."""
         cdef uint32_t b = slot // LANES, i = slot % LANES
         cdef vector[pair[uint64_t, term_t]] order
-        cdef vector[term_t]* mem = &self.members[slot]
+        cdef vector[uint32_t]* mem = &self.members[slot]
         cdef size_t j
-        cdef int64_t r
-        cdef term_t t
+        cdef RowC* row
         for j in range(mem.size()):
-            t = mem[0][j]
-            r = rowmap_find(&self.row_map[b], t)
-            order.push_back(pair[uint64_t, term_t](lane_key(self.rows[b][r].count[i], self.labels[0][t]), t))
+            row = &self.rows[b][mem[0][j]]
+            order.push_back(pair[uint64_t, term_t](lane_key(row.count[i], self.labels[0][row.term]), row.term))
         std_sort(order.begin(), order.end())
         ids = np.empty(order.size(), dtype=np.int64)
         counts = np.empty(order.size(), dtype=np.int64)
@@ -160,7 +158,7 @@ cdef class BlockRows:
         if sorted(listed) != sorted(flagged):
             raise AssertionError(f"lane {slot}: reserve list {listed} against rows {sorted(flagged)}")
         return (self.blocks[b].theta[i], self.blocks[b].gate[i], self.blocks[b].bound[i], tracked,
-                [<int64_t>t - 1 for t in self.members[slot]],
+                [<int64_t>self.rows[b][r].term - 1 for r in self.members[slot]],
                 [<int64_t>self.rows[b][r].term - 1 for r in listed])
 
     def blocks_at(self, double x, double y):
