@@ -365,7 +365,8 @@ cdef class TermBlocks(BlockRows):
             self._reserve_add(b, i, self.keys[j].second)
         self._gate_max(b)
         if emit:
-            emit_set_changes(&self.after, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
+            emit_set_changes(&self.after, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry,
+                             out_entered)
 
     cdef bint _rerank_light(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
                             vector[int64_t]* out_sub, vector[int64_t]* out_entry,
