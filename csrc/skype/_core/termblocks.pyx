@@ -128,6 +128,7 @@ cdef class TermBlocks(BlockRows):
         self.lanes[slot].gate_at = self.gate_factor * self.lanes[slot].k
         self.lanes[slot].fill = self.fill_factor * self.lanes[slot].k
         self.lanes[slot].stamp = 0
+        self.lanes[slot].ntracked = 0
         self.members[slot].clear()
         self.reserve[slot].clear()
         self.live += 1
@@ -379,7 +380,8 @@ cdef class TermBlocks(BlockRows):
         limit: ``theta`` goes halfway between the k-th key and the next (or the limit); the gate
         and bound stay; members leave the reserve and the other candidates below the gate join
         it.  False when not proven (or fewer than k members): the full re-rank follows, which
-        resets every member and reserve bit of the lane."""
+        resets every member and reserve bit of the lane.  Also False when the lane tracks more
+        than ``fill + 2k`` terms (light re-ranks never untrack): the full one keeps ``fill + k``."""
         cdef uint32_t b = slot // LANES, i = slot % LANES, k = self.lanes[slot].k, r
         cdef uint64_t bit = (<uint64_t>1) << i, kth, nxt, gate = self.blocks[b].gate[i], limit
         cdef vector[uint32_t]* mem = &self.members[slot]
@@ -387,8 +389,8 @@ cdef class TermBlocks(BlockRows):
         cdef vector[uint32_t]* cand = &self.entering[slot]
         cdef size_t j, n, q
         cdef RowC* row
-        if mem.size() < k:
-            return False
+        if mem.size() < k or self.lanes[slot].ntracked > self.lanes[slot].fill + 2 * k:
+            return False                               # (the full re-rank bounds the terms it tracks)
         limit = self.blocks[b].theta[i]
         if self.lanes[slot].fell:                      # from the reserve: its bits set again below
             limit = gate

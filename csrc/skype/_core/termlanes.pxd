@@ -44,6 +44,7 @@ cdef struct LaneC:                 # a terms subscription: slot = block * 64 + l
     uint32_t k
     uint32_t gate_at               # its gate is the key of its gate_at-th tracked term at a re-rank (> k)
     uint32_t fill                  # terms tracked after a refill (>= gate_at)
+    uint32_t ntracked              # terms it tracks (past fill + 2k: a full re-rank untracks the worst)
     uint64_t stamp                 # the step of its last threshold crossing
     uint8_t fell                   # a crossing in this step was a member's fall (not only entries)
 

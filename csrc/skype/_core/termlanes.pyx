@@ -77,6 +77,8 @@ cdef class BlockRows:
             memset(&self.rows[b][r], 0, sizeof(RowC))
             self.rows[b][r].term = t
             rowmap_insert(&self.row_map[b], t, r)
+        if not (self.rows[b][r].tracked & ((<uint64_t>1) << i)):
+            self.lanes[<size_t>b * LANES + i].ntracked += 1
         self.rows[b][r].count[i] = count
         self.rows[b][r].tracked |= (<uint64_t>1) << i
         return r
@@ -84,6 +86,8 @@ cdef class BlockRows:
     cdef void _untrack(self, uint32_t b, uint32_t i, uint32_t r) noexcept nogil:
         cdef RowC* row = &self.rows[b][r]
         cdef uint64_t bit = (<uint64_t>1) << i
+        if row.tracked & bit:
+            self.lanes[<size_t>b * LANES + i].ntracked -= 1
         row.tracked &= ~bit
         row.member &= ~bit
         row.reserve &= ~bit
@@ -144,7 +148,8 @@ cdef class BlockRows:
     def lane_state(self, uint32_t slot):
         """(theta, gate, bound, {vocabulary term id: count} of the terms it tracks, member ids,
         reserve ids): for tests of the invariants.  The reserve's ids come from its list, each
-        checked against its row's ``reserve`` bit (a mismatch raises)."""
+        checked against its row's ``reserve`` bit, and its count of tracked terms against its
+        rows (a mismatch raises)."""
         cdef uint32_t b = slot // LANES, i = slot % LANES, r
         cdef uint64_t bit = (<uint64_t>1) << i
         tracked = {}
@@ -154,6 +159,8 @@ cdef class BlockRows:
                 tracked[<int64_t>self.rows[b][r].term - 1] = self.rows[b][r].count[i]
             if self.rows[b][r].reserve & bit:
                 flagged.add(r)
+        if len(tracked) != self.lanes[slot].ntracked:
+            raise AssertionError(f"lane {slot}: tracks {len(tracked)} terms, counted {self.lanes[slot].ntracked}")
         listed = list(self.reserve[slot])
         if sorted(listed) != sorted(flagged):
             raise AssertionError(f"lane {slot}: reserve list {listed} against rows {sorted(flagged)}")
