@@ -27,7 +27,7 @@ import resource
 from skype import simulate
 from skype.querykinds import CoreQueryKinds
 
-COUNTERS = {"blocks": ["block_visits", "row_updates", "crossings", "reranks", "light_reranks", "refills", "walks",
+COUNTERS = {"blocks": ["block_visits", "row_updates", "crossings", "reranks", "light_reranks", "light_falls", "refills", "walks",
                        "walks_bounded", "block_bounded", "lane_bounded", "tracked_new"],
             "buffers": ["matches", "count_updates", "walks", "walks_bounded", "grid_checks", "reevaluations"]}
 
@@ -42,7 +42,7 @@ def one_run(design: str, args: argparse.Namespace) -> dict:
     measured = m["messages"]
     terms = m["engine_stats"]["queries"]["kinds"]["terms"]
     counts = terms["blocks"] if design == "blocks" else terms
-    kinds_total = {key: counts[key] for key in COUNTERS[design]}
+    kinds_total = {key: counts.get(key) for key in COUNTERS[design]}   # None: a build without it
     row = {"design": design + (":" + params if params else ""), "msg_s": round(m["throughput_msgs_per_s"], 1), "amp_us": round(m["amp_us"], 1),
            "emp_us": round(m["emp_us"], 1), "flush_us": round(m["flush_us"], 1),
            "terms_us": round(m["parts_us"].get("terms", 0.0), 1),

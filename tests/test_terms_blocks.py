@@ -119,7 +119,10 @@ def test_terms_blocks_equal_design_2_and_reference_on_a_skewed_stream(monkeypatc
     visits = stats[1]["matches"]                        # design 2: (subscription, event) visits
     assert b["reranks"] < visits / 5                    # a lane is re-ranked only when crossed
     assert b["crossings"] > 0 and b["block_bounded"] > 0 and b["lane_bounded"] > 0
-    assert b["walks"] > b["walks_bounded"] > 0 and b["refills"] > len(rects)
+    assert b["walks"] > b["walks_bounded"] > 0 and b["refills"] >= len(rects)
+    assert b["light_reranks"] > b["light_falls"] > 0          # members' falls re-ranked from the reserve too
+    if tables[0] == 4:
+        assert b["refills"] > len(rects)                    # refills taken (with count tables)
 
 
 def test_terms_blocks_counts_on_rectangle_edges_and_ties_by_name():
@@ -170,3 +173,59 @@ def test_terms_blocks_equal_reference_on_generated_tweets(monkeypatch, seed):
             logs[i].append(list(e.results_by_kind()))
     assert logs[0] == logs[1]
     assert sum(len(step) for step in logs[1][::2]) > 100       # changes happen: not vacuous
+
+
+NO_BOUND = (1 << 64) - 1
+
+
+def _key(count, label):
+    return ((0xFFFFFFFF - count) << 32) | label
+
+
+@settings(max_examples=25, deadline=None)
+@given(stream=st.lists(st.tuples(coords, coords, st.lists(st.sampled_from(NAMES), min_size=1, max_size=5)),
+                       min_size=1, max_size=60),
+       subs=st.lists(st.tuples(rects(), st.integers(1, 3)), min_size=1, max_size=70),
+       window=st.integers(1, 15))
+def test_terms_blocks_lane_invariants_with_the_reserve(stream, subs, window):
+    """After every step, each lane's state against brute-force counts of its rectangle: tracked
+    counts exact; members below ``theta``, tracked non-members (with a count) at or above it;
+    the reserve holds tracked non-members only (its list and its rows' bits agree), and every
+    tracked non-member with a count outside it is at or above the gate; every untracked term
+    with a count is at or above the bound, and bound >= gate >= theta.  These make a light
+    re-rank (the top k of members and reserve, below the gate) the exact top-k."""
+    with pytest.MonkeyPatch.context() as mp:
+        e = _engine(mp, "blocks", window, tables=(2, 1))
+    for sid, (r, k) in enumerate(subs):
+        e.subscribe(TermsSubscription(sid, r, k=k))
+    kinds = e._kind_queries
+    core = kinds._core
+    recent: list[tuple[float, float, set[str]]] = []
+    for j, (x, y, words) in enumerate(stream):
+        e.publish(Message(j, x, y, t=float(j), text=" ".join(words)))
+        recent = (recent + [(x, y, set(words))])[-window:]
+        for sid, (r, _) in enumerate(subs):
+            counts: dict[str, int] = {}
+            for mx, my, ws in recent:
+                if r[0] <= mx <= r[2] and r[1] <= my <= r[3]:
+                    for w in ws:
+                        counts[w] = counts.get(w, 0) + 1
+            theta, gate, bound, tracked, members, reserve = core.terms_lane_state(e._kinds[sid][1])
+            names = {e.vocabulary.term(t): c for t, c in tracked.items()}
+            label = {w: kinds._labels.by_id[e.vocabulary.id(w)] for w in counts}
+            assert theta <= gate <= bound
+            for w, c in names.items():
+                assert c == counts.get(w, 0)
+            member_names = {e.vocabulary.term(t) for t in members}
+            reserve_names = {e.vocabulary.term(t) for t in reserve}
+            assert member_names <= set(names) and reserve_names <= set(names) - member_names
+            for w, c in counts.items():
+                key = _key(c, label[w])
+                if w in member_names:
+                    assert key < theta
+                elif w not in names:
+                    assert key >= bound
+                else:
+                    assert key >= theta
+                    if w not in reserve_names:
+                        assert key >= gate

@@ -1,98 +1,24 @@
 # The continuous terms kind, design 3: lanes in blocks of 64, exact counts in rows shared by a
-# block, a threshold per lane between its k-th and (k+1)-th terms (termblocks.pyx).
+# block, a threshold per lane between its k-th and (k+1)-th terms (termblocks.pyx; the state is
+# termlanes.pxd's).
 from libcpp.vector cimport vector
-from libcpp.pair cimport pair
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
-from skype._core.querywindow cimport QueryWindow
-from skype._core.termgrid cimport TermGrid, CellRangeC
+from skype._core.termlanes cimport BlockRows
 
 
-cdef enum:
-    LANES = 64                     # subscriptions (lanes) per block
-
-
-cdef struct RowC:                  # one term's exact counts for the lanes of a block that track it
-    uint64_t tracked               # lanes whose count here is exact and maintained (first: a re-rank
-    uint64_t member                # reads the masks of every row) / lanes with this term in their top-k
-    term_t term                    # 0: a free row
-    uint32_t count[64]             # by lane (0 where not tracked)
-
-
-cdef struct BlockC:                # 64 lanes, structure of arrays
-    double minx[64]
-    double miny[64]
-    double maxx[64]
-    double maxy[64]
-    uint64_t theta[64]             # members' keys are below it, tracked non-members' at or above
-    uint64_t gate[64]              # an untracked term is tracked when its key falls below it (>= theta)
-    uint64_t bound[64]             # no untracked term's key is below it (>= gate; UINT64_MAX: none has a count)
-    RectC uni                      # the union of its lanes' rectangles (grows only)
-    CellRangeC ucells              # the count grid's cells the union meets
-    uint64_t alive                 # lanes holding a subscription
-    uint64_t gate_max              # the largest gate of its live lanes
-    uint32_t centre                # its cell of centres (the grid that groups lanes)
-
-
-cdef struct LaneC:                 # a terms subscription: slot = block * 64 + lane
-    RectC rect
-    CellRangeC cells               # the count grid's cells its rectangle meets
-    int64_t ext_id
-    uint32_t k
-    uint32_t gate_at               # its gate is the key of its gate_at-th tracked term at a re-rank (> k)
-    uint32_t fill                  # terms tracked after a refill (>= gate_at)
-    uint64_t stamp                 # the step of its last threshold crossing
-    uint8_t full                   # a crossing in this step needs a full re-rank (not only entries)
-
-
-cdef class TermBlocks:
-    cdef QueryWindow qw
-    cdef TermGrid grid                     # the shared per-cell counts (None: window counts bound)
-    cdef vector[uint32_t]* labels          # by term: order-preserving label (the owner's vector)
-    cdef RectC space
-    cdef uint32_t cells                    # the block index: cells per side
-    cdef double scale_x, scale_y
-    cdef uint32_t centre_cells             # the grouping of lanes: cells per side of their centres
-    cdef vector[BlockC] blocks
-    cdef vector[vector[RowC]] rows         # by block
-    cdef vector[vector[pair[term_t, uint32_t]]] row_map   # by block: (term, row), sorted by term
-    cdef vector[vector[uint32_t]] free_rows                # by block
-    cdef vector[LaneC] lanes               # by slot
-    cdef vector[vector[term_t]] members    # by slot: its top-k at its last re-rank (rank order)
-    cdef vector[vector[uint32_t]] cell_blocks     # by index cell: blocks whose union meets it
-    cdef vector[vector[uint32_t]] centre_blocks   # by centre cell: its blocks
-    cdef uint64_t step
-    cdef vector[uint32_t] crossed          # slots whose threshold was crossed in this step
-    cdef vector[vector[uint32_t]] entering  # by slot: rows of non-members that fell below theta in the step
-    # scratch
-    cdef vector[pair[uint64_t, uint32_t]] keys
-    cdef vector[pair[uint64_t, term_t]] tkeys
-    cdef vector[uint32_t] counts
-    cdef vector[term_t] touched
-    cdef vector[term_t] before
-    # counters
-    cdef uint64_t block_visits, row_updates, crossings, reranks, refills, walks, walks_bounded
-    cdef uint64_t block_bounded, lane_bounded, tracked_new, events, live, light_reranks
-
-    cdef uint32_t gate_factor, fill_factor     # gate_at = gate_factor * k, fill = fill_factor * k
+cdef class TermBlocks(BlockRows):
     cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k) noexcept nogil
     cdef void c_remove(self, uint32_t slot) noexcept nogil
     cdef void c_event(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil
     cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,
                       vector[int64_t]* out_entry, vector[uint8_t]* out_entered) noexcept nogil
     cdef void c_relabel(self) noexcept nogil
-    cdef void c_set_grid(self, TermGrid grid)
-    cdef uint32_t _cell(self, double v, double lo, double scale) noexcept nogil
-    cdef int64_t _row_of(self, uint32_t b, term_t t) noexcept nogil
-    cdef uint32_t _track(self, uint32_t b, uint32_t i, term_t t, uint32_t count) noexcept nogil
-    cdef void _untrack(self, uint32_t b, uint32_t i, uint32_t r) noexcept nogil
-    cdef void _cross(self, uint32_t slot, int64_t row) noexcept nogil
-    cdef bint _rerank_entries(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
-                              vector[int64_t]* out_sub, vector[int64_t]* out_entry,
-                              vector[uint8_t]* out_entered) noexcept nogil
     cdef void _untracked(self, uint32_t b, term_t t, uint64_t u) noexcept nogil
     cdef void _refill(self, uint32_t slot) noexcept nogil
     cdef void _rerank(self, uint32_t slot, bint emit, int64_t at, vector[int64_t]* out_at,
                       vector[int64_t]* out_sub, vector[int64_t]* out_entry,
                       vector[uint8_t]* out_entered) noexcept nogil
-    cdef void _gate_max(self, uint32_t b) noexcept nogil
+    cdef bint _rerank_light(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                            vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                            vector[uint8_t]* out_entered) noexcept nogil

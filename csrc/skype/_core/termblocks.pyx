@@ -5,11 +5,12 @@ A ``terms`` result changes only when a term enters or leaves a subscription's to
 work per message follows the few subscriptions whose set can change, not every subscription the
 message falls in.
 
-Structure.  Each subscription is a *lane* of a *block* of 64: lanes are grouped by the cell of
-their rectangle's centre (``centre_cells`` per side), so a block's lanes overlap.  A block keeps
-its lanes' rectangles as arrays (one message is tested against 64 of them at once), the union of
-their rectangles, and *rows*: for a term, 64 exact counts (one per lane), a ``tracked`` mask and a
-``member`` mask.  A uniform grid over the space lists the blocks whose union meets each cell.
+Structure (``termlanes.pyx``, the base class).  Each subscription is a *lane* of a *block* of 64:
+lanes are grouped by the cell of their rectangle's centre (``centre_cells`` per side), so a
+block's lanes overlap.  A block keeps its lanes' rectangles as arrays (one message is tested
+against 64 of them at once), the union of their rectangles, and *rows*: for a term, 64 exact
+counts (one per lane) and ``tracked``, ``member`` and ``reserve`` masks.  A uniform grid over
+the space lists the blocks whose union meets each cell.
 
 Keys rank terms as design 1/2 do (``termrank.pxd``): ``(UINT32_MAX - count) << 32 | label`` (count descending,
 then name ascending).  Invariants, per lane ``i`` of block ``b``:
@@ -17,33 +18,35 @@ then name ascending).  Invariants, per lane ``i`` of block ``b``:
 1. where ``i`` is tracked in a row, the row's count is ``i``'s exact count of that term;
 2. its members (its top-k at its last re-rank) are tracked, and every member's key is below
    ``theta[i]``, every tracked non-member's key is at or above it; no member has a count of 0;
-3. every untracked term's key is at or above ``bound[i]`` >= ``theta[i]`` (``UINT64_MAX``: every
-   term with a count in the rectangle is tracked).
+3. every untracked term's key is at or above ``bound[i]`` >= ``gate[i]`` >= ``theta[i]``
+   (``UINT64_MAX``: every term with a count in the rectangle is tracked);
+4. every tracked non-member with a count and outside the lane's *reserve* has a key at or above
+   ``gate[i]`` (a full re-rank puts the terms ranked k+1 to ``gate_at`` in the reserve; an
+   arrival or a newly tracked term whose key falls below the gate joins it).
 
 So the members are the top-k (fewer when the rectangle holds fewer terms).
 
 Events (``c_event``) move the counts of the lanes that hold the message and track its terms, and
 note a lane only when a key *crosses* its threshold; an untracked arriving term is bounded once
 per block by the count grid, then per lane (grid, then a bounded walk), and tracked when it
-reaches the lane's gate.  The step's end (``c_flush``) re-ranks each noted lane alone (from its
-members and entries, else from all its rows, refilled from a count of its rectangle when they do
-not prove its top-k), sets ``theta`` halfway between the k-th key and the next, and emits the
-set's changes.  The full walk-through is in ``docs/queries.md`` ("Terms design 3").
+reaches the lane's gate.  The step's end (``c_flush``) re-ranks each noted lane alone: first
+*light*, from its members and its reserve (by 2 and 4, the top k of those are the top-k when the
+k-th ranks before the gate), else from all its rows, refilled from a count of its rectangle when
+they do not prove its top-k; ``theta`` goes halfway between the k-th key and the next, and the
+set's changes are emitted.  The full walk-through is in ``docs/queries.md`` ("Terms design 3").
 
 Results are the members in the order of their current keys (counts read from the rows).
 """
-import numpy as np
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
-from libcpp.algorithm cimport sort as std_sort, partial_sort
+from libcpp.algorithm cimport partial_sort
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memset
 from skype._core.types cimport term_t, RectC, MsgTermC
-from skype._core.querywindow cimport QueryWindow
-from skype._core.termgrid cimport TermGrid
 from skype._core.cells cimport cell_of
+from skype._core.termlanes cimport BlockRows, RowC, BlockC, LaneC, LANES
 from skype._core.termrank cimport term_key as lane_key, key_count, need_count, emit_set_changes
-
+from skype._core.rowmap cimport rowmap_find
 
 cdef extern from *:
     int ctz64 "__builtin_ctzll"(unsigned long long) noexcept nogil
@@ -54,37 +57,7 @@ cdef extern from "<algorithm>" namespace "std" nogil:
 cdef uint64_t NO_BOUND = 0xFFFFFFFFFFFFFFFFu
 
 
-cdef class TermBlocks:
-    def __cinit__(self, QueryWindow qw, double minx, double miny, double maxx, double maxy,
-                  uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2, uint32_t fill_factor=4):
-        self.qw = qw
-        self.grid = None
-        self.labels = NULL
-        self.space = RectC(minx, miny, maxx, maxy)
-        self.cells = max(cells, 1)
-        self.centre_cells = max(centre_cells, 1)
-        self.gate_factor = max(gate_factor, 1)
-        self.fill_factor = max(fill_factor, self.gate_factor)
-        self.scale_x = 1.0 / (maxx - minx) if maxx > minx else 0.0
-        self.scale_y = 1.0 / (maxy - miny) if maxy > miny else 0.0
-        self.cell_blocks.resize(<size_t>self.cells * self.cells)
-        self.centre_blocks.resize(<size_t>self.centre_cells * self.centre_cells)
-        self.step = 1
-
-    cdef void c_set_grid(self, TermGrid grid):
-        """The shared count grid (None: window counts bound untracked terms)."""
-        cdef size_t b, s
-        self.grid = grid
-        for b in range(self.blocks.size()):
-            if grid is not None:
-                self.blocks[b].ucells = grid.c_cells(&self.blocks[b].uni)
-        for s in range(self.lanes.size()):
-            if grid is not None:
-                self.lanes[s].cells = grid.c_cells(&self.lanes[s].rect)
-
-    cdef uint32_t _cell(self, double v, double lo, double scale) noexcept nogil:
-        return cell_of((v - lo) * scale * self.cells, self.cells)
-
+cdef class TermBlocks(BlockRows):
     # ------------------------------------------------------------------ subscriptions
     cdef uint32_t c_add(self, int64_t ext_id, const RectC* r, uint32_t k) noexcept nogil:
         """A lane for the subscription in a block of its centre cell (a new block when all are
@@ -111,6 +84,7 @@ cdef class TermBlocks:
             self.free_rows.resize(b + 1)
             self.lanes.resize(<size_t>(b + 1) * LANES)
             self.members.resize(<size_t>(b + 1) * LANES)
+            self.reserve.resize(<size_t>(b + 1) * LANES)
             self.entering.resize(<size_t>(b + 1) * LANES)
             blk = &self.blocks[b]
             memset(blk, 0, sizeof(BlockC))
@@ -154,7 +128,9 @@ cdef class TermBlocks:
         self.lanes[slot].gate_at = self.gate_factor * self.lanes[slot].k
         self.lanes[slot].fill = self.fill_factor * self.lanes[slot].k
         self.lanes[slot].stamp = 0
+        self.lanes[slot].ntracked = 0
         self.members[slot].clear()
+        self.reserve[slot].clear()
         self.live += 1
         self._refill(slot)
         self._rerank(slot, False, 0, NULL, NULL, NULL, NULL)       # registration emits nothing
@@ -177,93 +153,10 @@ cdef class TermBlocks:
         blk.maxx[i] = 0.0
         self.members[slot].clear()
         self.members[slot].shrink_to_fit()
+        self.reserve[slot].clear()
+        self.reserve[slot].shrink_to_fit()
         self.live -= 1
         self._gate_max(b)
-
-    # ------------------------------------------------------------------ rows
-    cdef int64_t _row_of(self, uint32_t b, term_t t) noexcept nogil:
-        cdef vector[pair[term_t, uint32_t]]* m = &self.row_map[b]
-        cdef size_t lo = 0, hi = m.size(), mid
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if m[0][mid].first < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < m.size() and m[0][lo].first == t:
-            return m[0][lo].second
-        return -1
-
-    cdef uint32_t _track(self, uint32_t b, uint32_t i, term_t t, uint32_t count) noexcept nogil:
-        """Lane i tracks term t with its exact count (a row for t made when the block has none)."""
-        cdef int64_t found = self._row_of(b, t)
-        cdef uint32_t r
-        cdef vector[pair[term_t, uint32_t]]* m
-        cdef size_t pos
-        if found >= 0:
-            r = <uint32_t>found
-        else:
-            if self.free_rows[b].size():
-                r = self.free_rows[b].back()
-                self.free_rows[b].pop_back()
-            else:
-                r = <uint32_t>self.rows[b].size()
-                self.rows[b].resize(r + 1)
-            memset(&self.rows[b][r], 0, sizeof(RowC))
-            self.rows[b][r].term = t
-            m = &self.row_map[b]
-            pos = m.size()
-            m.push_back(pair[term_t, uint32_t](t, r))
-            while pos > 0 and m[0][pos - 1].first > t:
-                m[0][pos] = m[0][pos - 1]
-                pos -= 1
-            m[0][pos] = pair[term_t, uint32_t](t, r)
-        self.rows[b][r].count[i] = count
-        self.rows[b][r].tracked |= (<uint64_t>1) << i
-        return r
-
-    cdef void _untrack(self, uint32_t b, uint32_t i, uint32_t r) noexcept nogil:
-        cdef RowC* row = &self.rows[b][r]
-        cdef uint64_t bit = (<uint64_t>1) << i
-        cdef vector[pair[term_t, uint32_t]]* m
-        cdef size_t pos, j
-        row.tracked &= ~bit
-        row.member &= ~bit
-        row.count[i] = 0
-        if row.tracked:
-            return
-        m = &self.row_map[b]                           # no lane tracks it: the row is freed
-        for pos in range(m.size()):
-            if m[0][pos].second == r:
-                for j in range(pos + 1, m.size()):
-                    m[0][j - 1] = m[0][j]
-                m.pop_back()
-                break
-        row.term = 0
-        self.free_rows[b].push_back(r)
-
-    cdef void _cross(self, uint32_t slot, int64_t row) noexcept nogil:
-        """Lane ``slot``'s threshold was crossed: by the non-member of ``row`` falling below it,
-        or (row -1) by a member reaching it (a full re-rank at the step's end)."""
-        if self.lanes[slot].stamp != self.step:
-            self.lanes[slot].stamp = self.step
-            self.lanes[slot].full = 0
-            self.entering[slot].clear()
-            self.crossed.push_back(slot)
-        self.crossings += 1
-        if row < 0:
-            self.lanes[slot].full = 1
-        else:
-            self.entering[slot].push_back(<uint32_t>row)
-
-    cdef void _gate_max(self, uint32_t b) noexcept nogil:
-        cdef BlockC* blk = &self.blocks[b]
-        cdef uint64_t mx = 0
-        cdef uint32_t i
-        for i in range(LANES):
-            if blk.gate[i] > mx:
-                mx = blk.gate[i]
-        blk.gate_max = mx
 
     # ------------------------------------------------------------------ events
     cdef void c_event(self, double x, double y, const MsgTermC* mt, uint32_t nterms, int delta) noexcept nogil:
@@ -274,7 +167,7 @@ cdef class TermBlocks:
         cdef vector[uint32_t]* bl = &self.cell_blocks[cy * self.cells + cx]
         cdef size_t j
         cdef uint32_t b, i, ti, lab
-        cdef uint64_t c, tracked, mm, bit
+        cdef uint64_t c, tracked, mm, bit, key
         cdef int64_t r
         cdef BlockC* blk
         cdef RowC* row
@@ -296,7 +189,7 @@ cdef class TermBlocks:
             for ti in range(1, nterms):
                 t = mt[ti].term
                 tracked = 0
-                r = self._row_of(b, t)
+                r = rowmap_find(&self.row_map[b], t)
                 if r >= 0:
                     row = &self.rows[b][r]
                     tracked = c & row.tracked
@@ -310,8 +203,12 @@ cdef class TermBlocks:
                             bit = (<uint64_t>1) << i
                             if delta > 0:
                                 row.count[i] += 1
-                                if not (row.member & bit) and lane_key(row.count[i], lab) < blk.theta[i]:
-                                    self._cross(b * LANES + i, r)
+                                if not (row.member & bit):
+                                    key = lane_key(row.count[i], lab)
+                                    if key < blk.gate[i] and not (row.reserve & bit):
+                                        self._reserve_add(b, i, <uint32_t>r)    # keeps the reserve's invariant
+                                    if key < blk.theta[i]:
+                                        self._cross(b * LANES + i, r)
                             else:
                                 row.count[i] -= 1
                                 if (row.member & bit) and (row.count[i] == 0
@@ -369,7 +266,10 @@ cdef class TermBlocks:
             self.tracked_new += 1
             r = self._track(b, i, t, count)
             blk = &self.blocks[b]
-            if lane_key(count, lab) < blk.theta[i]:
+            lkey = lane_key(count, lab)
+            if lkey < blk.gate[i]:
+                self._reserve_add(b, i, r)
+            if lkey < blk.theta[i]:
                 self._cross(slot, r)
 
     # ------------------------------------------------------------------ re-ranks
@@ -409,15 +309,20 @@ cdef class TermBlocks:
         cdef uint64_t bit = (<uint64_t>1) << i, nxt, kth, bound
         cdef size_t j, n
         cdef RowC* row
-        cdef vector[term_t]* mem = &self.members[slot]
+        cdef vector[uint32_t]* mem = &self.members[slot]
         cdef int attempt
         self.reranks += 1
+        self.before.clear()                            # its terms now (a refill may reuse their rows)
+        for j in range(mem.size()):
+            self.before.push_back(self.rows[b][mem[0][j]].term)
         for attempt in range(2):
             self.keys.clear()
+            self.reserve[slot].clear()
             for r in range(self.rows[b].size()):
                 row = &self.rows[b][r]
                 if row.tracked & bit:
                     row.member &= ~bit
+                    row.reserve &= ~bit
                     if row.count[i] == 0:              # a term without a count needs no tracking
                         self._untrack(b, i, r)
                     else:
@@ -450,64 +355,100 @@ cdef class TermBlocks:
             self.blocks[b].theta[i] = lane_key(0, 0)   # any term with a count enters
         # an arriving untracked term is bounded while its key stays at or above the gate
         self.blocks[b].gate[i] = min(self.keys[gate_at].first, bound) if n > gate_at else bound
-        self.before.swap(mem[0])
         mem.clear()
+        self.after.clear()
         for j in range(min(n, <size_t>k)):
             row = &self.rows[b][self.keys[j].second]
             row.member |= bit
-            mem.push_back(row.term)
+            mem.push_back(self.keys[j].second)
+            self.after.push_back(row.term)
+        for j in range(k, min(n, <size_t>gate_at)):   # the next terms, all below the gate
+            self._reserve_add(b, i, self.keys[j].second)
         self._gate_max(b)
         if emit:
-            emit_set_changes(mem, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
+            emit_set_changes(&self.after, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry,
+                             out_entered)
 
-    cdef bint _rerank_entries(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
-                              vector[int64_t]* out_sub, vector[int64_t]* out_entry,
-                              vector[uint8_t]* out_entered) noexcept nogil:
-        """The light re-rank of a lane whose crossings in this step were all non-members falling
-        below theta (its k members all below theta before the step and still below it, every
-        other tracked non-member at or above it): the new top-k is the top k of the members and
-        those entries; theta moves down halfway between the new k-th key and the next of them
-        (or the old theta), the gate and bound stay.  False (nothing done) when the lane needs
-        the full re-rank."""
+    cdef bint _rerank_light(self, uint32_t slot, int64_t at, vector[int64_t]* out_at,
+                            vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                            vector[uint8_t]* out_entered) noexcept nogil:
+        """The light re-rank of a crossed lane: its new top-k is the top k of its members and
+        candidates below a limit that every other term ranks at or after.  When its crossings were
+        all entries (non-members falling below ``theta``), the candidates are those entries and
+        the limit is ``theta``; when a member fell, they are its reserve (those with a count) and
+        the limit is the gate (by invariants 3 and 4).  Proven when the k-th ranks before the
+        limit: ``theta`` goes halfway between the k-th key and the next (or the limit); the gate
+        and bound stay; members leave the reserve and the other candidates below the gate join
+        it.  False when not proven (or fewer than k members): the full re-rank follows, which
+        resets every member and reserve bit of the lane.  Also False when the lane tracks more
+        than ``fill + 2k`` terms (light re-ranks never untrack): the full one keeps ``fill + k``."""
         cdef uint32_t b = slot // LANES, i = slot % LANES, k = self.lanes[slot].k, r
-        cdef uint64_t bit = (<uint64_t>1) << i, kth, nxt, theta = self.blocks[b].theta[i]
-        cdef vector[term_t]* mem = &self.members[slot]
-        cdef vector[uint32_t]* ent = &self.entering[slot]
-        cdef size_t j, n
-        cdef int64_t rr
+        cdef uint64_t bit = (<uint64_t>1) << i, kth, nxt, gate = self.blocks[b].gate[i], limit
+        cdef vector[uint32_t]* mem = &self.members[slot]
+        cdef vector[uint32_t]* res = &self.reserve[slot]
+        cdef vector[uint32_t]* cand = &self.entering[slot]
+        cdef size_t j, n, q
         cdef RowC* row
-        if self.lanes[slot].full or mem.size() < k:
-            return False
+        if mem.size() < k or self.lanes[slot].ntracked > self.lanes[slot].fill + 2 * k:
+            return False                               # (the full re-rank bounds the terms it tracks)
+        limit = self.blocks[b].theta[i]
+        if self.lanes[slot].fell:                      # from the reserve: its bits set again below
+            limit = gate
+            cand = res
+            for j in range(res.size()):
+                self.rows[b][res[0][j]].reserve &= ~bit
         self.keys.clear()
+        self.before.clear()
         for j in range(mem.size()):
-            rr = self._row_of(b, mem[0][j])
-            row = &self.rows[b][rr]
-            self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]),
-                                                         <uint32_t>rr))
-        for j in range(ent.size()):
-            r = ent[0][j]
+            r = mem[0][j]
             row = &self.rows[b][r]
-            if row.count[i] == 0 or row.member & bit or row.term == 0 or not (row.tracked & bit):
-                continue
-            row.member |= bit                          # marks it taken (cleared below)
-            self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
+            row.member &= ~bit
+            self.before.push_back(row.term)
+            if row.count[i]:
+                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
+        for j in range(cand.size()):
+            r = cand[0][j]
+            row = &self.rows[b][r]
+            if row.count[i] and row.tracked & bit and not (row.member & bit):
+                row.member |= bit                      # marks it taken (cleared below)
+                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
+        if self.lanes[slot].fell:
+            res.clear()
         n = self.keys.size()
-        partial_sort(self.keys.begin(), self.keys.begin() + min(n, <size_t>k + 1), self.keys.end())
-        kth = self.keys[k - 1].first
-        nxt = min(self.keys[k].first, theta) if n > k else theta
-        if kth >= nxt:                                 # cannot happen: members stayed below theta
-            return False
         for j in range(n):
             self.rows[b][self.keys[j].second].member &= ~bit
+        if n < k:
+            return False
+        partial_sort(self.keys.begin(), self.keys.begin() + min(n, <size_t>k + 1), self.keys.end())
+        kth = self.keys[k - 1].first
+        nxt = min(self.keys[k].first, limit) if n > k else limit
+        if kth >= nxt:
+            return False
         self.blocks[b].theta[i] = kth + (nxt - kth + 1) // 2
-        self.before.swap(mem[0])
         mem.clear()
+        self.after.clear()
         for j in range(k):
-            row = &self.rows[b][self.keys[j].second]
+            r = self.keys[j].second
+            row = &self.rows[b][r]
             row.member |= bit
-            mem.push_back(row.term)
+            mem.push_back(r)
+            self.after.push_back(row.term)
+            if row.reserve & bit:                      # an entry out of the reserve
+                row.reserve &= ~bit
+                for q in range(res.size()):
+                    if res[0][q] == r:
+                        res[0][q] = res.back()
+                        res.pop_back()
+                        break
+        for j in range(k, n):
+            r = self.keys[j].second
+            if self.keys[j].first < gate and not (self.rows[b][r].reserve & bit):
+                self._reserve_add(b, i, r)
+        if self.lanes[slot].fell:
+            self.light_falls += 1
         self.light_reranks += 1
-        emit_set_changes(mem, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry, out_entered)
+        emit_set_changes(&self.after, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry,
+                         out_entered)
         return True
 
     cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,
@@ -519,7 +460,7 @@ cdef class TermBlocks:
             slot = self.crossed[j]
             if not self.blocks[slot // LANES].alive & ((<uint64_t>1) << (slot % LANES)):
                 continue                               # unsubscribed in this step
-            if not self._rerank_entries(slot, at, out_at, out_sub, out_entry, out_entered):
+            if not self._rerank_light(slot, at, out_at, out_sub, out_entry, out_entered):
                 self._rerank(slot, True, at, out_at, out_sub, out_entry, out_entered)
             self.entering[slot].clear()
         self.crossed.clear()
@@ -533,59 +474,6 @@ cdef class TermBlocks:
                 self._refill(<uint32_t>s)
                 self._rerank(<uint32_t>s, False, 0, NULL, NULL, NULL, NULL)
 
-    # ------------------------------------------------------------------ Python access
-    def result(self, uint32_t slot):
-        """(vocabulary term ids, counts) of a lane's top-k, in rank order."""
-        cdef uint32_t b = slot // LANES, i = slot % LANES
-        cdef vector[pair[uint64_t, term_t]] order
-        cdef vector[term_t]* mem = &self.members[slot]
-        cdef size_t j
-        cdef int64_t r
-        cdef term_t t
-        for j in range(mem.size()):
-            t = mem[0][j]
-            r = self._row_of(b, t)
-            order.push_back(pair[uint64_t, term_t](lane_key(self.rows[b][r].count[i], self.labels[0][t]), t))
-        std_sort(order.begin(), order.end())
-        ids = np.empty(order.size(), dtype=np.int64)
-        counts = np.empty(order.size(), dtype=np.int64)
-        for j in range(order.size()):
-            ids[j] = <int64_t>order[j].second - 1
-            counts[j] = key_count(order[j].first)
-        return ids, counts
-
-    def lane_state(self, uint32_t slot):
-        """(theta, gate, bound, {vocabulary term id: count} of the terms it tracks, member ids):
-        for tests of the invariants."""
-        cdef uint32_t b = slot // LANES, i = slot % LANES, r
-        tracked = {}
-        for r in range(self.rows[b].size()):
-            if self.rows[b][r].tracked & ((<uint64_t>1) << i):
-                tracked[<int64_t>self.rows[b][r].term - 1] = self.rows[b][r].count[i]
-        return (self.blocks[b].theta[i], self.blocks[b].gate[i], self.blocks[b].bound[i], tracked,
-                [<int64_t>t - 1 for t in self.members[slot]])
-
-    def blocks_at(self, double x, double y):
-        """The blocks listed in the index cell of (x, y), with their unions (for tests)."""
-        cdef uint32_t cx = self._cell(x, self.space.minx, self.scale_x)
-        cdef uint32_t cy = self._cell(y, self.space.miny, self.scale_y)
-        return [(b, self.blocks[b].uni) for b in self.cell_blocks[cy * self.cells + cx]]
-
-    def size(self):
-        return self.live
-
-    def memory_bytes(self):
-        cdef size_t total = self.blocks.capacity() * sizeof(BlockC) + self.lanes.capacity() * sizeof(LaneC)
-        cdef size_t b
-        for b in range(self.rows.size()):
-            total += self.rows[b].capacity() * sizeof(RowC) + self.row_map[b].capacity() * 8
-            total += self.free_rows[b].capacity() * 4
-        for b in range(self.members.size()):
-            total += self.members[b].capacity() * 4 + 24
-        for b in range(self.cell_blocks.size()):
-            total += self.cell_blocks[b].capacity() * 4 + 24
-        return total
-
     def stats(self):
         cdef size_t b, rows = 0
         for b in range(self.rows.size()):
@@ -593,6 +481,7 @@ cdef class TermBlocks:
         return {"design": "blocks", "blocks": self.blocks.size(), "rows": rows, "events": self.events,
                 "block_visits": self.block_visits, "row_updates": self.row_updates,
                 "crossings": self.crossings, "reranks": self.reranks, "light_reranks": self.light_reranks,
+                "light_falls": self.light_falls,
                 "refills": self.refills,
                 "walks": self.walks, "walks_bounded": self.walks_bounded,
                 "block_bounded": self.block_bounded, "lane_bounded": self.lane_bounded,
