@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skype import io, validate
 from skype.dskype import snapshots
 from skype.errors import InputError, OperationalError
+from skype.service.state import query_record
 
 WHERE = "serve --engine spark"
 
@@ -103,12 +103,7 @@ class LiveQueries:
     def stage(self, state: Any, rec: Any, writer: Any) -> dict | PendingAnswer:
         """On the engine thread: check and compile ``rec`` (module docstring), stage it, and
         return what the route awaits (the line itself for a query before any message)."""
-        if not isinstance(rec, dict):
-            raise InputError("E033", kind="query", value=rec)
-        rec = dict(rec)
-        rec.setdefault("qid", 0)
-        q = io.query_from_obj(rec)
-        validate.check_id(q["qid"])
+        q = query_record(rec)
         at = int(state.position)
         mark = len(state.vocabulary)
         try:

@@ -84,6 +84,15 @@ def _nothing(cmd: dict) -> None:
     return None
 
 
+def query_record(rec: Any) -> dict:
+    """A posted snapshot query, checked: a JSON object (E033), ``qid`` 0 when absent, a valid
+    kind and id; its fields are checked when it is answered."""
+    if not isinstance(rec, dict):
+        raise InputError("E033", kind="query", value=rec)
+    q = io.query_from_obj({"qid": 0, **rec})
+    validate.check_id(q["qid"])
+    return q
+
 class State:
     """Engine, subscription records and event numbering (see module docstring)."""
 
@@ -406,12 +415,7 @@ class State:
             open_queries(batch)
 
     def query(self, rec: Any) -> dict:
-        if not isinstance(rec, dict):
-            raise InputError("E033", kind="query", value=rec)
-        rec = dict(rec)
-        rec.setdefault("qid", 0)
-        q = io.query_from_obj(rec)
-        validate.check_id(q["qid"])
+        q = query_record(rec)
         fields = {k: v for k, v in q.items() if k not in ("qid", "kind")}
         self.open_queries()
         mark = len(self.vocabulary)

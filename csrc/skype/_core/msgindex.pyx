@@ -39,6 +39,14 @@ cdef bint entry_heavier(const MEntryC& a, const MEntryC& b) noexcept nogil:
     return a.w > b.w
 
 
+cdef inline double text_bound(double mine, double others, double rest) noexcept nogil:
+    """A group's or entry's text bound: its own term's part plus the other terms' (each already
+    at most its own), no more than its own plus the query's rest, no more than 1."""
+    cdef double tub = mine + others
+    if mine + rest < tub:
+        tub = mine + rest
+    return tub if tub < 1.0 else 1.0
+
 cdef class MessageIndex(WindowRanking):
     def __cinit__(self, WindowStore window, double minx, double miny, double maxx, double maxy,
                   double max_dist, uint32_t leaf_capacity=64, uint32_t max_depth=20):
@@ -238,11 +246,7 @@ cdef class MessageIndex(WindowRanking):
                 continue
             o = self.q_terms[j].w * self.nodes[s].maxw
             others += o if o < mine else mine
-        tub = mine + others
-        if mine + self.q_rest[qi] < tub:
-            tub = mine + self.q_rest[qi]
-        if tub > 1.0:
-            tub = 1.0
+        tub = text_bound(mine, others, self.q_rest[qi])
         return combine(self.q_alpha, 1.0 - mindist(&self.nodes[n].rect, self.q_x, self.q_y) / self.max_dist,
                        tub) + BOUND_SLACK
 
@@ -260,11 +264,7 @@ cdef class MessageIndex(WindowRanking):
                 continue
             o = self.q_terms[j].w * self.nodes[s].maxw
             others += o if o < mine else mine
-        tub = mine + others
-        if mine + self.q_rest[qi] < tub:
-            tub = mine + self.q_rest[qi]
-        if tub > 1.0:
-            tub = 1.0
+        tub = text_bound(mine, others, self.q_rest[qi])
         return combine(self.q_alpha, 1.0 - mindist(&box, self.q_x, self.q_y) / self.max_dist, tub) + BOUND_SLACK
 
     cdef void _push_group(self, int32_t n, uint32_t cursor, uint32_t qi, float w, uint32_t ctx) noexcept nogil:
