@@ -29,6 +29,7 @@ from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch, now_ns
 from skype._core.subindex cimport SubHotC
 from skype._core.conetree cimport ConeLayout, ConePostC, ConeNodeC, ConeTermC, PairEntC
+from skype._core.predicate cimport term_index
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 
@@ -48,15 +49,9 @@ cdef term_t NO_TERM = 0xFFFFFFFF
 
 
 cdef inline double msg_weight(const MsgTermC* m, int n, term_t t) noexcept nogil:
-    """w_m(t), or 0 if the message lacks t (weights are > 0; terms ascending)."""
-    cdef int lo = 0, hi = n, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if m[mid].term < t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return m[lo].w if lo < n and m[lo].term == t else 0.0
+    """w_m(t), or 0 if the message lacks t (weights are > 0)."""
+    cdef int i = term_index(m, n, t)
+    return m[i].w if i >= 0 else 0.0
 
 
 cdef inline double pair_bound(const PairEntC* pe, double x, double y, double wt, double wu, double w3,

@@ -14,7 +14,8 @@ cdef enum:
     OP_OR = -2
 
 
-cdef inline bint holds_term(const MsgTermC* terms, int n, term_t t) noexcept nogil:
+cdef inline int term_index(const MsgTermC* terms, int n, term_t t) noexcept nogil:
+    """The position of term ``t`` in a message's terms (ascending), or -1 when it lacks it."""
     cdef int lo = 0, hi = n, mid
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -22,7 +23,11 @@ cdef inline bint holds_term(const MsgTermC* terms, int n, term_t t) noexcept nog
             lo = mid + 1
         else:
             hi = mid
-    return lo < n and terms[lo].term == t
+    return lo if lo < n and terms[lo].term == t else -1
+
+
+cdef inline bint holds_term(const MsgTermC* terms, int n, term_t t) noexcept nogil:
+    return term_index(terms, n, t) >= 0
 
 
 cdef inline bint eval_program(const int64_t* prog, int plen, const MsgTermC* terms, int n,
