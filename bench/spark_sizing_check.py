@@ -38,7 +38,7 @@ from spark_scaleout import stream_batches
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from skype.spark.app import build_parser as app_parser
+    from skype.cli.spark_submit import build_parser as app_parser
 
     p = app_parser()
     p.prog = "python bench/spark_sizing_check.py"
