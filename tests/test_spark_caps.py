@@ -137,7 +137,7 @@ def workload(tmp_path_factory):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("method", ["location", "prefix"])
+@pytest.mark.parametrize("method", [pytest.param("location", marks=pytest.mark.spark_lane), "prefix"])
 def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workload, tmp_path, method):
     """With at most 23 commands per batch the 120 initial subscriptions come in commands-only
     batches, and the later commands hold messages back; the batches are those the source plans,

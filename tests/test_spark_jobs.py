@@ -140,6 +140,7 @@ def test_spark_kafka_records_become_stream_events(spark):
     assert [(r.kind, r.seq, r.at, r.id, r.k) for r in rows] == [(1, 0, 5, 3, 2), (2, 1, None, 3, None)]
 
 
+@pytest.mark.spark_lane  # a second driver JVM: the Spark lane (the default run resumes from a checkpoint above)
 def test_spark_job_survives_a_driver_sigkill_and_ends_exact(spark, workload, tmp_path):
     """The driver (its Python process, its JVM, the local executors and engine hosts: one process
     group) is SIGKILLed mid-stream, after its first batch committed; the run restarted from the
