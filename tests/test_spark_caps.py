@@ -177,6 +177,7 @@ def test_spark_job_with_tiny_command_cap_is_exact_after_every_batch(spark, workl
 
 
 @pytest.mark.spark
+@pytest.mark.spark_lane  # a stop and a resume: the Spark lane (the default run resumes in test_spark_jobs.py)
 def test_spark_job_stopped_inside_the_commands_resumes_with_another_cap_exactly(spark, workload, tmp_path):
     """Stopped after two commands-only batches (cap 23), resumed from the run directory with a
     cap of 50: the batches logged before the stop keep their offsets, later ones follow the new

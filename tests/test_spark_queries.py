@@ -466,6 +466,7 @@ def test_spark_queries_without_a_compiled_spec_are_dead_letters_and_raw_ingestio
     assert err.value.code == "E138" and "staged" in str(err.value)
 
 
+@pytest.mark.spark_lane  # a stop and a resume: the Spark lane (the default run resumes in test_spark_jobs.py)
 def test_spark_queries_stopped_and_resumed_run_on_a_term_method(spark, tmp_path):
     """``keyword`` on the real job (partials merged from every partition's answer files): a run
     stopped after two batches writes the answers of the queries it reached, the resumed run
