@@ -34,15 +34,27 @@ from pathlib import Path
 
 import numpy as np
 
-from spark_scaleout import stream_batches
+from spark_scaleout import _pair, options_of, stream_batches
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from skype.cli.spark_submit import build_parser as app_parser
-
-    p = app_parser()
-    p.prog = "python bench/spark_sizing_check.py"
-    p.description = __doc__
+    """The workload's options; any other option of the ``distributed`` command (or of the engine)
+    goes by ``--option NAME=VALUE`` into the mapping :meth:`RunSettings.from_options` and
+    :func:`skype.simulate.load_inputs` read, absent ones at their defaults (as
+    ``bench/spark_scaleout.py``; benches do not import the command line)."""
+    p = argparse.ArgumentParser(prog="python bench/spark_sizing_check.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    w = p.add_argument_group("workload")
+    w.add_argument("--dataset", default="geonames")
+    w.add_argument("--num-subs", type=int)
+    w.add_argument("--num-messages", type=int)
+    w.add_argument("--window", type=int)
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--batch-size", type=int, default=10_000, help="messages per micro-batch (default: %(default)s)")
+    w.add_argument("--option", type=_pair, action="append", default=[], metavar="NAME=VALUE",
+                   help="any other option of the distributed command or the engine (repeat)")
+    w.add_argument("--conf", type=_pair, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark configuration entry (repeat)")
     b = p.add_argument_group("sizing check")
     b.add_argument("--methods", default="location,prefix,agrid", help="methods to run (comma-separated)")
     b.add_argument("--partition-counts", default="1,2,4,8", help="values of P (comma-separated)")
@@ -82,7 +94,7 @@ def measure_run(args, inputs, spark, method: str, P: int, label: str = "") -> di
 
     a = copy.copy(args)
     a.method, a.partitions, a.rebalance = (method,), P, "never"
-    settings = RunSettings.from_options(vars(a), inputs.bounds)
+    settings = RunSettings.from_options(options_of(a), inputs.bounds)
     run_dir = Path(args.run_root).resolve() / f"{label}{method}-P{P}"
     if run_dir.exists():
         raise SystemExit(f"{run_dir} exists: remove it or pick another --run-root")
@@ -134,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(partition_cpu(run_dir, int(args.num_messages), int(row["partitions"])))
         Path(args.out).write_text(json.dumps(saved, indent=2, default=float) + "\n")
         return 0
-    inputs = load_inputs(vars(args))
-    calibration_inputs = (load_inputs({**vars(args), "num_subs": args.calibration_subs})
+    inputs = load_inputs(options_of(args))
+    calibration_inputs = (load_inputs({**options_of(args), "num_subs": args.calibration_subs})
                           if args.calibration_subs else None)
     spark = make_session(args.master, driver_memory=args.driver_memory, extra=dict(args.conf))
     rows: list[dict] = []
