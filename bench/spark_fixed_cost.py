@@ -14,7 +14,7 @@ batches (Spark batch ids from ``--steady-from`` to the last but one) of:
   ``outside_job`` (``triggerExecution`` less ``addBatch``: offsets, the WAL, planning, the commit),
   ``call`` (``addBatch`` less the sink's own seconds: the ``foreachBatch`` call, the batch's
   physical planning), ``job_rest`` (the sink's job less the slowest partition task: the source and
-  routing stage, the shuffle, task launch, collecting the rows), ``task_rest`` (the task less its
+  routing stage, the shuffle, task launch, writing the events files, collecting the rows), ``task_rest`` (the task less its
   engine and report: reading and writing the state, the host call's transport) and ``after_job``
   (the sink after its job: the metrics record);
 * Spark's own ``durationMs`` phases, for reference.
@@ -77,6 +77,7 @@ def batch_parts(record: dict, durations: dict) -> dict:
         "task_read": float(slowest.get("read_s", 0.0)),
         "task_rpc": float(slowest.get("rpc_s", 0.0)),
         "task_write": float(slowest.get("write_s", 0.0)),
+        "events_write": float(record.get("events_write_s", 0.0)),  # part of job_rest: the tasks' event files
     }
     for name, ms in durations.items():
         out[f"spark_{name}"] = float(ms) / 1000.0
@@ -133,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {i}: {len(rows)} steady batches, wall {wall:.0f} s; median ms: fixed {1000 * med['fixed']:.0f} "
                   f"(trigger {1000 * med['trigger']:.0f}, engine+report {1000 * med['work']:.0f}); "
                   + ", ".join(f"{k} {1000 * med[k]:.0f}" for k in PARTS), flush=True)
+            print(f"  events files {1000 * med['events_write']:.0f} ms (in job_rest); state read {1000 * med['task_read']:.0f}, "
+                  f"host call besides the engine {1000 * med['task_rpc']:.0f}, state write {1000 * med['task_write']:.0f} "
+                  "(in task_rest)", flush=True)
             print("  spark phases (ms): " + ", ".join(f"{k[6:]} {1000 * v:.0f}" for k, v in med.items()
                                                      if k.startswith("spark_")), flush=True)
             if args.out:
