@@ -169,7 +169,7 @@ class Twin:
 
 def test_spark_service_smoke_equals_the_single_process_service(tmp_path):
     """One driver, no kill: subscriptions in bulk and by PUT, a replaced one, a deleted one,
-    messages in batches, snapshot queries of every kind at the acknowledged position; the results
+    messages in batches, snapshot queries (range, knn, topk) at the acknowledged position; the results
     equal the single-process server's to the bit and one SSE stream of every live subscription
     folds to them, its seqs increasing."""
     rng = random.Random(38)
