@@ -20,7 +20,7 @@ from spark_fixtures import events_workload, first_difference, results_of  # noqa
 
 from skype.run import main  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.spark_lane]  # a Master, two Workers, spark-submit: the Spark lane
+pytestmark = pytest.mark.spark  # a Master, two Workers, spark-submit: the default run keeps the real cluster
 
 APP = Path(__file__).resolve().parents[1] / "skype" / "cli" / "spark_submit.py"
 
