@@ -44,11 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=2_000)
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--runs", default="central,prefix,prefix+floors",
-                   help="which runs, comma-separated: prefix, prefix+floors")
+                   help="which runs, comma-separated: prefix, prefix+floors, prefix+floors:L (side list of L, "
+                        "overriding --floor-side-list: paired A/B in one process)")
     p.add_argument("--floor-margin", type=float, default=0.0,
                    help="sticky floors (FloorKeeper.margin) in the floor runs; default: %(default)s")
     p.add_argument("--floor-settle", action="store_true",
                    help="a floor applies only from its second batch in a row (FloorKeeper.settle)")
+    p.add_argument("--floor-side-list", type=int, default=32,
+                   help="skipped messages the engine keeps per subscription and re-admits when a floor falls "
+                        "(FloorKeeper.side_list; 0: rebuild instead, the first design); default: %(default)s")
     p.add_argument("--out", help="JSON of the figures")
     return p
 
@@ -65,10 +69,20 @@ def summarize(costs, central) -> dict:
         "sum_admits_over_central": float(work["admits"].sum()) / c_admits,
         "busiest_admits_over_central": busiest_admits / c_admits,
         "sum_postings_over_central": float(work["postings"].sum()) / max(int(sum(central.work["postings"])), 1),
+        "busiest_postings_over_central": float(work["postings"].max()) / max(int(sum(central.work["postings"])), 1),
+        "busiest_candidates_over_central": float(work["candidates"].max())
+        / max(int(sum(central.work["candidates"])), 1),
         "busiest_cpu_over_central": float(max(costs.apply_cpu_s)) / c_cpu,
+        "busiest_engine_cpu_over_central": float(max(costs.engine_cpu_s)) / max(float(sum(central.engine_cpu_s)), 1e-9),
         "sum_cpu_over_central": float(sum(costs.apply_cpu_s)) / c_cpu,
         "floor_skips_per_message": float(work["floor_skips"].sum()) / msgs,
         "floor_repairs": int(work["floor_repairs"].sum()),
+        "floor_readmits": int(work["floor_readmits"].sum()),
+        "floor_readmitted": int(work["floor_readmitted"].sum()),
+        "floor_readmit_work_over_central": float(work["floor_readmit_work"].sum())
+        / max(int(sum(central.work["reevaluation_work"])), 1),
+        "busiest_reevaluation_work_over_central": float(work["reevaluation_work"].max())
+        / max(int(sum(central.work["reevaluation_work"])), 1),
         "reevaluation_work_over_central": float(work["reevaluation_work"].sum())
         / max(int(sum(central.work["reevaluation_work"])), 1),
         "merge_cpu_s": float(sum(costs.merge_cpu_s)),
@@ -89,16 +103,19 @@ def main(argv=None) -> int:
     for name in runs:
         if name == "central":
             continue
-        floors = name.endswith("+floors")
-        costs = measure_partitions(inputs, name.split("+")[0], args.partitions, window=args.window,
+        base, _, side = name.partition(":")
+        floors = base.endswith("+floors")
+        costs = measure_partitions(inputs, base.split("+")[0], args.partitions, window=args.window,
                                    batch_size=args.batch_size, floors=floors, floor_margin=args.floor_margin,
-                                   floor_settle=args.floor_settle)
+                                   floor_settle=args.floor_settle,
+                                   floor_side_list=int(side) if side else args.floor_side_list)
         out["runs"][name] = {**costs.as_dict(), "summary": summarize(costs, central)}
         s = out["runs"][name]["summary"]
         print(f"{name:>14}  admits/msg {s['admits_per_message']:7.1f}  Σ admits/central {s['sum_admits_over_central']:.2f}"
               f"  busiest admits/central {s['busiest_admits_over_central']:.3f}  busiest CPU/central "
-              f"{s['busiest_cpu_over_central']:.3f}  Σ CPU/central {s['sum_cpu_over_central']:.2f}  skips/msg "
-              f"{s['floor_skips_per_message']:.1f}  repairs {s['floor_repairs']}", flush=True)
+              f"{s['busiest_cpu_over_central']:.3f} (engine {s['busiest_engine_cpu_over_central']:.3f})  Σ CPU/central {s['sum_cpu_over_central']:.2f}  skips/msg "
+              f"{s['floor_skips_per_message']:.1f}  repairs {s['floor_repairs']}  readmits {s['floor_readmits']}"
+              f"  re-eval work/central {s['reevaluation_work_over_central']:.2f}", flush=True)
     c = central.work
     print(f"{'central':>14}  admits/msg {sum(c['admits']) / max(central.steady_messages, 1):7.1f}", flush=True)
     if args.out:
