@@ -71,7 +71,7 @@ cdef class Buffers(BufferStore):
     cdef vector[vector[PulledC]] skipped_list
     cdef vector[double] dropped_of           # per sid: the best score the full side list dropped
     cdef int32_t skipped_cap                 # side list length per subscription (0: rebuild always)
-    cdef uint64_t n_floor_readmits, n_floor_readmitted, floor_readmit_work
+    cdef uint64_t n_floor_readmits, n_floor_readmitted, floor_readmit_work, n_floor_refills
 
     cdef void init_sub(self, sid_t sid) noexcept nogil
     cdef void _init_state(self, sid_t sid) noexcept nogil
@@ -90,6 +90,7 @@ cdef class Buffers(BufferStore):
     cdef void set_floor(self, sid_t sid, double floor) noexcept nogil
     cdef void _list_skipped(self, sid_t sid, seq_t seq, double score) noexcept nogil
     cdef void _readmit_skipped(self, sid_t sid, double floor) noexcept nogil
+    cdef bint _refill_from_skipped(self, sid_t sid) noexcept nogil
     cdef void _clear_skipped(self, sid_t sid) noexcept nogil
 
 

@@ -49,8 +49,10 @@ to f re-admits the listed messages scoring >= f still in the window (``_readmit_
 k-skyband pass over the buffer and them in ranking order, theta unchanged: listed messages scored
 >= theta, which changes only at a rebuild, and a rebuild empties the list), unless the list
 dropped a score >= f: then, and for exact and kmax buffers (their theta follows the skipped
-entries), the buffer is rebuilt (a rebuild pulls every message again).  Unused, the floor vectors
-stay empty and admit pays one size test.
+entries), the buffer is rebuilt (a rebuild pulls every message again).  An expiry that leaves a
+skyband buffer fewer than k entries first re-admits its whole side list when nothing was dropped
+(``_refill_from_skipped``): the buffer is then the one without floors, and re-evaluates only if
+that one would.  Unused, the floor vectors stay empty and admit pays one size test.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
@@ -167,6 +169,7 @@ cdef class Buffers(BufferStore):
         self.n_floor_readmits = 0
         self.n_floor_readmitted = 0
         self.floor_readmit_work = 0
+        self.n_floor_refills = 0
 
     cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
         """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
@@ -467,6 +470,7 @@ cdef class Buffers(BufferStore):
             if (sid < self.skipped_list.size() and (self.kind == BUF_SKYBAND or self.kind == BUF_CSKYBAND)
                     and (self.dropped_of[sid] == -INFINITY or self.dropped_of[sid] < floor)):
                 self._readmit_skipped(sid, floor)
+                self.n_floor_readmits += 1
             else:
                 self._reevaluate(sid, True, True)
                 self.n_floor_repairs += 1
@@ -506,6 +510,18 @@ cdef class Buffers(BufferStore):
         elif score > self.dropped_of[sid]:
             self.dropped_of[sid] = score
 
+    cdef bint _refill_from_skipped(self, sid_t sid) noexcept nogil:
+        """An expiry left fewer than k entries: when the side list holds every message skipped
+        since the last rebuild (none dropped), the buffer with them re-admitted is the buffer
+        without floors, so a re-evaluation is due only if that one holds fewer than k too.
+        True: refilled, k entries held (the floor stays; later arrivals below it are skipped)."""
+        if (sid >= self.skipped_list.size() or self.skipped_list[sid].empty()
+                or self.dropped_of[sid] != -INFINITY):
+            return False
+        self._readmit_skipped(sid, -INFINITY)
+        self.n_floor_refills += 1
+        return <int32_t>self.buf[sid].size >= self.buf[sid].k
+
     cdef void _readmit_skipped(self, sid_t sid, double floor) noexcept nogil:
         """The floor falls to ``floor`` and the side list holds every skipped message scoring
         >= it: re-admit those still in the window.  The buffer and them, in ranking order, go
@@ -522,7 +538,6 @@ cdef class Buffers(BufferStore):
         cdef size_t i, j, w = 0
         cdef uint32_t dc
         cdef BufEntryC e
-        self.n_floor_readmits += 1
         self.pulled.clear()
         for i in range(side.size()):
             if side[0][i].seq < self.window.oldest_seq:
@@ -666,7 +681,7 @@ cdef class Buffers(BufferStore):
         sb.size = <uint32_t>n
         if <int32_t>p < k and <int32_t>n >= k:
             self._event(sid, 1, B[k - 1].seq_lo)
-        if <int32_t>n < k and not sb.complete:
+        if <int32_t>n < k and not sb.complete and not self._refill_from_skipped(sid):
             self._reevaluate(sid, True, True)      # Alg. 2
             self.n_reevaluations += 1
         else:
@@ -704,5 +719,5 @@ cdef class Buffers(BufferStore):
             "buffer_records_aligned": <size_t>self.buf % 64 == 0,
             "floor_skips": self.n_floor_skips, "floor_repairs": self.n_floor_repairs,
             "floor_readmits": self.n_floor_readmits, "floor_readmitted": self.n_floor_readmitted,
-            "floor_readmit_work": self.floor_readmit_work,
+            "floor_readmit_work": self.floor_readmit_work, "floor_refills": self.n_floor_refills,
         }
