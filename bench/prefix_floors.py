@@ -79,6 +79,7 @@ def summarize(costs, central) -> dict:
         "floor_repairs": int(work["floor_repairs"].sum()),
         "floor_readmits": int(work["floor_readmits"].sum()),
         "floor_readmitted": int(work["floor_readmitted"].sum()),
+        "floor_refills": int(work["floor_refills"].sum()),
         "floor_readmit_work_over_central": float(work["floor_readmit_work"].sum())
         / max(int(sum(central.work["reevaluation_work"])), 1),
         "busiest_reevaluation_work_over_central": float(work["reevaluation_work"].max())
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
         print(f"{name:>14}  admits/msg {s['admits_per_message']:7.1f}  Σ admits/central {s['sum_admits_over_central']:.2f}"
               f"  busiest admits/central {s['busiest_admits_over_central']:.3f}  busiest CPU/central "
               f"{s['busiest_cpu_over_central']:.3f} (engine {s['busiest_engine_cpu_over_central']:.3f})  Σ CPU/central {s['sum_cpu_over_central']:.2f}  skips/msg "
-              f"{s['floor_skips_per_message']:.1f}  repairs {s['floor_repairs']}  readmits {s['floor_readmits']}"
+              f"{s['floor_skips_per_message']:.1f}  repairs {s['floor_repairs']}  readmits {s['floor_readmits']}  refills {s['floor_refills']}"
               f"  re-eval work/central {s['reevaluation_work_over_central']:.2f}", flush=True)
     c = central.work
     print(f"{'central':>14}  admits/msg {sum(c['admits']) / max(central.steady_messages, 1):7.1f}", flush=True)

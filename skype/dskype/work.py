@@ -27,6 +27,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "floor_readmits": ("floor_readmits",),  # ... repaired from the side list of skipped messages instead
     "floor_readmitted": ("floor_readmitted",),  # skipped messages those re-admitted
     "floor_readmit_work": ("floor_readmit_work",),  # entries the re-admissions' k-skyband passes read
+    "floor_refills": ("floor_refills",),  # expiries that re-admitted the side list instead of re-evaluating
 }
 
 
