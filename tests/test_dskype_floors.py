@@ -367,3 +367,27 @@ def test_side_list_readmits_instead_of_rebuilding_and_rebuilds_on_overflow():
         assert len(log.sub) > 0
     with pytest.raises(InputError):
         eng.set_floors([1], [0.1], side_list=-1)
+
+
+@pytest.mark.parametrize("rising", [True, False])
+def test_a_full_side_list_remembers_what_it_dropped(rising):
+    """A list of one skipped message: arrivals scoring ever higher (or lower) each push one out;
+    the lifted floor must then rebuild (the dropped ones matter), not re-admit the one kept."""
+    from skype.engine import Engine
+
+    one = TermMatrix(np.array([0, 1]), np.array([0]), np.array([1.0]))
+    sub = SubscriptionBatch(np.array([1]), np.array([0.5]), np.array([0.5]), np.array([3]), np.array([0.5]), one)
+    n = 8
+    gap = np.linspace(0.4, 0.05, n) if rising else np.linspace(0.05, 0.4, n)  # closer: a higher score
+    msgs = MessageBatch(np.arange(n), 0.5 + gap, np.full(n, 0.5), np.arange(n, dtype=np.float64),
+                        TermMatrix(np.arange(n + 1), np.zeros(n, np.int64), np.ones(n)))
+    eng, ref = Engine(bounds=BOUNDS, window=50), Engine(bounds=BOUNDS, window=50)
+    for e in (eng, ref):
+        e.subscribe_batch(sub)
+    eng.set_floors([1], [np.inf], side_list=1)
+    for e in (eng, ref):
+        e.publish_batch(msgs)
+    assert eng.stats()["floor_skips"] == n
+    eng.set_floors([1], [-np.inf], side_list=1)
+    assert eng.stats()["floor_repairs"] == 1
+    assert eng.topk_arrays([1])[1].tolist() == ref.topk_arrays([1])[1].tolist()

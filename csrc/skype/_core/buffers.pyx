@@ -50,9 +50,8 @@ k-skyband pass over the buffer and them in ranking order, theta unchanged: liste
 >= theta, which changes only at a rebuild, and a rebuild empties the list), unless the list
 dropped a score >= f: then, and for exact and kmax buffers (their theta follows the skipped
 entries), the buffer is rebuilt (a rebuild pulls every message again).  An expiry that leaves a
-skyband buffer fewer than k entries first re-admits its whole side list when nothing was dropped
-(``_refill_from_skipped``): the buffer is then the one without floors, and re-evaluates only if
-that one would.  Unused, the floor vectors stay empty and admit pays one size test.
+skyband buffer fewer than k entries first re-admits its whole side list (``_refill_from_skipped``)
+and re-evaluates only if it still holds fewer than k.  Unused, the floor vectors stay empty and admit pays one size test.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
@@ -511,12 +510,12 @@ cdef class Buffers(BufferStore):
             self.dropped_of[sid] = score
 
     cdef bint _refill_from_skipped(self, sid_t sid) noexcept nogil:
-        """An expiry left fewer than k entries: when the side list holds every message skipped
-        since the last rebuild (none dropped), the buffer with them re-admitted is the buffer
-        without floors, so a re-evaluation is due only if that one holds fewer than k too.
-        True: refilled, k entries held (the floor stays; later arrivals below it are skipped)."""
-        if (sid >= self.skipped_list.size() or self.skipped_list[sid].empty()
-                or self.dropped_of[sid] != -INFINITY):
+        """An expiry left fewer than k entries: re-admit the whole side list first.  The buffer
+        stays the one without floors less skipped messages scoring below the floor (those the
+        list dropped), the invariant every floored buffer keeps, so with k entries it needs no
+        re-evaluation.  True: refilled to k entries (the floor stays; ``dropped_of`` still makes
+        a floor falling to a dropped score rebuild)."""
+        if sid >= self.skipped_list.size() or self.skipped_list[sid].empty():
             return False
         self._readmit_skipped(sid, -INFINITY)
         self.n_floor_refills += 1
