@@ -113,6 +113,20 @@ def central_phases(inputs, window: int, batch_size: int) -> dict:
     return {"seconds": spent, "scan_share": spent.get("disseminate", 0.0) / total}
 
 
+def floor_proof_bound(work: dict, central_work: dict, phases: dict) -> float:
+    """A lower bound of the busiest partition's engine time over the centralized engine's that no
+    admission floor can lower: per partition, the centralized engine's scan, verify and enter
+    seconds scaled by the partition's postings, candidates and arrivals over the centralized
+    engine's (a floor acts after all three), over the centralized engine's total; the largest
+    partition's.  Admissions, expiries and flushes count 0 (perfect floors)."""
+    sec = phases["seconds"]
+    total = sum(sec.get(k, 0.0) for k in ("enter", "disseminate", "admit", "expire", "flush")) or 1e-9
+    parts = [("scan", "postings"), ("verify", "candidates"), ("enter", "arrivals")]
+    per = sum(sec.get(phase, 0.0) * np.asarray(work[counter], np.float64) / max(float(sum(central_work[counter])), 1.0)
+              for phase, counter in parts)
+    return float(np.max(per)) / total
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from skype.simulate import load_inputs
@@ -146,6 +160,10 @@ def main(argv=None) -> int:
         out["central_phases"] = phases = central_phases(inputs, args.window, args.batch_size)
         print(f"{'central':>14}  phase seconds {({k: round(v, 3) for k, v in phases['seconds'].items()})}  scan share "
               f"{phases['scan_share']:.2f}", flush=True)
+        for name, run in out["runs"].items():
+            if name != "central":
+                run["summary"]["floor_proof_bound"] = bound = floor_proof_bound(run["work"], central.work, phases)
+                print(f"{name:>14}  busiest partition's floor-proof work / central >= {bound:.3f}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))
     return 0

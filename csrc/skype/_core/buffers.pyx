@@ -51,7 +51,8 @@ k-skyband pass over the buffer and them in ranking order, theta unchanged: liste
 dropped a score >= f: then, and for exact and kmax buffers (their theta follows the skipped
 entries), the buffer is rebuilt (a rebuild pulls every message again).  An expiry that leaves a
 skyband buffer fewer than k entries first re-admits its whole side list (``_refill_from_skipped``)
-and re-evaluates only if it still holds fewer than k.  Unused, the floor vectors stay empty and admit pays one size test.
+and re-evaluates only if it still holds fewer than k.  Unused, the floor vectors stay empty and
+admit pays one size test.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
