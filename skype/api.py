@@ -408,13 +408,15 @@ class EngineBase(abc.ABC):
                 score[i] = scores[a + int(hit[0])]
         return rank, score
 
-    def set_floors(self, sub_ids, floors) -> ChangeLog:
+    def set_floors(self, sub_ids, floors, side_list: int = 32) -> ChangeLog:
         """Admission floors of topk subscriptions: the caller promises that, until its next call,
         no arrival scoring below ``floors[i]`` can matter to subscription ``sub_ids[i]`` (DSkype:
         the global k-th score, :mod:`skype.dskype.floors`); ``-inf`` lifts a floor.  The engine
         may then skip admitting such arrivals; every top-k entry ranking above the current floor
-        stays exact.  Returns the top-k changes of the buffers a lowered floor rebuilt.  A floor
-        permits, it never obliges: this default ignores them, which is exact."""
+        stays exact.  ``side_list``: how many skipped messages the engine may keep per
+        subscription to re-admit when a floor falls (0: it rebuilds the buffer instead).  Returns
+        the top-k changes of the buffers a lowered floor repaired.  A floor permits, it never
+        obliges: this default ignores them, which is exact."""
         self._floor_inputs(sub_ids, floors)
         return ChangeLog.empty()
 

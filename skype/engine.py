@@ -455,12 +455,13 @@ class Engine(EngineBase):
     def _topn(self, sub_id: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         return self._core.topn(sub_id, n)
 
-    def set_floors(self, sub_ids, floors) -> ChangeLog:
+    def set_floors(self, sub_ids, floors, side_list: int = 32) -> ChangeLog:
         """:meth:`EngineBase.set_floors`, kept by the buffers (``set_floor`` in buffers.pyx)."""
         ids, values = self._floor_inputs(sub_ids, floors)
+        side_list = _positive("side_list", side_list, int, 0, strict=False)
         if not self._core_live or len(ids) == 0:
             return ChangeLog.empty()
-        return ChangeLog(*self._core.set_floors(ids, values))
+        return ChangeLog(*self._core.set_floors(ids, values, side_list))
 
     def _thresholds(self, sub_ids: np.ndarray) -> np.ndarray:
         known = self._known_subscriptions(sub_ids)

@@ -72,11 +72,11 @@ class FloorRun:
     """The distributed run and its centralized oracle (module docstring)."""
 
     def __init__(self, parts: int, window: int, use_floors: bool, lag: int, margin: float = 0.0,
-                 settle: bool = False) -> None:
+                 settle: bool = False, side_list: int = 32) -> None:
         spec = WindowSpec("count", float(window))
         self.configs = [_config(p, spec) for p in range(parts)]
         self.cores = [PartitionCore(c) for c in self.configs]
-        self.margin, self.settle = margin, settle
+        self.margin, self.settle, self.side_list = margin, settle, side_list
         self._sticky()
         self.central = PartitionCore(_config(0, spec))
         self.merge = MergeCore()
@@ -86,10 +86,12 @@ class FloorRun:
         self.segments: list[list[bytes]] = [[] for _ in range(parts)]
         self.hwm = -1
         self.skips = 0
+        self.readmits = 0
 
     def _sticky(self) -> None:
         for core in self.cores:
             core.floors.margin, core.floors.settle = self.margin, self.settle
+            core.floors.side_list = self.side_list
 
     def floors_for_next(self) -> Floors | None:
         if not self.use_floors or len(self.history) <= self.lag:
@@ -111,6 +113,7 @@ class FloorRun:
             if len(rows):
                 self.segments[p].append(codec.pack_messages(msgs.take(rows), seq[rows]))
             self.skips += out.metrics["work"].get("floor_skips", 0)
+            self.readmits += out.metrics["work"].get("floor_readmits", 0)
         self.central.apply(PartitionInput(msgs, seq, central_cmds, hwm, float(hwm)))
         self.merge.apply(blobs)
         self.hwm = hwm
@@ -160,10 +163,10 @@ def _messages(rng, pool: MessageBatch, lo: int, n: int) -> MessageBatch:
 
 
 def _play(seed: int, parts: int, window: int, max_batch: int, pool_size: int, lag: int, restart_at: int,
-          use_floors: bool = True, margin: float = 0.0, settle: bool = False) -> FloorRun:
+          use_floors: bool = True, margin: float = 0.0, settle: bool = False, side_list: int = 32) -> FloorRun:
     rng = np.random.default_rng(seed)
     pool = _pool(rng, pool_size)
-    run = FloorRun(parts, window, use_floors, lag, margin, settle)
+    run = FloorRun(parts, window, use_floors, lag, margin, settle, side_list)
     cseq, lo, stale = 0, 0, None
     for b in range(14):
         n = int(rng.integers(1, max_batch + 1))
@@ -187,10 +190,12 @@ def _play(seed: int, parts: int, window: int, max_batch: int, pool_size: int, la
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 16), parts=st.sampled_from([2, 3]), window=st.sampled_from([12, 25, 40]),
        max_batch=st.sampled_from([8, 25]), pool_size=st.sampled_from([3, 12, 200]), lag=st.sampled_from([0, 0, 1, 2]),
-       restart_at=st.sampled_from([-1, 5, 9]), margin=st.sampled_from([0.0, 0.0, 0.05]), settle=st.booleans())
+       restart_at=st.sampled_from([-1, 5, 9]), margin=st.sampled_from([0.0, 0.0, 0.05]), settle=st.booleans(),
+       side_list=st.sampled_from([0, 1, 3, 32]))
 def test_floors_keep_the_merged_lists_equal_to_the_centralized_engine(seed, parts, window, max_batch, pool_size,
-                                                                      lag, restart_at, margin, settle):
-    _play(seed, parts, window, max_batch, pool_size, lag, restart_at, margin=margin, settle=settle)
+                                                                      lag, restart_at, margin, settle, side_list):
+    _play(seed, parts, window, max_batch, pool_size, lag, restart_at, margin=margin, settle=settle,
+          side_list=side_list)
 
 
 @pytest.mark.parametrize("pool_size", [3, 200])
@@ -199,6 +204,7 @@ def test_floors_skip_admissions_and_the_run_without_them_agrees(pool_size):
     with_floors = _play(7, 3, 40, 25, pool_size, 0, -1)
     without = _play(7, 3, 40, 25, pool_size, 0, -1, use_floors=False)
     assert with_floors.skips > 0 and without.skips == 0
+    assert with_floors.readmits > 0  # the side list repaired buffers (not only rebuilds)
     assert with_floors.merged() == without.merged()
 
 
@@ -216,7 +222,7 @@ def test_keeper_ignores_stale_floors_and_floors_older_than_the_record():
         def __init__(self):
             self.calls = []
 
-        def set_floors(self, ids, values):
+        def set_floors(self, ids, values, side_list=32):
             self.calls.append((ids.tolist(), values.tolist()))
             from skype.api import ChangeLog
 
@@ -258,11 +264,11 @@ def test_engine_rebuilds_a_buffer_when_its_floor_falls_below_a_skipped_score():
     for e in (eng, ref):
         e.subscribe_batch(sub)
         e.publish_batch(msgs.slice(0, 60))
-    eng.set_floors([1], [np.inf])  # skip every admission
+    eng.set_floors([1], [np.inf], side_list=0)  # skip every admission, keep no side list
     eng.publish_batch(msgs.slice(60, 100))
     ref.publish_batch(msgs.slice(60, 100))
     assert eng.stats()["floor_skips"] > 0
-    log = eng.set_floors([1], [-np.inf])  # lifted: the skipped messages come back
+    log = eng.set_floors([1], [-np.inf], side_list=0)  # lifted: the skipped messages come back
     assert eng.stats()["floor_repairs"] == 1
     assert eng.topk_arrays([1])[1].tolist() == ref.topk_arrays([1])[1].tolist()
     assert len(log.sub) > 0
@@ -286,3 +292,102 @@ def test_the_reference_engine_ignores_floors_and_stays_exact():
     assert eng.topk_arrays([1])[1].tolist() == ref.topk_arrays([1])[1].tolist()
     with pytest.raises(InputError):
         eng.set_floors([7], [0.5])
+
+
+def _above(eng, ids, floors):
+    """Each subscription's top-k entries scoring >= its floor: (message ids, scores) per id."""
+    indptr, msgs, scores = eng.topk_arrays(ids)
+    out = []
+    for i, f in enumerate(floors):
+        a, b = int(indptr[i]), int(indptr[i + 1])
+        keep = scores[a:b] >= f
+        out.append((msgs[a:b][keep].tolist(), scores[a:b][keep].tolist()))
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2 ** 16), window=st.sampled_from([10, 30, 80]), pool_size=st.sampled_from([3, 12, 200]),
+       side_list=st.sampled_from([0, 1, 2, 8, 32]), buffer=st.sampled_from(["cskyband", "skyband", "exact"]))
+def test_side_list_keeps_every_entry_above_the_floor_exact(seed, window, pool_size, side_list, buffer):
+    """The engine's contract for any floors, valid or not: every top-k entry scoring >= the floor in
+    force is the floorless engine's; a lifted floor gives its whole list.  Floors rise, fall and
+    lapse at random between batches, so listed skipped messages are re-admitted (ties at the floor:
+    a pool of 3 messages), expire before a floor falls (windows of 10), or overflow the list (1-2)."""
+    from skype.engine import Engine
+
+    rng = np.random.default_rng(seed)
+    pool = _pool(rng, pool_size)
+    subs = SubscriptionBatch(np.arange(6, dtype=np.int64), rng.random(6), rng.random(6), rng.integers(1, 5, 6),
+                             rng.choice([0.3, 0.5], 6), _terms(rng, 6))
+    eng, ref = Engine(bounds=BOUNDS, window=window, buffer=buffer), Engine(bounds=BOUNDS, window=window, buffer=buffer)
+    for e in (eng, ref):
+        e.subscribe_batch(subs)
+    ids = np.arange(6, dtype=np.int64)
+    floors = np.full(6, -np.inf)
+    lo = 0
+    for _ in range(12):
+        # a new floor per subscription: a pool score (ties), just above or below one, or lifted
+        scores = ref.topk_arrays(ids)[2]
+        choices = np.r_[scores, scores + 1e-9, scores - 1e-9, -np.inf, np.inf] if len(scores) else np.r_[-np.inf]
+        floors = np.where(rng.random(6) < 0.7, rng.choice(choices, 6), floors)
+        eng.set_floors(ids, floors, side_list=side_list)
+        assert _above(eng, ids, floors) == _above(ref, ids, floors)
+        n = int(rng.integers(1, 25))
+        msgs = _messages(rng, pool, lo, n)
+        for e in (eng, ref):
+            e.publish_batch(msgs)
+        lo += n
+        assert _above(eng, ids, floors) == _above(ref, ids, floors)
+    eng.set_floors(ids, np.full(6, -np.inf), side_list=side_list)
+    assert eng.topk_arrays(ids)[1].tolist() == ref.topk_arrays(ids)[1].tolist()
+
+
+def test_side_list_readmits_instead_of_rebuilding_and_rebuilds_on_overflow():
+    """A lifted floor re-admits the listed skipped messages (no rebuild) while the list holds them
+    all; past its length, the list drops one and the lifted floor rebuilds."""
+    from skype.engine import Engine
+
+    rng = np.random.default_rng(3)
+    sub, pool = _record(rng, 1), _pool(rng, 200)
+    msgs = _messages(rng, pool, 0, 100)
+    for side_list, rebuilds in ((64, 0), (2, 1)):
+        eng, ref = Engine(bounds=BOUNDS, window=50), Engine(bounds=BOUNDS, window=50)
+        for e in (eng, ref):
+            e.subscribe_batch(sub)
+            e.publish_batch(msgs.slice(0, 60))
+        eng.set_floors([1], [np.inf], side_list=side_list)  # skip every admission
+        eng.publish_batch(msgs.slice(60, 100))
+        ref.publish_batch(msgs.slice(60, 100))
+        skips = eng.stats()["floor_skips"]
+        assert skips > 2  # more than the short list holds
+        log = eng.set_floors([1], [-np.inf], side_list=side_list)  # lifted: the skipped messages come back
+        stats = eng.stats()
+        assert (stats["floor_repairs"], stats["floor_readmits"]) == (rebuilds, 1 - rebuilds)
+        assert eng.topk_arrays([1])[1].tolist() == ref.topk_arrays([1])[1].tolist()
+        assert len(log.sub) > 0
+    with pytest.raises(InputError):
+        eng.set_floors([1], [0.1], side_list=-1)
+
+
+@pytest.mark.parametrize("rising", [True, False])
+def test_a_full_side_list_remembers_what_it_dropped(rising):
+    """A list of one skipped message: arrivals scoring ever higher (or lower) each push one out;
+    the lifted floor must then rebuild (the dropped ones matter), not re-admit the one kept."""
+    from skype.engine import Engine
+
+    one = TermMatrix(np.array([0, 1]), np.array([0]), np.array([1.0]))
+    sub = SubscriptionBatch(np.array([1]), np.array([0.5]), np.array([0.5]), np.array([3]), np.array([0.5]), one)
+    n = 8
+    gap = np.linspace(0.4, 0.05, n) if rising else np.linspace(0.05, 0.4, n)  # closer: a higher score
+    msgs = MessageBatch(np.arange(n), 0.5 + gap, np.full(n, 0.5), np.arange(n, dtype=np.float64),
+                        TermMatrix(np.arange(n + 1), np.zeros(n, np.int64), np.ones(n)))
+    eng, ref = Engine(bounds=BOUNDS, window=50), Engine(bounds=BOUNDS, window=50)
+    for e in (eng, ref):
+        e.subscribe_batch(sub)
+    eng.set_floors([1], [np.inf], side_list=1)
+    for e in (eng, ref):
+        e.publish_batch(msgs)
+    assert eng.stats()["floor_skips"] == n
+    eng.set_floors([1], [-np.inf], side_list=1)
+    assert eng.stats()["floor_repairs"] == 1
+    assert eng.topk_arrays([1])[1].tolist() == ref.topk_arrays([1])[1].tolist()

@@ -130,6 +130,7 @@ class FloorKeeper:
     restarted_at: int = -1  # records older than the keeper count as subscribed here (a rebuild)
     margin: float = 0.0
     settle: bool = False  # apply a floor only to a replica that had a valid one in the batch before too
+    side_list: int = 32  # skipped messages the engine keeps per subscription to re-admit (0: rebuild)
     offered_before: set[int] = field(default_factory=set)  # settle: ids with a valid floor last batch
 
     def subscribed(self, sub_ids, hwm_seq: int) -> None:
@@ -169,4 +170,4 @@ class FloorKeeper:
             return ChangeLog.empty()
         ids = np.array(list(changed) + lifted, np.int64)
         values = np.array(list(changed.values()) + [-np.inf] * len(lifted), np.float64)
-        return engine.set_floors(ids, values)
+        return engine.set_floors(ids, values, side_list=self.side_list)

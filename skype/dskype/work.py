@@ -24,6 +24,10 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "expirations": ("expirations",),
     "floor_skips": ("floor_skips",),  # admissions skipped below a floor (skype.dskype.floors)
     "floor_repairs": ("floor_repairs",),  # buffers rebuilt because a floor fell below a skipped score
+    "floor_readmits": ("floor_readmits",),  # ... repaired from the side list of skipped messages instead
+    "floor_readmitted": ("floor_readmitted",),  # skipped messages those re-admitted
+    "floor_readmit_work": ("floor_readmit_work",),  # entries the re-admissions' k-skyband passes read
+    "floor_refills": ("floor_refills",),  # expiries that re-admitted the side list instead of re-evaluating
 }
 
 

@@ -156,14 +156,16 @@ def _partition_input(part, pinput_cls):
 def measure_partitions(inputs, method: str, partitions: int, *, window: int, batch_size: int,
                        sample_size: int = 10_000, summaries: str = "active", options: dict | None = None,
                        registration_chunk: int = 50_000, floors: bool = False,
-                       floor_margin: float = 0.0, floor_settle: bool = False) -> PartitionCosts:
+                       floor_margin: float = 0.0, floor_settle: bool = False,
+                       floor_side_list: int = 32) -> PartitionCosts:
     """Run ``method`` over ``partitions`` partitions on ``inputs`` (a workload whose subscriptions
     all come first, :class:`skype.workload.Inputs`) with a count window of ``window`` messages;
     see the module docstring.  ``options``: further options of the ``distributed`` command
     (engine options, ``range_cut``...).  ``floors``: after each batch the merge buckets' global
     k-th score floors (:mod:`skype.dskype.floors`) go into the next batch's partition inputs (their
     computation counts as merge CPU); ``floor_margin``, ``floor_settle``: ``FloorKeeper.margin``
-    (sticky floors) and ``.settle`` (a floor applies from its second batch in a row)."""
+    (sticky floors) and ``.settle`` (a floor applies from its second batch in a row);
+    ``floor_side_list``: ``.side_list`` (skipped messages kept per subscription for re-admission)."""
     from skype.dskype.floors import Floors, floors_of
     from skype.dskype.merge import MergeCore
     from skype.dskype.partition import PartitionCore, PartitionInput
@@ -193,6 +195,7 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         for core in cores:
             core.floors.margin = float(floor_margin)
             core.floors.settle = bool(floor_settle)
+            core.floors.side_list = int(floor_side_list)
         merges = None if configs[0].inline_merge else [MergeCore() for _ in range(P)]
         registration = np.zeros(P)
         for lo in range(0, len(subs), registration_chunk):
@@ -281,4 +284,5 @@ def measure_partitions(inputs, method: str, partitions: int, *, window: int, bat
         rss_growth_bytes=int(rss), rss_peak_growth_bytes=int(peak), communication_per_message=copies / max(len(messages), 1),
         replication_ratio=sum(replicas) / max(len(subs), 1),
         settings={"sample_size": int(sample_size), "summaries": summaries, "floors": bool(floors),
-                  "floor_margin": float(floor_margin), "floor_settle": bool(floor_settle), **(options or {})})
+                  "floor_margin": float(floor_margin), "floor_settle": bool(floor_settle),
+                  "floor_side_list": int(floor_side_list), **(options or {})})

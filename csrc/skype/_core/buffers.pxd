@@ -66,6 +66,12 @@ cdef class Buffers(BufferStore):
     cdef vector[double] floor_of             # per sid: an admission scoring below it may be skipped
     cdef vector[double] skipped_of           # per sid: the best score skipped since the last rebuild
     cdef uint64_t n_floor_skips, n_floor_repairs
+    # the side list of skipped messages (skyband kinds): a lowered floor re-admits them instead of
+    # a rebuild, unless one scoring at or above it was dropped (dropped_of: the list overflowed)
+    cdef vector[vector[PulledC]] skipped_list
+    cdef vector[double] dropped_of           # per sid: the best score the full side list dropped
+    cdef int32_t skipped_cap                 # side list length per subscription (0: rebuild always)
+    cdef uint64_t n_floor_readmits, n_floor_readmitted, floor_readmit_work, n_floor_refills
 
     cdef void init_sub(self, sid_t sid) noexcept nogil
     cdef void _init_state(self, sid_t sid) noexcept nogil
@@ -82,6 +88,10 @@ cdef class Buffers(BufferStore):
     cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil
     cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil
     cdef void set_floor(self, sid_t sid, double floor) noexcept nogil
+    cdef void _list_skipped(self, sid_t sid, seq_t seq, double score) noexcept nogil
+    cdef void _readmit_skipped(self, sid_t sid, double floor) noexcept nogil
+    cdef bint _refill_from_skipped(self, sid_t sid) noexcept nogil
+    cdef void _clear_skipped(self, sid_t sid) noexcept nogil
 
 
 cdef inline void prefetch_buffer(Buffers b, sid_t sid) noexcept nogil:

@@ -42,8 +42,17 @@ the subscription's floor is not admitted, and ``skipped_of`` keeps the best scor
 last rebuild.  Invariant: the buffer is the one above with the skipped messages (all scoring below
 the floor in force) removed and older entries they would have dominated kept, so every entry
 ranking above the current floor is where it would be without floors.  Setting a floor at or below
-a skipped score rebuilds the buffer first (a rebuild pulls every message again); unused, the floor
-vectors stay empty and admit pays one size test.
+a skipped score repairs the buffer first.  The skyband kinds keep each subscription's skipped
+messages in a side list of ``skipped_cap`` entries (``_list_skipped``; a full list forgets its
+expired entries, then drops its lowest score and remembers it in ``dropped_of``); a floor falling
+to f re-admits the listed messages scoring >= f still in the window (``_readmit_skipped``: one
+k-skyband pass over the buffer and them in ranking order, theta unchanged: listed messages scored
+>= theta, which changes only at a rebuild, and a rebuild empties the list), unless the list
+dropped a score >= f: then, and for exact and kmax buffers (their theta follows the skipped
+entries), the buffer is rebuilt (a rebuild pulls every message again).  An expiry that leaves a
+skyband buffer fewer than k entries first re-admits its whole side list (``_refill_from_skipped``)
+and re-evaluates only if it still holds fewer than k.  Unused, the floor vectors stay empty and
+admit pays one size test.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
@@ -76,6 +85,11 @@ cdef inline size_t insert_pos(const BufEntryC* B, size_t n, double score) noexce
         else:
             hi = mid
     return lo
+
+
+cdef inline bint ranked_before(const PulledC& a, const PulledC& b) noexcept nogil:
+    """The ranking order (score desc, seq desc)."""
+    return a.score > b.score or (a.score == b.score and a.seq > b.seq)
 
 
 cdef inline void heap_push_min(vector[seq_t]* h, seq_t v) noexcept nogil:
@@ -151,6 +165,11 @@ cdef class Buffers(BufferStore):
         self.arena = EntryArena()
         self.n_floor_skips = 0
         self.n_floor_repairs = 0
+        self.skipped_cap = 32
+        self.n_floor_readmits = 0
+        self.n_floor_readmitted = 0
+        self.floor_readmit_work = 0
+        self.n_floor_refills = 0
 
     cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
         """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
@@ -294,6 +313,7 @@ cdef class Buffers(BufferStore):
         k = sb.k
         if sid < self.skipped_of.size():
             self.skipped_of[sid] = -INFINITY            # the pull below sees every message again
+            self._clear_skipped(sid)
         # old state, for events and for the reverse map
         self.old_all.clear()
         for i in range(sb.size):
@@ -437,17 +457,134 @@ cdef class Buffers(BufferStore):
         if sid < self.floor_of.size():
             self.floor_of[sid] = -INFINITY
             self.skipped_of[sid] = -INFINITY
+            self._clear_skipped(sid)
 
     cdef void set_floor(self, sid_t sid, double floor) noexcept nogil:
         """From now on an arrival scoring below ``floor`` may be skipped (module docstring); a
-        message skipped earlier that scores >= ``floor`` could matter again: rebuild first."""
+        message skipped earlier that scores >= ``floor`` could matter again: re-admit it from
+        the side list, or rebuild when the list cannot."""
         if sid >= self.floor_of.size():
             self.floor_of.resize(sid + 1, -INFINITY)
             self.skipped_of.resize(sid + 1, -INFINITY)
-        if self.skipped_of[sid] >= floor:
-            self._reevaluate(sid, True, True)
-            self.n_floor_repairs += 1
+        if self.skipped_of[sid] > -INFINITY and self.skipped_of[sid] >= floor:  # -inf: nothing skipped
+            if (sid < self.skipped_list.size() and (self.kind == BUF_SKYBAND or self.kind == BUF_CSKYBAND)
+                    and (self.dropped_of[sid] == -INFINITY or self.dropped_of[sid] < floor)):
+                self._readmit_skipped(sid, floor)
+                self.n_floor_readmits += 1
+            else:
+                self._reevaluate(sid, True, True)
+                self.n_floor_repairs += 1
         self.floor_of[sid] = floor
+
+    cdef void _clear_skipped(self, sid_t sid) noexcept nogil:
+        if sid < self.skipped_list.size():
+            self.skipped_list[sid].clear()
+            self.dropped_of[sid] = -INFINITY
+
+    cdef void _list_skipped(self, sid_t sid, seq_t seq, double score) noexcept nogil:
+        """Keep a skipped arrival in ``sid``'s side list (module docstring)."""
+        cdef vector[PulledC]* side
+        cdef size_t i, w = 0, low = 0
+        if self.skipped_cap <= 0 or self.kind == BUF_EXACT or self.kind == BUF_KMAX:
+            return                                  # no list: a lowered floor rebuilds (set_floor)
+        if sid >= self.skipped_list.size():
+            self.skipped_list.resize(sid + 1)
+            self.dropped_of.resize(sid + 1, -INFINITY)
+        side = &self.skipped_list[sid]
+        if <int32_t>side.size() >= self.skipped_cap:  # full: forget the expired entries first
+            for i in range(side.size()):
+                if side[0][i].seq >= self.window.oldest_seq:
+                    side[0][w] = side[0][i]
+                    w += 1
+            side.resize(w)
+        if <int32_t>side.size() < self.skipped_cap:
+            side.push_back(PulledC(seq, score))
+            return
+        for i in range(1, side.size()):
+            if side[0][i].score < side[0][low].score:
+                low = i
+        if side[0][low].score < score:              # keep the higher: drop the list's lowest
+            if side[0][low].score > self.dropped_of[sid]:
+                self.dropped_of[sid] = side[0][low].score
+            side[0][low] = PulledC(seq, score)
+        elif score > self.dropped_of[sid]:
+            self.dropped_of[sid] = score
+
+    cdef bint _refill_from_skipped(self, sid_t sid) noexcept nogil:
+        """An expiry left fewer than k entries: re-admit the whole side list first.  The buffer
+        stays the one without floors less skipped messages scoring below the floor (those the
+        list dropped), the invariant every floored buffer keeps, so with k entries it needs no
+        re-evaluation.  True: refilled to k entries (the floor stays; ``dropped_of`` still makes
+        a floor falling to a dropped score rebuild)."""
+        if sid >= self.skipped_list.size() or self.skipped_list[sid].empty():
+            return False
+        self._readmit_skipped(sid, -INFINITY)
+        self.n_floor_refills += 1
+        return <int32_t>self.buf[sid].size >= self.buf[sid].k
+
+    cdef void _readmit_skipped(self, sid_t sid, double floor) noexcept nogil:
+        """The floor falls to ``floor`` and the side list holds every skipped message scoring
+        >= it: re-admit those still in the window.  The buffer and them, in ranking order, go
+        through the k-skyband pass of ``_rebuild`` (the dominance counters of the buffer's
+        entries count the re-admitted messages too; dominators of a k-skyband member are
+        members, so the pass over members gives their exact counters).  Theta and completeness
+        are unchanged; the listed messages below ``floor`` stay listed."""
+        cdef SubBufC* sb = &self.buf[sid]
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef vector[PulledC]* side = &self.skipped_list[sid]
+        cdef vector[seq_t]* h = &self.heap
+        cdef int32_t k = sb.k
+        cdef double rest = self.dropped_of[sid]
+        cdef size_t i, j, w = 0
+        cdef uint32_t dc
+        cdef BufEntryC e
+        self.pulled.clear()
+        for i in range(side.size()):
+            if side[0][i].seq < self.window.oldest_seq:
+                continue                            # expired: gone from the window
+            if side[0][i].score >= floor:
+                self.pulled.push_back(side[0][i])
+            else:
+                side[0][w] = side[0][i]
+                w += 1
+                if side[0][i].score > rest:
+                    rest = side[0][i].score
+        side.resize(w)
+        self.skipped_of[sid] = rest
+        if self.pulled.empty():
+            return
+        self.n_floor_readmitted += self.pulled.size()
+        for i in range(sb.size):
+            self.pulled.push_back(PulledC(self._full_seq(B[i].seq_lo), B[i].score))
+        self.floor_readmit_work += self.pulled.size()
+        std_sort(self.pulled.begin(), self.pulled.end(), ranked_before)
+        self._remember_holds(sb)
+        self.old_seqs.clear()
+        for i in range(sb.size if <int32_t>sb.size < k else k):
+            self.old_seqs.push_back(B[i].seq_lo)
+        self.rebuilt.clear()
+        h.clear()
+        for i in range(self.pulled.size()):
+            if <int32_t>h.size() == k and h[0][0] > self.pulled[i].seq:
+                continue                            # k newer, higher-ranked messages
+            dc = 0
+            for j in range(h.size()):
+                if h[0][j] > self.pulled[i].seq:
+                    dc += 1
+            if <int32_t>h.size() < k:
+                heap_push_min(h, self.pulled[i].seq)
+            elif self.pulled[i].seq > h[0][0]:
+                heap_replace_min(h, self.pulled[i].seq)
+            if <int32_t>dc >= k:
+                continue
+            e.score = self.pulled[i].score
+            e.seq_lo = <uint32_t>self.pulled[i].seq
+            e.dc = <uint16_t>dc
+            e.hold = 0
+            self.rebuilt.push_back(e)
+        self._store(sb, self.rebuilt.data(), self.rebuilt.size())
+        self._hand_over_holds(sid)
+        self._diff_events(sid, k)
 
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil:
         """An arriving message scored ``score >= theta_s`` against ``sid``."""
@@ -460,6 +597,7 @@ cdef class Buffers(BufferStore):
             self.n_floor_skips += 1                 # below the floor: cannot matter (set_floor)
             if score > self.skipped_of[sid]:
                 self.skipped_of[sid] = score
+            self._list_skipped(sid, seq, score)
             return
         pos = insert_pos(B, n, score)
         e.score = score
@@ -543,7 +681,7 @@ cdef class Buffers(BufferStore):
         sb.size = <uint32_t>n
         if <int32_t>p < k and <int32_t>n >= k:
             self._event(sid, 1, B[k - 1].seq_lo)
-        if <int32_t>n < k and not sb.complete:
+        if <int32_t>n < k and not sb.complete and not self._refill_from_skipped(sid):
             self._reevaluate(sid, True, True)      # Alg. 2
             self.n_reevaluations += 1
         else:
@@ -580,4 +718,6 @@ cdef class Buffers(BufferStore):
             "loose_slots": loose, "buffer_record_bytes": sizeof(SubBufC),
             "buffer_records_aligned": <size_t>self.buf % 64 == 0,
             "floor_skips": self.n_floor_skips, "floor_repairs": self.n_floor_repairs,
+            "floor_readmits": self.n_floor_readmits, "floor_readmitted": self.n_floor_readmitted,
+            "floor_readmit_work": self.floor_readmit_work, "floor_refills": self.n_floor_refills,
         }

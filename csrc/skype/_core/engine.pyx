@@ -490,10 +490,13 @@ cdef class CoreEngine:
             self.buffers.drop_sub(sid)
             self.table.remove(sid)
 
-    def set_floors(self, const int64_t[::1] ext_ids, const double[::1] floors):
-        """Per-subscription admission floors (buffers.pyx, set_floor); returns the top-k changes
-        of the buffers a lowered floor rebuilt, as (at, sub, msg, entered) arrays."""
+    def set_floors(self, const int64_t[::1] ext_ids, const double[::1] floors, int side_list=32):
+        """Per-subscription admission floors (buffers.pyx, set_floor); ``side_list``: skipped
+        messages kept per subscription from now on, re-admitted by a lowered floor instead of a
+        rebuild (0: always rebuild).  Returns the top-k changes of the buffers a lowered floor
+        repaired, as (at, sub, msg, entered) arrays."""
         cdef Py_ssize_t i
+        self.buffers.skipped_cap = side_list
         with nogil:
             for i in range(ext_ids.shape[0]):
                 self.buffers.set_floor(self.table.by_ext[ext_ids[i]], floors[i])
