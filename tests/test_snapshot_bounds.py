@@ -91,6 +91,77 @@ def test_snapshot_topk_shadow_bounds_read_fewer_entries():
     assert work < 1500, work
 
 
+@pytest.mark.parametrize("floor", [True, False], ids=["floor", "no-floor"])
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.0, 0.5, 1.0]), k=st.sampled_from([1, 2, 7, 40]))
+def test_snapshot_topk_adversarial_equal_reference(floor, seed, alpha, k):
+    """Cases a floor under the k-th score could get wrong: whole groups of messages with the
+    same terms at the same place (equal scores: the k-th score tied by many, newer first), one-term
+    queries, queries whose terms no message holds (or only one of them does), ``alpha`` 0 (text
+    alone: ties across the space) and 1 (distance alone), k above the number of matches, and
+    ``last`` (no floor: the fresh messages are filtered after retrieval).  Every answer is the
+    reference's, with and without the floor (``msgindex.query_floor``)."""
+    from skype._core.msgindex import set_query_floor
+
+    rng = np.random.default_rng(seed)
+    engines = _pair(500)
+    messages = []
+    for j in range(600):
+        if j % 3 == 0 and j:                                  # a copy of an earlier message: a tie
+            src = messages[int(rng.integers(0, len(messages)))]
+            messages.append(Message(j, src.x, src.y, t=float(j), terms=dict(src.terms)))
+            continue
+        names = rng.choice(NAMES, size=int(rng.integers(1, 4)), replace=False, p=[0.3, 0.25, 0.2, 0.1, 0.1, 0.05])
+        x, y = (float(v) for v in rng.integers(0, 5, 2) * 2.5)
+        messages.append(Message(j, x, y, t=float(j), terms={str(n): float(rng.choice([1.0, 2.0])) for n in names}))
+    _publish(engines, messages)
+    queries = [["a"], ["f"], ["zz"], ["zz", "yy"], ["zz", "a"], ["a", "b"], ["a", "b", "c", "d"], ["e", "f"]]
+    set_query_floor(floor)
+    try:
+        for names in queries:
+            for last in (None, 200.0):
+                q = dict(x=float(rng.integers(0, 5)) * 2.5, y=float(rng.integers(0, 5)) * 2.5, k=k, alpha=alpha,
+                         terms={n: float(rng.choice([1.0, 3.0])) for n in names})
+                if last is not None:
+                    q["last"] = last
+                got, want = (_topk(e, **q) for e in engines)
+                assert got == want, q
+        assert _topk(engines[0], x=5.0, y=5.0, k=k, alpha=alpha, terms={"zz": 1.0}) == []
+    finally:
+        set_query_floor(True)
+
+
+def test_snapshot_topk_floor_reads_fewer_entries():
+    """The floor under the k-th score drops the groups and entries bounded below it instead of
+    pushing them: on the same window and queries it bounds fewer entries alone and pops no more
+    items, with the same answers (the reference's)."""
+    from skype._core.msgindex import set_query_floor
+
+    rng = np.random.default_rng(21)
+    engines = _pair(4000)
+    messages = []
+    for j in range(4000):
+        names = rng.choice(NAMES, size=int(rng.integers(1, 4)), replace=False, p=[0.3, 0.25, 0.2, 0.1, 0.1, 0.05])
+        messages.append(Message(j, float(rng.uniform(0, 10)), float(rng.uniform(0, 10)), t=float(j),
+                                terms={str(n): float(rng.uniform(0.1, 1.0)) for n in names}))
+    _publish(engines, messages)
+    queries = [dict(x=float(rng.uniform(0, 10)), y=float(rng.uniform(0, 10)), k=10, alpha=float(a),
+                    terms={"a": 1.0, "b": float(rng.uniform(0.5, 2.0))}) for a in (0.0, 0.1, 0.3, 0.6)]
+    counters = {}
+    try:
+        for on in (False, True):
+            set_query_floor(on)
+            before = engines[0].stats()["queries"]["snapshots"]
+            answers = [_topk(engines[0], **q) for q in queries]
+            after = engines[0].stats()["queries"]["snapshots"]
+            counters[on] = {c: after[c] - before[c] for c in ("topk_work", "topk_entry_bounds")}
+            assert answers == [_topk(engines[1], **q) for q in queries]
+    finally:
+        set_query_floor(True)
+    assert counters[True]["topk_work"] <= counters[False]["topk_work"], counters
+    assert counters[True]["topk_entry_bounds"] < counters[False]["topk_entry_bounds"], counters
+
+
 # ----------------------------------------------------------------------------------- terms
 
 def _terms(e, rect, k):

@@ -22,7 +22,8 @@ is pushed alone, and a message is read from the window only when its entry pops.
 space as well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
 """
 from libcpp.vector cimport vector
-from libcpp.algorithm cimport sort as std_sort
+from libcpp.algorithm cimport sort as std_sort, push_heap, pop_heap
+from libcpp.functional cimport greater
 from libc.stdint cimport int32_t, uint32_t, UINT64_MAX
 from libc.math cimport nextafterf, INFINITY
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
@@ -33,6 +34,14 @@ from skype._core.ranking cimport HeapItemC, WindowRanking
 cdef double BOUND_SLACK = 1e-12
 cdef uint32_t ENTRY_ITEM = 0x80000000u   # HeapItemC.qterm flag: one leaf entry
 cdef uint32_t SCANNED_LEAF = 0x40000000u  # HeapItemC.qterm flag: a leaf keyed by its best entry's bound
+cdef bint FLOOR_ON = True                  # query_floor takes effect (off: the paired bench's "before")
+
+
+def set_query_floor(bint on):
+    """Whether :meth:`MessageIndex.query_floor` prunes (True, the default); False enumerates as
+    before it, for a paired measurement of the two in one process."""
+    global FLOOR_ON
+    FLOOR_ON = on
 
 
 cdef bint entry_heavier(const MEntryC& a, const MEntryC& b) noexcept nogil:
@@ -265,11 +274,14 @@ cdef class MessageIndex(WindowRanking):
             o = self.q_terms[j].w * self.nodes[s].maxw
             others += o if o < mine else mine
         tub = text_bound(mine, others, self.q_rest[qi])
+        self.total_entry_bounds += 1
         return combine(self.q_alpha, 1.0 - mindist(&box, self.q_x, self.q_y) / self.max_dist, tub) + BOUND_SLACK
 
     cdef void _push_group(self, int32_t n, uint32_t cursor, uint32_t qi, float w, uint32_t ctx) noexcept nogil:
         cdef HeapItemC item
         item.key = self._bound(n, qi, w, ctx)
+        if item.key < self.q_floor:             # no message there can be among the k best
+            return
         item.tie = UINT64_MAX
         item.node = n
         item.cursor = cursor
@@ -282,6 +294,9 @@ cdef class MessageIndex(WindowRanking):
         cdef term_t t
         cdef int32_t r
         self._begin(alpha, x, y, terms, n)
+        self.q_floor_k = 0
+        self.q_floor = -INFINITY
+        self.q_best.clear()
         self.q_shadow.clear()
         for i in range(n):                      # the roots: every term's shadow at the top
             t = terms[i].term
@@ -294,9 +309,28 @@ cdef class MessageIndex(WindowRanking):
             if r >= 0:
                 self._push_group(r, 0, i, self.nodes[r].maxw, 0)
 
+    cdef void query_floor(self, uint32_t k) noexcept nogil:
+        """Only the k best messages will be taken from this query (k > 0; call after
+        :meth:`query_start`): once k messages are scored, the k-th best of their scores is a
+        floor under the k-th best score of all, and a group or entry bounded below it is
+        dropped instead of pushed.  Ties stay (only keys strictly below the floor go), so the
+        first k messages are the same; the messages after them are not all enumerated."""
+        if FLOOR_ON:
+            self.q_floor_k = k
+
+    cdef void _note_score(self, double score) noexcept nogil:
+        """A message scored (once: through its designated term) enters the floor's k best."""
+        self.q_best.push_back(score)
+        push_heap(self.q_best.begin(), self.q_best.end(), greater[double]())
+        if self.q_best.size() > self.q_floor_k:
+            pop_heap(self.q_best.begin(), self.q_best.end(), greater[double]())
+            self.q_best.pop_back()
+        if self.q_best.size() == self.q_floor_k:
+            self.q_floor = self.q_best[0]
+
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil:
         cdef HeapItemC item, entry
-        cdef double key, b
+        cdef double key, b, got
         cdef uint32_t qi
         cdef size_t e
         cdef int32_t n, c, s
@@ -326,7 +360,10 @@ cdef class MessageIndex(WindowRanking):
                 continue
             leaf = &self.entries[n]
             if item.qterm & ENTRY_ITEM:             # one entry, keyed by its own bound: score it
-                self._offer(leaf[0][item.cursor].seq, item.qterm & ~ENTRY_ITEM)
+                got = self._offer(leaf[0][item.cursor].seq, item.qterm & ~ENTRY_ITEM)
+                self.total_reads += 1
+                if self.q_floor_k and got > -INFINITY:
+                    self._note_score(got)
                 continue
             qi = item.qterm & ~SCANNED_LEAF
             if not (item.qterm & SCANNED_LEAF):     # first pop: key the leaf by its best entry
@@ -334,12 +371,14 @@ cdef class MessageIndex(WindowRanking):
                 for e in range(leaf.size()):
                     # entries are sorted by w: once the leaf's bound at this w is no higher than
                     # the best so far, no later entry scores above it
-                    if e and self._bound(n, qi, leaf[0][e].w, item.ctx) <= key:
-                        break
+                    if e:
+                        b = self._bound(n, qi, leaf[0][e].w, item.ctx)
+                        if b <= key or b < self.q_floor:
+                            break
                     b = self._entry_bound(&leaf[0][e], qi, item.ctx)
                     if b > key:
                         key = b
-                if leaf.size() == 0:
+                if leaf.size() == 0 or key < self.q_floor:
                     continue
                 if key < item.key:
                     item.key = key
@@ -351,7 +390,11 @@ cdef class MessageIndex(WindowRanking):
             entry.qterm = qi | ENTRY_ITEM
             entry.ctx = item.ctx
             for e in range(leaf.size()):
+                if e and self.q_floor > -INFINITY and self._bound(n, qi, leaf[0][e].w, item.ctx) < self.q_floor:
+                    break                           # sorted by w: no later entry reaches the floor
                 entry.key = self._entry_bound(&leaf[0][e], qi, item.ctx)
+                if entry.key < self.q_floor:
+                    continue
                 entry.cursor = <uint32_t>e
                 self._push_item(entry)
         return False
@@ -366,4 +409,5 @@ cdef class MessageIndex(WindowRanking):
 
     def stats(self):
         return {"layout": "quadtree", "entries": self.entry_count, "nodes": self.nodes.size(),
-                "queries": self.total_queries, "query_work": self.total_work}
+                "queries": self.total_queries, "query_work": self.total_work, "query_reads": self.total_reads,
+                "query_entry_bounds": self.total_entry_bounds}
