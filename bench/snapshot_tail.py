@@ -39,7 +39,13 @@ def _switch_floor(on: bool) -> None:
     set_query_floor(on)
 
 
-PAIRED = {"floor": _switch_floor}   # design name -> switch(on)
+def _switch_leaf_constants(on: bool) -> None:
+    from skype._core.msgindex import set_leaf_constants
+
+    set_leaf_constants(on)
+
+
+PAIRED = {"floor": _switch_floor, "leaf-constants": _switch_leaf_constants}   # design name -> switch(on)
 
 
 def _one(e, kind: str, fields: dict) -> tuple[float, list, dict]:

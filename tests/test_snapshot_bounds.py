@@ -91,17 +91,18 @@ def test_snapshot_topk_shadow_bounds_read_fewer_entries():
     assert work < 1500, work
 
 
-@pytest.mark.parametrize("floor", [True, False], ids=["floor", "no-floor"])
-@settings(max_examples=15, deadline=None)
+@pytest.mark.parametrize("designs", [True, False], ids=["floor-and-leaf-constants", "before-them"])
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.0, 0.5, 1.0]), k=st.sampled_from([1, 2, 7, 40]))
-def test_snapshot_topk_adversarial_equal_reference(floor, seed, alpha, k):
+def test_snapshot_topk_adversarial_equal_reference(designs, seed, alpha, k):
     """Cases a floor under the k-th score could get wrong: whole groups of messages with the
     same terms at the same place (equal scores: the k-th score tied by many, newer first), one-term
     queries, queries whose terms no message holds (or only one of them does), ``alpha`` 0 (text
     alone: ties across the space) and 1 (distance alone), k above the number of matches, and
     ``last`` (no floor: the fresh messages are filtered after retrieval).  Every answer is the
-    reference's, with and without the floor (``msgindex.query_floor``)."""
-    from skype._core.msgindex import set_query_floor
+    reference's, with the floor (``msgindex.query_floor``) and the leaf constants
+    (``MessageIndex._scan_leaf``) and without them."""
+    from skype._core.msgindex import set_leaf_constants, set_query_floor
 
     rng = np.random.default_rng(seed)
     engines = _pair(500)
@@ -116,7 +117,8 @@ def test_snapshot_topk_adversarial_equal_reference(floor, seed, alpha, k):
         messages.append(Message(j, x, y, t=float(j), terms={str(n): float(rng.choice([1.0, 2.0])) for n in names}))
     _publish(engines, messages)
     queries = [["a"], ["f"], ["zz"], ["zz", "yy"], ["zz", "a"], ["a", "b"], ["a", "b", "c", "d"], ["e", "f"]]
-    set_query_floor(floor)
+    set_query_floor(designs)
+    set_leaf_constants(designs)
     try:
         for names in queries:
             for last in (None, 200.0):
@@ -129,6 +131,7 @@ def test_snapshot_topk_adversarial_equal_reference(floor, seed, alpha, k):
         assert _topk(engines[0], x=5.0, y=5.0, k=k, alpha=alpha, terms={"zz": 1.0}) == []
     finally:
         set_query_floor(True)
+        set_leaf_constants(True)
 
 
 def test_snapshot_topk_floor_reads_fewer_entries():

@@ -54,6 +54,8 @@ cdef class MessageIndex(WindowRanking):
     cdef vector[double] q_best                 # min-heap: the k best scores found so far
     cdef uint64_t total_reads                  # messages read from the window and scored
     cdef uint64_t total_entry_bounds           # leaf entries bounded alone
+    cdef vector[double] lp_o                   # a leaf scan's constants: other query terms' parts
+    cdef vector[uint64_t] lp_bit               # ... and their signature bits
 
     cdef void insert(self, seq_t seq) noexcept nogil
     cdef void remove(self, seq_t seq) noexcept nogil
@@ -62,6 +64,7 @@ cdef class MessageIndex(WindowRanking):
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil
     cdef void query_floor(self, uint32_t k) noexcept nogil
+    cdef double _scan_leaf(self, int32_t n, uint32_t qi, uint32_t ctx, bint push) noexcept nogil
     cdef void _note_score(self, double score) noexcept nogil
     cdef int32_t _new_root(self) noexcept nogil
     cdef int32_t _new_block(self) noexcept nogil
