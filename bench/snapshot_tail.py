@@ -45,7 +45,14 @@ def _switch_leaf_constants(on: bool) -> None:
     set_leaf_constants(on)
 
 
-PAIRED = {"floor": _switch_floor, "leaf-constants": _switch_leaf_constants}   # design name -> switch(on)
+def _switch_prefetch(on: bool) -> None:
+    from skype._core.msgindex import set_prefetch
+
+    set_prefetch(on)
+
+
+PAIRED = {"floor": _switch_floor, "leaf-constants": _switch_leaf_constants,   # design name -> switch(on)
+          "prefetch": _switch_prefetch}
 
 
 def _one(e, kind: str, fields: dict) -> tuple[float, list, dict]:
@@ -90,7 +97,8 @@ def run(window: int, queries: int, kinds: list[str], slowest: int, cells: int = 
                 row = {"cpu_us": round(cpu_us, 1), "answer": len(answer)}
                 row.update(counters)
             if kind == "topk":
-                row.update(alpha=round(fields["alpha"], 3),
+                row.update(alpha=round(fields["alpha"], 3), xy=[round(fields["x"], 3), round(fields["y"], 3)],
+                           weights=[round(v, 3) for v in fields["terms"].values()],
                            window_counts=[int(window_count[w.vocabulary.id(t)]) for t in fields["terms"]])
             else:
                 row["rect"] = [round(v, 4) for v in fields["rect"]]
