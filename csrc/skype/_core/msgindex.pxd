@@ -9,24 +9,12 @@ cdef packed struct MEntryC:      # a window message in a term's tree leaf (28 by
     seq_t seq
     float w                      # the message's weight for the term, rounded up
     float x, y                   # its coordinates rounded down (entry_in_rect)
-    uint64_t sig                 # the message's terms: term_bit(u) each, or weight_code(w) << term_slot(u)
+    uint64_t sig                 # bit term_bit(u) set for each term u of the message
 
 
 cdef inline uint64_t term_bit(uint32_t t) noexcept nogil:
     """A term's bit in an entry's signature (a message without the bit does not hold the term)."""
     return (<uint64_t>1) << ((t * <uint32_t>2654435761u) >> 26)
-
-
-cdef inline uint32_t term_slot(uint32_t t) noexcept nogil:
-    """A term's 2-bit slot in an entry's weight signature (32 slots; its shift)."""
-    return ((t * <uint32_t>2654435761u) >> 27) * 2
-
-
-cdef inline uint64_t weight_code(double w) noexcept nogil:
-    """A weight's code in a weight signature: 1 for w <= 1/4, 2 for w <= 1/2, 3 above.  Codes of
-    terms sharing a slot are OR-ed: 1 | 2 = 3, so a slot's code never bounds below a weight of
-    a term that set it (0: no term of the message has the slot)."""
-    return 1 if w <= 0.25 else (2 if w <= 0.5 else 3)
 
 
 cdef inline int entry_in_rect(const MEntryC* e, const RectC* r, const RectC* rd) noexcept nogil:
@@ -67,9 +55,7 @@ cdef class MessageIndex(WindowRanking):
     cdef uint64_t total_reads                  # messages read from the window and scored
     cdef uint64_t total_entry_bounds           # leaf entries bounded alone
     cdef vector[double] lp_o                   # a leaf scan's constants: other query terms' parts
-    cdef vector[uint64_t] lp_bit               # ... and their signature bits (shifts with sig_levels)
-    cdef vector[double] lp_oc                  # ... their parts by weight code (sig_levels)
-    cdef bint sig_levels                       # entries carry weight signatures (set at creation)
+    cdef vector[uint64_t] lp_bit               # ... and their signature bits
 
     cdef void insert(self, seq_t seq) noexcept nogil
     cdef void remove(self, seq_t seq) noexcept nogil

@@ -20,16 +20,6 @@ location and only the other query terms whose bit it holds.  A leaf group first 
 its max weight; it is pushed back keyed by its best entry's bound; when it pops again, each entry
 is pushed alone, and a message is read from the window only when its entry pops. The quadtree prunes by
 space as well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
-
-Signatures.  An entry's 64 bits are either a *weight signature* (the default: 32 slots of 2 bits,
-``weight_code(w) << term_slot(u)`` OR-ed over the message's terms: 0 no term there, 1 a weight
-<= 1/4, 2 <= 1/2, 3 any; OR-ing codes only loosens them) or a *presence signature* (``term_bit``,
-one bit per term).  An index keeps the kind it was created with (``set_weight_signatures``).
-
-Snapshot floor.  A caller that takes only the first k messages says so (``query_floor``): once k
-messages are scored, the k-th best of their scores bounds the k-th best of all from below, and a
-group or entry bounded strictly below it is dropped instead of pushed (ties stay).  A leaf scan
-(``_scan_leaf``) computes what does not depend on the entry once per leaf.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort, push_heap, pop_heap
@@ -46,8 +36,6 @@ cdef uint32_t ENTRY_ITEM = 0x80000000u   # HeapItemC.qterm flag: one leaf entry
 cdef uint32_t SCANNED_LEAF = 0x40000000u  # HeapItemC.qterm flag: a leaf keyed by its best entry's bound
 cdef bint FLOOR_ON = True                  # query_floor takes effect (off: the paired bench's "before")
 cdef bint LEAF_CONSTANTS = True            # leaf scans from per-leaf constants (off: the paired bench's "before")
-cdef bint SIG_LEVELS = True                # new indexes' entries carry weight signatures (off: "before")
-cdef double[4] CODE_W = [0.0, 0.25, 0.5, INFINITY]   # a weight code's bound of the weight
 cdef bint PREFETCH = True                  # fetch ahead what the next pop and a leaf scan read (off: "before")
 
 
@@ -56,14 +44,6 @@ def set_query_floor(bint on):
     before it, for a paired measurement of the two in one process."""
     global FLOOR_ON
     FLOOR_ON = on
-
-
-def set_weight_signatures(bint on):
-    """Whether message indexes created from now on give their entries weight signatures (True,
-    the default: ``weight_code`` per ``term_slot``) or presence signatures (False: ``term_bit``
-    per term, as before); an index keeps its kind.  For a paired measurement of two engines."""
-    global SIG_LEVELS
-    SIG_LEVELS = on
 
 
 def set_prefetch(bint on):
@@ -102,7 +82,6 @@ cdef class MessageIndex(WindowRanking):
         self.leaf_capacity = leaf_capacity
         self.max_depth = max_depth
         self.entry_count = 0
-        self.sig_levels = SIG_LEVELS
         self.total_queries = 0
         self.total_work = 0
 
@@ -202,10 +181,7 @@ cdef class MessageIndex(WindowRanking):
         cdef size_t pos
         e.sig = 0
         for j in range(m.nterms):
-            if self.sig_levels:
-                e.sig |= weight_code(terms[j].w) << term_slot(terms[j].term)
-            else:
-                e.sig |= term_bit(terms[j].term)
+            e.sig |= term_bit(terms[j].term)
         for j in range(first, min(stop, m.nterms)):
             t = terms[j].term
             if t >= self.root.size():
@@ -308,20 +284,11 @@ cdef class MessageIndex(WindowRanking):
         cdef int j
         cdef int32_t s
         cdef RectC box = RectC(e.x, e.y, nextafterf(e.x, INFINITY), nextafterf(e.y, INFINITY))
-        cdef double wmax
-        cdef uint64_t code
         for j in range(self.q_n):
             s = self.q_shadow[ctx + j]
-            if j == <int>qi or s < 0:
+            if j == <int>qi or s < 0 or not (e.sig & term_bit(self.q_terms[j].term)):
                 continue
-            wmax = self.nodes[s].maxw
-            if self.sig_levels:                     # the slot's code bounds the weight too
-                code = (e.sig >> term_slot(self.q_terms[j].term)) & 3
-                if CODE_W[code] < wmax:
-                    wmax = CODE_W[code]
-            elif not (e.sig & term_bit(self.q_terms[j].term)):
-                continue
-            o = self.q_terms[j].w * wmax
+            o = self.q_terms[j].w * self.nodes[s].maxw
             others += o if o < mine else mine
         tub = text_bound(mine, others, self.q_rest[qi])
         self.total_entry_bounds += 1
@@ -379,9 +346,6 @@ cdef class MessageIndex(WindowRanking):
         cdef int j, m = 0
         cdef int32_t s
         cdef const double* o
-        cdef const double* oc
-        cdef double oj
-        cdef int c
         cdef const uint64_t* bits
         cdef HeapItemC entry
         cdef RectC box
@@ -410,21 +374,14 @@ cdef class MessageIndex(WindowRanking):
             return -INFINITY if push else best
         self.lp_o.resize(self.q_n)
         self.lp_bit.resize(self.q_n)
-        self.lp_oc.resize(4 * self.q_n)
         for j in range(self.q_n):
             s = self.q_shadow[ctx + j]
             if j == <int>qi or s < 0:
                 continue
             self.lp_o[m] = self.q_terms[j].w * self.nodes[s].maxw
-            if self.sig_levels:
-                self.lp_bit[m] = term_slot(self.q_terms[j].term)
-                for c in range(4):
-                    self.lp_oc[4 * m + c] = self.q_terms[j].w * min(<double>self.nodes[s].maxw, CODE_W[c])
-            else:
-                self.lp_bit[m] = term_bit(self.q_terms[j].term)
+            self.lp_bit[m] = term_bit(self.q_terms[j].term)
             m += 1
         o = self.lp_o.data()
-        oc = self.lp_oc.data()
         bits = self.lp_bit.data()
         ssim_leaf = 1.0 - mindist(&self.nodes[n].rect, self.q_x, self.q_y) / self.max_dist
         for e in range(size):
@@ -437,14 +394,9 @@ cdef class MessageIndex(WindowRanking):
                 if (not push and b <= best) or b < self.q_floor:
                     break
             others = 0.0
-            if self.sig_levels:
-                for j in range(m):
-                    oj = oc[4 * j + ((ent[e].sig >> bits[j]) & 3)]
-                    others += oj if oj < mine else mine
-            else:
-                for j in range(m):
-                    if ent[e].sig & bits[j]:
-                        others += o[j] if o[j] < mine else mine
+            for j in range(m):
+                if ent[e].sig & bits[j]:
+                    others += o[j] if o[j] < mine else mine
             tub = text_bound(mine, others, rest)
             self.total_entry_bounds += 1
             bl = combine(self.q_alpha, ssim_leaf, tub) + BOUND_SLACK
