@@ -14,7 +14,8 @@ thread's CPU time (the machine is shared); the counters are exact and determinis
 
 ``--paired NAME`` runs every query twice in one process, once with the design NAME off (the
 code before it) and once on, in alternating order, asserts identical answers and reports both
-variants' CPU times and counters side by side (``PAIRED``: the designs that can be switched off).
+variants' CPU times and counters side by side (``PAIRED``: the designs that can be switched off;
+``PAIRED_ENGINES``: settings fixed when the index is built, two engines over the same window).
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ def _switch_prefetch(on: bool) -> None:
 
 PAIRED = {"floor": _switch_floor, "leaf-constants": _switch_leaf_constants,   # design name -> switch(on)
           "prefetch": _switch_prefetch}
+# settings fixed when the index is built: two engines over the same window, "before" the default
+PAIRED_ENGINES = {"leaf-capacity-32": {"message_leaf_capacity": 32},
+                  "leaf-capacity-128": {"message_leaf_capacity": 128}}
+
+
+def _engine(w, window: int, **settings):
+    e = Engine(window=window, vocabulary=w.vocabulary, bounds=w.bounds, snapshots=True, term_trees="eager",
+               **settings)
+    for chunk in w.messages.batches(20_000):
+        e.publish_batch(chunk)
+    return e
 
 
 def _one(e, kind: str, fields: dict) -> tuple[float, list, dict]:
@@ -70,9 +82,11 @@ def run(window: int, queries: int, kinds: list[str], slowest: int, cells: int = 
 
         CoreQueryKinds.SNAPSHOT_TERMS_GRID = (cells, *CoreQueryKinds.SNAPSHOT_TERMS_GRID[1:])
     w = make_workload("tweets", num_subs=1, num_messages=window, seed=13)
-    e = Engine(window=window, vocabulary=w.vocabulary, bounds=w.bounds, snapshots=True, term_trees="eager")
-    for chunk in w.messages.batches(20_000):
-        e.publish_batch(chunk)
+    if paired in PAIRED_ENGINES:
+        engines = {False: _engine(w, window), True: _engine(w, window, **PAIRED_ENGINES[paired])}
+        e = engines[True]
+    else:
+        e = _engine(w, window)
     window_count = np.bincount(w.messages.terms.ids, minlength=len(w.vocabulary))
     out: dict = {"window": window, "queries": queries}
     for kind in kinds:
@@ -84,9 +98,13 @@ def run(window: int, queries: int, kinds: list[str], slowest: int, cells: int = 
             if paired:
                 got = {}
                 for on in ((False, True) if i % 2 == 0 else (True, False)):
-                    PAIRED[paired](on)
-                    got[on] = _one(e, kind, fields)
-                PAIRED[paired](True)
+                    if paired in PAIRED:
+                        PAIRED[paired](on)
+                        got[on] = _one(e, kind, fields)
+                    else:
+                        got[on] = _one(engines[on], kind, fields)
+                if paired in PAIRED:
+                    PAIRED[paired](True)
                 assert got[False][1] == got[True][1], ("answers differ", q)
                 cpu_us, answer, counters = got[True]
                 row = {"cpu_us": round(cpu_us, 1), "before_cpu_us": round(got[False][0], 1), "answer": len(answer)}
@@ -124,7 +142,7 @@ def main() -> None:
     ap.add_argument("--slowest", type=int, default=12)
     ap.add_argument("--cells", type=int, default=0, help="cells per side of the snapshot terms' count tables "
                     "(default: CoreQueryKinds.SNAPSHOT_TERMS_GRID's)")
-    ap.add_argument("--paired", choices=sorted(PAIRED), default="",
+    ap.add_argument("--paired", choices=sorted(PAIRED) + sorted(PAIRED_ENGINES), default="",
                     help="each query with the named design off and on, in one process (identical answers asserted)")
     a = ap.parse_args()
     print(json.dumps(run(a.window, a.queries, a.kinds.split(","), a.slowest, a.cells, a.paired), indent=1))

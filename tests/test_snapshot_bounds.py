@@ -92,7 +92,7 @@ def test_snapshot_topk_shadow_bounds_read_fewer_entries():
 
 
 @pytest.mark.parametrize("designs", [True, False], ids=["floor-and-leaf-constants", "before-them"])
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.0, 0.5, 1.0]), k=st.sampled_from([1, 2, 7, 40]))
 def test_snapshot_topk_adversarial_equal_reference(designs, seed, alpha, k):
     """Cases a floor under the k-th score could get wrong: whole groups of messages with the
@@ -205,3 +205,33 @@ def test_snapshot_terms_float_edges_equal_reference(monkeypatch, tables):
             answers[i].append(_terms(e, rect, k))
     assert answers[0] == answers[1]
     assert sum(1 for a in answers[0] if a) > 50
+
+
+@pytest.mark.parametrize("tables", [(4, 3, 2), (0, 32, 16)])
+def test_snapshot_terms_adversarial_rectangles_equal_reference(monkeypatch, tables):
+    """Rectangles a count table or a bounded walk could get wrong: the whole space (every table
+    cell, every node inside), beyond it, a point (zero area, on a message and on a cell edge),
+    one outside every message (no term), k above the number of terms; terms whose counts tie
+    (each name in the same number of messages: ties by name) and ``last``.  Every answer is the
+    reference's, with and without the count tables."""
+    from skype.querykinds import CoreQueryKinds
+
+    monkeypatch.setattr(CoreQueryKinds, "SNAPSHOT_TERMS_GRID", tables)
+    rng = np.random.default_rng(17)
+    engines = _pair(600)
+    messages = []
+    for j in range(600):
+        names = [NAMES[j % 6], NAMES[(j + 2) % 6]] if j % 2 else [NAMES[j % 6]]      # tied counts
+        x, y = (5.0, 5.0) if j % 50 == 0 else (float(rng.uniform(0, 4)), float(rng.uniform(0, 10)))
+        messages.append(Message(j, x, y, t=float(j), terms={n: 1.0 for n in names}))
+    _publish(engines, messages)
+    rects = [(0.0, 0.0, 10.0, 10.0), (-5.0, -5.0, 15.0, 15.0), (5.0, 5.0, 5.0, 5.0), (2.5, 2.5, 2.5, 2.5),
+             (6.0, 0.0, 10.0, 10.0), (0.0, 0.0, 4.0, 5.0), (0.0, 5.0, 10.0, 5.0)]
+    for rect in rects:
+        for k in (1, 3, 6, 20):
+            for last in (None, 300.0):
+                q = dict(rect=rect, k=k) if last is None else dict(rect=rect, k=k, last=last)
+                got, want = ([(c.term, c.count) for c in e.query("terms", **q)] for e in engines)
+                assert got == want, q
+    assert _terms(engines[0], (6.0, 0.0, 10.0, 10.0), 5) == []
+    assert len(_terms(engines[0], (0.0, 0.0, 10.0, 10.0), 20)) == 6

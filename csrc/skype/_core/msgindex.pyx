@@ -20,6 +20,11 @@ location and only the other query terms whose bit it holds.  A leaf group first 
 its max weight; it is pushed back keyed by its best entry's bound; when it pops again, each entry
 is pushed alone, and a message is read from the window only when its entry pops. The quadtree prunes by
 space as well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
+
+Snapshot floor.  A caller that takes only the first k messages says so (``query_floor``): once k
+messages are scored, the k-th best of their scores bounds the k-th best of all from below, and a
+group or entry bounded strictly below it is dropped instead of pushed (ties stay).  A leaf scan
+(``_scan_leaf``) computes what does not depend on the entry once per leaf.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort, push_heap, pop_heap
