@@ -56,7 +56,8 @@ PAIRED = {"floor": _switch_floor, "leaf-constants": _switch_leaf_constants,   # 
           "prefetch": _switch_prefetch}
 # settings fixed when the index is built: two engines over the same window, "before" the default
 PAIRED_ENGINES = {"leaf-capacity-32": {"message_leaf_capacity": 32},
-                  "leaf-capacity-128": {"message_leaf_capacity": 128}}
+                  "leaf-capacity-128": {"message_leaf_capacity": 128},
+                  "leaf-capacity-256": {"message_leaf_capacity": 256}}
 
 
 def _engine(w, window: int, **settings):
