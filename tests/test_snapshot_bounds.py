@@ -91,6 +91,80 @@ def test_snapshot_topk_shadow_bounds_read_fewer_entries():
     assert work < 1500, work
 
 
+@pytest.mark.parametrize("designs", [True, False], ids=["floor-and-leaf-constants", "before-them"])
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.0, 0.5, 1.0]), k=st.sampled_from([1, 2, 7, 40]))
+def test_snapshot_topk_adversarial_equal_reference(designs, seed, alpha, k):
+    """Cases a floor under the k-th score could get wrong: whole groups of messages with the
+    same terms at the same place (equal scores: the k-th score tied by many, newer first), one-term
+    queries, queries whose terms no message holds (or only one of them does), ``alpha`` 0 (text
+    alone: ties across the space) and 1 (distance alone), k above the number of matches, and
+    ``last`` (no floor: the fresh messages are filtered after retrieval).  Every answer is the
+    reference's, with the floor (``msgindex.query_floor``) and the leaf constants
+    (``MessageIndex._scan_leaf``) and without them."""
+    from skype._core.msgindex import set_leaf_constants, set_query_floor
+
+    rng = np.random.default_rng(seed)
+    engines = _pair(500)
+    messages = []
+    for j in range(600):
+        if j % 3 == 0 and j:                                  # a copy of an earlier message: a tie
+            src = messages[int(rng.integers(0, len(messages)))]
+            messages.append(Message(j, src.x, src.y, t=float(j), terms=dict(src.terms)))
+            continue
+        names = rng.choice(NAMES, size=int(rng.integers(1, 4)), replace=False, p=[0.3, 0.25, 0.2, 0.1, 0.1, 0.05])
+        x, y = (float(v) for v in rng.integers(0, 5, 2) * 2.5)
+        messages.append(Message(j, x, y, t=float(j), terms={str(n): float(rng.choice([1.0, 2.0])) for n in names}))
+    _publish(engines, messages)
+    queries = [["a"], ["f"], ["zz"], ["zz", "yy"], ["zz", "a"], ["a", "b"], ["a", "b", "c", "d"], ["e", "f"]]
+    set_query_floor(designs)
+    set_leaf_constants(designs)
+    try:
+        for names in queries:
+            for last in (None, 200.0):
+                q = dict(x=float(rng.integers(0, 5)) * 2.5, y=float(rng.integers(0, 5)) * 2.5, k=k, alpha=alpha,
+                         terms={n: float(rng.choice([1.0, 3.0])) for n in names})
+                if last is not None:
+                    q["last"] = last
+                got, want = (_topk(e, **q) for e in engines)
+                assert got == want, q
+        assert _topk(engines[0], x=5.0, y=5.0, k=k, alpha=alpha, terms={"zz": 1.0}) == []
+    finally:
+        set_query_floor(True)
+        set_leaf_constants(True)
+
+
+def test_snapshot_topk_floor_reads_fewer_entries():
+    """The floor under the k-th score drops the groups and entries bounded below it instead of
+    pushing them: on the same window and queries it bounds fewer entries alone and pops no more
+    items, with the same answers (the reference's)."""
+    from skype._core.msgindex import set_query_floor
+
+    rng = np.random.default_rng(21)
+    engines = _pair(4000)
+    messages = []
+    for j in range(4000):
+        names = rng.choice(NAMES, size=int(rng.integers(1, 4)), replace=False, p=[0.3, 0.25, 0.2, 0.1, 0.1, 0.05])
+        messages.append(Message(j, float(rng.uniform(0, 10)), float(rng.uniform(0, 10)), t=float(j),
+                                terms={str(n): float(rng.uniform(0.1, 1.0)) for n in names}))
+    _publish(engines, messages)
+    queries = [dict(x=float(rng.uniform(0, 10)), y=float(rng.uniform(0, 10)), k=10, alpha=float(a),
+                    terms={"a": 1.0, "b": float(rng.uniform(0.5, 2.0))}) for a in (0.0, 0.1, 0.3, 0.6)]
+    counters = {}
+    try:
+        for on in (False, True):
+            set_query_floor(on)
+            before = engines[0].stats()["queries"]["snapshots"]
+            answers = [_topk(engines[0], **q) for q in queries]
+            after = engines[0].stats()["queries"]["snapshots"]
+            counters[on] = {c: after[c] - before[c] for c in ("topk_work", "topk_entry_bounds")}
+            assert answers == [_topk(engines[1], **q) for q in queries]
+    finally:
+        set_query_floor(True)
+    assert counters[True]["topk_work"] <= counters[False]["topk_work"], counters
+    assert counters[True]["topk_entry_bounds"] < counters[False]["topk_entry_bounds"], counters
+
+
 # ----------------------------------------------------------------------------------- terms
 
 def _terms(e, rect, k):
@@ -131,3 +205,33 @@ def test_snapshot_terms_float_edges_equal_reference(monkeypatch, tables):
             answers[i].append(_terms(e, rect, k))
     assert answers[0] == answers[1]
     assert sum(1 for a in answers[0] if a) > 50
+
+
+@pytest.mark.parametrize("tables", [(4, 3, 2), (0, 32, 16)])
+def test_snapshot_terms_adversarial_rectangles_equal_reference(monkeypatch, tables):
+    """Rectangles a count table or a bounded walk could get wrong: the whole space (every table
+    cell, every node inside), beyond it, a point (zero area, on a message and on a cell edge),
+    one outside every message (no term), k above the number of terms; terms whose counts tie
+    (each name in the same number of messages: ties by name) and ``last``.  Every answer is the
+    reference's, with and without the count tables."""
+    from skype.querykinds import CoreQueryKinds
+
+    monkeypatch.setattr(CoreQueryKinds, "SNAPSHOT_TERMS_GRID", tables)
+    rng = np.random.default_rng(17)
+    engines = _pair(600)
+    messages = []
+    for j in range(600):
+        names = [NAMES[j % 6], NAMES[(j + 2) % 6]] if j % 2 else [NAMES[j % 6]]      # tied counts
+        x, y = (5.0, 5.0) if j % 50 == 0 else (float(rng.uniform(0, 4)), float(rng.uniform(0, 10)))
+        messages.append(Message(j, x, y, t=float(j), terms={n: 1.0 for n in names}))
+    _publish(engines, messages)
+    rects = [(0.0, 0.0, 10.0, 10.0), (-5.0, -5.0, 15.0, 15.0), (5.0, 5.0, 5.0, 5.0), (2.5, 2.5, 2.5, 2.5),
+             (6.0, 0.0, 10.0, 10.0), (0.0, 0.0, 4.0, 5.0), (0.0, 5.0, 10.0, 5.0)]
+    for rect in rects:
+        for k in (1, 3, 6, 20):
+            for last in (None, 300.0):
+                q = dict(rect=rect, k=k) if last is None else dict(rect=rect, k=k, last=last)
+                got, want = ([(c.term, c.count) for c in e.query("terms", **q)] for e in engines)
+                assert got == want, q
+    assert _terms(engines[0], (6.0, 0.0, 10.0, 10.0), 5) == []
+    assert len(_terms(engines[0], (0.0, 0.0, 10.0, 10.0), 20)) == 6

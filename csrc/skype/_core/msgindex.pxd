@@ -49,6 +49,13 @@ cdef class MessageIndex(WindowRanking):
     cdef vector[int32_t] free_blocks           # first ids of free 4-node child blocks
     cdef vector[int32_t] free_roots            # free single node ids
     cdef vector[int32_t] q_shadow              # per group (HeapItemC.ctx): each query term's node there
+    cdef uint32_t q_floor_k                    # query_floor's k (0: every message is enumerated)
+    cdef double q_floor                        # the k-th best score found so far (-inf before k)
+    cdef vector[double] q_best                 # min-heap: the k best scores found so far
+    cdef uint64_t total_reads                  # messages read from the window and scored
+    cdef uint64_t total_entry_bounds           # leaf entries bounded alone
+    cdef vector[double] lp_o                   # a leaf scan's constants: other query terms' parts
+    cdef vector[uint64_t] lp_bit               # ... and their signature bits
 
     cdef void insert(self, seq_t seq) noexcept nogil
     cdef void remove(self, seq_t seq) noexcept nogil
@@ -56,6 +63,9 @@ cdef class MessageIndex(WindowRanking):
     cdef void remove_terms(self, seq_t seq, uint32_t first, uint32_t stop) noexcept nogil
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil
+    cdef void query_floor(self, uint32_t k) noexcept nogil
+    cdef double _scan_leaf(self, int32_t n, uint32_t qi, uint32_t ctx, bint push) noexcept nogil
+    cdef void _note_score(self, double score) noexcept nogil
     cdef int32_t _new_root(self) noexcept nogil
     cdef int32_t _new_block(self) noexcept nogil
     cdef void _split(self, int32_t n) noexcept nogil

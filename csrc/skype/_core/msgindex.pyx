@@ -20,12 +20,18 @@ location and only the other query terms whose bit it holds.  A leaf group first 
 its max weight; it is pushed back keyed by its best entry's bound; when it pops again, each entry
 is pushed alone, and a message is read from the window only when its entry pops. The quadtree prunes by
 space as well as by weight; ``termlists.TermLists`` is the cheaper-to-maintain alternative.
+
+Snapshot floor.  A caller that takes only the first k messages says so (``query_floor``): once k
+messages are scored, the k-th best of their scores bounds the k-th best of all from below, and a
+group or entry bounded strictly below it is dropped instead of pushed (ties stay).  A leaf scan
+(``_scan_leaf``) computes what does not depend on the entry once per leaf.
 """
 from libcpp.vector cimport vector
-from libcpp.algorithm cimport sort as std_sort
-from libc.stdint cimport int32_t, uint32_t, UINT64_MAX
+from libcpp.algorithm cimport sort as std_sort, push_heap, pop_heap
+from libcpp.functional cimport greater
+from libc.stdint cimport int32_t, uint32_t, uint64_t, UINT64_MAX
 from libc.math cimport nextafterf, INFINITY
-from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
+from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC, prefetch
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.scoring cimport mindist, combine, quadrant, child_rect, round_up, round_down
 from skype._core.ranking cimport HeapItemC, WindowRanking
@@ -33,6 +39,31 @@ from skype._core.ranking cimport HeapItemC, WindowRanking
 cdef double BOUND_SLACK = 1e-12
 cdef uint32_t ENTRY_ITEM = 0x80000000u   # HeapItemC.qterm flag: one leaf entry
 cdef uint32_t SCANNED_LEAF = 0x40000000u  # HeapItemC.qterm flag: a leaf keyed by its best entry's bound
+cdef bint FLOOR_ON = True                  # query_floor takes effect (off: the paired bench's "before")
+cdef bint LEAF_CONSTANTS = True            # leaf scans from per-leaf constants (off: the paired bench's "before")
+cdef bint PREFETCH = True                  # fetch ahead what the next pop and a leaf scan read (off: "before")
+
+
+def set_query_floor(bint on):
+    """Whether :meth:`MessageIndex.query_floor` prunes (True, the default); False enumerates as
+    before it, for a paired measurement of the two in one process."""
+    global FLOOR_ON
+    FLOOR_ON = on
+
+
+def set_prefetch(bint on):
+    """Whether the retrieval fetches ahead the node and leaf header of the heap's next item and a
+    scanned leaf's entries all at once (True, the default), for a paired measurement."""
+    global PREFETCH
+    PREFETCH = on
+
+
+def set_leaf_constants(bint on):
+    """Whether a leaf's entries are bounded from the leaf's per-query constants (True, the
+    default: :meth:`MessageIndex._scan_leaf`) or each by :meth:`MessageIndex._entry_bound`
+    (False, as before), for a paired measurement of the two in one process."""
+    global LEAF_CONSTANTS
+    LEAF_CONSTANTS = on
 
 
 cdef bint entry_heavier(const MEntryC& a, const MEntryC& b) noexcept nogil:
@@ -265,11 +296,14 @@ cdef class MessageIndex(WindowRanking):
             o = self.q_terms[j].w * self.nodes[s].maxw
             others += o if o < mine else mine
         tub = text_bound(mine, others, self.q_rest[qi])
+        self.total_entry_bounds += 1
         return combine(self.q_alpha, 1.0 - mindist(&box, self.q_x, self.q_y) / self.max_dist, tub) + BOUND_SLACK
 
     cdef void _push_group(self, int32_t n, uint32_t cursor, uint32_t qi, float w, uint32_t ctx) noexcept nogil:
         cdef HeapItemC item
         item.key = self._bound(n, qi, w, ctx)
+        if item.key < self.q_floor:             # no message there can be among the k best
+            return
         item.tie = UINT64_MAX
         item.node = n
         item.cursor = cursor
@@ -282,6 +316,9 @@ cdef class MessageIndex(WindowRanking):
         cdef term_t t
         cdef int32_t r
         self._begin(alpha, x, y, terms, n)
+        self.q_floor_k = 0
+        self.q_floor = -INFINITY
+        self.q_best.clear()
         self.q_shadow.clear()
         for i in range(n):                      # the roots: every term's shadow at the top
             t = terms[i].term
@@ -294,17 +331,127 @@ cdef class MessageIndex(WindowRanking):
             if r >= 0:
                 self._push_group(r, 0, i, self.nodes[r].maxw, 0)
 
+    cdef double _scan_leaf(self, int32_t n, uint32_t qi, uint32_t ctx, bint push) noexcept nogil:
+        """Bound leaf n's entries alone (its term is query term qi).  ``push`` False: the best
+        entry bound (-inf for none reaching the floor); the scan stops at the first entry whose
+        weight cannot beat the best so far (entries are sorted by w).  ``push`` True: push each
+        entry whose bound reaches the floor as an item of its own (returns -inf).
+
+        The bound of an entry is :meth:`_entry_bound`'s.  With the leaf constants (the default),
+        what does not depend on the entry is computed once per leaf: each other query term's
+        part ``w(j, s) * maxw(shadow j)`` and its signature bit, and the leaf's spatial bound;
+        an entry's text part is then a loop over those, and the spatial part of its own
+        location (a square root) is computed only when the text part with the leaf's spatial
+        bound can still count (the bound is the lower of the two, both valid)."""
+        cdef vector[MEntryC]* leaf = &self.entries[n]
+        cdef const MEntryC* ent = leaf.data()
+        cdef size_t e, size = leaf.size()
+        cdef double best = -INFINITY, b, bl, mine, others, tub, ssim_leaf
+        cdef double a = self.q_terms[qi].w, rest = self.q_rest[qi]
+        cdef int j, m = 0
+        cdef int32_t s
+        cdef const double* o
+        cdef const uint64_t* bits
+        cdef HeapItemC entry
+        cdef RectC box
+        cdef size_t off
+        if PREFETCH:                                # every line of the entries at once, not one by one
+            for off in range(0, size * sizeof(MEntryC), 64):
+                prefetch(<const char*>ent + off)
+        entry.tie = UINT64_MAX
+        entry.node = n
+        entry.qterm = qi | ENTRY_ITEM
+        entry.ctx = ctx
+        if not LEAF_CONSTANTS:                      # each entry by _entry_bound (as before)
+            for e in range(size):
+                if e and (push and self.q_floor > -INFINITY or not push):
+                    b = self._bound(n, qi, ent[e].w, ctx)
+                    if (not push and b <= best) or b < self.q_floor:
+                        break
+                b = self._entry_bound(&ent[e], qi, ctx)
+                if push:
+                    if b >= self.q_floor:
+                        entry.key = b
+                        entry.cursor = <uint32_t>e
+                        self._push_item(entry)
+                elif b > best:
+                    best = b
+            return -INFINITY if push else best
+        self.lp_o.resize(self.q_n)
+        self.lp_bit.resize(self.q_n)
+        for j in range(self.q_n):
+            s = self.q_shadow[ctx + j]
+            if j == <int>qi or s < 0:
+                continue
+            self.lp_o[m] = self.q_terms[j].w * self.nodes[s].maxw
+            self.lp_bit[m] = term_bit(self.q_terms[j].term)
+            m += 1
+        o = self.lp_o.data()
+        bits = self.lp_bit.data()
+        ssim_leaf = 1.0 - mindist(&self.nodes[n].rect, self.q_x, self.q_y) / self.max_dist
+        for e in range(size):
+            mine = a * ent[e].w
+            if e:                                   # the leaf's bound at this w (:meth:`_bound`)
+                others = 0.0
+                for j in range(m):
+                    others += o[j] if o[j] < mine else mine
+                b = combine(self.q_alpha, ssim_leaf, text_bound(mine, others, rest)) + BOUND_SLACK
+                if (not push and b <= best) or b < self.q_floor:
+                    break
+            others = 0.0
+            for j in range(m):
+                if ent[e].sig & bits[j]:
+                    others += o[j] if o[j] < mine else mine
+            tub = text_bound(mine, others, rest)
+            self.total_entry_bounds += 1
+            bl = combine(self.q_alpha, ssim_leaf, tub) + BOUND_SLACK
+            if bl < self.q_floor or (not push and bl <= best):
+                continue
+            box = RectC(ent[e].x, ent[e].y, nextafterf(ent[e].x, INFINITY), nextafterf(ent[e].y, INFINITY))
+            b = combine(self.q_alpha, 1.0 - mindist(&box, self.q_x, self.q_y) / self.max_dist, tub) + BOUND_SLACK
+            if bl < b:
+                b = bl
+            if push:
+                if b >= self.q_floor:
+                    entry.key = b
+                    entry.cursor = <uint32_t>e
+                    self._push_item(entry)
+            elif b > best:
+                best = b
+        return -INFINITY if push else best
+
+    cdef void query_floor(self, uint32_t k) noexcept nogil:
+        """Only the k best messages will be taken from this query (k > 0; call after
+        :meth:`query_start`): once k messages are scored, the k-th best of their scores is a
+        floor under the k-th best score of all, and a group or entry bounded below it is
+        dropped instead of pushed.  Ties stay (only keys strictly below the floor go), so the
+        first k messages are the same; the messages after them are not all enumerated."""
+        if FLOOR_ON:
+            self.q_floor_k = k
+
+    cdef void _note_score(self, double score) noexcept nogil:
+        """A message scored (once: through its designated term) enters the floor's k best."""
+        self.q_best.push_back(score)
+        push_heap(self.q_best.begin(), self.q_best.end(), greater[double]())
+        if self.q_best.size() > self.q_floor_k:
+            pop_heap(self.q_best.begin(), self.q_best.end(), greater[double]())
+            self.q_best.pop_back()
+        if self.q_best.size() == self.q_floor_k:
+            self.q_floor = self.q_best[0]
+
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil:
-        cdef HeapItemC item, entry
-        cdef double key, b
+        cdef HeapItemC item
+        cdef double key, got
         cdef uint32_t qi
-        cdef size_t e
         cdef int32_t n, c, s
         cdef int q, j
         cdef uint32_t ctx
         cdef vector[MEntryC]* leaf
         while self.heap.size():
             item = self._pop()
+            if PREFETCH and self.heap.size() and self.heap[0].node >= 0:   # the next pop's node and leaf
+                prefetch(&self.nodes[self.heap[0].node])
+                prefetch(&self.entries[self.heap[0].node])
             self.q_work += 1
             self.total_work += 1
             if item.node < 0:
@@ -326,34 +473,22 @@ cdef class MessageIndex(WindowRanking):
                 continue
             leaf = &self.entries[n]
             if item.qterm & ENTRY_ITEM:             # one entry, keyed by its own bound: score it
-                self._offer(leaf[0][item.cursor].seq, item.qterm & ~ENTRY_ITEM)
+                got = self._offer(leaf[0][item.cursor].seq, item.qterm & ~ENTRY_ITEM)
+                self.total_reads += 1
+                if self.q_floor_k and got > -INFINITY:
+                    self._note_score(got)
                 continue
             qi = item.qterm & ~SCANNED_LEAF
             if not (item.qterm & SCANNED_LEAF):     # first pop: key the leaf by its best entry
-                key = -INFINITY
-                for e in range(leaf.size()):
-                    # entries are sorted by w: once the leaf's bound at this w is no higher than
-                    # the best so far, no later entry scores above it
-                    if e and self._bound(n, qi, leaf[0][e].w, item.ctx) <= key:
-                        break
-                    b = self._entry_bound(&leaf[0][e], qi, item.ctx)
-                    if b > key:
-                        key = b
-                if leaf.size() == 0:
+                key = self._scan_leaf(n, qi, item.ctx, False)
+                if key < self.q_floor or key == -INFINITY:    # no entry can count
                     continue
                 if key < item.key:
                     item.key = key
                     item.qterm = qi | SCANNED_LEAF
                     self._push_item(item)
                     continue
-            entry.tie = UINT64_MAX                  # every entry alone, keyed by its own bound
-            entry.node = n
-            entry.qterm = qi | ENTRY_ITEM
-            entry.ctx = item.ctx
-            for e in range(leaf.size()):
-                entry.key = self._entry_bound(&leaf[0][e], qi, item.ctx)
-                entry.cursor = <uint32_t>e
-                self._push_item(entry)
+            self._scan_leaf(n, qi, item.ctx, True)    # every entry alone, keyed by its own bound
         return False
 
     # ------------------------------------------------------------------ Python access
@@ -366,4 +501,5 @@ cdef class MessageIndex(WindowRanking):
 
     def stats(self):
         return {"layout": "quadtree", "entries": self.entry_count, "nodes": self.nodes.size(),
-                "queries": self.total_queries, "query_work": self.total_work}
+                "queries": self.total_queries, "query_work": self.total_work, "query_reads": self.total_reads,
+                "query_entry_bounds": self.total_entry_bounds}

@@ -53,6 +53,8 @@ cdef class SnapshotCore(QueryCore):
                 "terms_walks": self.snap_terms_walks, "terms_walk_s": self.snap_walk_ns / 1e9,
                 "terms_fast_s": self.snap_fast_ns / 1e9, "terms_visits": self.snap_terms_visits,
                 "topk_work": self.qw.index.total_work,    # heap pops of the best-first retrievals
+                "topk_reads": self.qw.index.total_reads,  # messages they read and scored
+                "topk_entry_bounds": self.qw.index.total_entry_bounds,
                 "grid": self.snap_grid.stats() if self.snap_grid_on else None}
 
     cdef bint _terms_top_fast(self, const RectC* r, size_t k) noexcept nogil:
@@ -178,6 +180,8 @@ cdef class SnapshotCore(QueryCore):
             if n and k:
                 self.qw.c_need_term_trees()
                 self.qw.index.query_start(alpha, x, y, q.data(), <int>n)
+                if last <= 0.0:                  # the first k messages are the answer: a floor prunes
+                    self.qw.index.query_floor(<uint32_t>k)
                 while seqs.size() < k and self.qw.index.query_next(&seq, &score):
                     if self.qw.c_fresh(win_get(self.qw.window, seq), now, last):
                         seqs.push_back(seq)

@@ -45,4 +45,4 @@ cdef class WindowRanking:
     cdef void _push(self, double key, uint64_t tie, int32_t node, uint32_t cursor, uint32_t qterm) noexcept nogil
     cdef void _push_item(self, HeapItemC item) noexcept nogil
     cdef HeapItemC _pop(self) noexcept nogil
-    cdef void _offer(self, seq_t seq, uint32_t qterm) noexcept nogil
+    cdef double _offer(self, seq_t seq, uint32_t qterm) noexcept nogil

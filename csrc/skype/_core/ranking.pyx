@@ -22,7 +22,7 @@ as ``scoring.score_pair``.
 The subclasses decide the groups: ``msgindex.MessageIndex`` (a quadtree per term, leaves sorted
 by weight) and ``termlists.TermLists`` (a list per term in arrival order, in chunks).
 """
-from libc.math cimport sqrt
+from libc.math cimport sqrt, INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport seq_t, SubTermC, MsgTermC
 from skype._core.window cimport MsgC, win_get, win_terms
@@ -115,12 +115,13 @@ cdef class WindowRanking:
             self.heap[i] = last
         return top
 
-    cdef void _offer(self, seq_t seq, uint32_t qterm) noexcept nogil:
-        """Score message seq exactly and push it, if qterm is its designated query term."""
+    cdef double _offer(self, seq_t seq, uint32_t qterm) noexcept nogil:
+        """Score message seq exactly and push it, if qterm is its designated query term; its score,
+        or -INFINITY when it is not designated to qterm (nothing pushed)."""
         cdef MsgC* m = win_get(self.window, seq)
         cdef const MsgTermC* mt = win_terms(self.window, m)
         cdef int i = 0, j = 0, best = -1
-        cdef double acc = 0.0, contrib, best_contrib = -1.0
+        cdef double acc = 0.0, contrib, best_contrib = -1.0, score
         while i < self.q_n and j < <int>m.nterms:
             if self.q_terms[i].term == mt[j].term:
                 contrib = self.q_terms[i].w * mt[j].w
@@ -135,9 +136,10 @@ cdef class WindowRanking:
             else:
                 j += 1
         if best != <int>qterm:
-            return
-        self._push(combine(self.q_alpha, spatial_sim(self.q_x, self.q_y, m.x, m.y, self.max_dist), acc),
-                   seq, -1, 0, 0)
+            return -INFINITY
+        score = combine(self.q_alpha, spatial_sim(self.q_x, self.q_y, m.x, m.y, self.max_dist), acc)
+        self._push(score, seq, -1, 0, 0)
+        return score
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
