@@ -168,6 +168,8 @@ cdef class WindowStore:
                     self.extra_pool.push_back(new vector[sid_t]())
                     self.extra_of[slot] = <uint32_t>self.extra_pool.size()
             extra = self.extra_pool[self.extra_of[slot] - 1]
+            if extra.size() == extra.capacity():    # grow by a quarter, not double (bulk
+                extra.reserve(extra.size() + (extra.size() >> 2) + 2)   # registration: ~40 a list)
             extra.push_back(sid)
             return HOLD_EXTRA | <uint32_t>(extra.size() - 1)
         if self.hold_tail - self.hold_head == self.hold_cap:
