@@ -11,10 +11,11 @@ and the largest w), and every run of GROUP = 4096 positions has one too.  A wind
 oldest message first, and the oldest message holding t heads t's list, so an expiry advances each
 of its terms' heads by one: O(1) per term, no search, no rebalancing.  Headers are only ever
 widened, so a header whose run lost messages to expiry still bounds the live ones.  Storage is
-dropped a chunk at a time once the dead prefix is a quarter of the list (amortised O(1): a
-compaction moves at most three live entries per expired one), a full long list's storage grows
-by a quarter rather than doubling (so a steady list holds at most about 5/3 of its live entries'
-bytes), and an empty list is reset.
+dropped a chunk at a time once the dead prefix is an eighth of the list (amortised O(1): a
+compaction moves at most seven live entries per expired one), a full long list's storage grows
+by a quarter rather than doubling, and a compaction that leaves more than a quarter of the
+storage spare copies the entries to a block an eighth larger than them (so a steady list holds
+about 1.3 times its live entries' bytes, where it held about twice), and an empty list is reset.
 
 Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups of
 entries are a term's groups, then chunks (bound from the header's box and largest w), then single
@@ -39,6 +40,7 @@ cdef double CELLS = 65536.0             # grid cells a side (a cell index is a u
 cdef double EDGE_SLACK = 1e-9           # cell edges widened by this fraction of the extent
 cdef size_t KEEP_CAPACITY = 1024        # an emptied list keeps at most this many entries' storage
 cdef size_t GROW_SLOWLY = 1024          # a list this long grows by a quarter (shorter ones double)
+cdef size_t SPARE_MIN = 64              # a compaction keeps at most a quarter + this many spare slots
 
 cdef enum:                              # heap item tags (HeapItemC.node)
     ITEM_GROUP = 1
@@ -85,11 +87,19 @@ cdef inline void list_reset(TermListC* lst) noexcept nogil:
 
 
 cdef inline void list_compact(TermListC* lst) noexcept nogil:
-    """Drop the whole chunks before head from storage."""
+    """Drop the whole chunks before head from storage; storage with more than a quarter (and
+    SPARE_MIN) spare after that is copied to a block an eighth larger than the entries kept."""
     cdef uint64_t new_off = lst.head - lst.head % CHUNK
     cdef uint64_t drop = new_off - lst.off
     cdef uint64_t drop_groups = new_off // GROUP - lst.off // GROUP
-    lst.entries.erase(lst.entries.begin(), lst.entries.begin() + drop)
+    cdef size_t keep = lst.entries.size() - drop
+    cdef vector[LEntryC] fit
+    if lst.entries.capacity() > keep + keep // 4 + SPARE_MIN:
+        fit.reserve(keep + keep // 8 + 8)
+        fit.insert(fit.end(), lst.entries.begin() + drop, lst.entries.end())
+        lst.entries.swap(fit)
+    else:
+        lst.entries.erase(lst.entries.begin(), lst.entries.begin() + drop)
     lst.chunks.erase(lst.chunks.begin(), lst.chunks.begin() + drop // CHUNK)
     lst.groups.erase(lst.groups.begin(), lst.groups.begin() + drop_groups)
     lst.off = new_off
@@ -161,7 +171,7 @@ cdef class TermLists(WindowRanking):
             if lst.head == lst.end:
                 list_reset(lst)
                 self.live_lists -= 1
-            elif lst.head - lst.off >= CHUNK and 4 * (lst.head - lst.off) >= lst.end - lst.off:
+            elif lst.head - lst.off >= CHUNK and 8 * (lst.head - lst.off) >= lst.end - lst.off:
                 list_compact(lst)
 
     # ------------------------------------------------------------------ best-first retrieval
