@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from skype import Engine, ReferenceEngine
 from skype.model import Bounds, MessageBatch, SubscriptionBatch, TermMatrix
@@ -53,3 +54,53 @@ def test_long_lists_equal_reference(buffer):
     assert logs[0] == logs[1]
     assert results[0] == results[1]
     assert len(logs[0]) > 100
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000),
+       box=st.sampled_from([(0.0, 0.0, 10.0, 10.0), (-3.7, 1.1, 5.3, 1.1000001), (-180.0, -90.0, 180.0, 90.0),
+                            (2.0, 2.0, 2.000001, 2.000001)]),
+       buffer=st.sampled_from(["cskyband", "exact"]))
+def test_cell_locations_at_cell_edges_equal_reference(seed, box, buffer):
+    """The lists store a location as its cell in a 65,536 x 65,536 grid over the bounds, and bound
+    an entry by the distance to its (slightly widened) cell.  Messages placed on cell edges, on the
+    bounds' edges and corners, and in flat or tiny bounds, with subscriptions on the same
+    spots: the change logs and results equal the reference's, so no bound fell below a score."""
+    rng = np.random.default_rng(seed)
+    bounds = Bounds(*box)
+    n, window, nsubs = 900, 300, 40
+
+    def spots(count):
+        cells = rng.integers(0, 65537, count)
+        xs = bounds.minx + cells * ((bounds.maxx - bounds.minx) / 65536)
+        cells = rng.integers(0, 65537, count)
+        ys = bounds.miny + cells * ((bounds.maxy - bounds.miny) / 65536)
+        edge = rng.random(count) < 0.3
+        xs[edge] = rng.choice([bounds.minx, bounds.maxx], int(edge.sum()))
+        ys[edge] = rng.choice([bounds.miny, bounds.maxy], int(edge.sum()))
+        near = rng.random(count) < 0.3            # a neighbour of the first spot, a few cells away
+        xs[near] = np.clip(xs[0] + rng.integers(-3, 4, int(near.sum())) * (bounds.maxx - bounds.minx) / 65536,
+                           bounds.minx, bounds.maxx)
+        return np.clip(xs, bounds.minx, bounds.maxx), np.clip(ys, bounds.miny, bounds.maxy)
+
+    mx, my = spots(n)
+    msgs = MessageBatch(np.arange(n, dtype=np.int64), mx, my, np.arange(n, dtype=np.float64), terms(rng, n))
+    sx, sy = spots(nsubs)
+    subs = SubscriptionBatch(np.arange(nsubs, dtype=np.int64), sx, sy, rng.integers(1, 8, nsubs).astype(np.int64),
+                             rng.random(nsubs), terms(rng, nsubs))
+    vocabulary = Vocabulary.from_document_frequencies({f"w{i}": 1 + i for i in range(VOCAB)}, 10 * VOCAB)
+    logs, results = [], []
+    for engine in (Engine(bounds=bounds, vocabulary=vocabulary, buffer=buffer, message_index="lists",
+                          window=window),
+                   ReferenceEngine(bounds=bounds, vocabulary=vocabulary, window=window)):
+        engine.publish_batch(msgs.slice(0, window))
+        rows = []
+        for i, start in enumerate(range(window, n, 150)):
+            engine.subscribe_batch(subs.slice(10 * i, 10 * i + 10))
+            log = engine.publish_batch(msgs.slice(start, start + 150))
+            rows.extend(sorted(zip((log.at + start).tolist(), log.sub.tolist(), log.msg.tolist(),
+                                   log.entered.tolist())))
+        logs.append(rows)
+        results.append({sid: [(m.id, round(m.score, 12)) for m in ms] for sid, ms in engine.results()})
+    assert logs[0] == logs[1]
+    assert results[0] == results[1]

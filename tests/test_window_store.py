@@ -133,3 +133,39 @@ def test_term_ring_wraps_keep_every_live_block(seed, window, lo, hi):
             want_ids, want_w = msgs.terms.row(j)
             assert ids.tolist() == want_ids.tolist() and w.tolist() == want_w.tolist()
     store.check_invariants()
+
+
+def test_holder_ring_grows_in_place_while_wrapped():
+    """A few subscriptions sharing one term (k = 300: they admit most arrivals) run until the
+    admission holders have wrapped the holder ring's initial 16,384 slots; then many more join,
+    so the live holders pass the ring's capacity while its head is far from slot 0: the ring
+    grows in place (mremap, the wrapped positions moved to the new upper half) twice, and the
+    expiries that read the moved holders keep the engine's change logs and results equal to those
+    of an engine without the reverse map (its expiries find their holders by disseminating the
+    expiring message again: no holder ring; the reference at k = 300 costs minutes)."""
+    rng = np.random.default_rng(5)
+    n, nsubs, window, first = 1500, 110, 600, 25
+    rows = [(np.array([0, int(rng.integers(1, VOCAB))]), np.array([0.9, 0.19 ** 0.5])) for _ in range(n)]
+    msgs = MessageBatch(np.arange(n, dtype=np.int64), rng.random(n) * 16, rng.random(n) * 16,
+                        np.arange(n, dtype=np.float64), TermMatrix.from_rows(rows))
+    subs = SubscriptionBatch(np.arange(nsubs, dtype=np.int64), rng.random(nsubs) * 16, rng.random(nsubs) * 16,
+                             np.full(nsubs, 300, dtype=np.int64), rng.random(nsubs) * 0.2,
+                             TermMatrix.from_rows([(np.array([0]), np.array([1.0]))] * nsubs))
+    logs, results, sizes = [], [], []
+    for reverse_map in (True, False):
+        engine = Engine(bounds=BOUNDS, vocabulary=vocabulary(), window=window, reverse_map=reverse_map)
+        engine.subscribe_batch(subs.slice(0, first))
+        rows_out = []
+        for start in range(0, n, 100):
+            if start == 900:
+                engine.subscribe_batch(subs.slice(first, nsubs))
+            log = engine.publish_batch(msgs.slice(start, start + 100))
+            rows_out.extend(sorted(zip((log.at + start).tolist(), log.sub.tolist(), log.msg.tolist(),
+                                       log.entered.tolist())))
+            if reverse_map:
+                sizes.append(window_store(engine).memory_parts()["holders"])
+        logs.append(rows_out)
+        results.append({sid: [(m.id, round(m.score, 12)) for m in ms] for sid, ms in engine.results()})
+    assert sizes[8] == 16384 * 4 and max(sizes) == 4 * 16384 * 4     # grew twice, both after wrapping
+    assert logs[0] == logs[1]
+    assert results[0] == results[1]

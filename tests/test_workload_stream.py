@@ -77,3 +77,22 @@ def test_simulate_streamed_equals_materialised(tmp_path, window, capsys):
     capsys.readouterr()
     assert out["--stream"] == out["--no-stream"]
     assert out["--stream"][1]                     # results changed during the measured stream
+
+
+@pytest.mark.parametrize("keywords", ["message", "zipf"])
+def test_subscriptions_do_not_depend_on_their_chunk(keywords):
+    """make_subscriptions chooses the terms a chunk of subscriptions at a time (its peak memory);
+    the chunk's random keys are the next run of one draw, so any chunk gives the same batch."""
+    from skype.data.workloads import _streams, make_subscriptions
+
+    w = make_workload("tweets", num_subs=10, num_messages=3000, seed=4)
+    got = []
+    for chunk in (7, 1000, 10**9):
+        rng = _streams(4)[1]
+        got.append(make_subscriptions(w.messages, w.vocabulary, 900, rng, sub_keywords=keywords, chunk=chunk))
+    for other in got[1:]:
+        for col in ("ids", "x", "y", "k", "alpha"):
+            assert np.array_equal(getattr(got[0], col), getattr(other, col))
+        assert np.array_equal(got[0].terms.indptr, other.terms.indptr)
+        assert np.array_equal(got[0].terms.ids, other.terms.ids)
+        assert np.array_equal(got[0].terms.weights, other.terms.weights)

@@ -188,21 +188,32 @@ def make_subscriptions(
     k: int = 20,
     sub_keywords: str = "message",
     first_id: int = 0,
+    chunk: int = CHUNK_MESSAGES,
 ) -> SubscriptionBatch:
-    """Paper-style subscriptions drawn from ``messages`` (see module docstring)."""
+    """Paper-style subscriptions drawn from ``messages`` (see module docstring), their terms
+    chosen ``chunk`` subscriptions at a time (the result does not depend on ``chunk``)."""
     if sub_keywords not in SUB_KEYWORDS:
         raise invalid_choice("sub_keywords", sub_keywords, SUB_KEYWORDS)
     lo, hi = sub_terms
     src = rng.integers(0, len(messages), size=num_subs)
     want = rng.integers(lo, hi + 1, size=num_subs)
     if sub_keywords == "message":
-        tm = messages.terms.take(src)
-        lens = tm.lengths()
-        row = np.repeat(np.arange(num_subs, dtype=np.int64), lens)
-        order = np.lexsort((rng.random(len(tm.ids)), row))
-        rank = np.arange(len(order)) - tm.indptr[row[order]]
-        keep = order[rank < want[row[order]]]
-        keep_rows, keep_ids = row[keep], tm.ids[keep]
+        # CHUNK_MESSAGES subscriptions at a time: the per-term intermediates (the source rows'
+        # terms, their random order, the ranks) are about 80 bytes a source term, 0.7 GB for 1M
+        # subscriptions at once.  The random keys of a chunk's terms are the next run of the
+        # same draw, so the terms kept do not depend on the chunk size.
+        rows_kept, ids_kept = [], []
+        for a, b in _chunks(num_subs, chunk):
+            tm = messages.terms.take(src[a:b])
+            row = np.repeat(np.arange(b - a, dtype=np.int64), tm.lengths())
+            order = np.lexsort((rng.random(len(tm.ids)), row))
+            rank = np.arange(len(order)) - tm.indptr[row[order]]
+            keep = order[rank < want[a:b][row[order]]]
+            rows_kept.append(row[keep] + a)
+            ids_kept.append(tm.ids[keep])
+            del tm, row, order, rank, keep
+        keep_rows = np.concatenate(rows_kept) if rows_kept else np.zeros(0, np.int64)
+        keep_ids = np.concatenate(ids_kept) if ids_kept else np.zeros(0, np.int64)
     else:
         # Zipf over the vocabulary ranked by frequency: the most frequent term has rank 1.
         by_freq = np.argsort(-vocab.document_frequency(np.arange(vocab.num_known)), kind="stable")

@@ -58,7 +58,7 @@ cdef class CoreEngine:
         minx, miny, maxx, maxy = bounds
         self.window = WindowStore()
         if message_index == "lists":
-            self.msgs = TermLists(self.window, max_dist)
+            self.msgs = TermLists(self.window, max_dist, bounds)
         else:
             self.msgs = MessageIndex(self.window, minx, miny, maxx, maxy, max_dist, message_leaf_capacity)
         self.table = table

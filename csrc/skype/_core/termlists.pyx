@@ -2,38 +2,45 @@
 """Message index: one list per term, in arrival order, for best-first retrieval.
 
 Structure.  For every term t, the window messages that contain t sit in a list in arrival order:
-entry (seq, w, x, y) at a growing position, w the message's weight for t rounded up to float and
-(x, y) its location rounded to the nearest float.  Every
+entry (seq, w, cx, cy) at a growing position (12 bytes), w the message's weight for t rounded up
+to float and (cx, cy) the cell of its location in a fixed grid of CELLS x CELLS cells over the
+engine's bounds (the first and last cell of each axis open-ended, so a cell always holds the
+location).  Every
 run of CHUNK = 64 consecutive positions has a header (the messages' bounding box rounded outward,
 and the largest w), and every run of GROUP = 4096 positions has one too.  A window expires its
 oldest message first, and the oldest message holding t heads t's list, so an expiry advances each
 of its terms' heads by one: O(1) per term, no search, no rebalancing.  Headers are only ever
 widened, so a header whose run lost messages to expiry still bounds the live ones.  Storage is
-dropped a chunk at a time once the dead prefix is a quarter of the list (amortised O(1): a
-compaction moves at most three live entries per expired one), a full long list's storage grows
-by a quarter rather than doubling (so a steady list holds at most about 5/3 of its live entries'
-bytes), and an empty list is reset.
+dropped a chunk at a time once the dead prefix is an eighth of the list (amortised O(1): a
+compaction moves at most seven live entries per expired one), a full long list's storage grows
+by a quarter rather than doubling, and a compaction that leaves more than a quarter of the
+storage spare copies the entries to a block an eighth larger than them (so a steady list holds
+about 1.3 times its live entries' bytes, where it held about twice), and an empty list is reset.
 
 Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups of
 entries are a term's groups, then chunks (bound from the header's box and largest w), then single
-entries (bound from the entry's own w and location: a float within half a unit in the last place
-of the true coordinate, so the distance is at least the float distance less (|x| + |y|) * 2^-23);
-an entry reached through its designated term is scored exactly.  Unlike the quadtree, the lists
+entries (bound from the entry's own w and the distance to its cell, whose edges are widened by a
+billionth of the bounds' extent to cover the rounding of ``lo + i * side``); an entry reached
+through its designated term is scored exactly.  At 65,536 cells a side the cell bound is within
+1.5e-5 of MaxDist of the location's own, so it lets through few more entries than a float
+location did, for a quarter less memory.  Unlike the quadtree, the lists
 do not group entries by space, so a query reads more of them; in exchange, insertion and expiry
 cost a few writes.
 """
 from libcpp.vector cimport vector
-from libc.stdint cimport uint32_t, uint64_t, UINT64_MAX
+from libc.stdint cimport uint16_t, uint32_t, uint64_t, UINT64_MAX
 from skype._core.types cimport term_t, seq_t, RectC, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
-from libc.math cimport sqrt, fabs
+from libc.math cimport sqrt, floor, INFINITY
 from skype._core.scoring cimport mindist, combine, round_up, round_down
 from skype._core.ranking cimport HeapItemC, WindowRanking
 
 cdef double BOUND_SLACK = 1e-12
-cdef double FLOAT_ROUNDING = 1.0 / (1 << 23)    # > |v - float(v)| / |float(v)|, twice over
+cdef double CELLS = 65536.0             # grid cells a side (a cell index is a uint16)
+cdef double EDGE_SLACK = 1e-9           # cell edges widened by this fraction of the extent
 cdef size_t KEEP_CAPACITY = 1024        # an emptied list keeps at most this many entries' storage
 cdef size_t GROW_SLOWLY = 1024          # a list this long grows by a quarter (shorter ones double)
+cdef size_t SPARE_MIN = 64              # a compaction keeps at most a quarter + this many spare slots
 
 cdef enum:                              # heap item tags (HeapItemC.node)
     ITEM_GROUP = 1
@@ -80,20 +87,36 @@ cdef inline void list_reset(TermListC* lst) noexcept nogil:
 
 
 cdef inline void list_compact(TermListC* lst) noexcept nogil:
-    """Drop the whole chunks before head from storage."""
+    """Drop the whole chunks before head from storage; storage with more than a quarter (and
+    SPARE_MIN) spare after that is copied to a block an eighth larger than the entries kept."""
     cdef uint64_t new_off = lst.head - lst.head % CHUNK
     cdef uint64_t drop = new_off - lst.off
     cdef uint64_t drop_groups = new_off // GROUP - lst.off // GROUP
-    lst.entries.erase(lst.entries.begin(), lst.entries.begin() + drop)
+    cdef size_t keep = lst.entries.size() - drop
+    cdef vector[LEntryC] fit
+    if lst.entries.capacity() > keep + keep // 4 + SPARE_MIN:
+        fit.reserve(keep + keep // 8 + 8)
+        fit.insert(fit.end(), lst.entries.begin() + drop, lst.entries.end())
+        lst.entries.swap(fit)
+    else:
+        lst.entries.erase(lst.entries.begin(), lst.entries.begin() + drop)
     lst.chunks.erase(lst.chunks.begin(), lst.chunks.begin() + drop // CHUNK)
     lst.groups.erase(lst.groups.begin(), lst.groups.begin() + drop_groups)
     lst.off = new_off
 
 
 cdef class TermLists(WindowRanking):
-    def __cinit__(self, WindowStore window, double max_dist):
+    def __cinit__(self, WindowStore window, double max_dist, tuple bounds):
+        minx, miny, maxx, maxy = bounds
         self.window = window
         self.max_dist = max_dist
+        self.grid_x = minx
+        self.grid_y = miny
+        self.cell_w = (maxx - minx) / CELLS if maxx > minx else 1.0
+        self.cell_h = (maxy - miny) / CELLS if maxy > miny else 1.0
+        self.inv_w = 1.0 / self.cell_w
+        self.inv_h = 1.0 / self.cell_h
+        self.cell_slack = EDGE_SLACK * (max(maxx - minx, maxy - miny) + 1.0)
         self.entry_count = 0
         self.live_lists = 0
         self.total_queries = 0
@@ -109,8 +132,8 @@ cdef class TermLists(WindowRanking):
         cdef LEntryC e
         cdef ChunkC h
         e.seq_lo = <uint32_t>seq
-        e.x = <float>m.x
-        e.y = <float>m.y
+        e.cx = self._cell(m.x, self.grid_x, self.inv_w)
+        e.cy = self._cell(m.y, self.grid_y, self.inv_h)
         for j in range(m.nterms):
             t = terms[j].term
             if t >= self.lists.size():
@@ -148,7 +171,7 @@ cdef class TermLists(WindowRanking):
             if lst.head == lst.end:
                 list_reset(lst)
                 self.live_lists -= 1
-            elif lst.head - lst.off >= CHUNK and 4 * (lst.head - lst.off) >= lst.end - lst.off:
+            elif lst.head - lst.off >= CHUNK and 8 * (lst.head - lst.off) >= lst.end - lst.off:
                 list_compact(lst)
 
     # ------------------------------------------------------------------ best-first retrieval
@@ -157,12 +180,30 @@ cdef class TermLists(WindowRanking):
         return combine(self.q_alpha, 1.0 - mindist(&r, self.q_x, self.q_y) / self.max_dist,
                        self._text_bound(qi, w)) + BOUND_SLACK
 
+    cdef uint16_t _cell(self, double v, double lo, double inv) noexcept nogil:
+        cdef double c = floor((v - lo) * inv)
+        if c < 0.0:
+            return 0
+        if c > CELLS - 1.0:
+            return <uint16_t>(CELLS - 1.0)
+        return <uint16_t>c
+
     cdef double _entry_bound(self, const LEntryC* e, uint32_t qi) noexcept nogil:
-        cdef double dx = e.x - self.q_x, dy = e.y - self.q_y
-        cdef double d = sqrt(dx * dx + dy * dy) - (fabs(e.x) + fabs(e.y)) * FLOAT_ROUNDING - 1e-30
-        if d < 0.0:
-            d = 0.0
-        return combine(self.q_alpha, 1.0 - d / self.max_dist, self._text_bound(qi, e.w)) + BOUND_SLACK
+        cdef double lo, hi, dx = 0.0, dy = 0.0
+        lo = self.grid_x + e.cx * self.cell_w - self.cell_slack if e.cx else -INFINITY
+        hi = self.grid_x + (e.cx + 1.0) * self.cell_w + self.cell_slack if e.cx < CELLS - 1.0 else INFINITY
+        if self.q_x < lo:
+            dx = lo - self.q_x
+        elif self.q_x > hi:
+            dx = self.q_x - hi
+        lo = self.grid_y + e.cy * self.cell_h - self.cell_slack if e.cy else -INFINITY
+        hi = self.grid_y + (e.cy + 1.0) * self.cell_h + self.cell_slack if e.cy < CELLS - 1.0 else INFINITY
+        if self.q_y < lo:
+            dy = lo - self.q_y
+        elif self.q_y > hi:
+            dy = self.q_y - hi
+        return combine(self.q_alpha, 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist,
+                       self._text_bound(qi, e.w)) + BOUND_SLACK
 
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil:
         cdef int i
@@ -232,6 +273,20 @@ cdef class TermLists(WindowRanking):
             total += (self.lists[i].entries.capacity() * sizeof(LEntryC)
                       + (self.lists[i].chunks.capacity() + self.lists[i].groups.capacity()) * sizeof(ChunkC))
         return total
+
+    def memory_parts(self):
+        """Bytes by part: live entries, the dead prefix not yet dropped, unused capacity, chunk
+        and group headers, the per-term records."""
+        cdef size_t i, live = 0, dead = 0, spare = 0, headers = 0
+        cdef TermListC* lst
+        for i in range(self.lists.size()):
+            lst = &self.lists[i]
+            live += (lst.end - lst.head) * sizeof(LEntryC)
+            dead += (lst.head - lst.off) * sizeof(LEntryC)
+            spare += (lst.entries.capacity() - lst.entries.size()) * sizeof(LEntryC)
+            headers += (lst.chunks.capacity() + lst.groups.capacity()) * sizeof(ChunkC)
+        return {"entries": live, "dead_prefix": dead, "spare_capacity": spare, "headers": headers,
+                "records": self.lists.capacity() * sizeof(TermListC)}
 
     def stats(self):
         return {"layout": "lists", "entries": self.entry_count, "terms": self.live_lists,

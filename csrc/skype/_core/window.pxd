@@ -50,7 +50,8 @@ cdef class WindowStore:
     cdef uint64_t live_terms               # terms of the window's messages
     cdef bint term_wrapped                 # the live terms run past the ring's end to its start
     cdef seq_t term_wrap_seq               # if so: the first message stored at the start
-    cdef vector[sid_t] hold_ring           # admission holders, message after message (FIFO)
+    cdef sid_t* hold_ring                  # admission holders, message after message (FIFO):
+    cdef uint64_t hold_cap                 # a power of two of slots, in its own mapping (hugepages)
     cdef uint64_t hold_head
     cdef uint64_t hold_tail
     cdef vector[uint32_t] id_slots         # open-addressing set of ring slots keyed by ext_id
@@ -96,7 +97,7 @@ cdef inline vector[sid_t]* win_extra_holders(WindowStore w, seq_t seq) noexcept 
 
 
 cdef inline sid_t win_holder_at(WindowStore w, uint64_t pos) noexcept nogil:
-    return w.hold_ring[pos & (w.hold_ring.size() - 1)]
+    return w.hold_ring[pos & (w.hold_cap - 1)]
 
 
 cdef inline uint64_t win_id_hash(int64_t ext_id) noexcept nogil:

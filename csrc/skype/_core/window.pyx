@@ -28,12 +28,18 @@ Invariants:
   Handles: the low 31 bits of a ring position (the ring's live span stays below 2^31 entries),
   or HOLD_EXTRA | the index in the extra list (which only grows while its message lives).
 * The message and holder rings double when full; holder positions are absolute (a slot is
-  ``pos & (capacity - 1)``), so growth copies each live slot to its new slot and nothing is
-  rebased.
+  ``pos & (capacity - 1)``), so growth moves each live slot to its new slot and nothing is
+  rebased.  The holder ring (the window's largest array: 4 bytes for each of ~50 admissions a
+  message at paper scale) grows in place: its mapping is extended (``mremap``: pages move,
+  nothing is copied, the old and new rings never coexist) and the live positions whose bit
+  ``capacity`` is set move from slot ``s`` to ``s + capacity`` in the new upper half, which no
+  live entry occupies.
 """
 from libcpp.vector cimport vector
+from libc.stdlib cimport abort
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
+from skype._core.hugepages cimport huge_alloc, huge_resize, huge_free, advise_huge
 from skype._core.window cimport win_next_seq, win_get, win_id_hash, NO_HOLDER, HOLD_EXTRA, HOLD_MASK, NO_ID_SLOT
 
 cdef enum:
@@ -84,7 +90,10 @@ cdef class WindowStore:
         self.ring.resize(INITIAL_RING)
         self.extra_of.resize(INITIAL_RING, 0)
         self.term_ring.resize(INITIAL_TERMS)
-        self.hold_ring.resize(INITIAL_HOLDERS)
+        self.hold_ring = <sid_t*>huge_alloc(INITIAL_HOLDERS * sizeof(sid_t))
+        if self.hold_ring == NULL:
+            raise MemoryError("the window's holder ring")
+        self.hold_cap = INITIAL_HOLDERS
         self.id_slots.resize(2 * INITIAL_RING, NO_SLOT)
         self.id_mask = 2 * INITIAL_RING - 1
         self.head = 0
@@ -102,6 +111,8 @@ cdef class WindowStore:
         cdef size_t i
         for i in range(self.extra_pool.size()):
             del self.extra_pool[i]
+        huge_free(self.hold_ring, self.hold_cap * sizeof(sid_t))
+        self.hold_ring = NULL
 
     # ------------------------------------------------------------------ duplicate detection
     cdef void _id_insert(self, uint32_t slot) noexcept nogil:
@@ -157,11 +168,13 @@ cdef class WindowStore:
                     self.extra_pool.push_back(new vector[sid_t]())
                     self.extra_of[slot] = <uint32_t>self.extra_pool.size()
             extra = self.extra_pool[self.extra_of[slot] - 1]
+            if extra.size() == extra.capacity():    # grow by a quarter, not double (bulk
+                extra.reserve(extra.size() + (extra.size() >> 2) + 2)   # registration: ~40 a list)
             extra.push_back(sid)
             return HOLD_EXTRA | <uint32_t>(extra.size() - 1)
-        if self.hold_tail - self.hold_head == self.hold_ring.size():
+        if self.hold_tail - self.hold_head == self.hold_cap:
             self._grow_holders()
-        self.hold_ring[self.hold_tail & (self.hold_ring.size() - 1)] = sid
+        self.hold_ring[self.hold_tail & (self.hold_cap - 1)] = sid
         self.hold_tail += 1
         m = win_get(self, seq)
         m.hold_n += 1
@@ -178,15 +191,20 @@ cdef class WindowStore:
         # the newest ring position whose low 31 bits are the handle's (the entry is live, so
         # within 2^31 of the tail)
         pos = self.hold_tail - 1 - (((self.hold_tail - 1) - handle) & HOLD_MASK)
-        self.hold_ring[pos & (self.hold_ring.size() - 1)] = NO_HOLDER
+        self.hold_ring[pos & (self.hold_cap - 1)] = NO_HOLDER
 
     cdef void _grow_holders(self) noexcept nogil:
-        cdef uint64_t cap = self.hold_ring.size(), pos
-        cdef vector[sid_t] ring
-        ring.resize(cap * 2)
+        """Double the (full) holder ring in place: the positions with bit ``cap`` set move up by
+        ``cap``, the others keep their slot."""
+        cdef uint64_t cap = self.hold_cap, pos
+        cdef sid_t* ring = <sid_t*>huge_resize(self.hold_ring, cap * sizeof(sid_t), 2 * cap * sizeof(sid_t))
+        if ring == NULL:
+            abort()                     # out of memory in a nogil path (as std::vector would)
         for pos in range(self.hold_head, self.hold_tail):
-            ring[pos & (2 * cap - 1)] = self.hold_ring[pos & (cap - 1)]
-        self.hold_ring.swap(ring)
+            if pos & cap:
+                ring[(pos & (cap - 1)) + cap] = ring[pos & (cap - 1)]
+        self.hold_ring = ring
+        self.hold_cap = 2 * cap
 
     # ------------------------------------------------------------------ rings
     cdef void _grow_ring(self) noexcept nogil:
@@ -202,6 +220,8 @@ cdef class WindowStore:
         self.extra_of.swap(extra_of)
         self.head = 0
         self._id_rebuild()
+        advise_huge(self.ring.data(), self.ring.size() * sizeof(MsgC))
+        advise_huge(self.id_slots.data(), self.id_slots.size() * sizeof(uint32_t))
 
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil:
         """Copy the live term blocks compactly to the start of a ring with room for ``need``
@@ -219,6 +239,7 @@ cdef class WindowStore:
             m.term_pos = pos
             pos += m.nterms
         self.term_ring.swap(ring)
+        advise_huge(self.term_ring.data(), self.term_ring.size() * sizeof(MsgTermC))
         self.term_head = 0
         self.term_tail = pos
         self.term_wrapped = False
@@ -344,7 +365,7 @@ cdef class WindowStore:
             extra += 24 + self.extra_pool[i].capacity() * sizeof(sid_t)
         return {"messages": self.ring.capacity() * sizeof(MsgC),
                 "terms": self.term_ring.capacity() * sizeof(MsgTermC),
-                "holders": self.hold_ring.capacity() * sizeof(sid_t),
+                "holders": self.hold_cap * sizeof(sid_t),
                 "extra_holders": extra,
                 "ids": self.id_slots.capacity() * sizeof(uint32_t)}
 
