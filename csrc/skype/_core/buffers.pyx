@@ -58,6 +58,16 @@ from skype._core.window cimport WindowStore, win_next_seq
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
+cdef bint guided_default = True
+
+
+def set_admission_guide(bint on):
+    """For A/B benches: buffers created after this call start an admission at the record's guide
+    point (on, the default) or search the whole buffer (off).  Results are the same either way."""
+    global guided_default
+    guided_default = on
+
+
 KINDS = {"exact": BUF_EXACT, "cskyband": BUF_CSKYBAND, "skyband": BUF_SKYBAND, "kmax": BUF_KMAX}
 BARRIERS = {"stationary": BARRIER_STATIONARY, "window": BARRIER_WINDOW, "factor": BARRIER_FACTOR}
 
@@ -151,6 +161,12 @@ cdef class Buffers(BufferStore):
         self.arena = EntryArena()
         self.n_floor_skips = 0
         self.n_floor_repairs = 0
+        self.guided = guided_default
+        self.n_admit_span = 0
+        self.n_admit_pos = 0
+        self.n_admit_size = 0
+        self.n_admit_evicted = 0
+        self.n_guide_misses = 0
 
     cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
         """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
@@ -454,14 +470,27 @@ cdef class Buffers(BufferStore):
         cdef SubBufC* sb = &self.buf[sid]
         cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k, cap
-        cdef size_t n = sb.size, pos, i, w
+        cdef size_t n = sb.size, pos, i, w, lo = 0
         cdef BufEntryC e
         if sid < self.floor_of.size() and score < self.floor_of[sid]:
             self.n_floor_skips += 1                 # below the floor: cannot matter (set_floor)
             if score > self.skipped_of[sid]:
                 self.skipped_of[sid] = score
             return
-        pos = insert_pos(B, n, score)
+        if self.guided:
+            # the guide point names an entry scoring above score: the insertion lies after it
+            # (checked here, so a guide could only cost lines, never a wrong rank)
+            lo = guide_start(sb, score)
+            if lo:
+                if lo < n and B[lo].score > score:
+                    lo += 1
+                else:
+                    lo = 0
+                    self.n_guide_misses += 1
+        pos = lo + insert_pos(B + lo, n - lo, score)
+        self.n_admit_span += n - lo
+        self.n_admit_pos += pos
+        self.n_admit_size += n
         e.score = score
         e.seq_lo = <uint32_t>seq
         e.hold = 0
@@ -487,6 +516,8 @@ cdef class Buffers(BufferStore):
                 sb.size -= 1
                 sb.complete = 0
                 self._drop_entry(&B[cap])
+                self.n_admit_evicted += 1
+            self.guide_from(sb, pos)
             self._update_theta(sid)
             return
         # skyband kinds: the new message dominates every (older) entry scoring <= it
@@ -510,6 +541,8 @@ cdef class Buffers(BufferStore):
         sb.size = <uint32_t>(w + 1)
         if self.track_holders:
             B[pos].hold = self.window.add_holder(seq, sid)
+        self.guide_from(sb, pos)
+        self.n_admit_evicted += n - w
         sb.admits += 1
         # Re-tune a buffer whose plan went stale: a complete buffer that outgrew its size, or
         # one admitting over twice the planned rate (thresholds chosen while the window was
@@ -541,6 +574,7 @@ cdef class Buffers(BufferStore):
         n -= 1
         memmove(B + p, B + p + 1, (n - p) * sizeof(BufEntryC))
         sb.size = <uint32_t>n
+        self.guide_from(sb, p)
         if <int32_t>p < k and <int32_t>n >= k:
             self._event(sid, 1, B[k - 1].seq_lo)
         if <int32_t>n < k and not sb.complete:
@@ -580,4 +614,8 @@ cdef class Buffers(BufferStore):
             "loose_slots": loose, "buffer_record_bytes": sizeof(SubBufC),
             "buffer_records_aligned": <size_t>self.buf % 64 == 0,
             "floor_skips": self.n_floor_skips, "floor_repairs": self.n_floor_repairs,
+            "admission_work": {"guided": bool(self.guided), "span_entries": self.n_admit_span,
+                               "ranks": self.n_admit_pos, "sizes": self.n_admit_size,
+                               "evicted": self.n_admit_evicted, "guide_misses": self.n_guide_misses,
+                               "entry_bytes": sizeof(BufEntryC)},
         }

@@ -27,6 +27,7 @@ holds one more entry; ``_shrink`` moves a buffer that lost entries there once it
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.string cimport memcpy, memset
+from libc.math cimport INFINITY, nextafterf
 from libc.stdlib cimport free, abort
 from posix.stdlib cimport posix_memalign
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -84,6 +85,7 @@ cdef class BufferStore:
         if n:
             memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
         sb.size = <uint32_t>n
+        self.guide_from(sb, 0)
 
     cdef void _shrink(self, SubBufC* sb) noexcept nogil:
         """After a buffer lost entries: a loose slot (slot_loose) moves to the smallest class
@@ -101,6 +103,24 @@ cdef class BufferStore:
         self._give(sb.slot)
         sb.slot = slot
 
+    cdef void guide_from(self, SubBufC* sb, size_t first) noexcept nogil:
+        """Refresh the record's guide points at entries >= first (the entries before first did
+        not change): each the score rounded down to a float, -inf past the last entry."""
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef size_t j, e
+        cdef float f
+        for j in range(GUIDE_N):
+            e = <size_t>GUIDE_STEP * (j + 1)
+            if e < first:
+                continue
+            if e >= sb.size:
+                sb.guide[j] = -INFINITY
+                continue
+            f = <float>B[e].score
+            if <double>f > B[e].score:
+                f = nextafterf(f, -INFINITY)
+            sb.guide[j] = f
+
     cdef void _give(self, SlotC slot) noexcept nogil:
         """Give a slot back; the buffer whose slot fills the hole (arena.pyx) follows it."""
         cdef uint32_t moved = self.arena.give(slot)
@@ -115,6 +135,7 @@ cdef class BufferStore:
         sb.slot.cls = NO_SLOT
         sb.slot.index = 0
         sb.size = 0
+        self.guide_from(sb, 0)
 
     # ------------------------------------------------------------------ theta
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
@@ -335,6 +356,7 @@ cdef class BufferStore:
                     B[j].dc = dc[indptr[i] + j]
                     B[j].hold = self.window.add_holder(seq, sid) if self.track_holders else 0
                 sb.size = <uint32_t>m
+                self.guide_from(sb, 0)
                 sb.k = <int32_t>k[i]
                 sb.complete = complete[i]
                 sb.cq = cq[i]

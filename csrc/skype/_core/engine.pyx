@@ -32,7 +32,7 @@ from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
-from skype._core.buffers cimport Buffers, EventC, BUF_SKYBAND, prefetch_buffer
+from skype._core.buffers cimport Buffers, EventC, BUF_SKYBAND, prefetch_buffer, prefetch_admission
 from skype._core.bulk cimport bulk_capacity, bulk_replay, sample_then_rest
 from skype._core.regsearch import buffer_state
 from skype._core.regtree cimport RegistrationTree, search_register
@@ -239,7 +239,7 @@ cdef class CoreEngine:
             if i + ADMIT_FAR < n:
                 prefetch(&self.buffers.buf[cands[i + ADMIT_FAR].sid])
             if i + ADMIT_NEAR < n:
-                prefetch_buffer(self.buffers, cands[i + ADMIT_NEAR].sid)
+                prefetch_admission(self.buffers, cands[i + ADMIT_NEAR].sid, cands[i + ADMIT_NEAR].score)
             sid = cands[i].sid
             if batched:
                 if nfell and sid < self.buffers.fell_stamp.size() and \
