@@ -9,7 +9,9 @@ Variants (``--variants``, comma-separated):
 * ``full``: an admission searches its whole buffer and fetches all of its lines (at most 16);
 * ``guided``: it starts at the buffer record's guide point (the default engine);
 * a ``+inexact`` suffix: the engine keeps inexact holders (an eviction writes no holder entry;
-  the expiry then visits stale ones), to see what the eviction's holder writes cost.
+  the expiry then visits stale ones), to see what the eviction's holder writes cost;
+* an ``@R/E`` suffix: buffer records fetched R admissions (and expiry visits) ahead, their
+  entries E ahead (default 8/4).
 
 Reported per measured message: CPU microseconds, the phase clocks (wall, inside the core),
 admissions and their work (entries from where a search starts to the buffer's end, insertion
@@ -43,7 +45,7 @@ def snapshot(engine) -> dict:
 
 
 def main(argv=None) -> int:
-    from skype._core.buffers import set_admission_guide
+    from skype._core.buffers import set_admission_guide, set_prefetch_distance
     from skype.experiments.harness import RunSpec, prepare
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -60,14 +62,17 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the results to this file")
     args = p.parse_args(argv)
     variants = args.variants.split(",")
-    assert all(v.split("+")[0] in ("full", "guided") for v in variants), "variants: full|guided[+inexact]"
+    assert all(v.split("@")[0].split("+")[0] in ("full", "guided") for v in variants), \
+        "variants: full|guided[+inexact][@R/E]"
     window = args.window or args.num_subs
     turnover = window if args.turnover is None else args.turnover
     engines, starts, prep_s = {}, {}, {}
     for name in variants:
         t0 = time.perf_counter()
-        set_admission_guide(name.split("+")[0] == "guided")
-        params = (("timers", True),) + ((("exact_holders", False),) if name.endswith("+inexact") else ())
+        plan, _, ahead = name.partition("@")
+        set_admission_guide(plan.split("+")[0] == "guided")
+        set_prefetch_distance(*(int(v) for v in (ahead or "8/4").split("/")))
+        params = (("timers", True),) + ((("exact_holders", False),) if plan.endswith("+inexact") else ())
         spec = RunSpec(dataset=args.dataset, num_subs=args.num_subs, window=window, measured=turnover + args.measured,
                        index=args.index, buffer=args.buffer, seed=args.seed, params=params)
         prep = prepare(spec)
@@ -77,6 +82,7 @@ def main(argv=None) -> int:
         engines[name], starts[name], prep_s[name] = prep.engine, prep.start + turnover, time.perf_counter() - t0
         assert starts[name] == starts[variants[0]]
     set_admission_guide(True)
+    set_prefetch_distance(8, 4)
     first = starts[variants[0]]
     cpu = {name: 0.0 for name in engines}
     before = {name: snapshot(e) for name, e in engines.items()}

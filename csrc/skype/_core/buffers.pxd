@@ -70,6 +70,9 @@ cdef class Buffers(BufferStore):
     # the buffer's end (what its search, dominance pass and shift may read), insertion ranks,
     # buffer sizes, evictions, and guides the entries contradicted (0 unless a guide is stale)
     cdef bint guided                         # admissions start at the record's guide (bufstore.pxd)
+    # the engine's prefetch distances for admissions and expiry visits (engine.pyx): buffer
+    # records this many buffers ahead, their entries ahead_entries
+    cdef size_t ahead_records, ahead_entries
     cdef uint64_t n_admit_span, n_admit_pos, n_admit_size, n_admit_evicted, n_guide_misses
 
     cdef void init_sub(self, sid_t sid) noexcept nogil

@@ -59,6 +59,7 @@ from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
 cdef bint guided_default = True
+cdef size_t ahead_records_default = 8, ahead_entries_default = 4
 
 
 def set_admission_guide(bint on):
@@ -66,6 +67,16 @@ def set_admission_guide(bint on):
     point (on, the default) or search the whole buffer (off).  Results are the same either way."""
     global guided_default
     guided_default = on
+
+
+def set_prefetch_distance(size_t records, size_t entries):
+    """For A/B benches: buffers created after this call have their records fetched ``records``
+    admissions (or expiry visits) ahead and their entries ``entries`` ahead (default 8 and 4)."""
+    global ahead_records_default, ahead_entries_default
+    if not 0 < entries <= records:
+        raise ValueError("need 0 < entries <= records")
+    ahead_records_default = records
+    ahead_entries_default = entries
 
 
 KINDS = {"exact": BUF_EXACT, "cskyband": BUF_CSKYBAND, "skyband": BUF_SKYBAND, "kmax": BUF_KMAX}
@@ -162,6 +173,8 @@ cdef class Buffers(BufferStore):
         self.n_floor_skips = 0
         self.n_floor_repairs = 0
         self.guided = guided_default
+        self.ahead_records = ahead_records_default
+        self.ahead_entries = ahead_entries_default
         self.n_admit_span = 0
         self.n_admit_pos = 0
         self.n_admit_size = 0
