@@ -10,6 +10,7 @@ Variants (``--variants``, comma-separated):
 * ``guided``: it starts at the buffer record's guide point (the default engine);
 * a ``+inexact`` suffix: the engine keeps inexact holders (an eviction writes no holder entry;
   the expiry then visits stale ones), to see what the eviction's holder writes cost;
+* a ``+smallpages`` suffix: the buffer arena keeps 4 KB pages (no class moves to 2 MB pages);
 * an ``@R/E`` suffix: buffer records fetched R admissions (and expiry visits) ahead, their
   entries E ahead (default 8/4).
 
@@ -45,6 +46,7 @@ def snapshot(engine) -> dict:
 
 
 def main(argv=None) -> int:
+    from skype._core.arena import set_huge_after
     from skype._core.buffers import set_admission_guide, set_prefetch_distance
     from skype.experiments.harness import RunSpec, prepare
 
@@ -72,7 +74,8 @@ def main(argv=None) -> int:
         plan, _, ahead = name.partition("@")
         set_admission_guide(plan.split("+")[0] == "guided")
         set_prefetch_distance(*(int(v) for v in (ahead or "8/4").split("/")))
-        params = (("timers", True),) + ((("exact_holders", False),) if plan.endswith("+inexact") else ())
+        set_huge_after(0 if "+smallpages" in plan else 8)
+        params = (("timers", True),) + ((("exact_holders", False),) if "+inexact" in plan else ())
         spec = RunSpec(dataset=args.dataset, num_subs=args.num_subs, window=window, measured=turnover + args.measured,
                        index=args.index, buffer=args.buffer, seed=args.seed, params=params)
         prep = prepare(spec)
@@ -83,6 +86,7 @@ def main(argv=None) -> int:
         assert starts[name] == starts[variants[0]]
     set_admission_guide(True)
     set_prefetch_distance(8, 4)
+    set_huge_after(8)
     first = starts[variants[0]]
     cpu = {name: 0.0 for name in engines}
     before = {name: snapshot(e) for name, e in engines.items()}
@@ -108,6 +112,7 @@ def main(argv=None) -> int:
         adm = d["admit"] or 1
         row["per_admission"] = {k: d[f"admission_{k}"] / adm for k in ADMISSION}
         row["per_admission"]["span_lines"] = d["admission_span_entries"] / adm * e.stats()["admission_work"]["entry_bytes"] / 64
+        row["arena"] = {k: e.stats()["buffer_arena"][k] for k in ("huge_classes", "page_bytes", "live_bytes")}
         row["per_expiry"] = {k: d[k] / (d["expire"] or 1) for k in ("holder_entries", "holders_visited",
                                                                     "holders_found", "flush_events")}
         row["expiry_reevaluations_per_1000_msgs"] = d["reevaluations"] / n * 1000
