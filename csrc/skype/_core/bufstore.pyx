@@ -21,6 +21,10 @@ holds one more entry; ``_shrink`` moves a buffer that lost entries there once it
   nets them (flush.pyx).  Every seq an event names is in the window at the flush, except the
   messages that expired during the operation: ``_note_gone`` keeps their ids (buffers.pyx calls
   it before an expiring message's event).
+* Guide: a record's ``guide`` (bufstore.pxd) holds every eighth entry's score rounded down to a
+  float, -inf past the last entry; every writer of entries refreshes it from the first entry it
+  changed (``guide_from``).  Admissions only start there after checking the entry, so a stale
+  guide could cost lines, never a rank.
 * Theta: ``_set_theta`` is the only writer of a subscription's threshold; during a micro-batch
   (engine.pyx) it records every subscription whose theta fell, once per batch.
 """
