@@ -8,6 +8,8 @@ buffer that has entries."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -89,3 +91,41 @@ def test_buffer_records_are_one_cache_line_each():
     engine.publish_batch(msgs)
     s = engine.stats()
     assert s["buffer_record_bytes"] == 64 and s["buffer_records_aligned"]
+
+
+def sweeping_large_k():
+    vocab, subs, msgs = dense_workload(seed=9, num_subs=400, num_messages=1500, vocab_size=4, max_k=300)
+    x = np.linspace(0.0, 16.0, len(msgs))
+    return vocab, subs, MessageBatch(msgs.ids, x, msgs.y, msgs.t, msgs.terms)
+
+
+@lru_cache(maxsize=None)
+def sweeping_large_k_reference():
+    vocab, subs, msgs = sweeping_large_k()
+    return run(ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=1000), subs, msgs, unsubscribe_every=7)
+
+
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_classes_on_huge_pages_keep_every_buffer_exact(buffer):
+    """A class that fills its small pages moves to 2 MB pages with its slots' numbers (arena.pyx);
+    here after one page, so that many classes move while buffers keep moving between them (the
+    reference runs once for the four buffer kinds)."""
+    from skype._core.arena import set_huge_after
+
+    vocab, subs, msgs = sweeping_large_k()
+    want = sweeping_large_k_reference()
+    set_huge_after(1)
+    try:
+        engine = Engine(bounds=BOUNDS, vocabulary=vocab, window=1000, buffer=buffer)
+    finally:
+        set_huge_after(8)
+    assert run(engine, subs, msgs, unsubscribe_every=7) == want
+    assert engine.stats()["buffer_arena"]["huge_classes"] > 0
+    assert_dense(engine)
+    full = engine.stats()["buffer_arena"]
+    for sid in engine.subscription_ids().tolist():
+        engine.unsubscribe(sid)
+    after = engine.stats()["buffer_arena"]
+    assert after["live_slots"] == 0 and after["pages"] <= after["paged_classes"]  # one spare page a class
+    assert after["page_bytes"] <= full["page_bytes"]
+    assert_dense(engine)

@@ -7,6 +7,14 @@ a power-of-two number of slots (about PAGE_BYTES each, or one slot when a slot i
 slot's address is two small-array loads and a shift away: the buffer record says (class, slot).
 Entries are 18-byte packed records (score, low seq bits, holder handle, dominance counter).
 
+A class that fills ``huge_after`` pages (8 by default, about 2 MB) moves to 2 MB pages aligned
+on 2 MB and advised as transparent huge pages (``MADV_HUGEPAGE``; Linux), each holding as many
+slots as fit (a division finds a slot's page, where small pages use a shift): its slots keep
+their numbers, so no record changes.  At scale every
+admission and expiry visit reads a random buffer, and with 4 KB pages each was also a TLB miss
+(docs/results/2026-11-29-admissions.md).  Small classes keep small pages, so a small engine
+holds no 2 MB page.
+
 Invariant: every class is dense, its live slots are 0 .. handed - 1.  ``give`` fills the hole
 with the class's last slot (one slot copy) and returns that slot's owner, whose record must then
 name the hole (bufstore.pyx does it); pages past the last live slot are freed, all but one.  So
@@ -19,8 +27,36 @@ its class: callers hold one only for their own buffer, between two calls that ma
 from libc.stdlib cimport malloc, free, abort
 from libc.string cimport memcpy
 from libc.stdint cimport uint16_t, uint32_t
+from posix.stdlib cimport posix_memalign
+
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    static inline void skype_advise_huge(void* p, size_t n) {
+    #ifdef MADV_HUGEPAGE
+        madvise(p, n, MADV_HUGEPAGE);
+    #endif
+    }
+    """
+    void advise_huge "skype_advise_huge"(void* p, size_t n) noexcept nogil
 
 cdef uint32_t MAX_CAPACITY = 1u << 31
+cdef uint32_t huge_after_default = 8
+
+
+def set_huge_after(uint32_t pages):
+    """For tests and A/B benches: arenas created after this call move a class to 2 MB pages
+    once it fills ``pages`` small pages (0: never)."""
+    global huge_after_default
+    huge_after_default = pages
+
+
+cdef void* huge_page() noexcept nogil:
+    cdef void* p = NULL
+    if posix_memalign(&p, HUGE_BYTES, HUGE_BYTES) != 0:
+        abort()                                 # out of memory inside nogil code
+    advise_huge(p, HUGE_BYTES)
+    return p
 
 
 cdef class EntryArena:
@@ -29,6 +65,7 @@ cdef class EntryArena:
         cdef size_t slot_bytes
         self.cap.push_back(0)                      # class 0 = NO_SLOT
         self.page_shift.push_back(0)
+        self.per_page.push_back(1)
         while True:
             self.cap.push_back(c)
             slot_bytes = <size_t>c * sizeof(BufEntryC)
@@ -36,12 +73,15 @@ cdef class EntryArena:
             while (slot_bytes << (shift + 1)) <= PAGE_BYTES:
                 shift += 1
             self.page_shift.push_back(shift)
+            self.per_page.push_back(1u << shift)
             if c >= MAX_CAPACITY:
                 break
             c = c + (c >> 2 if c >= 8 else 1)
         self.pages.resize(self.cap.size())
         self.owner.resize(self.cap.size())
         self.handed.resize(self.cap.size(), 0)
+        self.huge.resize(self.cap.size(), 0)
+        self.huge_after = huge_after_default
         self.live_slots = 0
         self.live_bytes = 0
         self.page_bytes = 0
@@ -71,9 +111,13 @@ cdef class EntryArena:
         slot.cls = cls
         slot.pad = 0
         slot.index = self.handed[cls]
-        if (slot.index >> self.page_shift[cls]) == self.pages[cls].size():
+        if self._page_of(cls, slot.index) == self.pages[cls].size():
+            if (not self.huge[cls] and self.huge_after and self.pages[cls].size() >= self.huge_after
+                    and <size_t>self.cap[cls] * sizeof(BufEntryC) * 8 <= HUGE_BYTES):
+                self._go_huge(cls)
+        if self._page_of(cls, slot.index) == self.pages[cls].size():
             nbytes = self._page_bytes(cls)
-            page = <BufEntryC*>malloc(nbytes)
+            page = <BufEntryC*>(huge_page() if self.huge[cls] else malloc(nbytes))
             if page == NULL:
                 abort()                         # out of memory inside nogil code
             self.pages[cls].push_back(page)
@@ -103,7 +147,7 @@ cdef class EntryArena:
         self.live_slots -= 1
         self.live_bytes -= self.cap[cls] * sizeof(BufEntryC)
         # free the pages past the live ones, but one (a class at a page boundary would churn)
-        keep = ((<size_t>last + (<size_t>1 << self.page_shift[cls]) - 1) >> self.page_shift[cls]) + 1
+        keep = (<size_t>last + self.per_page[cls] - 1) // self.per_page[cls] + 1
         while self.pages[cls].size() > keep:
             free(self.pages[cls].back())
             self.pages[cls].pop_back()
@@ -118,7 +162,35 @@ cdef class EntryArena:
         return slot_entries(self, s)
 
     cdef size_t _page_bytes(self, uint16_t cls) noexcept nogil:
+        if self.huge[cls]:
+            return HUGE_BYTES
         return (<size_t>1 << self.page_shift[cls]) * self.cap[cls] * sizeof(BufEntryC)
+
+    cdef size_t _page_of(self, uint16_t cls, uint32_t index) noexcept nogil:
+        if self.huge[cls]:
+            return index // self.per_page[cls]
+        return index >> self.page_shift[cls]
+
+    cdef void _go_huge(self, uint16_t cls) noexcept nogil:
+        """Move class cls to 2 MB pages, each holding as many slots as fit, copied in slot order,
+        so every slot keeps its number (the records stay as they are)."""
+        cdef size_t slot_bytes = <size_t>self.cap[cls] * sizeof(BufEntryC), i, _, nbig
+        cdef uint32_t per = <uint32_t>(HUGE_BYTES // slot_bytes), handed = self.handed[cls]
+        cdef vector[BufEntryC*] pages
+        nbig = (handed + per - 1) // per
+        if nbig == 0:
+            nbig = 1
+        for _ in range(nbig):
+            pages.push_back(<BufEntryC*>huge_page())
+        for i in range(handed):
+            memcpy(pages[i // per] + (i % per) * self.cap[cls], self._at(cls, <uint32_t>i), slot_bytes)
+        for i in range(self.pages[cls].size()):
+            free(self.pages[cls][i])
+        self.page_bytes -= self.pages[cls].size() * self._page_bytes(cls)
+        self.pages[cls] = pages
+        self.per_page[cls] = per
+        self.huge[cls] = 1
+        self.page_bytes += nbig * HUGE_BYTES
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
@@ -130,13 +202,14 @@ cdef class EntryArena:
     def stats(self):
         """Counters; ``loose_classes``: classes holding more pages than their live slots need
         plus one (0 while every class is dense, the invariant above)."""
-        cdef size_t c, loose = 0, per_page, pages = 0, paged = 0
+        cdef size_t c, loose = 0, per_page, pages = 0, paged = 0, huge = 0
         for c in range(1, self.cap.size()):
+            huge += self.huge[c]
             pages += self.pages[c].size()
             paged += self.pages[c].size() > 0
-            per_page = <size_t>1 << self.page_shift[c]
+            per_page = self.per_page[c]
             if self.pages[c].size() > (self.handed[c] + per_page - 1) // per_page + 1:
                 loose += 1
         return {"live_slots": self.live_slots, "live_bytes": self.live_bytes, "page_bytes": self.page_bytes,
                 "classes": self.cap.size() - 1, "loose_classes": loose, "pages": pages, "paged_classes": paged,
-                "entry_bytes": sizeof(BufEntryC)}
+                "entry_bytes": sizeof(BufEntryC), "huge_classes": huge}

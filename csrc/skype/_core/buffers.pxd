@@ -6,7 +6,7 @@ from skype._core.arena cimport BufEntryC, slot_entries
 from skype._core.window cimport WindowStore
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex
-from skype._core.bufstore cimport BufferStore, EventC, SubBufC
+from skype._core.bufstore cimport BufferStore, EventC, SubBufC, guide_start
 from skype._core.costmodel cimport CostModelC, BARRIER_STATIONARY, BARRIER_WINDOW, BARRIER_FACTOR, threshold_cost
 
 
@@ -72,6 +72,14 @@ cdef class Buffers(BufferStore):
     cdef vector[double] dropped_of           # per sid: the best score the full side list dropped
     cdef int32_t skipped_cap                 # side list length per subscription (0: rebuild always)
     cdef uint64_t n_floor_readmits, n_floor_readmitted, floor_readmit_work, n_floor_refills
+    # the admission's work (stats()["admission_work"]): entries from where its search starts to
+    # the buffer's end (what its search, dominance pass and shift may read), insertion ranks,
+    # buffer sizes, evictions, and guides the entries contradicted (0 unless a guide is stale)
+    cdef bint guided                         # admissions start at the record's guide (bufstore.pxd)
+    # the engine's prefetch distances for admissions and expiry visits (engine.pyx): buffer
+    # records this many buffers ahead, their entries ahead_entries
+    cdef size_t ahead_records, ahead_entries
+    cdef uint64_t n_admit_span, n_admit_pos, n_admit_size, n_admit_evicted, n_guide_misses
 
     cdef void init_sub(self, sid_t sid) noexcept nogil
     cdef void _init_state(self, sid_t sid) noexcept nogil
@@ -94,14 +102,30 @@ cdef class Buffers(BufferStore):
     cdef void _clear_skipped(self, sid_t sid) noexcept nogil
 
 
-cdef inline void prefetch_buffer(Buffers b, sid_t sid) noexcept nogil:
-    """Fetch a buffer's entries ahead of an admission (its binary search and dominance pass read
-    up to all of them): at most 16 lines.  The SubBufC record must be fetched earlier."""
+cdef inline void prefetch_lines(const char* p, size_t nbytes) noexcept nogil:
+    """Fetch the lines of [p, p + nbytes), at most 16 of them."""
+    cdef size_t a = <size_t>p & ~(<size_t>63), end = <size_t>p + nbytes
+    if nbytes > 1024:
+        end = <size_t>p + 1024
+    while a < end:
+        prefetch(<const char*>a)
+        a += 64
+
+
+cdef inline void prefetch_admission(Buffers b, sid_t sid, double score) noexcept nogil:
+    """Fetch what an admission of ``score`` into sid's buffer reads: its entries from the line of
+    the record's guide point (bufstore.pxd) to the end, or all of them without the guide (at most
+    16 lines).  The SubBufC record must be fetched earlier."""
     cdef const SubBufC* sb = &b.buf[sid]
     cdef const char* p = <const char*>slot_entries(b.arena, sb.slot)
-    cdef size_t nbytes = sb.size * sizeof(BufEntryC), o = 0
-    if nbytes > 1024:
-        nbytes = 1024
-    while o < nbytes:
-        prefetch(p + o)
-        o += 64
+    cdef size_t first = guide_start(sb, score) if b.guided else 0
+    if first >= sb.size:
+        first = 0
+    prefetch_lines(p + first * sizeof(BufEntryC), (sb.size - first) * sizeof(BufEntryC))
+
+
+cdef inline void prefetch_buffer(Buffers b, sid_t sid) noexcept nogil:
+    """Fetch a buffer's entries ahead of an expiry (its search and shift read up to all of them):
+    at most 16 lines.  The SubBufC record must be fetched earlier."""
+    cdef const SubBufC* sb = &b.buf[sid]
+    prefetch_lines(<const char*>slot_entries(b.arena, sb.slot), sb.size * sizeof(BufEntryC))

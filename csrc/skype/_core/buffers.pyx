@@ -67,6 +67,27 @@ from skype._core.window cimport WindowStore, win_next_seq
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
 
+cdef bint guided_default = True
+cdef size_t ahead_records_default = 8, ahead_entries_default = 4
+
+
+def set_admission_guide(bint on):
+    """For A/B benches: buffers created after this call start an admission at the record's guide
+    point (on, the default) or search the whole buffer (off).  Results are the same either way."""
+    global guided_default
+    guided_default = on
+
+
+def set_prefetch_distance(size_t records, size_t entries):
+    """For A/B benches: buffers created after this call have their records fetched ``records``
+    admissions (or expiry visits) ahead and their entries ``entries`` ahead (default 8 and 4)."""
+    global ahead_records_default, ahead_entries_default
+    if not 0 < entries <= records:
+        raise ValueError("need 0 < entries <= records")
+    ahead_records_default = records
+    ahead_entries_default = entries
+
+
 KINDS = {"exact": BUF_EXACT, "cskyband": BUF_CSKYBAND, "skyband": BUF_SKYBAND, "kmax": BUF_KMAX}
 BARRIERS = {"stationary": BARRIER_STATIONARY, "window": BARRIER_WINDOW, "factor": BARRIER_FACTOR}
 
@@ -170,6 +191,14 @@ cdef class Buffers(BufferStore):
         self.n_floor_readmitted = 0
         self.floor_readmit_work = 0
         self.n_floor_refills = 0
+        self.guided = guided_default
+        self.ahead_records = ahead_records_default
+        self.ahead_entries = ahead_entries_default
+        self.n_admit_span = 0
+        self.n_admit_pos = 0
+        self.n_admit_size = 0
+        self.n_admit_evicted = 0
+        self.n_guide_misses = 0
 
     cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
         """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
@@ -591,7 +620,7 @@ cdef class Buffers(BufferStore):
         cdef SubBufC* sb = &self.buf[sid]
         cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k, cap
-        cdef size_t n = sb.size, pos, i, w
+        cdef size_t n = sb.size, pos, i, w, lo = 0
         cdef BufEntryC e
         if sid < self.floor_of.size() and score < self.floor_of[sid]:
             self.n_floor_skips += 1                 # below the floor: cannot matter (set_floor)
@@ -599,7 +628,20 @@ cdef class Buffers(BufferStore):
                 self.skipped_of[sid] = score
             self._list_skipped(sid, seq, score)
             return
-        pos = insert_pos(B, n, score)
+        if self.guided:
+            # the guide point names an entry scoring above score: the insertion lies after it
+            # (checked here, so a guide could only cost lines, never a wrong rank)
+            lo = guide_start(sb, score)
+            if lo:
+                if lo < n and B[lo].score > score:
+                    lo += 1
+                else:
+                    lo = 0
+                    self.n_guide_misses += 1
+        pos = lo + insert_pos(B + lo, n - lo, score)
+        self.n_admit_span += n - lo
+        self.n_admit_pos += pos
+        self.n_admit_size += n
         e.score = score
         e.seq_lo = <uint32_t>seq
         e.hold = 0
@@ -625,6 +667,8 @@ cdef class Buffers(BufferStore):
                 sb.size -= 1
                 sb.complete = 0
                 self._drop_entry(&B[cap])
+                self.n_admit_evicted += 1
+            self.guide_from(sb, pos)
             self._update_theta(sid)
             return
         # skyband kinds: the new message dominates every (older) entry scoring <= it
@@ -648,6 +692,8 @@ cdef class Buffers(BufferStore):
         sb.size = <uint32_t>(w + 1)
         if self.track_holders:
             B[pos].hold = self.window.add_holder(seq, sid)
+        self.guide_from(sb, pos)
+        self.n_admit_evicted += n - w
         sb.admits += 1
         # Re-tune a buffer whose plan went stale: a complete buffer that outgrew its size, or
         # one admitting over twice the planned rate (thresholds chosen while the window was
@@ -679,6 +725,7 @@ cdef class Buffers(BufferStore):
         n -= 1
         memmove(B + p, B + p + 1, (n - p) * sizeof(BufEntryC))
         sb.size = <uint32_t>n
+        self.guide_from(sb, p)
         if <int32_t>p < k and <int32_t>n >= k:
             self._event(sid, 1, B[k - 1].seq_lo)
         if <int32_t>n < k and not sb.complete and not self._refill_from_skipped(sid):
@@ -720,4 +767,8 @@ cdef class Buffers(BufferStore):
             "floor_skips": self.n_floor_skips, "floor_repairs": self.n_floor_repairs,
             "floor_readmits": self.n_floor_readmits, "floor_readmitted": self.n_floor_readmitted,
             "floor_readmit_work": self.floor_readmit_work, "floor_refills": self.n_floor_refills,
+            "admission_work": {"guided": bool(self.guided), "span_entries": self.n_admit_span,
+                               "ranks": self.n_admit_pos, "sizes": self.n_admit_size,
+                               "evicted": self.n_admit_evicted, "guide_misses": self.n_guide_misses,
+                               "entry_bytes": sizeof(BufEntryC)},
         }

@@ -14,6 +14,11 @@ cdef struct EventC:              # a top-k change: msg entered (+1) or left (-1)
     ext_id_t msg                  # the message's window seq until resolve_events, then its external id
 
 
+cdef enum:
+    GUIDE_N = 5                   # guide points a record holds (20 of its spare bytes)
+    GUIDE_STEP = 8                # entries between two guide points
+
+
 # One subscription's result buffer: 64 bytes, one cache line (buf is 64-byte aligned); its 41
 # bytes of fields at 44 bytes a record straddled two lines in 10 records of 16.
 cdef struct SubBufC:
@@ -29,7 +34,21 @@ cdef struct SubBufC:
     # complete = 1: holds every match (skyband kinds: the k-skyband of every match), so
     # theta = 0 and expiry never re-evaluates
     uint8_t complete
-    uint8_t spare[23]             # pads the record to its line
+    uint8_t spare[3]
+    # the admission's guide (guide_from): entry GUIDE_STEP * (j + 1)'s score rounded down to a
+    # float (-inf past the last entry), so that an admission finds its insertion line from the
+    # record alone; the entries stay the truth (admit checks the line before it)
+    float guide[GUIDE_N]
+
+
+cdef inline size_t guide_start(const SubBufC* sb, double score) noexcept nogil:
+    """The first entry whose line an admission of ``score`` must read: every entry before the
+    last guide point that scores above ``score`` ranks before it, so the insertion lies after
+    that point (its entry is returned: admit reads it to check the guide)."""
+    cdef size_t j = GUIDE_N
+    while j > 0 and not (sb.guide[j - 1] > score):
+        j -= 1
+    return <size_t>j * GUIDE_STEP
 
 
 cdef inline bint slot_loose(uint32_t cap, uint32_t size) noexcept nogil:
@@ -66,6 +85,7 @@ cdef class BufferStore:
     cdef void _release(self, SubBufC* sb) noexcept nogil
     cdef void _give(self, SlotC slot) noexcept nogil
     cdef void _shrink(self, SubBufC* sb) noexcept nogil
+    cdef void guide_from(self, SubBufC* sb, size_t first) noexcept nogil
     cdef uint32_t _owner(self, const SubBufC* sb) noexcept nogil
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
     cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil

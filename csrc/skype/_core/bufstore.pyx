@@ -21,16 +21,32 @@ holds one more entry; ``_shrink`` moves a buffer that lost entries there once it
   nets them (flush.pyx).  Every seq an event names is in the window at the flush, except the
   messages that expired during the operation: ``_note_gone`` keeps their ids (buffers.pyx calls
   it before an expiring message's event).
+* Guide: a record's ``guide`` (bufstore.pxd) holds every eighth entry's score rounded down to a
+  float, -inf past the last entry; every writer of entries refreshes it from the first entry it
+  changed (``guide_from``).  Admissions only start there after checking the entry, so a stale
+  guide could cost lines, never a rank.
 * Theta: ``_set_theta`` is the only writer of a subscription's threshold; during a micro-batch
   (engine.pyx) it records every subscription whose theta fell, once per batch.
 """
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.string cimport memcpy, memset
+from libc.math cimport INFINITY, nextafterf
 from libc.stdlib cimport free, abort
 from posix.stdlib cimport posix_memalign
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from skype._core.arena cimport NO_SLOT, NO_OWNER
+from skype._core.arena cimport NO_SLOT, NO_OWNER, HUGE_BYTES
+
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    static inline void skype_advise_huge_records(void* p, size_t n) {
+    #ifdef MADV_HUGEPAGE
+        madvise(p, n, MADV_HUGEPAGE);
+    #endif
+    }
+    """
+    void advise_huge "skype_advise_huge_records"(void* p, size_t n) noexcept nogil
 
 
 cdef class BufferStore:
@@ -49,8 +65,13 @@ cdef class BufferStore:
             cap = 2 * self.buf_cap if 2 * self.buf_cap > sid + 1 else sid + 1
             if cap < 64:
                 cap = 64
-            if posix_memalign(&grown, 64, cap * sizeof(SubBufC)) != 0:
+            # records of 2 MB and more: aligned and advised as transparent huge pages (an
+            # admission or expiry visit reads a random record: one TLB miss each on 4 KB pages)
+            if posix_memalign(&grown, HUGE_BYTES if cap * sizeof(SubBufC) >= HUGE_BYTES else 64,
+                              cap * sizeof(SubBufC)) != 0:
                 abort()                         # out of memory inside nogil code
+            if cap * sizeof(SubBufC) >= HUGE_BYTES:
+                advise_huge(grown, cap * sizeof(SubBufC))
             if self.buf_n:
                 memcpy(grown, self.buf, self.buf_n * sizeof(SubBufC))
             free(self.buf)
@@ -84,6 +105,7 @@ cdef class BufferStore:
         if n:
             memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
         sb.size = <uint32_t>n
+        self.guide_from(sb, 0)
 
     cdef void _shrink(self, SubBufC* sb) noexcept nogil:
         """After a buffer lost entries: a loose slot (slot_loose) moves to the smallest class
@@ -101,6 +123,24 @@ cdef class BufferStore:
         self._give(sb.slot)
         sb.slot = slot
 
+    cdef void guide_from(self, SubBufC* sb, size_t first) noexcept nogil:
+        """Refresh the record's guide points at entries >= first (the entries before first did
+        not change): each the score rounded down to a float, -inf past the last entry."""
+        cdef const BufEntryC* B = self._entries(sb)
+        cdef size_t j, e
+        cdef float f
+        for j in range(GUIDE_N):
+            e = <size_t>GUIDE_STEP * (j + 1)
+            if e < first:
+                continue
+            if e >= sb.size:
+                sb.guide[j] = -INFINITY
+                continue
+            f = <float>B[e].score
+            if <double>f > B[e].score:
+                f = nextafterf(f, -INFINITY)
+            sb.guide[j] = f
+
     cdef void _give(self, SlotC slot) noexcept nogil:
         """Give a slot back; the buffer whose slot fills the hole (arena.pyx) follows it."""
         cdef uint32_t moved = self.arena.give(slot)
@@ -115,6 +155,7 @@ cdef class BufferStore:
         sb.slot.cls = NO_SLOT
         sb.slot.index = 0
         sb.size = 0
+        self.guide_from(sb, 0)
 
     # ------------------------------------------------------------------ theta
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil:
@@ -335,6 +376,7 @@ cdef class BufferStore:
                     B[j].dc = dc[indptr[i] + j]
                     B[j].hold = self.window.add_holder(seq, sid) if self.track_holders else 0
                 sb.size = <uint32_t>m
+                self.guide_from(sb, 0)
                 sb.k = <int32_t>k[i]
                 sb.complete = complete[i]
                 sb.cq = cq[i]

@@ -32,19 +32,13 @@ from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
-from skype._core.buffers cimport Buffers, EventC, BUF_SKYBAND, prefetch_buffer
+from skype._core.buffers cimport Buffers, EventC, BUF_SKYBAND, prefetch_buffer, prefetch_admission
 from skype._core.bulk cimport bulk_capacity, bulk_replay, sample_then_rest
 from skype._core.regsearch import buffer_state
 from skype._core.regtree cimport RegistrationTree, search_register
 from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
-
-cdef enum:
-    ADMIT_FAR = 8        # admissions: buffer records fetched this many candidates ahead
-    ADMIT_NEAR = 4       # ... and their entries
-    EXPIRE_AHEAD = 8     # expiry: the holders' buffer records fetched this many holders ahead
-    EXPIRE_NEAR = 4      # ... and their entries
 
 cdef double DECAY = 1.0 - 1.0 / 10000.0     # time windows: arrival/expiry rates over ~10k events
 cdef double RATE_PRIOR = 500.0              # pseudo-events of each kind in that estimate
@@ -114,6 +108,7 @@ cdef class CoreEngine:
         cdef size_t n
         cdef sid_t sid
         cdef CountersC saved
+        cdef size_t far, near
         self.msgs.remove(seq)
         if not self.reverse_map:
             # No reverse map: every subscription holding m has ST(s, m) >= theta_s (buffers.pyx
@@ -134,7 +129,8 @@ cdef class CoreEngine:
             self.recent_expirations += 1
             return
         # the live holders: the FIFO block, then the extra list, dead entries skipped (buffers.pyx
-        # keeps both exact); their buffer records are fetched EXPIRE_AHEAD holders ahead
+        # keeps both exact); their buffer records are fetched ahead_records holders ahead, their
+        # entries ahead_entries (buffers.pxd)
         self.expiring.clear()
         for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
             sid = win_holder_at(self.window, pos)
@@ -145,13 +141,15 @@ cdef class CoreEngine:
                 self.expiring.push_back(extra[0][i])
         self.holder_entries += m.hold_n + extra.size()
         n = self.expiring.size()
-        for i in range(n if n < EXPIRE_AHEAD else EXPIRE_AHEAD):
+        far = self.buffers.ahead_records
+        near = self.buffers.ahead_entries
+        for i in range(n if n < far else far):
             prefetch(&self.buffers.buf[self.expiring[i]])
         for i in range(n):
-            if i + EXPIRE_AHEAD < n:
-                prefetch(&self.buffers.buf[self.expiring[i + EXPIRE_AHEAD]])
-            if i + EXPIRE_NEAR < n:
-                prefetch_buffer(self.buffers, self.expiring[i + EXPIRE_NEAR])
+            if i + far < n:
+                prefetch(&self.buffers.buf[self.expiring[i + far]])
+            if i + near < n:
+                prefetch_buffer(self.buffers, self.expiring[i + near])
             self._expire_from(self.expiring[i], seq)
         self.window.pop_oldest()
         self.expirations += 1
@@ -231,15 +229,16 @@ cdef class CoreEngine:
         cdef double score
         cdef const MsgC* m
         cdef const SubHotC* h
-        # admissions are cache misses at scale: the buffer records ADMIT_FAR ahead, then their
-        # entries ADMIT_NEAR ahead (reading a record's data pointer needs the record)
-        for i in range(n if n < ADMIT_FAR else ADMIT_FAR):
+        # admissions are cache misses at scale: the buffer records ahead_records ahead, then
+        # their entries ahead_entries ahead (reading a record's data pointer needs the record)
+        cdef size_t far = self.buffers.ahead_records, near = self.buffers.ahead_entries
+        for i in range(n if n < far else far):
             prefetch(&self.buffers.buf[cands[i].sid])
         for i in range(n):
-            if i + ADMIT_FAR < n:
-                prefetch(&self.buffers.buf[cands[i + ADMIT_FAR].sid])
-            if i + ADMIT_NEAR < n:
-                prefetch_buffer(self.buffers, cands[i + ADMIT_NEAR].sid)
+            if i + far < n:
+                prefetch(&self.buffers.buf[cands[i + far].sid])
+            if i + near < n:
+                prefetch_admission(self.buffers, cands[i + near].sid, cands[i + near].score)
             sid = cands[i].sid
             if batched:
                 if nfell and sid < self.buffers.fell_stamp.size() and \
