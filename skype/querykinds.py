@@ -3,8 +3,9 @@
 :class:`QueryKinds` is what :class:`~skype.api.EngineBase` dispatches ``range``, ``knn`` and
 ``terms`` subscriptions and every snapshot query to; the top-k core never sees them.  Two
 implementations: :class:`CoreQueryKinds` here (``skype._core.querycore`` and
-``skype._core.querysnapshots``: a query window with its message index, a grid index of
-rectangle subscriptions, kNN buffers, region term counts, snapshot walks) and
+``skype._core.querysnapshots``: a query window with its message index and the kinds' own
+objects, ``rangequery``, ``knnquery`` and ``termsquery``, which this facade calls directly for
+subscriptions and results; snapshot walks) and
 :class:`skype.reference_queries.ReferenceQueryKinds` (brute force).
 
 Change logs of ``terms`` subscriptions carry vocabulary term ids in the ``msg`` column.
@@ -154,8 +155,10 @@ class CoreQueryKinds(QueryKinds):
         self._core = SnapshotCore(bounds.minx, bounds.miny, bounds.maxx, bounds.maxy, bounds.max_dist,
                                window or 0, window_seconds or 0.0, grid, knn_factor, leaf_capacity,
                                knn_index=self.KNN_INDEX, range_keyword=self.RANGE_INDEX == "keyword")
-        self._core.set_terms_blocks(self.TERMS_DESIGN == "blocks", *self.TERMS_BLOCKS)
-        self._core.set_terms_grid(self.TERMS_GRID, *self.TERMS_GRID_TABLES)
+        # the kinds' own objects (skype._core.rangequery, knnquery, termsquery), siblings in the core
+        self._kinds = {"range": self._core.range_kind, "knn": self._core.knn_kind, "terms": self._core.terms_kind}
+        self._kinds["terms"].set_blocks(self.TERMS_DESIGN == "blocks", *self.TERMS_BLOCKS)
+        self._kinds["terms"].set_grid(self.TERMS_GRID, *self.TERMS_GRID_TABLES)
         self._core.set_snapshot_grid(*self.SNAPSHOT_TERMS_GRID)
         self._publish_s = 0.0  # wall time of publish(): the core's steps and the glue around them
         if term_trees == "eager":
@@ -167,18 +170,19 @@ class CoreQueryKinds(QueryKinds):
             new = [self.vocabulary.term(i) for i in range(have, len(self.vocabulary))]
             self._core.add_names([name.encode("utf-8") for name in new])
             relabel = self._labels.add(new)
-            self._core.set_labels(np.asarray(self._labels.by_id, dtype=np.uint32), relabel)
+            self._kinds["terms"].set_labels(np.asarray(self._labels.by_id, dtype=np.uint32), relabel)
 
     def subscribe(self, spec: QuerySpec) -> object:
         self._sync_names()
         if spec.kind == "range":
-            return self._core.subscribe_range(spec.id, spec.rect, _shift(spec.program), _shift(spec.cover))
+            return self._kinds["range"].subscribe(spec.id, spec.rect, _shift(spec.program), _shift(spec.cover))
         if spec.kind == "knn":
-            return self._core.subscribe_knn(spec.id, spec.x, spec.y, spec.k, _shift(spec.program), _shift(spec.cover))
-        return self._core.subscribe_terms(spec.id, spec.rect, spec.k)
+            return self._kinds["knn"].subscribe(spec.id, spec.x, spec.y, spec.k, _shift(spec.program),
+                                                _shift(spec.cover))
+        return self._kinds["terms"].subscribe(spec.id, spec.rect, spec.k)
 
     def unsubscribe(self, kind: str, handle: object) -> None:
-        getattr(self._core, f"unsubscribe_{kind}")(handle)
+        self._kinds[kind].unsubscribe(handle)
 
     def prepare(self) -> None:
         self._core.prepare()
@@ -197,19 +201,16 @@ class CoreQueryKinds(QueryKinds):
 
     def result(self, kind: str, handle: object) -> list:
         if kind == "range":
-            return [int(i) for i in self._core.range_result(handle)]
+            return [int(i) for i in self._kinds["range"].result(handle)]
         if kind == "knn":
-            ids, dist = self._core.knn_result(handle)
+            ids, dist = self._kinds["knn"].result(handle)
             return [Neighbor(int(i), float(d)) for i, d in zip(ids, dist)]
-        ids, counts = self._core.terms_result(handle)
+        ids, counts = self._kinds["terms"].result(handle)
         return [TermCount(self.vocabulary.term(int(i)), int(c)) for i, c in zip(ids, counts)]
 
     def result_entries(self, kind: str, handle: object) -> list[int]:
-        if kind == "range":
-            return [int(i) for i in self._core.range_result(handle)]
-        if kind == "knn":
-            return [int(i) for i in self._core.knn_result(handle)[0]]
-        return [int(i) for i in self._core.terms_result(handle)[0]]
+        result = self._kinds[kind].result(handle)    # range: ids; knn and terms: (ids, values)
+        return [int(i) for i in (result if kind == "range" else result[0])]
 
     def snapshot(self, spec: QuerySpec, now: float) -> list:
         self._sync_names()

@@ -210,7 +210,7 @@ def test_terms_blocks_lane_invariants_with_the_reserve(stream, subs, window):
                 if r[0] <= mx <= r[2] and r[1] <= my <= r[3]:
                     for w in ws:
                         counts[w] = counts.get(w, 0) + 1
-            theta, gate, bound, tracked, members, reserve = core.terms_lane_state(e._kinds[sid][1])
+            theta, gate, bound, tracked, members, reserve = core.terms_kind.lane_state(e._kinds[sid][1])
             names = {e.vocabulary.term(t): c for t, c in tracked.items()}
             label = {w: kinds._labels.by_id[e.vocabulary.id(w)] for w in counts}
             assert theta <= gate <= bound

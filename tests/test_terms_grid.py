@@ -69,7 +69,7 @@ def test_terms_grid_tables_equal_brute_force_counts_per_cell(cells, stream, prob
             for name in NAMES:
                 tid = engine.vocabulary.get(name)
                 holders = [(mx, my) for mx, my, ws in live if name in ws]
-                got = None if tid is None else core.terms_grid_upper(tid, r)
+                got = None if tid is None else core.terms_kind.grid_upper(tid, r)
                 if len(holders) < 2:
                     assert got is None
                     continue

@@ -1,10 +1,10 @@
-# The continuous knn kind: the base class of QueryCore (bounded buffers, the `near` index).
+# The continuous knn kind, a sibling of QueryCore's other kinds (bounded buffers, the `near` index).
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport seq_t, MsgTermC
 from skype._core.window cimport MsgC
 from skype._core.rangeindex cimport RectSubIndex
-from skype._core.termsquery cimport TermsCore
+from skype._core.querykind cimport QueryKind
 
 
 cdef struct NearEntryC:            # a kNN buffer entry
@@ -32,7 +32,8 @@ cdef struct KnnSubC:
     double posted                  # the radius it is posted with there (-1: not posted)
 
 
-cdef class KnnCore(TermsCore):
+cdef class KnnKind(QueryKind):
+    cdef uint32_t knn_factor               # a buffer holds knn_factor * k entries
     # knn subscriptions, by slot
     cdef vector[KnnSubC] knn
     cdef vector[vector[int64_t]] knn_prog  # predicate program, then cover terms
@@ -48,6 +49,7 @@ cdef class KnnCore(TermsCore):
     cdef uint64_t knn_posts
     # one step's netting: every crossing of a top-k boundary, in order (netted by _knn_net)
     cdef vector[KnnEventC] knn_events
+    cdef vector[uint32_t] refill           # slots to refill once the expiring message has left the window
     cdef vector[seq_t] seqs                # scratch of a refill
     cdef vector[double] dists
     cdef uint64_t reevaluations, knn_probed, knn_matches, knn_removed

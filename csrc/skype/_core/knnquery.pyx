@@ -1,10 +1,10 @@
 # cython: language_level=3
 """The continuous ``knn`` kind: the k nearest window messages that satisfy a predicate.
 
-:class:`KnnCore` is the base class of :class:`~skype._core.querycore.QueryCore`, which runs the
-stream (one step = expirations, the arrival, then the netted events) and calls the hooks
-``_knn_expiring`` / ``_knn_refilled`` (expiry), ``_knn_arriving`` (arrival) and ``_knn_net``
-(the step's end).
+:class:`KnnKind` is one of the kinds :class:`~skype._core.querycore.QueryCore` holds behind the
+:class:`~skype._core.querykind.QueryKind` hooks: ``c_expire`` drops the expiring message from
+the buffers and notes those to refill, ``c_expired`` refills them once the window has popped it,
+``c_arrive`` offers the arrival, ``c_net`` nets the step's events.
 
 A bounded buffer per subscription of capacity ``cap = knn_factor * k``, sorted by (distance,
 newest first).  Invariant: the buffer is the exact prefix of the ranked matching window
@@ -37,7 +37,9 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from skype._core.types cimport term_t, seq_t, RectC, MsgTermC
 from skype._core.window cimport MsgC, win_get
-from skype._core.querywindow cimport ALL_TERM
+from skype._core.querywindow cimport QueryWindow, ALL_TERM
+from skype._core.rangeindex cimport RectSubIndex
+from skype._core.querykind cimport emit
 from skype._core.predicate cimport eval_program, point_distance, OP_AND
 
 
@@ -51,10 +53,18 @@ cdef bint event_before(const KnnEventC& a, const KnnEventC& b) noexcept nogil:
     return a.slot < b.slot or (a.slot == b.slot and a.seq < b.seq)
 
 
-cdef class KnnCore(TermsCore):
+cdef class KnnKind(QueryKind):
+    def __cinit__(self, QueryWindow qw, uint32_t knn_factor=2, bint knn_index=True, uint32_t knn_grid=16):
+        cdef RectC b = qw.index.bounds
+        self.qw = qw
+        self.knn_factor = knn_factor
+        self.knn_index = knn_index
+        self.near = RectSubIndex(b.minx, b.miny, b.maxx, b.maxy, knn_grid)
+        self.knn_probes = 0
+
     # ------------------------------------------------------------------ subscriptions
-    def subscribe_knn(self, int64_t ext_id, double x, double y, uint32_t k, const int64_t[::1] prog,
-                      const int64_t[::1] cover):
+    def subscribe(self, int64_t ext_id, double x, double y, uint32_t k, const int64_t[::1] prog,
+                  const int64_t[::1] cover):
         cdef uint32_t slot, i
         cdef term_t t
         if self.knn_free.size():
@@ -86,7 +96,7 @@ cdef class KnnCore(TermsCore):
         self._knn_post(slot)
         return slot
 
-    def unsubscribe_knn(self, uint32_t slot):
+    def unsubscribe(self, uint32_t slot):
         cdef size_t i, j
         cdef uint32_t ncover = self.knn_prog[slot].size() - self.knn_plen[slot]
         cdef term_t t
@@ -107,6 +117,19 @@ cdef class KnnCore(TermsCore):
         self.knn_free.push_back(slot)
 
     # ------------------------------------------------------------------ the stream's hooks
+    cdef void c_arrive(self, int64_t at, const MsgC* m, const MsgTermC* mt) noexcept nogil:
+        self._knn_arriving(m.x, m.y, m.seq, m.ext_id, mt, m.nterms)
+
+    cdef void c_expire(self, int64_t at, const MsgC* m, const MsgTermC* mt) noexcept nogil:
+        self._knn_expiring(m, mt, &self.refill)
+
+    cdef void c_expired(self, int64_t at) noexcept nogil:
+        self._knn_refilled(&self.refill)
+        self.refill.clear()
+
+    cdef void c_net(self, int64_t at) noexcept nogil:
+        self._knn_net(at)
+
     cdef void _knn_arriving(self, double x, double y, seq_t seq, int64_t ext_id, const MsgTermC* mt,
                             uint32_t nterms) noexcept nogil:
         """Offer an arriving message to the buffers it may enter."""
@@ -193,7 +216,7 @@ cdef class KnnCore(TermsCore):
                 total += self.knn_events[j].sign
                 j += 1
             if total:
-                self._emit(at, self.knn[e.slot].ext_id, e.ext_id, total > 0)
+                emit(&self.out, at, self.knn[e.slot].ext_id, e.ext_id, total > 0)
             i = j
         self.knn_events.clear()
 
@@ -308,7 +331,7 @@ cdef class KnnCore(TermsCore):
         self.knn_events.push_back(ev)
 
     # ------------------------------------------------------------------ results
-    def knn_result(self, uint32_t slot):
+    def result(self, uint32_t slot):
         cdef vector[NearEntryC]* b = &self.knn_buf[slot]
         cdef size_t i, n = min(<size_t>self.knn[slot].k, b.size())
         ids = np.empty(n, dtype=np.int64)
@@ -317,3 +340,11 @@ cdef class KnnCore(TermsCore):
             ids[i] = b[0][i].ext_id
             dist[i] = b[0][i].dist
         return ids, dist
+
+    def stats(self):
+        return {"subscriptions": self.knn.size() - self.knn_free.size(), "probed": self.knn_probed,
+                "matches": self.knn_matches, "removed": self.knn_removed,
+                "reevaluations": self.reevaluations, "index": bool(self.knn_index),
+                "index_posts": self.knn_posts, "index_candidates": self.near.candidates,
+                "index_grown": self.near.grown, "index_tail_merges": self.near.merges,
+                "net_s": self.net_ns / 1e9, "time_s": self.ns / 1e9}

@@ -34,12 +34,15 @@ from skype._core.types cimport term_t, seq_t, RectC, SubTermC, now_ns
 from skype._core.window cimport win_get
 from skype._core.scoring cimport round_up
 from skype._core.querycore cimport QueryCore
+from skype._core.rangequery cimport range_answer
 
 
 cdef class SnapshotCore(QueryCore):
     cdef uint32_t snap_cells, snap_create_at, snap_drop_below   # snapshot terms' grid (0 cells: off)
     cdef uint64_t snap_terms_fast, snap_terms_scans, snap_terms_walks, snap_terms_visits
     cdef double snap_walk_ns, snap_fast_ns
+    cdef vector[uint32_t] snap_counts      # scratch counts of a rectangle's terms, by term
+    cdef vector[term_t] snap_touched
 
     def set_snapshot_grid(self, uint32_t cells, uint32_t create_at=32, uint32_t drop_below=16):
         """The snapshot ``terms`` query's count tables (``cells`` per side, 0: count every
@@ -89,18 +92,18 @@ cdef class SnapshotCore(QueryCore):
             self.snap_walk_ns += now_ns() - t0
             if c < need:
                 continue
-            if t >= self.counts.size():
-                self.counts.resize(t + 1, 0)
-            self.counts[t] = c
-            self.touched_terms.push_back(t)
+            if t >= self.snap_counts.size():
+                self.snap_counts.resize(t + 1, 0)
+            self.snap_counts[t] = c
+            self.snap_touched.push_back(t)
             best.push(0xFFFFFFFFu - c)
             if best.size() > k:
                 best.pop()
         if best.size() == k and 0xFFFFFFFFu - best.top() >= self.snap_grid.create_at:
             return True
-        for s in range(self.touched_terms.size()):
-            self.counts[self.touched_terms[s]] = 0
-        self.touched_terms.clear()
+        for s in range(self.snap_touched.size()):
+            self.snap_counts[self.snap_touched[s]] = 0
+        self.snap_touched.clear()
         return False
 
     def snapshot_range(self, tuple rect, const int64_t[::1] prog, const int64_t[::1] cover, double now,
@@ -108,8 +111,8 @@ cdef class SnapshotCore(QueryCore):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
         if cover.shape[0]:
             self.qw.c_need_term_trees()
-        return self._range(&r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
-                           &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last)
+        return range_answer(self.qw, &r, &prog[0] if prog.shape[0] else NULL, <int>prog.shape[0],
+                            &cover[0] if cover.shape[0] else NULL, <int>cover.shape[0], now, last)
 
     def snapshot_knn(self, double x, double y, size_t k, const int64_t[::1] prog, const int64_t[::1] cover,
                      double now, double last):
@@ -150,12 +153,12 @@ cdef class SnapshotCore(QueryCore):
         else:
             self.snap_terms_scans += 1
             with nogil:
-                self.qw.c_region_counts(&r, now, last, &self.counts, &self.touched_terms)
+                self.qw.c_region_counts(&r, now, last, &self.snap_counts, &self.snap_touched)
         counts_of = {}
-        for i in range(self.touched_terms.size()):
-            counts_of[self.touched_terms[i]] = self.counts[self.touched_terms[i]]
+        for i in range(self.snap_touched.size()):
+            counts_of[self.snap_touched[i]] = self.snap_counts[self.snap_touched[i]]
         with nogil:
-            self.qw.c_top_terms(&self.counts, &self.touched_terms, k, &top)
+            self.qw.c_top_terms(&self.snap_counts, &self.snap_touched, k, &top)
         ids = np.array([<int64_t>top[i] - 1 for i in range(top.size())], dtype=np.int64)
         counts = np.array([counts_of[top[i]] for i in range(top.size())], dtype=np.int64)
         return ids, counts

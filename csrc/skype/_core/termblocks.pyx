@@ -35,7 +35,10 @@ k-th ranks before the gate), else from all its rows, refilled from a count of it
 they do not prove its top-k; ``theta`` goes halfway between the k-th key and the next, and the
 set's changes are emitted.  The full walk-through is in ``docs/queries.md`` ("Terms design 3").
 
-Results are the members in the order of their current keys (counts read from the rows).
+Results are the members in the order of their current keys (counts read from the rows).  A row
+keeps its term's label (refreshed by ``c_relabel``), so a re-rank makes keys from the rows it
+reads alone; a light re-rank emits its changes in O(k): an entry is a candidate among the new
+first k, a departure a former member whose bit is clear.
 """
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
@@ -55,6 +58,16 @@ cdef extern from "<algorithm>" namespace "std" nogil:
     void nth_element[Iter](Iter first, Iter nth, Iter last) noexcept
 
 cdef uint64_t NO_BOUND = 0xFFFFFFFFFFFFFFFFu
+cdef uint32_t FROM_CAND = 0x80000000u          # a light re-rank's key of a candidate (not a member before)
+
+
+cdef inline void emit_row(int64_t at, int64_t sub, term_t t, uint8_t entered, vector[int64_t]* out_at,
+                          vector[int64_t]* out_sub, vector[int64_t]* out_entry,
+                          vector[uint8_t]* out_entered) noexcept nogil:
+    out_at.push_back(at)
+    out_sub.push_back(sub)
+    out_entry.push_back(<int64_t>t - 1)
+    out_entered.push_back(entered)
 
 
 cdef class TermBlocks(BlockRows):
@@ -195,7 +208,7 @@ cdef class TermBlocks(BlockRows):
                     tracked = c & row.tracked
                     if tracked:
                         self.row_updates += 1
-                        lab = self.labels[0][t]
+                        lab = row.label
                         mm = tracked
                         while mm:
                             i = <uint32_t>ctz64(mm)
@@ -327,7 +340,7 @@ cdef class TermBlocks(BlockRows):
                         self._untrack(b, i, r)
                     else:
                         self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i],
-                                                                              self.labels[0][row.term]), r))
+                                                                              row.label), r))
             n = self.keys.size()
             if n > <size_t>fill + k:                   # untrack the worst: their keys bound the rest
                 nth_element(self.keys.begin(), self.keys.begin() + fill + k, self.keys.end())
@@ -398,25 +411,23 @@ cdef class TermBlocks(BlockRows):
             for j in range(res.size()):
                 self.rows[b][res[0][j]].reserve &= ~bit
         self.keys.clear()
-        self.before.clear()
         for j in range(mem.size()):
             r = mem[0][j]
             row = &self.rows[b][r]
             row.member &= ~bit
-            self.before.push_back(row.term)
             if row.count[i]:
-                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
+                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], row.label), r))
         for j in range(cand.size()):
             r = cand[0][j]
             row = &self.rows[b][r]
             if row.count[i] and row.tracked & bit and not (row.member & bit):
                 row.member |= bit                      # marks it taken (cleared below)
-                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], self.labels[0][row.term]), r))
+                self.keys.push_back(pair[uint64_t, uint32_t](lane_key(row.count[i], row.label), r | FROM_CAND))
         if self.lanes[slot].fell:
             res.clear()
         n = self.keys.size()
         for j in range(n):
-            self.rows[b][self.keys[j].second].member &= ~bit
+            self.rows[b][self.keys[j].second & ~FROM_CAND].member &= ~bit
         if n < k:
             return False
         partial_sort(self.keys.begin(), self.keys.begin() + min(n, <size_t>k + 1), self.keys.end())
@@ -425,14 +436,13 @@ cdef class TermBlocks(BlockRows):
         if kth >= nxt:
             return False
         self.blocks[b].theta[i] = kth + (nxt - kth + 1) // 2
+        self.before_rows.swap(mem[0])                  # the members before, in their order
         mem.clear()
-        self.after.clear()
         for j in range(k):
-            r = self.keys[j].second
+            r = self.keys[j].second & ~FROM_CAND
             row = &self.rows[b][r]
             row.member |= bit
             mem.push_back(r)
-            self.after.push_back(row.term)
             if row.reserve & bit:                      # an entry out of the reserve
                 row.reserve &= ~bit
                 for q in range(res.size()):
@@ -441,14 +451,22 @@ cdef class TermBlocks(BlockRows):
                         res.pop_back()
                         break
         for j in range(k, n):
-            r = self.keys[j].second
+            r = self.keys[j].second & ~FROM_CAND
             if self.keys[j].first < gate and not (self.rows[b][r].reserve & bit):
                 self._reserve_add(b, i, r)
         if self.lanes[slot].fell:
             self.light_falls += 1
         self.light_reranks += 1
-        emit_set_changes(&self.after, &self.before, at, self.lanes[slot].ext_id, out_at, out_sub, out_entry,
-                         out_entered)
+        # the set's changes in O(k), in emit_set_changes' order: the entries (a candidate among the
+        # first k: not a member before) in rank order, then the members before whose bit is now clear
+        for j in range(k):
+            if self.keys[j].second & FROM_CAND:
+                emit_row(at, self.lanes[slot].ext_id, self.rows[b][self.keys[j].second & ~FROM_CAND].term, 1,
+                         out_at, out_sub, out_entry, out_entered)
+        for j in range(self.before_rows.size()):
+            row = &self.rows[b][self.before_rows[j]]
+            if not (row.member & bit):
+                emit_row(at, self.lanes[slot].ext_id, row.term, 0, out_at, out_sub, out_entry, out_entered)
         return True
 
     cdef void c_flush(self, int64_t at, vector[int64_t]* out_at, vector[int64_t]* out_sub,
@@ -467,8 +485,13 @@ cdef class TermBlocks(BlockRows):
         self.step += 1
 
     cdef void c_relabel(self) noexcept nogil:
-        """Labels changed (their order did not): every lane's bound, threshold anew."""
-        cdef size_t s
+        """Labels changed (their order did not): every row's label, every lane's bound and
+        threshold anew."""
+        cdef size_t s, b, r
+        for b in range(self.rows.size()):
+            for r in range(self.rows[b].size()):
+                if self.rows[b][r].term:
+                    self.rows[b][r].label = self.labels[0][self.rows[b][r].term]
         for s in range(self.lanes.size()):
             if self.blocks[s // LANES].alive & ((<uint64_t>1) << (s % LANES)):
                 self._refill(<uint32_t>s)

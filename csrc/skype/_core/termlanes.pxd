@@ -19,6 +19,7 @@ cdef struct RowC:                  # one term's exact counts for the lanes of a 
     uint64_t member                # reads the masks of every row) / lanes with this term in their top-k
     uint64_t reserve               # lanes with this term in their reserve (tracked, not a member)
     term_t term                    # 0: a free row
+    uint32_t label                 # its term's label (read by re-ranks without a lookup)
     uint32_t count[64]             # by lane (0 where not tracked)
 
 
@@ -75,6 +76,7 @@ cdef class BlockRows:
     cdef vector[uint32_t] counts
     cdef vector[term_t] touched
     cdef vector[term_t] before, after      # a re-ranked lane's top-k terms before and after
+    cdef vector[uint32_t] before_rows      # a light re-rank's members before (rows)
     # counters
     cdef uint64_t block_visits, row_updates, crossings, reranks, refills, walks, walks_bounded
     cdef uint64_t block_bounded, lane_bounded, tracked_new, events, live, light_reranks, light_falls

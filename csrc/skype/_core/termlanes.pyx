@@ -76,6 +76,7 @@ cdef class BlockRows:
                 self.rows[b].resize(r + 1)
             memset(&self.rows[b][r], 0, sizeof(RowC))
             self.rows[b][r].term = t
+            self.rows[b][r].label = self.labels[0][t]
             rowmap_insert(&self.row_map[b], t, r)
         if not (self.rows[b][r].tracked & ((<uint64_t>1) << i)):
             self.lanes[<size_t>b * LANES + i].ntracked += 1
@@ -136,7 +137,7 @@ cdef class BlockRows:
         cdef RowC* row
         for j in range(mem.size()):
             row = &self.rows[b][mem[0][j]]
-            order.push_back(pair[uint64_t, term_t](lane_key(row.count[i], self.labels[0][row.term]), row.term))
+            order.push_back(pair[uint64_t, term_t](lane_key(row.count[i], row.label), row.term))
         std_sort(order.begin(), order.end())
         ids = np.empty(order.size(), dtype=np.int64)
         counts = np.empty(order.size(), dtype=np.int64)

@@ -1,9 +1,11 @@
-# The continuous terms kind: the base class of QueryCore (buffers, bounds, bounded walks, memos).
+# The continuous terms kind, a sibling of QueryCore's other kinds (design 3's blocks; design 1/2's
+# buffers, bounds, bounded walks, memos).
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
-from skype._core.querywindow cimport QueryWindow
+from skype._core.window cimport MsgC
+from skype._core.querykind cimport QueryKind
 from skype._core.rangeindex cimport RectSubIndex
 from skype._core.termgrid cimport TermGrid, CellRangeC
 from skype._core.termblocks cimport TermBlocks
@@ -27,8 +29,7 @@ cdef inline pair[uint64_t, term_t] rank_key(uint32_t count, uint32_t label, term
     return pair[uint64_t, term_t](term_key(count, label), t)
 
 
-cdef class TermsCore:
-    cdef QueryWindow qw
+cdef class TermsKind(QueryKind):
     cdef RectSubIndex regions              # terms subscriptions (no predicate)
     cdef uint32_t knn_factor               # a buffer holds knn_factor * k entries (terms: at least 2k)
     # terms subscriptions, by slot of `regions`
@@ -41,7 +42,9 @@ cdef class TermsCore:
     cdef vector[term_t] found              # scratch: the message's terms in a buffer
     cdef vector[uint32_t] labels           # by term: order-preserving label of its name
     cdef vector[vector[term_t]] region_top     # the current top-k terms
-    # one step's netting (the step counter is shared with knn)
+    cdef vector[uint32_t] hits             # the subscriptions of the message being applied
+    cdef uint64_t matches
+    # one step's netting
     cdef vector[uint64_t] region_touch_step
     cdef vector[uint32_t] region_touched
     cdef vector[vector[term_t]] region_before
@@ -55,14 +58,10 @@ cdef class TermsCore:
     cdef TermGrid grid
     cdef vector[CellRangeC] region_cells   # by slot: the grid cells its rectangle meets
     cdef uint64_t region_grid_checks, region_grid_bounded
-    # design 3 (set_terms_blocks): lanes in blocks of 64 hold the terms subscriptions instead
+    # design 3 (set_blocks): lanes in blocks of 64 hold the terms subscriptions instead
     cdef TermBlocks blocks
     cdef bint blocks_on
-    # the change log of the kinds, in columns (range, knn and terms all emit into it)
-    cdef vector[int64_t] out_at, out_sub, out_entry
-    cdef vector[uint8_t] out_entered
-
-    cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil
+    cdef void _apply(self, const MsgC* m, const MsgTermC* mt, int delta) noexcept nogil
     cdef void _terms_net(self, int64_t at) noexcept nogil
 
     cdef void _region_touch(self, uint32_t slot) noexcept nogil

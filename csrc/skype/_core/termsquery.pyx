@@ -1,9 +1,12 @@
 # cython: language_level=3
 """The continuous ``terms`` kind: the top-k terms of a rectangle's window messages.
 
-:class:`TermsCore` is the base class of :class:`~skype._core.querycore.QueryCore`, which runs
-the stream (one step = expirations, the arrival, then the netted events) and calls
-``_region_message`` for the terms subscriptions a message enters or leaves.
+:class:`TermsKind` is one of the kinds :class:`~skype._core.querycore.QueryCore` holds behind
+the :class:`~skype._core.querykind.QueryKind` hooks.  Design 3 (``set_blocks``, the facade's
+default) hands each message to :class:`~skype._core.termblocks.TermBlocks` and its netting to
+``TermBlocks.c_flush``; designs 1 and 2 (below) apply a message to each terms subscription it
+enters or leaves (``_region_message``), re-rank it (after the pop, at expiry), and net each
+touched subscription's top-k at the step's end.
 
 Counts are not kept per subscription.  The count of a term in a rectangle is read
 from the query window's per-term trees (subtree counts of the nodes inside the rectangle, the
@@ -31,7 +34,7 @@ subtracts 1 from its terms in the buffer (outside terms only fall: the bound sta
 the top-k is no longer proven, the buffer is refilled from a count of the rectangle's messages
 (the snapshot ``terms`` walk).  Memory per subscription is O(cap), whatever its rectangle holds.
 
-Design 2 (``set_terms_grid(cells)``, the facade's default; issue 26): before any per-subscription
+Design 2 (``set_grid(cells)``, the facade's default; issue 26): before any per-subscription
 state is read, an arriving outside term is bounded by the shared per-cell counts of
 :class:`~skype._core.termgrid.TermGrid` (its count over the grid cells the rectangle meets, four
 reads of a table that the message's other subscriptions read too); only when that bound could
@@ -45,13 +48,65 @@ from libcpp.pair cimport pair
 from libcpp.algorithm cimport partial_sort
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, RectC, MsgTermC
+from skype._core.window cimport MsgC
+from skype._core.querywindow cimport QueryWindow
+from skype._core.rangeindex cimport RectSubIndex
 from skype._core.termgrid cimport TermGrid, CellRangeC
 from skype._core.termblocks cimport TermBlocks
 from skype._core.termrank cimport emit_set_changes
 
 
-cdef class TermsCore:
-    def subscribe_terms(self, int64_t ext_id, tuple rect, uint32_t k):
+cdef class TermsKind(QueryKind):
+    def __cinit__(self, QueryWindow qw, uint32_t grid=64, uint32_t knn_factor=2):
+        cdef RectC b = qw.index.bounds
+        self.qw = qw
+        self.regions = RectSubIndex(b.minx, b.miny, b.maxx, b.maxy, grid)
+        self.knn_factor = knn_factor
+        self.step = 1                    # touch stamps start at 0: no slot is touched yet
+
+    def prepare(self):
+        self.regions.sort_all()
+
+    # ------------------------------------------------------------------ the stream's hooks
+    cdef void _apply(self, const MsgC* m, const MsgTermC* mt, int delta) noexcept nogil:
+        """A message arrives (+1, in the window already) or expires (-1, still in it)."""
+        cdef size_t i
+        cdef uint32_t slot
+        self._terms_window(m.x, m.y, mt, m.nterms, delta)
+        self.hits.clear()
+        if self.blocks_on:                     # design 3: the blocks' rows, crossings noted
+            self.blocks.c_event(m.x, m.y, mt, m.nterms, delta)
+        else:
+            self.regions.c_probe(m.x, m.y, mt, m.nterms, &self.hits)
+        self.matches += self.hits.size()
+        self._mark_terms(mt, m.nterms, 1)
+        for i in range(self.hits.size()):
+            slot = self.hits[i]
+            self._region_touch(slot)
+            self._region_message(slot, mt, m.nterms, delta)
+            if delta > 0:
+                self.region_top[slot].clear()
+                self._region_rank(slot, &self.region_top[slot])
+        self._mark_terms(mt, m.nterms, 0)
+
+    cdef void c_arrive(self, int64_t at, const MsgC* m, const MsgTermC* mt) noexcept nogil:
+        self._apply(m, mt, 1)
+
+    cdef void c_expire(self, int64_t at, const MsgC* m, const MsgTermC* mt) noexcept nogil:
+        self._apply(m, mt, -1)
+
+    cdef void c_expired(self, int64_t at) noexcept nogil:
+        """Designs 1/2: the expiring message's subscriptions re-ranked once it left the window."""
+        cdef size_t i
+        for i in range(self.hits.size()):
+            self.region_top[self.hits[i]].clear()
+            self._region_rank(self.hits[i], &self.region_top[self.hits[i]])
+
+    cdef void c_net(self, int64_t at) noexcept nogil:
+        self._terms_net(at)
+        self.step += 1
+
+    def subscribe(self, int64_t ext_id, tuple rect, uint32_t k):
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
         cdef uint32_t slot
         self.qw.c_need_term_trees()         # term counts in rectangles are read from them
@@ -81,7 +136,7 @@ cdef class TermsCore:
         self._region_rank(slot, &self.region_top[slot])
         return slot
 
-    def set_terms_grid(self, uint32_t cells, uint32_t create_at=32, uint32_t drop_below=16):
+    def set_grid(self, uint32_t cells, uint32_t create_at=32, uint32_t drop_below=16):
         """Design 2 on (``cells`` per side of the shared count grid; a term's table from
         ``create_at`` window messages until it falls below ``drop_below``) or off (0 cells).  It
         starts with the first terms subscription (or now, when there is one)."""
@@ -100,8 +155,8 @@ cdef class TermsCore:
         if self.blocks_on:
             self.blocks.c_set_grid(self.grid if self.grid_on else None)
 
-    def set_terms_blocks(self, bint on, uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2,
-                         uint32_t fill_factor=4):
+    def set_blocks(self, bint on, uint32_t cells=64, uint32_t centre_cells=64, uint32_t gate_factor=2,
+                   uint32_t fill_factor=4):
         """Design 3 on (lanes in blocks of 64: ``termblocks.pyx``; ``cells`` per side of the index
         of blocks, lanes grouped by the cell of their centre among ``centre_cells`` per side; a
         lane's gate at its ``gate_factor * k``-th term, ``fill_factor * k`` terms tracked after a
@@ -130,13 +185,13 @@ cdef class TermsCore:
         if self.grid_on:
             self.grid.c_message(x, y, mt, nterms, delta)
 
-    def terms_grid_stats(self):
+    def grid_stats(self):
         out = {"grid_checks": self.region_grid_checks, "grid_bounded": self.region_grid_bounded}
         if self.grid_on:
             out.update({f"grid_{k}": v for k, v in self.grid.stats().items()})
         return out
 
-    def terms_grid_upper(self, int64_t term, tuple rect):
+    def grid_upper(self, int64_t term, tuple rect):
         """The shared counts' bound of a vocabulary term over the cells ``rect`` meets (None
         without a table): for tests."""
         cdef RectC r = RectC(rect[0], rect[1], rect[2], rect[3])
@@ -147,7 +202,7 @@ cdef class TermsCore:
         c = self.grid.c_cells(&r)
         return count if self.grid.c_upper(<term_t>(term + 1), &c, &count) else None
 
-    def unsubscribe_terms(self, uint32_t slot):
+    def unsubscribe(self, uint32_t slot):
         if self.blocks_on:
             self.blocks.c_remove(slot)
             return
@@ -340,14 +395,14 @@ cdef class TermsCore:
         self.region_touched.push_back(slot)
         self.region_before[slot].swap(self.region_top[slot])   # region_top is rebuilt after the step's change
 
-    def terms_blocks_at(self, double x, double y):
+    def blocks_at(self, double x, double y):
         return self.blocks.blocks_at(x, y)
 
-    def terms_lane_state(self, uint32_t slot):
+    def lane_state(self, uint32_t slot):
         """Design 3: a lane's theta, gate, bound, tracked counts and members (for tests)."""
         return self.blocks.lane_state(slot)
 
-    def terms_result(self, uint32_t slot):
+    def result(self, uint32_t slot):
         """(vocabulary term ids, counts) of a terms subscription's top-k."""
         if self.blocks_on:
             return self.blocks.result(slot)
@@ -360,17 +415,11 @@ cdef class TermsCore:
             counts[i] = key_count(self.region_buf[slot][i].first)
         return ids, counts
 
-    # ------------------------------------------------------------------ the change log
-    cdef void _emit(self, int64_t at, int64_t sub, int64_t entry, bint entered) noexcept nogil:
-        self.out_at.push_back(at)
-        self.out_sub.push_back(sub)
-        self.out_entry.push_back(entry)
-        self.out_entered.push_back(entered)
-
+    # ------------------------------------------------------------------ the step's netting
     cdef void _terms_net(self, int64_t at) noexcept nogil:
         """The step's events: a term entered (in the top-k now, not before) or left."""
         if self.blocks_on:
-            self.blocks.c_flush(at, &self.out_at, &self.out_sub, &self.out_entry, &self.out_entered)
+            self.blocks.c_flush(at, self.out.at, self.out.sub, self.out.entry, self.out.entered)
             return
         cdef size_t i
         cdef uint32_t slot
@@ -378,5 +427,15 @@ cdef class TermsCore:
             slot = self.region_touched[i]
             if self.region_top[slot] != self.region_before[slot]:   # common: counts moved, not the top-k
                 emit_set_changes(&self.region_top[slot], &self.region_before[slot], at, self.region[slot].ext_id,
-                                 &self.out_at, &self.out_sub, &self.out_entry, &self.out_entered)
+                                 self.out.at, self.out.sub, self.out.entry, self.out.entered)
         self.region_touched.clear()
+
+    def stats(self):
+        return {"subscriptions": self.blocks.size() if self.blocks_on else self.regions.size(),
+                "probed": self.regions.candidates,
+                "blocks": self.blocks.stats() if self.blocks_on else None,
+                "matches": self.matches, "count_updates": self.region_updates,
+                "walks": self.region_walks, "walks_bounded": self.region_bounded,
+                "walks_saved": self.region_memo_hits,
+                "buffer_passes": self.region_scans, "reevaluations": self.region_refills,
+                **self.grid_stats(), "net_s": self.net_ns / 1e9, "time_s": self.ns / 1e9}
