@@ -32,11 +32,12 @@ change the kept set.
 """
 cimport cython
 from libcpp.vector cimport vector
+from libcpp.pair cimport pair
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt
 from libc.stdint cimport int32_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, SubTermC, now_ns
-from skype._core.window cimport WindowStore
+from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
+from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
 from skype._core.buffers cimport Buffers
@@ -53,6 +54,10 @@ cdef double WEIGHT_SCALE = 1.0  # a weight extent counts as this much location e
 # is searched and built in parts of at most this many; a search needs no replay, so a part
 # costs nothing but its sort, and the runs' memory (a registration transient) stays small
 cdef uint64_t RUNS_AT_ONCE = 2 << 20
+# the order of a part's searches: 0 by the most frequent term, 1 then by the Z-order of the location
+cdef int SEARCH_ORDER = 0
+# entry items: their messages' window records prefetched when pushed (1), and then their terms (2)
+cdef int PREFETCH_ITEMS = 0
 
 cdef enum:
     BLOCK = 8                # entries per leaf
@@ -209,9 +214,18 @@ cdef class RegistrationTree(RegistrationIndex):
         cdef const SEntryC* e
         cdef int j, nq = h.nterms
         cdef double r2, other, tub
+        cdef seq_t oldest = self.window.oldest_seq
         if qi + 1 >= nq:
             return
         self._scan_entry_items(qi, nq, st)
+        if PREFETCH_ITEMS:
+            # the items' masks (read below) and, as most entry items are popped and read from
+            # the window (two dependent misses: the record, then its terms), their records: all
+            # the loads started at once, not one after the other
+            for c in range(self.cand.size()):
+                p = self.cand[c]
+                prefetch(&self.masks[p])
+                prefetch(win_get(self.window, oldest + <uint32_t>(self.entries[p].seq_lo - <uint32_t>oldest)))
         for c in range(self.cand.size()):
             p = self.cand[c]
             e = &self.entries[p]
@@ -227,6 +241,10 @@ cdef class RegistrationTree(RegistrationIndex):
             self.n_entry_items += 1
             self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), tub) + BOUND_SLACK,
                        <uint32_t>p, qi, LEVEL_ENTRY)
+        if PREFETCH_ITEMS > 1:
+            for c in range(self.cand.size()):
+                prefetch(win_terms(self.window, win_get(
+                    self.window, oldest + <uint32_t>(self.entries[self.cand[c]].seq_lo - <uint32_t>oldest))))
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
@@ -249,8 +267,61 @@ def set_runs_at_once(uint64_t n):
     return before
 
 
-cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
-    return a < b
+def set_prefetch_items(int n):
+    """Set the prefetch of the entry items' window reads (an A/B hook); returns the previous one."""
+    global PREFETCH_ITEMS
+    cdef int before = PREFETCH_ITEMS
+    PREFETCH_ITEMS = n
+    return before
+
+
+def set_search_order(int n):
+    """Set the order of a part's searches (an A/B hook); returns the previous one."""
+    global SEARCH_ORDER
+    cdef int before = SEARCH_ORDER
+    SEARCH_ORDER = n
+    return before
+
+
+cdef inline uint64_t spread16(uint64_t v) noexcept nogil:
+    """The 16 low bits of v at the even positions of 32 bits (a Z-order half)."""
+    v &= 0xFFFF
+    v = (v | (v << 8)) & 0x00FF00FF
+    v = (v | (v << 4)) & 0x0F0F0F0F
+    v = (v | (v << 2)) & 0x33333333
+    v = (v | (v << 1)) & 0x55555555
+    return v
+
+
+cdef void sort_searches(SubTable table, const sid_t* sids, uint64_t* at, size_t n, bint by_place) noexcept nogil:
+    """Sort at[0:n] (indices into sids) by the subscription's most frequent term (terms are
+    sorted by id, ids by document frequency: its last), then by_place by the Z-order of its
+    location (over the bounding box of these n), then by index."""
+    cdef vector[pair[uint64_t, uint64_t]] keyed
+    cdef double minx = 1e300, maxx = -1e300, miny = 1e300, maxy = -1e300, sx, sy
+    cdef uint64_t z, key
+    cdef size_t r
+    cdef const SubHotC* h
+    if by_place:
+        for r in range(n):
+            h = &table.hot[sids[at[r]]]
+            minx = h.x if h.x < minx else minx
+            maxx = h.x if h.x > maxx else maxx
+            miny = h.y if h.y < miny else miny
+            maxy = h.y if h.y > maxy else maxy
+    sx = 65535.0 / (maxx - minx) if maxx > minx else 0.0
+    sy = 65535.0 / (maxy - miny) if maxy > miny else 0.0
+    keyed.reserve(n)
+    for r in range(n):
+        h = &table.hot[sids[at[r]]]
+        z = 0
+        if by_place:
+            z = spread16(<uint64_t>((h.x - minx) * sx)) | (spread16(<uint64_t>((h.y - miny) * sy)) << 1)
+        key = ((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | z) if h.nterms else z
+        keyed.push_back(pair[uint64_t, uint64_t](key, at[r]))
+    std_sort(keyed.begin(), keyed.end())
+    for r in range(n):
+        at[r] = keyed[r].second
 
 
 cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, const sid_t* sids,
@@ -261,7 +332,7 @@ cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, c
     the searches run in the order of the subscriptions' most frequent term (their lists stay in
     cache), the buffers are then built in the given order.  Returns the (s, m) pairs scored;
     adds the build time to build_ns."""
-    cdef vector[uint64_t] order
+    cdef vector[uint64_t] perm, order
     cdef vector[RankedC] runs
     cdef vector[uint64_t] start, length
     cdef vector[uint32_t] caps
@@ -270,34 +341,37 @@ cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, c
     cdef const SubHotC* h
     cdef uint64_t before = idx.n_scored, bound
     cdef double t0
+    cdef bint by_place = SEARCH_ORDER & 1, pass_wide = SEARCH_ORDER & 2
     start.resize(n)
     length.resize(n)
     caps.resize(n)
+    perm.resize(n)
     for i in range(n):
         caps[i] = bulk_capacity(b, table.hot[sids[i]].k)
+        perm[i] = i
+    if pass_wide:       # the whole pass in search order, and the buffers built in that order
+        sort_searches(table, sids, perm.data(), n, by_place)
     while lo < n:
         hi = lo
         bound = 0
-        while hi < n and (hi == lo or bound + caps[hi] <= RUNS_AT_ONCE):
-            bound += caps[hi]
+        while hi < n and (hi == lo or bound + caps[perm[hi]] <= RUNS_AT_ONCE):
+            bound += caps[perm[hi]]
             hi += 1
-        order.clear()
-        for i in range(lo, hi):
-            h = &table.hot[sids[i]]
-            # terms are sorted by id, ids by document frequency: the last is the most frequent
-            order.push_back(((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | i) if h.nterms else i)
-        std_sort(order.begin(), order.end(), by_key)
+        order.assign(perm.begin() + lo, perm.begin() + hi)
+        if not pass_wide:
+            sort_searches(table, sids, order.data(), hi - lo, by_place)
         runs.clear()
         runs.reserve(bound)
         for r in range(order.size()):
-            i = <size_t>(order[r] & 0xFFFFFFFFu)
+            i = <size_t>order[r]
             sid = sids[i]
             h = &table.hot[sid]
             start[i] = runs.size()
             idx.top_c(h, &table.terms[h.term_off], caps[i], &runs)
             length[i] = runs.size() - start[i]
         t0 = now_ns()
-        for i in range(lo, hi):
+        for r in range(lo, hi):
+            i = <size_t>perm[r]
             sid = sids[i]
             table.hot[sid].theta = 0.0
             table.theta_idx[sid] = 0.0
