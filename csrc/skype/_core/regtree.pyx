@@ -37,7 +37,7 @@ from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
-from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
+from skype._core.window cimport WindowStore, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
 from skype._core.buffers cimport Buffers
