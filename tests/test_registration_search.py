@@ -101,21 +101,22 @@ def test_runs_in_many_parts_give_the_same_buffers(buffer):
     assert got[1] == got[0] and got[2] == got[0]
 
 
+@pytest.mark.parametrize("order", [0, 1])
 @pytest.mark.parametrize("buffer", BUFFERS)
-def test_search_orders_and_prefetch_give_the_same_buffers(buffer):
-    """The order of the searches (by term, then by place; sorted per part, or over the whole
-    pass with the buffers built in that order) and the prefetch of the entry items' window
-    reads change no buffer, in one part or many, and the results after the stream equal the
-    reference's."""
+def test_batch_order_and_prefetch_keep_search_equal_to_replay(buffer, order):
+    """The batch ordered by term and place (1) or kept as given (0): the search's buffers equal
+    the replay's under the same order, whatever the prefetch of the entry items' loads and the
+    parts, and the results after the stream equal the reference's."""
     from skype._core.regtree import set_prefetch_items, set_runs_at_once, set_search_order
 
     vocab, subs, msgs = workload(6)
     ref = reference(6, "count", None)
     got = []
-    for order, prefetch, at_once in ((0, 0, 1 << 21), (1, 0, 90), (2, 1, 1 << 21), (3, 2, 90), (3, 0, 1)):
+    for mode, prefetch, at_once in (("replay", 0, 1 << 21), ("search", 0, 1 << 21), ("search", 1, 90),
+                                    ("search", 2, 1)):
         before = (set_search_order(order), set_prefetch_items(prefetch), set_runs_at_once(at_once))
         try:
-            eng = engine(vocab, "search", buffer=buffer, budget=700, factor=1, window=150)
+            eng = engine(vocab, mode, buffer=buffer, budget=700, factor=1, window=150)
             eng.publish_batch(msgs.slice(0, FILL))
             eng.subscribe_batch(subs)
         finally:

@@ -14,12 +14,16 @@ still matters, for any alpha: one structure serves distance-led and text-led sub
 Layout.  A term's entries are permuted in place so that every node covers a contiguous run
 [first, first + count); a node of more than BLOCK entries splits at a multiple of BLOCK (the
 median of its dimension, by ``nth_element``), so leaves hold BLOCK entries (the last one of a
-term up to BLOCK).  Children are stored side by side.  Each node has the exact bounding box of
-its entries' locations and their largest weight: the header of regsearch's blocks.  Build cost:
-the collection of regsearch (two passes over the window) and O(n log n) per term.
+term up to BLOCK).  Children are stored side by side.  Each node has the bounding box of its
+entries' locations and their largest weight, the header of regsearch's blocks, in floats rounded
+outward (the box's minima down, its maxima and the weight up: a box that contains the exact one,
+so its key still bounds every entry's score; the splits use the exact box): a node is 32 bytes
+(56 with doubles), a child pair one cache line.  Build cost: the collection of regsearch (two
+passes over the window) and O(n log n) per term.
 
 Search.  regsearch's best-first search, with the tree's root per query term as its first
-item: regsearch's keys (``_box_bound``: MINDIST to the box, w(t,s) times the largest weight),
+item: regsearch's keys (``_box_bound``, here ``_node_bound`` on the float box: MINDIST to the
+box, w(t,s) times the largest weight),
 entry items for entries that may hold a later term of s, regsearch's leaf scoring and
 designation, the same stopping rule.  A popped node descends into its better child while that
 child's key is at least the queue's top, pushing the other child (a key below the worst kept
@@ -29,12 +33,24 @@ under an item (queued, being descended, or dropped with a key below the worst ke
 only rises) whose key bounds its score, so the search stops with the first C of the ranking
 order, which is a total order (seqs are unique); the order in which items are examined does not
 change the kept set.
+
+Order of the searches.  The engine orders a bulk batch before its passes (``order_batch``, for
+the replay and the search alike) by the subscription's most frequent term, then by the Z-order
+of its location: consecutive searches share that term's tree in cache and near ones its paths,
+and a pass holds whole terms.  The runs do not depend on the order, and both paths build the
+buffers in it, so they stay identical to each other (``set_search_order(0)`` keeps the batch
+as given, for the A/B of ``bench/registration_speed.py``).  A pass is searched and built in
+parts whose runs fit in ``RUNS_AT_ONCE``, each sorted by term.  ``set_prefetch_items``: 1
+starts the loads of the entry items' masks and window records when they are pushed (most are
+popped, then read from the window: two dependent misses), 2 (the default) also their terms; 0
+none.  No order and no
+prefetch changes a run (tests/test_registration_search.py).
 """
 cimport cython
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt
+from libc.math cimport sqrt, nextafterf, INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
 from skype._core.window cimport WindowStore, win_get, win_terms
@@ -54,10 +70,10 @@ cdef double WEIGHT_SCALE = 1.0  # a weight extent counts as this much location e
 # is searched and built in parts of at most this many; a search needs no replay, so a part
 # costs nothing but its sort, and the runs' memory (a registration transient) stays small
 cdef uint64_t RUNS_AT_ONCE = 2 << 20
-# the order of a part's searches: 0 by the most frequent term, 1 then by the Z-order of the location
-cdef int SEARCH_ORDER = 0
-# entry items: their messages' window records prefetched when pushed (1), and then their terms (2)
-cdef int PREFETCH_ITEMS = 0
+# a bulk batch ordered by term and place before its passes (order_batch): 1, or kept as given: 0
+cdef int SEARCH_ORDER = 1
+# entry items: their masks and messages' window records prefetched when pushed (1), and their terms (2)
+cdef int PREFETCH_ITEMS = 2
 
 cdef enum:
     BLOCK = 8                # entries per leaf
@@ -80,6 +96,22 @@ cdef extern from *:
     void nth_by "skype_nth_by"(SEntryC* first, SEntryC* nth, SEntryC* last, int dim) noexcept nogil
 
 
+cdef inline float down(double v) noexcept nogil:
+    """The largest float at most v."""
+    cdef float f = <float>v
+    if <double>f > v:
+        f = nextafterf(f, -INFINITY)
+    return f
+
+
+cdef inline float up(double v) noexcept nogil:
+    """The smallest float at least v."""
+    cdef float f = <float>v
+    if <double>f < v:
+        f = nextafterf(f, INFINITY)
+    return f
+
+
 @cython.final
 cdef class RegistrationTree(RegistrationIndex):
     def __cinit__(self, WindowStore window, double max_dist):
@@ -100,7 +132,7 @@ cdef class RegistrationTree(RegistrationIndex):
         for nt in range(self.terms.size()):
             st = &self.terms[nt]
             root = top = <uint32_t>self.nodes.size()
-            node.first = st.first
+            node.first = <uint32_t>st.first     # entries stay far below 2^32 (48+ bytes each)
             node.count = <uint32_t>(st.stop - st.first)
             node.child = 0
             self.nodes.push_back(node)
@@ -123,21 +155,27 @@ cdef class RegistrationTree(RegistrationIndex):
         cdef TNodeC* nd = &self.nodes[at]
         cdef SEntryC* e = self.entries.data() + nd.first
         cdef uint32_t i, count = nd.count, half
-        cdef uint64_t first = nd.first
+        cdef uint32_t first = nd.first
         cdef double minw, ex, ey, ew
         cdef int dim
         cdef TNodeC child
-        box_start(&nd.box, &e[0])
+        cdef SBoxC box
+        box_start(&box, &e[0])
         minw = e[0].w
         for i in range(1, count):
-            box_widen(&nd.box, e[i].x, e[i].y, e[i].x, e[i].y, e[i].w)
+            box_widen(&box, e[i].x, e[i].y, e[i].x, e[i].y, e[i].w)
             if e[i].w < minw:
                 minw = e[i].w
+        nd.minx = down(box.r.minx)
+        nd.miny = down(box.r.miny)
+        nd.maxx = up(box.r.maxx)
+        nd.maxy = up(box.r.maxy)
+        nd.maxw = up(box.maxw)
         if count <= BLOCK:
             return
-        ex = (nd.box.r.maxx - nd.box.r.minx) / self.max_dist
-        ey = (nd.box.r.maxy - nd.box.r.miny) / self.max_dist
-        ew = (nd.box.maxw - minw) * self.weight_scale
+        ex = (box.r.maxx - box.r.minx) / self.max_dist
+        ey = (box.r.maxy - box.r.miny) / self.max_dist
+        ew = (box.maxw - minw) * self.weight_scale
         dim = 0 if ex >= ey else 1
         if ew > (ex if ex >= ey else ey):
             dim = 2
@@ -151,6 +189,24 @@ cdef class RegistrationTree(RegistrationIndex):
         child.first = first + half
         child.count = count - half
         self.nodes.push_back(child)
+
+    cdef double _node_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
+                            const TNodeC* nd) noexcept nogil:
+        """regsearch's ``_box_bound`` on the node's float box: it contains the exact box (rounded
+        outward) and its weight is at least the largest, so the key bounds as the exact box's
+        does (MINDIST, computed in double from the floats, is monotone in the box)."""
+        cdef double tub = terms[qi].w * nd.maxw, dx = 0.0, dy = 0.0
+        if tub > 1.0:
+            tub = 1.0
+        if h.x < nd.minx:
+            dx = nd.minx - h.x
+        elif h.x > nd.maxx:
+            dx = h.x - nd.maxx
+        if h.y < nd.miny:
+            dy = nd.miny - h.y
+        elif h.y > nd.maxy:
+            dy = h.y - nd.maxy
+        return combine(h.alpha, 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist, tub) + BOUND_SLACK
 
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil:
@@ -169,7 +225,7 @@ cdef class RegistrationTree(RegistrationIndex):
             if slot < 0:
                 continue
             st = &self.terms[slot]
-            self._push(self._box_bound(h, terms, i, &self.nodes[st.group0].box), st.group0, i, LEVEL_NODE)
+            self._push(self._node_bound(h, terms, i, &self.nodes[st.group0]), st.group0, i, LEVEL_NODE)
             self._push_entry_items(h, terms, i, st)
         while self.queue.size():
             if self.best.size() == cap and self.queue[0].key < self.best[0].score:
@@ -185,8 +241,8 @@ cdef class RegistrationTree(RegistrationIndex):
                 if nd.child == 0:
                     self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap)
                     break
-                kl = self._box_bound(h, terms, it.qterm, &self.nodes[nd.child].box)
-                kr = self._box_bound(h, terms, it.qterm, &self.nodes[nd.child + 1].box)
+                kl = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child])
+                kr = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child + 1])
                 if kl >= kr:
                     better, other, kb, ko = nd.child, nd.child + 1, kl, kr
                 else:
@@ -276,7 +332,8 @@ def set_prefetch_items(int n):
 
 
 def set_search_order(int n):
-    """Set the order of a part's searches (an A/B hook); returns the previous one."""
+    """Order a bulk batch by term and place (1, the default) or keep it as given (0): an A/B
+    hook; returns the previous setting."""
     global SEARCH_ORDER
     cdef int before = SEARCH_ORDER
     SEARCH_ORDER = n
@@ -324,15 +381,35 @@ cdef void sort_searches(SubTable table, const sid_t* sids, uint64_t* at, size_t 
         at[r] = keyed[r].second
 
 
+cdef void order_batch(SubTable table, vector[sid_t]& sids) noexcept nogil:
+    """Order a bulk batch (before its passes, for the replay and the search alike) by the
+    subscriptions' most frequent term, then by the Z-order of their location: consecutive
+    searches share that term's tree, and near ones its paths; a pass then holds whole terms.
+    The runs do not depend on the order; both paths build the buffers in it (``SEARCH_ORDER``
+    0: kept as given)."""
+    cdef vector[uint64_t] at
+    cdef vector[sid_t] given
+    cdef size_t i, n = sids.size()
+    if SEARCH_ORDER == 0 or n < 2:
+        return
+    at.resize(n)
+    for i in range(n):
+        at[i] = i
+    sort_searches(table, sids.data(), at.data(), n, True)
+    given = sids
+    for i in range(n):
+        sids[i] = given[at[i]]
+
+
 cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, const sid_t* sids,
                               size_t n, double* build_ns) noexcept nogil:
     """Initialise the buffers of sids[0:n] (in the table, in no index) from runs found by
     search (``idx`` built over their terms), in the order given, in parts whose runs fit in
     ``RUNS_AT_ONCE`` (the runs vector is reserved to its part's bound: no doubling).  In a part
     the searches run in the order of the subscriptions' most frequent term (their lists stay in
-    cache), the buffers are then built in the given order.  Returns the (s, m) pairs scored;
-    adds the build time to build_ns."""
-    cdef vector[uint64_t] perm, order
+    cache; a batch ordered by ``order_batch`` already is), the buffers are then built in the
+    given order.  Returns the (s, m) pairs scored; adds the build time to build_ns."""
+    cdef vector[uint64_t] order
     cdef vector[RankedC] runs
     cdef vector[uint64_t] start, length
     cdef vector[uint32_t] caps
@@ -341,25 +418,21 @@ cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, c
     cdef const SubHotC* h
     cdef uint64_t before = idx.n_scored, bound
     cdef double t0
-    cdef bint by_place = SEARCH_ORDER & 1, pass_wide = SEARCH_ORDER & 2
     start.resize(n)
     length.resize(n)
     caps.resize(n)
-    perm.resize(n)
     for i in range(n):
         caps[i] = bulk_capacity(b, table.hot[sids[i]].k)
-        perm[i] = i
-    if pass_wide:       # the whole pass in search order, and the buffers built in that order
-        sort_searches(table, sids, perm.data(), n, by_place)
     while lo < n:
         hi = lo
         bound = 0
-        while hi < n and (hi == lo or bound + caps[perm[hi]] <= RUNS_AT_ONCE):
-            bound += caps[perm[hi]]
+        while hi < n and (hi == lo or bound + caps[hi] <= RUNS_AT_ONCE):
+            bound += caps[hi]
             hi += 1
-        order.assign(perm.begin() + lo, perm.begin() + hi)
-        if not pass_wide:
-            sort_searches(table, sids, order.data(), hi - lo, by_place)
+        order.clear()
+        for i in range(lo, hi):
+            order.push_back(i)
+        sort_searches(table, sids, order.data(), hi - lo, False)
         runs.clear()
         runs.reserve(bound)
         for r in range(order.size()):
@@ -370,8 +443,7 @@ cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, c
             idx.top_c(h, &table.terms[h.term_off], caps[i], &runs)
             length[i] = runs.size() - start[i]
         t0 = now_ns()
-        for r in range(lo, hi):
-            i = <size_t>perm[r]
+        for i in range(lo, hi):
             sid = sids[i]
             table.hot[sid].theta = 0.0
             table.theta_idx[sid] = 0.0
