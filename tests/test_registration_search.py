@@ -101,6 +101,35 @@ def test_runs_in_many_parts_give_the_same_buffers(buffer):
     assert got[1] == got[0] and got[2] == got[0]
 
 
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_batch_order_and_prefetch_keep_search_equal_to_replay(buffer, order):
+    """The batch ordered by term and place (1) or kept as given (0): the search's buffers equal
+    the replay's under the same order, whatever the prefetch of the entry items' loads and the
+    parts, and the results after the stream equal the reference's."""
+    from skype._core.regtree import set_prefetch_items, set_runs_at_once, set_search_order
+
+    vocab, subs, msgs = workload(6)
+    ref = reference(6, "count", None)
+    got = []
+    for mode, prefetch, at_once in (("replay", 0, 1 << 21), ("search", 0, 1 << 21), ("search", 1, 90),
+                                    ("search", 2, 1)):
+        before = (set_search_order(order), set_prefetch_items(prefetch), set_runs_at_once(at_once))
+        try:
+            eng = engine(vocab, mode, buffer=buffer, budget=700, factor=1, window=150)
+            eng.publish_batch(msgs.slice(0, FILL))
+            eng.subscribe_batch(subs)
+        finally:
+            set_search_order(before[0])
+            set_prefetch_items(before[1])
+            set_runs_at_once(before[2])
+        got.append(states(eng, subs.ids))
+        eng.publish_batch(msgs.slice(FILL, len(msgs)))
+        assert results(eng) == ref[2]
+        assert eng.check_invariants()
+    assert all(g == got[0] for g in got[1:])
+
+
 def test_short_runs_fall_back_identically():
     # hot terms, tied scores: runs of k + 16 are too short for many skyband scans
     vocab, subs, msgs = dense_workload(seed=3, num_subs=160, num_messages=900, vocab_size=6, zipf=2.0)

@@ -35,7 +35,7 @@ from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, C
 from skype._core.buffers cimport Buffers, EventC, BUF_SKYBAND, prefetch_buffer, prefetch_admission
 from skype._core.bulk cimport bulk_capacity, bulk_replay, sample_then_rest
 from skype._core.regsearch import buffer_state
-from skype._core.regtree cimport RegistrationTree, search_register
+from skype._core.regtree cimport RegistrationTree, order_batch, search_register
 from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
@@ -419,8 +419,8 @@ cdef class CoreEngine:
         cdef double t0 = now_ns()
         with nogil:
             sample_then_rest(self.buffers, self.table, sids, rest, self.bulk_adapt)
-        # registration by search (regtree.pyx): one static index of the window for the batch,
-        # the same passes, runs and build order as the replay
+            order_batch(self.table, rest)       # by term and place: the runs do not depend on it
+        # registration by search (regtree.pyx): one static index of the window, the replay's passes and runs
         search = None
         if self.reg_search and rest.size():
             search = RegistrationTree(self.window, self.max_dist)

@@ -89,6 +89,14 @@ cdef extern from *:
     void sort_ranked "skype_sort_ranked"(ScoredC* first, ScoredC* last) noexcept nogil
 
 
+def set_slice_min(uint64_t n):
+    """Set the shortest list that is bit-sliced (an A/B hook); returns the previous one."""
+    global SLICE_MIN
+    cdef uint64_t before = SLICE_MIN
+    SLICE_MIN = n
+    return before
+
+
 cdef inline bint worse(const ScoredC* a, double score, seq_t seq) noexcept nogil:
     """a ranks below (score, seq)."""
     return a.score < score or (a.score == score and a.seq < seq)

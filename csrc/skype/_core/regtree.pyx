@@ -14,12 +14,16 @@ still matters, for any alpha: one structure serves distance-led and text-led sub
 Layout.  A term's entries are permuted in place so that every node covers a contiguous run
 [first, first + count); a node of more than BLOCK entries splits at a multiple of BLOCK (the
 median of its dimension, by ``nth_element``), so leaves hold BLOCK entries (the last one of a
-term up to BLOCK).  Children are stored side by side.  Each node has the exact bounding box of
-its entries' locations and their largest weight: the header of regsearch's blocks.  Build cost:
-the collection of regsearch (two passes over the window) and O(n log n) per term.
+term up to BLOCK).  Children are stored side by side.  Each node has the bounding box of its
+entries' locations and their largest weight, the header of regsearch's blocks, in floats rounded
+outward (the box's minima down, its maxima and the weight up: a box that contains the exact one,
+so its key still bounds every entry's score; the splits use the exact box): a node is 32 bytes
+(56 with doubles), a child pair one cache line.  Build cost: the collection of regsearch (two
+passes over the window) and O(n log n) per term.
 
 Search.  regsearch's best-first search, with the tree's root per query term as its first
-item: regsearch's keys (``_box_bound``: MINDIST to the box, w(t,s) times the largest weight),
+item: regsearch's keys (``_box_bound``, here ``_node_bound`` on the float box: MINDIST to the
+box, w(t,s) times the largest weight),
 entry items for entries that may hold a later term of s, regsearch's leaf scoring and
 designation, the same stopping rule.  A popped node descends into its better child while that
 child's key is at least the queue's top, pushing the other child (a key below the worst kept
@@ -29,14 +33,27 @@ under an item (queued, being descended, or dropped with a key below the worst ke
 only rises) whose key bounds its score, so the search stops with the first C of the ranking
 order, which is a total order (seqs are unique); the order in which items are examined does not
 change the kept set.
+
+Order of the searches.  The engine orders a bulk batch before its passes (``order_batch``, for
+the replay and the search alike) by the subscription's most frequent term, then by the Z-order
+of its location: consecutive searches share that term's tree in cache and near ones its paths,
+and a pass holds whole terms.  The runs do not depend on the order, and both paths build the
+buffers in it, so they stay identical to each other (``set_search_order(0)`` keeps the batch
+as given, for the A/B of ``bench/registration_speed.py``).  A pass is searched and built in
+parts whose runs fit in ``RUNS_AT_ONCE``, each sorted by term.  ``set_prefetch_items``: 1
+starts the loads of the entry items' masks and window records when they are pushed (most are
+popped, then read from the window: two dependent misses), 2 (the default) also their terms; 0
+none.  No order and no
+prefetch changes a run (tests/test_registration_search.py).
 """
 cimport cython
 from libcpp.vector cimport vector
+from libcpp.pair cimport pair
 from libcpp.algorithm cimport sort as std_sort
-from libc.math cimport sqrt
+from libc.math cimport sqrt, nextafterf, INFINITY
 from libc.stdint cimport int32_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, SubTermC, now_ns
-from skype._core.window cimport WindowStore
+from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
+from skype._core.window cimport WindowStore, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport RankedC
 from skype._core.buffers cimport Buffers
@@ -53,6 +70,10 @@ cdef double WEIGHT_SCALE = 1.0  # a weight extent counts as this much location e
 # is searched and built in parts of at most this many; a search needs no replay, so a part
 # costs nothing but its sort, and the runs' memory (a registration transient) stays small
 cdef uint64_t RUNS_AT_ONCE = 2 << 20
+# a bulk batch ordered by term and place before its passes (order_batch): 1, or kept as given: 0
+cdef int SEARCH_ORDER = 1
+# entry items: their masks and messages' window records prefetched when pushed (1), and their terms (2)
+cdef int PREFETCH_ITEMS = 2
 
 cdef enum:
     BLOCK = 8                # entries per leaf
@@ -75,6 +96,22 @@ cdef extern from *:
     void nth_by "skype_nth_by"(SEntryC* first, SEntryC* nth, SEntryC* last, int dim) noexcept nogil
 
 
+cdef inline float down(double v) noexcept nogil:
+    """The largest float at most v."""
+    cdef float f = <float>v
+    if <double>f > v:
+        f = nextafterf(f, -INFINITY)
+    return f
+
+
+cdef inline float up(double v) noexcept nogil:
+    """The smallest float at least v."""
+    cdef float f = <float>v
+    if <double>f < v:
+        f = nextafterf(f, INFINITY)
+    return f
+
+
 @cython.final
 cdef class RegistrationTree(RegistrationIndex):
     def __cinit__(self, WindowStore window, double max_dist):
@@ -95,7 +132,7 @@ cdef class RegistrationTree(RegistrationIndex):
         for nt in range(self.terms.size()):
             st = &self.terms[nt]
             root = top = <uint32_t>self.nodes.size()
-            node.first = st.first
+            node.first = <uint32_t>st.first     # entries stay far below 2^32 (48+ bytes each)
             node.count = <uint32_t>(st.stop - st.first)
             node.child = 0
             self.nodes.push_back(node)
@@ -118,21 +155,27 @@ cdef class RegistrationTree(RegistrationIndex):
         cdef TNodeC* nd = &self.nodes[at]
         cdef SEntryC* e = self.entries.data() + nd.first
         cdef uint32_t i, count = nd.count, half
-        cdef uint64_t first = nd.first
+        cdef uint32_t first = nd.first
         cdef double minw, ex, ey, ew
         cdef int dim
         cdef TNodeC child
-        box_start(&nd.box, &e[0])
+        cdef SBoxC box
+        box_start(&box, &e[0])
         minw = e[0].w
         for i in range(1, count):
-            box_widen(&nd.box, e[i].x, e[i].y, e[i].x, e[i].y, e[i].w)
+            box_widen(&box, e[i].x, e[i].y, e[i].x, e[i].y, e[i].w)
             if e[i].w < minw:
                 minw = e[i].w
+        nd.minx = down(box.r.minx)
+        nd.miny = down(box.r.miny)
+        nd.maxx = up(box.r.maxx)
+        nd.maxy = up(box.r.maxy)
+        nd.maxw = up(box.maxw)
         if count <= BLOCK:
             return
-        ex = (nd.box.r.maxx - nd.box.r.minx) / self.max_dist
-        ey = (nd.box.r.maxy - nd.box.r.miny) / self.max_dist
-        ew = (nd.box.maxw - minw) * self.weight_scale
+        ex = (box.r.maxx - box.r.minx) / self.max_dist
+        ey = (box.r.maxy - box.r.miny) / self.max_dist
+        ew = (box.maxw - minw) * self.weight_scale
         dim = 0 if ex >= ey else 1
         if ew > (ex if ex >= ey else ey):
             dim = 2
@@ -146,6 +189,24 @@ cdef class RegistrationTree(RegistrationIndex):
         child.first = first + half
         child.count = count - half
         self.nodes.push_back(child)
+
+    cdef double _node_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
+                            const TNodeC* nd) noexcept nogil:
+        """regsearch's ``_box_bound`` on the node's float box: it contains the exact box (rounded
+        outward) and its weight is at least the largest, so the key bounds as the exact box's
+        does (MINDIST, computed in double from the floats, is monotone in the box)."""
+        cdef double tub = terms[qi].w * nd.maxw, dx = 0.0, dy = 0.0
+        if tub > 1.0:
+            tub = 1.0
+        if h.x < nd.minx:
+            dx = nd.minx - h.x
+        elif h.x > nd.maxx:
+            dx = h.x - nd.maxx
+        if h.y < nd.miny:
+            dy = nd.miny - h.y
+        elif h.y > nd.maxy:
+            dy = h.y - nd.maxy
+        return combine(h.alpha, 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist, tub) + BOUND_SLACK
 
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil:
@@ -164,7 +225,7 @@ cdef class RegistrationTree(RegistrationIndex):
             if slot < 0:
                 continue
             st = &self.terms[slot]
-            self._push(self._box_bound(h, terms, i, &self.nodes[st.group0].box), st.group0, i, LEVEL_NODE)
+            self._push(self._node_bound(h, terms, i, &self.nodes[st.group0]), st.group0, i, LEVEL_NODE)
             self._push_entry_items(h, terms, i, st)
         while self.queue.size():
             if self.best.size() == cap and self.queue[0].key < self.best[0].score:
@@ -180,8 +241,8 @@ cdef class RegistrationTree(RegistrationIndex):
                 if nd.child == 0:
                     self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap)
                     break
-                kl = self._box_bound(h, terms, it.qterm, &self.nodes[nd.child].box)
-                kr = self._box_bound(h, terms, it.qterm, &self.nodes[nd.child + 1].box)
+                kl = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child])
+                kr = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child + 1])
                 if kl >= kr:
                     better, other, kb, ko = nd.child, nd.child + 1, kl, kr
                 else:
@@ -209,9 +270,18 @@ cdef class RegistrationTree(RegistrationIndex):
         cdef const SEntryC* e
         cdef int j, nq = h.nterms
         cdef double r2, other, tub
+        cdef seq_t oldest = self.window.oldest_seq
         if qi + 1 >= nq:
             return
         self._scan_entry_items(qi, nq, st)
+        if PREFETCH_ITEMS:
+            # the items' masks (read below) and, as most entry items are popped and read from
+            # the window (two dependent misses: the record, then its terms), their records: all
+            # the loads started at once, not one after the other
+            for c in range(self.cand.size()):
+                p = self.cand[c]
+                prefetch(&self.masks[p])
+                prefetch(win_get(self.window, oldest + <uint32_t>(self.entries[p].seq_lo - <uint32_t>oldest)))
         for c in range(self.cand.size()):
             p = self.cand[c]
             e = &self.entries[p]
@@ -227,6 +297,10 @@ cdef class RegistrationTree(RegistrationIndex):
             self.n_entry_items += 1
             self._push(combine(h.alpha, spatial_sim(h.x, h.y, e.x, e.y, self.max_dist), tub) + BOUND_SLACK,
                        <uint32_t>p, qi, LEVEL_ENTRY)
+        if PREFETCH_ITEMS > 1:
+            for c in range(self.cand.size()):
+                prefetch(win_terms(self.window, win_get(
+                    self.window, oldest + <uint32_t>(self.entries[self.cand[c]].seq_lo - <uint32_t>oldest))))
 
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
@@ -249,8 +323,82 @@ def set_runs_at_once(uint64_t n):
     return before
 
 
-cdef bint by_key(const uint64_t& a, const uint64_t& b) noexcept nogil:
-    return a < b
+def set_prefetch_items(int n):
+    """Set the prefetch of the entry items' window reads (an A/B hook); returns the previous one."""
+    global PREFETCH_ITEMS
+    cdef int before = PREFETCH_ITEMS
+    PREFETCH_ITEMS = n
+    return before
+
+
+def set_search_order(int n):
+    """Order a bulk batch by term and place (1, the default) or keep it as given (0): an A/B
+    hook; returns the previous setting."""
+    global SEARCH_ORDER
+    cdef int before = SEARCH_ORDER
+    SEARCH_ORDER = n
+    return before
+
+
+cdef inline uint64_t spread16(uint64_t v) noexcept nogil:
+    """The 16 low bits of v at the even positions of 32 bits (a Z-order half)."""
+    v &= 0xFFFF
+    v = (v | (v << 8)) & 0x00FF00FF
+    v = (v | (v << 4)) & 0x0F0F0F0F
+    v = (v | (v << 2)) & 0x33333333
+    v = (v | (v << 1)) & 0x55555555
+    return v
+
+
+cdef void sort_searches(SubTable table, const sid_t* sids, uint64_t* at, size_t n, bint by_place) noexcept nogil:
+    """Sort at[0:n] (indices into sids) by the subscription's most frequent term (terms are
+    sorted by id, ids by document frequency: its last), then by_place by the Z-order of its
+    location (over the bounding box of these n), then by index."""
+    cdef vector[pair[uint64_t, uint64_t]] keyed
+    cdef double minx = 1e300, maxx = -1e300, miny = 1e300, maxy = -1e300, sx, sy
+    cdef uint64_t z, key
+    cdef size_t r
+    cdef const SubHotC* h
+    if by_place:
+        for r in range(n):
+            h = &table.hot[sids[at[r]]]
+            minx = h.x if h.x < minx else minx
+            maxx = h.x if h.x > maxx else maxx
+            miny = h.y if h.y < miny else miny
+            maxy = h.y if h.y > maxy else maxy
+    sx = 65535.0 / (maxx - minx) if maxx > minx else 0.0
+    sy = 65535.0 / (maxy - miny) if maxy > miny else 0.0
+    keyed.reserve(n)
+    for r in range(n):
+        h = &table.hot[sids[at[r]]]
+        z = 0
+        if by_place:
+            z = spread16(<uint64_t>((h.x - minx) * sx)) | (spread16(<uint64_t>((h.y - miny) * sy)) << 1)
+        key = ((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | z) if h.nterms else z
+        keyed.push_back(pair[uint64_t, uint64_t](key, at[r]))
+    std_sort(keyed.begin(), keyed.end())
+    for r in range(n):
+        at[r] = keyed[r].second
+
+
+cdef void order_batch(SubTable table, vector[sid_t]& sids) noexcept nogil:
+    """Order a bulk batch (before its passes, for the replay and the search alike) by the
+    subscriptions' most frequent term, then by the Z-order of their location: consecutive
+    searches share that term's tree, and near ones its paths; a pass then holds whole terms.
+    The runs do not depend on the order; both paths build the buffers in it (``SEARCH_ORDER``
+    0: kept as given)."""
+    cdef vector[uint64_t] at
+    cdef vector[sid_t] given
+    cdef size_t i, n = sids.size()
+    if SEARCH_ORDER == 0 or n < 2:
+        return
+    at.resize(n)
+    for i in range(n):
+        at[i] = i
+    sort_searches(table, sids.data(), at.data(), n, True)
+    given = sids
+    for i in range(n):
+        sids[i] = given[at[i]]
 
 
 cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, const sid_t* sids,
@@ -259,8 +407,8 @@ cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, c
     search (``idx`` built over their terms), in the order given, in parts whose runs fit in
     ``RUNS_AT_ONCE`` (the runs vector is reserved to its part's bound: no doubling).  In a part
     the searches run in the order of the subscriptions' most frequent term (their lists stay in
-    cache), the buffers are then built in the given order.  Returns the (s, m) pairs scored;
-    adds the build time to build_ns."""
+    cache; a batch ordered by ``order_batch`` already is), the buffers are then built in the
+    given order.  Returns the (s, m) pairs scored; adds the build time to build_ns."""
     cdef vector[uint64_t] order
     cdef vector[RankedC] runs
     cdef vector[uint64_t] start, length
@@ -283,14 +431,12 @@ cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, c
             hi += 1
         order.clear()
         for i in range(lo, hi):
-            h = &table.hot[sids[i]]
-            # terms are sorted by id, ids by document frequency: the last is the most frequent
-            order.push_back(((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | i) if h.nterms else i)
-        std_sort(order.begin(), order.end(), by_key)
+            order.push_back(i)
+        sort_searches(table, sids, order.data(), hi - lo, False)
         runs.clear()
         runs.reserve(bound)
         for r in range(order.size()):
-            i = <size_t>(order[r] & 0xFFFFFFFFu)
+            i = <size_t>order[r]
             sid = sids[i]
             h = &table.hot[sid]
             start[i] = runs.size()
