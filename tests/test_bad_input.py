@@ -146,7 +146,7 @@ def test_message_id_reused_after_expiry_and_subscription_id_reused():
 
 def test_k_and_cost_factors_scale_in_64_bits():
     """k at the limit with cost factors that put nmax_factor * k and refresh_factor * k far
-    beyond 32 bits: the core stays exact (buffers.pyx computes both in 64 bits)."""
+    beyond 32 bits: the core stays exact (reevaluation.pyx computes both in 64 bits)."""
     cost = {"nmax_factor": 10**6, "refresh_factor": 1e6}
     engines = [Engine(window=40, cost=cost), Engine(window=40, buffer="cskyband", cost=cost, index="ipt"),
                ReferenceEngine(window=40)]

@@ -1,67 +1,18 @@
-# Result buffers: exact top-k, cost-based k-skyband (cSkyband), Skyband (Mouratidis), kmax.
+# Result buffers (buffers.pyx): admission, expiry and floors per kind (exact top-k, cost-based
+# k-skyband (cSkyband), Skyband (Mouratidis), kmax) over Reevaluation (reevaluation.pxd).
 from libcpp.vector cimport vector
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
+from libc.stdint cimport int32_t, uint64_t
+from skype._core.types cimport sid_t, seq_t, prefetch
 from skype._core.arena cimport BufEntryC, slot_entries
-from skype._core.window cimport WindowStore
-from skype._core.ranking cimport WindowRanking
-from skype._core.subindex cimport SubTable, SubscriptionIndex
-from skype._core.bufstore cimport BufferStore, EventC, SubBufC, guide_start
-from skype._core.costmodel cimport CostModelC, BARRIER_STATIONARY, BARRIER_WINDOW, BARRIER_FACTOR, threshold_cost
+from skype._core.bufstore cimport EventC, SubBufC, guide_start
+from skype._core.reevaluation cimport Reevaluation, RankedC, PulledC
+from skype._core.reevaluation cimport BUF_EXACT, BUF_CSKYBAND, BUF_SKYBAND, BUF_KMAX
 
 
-cdef packed struct RankedC:       # a (score, message) pair of a bulk-registration run (12 bytes)
-    double score
-    uint32_t seq_lo
-
-
-cdef struct PulledC:             # a message pulled from the message index in ranking order
-    seq_t seq
-    double score
-
-
-cdef enum BufferKind:
-    BUF_EXACT = 0
-    BUF_CSKYBAND = 1
-    BUF_SKYBAND = 2
-    BUF_KMAX = 3
-
-
-cdef class Buffers(BufferStore):
-    cdef int kind
-    cdef WindowRanking msgs
-    # parameters
-    cdef double skyband_ratio
-    cdef int32_t kmax
-    cdef double query_cost
-    cdef int32_t stop_after                  # delta: consecutive cost increases that stop the scan
-    cdef int32_t nmax_factor                 # scan at most nmax_factor * k messages
-    cdef double refresh_factor               # re-evaluate a complete buffer past refresh_factor * k
-    # cSkyband's cost model (costmodel.pxd): its costs, barrier and window estimates (count
-    # windows: N fixed, arrivals and expiries 1/2 each)
-    cdef CostModelC model
-    cdef bint count_window                   # False: a time window (N and the rates are estimated)
+cdef class Buffers(Reevaluation):
     # counters
-    cdef uint64_t n_reevaluations, n_refreshes, n_initializations, n_admits, reeval_work, n_queries
-    cdef double cq_mean
-    # scratch
-    cdef bint plan_constrained                # the last cost scan wanted fewer than k messages
-    cdef vector[PulledC] pulled
-    cdef vector[BufEntryC] rebuilt
-    cdef vector[uint32_t] old_seqs, new_seqs, old_all
-    cdef vector[seq_t] heap
-    # bulk registration (bulk.pyx): _pull reads a prepared ranking-order run instead of the
-    # message index; past its end, a truncated run restarts the message index and skips it
-    cdef const RankedC* src
-    cdef size_t src_n, src_pos
-    cdef bint src_truncated, src_fell_back
-    cdef sid_t src_sid
-    cdef uint64_t n_bulk_inits, n_bulk_fallbacks
-    cdef size_t last_scan                    # messages the last scan pulled
+    cdef uint64_t n_reevaluations, n_refreshes, n_initializations, n_admits, n_bulk_inits
     cdef uint64_t n_admits_topk
-    cdef bint timed                          # time re-evaluations (engine.set_timers)
-    cdef double reeval_ns
-    cdef int32_t bulk_factor                 # skyband kinds: bulk runs hold bulk_factor * k (+ ties)
     # floors (set_floor): empty until the first floor is set, so admit tests one size when unused
     cdef vector[double] floor_of             # per sid: an admission scoring below it may be skipped
     cdef vector[double] skipped_of           # per sid: the best score skipped since the last rebuild
@@ -82,19 +33,13 @@ cdef class Buffers(BufferStore):
     cdef uint64_t n_admit_span, n_admit_pos, n_admit_size, n_admit_evicted, n_guide_misses
 
     cdef void init_sub(self, sid_t sid) noexcept nogil
+    cdef void init_sub_from(self, sid_t sid, const RankedC* run, size_t n, bint truncated) noexcept nogil
     cdef void _init_state(self, sid_t sid) noexcept nogil
     cdef void drop_sub(self, sid_t sid) noexcept nogil
+    cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil
     cdef bint expire(self, sid_t sid, seq_t seq) noexcept nogil
-    cdef int32_t _cap(self, int32_t k) noexcept nogil
     cdef void _update_theta(self, sid_t sid) noexcept nogil
-    cdef bint _next(self, seq_t* seq, double* score) noexcept nogil
-    cdef void init_sub_from(self, sid_t sid, const RankedC* run, size_t n, bint truncated) noexcept nogil
-    cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil
-    cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil
-    cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil
-    cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil
-    cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil
     cdef void set_floor(self, sid_t sid, double floor) noexcept nogil
     cdef void _list_skipped(self, sid_t sid, seq_t seq, double score) noexcept nogil
     cdef void _readmit_skipped(self, sid_t sid, double floor) noexcept nogil

@@ -2,8 +2,10 @@
 """Result buffers: the per-subscription state that yields the exact top-k (spec §4).
 
 Every buffer is an array sorted by (score desc, seq desc), so the top-k is its first k entries;
-its storage, holder handles, events and theta publication are BufferStore's (bufstore.pyx), the
-base class; this module holds what differs per kind: admission, expiry and re-evaluation.
+its storage, holder handles, events and theta publication are BufferStore's (bufstore.pyx), and
+its re-evaluation (the pull in ranking order that chooses theta and rebuilds the buffer) is
+Reevaluation's (reevaluation.pyx): the base classes.  This module holds what differs per kind on
+the stream: admission, expiry, the floors and registration.
 Invariants per kind, with theta_s the threshold the subscription index prunes against:
 
 * ``exact``: the buffer is the exact top-k of the window, or (``complete``) every match when
@@ -16,25 +18,24 @@ Invariants per kind, with theta_s the threshold the subscription index prunes ag
   B = SB_k(W) ∩ {m : ST(s, m) >= theta} with dominance counters (Def. 10: newer and scoring
   >= dominates).  Thm 6.1: while |B| >= k the top-k is B's first k entries; when expiry leaves
   |B| < k the subscription is re-evaluated (Alg. 2).  Skyband sets theta = ratio * kScore at the
-  re-evaluation; cSkyband chooses theta by the cost model of §4.3 (costmodel.pxd) while pulling messages in
-  ranking order from the message index (one traversal chooses theta and rebuilds B).
+  re-evaluation; cSkyband chooses theta by the cost model of §4.3 (costmodel.pxd) while pulling
+  messages in ranking order (one traversal chooses theta and rebuilds B: reevaluation.pyx).
 * ``complete`` (theta = 0): the buffer holds every match (skyband kinds: the k-skyband of every
   match), so no expiry can require a re-evaluation.  A complete skyband buffer that grows past
   ``refresh_factor * k`` entries is re-evaluated to get a real threshold (a *refresh*); this is
   how subscriptions registered before the window fills acquire thresholds.
 
-Re-evaluation pulls from the message index in exact ranking order; the k-skyband of the pulled
-set is built in one pass keeping the k newest seqs seen in a min-heap.  Events (+1 entered, -1
-left the top-k) are appended to ``events`` for the engine to net per message.  The reverse map
-(window ``holders``) gets the subscription for every message that enters its buffer, and (with
-``exact_holders``, the default) loses it when the message leaves the buffer other than by its own
-expiry: each entry keeps the handle of its reverse-map entry (``hold``), and ``_drop_entry``
-(bufstore.pyx) clears that entry, so at expiry the live entries are exactly the buffers that hold the message
-(docs/engine.md, "Expiry visits only live holders").  Unless ``track_holders`` is off: the
-engine then finds the holders of an expiring message by disseminating it again, which relies
-on the invariant that every buffered entry scores >= its subscription's current theta (exact:
-theta is the k-th of at most k entries; kmax: the last entry; skyband kinds: theta only changes
-when the buffer is rebuilt from entries >= it; complete buffers: theta = 0).
+Events (+1 entered, -1 left the top-k) are appended to ``events`` for the engine to net per
+message.  The reverse map (window ``holders``) gets the subscription for every message that
+enters its buffer, and (with ``exact_holders``, the default) loses it when the message leaves the
+buffer other than by its own expiry: each entry keeps the handle of its reverse-map entry
+(``hold``), and ``_drop_entry`` (bufstore.pyx) clears that entry, so at expiry the live entries
+are exactly the buffers that hold the message (docs/engine.md, "Expiry visits only live
+holders").  Unless ``track_holders`` is off: the engine then finds the holders of an expiring
+message by disseminating it again, which relies on the invariant that every buffered entry
+scores >= its subscription's current theta (exact: theta is the k-th of at most k entries; kmax:
+the last entry; skyband kinds: theta only changes when the buffer is rebuilt from entries >= it;
+complete buffers: theta = 0).
 
 **Floors** (``set_floor``, for a caller that knows a lower bound of the score a message needs to
 matter to it, e.g. DSkype's global k-th score, docs/dskype-on-spark.md): an arrival scoring below
@@ -58,14 +59,15 @@ from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport INFINITY
 from libc.string cimport memmove
-from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from libc.stdint cimport int32_t, uint16_t, uint32_t
 from skype._core.types cimport sid_t, seq_t
 from skype._core.arena cimport EntryArena, NO_SLOT
 from skype._core.bufstore cimport slot_loose
-from skype._core.window cimport WindowStore, win_next_seq
+from skype._core.window cimport WindowStore
 from skype._core.ranking cimport WindowRanking
-from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC
+from skype._core.subindex cimport SubTable, SubscriptionIndex
+from skype._core.costmodel cimport BARRIER_STATIONARY, BARRIER_WINDOW, BARRIER_FACTOR
+from skype._core.reevaluation cimport heap_push_min, heap_replace_min
 
 cdef bint guided_default = True
 cdef size_t ahead_records_default = 8, ahead_entries_default = 4
@@ -113,34 +115,7 @@ cdef inline bint ranked_before(const PulledC& a, const PulledC& b) noexcept nogi
     return a.score > b.score or (a.score == b.score and a.seq > b.seq)
 
 
-cdef inline void heap_push_min(vector[seq_t]* h, seq_t v) noexcept nogil:
-    cdef size_t i = h.size(), p
-    h.push_back(v)
-    while i > 0:
-        p = (i - 1) >> 1
-        if h[0][p] <= v:
-            break
-        h[0][i] = h[0][p]
-        i = p
-    h[0][i] = v
-
-
-cdef inline void heap_replace_min(vector[seq_t]* h, seq_t v) noexcept nogil:
-    cdef size_t i = 0, c, n = h.size()
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and h[0][c + 1] < h[0][c]:
-            c += 1
-        if h[0][c] >= v:
-            break
-        h[0][i] = h[0][c]
-        i = c
-    h[0][i] = v
-
-
-cdef class Buffers(BufferStore):
+cdef class Buffers(Reevaluation):
     def __cinit__(self, str kind, SubTable table, SubscriptionIndex index, WindowRanking msgs,
                   WindowStore window, double window_n, double skyband_ratio=0.8, int kmax=60,
                   double c_ins=1.0, double c_del=1.0, double query_cost=10.0, str barrier="stationary",
@@ -200,12 +175,6 @@ cdef class Buffers(BufferStore):
         self.n_admit_evicted = 0
         self.n_guide_misses = 0
 
-    cdef inline int32_t _cap(self, int32_t k) noexcept nogil:
-        """How many entries an exact or kmax buffer keeps: k, or max(kmax, k)."""
-        if self.kind == BUF_EXACT or self.kmax < k:
-            return k
-        return self.kmax
-
     cdef void _update_theta(self, sid_t sid) noexcept nogil:
         """exact and kmax: theta follows the buffer (skyband kinds change it at re-evaluation)."""
         cdef SubBufC* sb = &self.buf[sid]
@@ -224,220 +193,6 @@ cdef class Buffers(BufferStore):
             elif sb.size:
                 self._set_theta(sid, B[sb.size - 1].score, True)
 
-    # ------------------------------------------------------------------ re-evaluation
-    cdef bint _next(self, seq_t* seq, double* score) noexcept nogil:
-        """The next message in ranking order: from the message index, or from a bulk run (the
-        first src_n messages of the same ranking order, bulk.pyx).  Past the end of a truncated
-        run the message index is restarted and its first src_n messages skipped: they are the
-        run's, in the same order, since (score desc, seq desc) is a total order."""
-        cdef const SubHotC* h
-        cdef size_t _
-        if self.src == NULL:
-            return self.msgs.query_next(seq, score)
-        if self.src_pos < self.src_n:
-            seq[0] = self._full_seq(self.src[self.src_pos].seq_lo)
-            score[0] = self.src[self.src_pos].score
-            self.src_pos += 1
-            return True
-        if not self.src_truncated:
-            return False                            # the run holds every match
-        h = &self.table.hot[self.src_sid]
-        self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
-        for _ in range(self.src_n):
-            self.msgs.query_next(seq, score)
-        self.src = NULL
-        self.src_fell_back = True
-        self.n_bulk_fallbacks += 1
-        return self.msgs.query_next(seq, score)
-
-    cdef bint _pull(self, sid_t sid, double* theta) noexcept nogil:
-        """Fill ``pulled`` in ranking order and choose theta; True when the buffer is to hold
-        every match (complete: theta = 0)."""
-        cdef SubBufC* sb = &self.buf[sid]
-        cdef const SubHotC* h = &self.table.hot[sid]
-        cdef int32_t k = sb.k, cap, rising = 0
-        cdef seq_t seq
-        cdef double score, c, prev_c = INFINITY, best_c = INFINITY, cq_cost
-        cdef size_t n, best_n = 0, nmax
-        self.pulled.clear()
-        self.plan_constrained = False
-        if self.src == NULL:
-            self.msgs.query_start(h.alpha, h.x, h.y, &self.table.terms[h.term_off], h.nterms)
-        else:
-            self.src_pos = 0
-            self.src_sid = sid
-        theta[0] = 0.0
-        if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
-            cap = self._cap(k)
-            while <int32_t>self.pulled.size() < cap:
-                if not self._next(&seq, &score):
-                    return True
-                self.pulled.push_back(PulledC(seq, score))
-            theta[0] = self.pulled.back().score
-            return False
-        if self.kind == BUF_SKYBAND:
-            while <int32_t>self.pulled.size() < k:
-                if not self._next(&seq, &score):
-                    return True
-                self.pulled.push_back(PulledC(seq, score))
-            theta[0] = self.skyband_ratio * self.pulled.back().score
-        else:
-            cq_cost = self.query_cost * (sb.cq if sb.cq > 0 else (self.cq_mean if self.cq_mean > 0 else 200.0))
-            nmax = <size_t>self.nmax_factor * <size_t>k  # 64-bit: k and the factor are each 32-bit
-            while True:
-                if not self._next(&seq, &score):
-                    # every match pulled: keep them all (theta = 0, never re-evaluated) unless a
-                    # threshold scores better in the cost model
-                    n = self.pulled.size()
-                    if (<int32_t>n < k
-                            or threshold_cost(&self.model, <double>self.window.count, <double>n, k, -1.0) <= best_c):
-                        return True
-                    break
-                self.pulled.push_back(PulledC(seq, score))
-                n = self.pulled.size()
-                if <int32_t>n < k:
-                    continue
-                c = threshold_cost(&self.model, <double>self.window.count, <double>n, k, cq_cost)
-                if c < best_c:
-                    best_c = c
-                    best_n = n
-                rising = rising + 1 if c > prev_c else 0
-                prev_c = c
-                if rising >= self.stop_after or n >= nmax:
-                    break
-            theta[0] = self.pulled[best_n - 1].score
-            self.plan_constrained = <int32_t>best_n == k
-        # keep pulling ties (and, for skyband, everything down to theta)
-        while self.pulled.back().score >= theta[0]:
-            if not self._next(&seq, &score):
-                break
-            self.pulled.push_back(PulledC(seq, score))
-        return False
-
-    cdef void _reevaluate(self, sid_t sid, bint emit, bint notify) noexcept nogil:
-        """_rebuild, timed when it runs on the stream (emit) and the timers are on."""
-        cdef timespec a, b
-        if not (self.timed and emit):
-            self._rebuild(sid, emit, notify)
-            return
-        clock_gettime(CLOCK_MONOTONIC, &a)
-        self._rebuild(sid, emit, notify)
-        clock_gettime(CLOCK_MONOTONIC, &b)
-        self.reeval_ns += (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)
-
-    cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil:
-        cdef SubBufC* sb
-        cdef const BufEntryC* B
-        cdef int32_t k
-        cdef double theta = 0.0
-        cdef bint complete
-        cdef size_t i, j
-        cdef BufEntryC e
-        cdef uint32_t dc
-        cdef uint64_t work
-        cdef size_t n_above
-        cdef vector[seq_t]* h = &self.heap
-        sb = &self.buf[sid]
-        B = self._entries(sb)
-        k = sb.k
-        if sid < self.skipped_of.size():
-            self.skipped_of[sid] = -INFINITY            # the pull below sees every message again
-            self._clear_skipped(sid)
-        # old state, for events and for the reverse map
-        self.old_all.clear()
-        for i in range(sb.size):
-            self.old_all.push_back(B[i].seq_lo)
-        self._remember_holds(sb)
-        self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (sb.size if <int32_t>sb.size < k else k))
-        complete = self._pull(sid, &theta)
-        self.last_scan = self.pulled.size()
-        # rebuild: exact/kmax keep the pulled run; skyband kinds keep its k-skyband >= theta
-        self.rebuilt.clear()
-        h.clear()
-        for i in range(self.pulled.size()):
-            if not complete and self.pulled[i].score < theta:
-                break
-            if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
-                dc = 0
-            else:
-                if <int32_t>h.size() == k and h[0][0] > self.pulled[i].seq:
-                    dc = k                                  # k newer, higher-ranked messages
-                else:
-                    dc = 0
-                    for j in range(h.size()):
-                        if h[0][j] > self.pulled[i].seq:
-                            dc += 1
-                if <int32_t>h.size() < k:
-                    heap_push_min(h, self.pulled[i].seq)
-                elif self.pulled[i].seq > h[0][0]:
-                    heap_replace_min(h, self.pulled[i].seq)
-                if <int32_t>dc >= k:
-                    continue
-            e.score = self.pulled[i].score
-            e.seq_lo = <uint32_t>self.pulled[i].seq
-            e.dc = <uint16_t>dc
-            self.rebuilt.push_back(e)
-        # the plan the admission-rate check compares against: pulled messages above theta / |W|
-        n_above = self.pulled.size()
-        while n_above > 0 and not complete and self.pulled[n_above - 1].score < theta:
-            n_above -= 1
-        sb.p_theta = <float>(<double>n_above / (self.window.count if self.window.count else 1))
-        sb.born = <uint32_t>win_next_seq(self.window)
-        sb.admits = 0
-        # A plan made while a count window fills is loose for the full window (theta <= the
-        # kScore of a partial window, and the cost scan could not go below k): redo it when the
-        # window has doubled.  Skyband (theta = ratio * kScore) is always in that situation.
-        sb.retune_at = 0
-        if not complete and (self.kind == BUF_SKYBAND or self.plan_constrained):
-            if not self.count_window:
-                sb.retune_at = <uint32_t>(2 * self.window.count)      # a time window that doubles
-            elif self.window.count < self.model.window_n:
-                sb.retune_at = <uint32_t>(2 * self.window.count if 2 * self.window.count < self.model.window_n
-                                          else self.model.window_n)
-        # a right-sized slot (the scratch vector has the largest size any re-evaluation needed)
-        self._store(sb, self.rebuilt.data(), self.rebuilt.size())
-        sb.complete = complete
-        # a complete buffer that grows refresh_factor times past this size is re-evaluated
-        sb.refresh_at = <uint32_t>min(self.refresh_factor * (sb.size if <int32_t>sb.size > k else k), 4294967295.0)
-        self._hand_over_holds(sid)           # the reverse map follows the rebuilt buffer
-        if emit:
-            self._diff_events(sid, k)
-        # work accounting for the cost model's C_q (a bulk run that sufficed made no query:
-        # its C_q stays unknown, so the cost model uses the mean of real queries)
-        if self.src == NULL:
-            work = self.msgs.q_work
-            sb.cq = <float>work if sb.cq <= 0 else 0.5 * sb.cq + 0.5 * work
-            self.reeval_work += work
-            self.n_queries += 1
-            self.cq_mean += (work - self.cq_mean) / self.n_queries
-        self._set_theta(sid, 0.0 if complete else theta, notify)
-
-    cdef bint _contains(self, vector[uint32_t]* sorted_vals, uint32_t v) noexcept nogil:
-        cdef size_t lo = 0, hi = sorted_vals.size(), mid
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if sorted_vals[0][mid] < v:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo < sorted_vals.size() and sorted_vals[0][lo] == v
-
-    cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil:
-        cdef const SubBufC* sb = &self.buf[sid]
-        cdef const BufEntryC* B = self._entries(sb)
-        cdef size_t i, n_new = sb.size if <int32_t>sb.size < k else k
-        self.new_seqs.clear()
-        for i in range(n_new):
-            self.new_seqs.push_back(B[i].seq_lo)
-        std_sort(self.old_seqs.begin(), self.old_seqs.end())
-        std_sort(self.new_seqs.begin(), self.new_seqs.end())
-        for i in range(self.new_seqs.size()):
-            if not self._contains(&self.old_seqs, self.new_seqs[i]):
-                self._event(sid, 1, self.new_seqs[i])
-        for i in range(self.old_seqs.size()):
-            if not self._contains(&self.new_seqs, self.old_seqs[i]):
-                self._event(sid, -1, self.old_seqs[i])
-
     # ------------------------------------------------------------------ API for the engine
     cdef void init_sub(self, sid_t sid) noexcept nogil:
         """A new subscription: its buffer from the current window (Alg. 2 lines 3-5 with
@@ -451,12 +206,7 @@ cdef class Buffers(BufferStore):
         scan and the same buffer, from ``run`` instead of the message index.  ``truncated``: the
         window may hold more matches than the run (the scan then falls back, see _next)."""
         self._init_state(sid)
-        self.src = run
-        self.src_n = n
-        self.src_truncated = truncated
-        self.src_fell_back = False
-        self._reevaluate(sid, False, False)
-        self.src = NULL
+        self._reevaluate_from(sid, run, n, truncated)
         self.n_initializations += 1
         self.n_bulk_inits += 1
 
@@ -487,6 +237,14 @@ cdef class Buffers(BufferStore):
             self.floor_of[sid] = -INFINITY
             self.skipped_of[sid] = -INFINITY
             self._clear_skipped(sid)
+
+    cdef void _rebuild(self, sid_t sid, bint emit, bint notify) noexcept nogil:
+        """Reevaluation._rebuild, after forgetting what the floors skipped: the pull sees every
+        message again."""
+        if sid < self.skipped_of.size():
+            self.skipped_of[sid] = -INFINITY            # the pull below sees every message again
+            self._clear_skipped(sid)
+        Reevaluation._rebuild(self, sid, emit, notify)
 
     cdef void set_floor(self, sid_t sid, double floor) noexcept nogil:
         """From now on an arrival scoring below ``floor`` may be skipped (module docstring); a
@@ -737,11 +495,6 @@ cdef class Buffers(BufferStore):
         return True
 
     # ------------------------------------------------------------------ Python access
-    def set_window_estimates(self, double window_n, double p_arrival, double p_expiry):
-        self.model.window_n = window_n
-        self.model.p_arrival = p_arrival
-        self.model.p_expiry = p_expiry
-
     def stats(self):
         cdef size_t total = 0, live = 0, sid, loose = 0
         cdef const SubBufC* sb

@@ -96,7 +96,7 @@ cdef class BufferStore:
     cdef void _note_gone(self, seq_t seq) noexcept nogil
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil
 
-    # hot helpers, inlined into their callers (buffers.pyx, engine.pyx)
+    # hot helpers, inlined into their callers (buffers.pyx, reevaluation.pyx, engine.pyx)
     cdef inline BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil:
         return slot_entries(self.arena, sb.slot)
 

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Result buffers' storage and reverse map: what every buffer kind (buffers.pyx) shares.
+"""Result buffers' storage and reverse map: what every buffer kind shares (buffers.pyx, reevaluation.pyx).
 
 Each subscription has a SubBufC record (``buf[sid]``) whose entries live in one slot of the
 arena (arena.pyx), sorted by (score desc, seq desc).  ``_room`` moves a buffer to a larger slot

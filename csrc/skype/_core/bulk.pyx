@@ -21,9 +21,9 @@ report scores < theta_s (the index reports every s with ST(s, m) >= theta_s), so
 s's final top-C_s; every message it does report is offered to the heap, which keeps the best
 C_s by the full key (a total order: seqs are unique).  So the final heap is exactly the first
 C_s messages of s's ranking order, or every match when the heap is not full.  When the scan
-needs more than C_s messages of a full heap, ``Buffers._next`` restarts the message index and
-skips the first C_s (counted in ``bulk_fallbacks``).  The replay order only changes how fast
-the thresholds rise, never the result.
+needs more than C_s messages of a full heap, ``_next`` (reevaluation.pyx) restarts the
+message index and skips the first C_s (counted in ``bulk_fallbacks``).  The replay order only
+changes how fast the thresholds rise, never the result.
 
 Capacity C_s: exact and kmax need their cap (k, or max(kmax, k)) and never fall back;
 cSkyband's cost scan stops after a few cost increases, at most ``nmax_factor * k`` messages
@@ -47,7 +47,8 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubscriptionIndex, CandC
-from skype._core.buffers cimport Buffers, RankedC, BUF_CSKYBAND, BUF_EXACT, BUF_KMAX, BUF_SKYBAND
+from skype._core.buffers cimport Buffers
+from skype._core.reevaluation cimport RankedC, BUF_CSKYBAND, BUF_EXACT, BUF_KMAX, BUF_SKYBAND
 
 cdef enum:
     BULK_TIES = 16          # extra heap slots of the skyband kinds, for ties at the scan's end

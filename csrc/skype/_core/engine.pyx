@@ -32,7 +32,8 @@ from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
-from skype._core.buffers cimport Buffers, EventC, BUF_SKYBAND, prefetch_buffer, prefetch_admission
+from skype._core.buffers cimport Buffers, EventC, prefetch_buffer, prefetch_admission
+from skype._core.reevaluation cimport BUF_SKYBAND
 from skype._core.bulk cimport bulk_capacity, bulk_replay, sample_then_rest
 from skype._core.regsearch import buffer_state
 from skype._core.regtree cimport RegistrationTree, order_batch, search_register

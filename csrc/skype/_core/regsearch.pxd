@@ -5,7 +5,7 @@ from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, seq_t, RectC, SubTermC
 from skype._core.window cimport WindowStore
 from skype._core.subindex cimport SubTable, SubHotC
-from skype._core.buffers cimport RankedC
+from skype._core.reevaluation cimport RankedC
 from skype._core.regmasks cimport TermBitsC
 
 

@@ -58,7 +58,7 @@ of the ranking order (a total order: seqs are unique).  An entry or item whose b
 the worst kept score is skipped for the same reason (the worst kept score only rises).  With
 fewer than C matches nothing is pruned (pruning needs a full heap), so every match is kept.  A
 full run (C kept) is marked truncated, as the replay marks a full heap: a scan needing more
-falls back to the message index in ``Buffers._next``, identically.
+falls back to the message index in ``_next`` (reevaluation.pyx), identically.
 """
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint32_t, uint64_t
@@ -66,7 +66,8 @@ from skype._core.types cimport term_t, sid_t, seq_t, SubTermC, MsgTermC
 from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.scoring cimport combine, spatial_sim, mindist
 from skype._core.subindex cimport SubTable, SubHotC
-from skype._core.buffers cimport Buffers, RankedC
+from skype._core.buffers cimport Buffers
+from skype._core.reevaluation cimport RankedC
 from skype._core.bufstore cimport SubBufC
 from skype._core.arena cimport BufEntryC
 from skype._core.regmasks cimport (MASK_HASHES, term_bits, may_hold, bit_positions, slice_list,

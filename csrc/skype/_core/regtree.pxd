@@ -4,7 +4,8 @@ from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport sid_t, SubTermC
 from skype._core.subindex cimport SubTable, SubHotC
-from skype._core.buffers cimport Buffers, RankedC
+from skype._core.buffers cimport Buffers
+from skype._core.reevaluation cimport RankedC
 from skype._core.regsearch cimport RegistrationIndex, SBoxC, STermC
 
 

@@ -55,7 +55,7 @@ from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
 from skype._core.window cimport WindowStore, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubHotC
-from skype._core.buffers cimport RankedC
+from skype._core.reevaluation cimport RankedC
 from skype._core.buffers cimport Buffers
 from skype._core.bulk cimport bulk_capacity
 from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, LEVEL_ENTRY, box_start,
