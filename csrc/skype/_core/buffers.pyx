@@ -67,7 +67,7 @@ from skype._core.window cimport WindowStore
 from skype._core.ranking cimport WindowRanking
 from skype._core.subindex cimport SubTable, SubscriptionIndex
 from skype._core.costmodel cimport BARRIER_STATIONARY, BARRIER_WINDOW, BARRIER_FACTOR
-from skype._core.reevaluation cimport heap_push_min, heap_replace_min
+from skype._core.reevaluation cimport skyband_dominators
 
 cdef bint guided_default = True
 cdef size_t ahead_records_default = 8, ahead_entries_default = 4
@@ -322,7 +322,7 @@ cdef class Buffers(Reevaluation):
         cdef vector[seq_t]* h = &self.heap
         cdef int32_t k = sb.k
         cdef double rest = self.dropped_of[sid]
-        cdef size_t i, j, w = 0
+        cdef size_t i, w = 0
         cdef uint32_t dc
         cdef BufEntryC e
         self.pulled.clear()
@@ -352,16 +352,7 @@ cdef class Buffers(Reevaluation):
         self.rebuilt.clear()
         h.clear()
         for i in range(self.pulled.size()):
-            if <int32_t>h.size() == k and h[0][0] > self.pulled[i].seq:
-                continue                            # k newer, higher-ranked messages
-            dc = 0
-            for j in range(h.size()):
-                if h[0][j] > self.pulled[i].seq:
-                    dc += 1
-            if <int32_t>h.size() < k:
-                heap_push_min(h, self.pulled[i].seq)
-            elif self.pulled[i].seq > h[0][0]:
-                heap_replace_min(h, self.pulled[i].seq)
+            dc = skyband_dominators(h, self.pulled[i].seq, k)
             if <int32_t>dc >= k:
                 continue
             e.score = self.pulled[i].score

@@ -104,3 +104,21 @@ cdef inline void heap_replace_min(vector[seq_t]* h, seq_t v) noexcept nogil:
         h[0][i] = h[0][c]
         i = c
     h[0][i] = v
+
+
+cdef inline uint32_t skyband_dominators(vector[seq_t]* h, seq_t seq, int32_t k) noexcept nogil:
+    """The k-skyband pass over messages in ranking order: the dominance counter of the next
+    message ``seq`` (how many messages ranked before it are newer, capped at k); ``h`` is the
+    min-heap of the k newest seqs ranked so far, updated here.  A result >= k: not a member."""
+    cdef uint32_t dc = 0
+    cdef size_t j
+    if <int32_t>h.size() == k and h[0][0] > seq:
+        return <uint32_t>k                      # k newer, higher-ranked messages
+    for j in range(h.size()):
+        if h[0][j] > seq:
+            dc += 1
+    if <int32_t>h.size() < k:
+        heap_push_min(h, seq)
+    elif seq > h[0][0]:
+        heap_replace_min(h, seq)
+    return dc

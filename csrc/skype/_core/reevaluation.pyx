@@ -162,7 +162,7 @@ cdef class Reevaluation(BufferStore):
         cdef int32_t k
         cdef double theta = 0.0
         cdef bint complete
-        cdef size_t i, j
+        cdef size_t i
         cdef BufEntryC e
         cdef uint32_t dc
         cdef uint64_t work
@@ -188,17 +188,7 @@ cdef class Reevaluation(BufferStore):
             if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
                 dc = 0
             else:
-                if <int32_t>h.size() == k and h[0][0] > self.pulled[i].seq:
-                    dc = k                                  # k newer, higher-ranked messages
-                else:
-                    dc = 0
-                    for j in range(h.size()):
-                        if h[0][j] > self.pulled[i].seq:
-                            dc += 1
-                if <int32_t>h.size() < k:
-                    heap_push_min(h, self.pulled[i].seq)
-                elif self.pulled[i].seq > h[0][0]:
-                    heap_replace_min(h, self.pulled[i].seq)
+                dc = skyband_dominators(h, self.pulled[i].seq, k)
                 if <int32_t>dc >= k:
                     continue
             e.score = self.pulled[i].score
