@@ -55,6 +55,7 @@ from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
 from skype._core.window cimport WindowStore, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubHotC
+from skype._core.blocks cimport spread16              # a Z-order half (the block layout's)
 from skype._core.reevaluation cimport RankedC
 from skype._core.buffers cimport Buffers
 from skype._core.bulk cimport bulk_capacity
@@ -340,16 +341,6 @@ def set_search_order(int n):
     return before
 
 
-cdef inline uint64_t spread16(uint64_t v) noexcept nogil:
-    """The 16 low bits of v at the even positions of 32 bits (a Z-order half)."""
-    v &= 0xFFFF
-    v = (v | (v << 8)) & 0x00FF00FF
-    v = (v | (v << 4)) & 0x0F0F0F0F
-    v = (v | (v << 2)) & 0x33333333
-    v = (v | (v << 1)) & 0x55555555
-    return v
-
-
 cdef void sort_searches(SubTable table, const sid_t* sids, uint64_t* at, size_t n, bint by_place) noexcept nogil:
     """Sort at[0:n] (indices into sids) by the subscription's most frequent term (terms are
     sorted by id, ids by document frequency: its last), then by_place by the Z-order of its
@@ -373,7 +364,7 @@ cdef void sort_searches(SubTable table, const sid_t* sids, uint64_t* at, size_t 
         h = &table.hot[sids[at[r]]]
         z = 0
         if by_place:
-            z = spread16(<uint64_t>((h.x - minx) * sx)) | (spread16(<uint64_t>((h.y - miny) * sy)) << 1)
+            z = spread16(<uint32_t>((h.x - minx) * sx)) | (<uint64_t>spread16(<uint32_t>((h.y - miny) * sy)) << 1)
         key = ((<uint64_t>table.terms[h.term_off + h.nterms - 1].term << 32) | z) if h.nterms else z
         keyed.push_back(pair[uint64_t, uint64_t](key, at[r]))
     std_sort(keyed.begin(), keyed.end())
