@@ -28,7 +28,8 @@ from libc.math cimport INFINITY, sqrt, fabs
 from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch, now_ns
 from skype._core.subindex cimport SubHotC
-from skype._core.conetree cimport ConeLayout, ConePostC, ConeNodeC, ConeTermC, PairEntC
+from skype._core.conetree cimport (ConeLayout, ConePostC, ConeNodeC, ConeTermC, PairEntC, ConeNode32C,
+                                   ConeWideC, ConeKeyLineC)
 from skype._core.predicate cimport term_index
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
@@ -46,6 +47,16 @@ cdef double PAIR_SLACK = 1e-6           # the pair bound's f32 alpha (|error| <=
 cdef size_t VERIFY_AHEAD = 8            # records prefetched ahead in the verification loop
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
+cdef uint32_t LEAF_BIT = 0x80000000
+cdef uint32_t NO_SLOT = 0xFFFFFFFF
+cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
+cdef uint64_t NO_CHECK = 0x100000000     # pending_ver: liveness checked during the scan
+
+
+cdef inline uint64_t span(const void* a, size_t nbytes) noexcept nogil:
+    """Cache lines a record of nbytes at a touches."""
+    cdef size_t lo = <size_t>a
+    return ((lo + nbytes - 1) >> 6) - (lo >> 6) + 1
 
 
 cdef inline double msg_weight(const MsgTermC* m, int n, term_t t) noexcept nogil:
@@ -90,6 +101,7 @@ cdef class ConeIndex(ConeLayout):
     def __cinit__(self, *args, **kwargs):
         self.nodes_tested = self.tree_read = self.tail_read = self.flat_read = self.pair_entries_read = 0
         self.pair_pruned = 0
+        self.node_lines = self.key_lines = self.meta_lines = self.pair_lines = 0
         self.pair_bound_on = True
         self.timed = False
         self.scan_ns = self.verify_ns = 0
@@ -117,66 +129,209 @@ cdef class ConeIndex(ConeLayout):
             for j in range(n):
                 if m[j].term == p.other0 or m[j].term == p.other1:
                     return                              # the pair index decides it
+        self.meta_lines += 1                            # ver[sid]
         if self.ver[p.sid] != p.ver:
             return                                      # dead: re-posted or removed
         self.pending.push_back(p.sid)
+        self.pending_ver.push_back(NO_CHECK)
+
+    cdef inline void _key_posting(self, ConeTermC* ct, uint32_t i, const MsgTermC* m, int n, double x, double y,
+                                  double wm) noexcept nogil:
+        """Posting i tested on its key line; its record read only if it passes, its liveness
+        checked at the verification (the version read then, prefetched)."""
+        cdef const ConeKeyLineC* kl = &ct.keys[i >> 2]
+        cdef uint32_t lane = i & 3
+        cdef const ConePostC* p
+        if not may_hold(kl.x[lane], kl.y[lane], kl.x[lane], kl.y[lane], kl.rho[lane], kl.lam[lane], x, y, wm,
+                        self.max_dist, self.pos_slack):
+            return
+        p = &ct.posts[i]
+        self.meta_lines += 1
+        if self.layout & 4:
+            prefetch(p)
+            self.survivors.push_back(i)
+            return
+        self._survivor(p, m, n)
+
+    cdef inline void _survivor(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil:
+        """A posting that passed its cone test: left to the pair index if its subscription shares
+        another term with m, else pending (liveness checked at the verification)."""
+        cdef int j
+        if p.other0 != NO_TERM:
+            for j in range(n):
+                if m[j].term == p.other0 or m[j].term == p.other1:
+                    return                              # the pair index decides it
+        self.pending.push_back(p.sid)
+        self.pending_ver.push_back(p.ver)
+
+    cdef void _prefetch_leaf(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil:
+        cdef uint32_t ln
+        if self.layout & 1:
+            for ln in range(lo >> 2, ((hi - 1) >> 2) + 1):
+                prefetch(&ct.keys[ln])
+        else:
+            prefetch(&ct.posts[lo])
+            prefetch(<const char*>&ct.posts[lo] + 64)
+            prefetch(<const char*>&ct.posts[hi - 1])
+        self.leaves.push_back(lo)
+        self.leaves.push_back(hi)
+
+    cdef void _walk_nodes(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil:
+        """Layout 0: 36-byte nodes, level by level, children and leaves prefetched together."""
+        cdef size_t li
+        cdef uint32_t ni
+        cdef const ConeNodeC* nd
+        self.level.clear()
+        self.level.push_back(0)
+        while self.level.size():
+            self.following.clear()
+            for li in range(self.level.size()):
+                ni = self.level[li]
+                nd = &ct.nodes[ni]
+                self.nodes_tested += 1
+                self.node_lines += span(nd, sizeof(ConeNodeC))
+                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
+                                self.max_dist, self.pos_slack):
+                    continue
+                if nd.right != NO_KIDS:
+                    prefetch(&ct.nodes[ni + 1])
+                    prefetch(&ct.nodes[nd.right])
+                    self.following.push_back(ni + 1)
+                    self.following.push_back(nd.right)
+                else:
+                    self._prefetch_leaf(ct, nd.lo, nd.hi)
+            self.level.swap(self.following)
+
+    cdef void _walk_nodes32(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil:
+        """Layout 1: the same walk over 32-byte aligned nodes (a node is one line)."""
+        cdef size_t li
+        cdef uint32_t ni
+        cdef const ConeNode32C* nd
+        self.level.clear()
+        self.level.push_back(0)
+        while self.level.size():
+            self.following.clear()
+            for li in range(self.level.size()):
+                ni = self.level[li]
+                nd = &ct.nodes32[ni]
+                self.nodes_tested += 1
+                self.node_lines += span(nd, sizeof(ConeNode32C))
+                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
+                                self.max_dist, self.pos_slack):
+                    continue
+                if not (nd.kid & LEAF_BIT):
+                    prefetch(&ct.nodes32[ni + 1])
+                    prefetch(&ct.nodes32[nd.kid])
+                    self.following.push_back(ni + 1)
+                    self.following.push_back(nd.kid)
+                else:
+                    self._prefetch_leaf(ct, nd.lo, nd.kid & ~LEAF_BIT)
+            self.level.swap(self.following)
+
+    cdef void _walk_wide(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil:
+        """Layouts 2 and 3: a wide node holds both children's bounds, so a child is tested (and
+        rejected) from its parent's line; only passing inner children are read."""
+        cdef size_t li
+        cdef int k
+        cdef const ConeWideC* w
+        self.level.clear()
+        self.level.push_back(0)
+        while self.level.size():
+            self.following.clear()
+            for li in range(self.level.size()):
+                w = &ct.wide[self.level[li]]
+                self.node_lines += span(w, sizeof(ConeWideC))
+                for k in range(2):
+                    self.nodes_tested += 1
+                    if not may_hold(w.minx[k], w.miny[k], w.maxx[k], w.maxy[k], w.rho_min[k], w.lam_max[k],
+                                    x, y, wm, self.max_dist, self.pos_slack):
+                        continue
+                    if w.cnt[k] == 0:
+                        prefetch(&ct.wide[w.ref[k]])
+                        self.following.push_back(w.ref[k])
+                    else:
+                        self._prefetch_leaf(ct, w.ref[k], w.ref[k] + w.cnt[k])
+            self.level.swap(self.following)
 
     cdef void _scan(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int q, r
-        cdef uint32_t ni, i
+        cdef uint32_t i, lo, hi
         cdef unordered_map[term_t, uint32_t].iterator it
         cdef vector[PairEntC]* lst
         cdef const PairEntC* pe
         cdef ConeTermC* ct
-        cdef const ConeNodeC* nd
         cdef size_t li, e
         cdef double wm, w3
         cdef uint64_t read = 0
         cdef const double* theta_idx = self.table.theta_idx.data()
+        cdef uint32_t slot
+        cdef uint64_t key
+        if self.layout & 4:                            # staged: every term's record and pair slot prefetched first
+            self.mslots.clear()
+            for q in range(n):
+                slot = self._find_slot(m[q].term)
+                self.mslots.push_back(slot)
+                if slot != NO_SLOT:
+                    prefetch(&self.terms[slot])
+                    prefetch(<const char*>&self.terms[slot] + 64)
+            for q in range(n):
+                for r in range(q + 1, n):
+                    key = (<uint64_t>m[q].term << 32) | m[r].term
+                    prefetch(&self.pslots[(key * PAIR_HASH) >> self.pshift])
         for q in range(n):
-            it = self.term_slot.find(m[q].term)
-            if it == self.term_slot.end():
-                continue
-            ct = &self.terms[slot_of(it)]
+            if self.layout & 4:
+                if self.mslots[q] == NO_SLOT:
+                    continue
+                ct = &self.terms[self.mslots[q]]
+                if ct.tree_n:
+                    prefetch(&ct.wide[0])
+            else:
+                it = self.term_slot.find(m[q].term)
+                if it == self.term_slot.end():
+                    continue
+                ct = &self.terms[slot_of(it)]
             wm = m[q].w
+            self.survivors.clear()
             for e in range(ct.flat.size()):            # alpha = 1 or many terms: each at its first common term
                 if self.gen[ct.flat[e].sid] == ct.flat[e].gen and self._first_common(ct.flat[e].sid, m[q].term, m, n):
                     self.pending.push_back(ct.flat[e].sid)
+                    self.pending_ver.push_back(NO_CHECK)
             self.flat_read += ct.flat.size()
             read += ct.flat.size()
             if ct.tree_n:
-                self.level.clear()
-                self.level.push_back(0)
                 self.leaves.clear()
-                while self.level.size():
-                    self.following.clear()
-                    for li in range(self.level.size()):
-                        ni = self.level[li]
-                        nd = &ct.nodes[ni]
-                        self.nodes_tested += 1
-                        if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
-                                        self.max_dist, self.pos_slack):
-                            continue
-                        if nd.right != NO_KIDS:
-                            prefetch(&ct.nodes[ni + 1])
-                            prefetch(&ct.nodes[nd.right])
-                            self.following.push_back(ni + 1)
-                            self.following.push_back(nd.right)
-                        else:
-                            prefetch(&ct.posts[nd.lo])
-                            prefetch(<const char*>&ct.posts[nd.lo] + 64)
-                            prefetch(<const char*>&ct.posts[nd.hi - 1])
-                            self.leaves.push_back(ni)
-                    self.level.swap(self.following)
-                for li in range(self.leaves.size()):
-                    nd = &ct.nodes[self.leaves[li]]
-                    self.tree_read += nd.hi - nd.lo
-                    read += nd.hi - nd.lo
-                    for i in range(nd.lo, nd.hi):
+                if self.layout & 2:
+                    self._walk_wide(ct, x, y, wm)
+                elif self.layout & 1:
+                    self._walk_nodes32(ct, x, y, wm)
+                else:
+                    self._walk_nodes(ct, x, y, wm)
+                for li in range(0, self.leaves.size(), 2):
+                    lo = self.leaves[li]
+                    hi = self.leaves[li + 1]
+                    self.tree_read += hi - lo
+                    read += hi - lo
+                    if self.layout & 1:
+                        self.key_lines += span(&ct.keys[lo >> 2], (((hi - 1) >> 2) - (lo >> 2) + 1) * 64)
+                        for i in range(lo, hi):
+                            self._key_posting(ct, i, m, n, x, y, wm)
+                    else:
+                        self.key_lines += span(&ct.posts[lo], (hi - lo) * sizeof(ConePostC))
+                        for i in range(lo, hi):
+                            self._posting(&ct.posts[i], m, n, x, y, wm)
+            if ct.posts.size() > ct.tree_n:                 # the tail
+                if self.layout & 1:
+                    self.key_lines += span(&ct.keys[ct.tree_n >> 2],
+                                           (((ct.posts.size() - 1) >> 2) - (ct.tree_n >> 2) + 1) * 64)
+                    for i in range(ct.tree_n, <uint32_t>ct.posts.size()):
+                        self._key_posting(ct, i, m, n, x, y, wm)
+                else:
+                    self.key_lines += span(&ct.posts[ct.tree_n], (ct.posts.size() - ct.tree_n) * sizeof(ConePostC))
+                    for i in range(ct.tree_n, <uint32_t>ct.posts.size()):
                         self._posting(&ct.posts[i], m, n, x, y, wm)
-            for i in range(ct.tree_n, <uint32_t>ct.posts.size()):     # the tail
-                self._posting(&ct.posts[i], m, n, x, y, wm)
             self.tail_read += ct.posts.size() - ct.tree_n
+            for li in range(self.survivors.size()):    # staged: the passing postings' records, prefetched
+                self._survivor(&ct.posts[self.survivors[li]], m, n)
             read += ct.posts.size() - ct.tree_n
         for q in range(n):                             # subscriptions sharing two or more terms
             for r in range(q + 1, n):
@@ -184,6 +339,8 @@ cdef class ConeIndex(ConeLayout):
                 if lst == NULL:
                     continue
                 self.pair_entries_read += lst.size()
+                if lst.size():
+                    self.pair_lines += span(lst.data(), lst.size() * sizeof(PairEntC))
                 read += lst.size()
                 for e in range(lst.size()):
                     pe = &lst[0][e]
@@ -198,6 +355,7 @@ cdef class ConeIndex(ConeLayout):
                         continue
                     if self.gen[pe.sid] == pe.gen:
                         self.pending.push_back(pe.sid)
+                        self.pending_ver.push_back(NO_CHECK)
         self.ctr.entries_visited += read
 
     cdef void _verify_pending(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
@@ -205,17 +363,26 @@ cdef class ConeIndex(ConeLayout):
         cdef const SubHotC* hot = self.table.hot.data()
         cdef size_t i, c = self.pending.size()
         cdef const sid_t* sids = self.pending.data()
+        cdef const uint64_t* pv = self.pending_ver.data()
+        cdef const uint32_t* ver = self.ver.data()
         for i in range(c):
             if i + VERIFY_AHEAD < c:
                 prefetch(&hot[sids[i + VERIFY_AHEAD]])
+                if pv[i + VERIFY_AHEAD] != NO_CHECK:
+                    prefetch(&ver[sids[i + VERIFY_AHEAD]])
             if i + VERIFY_AHEAD // 2 < c:
                 prefetch(&self.table.terms[hot[sids[i + VERIFY_AHEAD // 2]].term_off])
+            if pv[i] != NO_CHECK:
+                self.meta_lines += 1
+                if ver[sids[i]] != pv[i]:
+                    continue                            # dead: re-posted or removed
             self._verify(sids[i], x, y, m, n)
 
     cdef void disseminate(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef double t0 = 0, t1 = 0
         self.out.clear()
         self.pending.clear()
+        self.pending_ver.clear()
         self.ctr.messages += 1
         if self.timed:
             t0 = now_ns()
@@ -226,6 +393,10 @@ cdef class ConeIndex(ConeLayout):
         self._verify_pending(m, n, x, y)
         if self.timed:
             self.verify_ns += now_ns() - t1
+
+    def set_layout(self, int layout):
+        """The scan's layout, for the A/B (every layout is kept up; results are the same)."""
+        self.layout = layout
 
     def set_timers(self, bint on):
         self.timed = on
@@ -243,13 +414,16 @@ cdef class ConeIndex(ConeLayout):
     def counters(self):
         c = super().counters()
         c.update(nodes_tested=self.nodes_tested, tree_postings=self.tree_read, tail_postings=self.tail_read,
-                 flat_entries=self.flat_read, pair_entries=self.pair_entries_read, pair_pruned=self.pair_pruned)
+                 flat_entries=self.flat_read, pair_entries=self.pair_entries_read, pair_pruned=self.pair_pruned,
+                 node_lines=self.node_lines, key_lines=self.key_lines, meta_lines=self.meta_lines,
+                 pair_lines=self.pair_lines)
         return c
 
     def reset_counters(self):
         super().reset_counters()
         self.nodes_tested = self.tree_read = self.tail_read = self.flat_read = self.pair_entries_read = 0
         self.pair_pruned = 0
+        self.node_lines = self.key_lines = self.meta_lines = self.pair_lines = 0
 
     @property
     def cone_counts(self):

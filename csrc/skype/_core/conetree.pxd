@@ -30,6 +30,42 @@ cdef struct ConeNodeC:         # 36 bytes: bounds over the members' stored (f32)
     uint32_t right           # the right child's index (the left is the next node); NO_KIDS: a leaf
 
 
+cdef extern from *:
+    """
+    #include <cstdint>
+    /* 32 bytes on a 32-byte boundary: a node never straddles a cache line */
+    struct alignas(32) ConeNode32C { float minx, miny, maxx, maxy, rho_min, lam_max; uint32_t lo, kid; };
+    /* 64 bytes on a line: both children's bounds, tested from the parent's one line */
+    struct alignas(64) ConeWideC { float minx[2], miny[2], maxx[2], maxy[2], rho_min[2], lam_max[2];
+                                   uint32_t ref[2], cnt[2]; };
+    /* 64 bytes on a line: the cone fields of four consecutive postings (struct of arrays) */
+    struct alignas(64) ConeKeyLineC { float x[4], y[4], rho[4], lam[4]; };
+    """
+    ctypedef struct ConeNode32C:   # kid: the right child's index, or LEAF_BIT | hi for a leaf
+        float minx
+        float miny
+        float maxx
+        float maxy
+        float rho_min
+        float lam_max
+        uint32_t lo
+        uint32_t kid
+    ctypedef struct ConeWideC:     # child c: ref = wide node (cnt = 0) or first posting (cnt postings)
+        float minx[2]
+        float miny[2]
+        float maxx[2]
+        float maxy[2]
+        float rho_min[2]
+        float lam_max[2]
+        uint32_t ref[2]
+        uint32_t cnt[2]
+    ctypedef struct ConeKeyLineC:
+        float x[4]
+        float y[4]
+        float rho[4]
+        float lam[4]
+
+
 cdef struct FlatC:             # alpha = 1 or more than MAX_PAIR_TERMS terms: read whole
     sid_t sid
     uint32_t gen             # live while it equals the subscription's generation
@@ -52,16 +88,20 @@ cdef struct PairSlotC:          # open addressing, linear probing
     uint32_t list            # its entries: plists[list]
 
 
-cdef struct ConeTermC:
+cdef struct ConeTermC:         # the fields a scan reads first lead (two lines)
     vector[ConePostC] posts  # [0, tree_n): the tree's members; [tree_n, size): the tail
-    vector[ConeNodeC] nodes
+    vector[ConeKeyLineC] keys    # posts' cone fields, four a line (layout A)
+    vector[ConeWideC] wide       # children's bounds with the parent (layout B)
     vector[FlatC] flat
     uint32_t tree_n
     uint32_t dead            # killed postings and flat entries still stored
+    vector[ConeNodeC] nodes
+    vector[ConeNode32C] nodes32  # the same nodes, 32 bytes aligned (layout A)
 
 
 cdef class ConeLayout(SubscriptionIndex):
     cdef unordered_map[term_t, uint32_t] term_slot
+    cdef vector[uint32_t] dense_slot  # term -> slot (NO_SLOT) for terms below DENSE_TERMS: one read
     cdef vector[ConeTermC] terms
     cdef vector[PairSlotC] pslots
     cdef vector[vector[PairEntC]] plists
@@ -81,8 +121,10 @@ cdef class ConeLayout(SubscriptionIndex):
     cdef double tail_fraction
     cdef uint32_t tail_min
     cdef uint64_t rebuilds, reposts, rebuilt_postings
+    cdef int layout                   # scan layout (A/B): bit 1 nodes32 + keys, bit 2 wide nodes, bit 4 staged
 
     cdef uint32_t _slot(self, term_t t) noexcept nogil
+    cdef uint32_t _find_slot(self, term_t t) noexcept nogil
     cdef void _grow(self, sid_t sid) noexcept nogil
     cdef bint _in_tree(self, sid_t sid) noexcept nogil
     cdef void _post(self, sid_t sid, bint pairs) noexcept nogil
@@ -94,3 +136,6 @@ cdef class ConeLayout(SubscriptionIndex):
     cdef void _pair_compact(self) noexcept nogil
     cdef void _rebuild_term(self, uint32_t slot) noexcept nogil
     cdef void _build_node(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil
+    cdef void _derive(self, ConeTermC* ct) noexcept nogil
+    cdef uint32_t _build_wide(self, ConeTermC* ct, uint32_t ni) noexcept nogil
+    cdef int _wide_bounds(self, ConeTermC* ct, uint32_t wi, uint32_t ni) except -1

@@ -50,6 +50,9 @@ cdef extern from *:
 
 cdef int MAX_PAIR_TERMS = 3
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
+cdef uint32_t LEAF_BIT = 0x80000000
+cdef uint32_t NO_SLOT = 0xFFFFFFFF
+cdef term_t DENSE_TERMS = 1 << 22     # terms below it have a dense slot (16 MB at most)
 cdef term_t NO_TERM = 0xFFFFFFFF
 cdef uint64_t PAIR_EMPTY = 0xFFFFFFFFFFFFFFFF
 cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
@@ -69,9 +72,21 @@ cdef inline double split_key(const ConePostC* p, int dim, double rho_scale) noex
     return r * rho_scale
 
 
+cdef inline void _set_key(ConeTermC* ct, size_t i) noexcept nogil:
+    """Posting i's cone fields into its key line (a line appended when i starts one)."""
+    cdef ConeKeyLineC line
+    cdef const ConePostC* p = &ct.posts[i]
+    if i >> 2 >= ct.keys.size():
+        ct.keys.push_back(line)
+    ct.keys[i >> 2].x[i & 3] = p.x
+    ct.keys[i >> 2].y[i & 3] = p.y
+    ct.keys[i >> 2].rho[i & 3] = p.rho
+    ct.keys[i >> 2].lam[i & 3] = p.lam
+
+
 cdef class ConeLayout(SubscriptionIndex):
     def __cinit__(self, SubTable table, double max_dist, int leaf=8, double rho_scale=100.0,
-                  double theta_refresh=0.02, double tail_fraction=0.25, int tail_min=64, *args, **kwargs):
+                  double theta_refresh=0.02, double tail_fraction=0.25, int tail_min=64, int layout=0, *args, **kwargs):
         self.table = table
         self.max_dist = max_dist
         self.leaf = leaf if leaf >= 1 else 1
@@ -79,6 +94,7 @@ cdef class ConeLayout(SubscriptionIndex):
         self.theta_refresh = theta_refresh
         self.tail_fraction = tail_fraction
         self.tail_min = <uint32_t>(tail_min if tail_min >= 0 else 0)
+        self.layout = layout
         self.reach = 0.0
         self.pos_slack = 0.0
         self.rebuilds = self.reposts = self.rebuilt_postings = 0
@@ -93,10 +109,22 @@ cdef class ConeLayout(SubscriptionIndex):
             return pair_second(it)
         fresh.tree_n = 0
         fresh.dead = 0
+        if t < DENSE_TERMS:
+            if self.dense_slot.size() <= t:
+                self.dense_slot.resize(t + 1, NO_SLOT)
+            self.dense_slot[t] = <uint32_t>self.terms.size()
         self.term_slot[t] = <uint32_t>self.terms.size()
         self.terms.push_back(fresh)
         self.touched_mark.push_back(0)
         return <uint32_t>(self.terms.size() - 1)
+
+    cdef uint32_t _find_slot(self, term_t t) noexcept nogil:
+        """The term's slot, or NO_SLOT (the dense array below DENSE_TERMS, else the map)."""
+        cdef unordered_map[term_t, uint32_t].iterator it
+        if t < DENSE_TERMS:
+            return self.dense_slot[t] if t < self.dense_slot.size() else NO_SLOT
+        it = self.term_slot.find(t)
+        return pair_second(it) if it != self.term_slot.end() else NO_SLOT
 
     cdef void _grow(self, sid_t sid) noexcept nogil:
         if self.ver.size() <= sid:
@@ -145,6 +173,7 @@ cdef class ConeLayout(SubscriptionIndex):
                 p.rho = round_down(((theta - h.alpha) / (1.0 - h.alpha)) / st[i].w)
                 p.lam = round_up(st[i].w * (1.0 - h.alpha) / h.alpha) if h.alpha > 0.0 else INFINITY
                 self.terms[slot].posts.push_back(p)
+                _set_key(&self.terms[slot], self.terms[slot].posts.size() - 1)
             if not self.touched_mark[slot]:
                 self.touched_mark[slot] = 1
                 self.touched.push_back(slot)
@@ -337,6 +366,70 @@ cdef class ConeLayout(SubscriptionIndex):
         self.rebuilt_postings += ct.tree_n
         if ct.tree_n:
             self._build_node(ct, 0, ct.tree_n)
+        self._derive(ct)
+
+    cdef void _derive(self, ConeTermC* ct) noexcept nogil:
+        """The layouts A and B from the built nodes: nodes32, wide, and every posting's key."""
+        cdef size_t i
+        cdef ConeNode32C n32
+        cdef const ConeNodeC* nd
+        ct.nodes32.clear()
+        ct.wide.clear()
+        ct.keys.clear()
+        for i in range(ct.posts.size()):
+            _set_key(ct, i)
+        for i in range(ct.nodes.size()):
+            nd = &ct.nodes[i]
+            n32.minx = nd.minx
+            n32.miny = nd.miny
+            n32.maxx = nd.maxx
+            n32.maxy = nd.maxy
+            n32.rho_min = nd.rho_min
+            n32.lam_max = nd.lam_max
+            n32.lo = nd.lo
+            n32.kid = nd.right if nd.right != NO_KIDS else (LEAF_BIT | nd.hi)
+            ct.nodes32.push_back(n32)
+        if ct.nodes.size():
+            self._build_wide(ct, 0)
+
+    cdef uint32_t _build_wide(self, ConeTermC* ct, uint32_t ni) noexcept nogil:
+        """The wide node of node ni (its children's bounds); a leaf root gets one child and an
+        empty one (bounds that reject every message).  Returns its index."""
+        cdef ConeWideC w
+        cdef uint32_t me = <uint32_t>ct.wide.size()
+        cdef uint32_t kids[2]
+        cdef const ConeNodeC* c
+        cdef int k
+        ct.wide.push_back(w)
+        if ct.nodes[ni].right == NO_KIDS:
+            kids[0] = ni
+            kids[1] = NO_KIDS
+        else:
+            kids[0] = ni + 1
+            kids[1] = ct.nodes[ni].right
+        for k in range(2):
+            if kids[k] == NO_KIDS:
+                ct.wide[me].minx[k] = ct.wide[me].miny[k] = 0.0
+                ct.wide[me].maxx[k] = ct.wide[me].maxy[k] = 0.0
+                ct.wide[me].rho_min[k] = INFINITY
+                ct.wide[me].lam_max[k] = 0.0
+                ct.wide[me].ref[k] = 0
+                ct.wide[me].cnt[k] = 0
+                continue
+            c = &ct.nodes[kids[k]]
+            ct.wide[me].minx[k] = c.minx
+            ct.wide[me].miny[k] = c.miny
+            ct.wide[me].maxx[k] = c.maxx
+            ct.wide[me].maxy[k] = c.maxy
+            ct.wide[me].rho_min[k] = c.rho_min
+            ct.wide[me].lam_max[k] = c.lam_max
+            if c.right == NO_KIDS:
+                ct.wide[me].ref[k] = c.lo
+                ct.wide[me].cnt[k] = c.hi - c.lo
+            else:
+                ct.wide[me].cnt[k] = 0
+                ct.wide[me].ref[k] = self._build_wide(ct, kids[k])
+        return me
 
     def build(self):
         """Every term's tree rebuilt over its live postings (a static layout for the benches)."""
@@ -432,6 +525,7 @@ cdef class ConeLayout(SubscriptionIndex):
         for k in range(self.plists.size()):
             total += self.plists[k].capacity() * sizeof(PairEntC) + sizeof(vector[PairEntC])
         return (total + self.pslots.capacity() * sizeof(PairSlotC) + self.term_slot.size() * 32
+                + self.dense_slot.capacity() * 4
                 + self.ver.capacity() * 9)
 
     def structure(self):
@@ -448,6 +542,29 @@ cdef class ConeLayout(SubscriptionIndex):
         return {"terms": self.terms.size(), "tree_postings": tree, "tail_postings": tail, "nodes": nodes,
                 "flat_entries": flat, "pair_entries": pents, "pair_live": self.pair_live,
                 "rebuilds": self.rebuilds, "reposts": self.reposts, "rebuilt_postings": self.rebuilt_postings}
+
+    cdef int _wide_bounds(self, ConeTermC* ct, uint32_t wi, uint32_t ni) except -1:
+        """Check the wide node wi against node ni's children (recursively); returns the wide
+        nodes reached."""
+        cdef uint32_t kids[2]
+        cdef int k, reached = 1
+        cdef const ConeNodeC* c
+        cdef const ConeWideC* w = &ct.wide[wi]
+        kids[0] = ni if ct.nodes[ni].right == NO_KIDS else ni + 1
+        kids[1] = NO_KIDS if ct.nodes[ni].right == NO_KIDS else ct.nodes[ni].right
+        for k in range(2):
+            if kids[k] == NO_KIDS:
+                assert w.rho_min[k] == INFINITY and w.cnt[k] == 0, "wide node: the empty child"
+                continue
+            c = &ct.nodes[kids[k]]
+            assert (w.minx[k] == c.minx and w.miny[k] == c.miny and w.maxx[k] == c.maxx and w.maxy[k] == c.maxy
+                    and w.rho_min[k] == c.rho_min and w.lam_max[k] == c.lam_max), "wide node: a child's bounds"
+            if c.right == NO_KIDS:
+                assert w.ref[k] == c.lo and w.cnt[k] == c.hi - c.lo, "wide node: a leaf's postings"
+            else:
+                assert w.cnt[k] == 0, "wide node: an inner child marked as a leaf"
+                reached += self._wide_bounds(ct, w.ref[k], kids[k])
+        return reached
 
     def check_invariants(self):
         """Per subscription in the index and per term, exactly one live posting (tree
@@ -479,8 +596,23 @@ cdef class ConeLayout(SubscriptionIndex):
                 if self.gen[ct.flat[i].sid] == ct.flat[i].gen:
                     assert self.present[ct.flat[i].sid], f"sid {ct.flat[i].sid}: live flat entry out of the index"
                     live[(ct.flat[i].sid, k)] = live.get((ct.flat[i].sid, k), 0) + 1
+            assert ct.keys.size() == (ct.posts.size() + 3) // 4, f"term slot {k}: key lines"
+            for i in range(ct.posts.size()):
+                p = &ct.posts[i]
+                assert (ct.keys[i >> 2].x[i & 3] == p.x and ct.keys[i >> 2].y[i & 3] == p.y
+                        and ct.keys[i >> 2].rho[i & 3] == p.rho and ct.keys[i >> 2].lam[i & 3] == p.lam), \
+                    f"term slot {k}: posting {i}'s key"
+            assert ct.nodes32.size() == ct.nodes.size(), f"term slot {k}: nodes32"
+            if ct.nodes.size():
+                assert self._wide_bounds(ct, 0, 0) == <int>ct.wide.size(), f"term slot {k}: wide nodes"
+            else:
+                assert ct.wide.size() == 0, f"term slot {k}: wide nodes without nodes"
             for i in range(ct.nodes.size()):
                 nd = &ct.nodes[i]
+                assert (ct.nodes32[i].minx == nd.minx and ct.nodes32[i].maxy == nd.maxy
+                        and ct.nodes32[i].rho_min == nd.rho_min and ct.nodes32[i].lam_max == nd.lam_max
+                        and ct.nodes32[i].lo == nd.lo and ct.nodes32[i].kid == (
+                            nd.right if nd.right != NO_KIDS else LEAF_BIT | nd.hi)), f"term slot {k}: node32 {i}"
                 assert nd.hi <= ct.tree_n, f"term slot {k}: node {i} reaches into the tail"
                 for j in range(nd.lo, nd.hi):
                     p = &ct.posts[j]
