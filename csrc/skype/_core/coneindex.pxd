@@ -9,7 +9,7 @@ cdef class ConeIndex(ConeLayout):
     cdef vector[sid_t] pending          # this message's survivors, verified together at the end
     cdef vector[uint64_t] pending_ver   # each survivor's posting version (NO_CHECK: checked already)
     cdef vector[uint32_t] level, following, leaves   # the walk's scratch
-    cdef vector[uint32_t] mslots, survivors          # staged scan (layout bit 4): the terms' slots, passing postings
+    cdef vector[uint32_t] mslots, survivors          # the message terms' slots; a term's passing postings
     cdef uint64_t nodes_tested, tree_read, tail_read, flat_read, pair_entries_read
     cdef uint64_t pair_pruned           # pair entries the pair bound skipped
     cdef uint64_t node_lines, key_lines, meta_lines, pair_lines   # cache lines touched (spans of records read)
@@ -18,13 +18,9 @@ cdef class ConeIndex(ConeLayout):
     cdef double scan_ns, verify_ns
 
     cdef bint _first_common(self, sid_t sid, uint32_t t, const MsgTermC* m, int n) noexcept nogil
-    cdef void _posting(self, const ConePostC* p, const MsgTermC* m, int n, double x, double y,
-                       double wm) noexcept nogil
     cdef void _survivor(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil
     cdef void _key_posting(self, ConeTermC* ct, uint32_t i, const MsgTermC* m, int n, double x, double y,
                            double wm) noexcept nogil
-    cdef void _walk_nodes(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil
-    cdef void _walk_nodes32(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil
     cdef void _walk_wide(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil
     cdef void _prefetch_leaf(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil
     cdef void _scan(self, const MsgTermC* m, int n, double x, double y) noexcept nogil

@@ -3,17 +3,23 @@
 holds the layout and its upkeep; the rule and its proof are in docs/engine.md, "The cone of a
 single-term posting").
 
-For each message term t with weight w_m, in ascending id:
+First every message term's slot (one read of a dense array) and record, and every pair's slot
+in the pair index, are prefetched; a term's lookup would otherwise cost several dependent misses.
+Then, for each message term t with weight w_m, in ascending id:
 * the flat list (alpha = 1, or more than three terms): each live entry is verified at its first
   common term with the message;
-* the tree, level by level (children and leaves prefetched together): a node is skipped when no
+* the tree, level by level over wide nodes (a wide node holds both children's bounds, so a child
+  is rejected from its parent's line; passing children and leaves' key lines are prefetched
+  together before the next level): a child is skipped when no
   posting with rho >= rho_min and lam <= lam_max in its box can lie in the cone, i.e. when
   w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST - pos_slack > D lam_max (that margin)
   (1 + NODE_SLACK) + NODE_SLACK D (pos_slack covers the f32 locations, NODE_SLACK the double
   arithmetic that made rho and lam); the postings of a passing leaf, then the tail's, take the same
-  test one by one;
-* a posting in the cone whose subscription shares another term with m is left to the pair index;
-  the others (if live) are verified.
+  test one by one on their key lines (x, y, rho and lam of four postings a line);
+* the records (sid, other terms, version) of the postings in the cone are prefetched as they pass
+  and read once the term's leaves are done: one whose subscription shares another term with m is
+  left to the pair index; the others are verified if live (the version is read at the
+  verification, prefetched with the subscription's record).
 Then, per pair (t, u) of message terms, t < u: each live pair entry is verified unless its third
 term is in m below u (it is verified at its first two common terms), or unless the pair bound
 rules it out: the entry holds the score's fields (location and alpha to nearest f32, each
@@ -28,26 +34,16 @@ from libc.math cimport INFINITY, sqrt, fabs
 from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t, MsgTermC, SubTermC, prefetch, now_ns
 from skype._core.subindex cimport SubHotC
-from skype._core.conetree cimport (ConeLayout, ConePostC, ConeNodeC, ConeTermC, PairEntC, ConeNode32C,
-                                   ConeWideC, ConeKeyLineC)
+from skype._core.conetree cimport ConeLayout, ConePostC, ConeTermC, PairEntC, ConeWideC, ConeKeyLineC
 from skype._core.predicate cimport term_index
 from libcpp.vector cimport vector
-from libcpp.unordered_map cimport unordered_map
 
-cdef extern from *:
-    """
-    #include <unordered_map>
-    #include <cstdint>
-    static inline uint32_t skype_cone_slot(std::unordered_map<uint32_t, uint32_t>::iterator it) { return it->second; }
-    """
-    uint32_t slot_of "skype_cone_slot"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
 
 cdef double NODE_SLACK = 1e-9
 cdef double PAIR_SLACK = 1e-6           # the pair bound's f32 alpha (|error| <= 2^-24 alpha, |S| <= 1), doubles
 cdef size_t VERIFY_AHEAD = 8            # records prefetched ahead in the verification loop
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
-cdef uint32_t LEAF_BIT = 0x80000000
 cdef uint32_t NO_SLOT = 0xFFFFFFFF
 cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
 cdef uint64_t NO_CHECK = 0x100000000     # pending_ver: liveness checked during the scan
@@ -120,43 +116,24 @@ cdef class ConeIndex(ConeLayout):
                 j += 1
         return False
 
-    cdef inline void _posting(self, const ConePostC* p, const MsgTermC* m, int n, double x, double y,
-                              double wm) noexcept nogil:
-        cdef int j
-        if not may_hold(p.x, p.y, p.x, p.y, p.rho, p.lam, x, y, wm, self.max_dist, self.pos_slack):
-            return
-        if p.other0 != NO_TERM:
-            for j in range(n):
-                if m[j].term == p.other0 or m[j].term == p.other1:
-                    return                              # the pair index decides it
-        self.meta_lines += 1                            # ver[sid]
-        if self.ver[p.sid] != p.ver:
-            return                                      # dead: re-posted or removed
-        self.pending.push_back(p.sid)
-        self.pending_ver.push_back(NO_CHECK)
-
     cdef inline void _key_posting(self, ConeTermC* ct, uint32_t i, const MsgTermC* m, int n, double x, double y,
                                   double wm) noexcept nogil:
-        """Posting i tested on its key line; its record read only if it passes, its liveness
-        checked at the verification (the version read then, prefetched)."""
+        """Posting i tested on its key line; if it passes, its record is prefetched and read once
+        the term's leaves are done (``_survivor``)."""
         cdef const ConeKeyLineC* kl = &ct.keys[i >> 2]
         cdef uint32_t lane = i & 3
-        cdef const ConePostC* p
         if not may_hold(kl.x[lane], kl.y[lane], kl.x[lane], kl.y[lane], kl.rho[lane], kl.lam[lane], x, y, wm,
                         self.max_dist, self.pos_slack):
             return
-        p = &ct.posts[i]
-        self.meta_lines += 1
-        if self.layout & 4:
-            prefetch(p)
-            self.survivors.push_back(i)
-            return
-        self._survivor(p, m, n)
+        prefetch(&ct.posts[i])
+        self.survivors.push_back(i)
 
     cdef inline void _survivor(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil:
         """A posting that passed its cone test: left to the pair index if its subscription shares
-        another term with m, else pending (liveness checked at the verification)."""
+        another term with m, else pending (liveness checked at the verification, the version
+        prefetched there)."""
         cdef int j
+        self.meta_lines += 1
         if p.other0 != NO_TERM:
             for j in range(n):
                 if m[j].term == p.other0 or m[j].term == p.other1:
@@ -166,71 +143,15 @@ cdef class ConeIndex(ConeLayout):
 
     cdef void _prefetch_leaf(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil:
         cdef uint32_t ln
-        if self.layout & 1:
-            for ln in range(lo >> 2, ((hi - 1) >> 2) + 1):
-                prefetch(&ct.keys[ln])
-        else:
-            prefetch(&ct.posts[lo])
-            prefetch(<const char*>&ct.posts[lo] + 64)
-            prefetch(<const char*>&ct.posts[hi - 1])
+        for ln in range(lo >> 2, ((hi - 1) >> 2) + 1):
+            prefetch(&ct.keys[ln])
         self.leaves.push_back(lo)
         self.leaves.push_back(hi)
 
-    cdef void _walk_nodes(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil:
-        """Layout 0: 36-byte nodes, level by level, children and leaves prefetched together."""
-        cdef size_t li
-        cdef uint32_t ni
-        cdef const ConeNodeC* nd
-        self.level.clear()
-        self.level.push_back(0)
-        while self.level.size():
-            self.following.clear()
-            for li in range(self.level.size()):
-                ni = self.level[li]
-                nd = &ct.nodes[ni]
-                self.nodes_tested += 1
-                self.node_lines += span(nd, sizeof(ConeNodeC))
-                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
-                                self.max_dist, self.pos_slack):
-                    continue
-                if nd.right != NO_KIDS:
-                    prefetch(&ct.nodes[ni + 1])
-                    prefetch(&ct.nodes[nd.right])
-                    self.following.push_back(ni + 1)
-                    self.following.push_back(nd.right)
-                else:
-                    self._prefetch_leaf(ct, nd.lo, nd.hi)
-            self.level.swap(self.following)
-
-    cdef void _walk_nodes32(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil:
-        """Layout 1: the same walk over 32-byte aligned nodes (a node is one line)."""
-        cdef size_t li
-        cdef uint32_t ni
-        cdef const ConeNode32C* nd
-        self.level.clear()
-        self.level.push_back(0)
-        while self.level.size():
-            self.following.clear()
-            for li in range(self.level.size()):
-                ni = self.level[li]
-                nd = &ct.nodes32[ni]
-                self.nodes_tested += 1
-                self.node_lines += span(nd, sizeof(ConeNode32C))
-                if not may_hold(nd.minx, nd.miny, nd.maxx, nd.maxy, nd.rho_min, nd.lam_max, x, y, wm,
-                                self.max_dist, self.pos_slack):
-                    continue
-                if not (nd.kid & LEAF_BIT):
-                    prefetch(&ct.nodes32[ni + 1])
-                    prefetch(&ct.nodes32[nd.kid])
-                    self.following.push_back(ni + 1)
-                    self.following.push_back(nd.kid)
-                else:
-                    self._prefetch_leaf(ct, nd.lo, nd.kid & ~LEAF_BIT)
-            self.level.swap(self.following)
-
     cdef void _walk_wide(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil:
-        """Layouts 2 and 3: a wide node holds both children's bounds, so a child is tested (and
-        rejected) from its parent's line; only passing inner children are read."""
+        """The tree level by level: a wide node holds both children's bounds, so a child is tested
+        (and rejected) from its parent's line; passing inner children and leaves are prefetched
+        together before the next level is read."""
         cdef size_t li
         cdef int k
         cdef const ConeWideC* w
@@ -256,7 +177,6 @@ cdef class ConeIndex(ConeLayout):
     cdef void _scan(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int q, r
         cdef uint32_t i, lo, hi
-        cdef unordered_map[term_t, uint32_t].iterator it
         cdef vector[PairEntC]* lst
         cdef const PairEntC* pe
         cdef ConeTermC* ct
@@ -266,30 +186,23 @@ cdef class ConeIndex(ConeLayout):
         cdef const double* theta_idx = self.table.theta_idx.data()
         cdef uint32_t slot
         cdef uint64_t key
-        if self.layout & 4:                            # staged: every term's record and pair slot prefetched first
-            self.mslots.clear()
-            for q in range(n):
-                slot = self._find_slot(m[q].term)
-                self.mslots.push_back(slot)
-                if slot != NO_SLOT:
-                    prefetch(&self.terms[slot])
-                    prefetch(<const char*>&self.terms[slot] + 64)
-            for q in range(n):
-                for r in range(q + 1, n):
-                    key = (<uint64_t>m[q].term << 32) | m[r].term
-                    prefetch(&self.pslots[(key * PAIR_HASH) >> self.pshift])
+        self.mslots.clear()                            # every term's record and pair slot prefetched first
         for q in range(n):
-            if self.layout & 4:
-                if self.mslots[q] == NO_SLOT:
-                    continue
-                ct = &self.terms[self.mslots[q]]
-                if ct.tree_n:
-                    prefetch(&ct.wide[0])
-            else:
-                it = self.term_slot.find(m[q].term)
-                if it == self.term_slot.end():
-                    continue
-                ct = &self.terms[slot_of(it)]
+            slot = self._find_slot(m[q].term)
+            self.mslots.push_back(slot)
+            if slot != NO_SLOT:
+                prefetch(&self.terms[slot])
+                prefetch(<const char*>&self.terms[slot] + 64)
+        for q in range(n):
+            for r in range(q + 1, n):
+                key = (<uint64_t>m[q].term << 32) | m[r].term
+                prefetch(&self.pslots[(key * PAIR_HASH) >> self.pshift])
+        for q in range(n):
+            if self.mslots[q] == NO_SLOT:
+                continue
+            ct = &self.terms[self.mslots[q]]
+            if ct.tree_n:
+                prefetch(&ct.wide[0])
             wm = m[q].w
             self.survivors.clear()
             for e in range(ct.flat.size()):            # alpha = 1 or many terms: each at its first common term
@@ -300,35 +213,20 @@ cdef class ConeIndex(ConeLayout):
             read += ct.flat.size()
             if ct.tree_n:
                 self.leaves.clear()
-                if self.layout & 2:
-                    self._walk_wide(ct, x, y, wm)
-                elif self.layout & 1:
-                    self._walk_nodes32(ct, x, y, wm)
-                else:
-                    self._walk_nodes(ct, x, y, wm)
+                self._walk_wide(ct, x, y, wm)
                 for li in range(0, self.leaves.size(), 2):
                     lo = self.leaves[li]
                     hi = self.leaves[li + 1]
                     self.tree_read += hi - lo
                     read += hi - lo
-                    if self.layout & 1:
-                        self.key_lines += span(&ct.keys[lo >> 2], (((hi - 1) >> 2) - (lo >> 2) + 1) * 64)
-                        for i in range(lo, hi):
-                            self._key_posting(ct, i, m, n, x, y, wm)
-                    else:
-                        self.key_lines += span(&ct.posts[lo], (hi - lo) * sizeof(ConePostC))
-                        for i in range(lo, hi):
-                            self._posting(&ct.posts[i], m, n, x, y, wm)
-            if ct.posts.size() > ct.tree_n:                 # the tail
-                if self.layout & 1:
-                    self.key_lines += span(&ct.keys[ct.tree_n >> 2],
-                                           (((ct.posts.size() - 1) >> 2) - (ct.tree_n >> 2) + 1) * 64)
-                    for i in range(ct.tree_n, <uint32_t>ct.posts.size()):
+                    self.key_lines += span(&ct.keys[lo >> 2], (((hi - 1) >> 2) - (lo >> 2) + 1) * 64)
+                    for i in range(lo, hi):
                         self._key_posting(ct, i, m, n, x, y, wm)
-                else:
-                    self.key_lines += span(&ct.posts[ct.tree_n], (ct.posts.size() - ct.tree_n) * sizeof(ConePostC))
-                    for i in range(ct.tree_n, <uint32_t>ct.posts.size()):
-                        self._posting(&ct.posts[i], m, n, x, y, wm)
+            if ct.posts.size() > ct.tree_n:                 # the tail
+                self.key_lines += span(&ct.keys[ct.tree_n >> 2],
+                                       (((ct.posts.size() - 1) >> 2) - (ct.tree_n >> 2) + 1) * 64)
+                for i in range(ct.tree_n, <uint32_t>ct.posts.size()):
+                    self._key_posting(ct, i, m, n, x, y, wm)
             self.tail_read += ct.posts.size() - ct.tree_n
             for li in range(self.survivors.size()):    # staged: the passing postings' records, prefetched
                 self._survivor(&ct.posts[self.survivors[li]], m, n)
@@ -393,10 +291,6 @@ cdef class ConeIndex(ConeLayout):
         self._verify_pending(m, n, x, y)
         if self.timed:
             self.verify_ns += now_ns() - t1
-
-    def set_layout(self, int layout):
-        """The scan's layout, for the A/B (every layout is kept up; results are the same)."""
-        self.layout = layout
 
     def set_timers(self, bint on):
         self.timed = on

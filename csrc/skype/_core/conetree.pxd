@@ -1,5 +1,6 @@
 # The cone trees' layout (index="cone"): per-term k-d trees over (x, y, rho) with their tails, the
 # flat lists and the pair index, and their upkeep; see conetree.pyx.  Dissemination: coneindex.pyx.
+# Postings are split: the record (sid, other terms, version) and the cone fields four to a line.
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -7,18 +8,22 @@ from skype._core.types cimport term_t, sid_t
 from skype._core.subindex cimport SubscriptionIndex
 
 
-cdef struct ConePostC:         # 32 bytes: one term of a subscription in the term's tree or tail
+cdef struct ConePostC:         # 16 bytes: one term of a subscription in the term's tree or tail
     sid_t sid
     term_t other0            # the subscription's other terms (NO_TERM pads): the first-meeting
     term_t other1            # check without reading the table
+    uint32_t ver             # live while it equals the subscription's version
+
+
+cdef struct ConeFullC:         # a posting with its cone fields: the build's scratch (32 bytes)
+    ConePostC post
     float x                  # location, nearest f32 (distances allow pos_slack)
     float y
     float rho                # rounded down, from theta_idx when posted
     float lam                # rounded up (+inf at alpha = 0)
-    uint32_t ver             # live while it equals the subscription's version
 
 
-cdef struct ConeNodeC:         # 36 bytes: bounds over the members' stored (f32) fields
+cdef struct ConeNodeC:         # the build's scratch: bounds over the members' stored (f32) fields
     float minx
     float miny
     float maxx
@@ -33,23 +38,12 @@ cdef struct ConeNodeC:         # 36 bytes: bounds over the members' stored (f32)
 cdef extern from *:
     """
     #include <cstdint>
-    /* 32 bytes on a 32-byte boundary: a node never straddles a cache line */
-    struct alignas(32) ConeNode32C { float minx, miny, maxx, maxy, rho_min, lam_max; uint32_t lo, kid; };
-    /* 64 bytes on a line: both children's bounds, tested from the parent's one line */
+    /* 64 bytes on a line: both children's bounds, tested from the parent's line */
     struct alignas(64) ConeWideC { float minx[2], miny[2], maxx[2], maxy[2], rho_min[2], lam_max[2];
                                    uint32_t ref[2], cnt[2]; };
     /* 64 bytes on a line: the cone fields of four consecutive postings (struct of arrays) */
     struct alignas(64) ConeKeyLineC { float x[4], y[4], rho[4], lam[4]; };
     """
-    ctypedef struct ConeNode32C:   # kid: the right child's index, or LEAF_BIT | hi for a leaf
-        float minx
-        float miny
-        float maxx
-        float maxy
-        float rho_min
-        float lam_max
-        uint32_t lo
-        uint32_t kid
     ctypedef struct ConeWideC:     # child c: ref = wide node (cnt = 0) or first posting (cnt postings)
         float minx[2]
         float miny[2]
@@ -88,15 +82,13 @@ cdef struct PairSlotC:          # open addressing, linear probing
     uint32_t list            # its entries: plists[list]
 
 
-cdef struct ConeTermC:         # the fields a scan reads first lead (two lines)
+cdef struct ConeTermC:         # 104 bytes: what a scan reads of a term, two lines
     vector[ConePostC] posts  # [0, tree_n): the tree's members; [tree_n, size): the tail
-    vector[ConeKeyLineC] keys    # posts' cone fields, four a line (layout A)
-    vector[ConeWideC] wide       # children's bounds with the parent (layout B)
+    vector[ConeKeyLineC] keys    # the postings' cone fields, four a line (posting i: line i / 4, lane i % 4)
+    vector[ConeWideC] wide       # the tree: wide node 0 holds the root's children
     vector[FlatC] flat
     uint32_t tree_n
     uint32_t dead            # killed postings and flat entries still stored
-    vector[ConeNodeC] nodes
-    vector[ConeNode32C] nodes32  # the same nodes, 32 bytes aligned (layout A)
 
 
 cdef class ConeLayout(SubscriptionIndex):
@@ -121,7 +113,8 @@ cdef class ConeLayout(SubscriptionIndex):
     cdef double tail_fraction
     cdef uint32_t tail_min
     cdef uint64_t rebuilds, reposts, rebuilt_postings
-    cdef int layout                   # scan layout (A/B): bit 1 nodes32 + keys, bit 2 wide nodes, bit 4 staged
+    cdef vector[ConeFullC] build_posts   # a rebuild's scratch: the term's live postings with their fields
+    cdef vector[ConeNodeC] build_nodes   # and its binary tree, before the wide nodes are made from it
 
     cdef uint32_t _slot(self, term_t t) noexcept nogil
     cdef uint32_t _find_slot(self, term_t t) noexcept nogil
@@ -135,7 +128,6 @@ cdef class ConeLayout(SubscriptionIndex):
     cdef vector[PairEntC]* _pair_find(self, uint64_t key) noexcept nogil
     cdef void _pair_compact(self) noexcept nogil
     cdef void _rebuild_term(self, uint32_t slot) noexcept nogil
-    cdef void _build_node(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil
-    cdef void _derive(self, ConeTermC* ct) noexcept nogil
+    cdef void _build_node(self, uint32_t lo, uint32_t hi) noexcept nogil
     cdef uint32_t _build_wide(self, ConeTermC* ct, uint32_t ni) noexcept nogil
-    cdef int _wide_bounds(self, ConeTermC* ct, uint32_t wi, uint32_t ni) except -1
+    cdef uint32_t _check_wide(self, ConeTermC* ct, uint32_t wi, uint32_t lo, int* reached) except? 0xFFFFFFFF

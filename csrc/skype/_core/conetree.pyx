@@ -9,10 +9,15 @@ bound: it keeps every message that reaches theta_s.
 
 Layout.  Per term, the postings of subscriptions with at most MAX_PAIR_TERMS terms and alpha < 1
 form a k-d tree over their first ``tree_n`` postings (split on the widest of x, y and
-RHO_SCALE * rho, rho clipped to [-1, 2] for the split only; halves rounded to whole leaves; nodes
-in DFS order with the right child's index stored), followed by a tail of postings appended since,
-tested one by one.  Postings keep f32 copies: location to nearest, rho rounded down, lam rounded
-up; a node holds its members' box, rho_min and lam_max over those copies.  Subscriptions sharing
+RHO_SCALE * rho, rho clipped to [-1, 2] for the split only; halves rounded to whole leaves),
+followed by a tail of postings appended since, tested one by one.  A posting is split in two
+arrays: its record (sid, other terms, version; 16 bytes) and its cone fields in key lines of four
+postings (x, y, rho, lam as arrays, one 64-byte line), f32 copies: location to nearest, rho
+rounded down, lam rounded up.  The tree is stored as wide nodes (64 bytes, one line, in DFS
+order): each holds its two children's box, rho_min and lam_max over those copies, and per child
+either the wide node below or the leaf's range of postings; the root's children are in wide node
+0 (a tree of one leaf has one child and an empty one, whose rho_min = +inf rejects every message).
+A rebuild builds the binary tree over scratch copies and stores it so.  Subscriptions sharing
 two or more terms with m are found by the pair index ((t, u) -> entries, t < u; open addressing).
 Postings of alpha = 1 and of subscriptions with more than MAX_PAIR_TERMS terms sit in a flat
 per-term list, read whole.
@@ -50,7 +55,6 @@ cdef extern from *:
 
 cdef int MAX_PAIR_TERMS = 3
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
-cdef uint32_t LEAF_BIT = 0x80000000
 cdef uint32_t NO_SLOT = 0xFFFFFFFF
 cdef term_t DENSE_TERMS = 1 << 22     # terms below it have a dense slot (16 MB at most)
 cdef term_t NO_TERM = 0xFFFFFFFF
@@ -58,7 +62,7 @@ cdef uint64_t PAIR_EMPTY = 0xFFFFFFFFFFFFFFFF
 cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
 
 
-cdef inline double split_key(const ConePostC* p, int dim, double rho_scale) noexcept nogil:
+cdef inline double split_key(const ConeFullC* p, int dim, double rho_scale) noexcept nogil:
     cdef double r
     if dim == 0:
         return p.x
@@ -72,21 +76,20 @@ cdef inline double split_key(const ConePostC* p, int dim, double rho_scale) noex
     return r * rho_scale
 
 
-cdef inline void _set_key(ConeTermC* ct, size_t i) noexcept nogil:
+cdef inline void put_key(ConeTermC* ct, size_t i, float x, float y, float rho, float lam) noexcept nogil:
     """Posting i's cone fields into its key line (a line appended when i starts one)."""
     cdef ConeKeyLineC line
-    cdef const ConePostC* p = &ct.posts[i]
     if i >> 2 >= ct.keys.size():
         ct.keys.push_back(line)
-    ct.keys[i >> 2].x[i & 3] = p.x
-    ct.keys[i >> 2].y[i & 3] = p.y
-    ct.keys[i >> 2].rho[i & 3] = p.rho
-    ct.keys[i >> 2].lam[i & 3] = p.lam
+    ct.keys[i >> 2].x[i & 3] = x
+    ct.keys[i >> 2].y[i & 3] = y
+    ct.keys[i >> 2].rho[i & 3] = rho
+    ct.keys[i >> 2].lam[i & 3] = lam
 
 
 cdef class ConeLayout(SubscriptionIndex):
     def __cinit__(self, SubTable table, double max_dist, int leaf=8, double rho_scale=100.0,
-                  double theta_refresh=0.02, double tail_fraction=0.25, int tail_min=64, int layout=0, *args, **kwargs):
+                  double theta_refresh=0.02, double tail_fraction=0.25, int tail_min=64, *args, **kwargs):
         self.table = table
         self.max_dist = max_dist
         self.leaf = leaf if leaf >= 1 else 1
@@ -94,7 +97,6 @@ cdef class ConeLayout(SubscriptionIndex):
         self.theta_refresh = theta_refresh
         self.tail_fraction = tail_fraction
         self.tail_min = <uint32_t>(tail_min if tail_min >= 0 else 0)
-        self.layout = layout
         self.reach = 0.0
         self.pos_slack = 0.0
         self.rebuilds = self.reposts = self.rebuilt_postings = 0
@@ -168,12 +170,10 @@ cdef class ConeLayout(SubscriptionIndex):
                             p.other0 = st[j].term
                         else:
                             p.other1 = st[j].term
-                p.x = <float>h.x
-                p.y = <float>h.y
-                p.rho = round_down(((theta - h.alpha) / (1.0 - h.alpha)) / st[i].w)
-                p.lam = round_up(st[i].w * (1.0 - h.alpha) / h.alpha) if h.alpha > 0.0 else INFINITY
                 self.terms[slot].posts.push_back(p)
-                _set_key(&self.terms[slot], self.terms[slot].posts.size() - 1)
+                put_key(&self.terms[slot], self.terms[slot].posts.size() - 1, <float>h.x, <float>h.y,
+                        round_down(((theta - h.alpha) / (1.0 - h.alpha)) / st[i].w),
+                        round_up(st[i].w * (1.0 - h.alpha) / h.alpha) if h.alpha > 0.0 else INFINITY)
             if not self.touched_mark[slot]:
                 self.touched_mark[slot] = 1
                 self.touched.push_back(slot)
@@ -345,68 +345,57 @@ cdef class ConeLayout(SubscriptionIndex):
 
     # ------------------------------------------------------------------ the trees
     cdef void _rebuild_term(self, uint32_t slot) noexcept nogil:
-        """The term's live postings (tree and tail) into one tree; dead flat entries dropped."""
+        """The term's live postings (tree and tail) into one tree; dead flat entries dropped.  The
+        binary k-d tree is built over the scratch copies, then stored as wide nodes."""
         cdef ConeTermC* ct = &self.terms[slot]
         cdef size_t i, kept = 0
+        cdef ConeFullC f
+        self.build_posts.clear()
         for i in range(ct.posts.size()):
             if self.ver[ct.posts[i].sid] == ct.posts[i].ver:
-                ct.posts[kept] = ct.posts[i]
-                kept += 1
-        ct.posts.resize(kept)
-        kept = 0
+                f.post = ct.posts[i]
+                f.x = ct.keys[i >> 2].x[i & 3]
+                f.y = ct.keys[i >> 2].y[i & 3]
+                f.rho = ct.keys[i >> 2].rho[i & 3]
+                f.lam = ct.keys[i >> 2].lam[i & 3]
+                self.build_posts.push_back(f)
         for i in range(ct.flat.size()):
             if self.gen[ct.flat[i].sid] == ct.flat[i].gen:
                 ct.flat[kept] = ct.flat[i]
                 kept += 1
         ct.flat.resize(kept)
-        ct.nodes.clear()
         ct.dead = 0
-        ct.tree_n = <uint32_t>ct.posts.size()
+        ct.tree_n = <uint32_t>self.build_posts.size()
         self.rebuilds += 1
         self.rebuilt_postings += ct.tree_n
+        self.build_nodes.clear()
         if ct.tree_n:
-            self._build_node(ct, 0, ct.tree_n)
-        self._derive(ct)
-
-    cdef void _derive(self, ConeTermC* ct) noexcept nogil:
-        """The layouts A and B from the built nodes: nodes32, wide, and every posting's key."""
-        cdef size_t i
-        cdef ConeNode32C n32
-        cdef const ConeNodeC* nd
-        ct.nodes32.clear()
-        ct.wide.clear()
+            self._build_node(0, ct.tree_n)
+        ct.posts.resize(ct.tree_n)
         ct.keys.clear()
-        for i in range(ct.posts.size()):
-            _set_key(ct, i)
-        for i in range(ct.nodes.size()):
-            nd = &ct.nodes[i]
-            n32.minx = nd.minx
-            n32.miny = nd.miny
-            n32.maxx = nd.maxx
-            n32.maxy = nd.maxy
-            n32.rho_min = nd.rho_min
-            n32.lam_max = nd.lam_max
-            n32.lo = nd.lo
-            n32.kid = nd.right if nd.right != NO_KIDS else (LEAF_BIT | nd.hi)
-            ct.nodes32.push_back(n32)
-        if ct.nodes.size():
+        for i in range(ct.tree_n):
+            f = self.build_posts[i]
+            ct.posts[i] = f.post
+            put_key(ct, i, f.x, f.y, f.rho, f.lam)
+        ct.wide.clear()
+        if ct.tree_n:
             self._build_wide(ct, 0)
 
     cdef uint32_t _build_wide(self, ConeTermC* ct, uint32_t ni) noexcept nogil:
-        """The wide node of node ni (its children's bounds); a leaf root gets one child and an
-        empty one (bounds that reject every message).  Returns its index."""
+        """The wide node of build node ni: its children's bounds (a leaf root: one child and an
+        empty one, whose bounds reject every message).  Returns its index."""
         cdef ConeWideC w
         cdef uint32_t me = <uint32_t>ct.wide.size()
         cdef uint32_t kids[2]
         cdef const ConeNodeC* c
         cdef int k
         ct.wide.push_back(w)
-        if ct.nodes[ni].right == NO_KIDS:
+        if self.build_nodes[ni].right == NO_KIDS:
             kids[0] = ni
             kids[1] = NO_KIDS
         else:
             kids[0] = ni + 1
-            kids[1] = ct.nodes[ni].right
+            kids[1] = self.build_nodes[ni].right
         for k in range(2):
             if kids[k] == NO_KIDS:
                 ct.wide[me].minx[k] = ct.wide[me].miny[k] = 0.0
@@ -416,7 +405,7 @@ cdef class ConeLayout(SubscriptionIndex):
                 ct.wide[me].ref[k] = 0
                 ct.wide[me].cnt[k] = 0
                 continue
-            c = &ct.nodes[kids[k]]
+            c = &self.build_nodes[kids[k]]
             ct.wide[me].minx[k] = c.minx
             ct.wide[me].miny[k] = c.miny
             ct.wide[me].maxx[k] = c.maxx
@@ -457,14 +446,14 @@ cdef class ConeLayout(SubscriptionIndex):
                 self.table.theta_idx[sids[i]] = saved[i]
         self.build()
 
-    cdef void _build_node(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil:
+    cdef void _build_node(self, uint32_t lo, uint32_t hi) noexcept nogil:
         cdef ConeNodeC nd
         cdef uint32_t i, half, n = hi - lo, me
         cdef double sx, sy, sr, kmin, kmax
         cdef int dim
         cdef vector[pair[double, uint32_t]] keyed
-        cdef vector[ConePostC] tmp
-        cdef const ConePostC* p
+        cdef vector[ConeFullC] tmp
+        cdef const ConeFullC* p
         nd.minx = INFINITY
         nd.miny = INFINITY
         nd.maxx = -INFINITY
@@ -474,7 +463,7 @@ cdef class ConeLayout(SubscriptionIndex):
         kmin = INFINITY
         kmax = -INFINITY
         for i in range(lo, hi):
-            p = &ct.posts[i]
+            p = &self.build_posts[i]
             nd.minx = min(nd.minx, p.x)
             nd.miny = min(nd.miny, p.y)
             nd.maxx = max(nd.maxx, p.x)
@@ -487,8 +476,8 @@ cdef class ConeLayout(SubscriptionIndex):
         nd.lo = lo
         nd.hi = hi
         nd.right = NO_KIDS
-        me = <uint32_t>ct.nodes.size()
-        ct.nodes.push_back(nd)
+        me = <uint32_t>self.build_nodes.size()
+        self.build_nodes.push_back(nd)
         if n <= <uint32_t>self.leaf:
             return
         sx = nd.maxx - nd.minx
@@ -500,27 +489,28 @@ cdef class ConeLayout(SubscriptionIndex):
         if sr > (sy if dim == 1 else sx):
             dim = 2
         for i in range(lo, hi):
-            keyed.push_back(pair[double, uint32_t](split_key(&ct.posts[i], dim, self.rho_scale), i - lo))
+            keyed.push_back(pair[double, uint32_t](split_key(&self.build_posts[i], dim, self.rho_scale), i - lo))
         std_sort(keyed.begin(), keyed.end())   # (key, position): ties keep the array order
         for i in range(n):
-            tmp.push_back(ct.posts[lo + keyed[i].second])
+            tmp.push_back(self.build_posts[lo + keyed[i].second])
         for i in range(n):
-            ct.posts[lo + i] = tmp[i]
+            self.build_posts[lo + i] = tmp[i]
         half = ((n // 2 + <uint32_t>self.leaf - 1) // <uint32_t>self.leaf) * <uint32_t>self.leaf
         if half < <uint32_t>self.leaf:
             half = <uint32_t>self.leaf
         if half > n - 1:
             half = n - 1
-        self._build_node(ct, lo, lo + half)
-        ct.nodes[me].right = <uint32_t>ct.nodes.size()
-        self._build_node(ct, lo + half, hi)
+        self._build_node(lo, lo + half)
+        self.build_nodes[me].right = <uint32_t>self.build_nodes.size()
+        self._build_node(lo + half, hi)
 
     # ------------------------------------------------------------------ introspection
     cdef size_t memory(self) noexcept nogil:
         cdef size_t total = 0, k
         for k in range(self.terms.size()):
             total += (self.terms[k].posts.capacity() * sizeof(ConePostC)
-                      + self.terms[k].nodes.capacity() * sizeof(ConeNodeC)
+                      + self.terms[k].keys.capacity() * sizeof(ConeKeyLineC)
+                      + self.terms[k].wide.capacity() * sizeof(ConeWideC)
                       + self.terms[k].flat.capacity() * sizeof(FlatC) + sizeof(ConeTermC))
         for k in range(self.plists.size()):
             total += self.plists[k].capacity() * sizeof(PairEntC) + sizeof(vector[PairEntC])
@@ -529,13 +519,13 @@ cdef class ConeLayout(SubscriptionIndex):
                 + self.ver.capacity() * 9)
 
     def structure(self):
-        """Sizes of the layout: terms, tree postings, tail postings, nodes, flat entries, pair
+        """Sizes of the layout: terms, tree postings, tail postings, (wide) nodes, flat entries, pair
         entries (live and dead), rebuilds and re-posts so far."""
         cdef size_t k, tree = 0, tail = 0, nodes = 0, flat = 0, pents = 0
         for k in range(self.terms.size()):
             tree += self.terms[k].tree_n
             tail += self.terms[k].posts.size() - self.terms[k].tree_n
-            nodes += self.terms[k].nodes.size()
+            nodes += self.terms[k].wide.size()
             flat += self.terms[k].flat.size()
         for k in range(self.plists.size()):
             pents += self.plists[k].size()
@@ -543,28 +533,30 @@ cdef class ConeLayout(SubscriptionIndex):
                 "flat_entries": flat, "pair_entries": pents, "pair_live": self.pair_live,
                 "rebuilds": self.rebuilds, "reposts": self.reposts, "rebuilt_postings": self.rebuilt_postings}
 
-    cdef int _wide_bounds(self, ConeTermC* ct, uint32_t wi, uint32_t ni) except -1:
-        """Check the wide node wi against node ni's children (recursively); returns the wide
-        nodes reached."""
-        cdef uint32_t kids[2]
-        cdef int k, reached = 1
-        cdef const ConeNodeC* c
+    cdef uint32_t _check_wide(self, ConeTermC* ct, uint32_t wi, uint32_t lo, int* reached) except? 0xFFFFFFFF:
+        """Wide node wi's children cover the postings from lo on, contiguously, each bounding its
+        members; returns the end of the range covered."""
         cdef const ConeWideC* w = &ct.wide[wi]
-        kids[0] = ni if ct.nodes[ni].right == NO_KIDS else ni + 1
-        kids[1] = NO_KIDS if ct.nodes[ni].right == NO_KIDS else ct.nodes[ni].right
+        cdef uint32_t at = lo, end, i
+        cdef int k
+        reached[0] += 1
         for k in range(2):
-            if kids[k] == NO_KIDS:
-                assert w.rho_min[k] == INFINITY and w.cnt[k] == 0, "wide node: the empty child"
+            if w.cnt[k] == 0 and w.rho_min[k] == INFINITY:
+                assert k == 1 and wi == 0, "wide node: an empty child below the root"
                 continue
-            c = &ct.nodes[kids[k]]
-            assert (w.minx[k] == c.minx and w.miny[k] == c.miny and w.maxx[k] == c.maxx and w.maxy[k] == c.maxy
-                    and w.rho_min[k] == c.rho_min and w.lam_max[k] == c.lam_max), "wide node: a child's bounds"
-            if c.right == NO_KIDS:
-                assert w.ref[k] == c.lo and w.cnt[k] == c.hi - c.lo, "wide node: a leaf's postings"
+            if w.cnt[k]:
+                assert w.ref[k] == at, "wide node: a leaf out of order"
+                end = at + w.cnt[k]
             else:
-                assert w.cnt[k] == 0, "wide node: an inner child marked as a leaf"
-                reached += self._wide_bounds(ct, w.ref[k], kids[k])
-        return reached
+                end = self._check_wide(ct, w.ref[k], at, reached)
+            assert end <= ct.tree_n, "wide node: reaches into the tail"
+            for i in range(at, end):
+                assert (w.minx[k] <= ct.keys[i >> 2].x[i & 3] <= w.maxx[k]
+                        and w.miny[k] <= ct.keys[i >> 2].y[i & 3] <= w.maxy[k]
+                        and w.rho_min[k] <= ct.keys[i >> 2].rho[i & 3]
+                        and ct.keys[i >> 2].lam[i & 3] <= w.lam_max[k]), f"wide node {wi} does not bound posting {i}"
+            at = end
+        return at
 
     def check_invariants(self):
         """Per subscription in the index and per term, exactly one live posting (tree
@@ -573,9 +565,10 @@ cdef class ConeLayout(SubscriptionIndex):
         cdef sid_t sid
         cdef size_t k, i, j
         cdef const ConePostC* p
-        cdef const ConeNodeC* nd
         cdef ConeTermC* ct
         cdef const SubHotC* h
+        cdef int reached
+        cdef double kappa
         cdef const PairEntC* pe
         cdef double w
         slot_term = {s: t for t, s in dict(self.term_slot).items()}
@@ -590,34 +583,18 @@ cdef class ConeLayout(SubscriptionIndex):
                     live[(p.sid, k)] = live.get((p.sid, k), 0) + 1
                     h = &self.table.hot[p.sid]
                     w = self.table.terms[h.term_off + self.table.term_pos(p.sid, slot_term[k])].w
-                    assert p.rho <= ((self.table.theta_idx[p.sid] - h.alpha) / (1.0 - h.alpha)) / w, \
+                    kappa = (self.table.theta_idx[p.sid] - h.alpha) / (1.0 - h.alpha)
+                    assert ct.keys[i >> 2].rho[i & 3] <= kappa / w, \
                         f"sid {p.sid}: posting rho above its theta_idx's"
             for i in range(ct.flat.size()):
                 if self.gen[ct.flat[i].sid] == ct.flat[i].gen:
                     assert self.present[ct.flat[i].sid], f"sid {ct.flat[i].sid}: live flat entry out of the index"
                     live[(ct.flat[i].sid, k)] = live.get((ct.flat[i].sid, k), 0) + 1
             assert ct.keys.size() == (ct.posts.size() + 3) // 4, f"term slot {k}: key lines"
-            for i in range(ct.posts.size()):
-                p = &ct.posts[i]
-                assert (ct.keys[i >> 2].x[i & 3] == p.x and ct.keys[i >> 2].y[i & 3] == p.y
-                        and ct.keys[i >> 2].rho[i & 3] == p.rho and ct.keys[i >> 2].lam[i & 3] == p.lam), \
-                    f"term slot {k}: posting {i}'s key"
-            assert ct.nodes32.size() == ct.nodes.size(), f"term slot {k}: nodes32"
-            if ct.nodes.size():
-                assert self._wide_bounds(ct, 0, 0) == <int>ct.wide.size(), f"term slot {k}: wide nodes"
-            else:
-                assert ct.wide.size() == 0, f"term slot {k}: wide nodes without nodes"
-            for i in range(ct.nodes.size()):
-                nd = &ct.nodes[i]
-                assert (ct.nodes32[i].minx == nd.minx and ct.nodes32[i].maxy == nd.maxy
-                        and ct.nodes32[i].rho_min == nd.rho_min and ct.nodes32[i].lam_max == nd.lam_max
-                        and ct.nodes32[i].lo == nd.lo and ct.nodes32[i].kid == (
-                            nd.right if nd.right != NO_KIDS else LEAF_BIT | nd.hi)), f"term slot {k}: node32 {i}"
-                assert nd.hi <= ct.tree_n, f"term slot {k}: node {i} reaches into the tail"
-                for j in range(nd.lo, nd.hi):
-                    p = &ct.posts[j]
-                    assert (nd.minx <= p.x <= nd.maxx and nd.miny <= p.y <= nd.maxy and nd.rho_min <= p.rho
-                            and p.lam <= nd.lam_max), f"term slot {k}: node {i} does not bound posting {j}"
+            reached = 0
+            if ct.tree_n:
+                assert self._check_wide(ct, 0, 0, &reached) == ct.tree_n, f"term slot {k}: the tree's postings"
+            assert reached == <int>ct.wide.size(), f"term slot {k}: wide nodes not reached"
         for k in range(self.pslots.size()):
             if self.pslots[k].key == PAIR_EMPTY:
                 continue
