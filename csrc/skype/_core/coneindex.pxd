@@ -2,7 +2,16 @@
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t
 from skype._core.types cimport sid_t, MsgTermC
-from skype._core.conetree cimport ConeLayout, ConePostC, ConeTermC
+from skype._core.conetree cimport ConeLayout, ConePostC, ConeTermC, PairEntC
+
+
+ctypedef vector[PairEntC]* PairListP
+
+
+cdef struct PairCandC:          # a pair entry met by the scan: its pair bound, compared once prefetched
+    sid_t sid
+    uint32_t gen
+    double bound
 
 
 cdef class ConeIndex(ConeLayout):
@@ -10,6 +19,9 @@ cdef class ConeIndex(ConeLayout):
     cdef vector[uint64_t] pending_ver   # each survivor's posting version (NO_CHECK: checked already)
     cdef vector[uint32_t] level, following, leaves   # the walk's scratch
     cdef vector[uint32_t] mslots, survivors          # the message terms' slots; a term's passing postings
+    cdef vector[PairListP] plists_found              # the message's pair lists (non-empty)
+    cdef vector[uint64_t] plist_r                    # and their pair of message terms: q << 32 | r
+    cdef vector[PairCandC] pair_cands
     cdef uint64_t nodes_tested, tree_read, tail_read, flat_read, pair_entries_read
     cdef uint64_t pair_pruned           # pair entries the pair bound skipped
     cdef uint64_t node_lines, key_lines, meta_lines, pair_lines   # cache lines touched (spans of records read)

@@ -26,7 +26,8 @@ rules it out: the entry holds the score's fields (location and alpha to nearest 
 (1 - alpha) w(s, v) rounded up), so alpha (1 - max(0, d - pos_slack) / D) + sum of (1 - alpha)
 w(s, v) w_m(v) over the entry's terms in m, plus PAIR_SLACK, bounds ST(s, m) from above; below
 theta_idx[s] <= theta_s the subscription cannot qualify (proof: docs/cone-index.md, "The pair
-bound").  Every qualifying
+bound").  The pair lists go in stages too: all lists found and their first lines prefetched, then
+every entry's bound made with its theta_idx and generation prefetched, then compared.  Every qualifying
 subscription is thus verified exactly once (one live posting per term, one pair entry per pair);
 the survivors are verified together at the end, records prefetched ahead.
 """
@@ -46,6 +47,7 @@ cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef term_t NO_TERM = 0xFFFFFFFF
 cdef uint32_t NO_SLOT = 0xFFFFFFFF
 cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
+cdef uint64_t LOW32 = 0xFFFFFFFF
 cdef uint64_t NO_CHECK = 0x100000000     # pending_ver: liveness checked during the scan
 
 
@@ -184,6 +186,7 @@ cdef class ConeIndex(ConeLayout):
         cdef double wm, w3
         cdef uint64_t read = 0
         cdef const double* theta_idx = self.table.theta_idx.data()
+        cdef PairCandC pc
         cdef uint32_t slot
         cdef uint64_t key
         self.mslots.clear()                            # every term's record and pair slot prefetched first
@@ -231,29 +234,46 @@ cdef class ConeIndex(ConeLayout):
             for li in range(self.survivors.size()):    # staged: the passing postings' records, prefetched
                 self._survivor(&ct.posts[self.survivors[li]], m, n)
             read += ct.posts.size() - ct.tree_n
-        for q in range(n):                             # subscriptions sharing two or more terms
+        self.plists_found.clear()                      # subscriptions sharing two or more terms, in stages:
+        self.plist_r.clear()                           # every pair's list found and its first lines prefetched,
+        for q in range(n):
             for r in range(q + 1, n):
                 lst = self._pair_find((<uint64_t>m[q].term << 32) | m[r].term)
-                if lst == NULL:
+                if lst == NULL or lst.size() == 0:
                     continue
-                self.pair_entries_read += lst.size()
-                if lst.size():
-                    self.pair_lines += span(lst.data(), lst.size() * sizeof(PairEntC))
-                read += lst.size()
-                for e in range(lst.size()):
-                    pe = &lst[0][e]
-                    w3 = 0.0
-                    if pe.third != NO_TERM:
-                        w3 = msg_weight(m, n, pe.third)
-                        if w3 > 0.0 and pe.third < m[r].term:
-                            continue                    # verified at its first two common terms
-                    if (self.pair_bound_on and pair_bound(pe, x, y, m[q].w, m[r].w, w3, self.max_dist, self.pos_slack)
-                            < theta_idx[pe.sid]):
-                        self.pair_pruned += 1
-                        continue
-                    if self.gen[pe.sid] == pe.gen:
-                        self.pending.push_back(pe.sid)
-                        self.pending_ver.push_back(NO_CHECK)
+                prefetch(lst.data())
+                prefetch(<const char*>lst.data() + 64)
+                self.plists_found.push_back(lst)
+                self.plist_r.push_back((<uint64_t>q << 32) | <uint64_t>r)
+        self.pair_cands.clear()                        # then each entry's bound made and its theta_idx and
+        for li in range(self.plists_found.size()):     # generation prefetched, then compared
+            lst = self.plists_found[li]
+            q = <int>(self.plist_r[li] >> 32)
+            r = <int>(self.plist_r[li] & LOW32)
+            self.pair_entries_read += lst.size()
+            self.pair_lines += span(lst.data(), lst.size() * sizeof(PairEntC))
+            read += lst.size()
+            for e in range(lst.size()):
+                pe = &lst[0][e]
+                w3 = 0.0
+                if pe.third != NO_TERM:
+                    w3 = msg_weight(m, n, pe.third)
+                    if w3 > 0.0 and pe.third < m[r].term:
+                        continue                        # verified at its first two common terms
+                pc.sid = pe.sid
+                pc.gen = pe.gen
+                pc.bound = (pair_bound(pe, x, y, m[q].w, m[r].w, w3, self.max_dist, self.pos_slack)
+                            if self.pair_bound_on else INFINITY)
+                prefetch(&theta_idx[pe.sid])
+                prefetch(&self.gen[pe.sid])
+                self.pair_cands.push_back(pc)
+        for li in range(self.pair_cands.size()):
+            if self.pair_cands[li].bound < theta_idx[self.pair_cands[li].sid]:
+                self.pair_pruned += 1
+                continue
+            if self.gen[self.pair_cands[li].sid] == self.pair_cands[li].gen:
+                self.pending.push_back(self.pair_cands[li].sid)
+                self.pending_ver.push_back(NO_CHECK)
         self.ctr.entries_visited += read
 
     cdef void _verify_pending(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
