@@ -17,8 +17,10 @@ cdef struct PairCandC:          # a pair entry met by the scan: its pair bound, 
 cdef class ConeIndex(ConeLayout):
     cdef vector[sid_t] pending          # this message's survivors, verified together at the end
     cdef vector[uint64_t] pending_ver   # each survivor's posting version (NO_CHECK: checked already)
-    cdef vector[uint32_t] level, following, leaves   # the walk's scratch
-    cdef vector[uint32_t] mslots, survivors          # the message terms' slots; a term's passing postings
+    cdef vector[uint64_t] level, following           # the walk's scratch: q << 32 | wide node of term q
+    cdef vector[uint32_t] leaves                     # q, lo, hi of each passing leaf
+    cdef vector[uint32_t] mslots                     # the message terms' slots
+    cdef vector[uint64_t] survivors                  # q << 32 | posting of term q in the cone
     cdef vector[PairListP] plists_found              # the message's pair lists (non-empty)
     cdef vector[uint64_t] plist_r                    # and their pair of message terms: q << 32 | r
     cdef vector[PairCandC] pair_cands
@@ -31,9 +33,7 @@ cdef class ConeIndex(ConeLayout):
 
     cdef bint _first_common(self, sid_t sid, uint32_t t, const MsgTermC* m, int n) noexcept nogil
     cdef void _survivor(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil
-    cdef void _key_posting(self, ConeTermC* ct, uint32_t i, const MsgTermC* m, int n, double x, double y,
-                           double wm) noexcept nogil
-    cdef void _walk_wide(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil
-    cdef void _prefetch_leaf(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil
+    cdef void _key_posting(self, ConeTermC* ct, int q, uint32_t i, double x, double y, double wm) noexcept nogil
+    cdef uint64_t _trees(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
     cdef void _scan(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
     cdef void _verify_pending(self, const MsgTermC* m, int n, double x, double y) noexcept nogil

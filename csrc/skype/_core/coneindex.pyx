@@ -8,16 +8,17 @@ in the pair index, are prefetched; a term's lookup would otherwise cost several 
 Then, for each message term t with weight w_m, in ascending id:
 * the flat list (alpha = 1, or more than three terms): each live entry is verified at its first
   common term with the message;
-* the tree, level by level over wide nodes (a wide node holds both children's bounds, so a child
-  is rejected from its parent's line; passing children and leaves' key lines are prefetched
-  together before the next level): a child is skipped when no
+* the tree, level by level over wide nodes, the trees of all message terms together (a wide node
+  holds both children's bounds, so a child is rejected from its parent's line; passing children
+  and leaves' key lines of every term are prefetched before the next level): a child is skipped
+  when no
   posting with rho >= rho_min and lam <= lam_max in its box can lie in the cone, i.e. when
   w_m - rho_min + NODE_SLACK (1 + |rho_min|) < 0 or MINDIST - pos_slack > D lam_max (that margin)
   (1 + NODE_SLACK) + NODE_SLACK D (pos_slack covers the f32 locations, NODE_SLACK the double
   arithmetic that made rho and lam); the postings of a passing leaf, then the tail's, take the same
   test one by one on their key lines (x, y, rho and lam of four postings a line);
 * the records (sid, other terms, version) of the postings in the cone are prefetched as they pass
-  and read once the term's leaves are done: one whose subscription shares another term with m is
+  and read once every leaf and tail is done: one whose subscription shares another term with m is
   left to the pair index; the others are verified if live (the version is read at the
   verification, prefetched with the subscription's record).
 Then, per pair (t, u) of message terms, t < u: each live pair entry is verified unless its third
@@ -118,17 +119,17 @@ cdef class ConeIndex(ConeLayout):
                 j += 1
         return False
 
-    cdef inline void _key_posting(self, ConeTermC* ct, uint32_t i, const MsgTermC* m, int n, double x, double y,
+    cdef inline void _key_posting(self, ConeTermC* ct, int q, uint32_t i, double x, double y,
                                   double wm) noexcept nogil:
-        """Posting i tested on its key line; if it passes, its record is prefetched and read once
-        the term's leaves are done (``_survivor``)."""
+        """Posting i of message term q tested on its key line; if it passes, its record is
+        prefetched and read after every leaf and tail (``_survivor``)."""
         cdef const ConeKeyLineC* kl = &ct.keys[i >> 2]
         cdef uint32_t lane = i & 3
         if not may_hold(kl.x[lane], kl.y[lane], kl.x[lane], kl.y[lane], kl.rho[lane], kl.lam[lane], x, y, wm,
                         self.max_dist, self.pos_slack):
             return
         prefetch(&ct.posts[i])
-        self.survivors.push_back(i)
+        self.survivors.push_back((<uint64_t>q << 32) | i)
 
     cdef inline void _survivor(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil:
         """A posting that passed its cone test: left to the pair index if its subscription shares
@@ -143,26 +144,41 @@ cdef class ConeIndex(ConeLayout):
         self.pending.push_back(p.sid)
         self.pending_ver.push_back(p.ver)
 
-    cdef void _prefetch_leaf(self, ConeTermC* ct, uint32_t lo, uint32_t hi) noexcept nogil:
-        cdef uint32_t ln
-        for ln in range(lo >> 2, ((hi - 1) >> 2) + 1):
-            prefetch(&ct.keys[ln])
-        self.leaves.push_back(lo)
-        self.leaves.push_back(hi)
-
-    cdef void _walk_wide(self, ConeTermC* ct, double x, double y, double wm) noexcept nogil:
-        """The tree level by level: a wide node holds both children's bounds, so a child is tested
-        (and rejected) from its parent's line; passing inner children and leaves are prefetched
-        together before the next level is read."""
-        cdef size_t li
-        cdef int k
+    cdef uint64_t _trees(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
+        """The flat lists, then the trees of all message terms walked level by level together
+        (every passing child and leaf of every term prefetched before the next level is read:
+        more misses in flight than one tree at a time), then the leaves' and tails' postings, then
+        the records of those in the cone.  Returns the entries read."""
+        cdef int q, k
+        cdef size_t li, e, s0
+        cdef uint32_t i, lo, hi, ln
+        cdef ConeTermC* ct
         cdef const ConeWideC* w
+        cdef uint64_t item, read = 0
+        cdef double wm
         self.level.clear()
-        self.level.push_back(0)
-        while self.level.size():
+        for q in range(n):
+            if self.mslots[q] == NO_SLOT:
+                continue
+            ct = &self.terms[self.mslots[q]]
+            for e in range(ct.flat.size()):            # alpha = 1 or many terms: each at its first common term
+                if self.gen[ct.flat[e].sid] == ct.flat[e].gen and self._first_common(ct.flat[e].sid, m[q].term, m, n):
+                    self.pending.push_back(ct.flat[e].sid)
+                    self.pending_ver.push_back(NO_CHECK)
+            self.flat_read += ct.flat.size()
+            read += ct.flat.size()
+            if ct.tree_n:
+                prefetch(&ct.wide[0])
+                self.level.push_back(<uint64_t>q << 32)
+        self.leaves.clear()
+        while self.level.size():                       # items: q << 32 | wide node of term q
             self.following.clear()
             for li in range(self.level.size()):
-                w = &ct.wide[self.level[li]]
+                item = self.level[li]
+                q = <int>(item >> 32)
+                ct = &self.terms[self.mslots[q]]
+                wm = m[q].w
+                w = &ct.wide[item & LOW32]
                 self.node_lines += span(w, sizeof(ConeWideC))
                 for k in range(2):
                     self.nodes_tested += 1
@@ -171,19 +187,47 @@ cdef class ConeIndex(ConeLayout):
                         continue
                     if w.cnt[k] == 0:
                         prefetch(&ct.wide[w.ref[k]])
-                        self.following.push_back(w.ref[k])
+                        self.following.push_back((<uint64_t>q << 32) | w.ref[k])
                     else:
-                        self._prefetch_leaf(ct, w.ref[k], w.ref[k] + w.cnt[k])
+                        for ln in range(w.ref[k] >> 2, ((w.ref[k] + w.cnt[k] - 1) >> 2) + 1):
+                            prefetch(&ct.keys[ln])
+                        self.leaves.push_back(<uint32_t>q)
+                        self.leaves.push_back(w.ref[k])
+                        self.leaves.push_back(w.ref[k] + w.cnt[k])
             self.level.swap(self.following)
+        self.survivors.clear()                         # items: q << 32 | posting of term q in the cone
+        for li in range(0, self.leaves.size(), 3):
+            q = <int>self.leaves[li]
+            lo = self.leaves[li + 1]
+            hi = self.leaves[li + 2]
+            ct = &self.terms[self.mslots[q]]
+            self.tree_read += hi - lo
+            read += hi - lo
+            self.key_lines += span(&ct.keys[lo >> 2], (((hi - 1) >> 2) - (lo >> 2) + 1) * 64)
+            for i in range(lo, hi):
+                self._key_posting(ct, q, i, x, y, m[q].w)
+        for q in range(n):                             # the tails
+            if self.mslots[q] == NO_SLOT:
+                continue
+            ct = &self.terms[self.mslots[q]]
+            if ct.posts.size() > ct.tree_n:
+                self.key_lines += span(&ct.keys[ct.tree_n >> 2],
+                                       (((ct.posts.size() - 1) >> 2) - (ct.tree_n >> 2) + 1) * 64)
+                for i in range(ct.tree_n, <uint32_t>ct.posts.size()):
+                    self._key_posting(ct, q, i, x, y, m[q].w)
+            self.tail_read += ct.posts.size() - ct.tree_n
+            read += ct.posts.size() - ct.tree_n
+        for s0 in range(self.survivors.size()):        # the records in the cone, prefetched as they passed
+            item = self.survivors[s0]
+            self._survivor(&self.terms[self.mslots[<int>(item >> 32)]].posts[item & LOW32], m, n)
+        return read
 
     cdef void _scan(self, const MsgTermC* m, int n, double x, double y) noexcept nogil:
         cdef int q, r
-        cdef uint32_t i, lo, hi
         cdef vector[PairEntC]* lst
         cdef const PairEntC* pe
-        cdef ConeTermC* ct
         cdef size_t li, e
-        cdef double wm, w3
+        cdef double w3
         cdef uint64_t read = 0
         cdef const double* theta_idx = self.table.theta_idx.data()
         cdef PairCandC pc
@@ -200,40 +244,7 @@ cdef class ConeIndex(ConeLayout):
             for r in range(q + 1, n):
                 key = (<uint64_t>m[q].term << 32) | m[r].term
                 prefetch(&self.pslots[(key * PAIR_HASH) >> self.pshift])
-        for q in range(n):
-            if self.mslots[q] == NO_SLOT:
-                continue
-            ct = &self.terms[self.mslots[q]]
-            if ct.tree_n:
-                prefetch(&ct.wide[0])
-            wm = m[q].w
-            self.survivors.clear()
-            for e in range(ct.flat.size()):            # alpha = 1 or many terms: each at its first common term
-                if self.gen[ct.flat[e].sid] == ct.flat[e].gen and self._first_common(ct.flat[e].sid, m[q].term, m, n):
-                    self.pending.push_back(ct.flat[e].sid)
-                    self.pending_ver.push_back(NO_CHECK)
-            self.flat_read += ct.flat.size()
-            read += ct.flat.size()
-            if ct.tree_n:
-                self.leaves.clear()
-                self._walk_wide(ct, x, y, wm)
-                for li in range(0, self.leaves.size(), 2):
-                    lo = self.leaves[li]
-                    hi = self.leaves[li + 1]
-                    self.tree_read += hi - lo
-                    read += hi - lo
-                    self.key_lines += span(&ct.keys[lo >> 2], (((hi - 1) >> 2) - (lo >> 2) + 1) * 64)
-                    for i in range(lo, hi):
-                        self._key_posting(ct, i, m, n, x, y, wm)
-            if ct.posts.size() > ct.tree_n:                 # the tail
-                self.key_lines += span(&ct.keys[ct.tree_n >> 2],
-                                       (((ct.posts.size() - 1) >> 2) - (ct.tree_n >> 2) + 1) * 64)
-                for i in range(ct.tree_n, <uint32_t>ct.posts.size()):
-                    self._key_posting(ct, i, m, n, x, y, wm)
-            self.tail_read += ct.posts.size() - ct.tree_n
-            for li in range(self.survivors.size()):    # staged: the passing postings' records, prefetched
-                self._survivor(&ct.posts[self.survivors[li]], m, n)
-            read += ct.posts.size() - ct.tree_n
+        read += self._trees(m, n, x, y)
         self.plists_found.clear()                      # subscriptions sharing two or more terms, in stages:
         self.plist_r.clear()                           # every pair's list found and its first lines prefetched,
         for q in range(n):
