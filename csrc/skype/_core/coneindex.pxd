@@ -33,7 +33,8 @@ cdef class ConeIndex(ConeLayout):
 
     cdef bint _first_common(self, sid_t sid, uint32_t t, const MsgTermC* m, int n) noexcept nogil
     cdef void _survivor(self, const ConePostC* p, const MsgTermC* m, int n) noexcept nogil
-    cdef void _key_posting(self, ConeTermC* ct, int q, uint32_t i, double x, double y, double wm) noexcept nogil
+    cdef void _lanes(self, ConeTermC* ct, int q, uint32_t lo, uint32_t hi, double x, double y,
+                     double wm) noexcept nogil
     cdef uint64_t _trees(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
     cdef void _scan(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
     cdef void _verify_pending(self, const MsgTermC* m, int n, double x, double y) noexcept nogil
