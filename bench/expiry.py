@@ -9,8 +9,6 @@ Variants (``--variants``, comma-separated):
 * ``plain``: the message index's entries are bounded with the query's other terms alone (the bound
   before entry signatures);
 * ``sig``: an entry is bounded with its signature (the default engine);
-* a ``+pushes`` suffix: the message index counts a query's heap pushes in its work as well as its
-  pops (cSkyband's C_q, the cost model's price of a re-evaluation; the default engine);
 * a ``+qcN`` suffix: the cost model's ``query_cost`` set to N (default 10): a dearer re-evaluation
   makes cSkyband keep a deeper buffer (a lower theta), so fewer re-evaluations for more admissions.
 
@@ -20,7 +18,7 @@ index's work per re-evaluation: heap pops, entries bounded, entries popped (each
 read), of them designated to the popped entry's term, messages returned in ranking order.
 
     python bench/expiry.py --num-subs 200000 --measured 40000
-    python bench/expiry.py --num-subs 100000 --measured 20000 --variants plain,sig+pushes
+    python bench/expiry.py --num-subs 100000 --measured 20000 --variants plain,sig+qc20
 """
 
 from __future__ import annotations
@@ -46,13 +44,11 @@ def snapshot(engine) -> dict:
 
 def configure(name: str) -> None:
     """Set the module switches a variant's engine reads at its construction."""
-    from skype._core.termlists import set_entry_signatures, set_work_counts_pushes
+    from skype._core.termlists import set_entry_signatures
 
     plan, *suffixes = name.split("+")
-    assert plan in ("plain", "sig") and all(x.startswith("qc") or x == "pushes" for x in suffixes), \
-        "variants: plain|sig[+pushes][+qcN]"
+    assert plan in ("plain", "sig") and all(x.startswith("qc") for x in suffixes), "variants: plain|sig[+qcN]"
     set_entry_signatures(plan == "sig")
-    set_work_counts_pushes("pushes" in suffixes)
 
 
 def engine_params(name: str) -> tuple:
@@ -74,7 +70,7 @@ def main(argv=None) -> int:
     p.add_argument("--index", default="cone")
     p.add_argument("--chunk", type=int, default=2_000, help="messages per timed chunk")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--variants", default="plain,sig+pushes")
+    p.add_argument("--variants", default="plain,sig")
     p.add_argument("--json", help="write the results to this file")
     args = p.parse_args(argv)
     variants = args.variants.split(",")
@@ -93,7 +89,7 @@ def main(argv=None) -> int:
             prep.engine.publish_batch(msgs.slice(a, min(a + 20_000, prep.start + turnover)))
         engines[name], starts[name], prep_s[name] = prep.engine, prep.start + turnover, time.perf_counter() - t0
         assert starts[name] == starts[variants[0]]
-    configure("sig+pushes")
+    configure("sig")
     first = starts[variants[0]]
     cpu = {name: 0.0 for name in engines}
     before = {name: snapshot(e) for name, e in engines.items()}

@@ -67,7 +67,6 @@ cdef class TermLists(WindowRanking):
     cdef double inv_w, inv_h
     cdef double cell_slack                   # cell edges widened by this (rounding of the edges)
     cdef bint signatures                     # entries bounded with their signatures (set_entry_signatures)
-    cdef bint work_pushes                    # q_work counts heap pushes too (set_work_counts_pushes)
     cdef vector[uint16_t] q_bits             # per query term: its signature bit
     cdef uint64_t total_reads                # entries popped: their messages read from the window
     cdef uint64_t total_designated           # ... of them designated to the popped entry's term

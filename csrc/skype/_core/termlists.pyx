@@ -47,7 +47,6 @@ cdef size_t GROW_SLOWLY = 1024          # a list this long grows by a quarter (s
 cdef size_t SPARE_MIN = 64              # a compaction keeps at most a quarter + this many spare slots
 
 cdef bint use_signatures = True         # new TermLists bound entries with their signatures
-cdef bint count_pushes = True           # new TermLists count heap pushes in a query's work too
 
 
 def set_entry_signatures(bint on):
@@ -57,11 +56,6 @@ def set_entry_signatures(bint on):
     use_signatures = on
 
 
-def set_work_counts_pushes(bint on):
-    """Whether TermLists made from now on count a query's heap pushes in its work (``q_work``,
-    cSkyband's C_q) as well as its pops (``on``, the default), or its pops alone (as before)."""
-    global count_pushes
-    count_pushes = on
 
 
 cdef enum:                              # heap item tags (HeapItemC.node)
@@ -144,7 +138,6 @@ cdef class TermLists(WindowRanking):
         self.total_queries = 0
         self.total_work = 0
         self.signatures = use_signatures
-        self.work_pushes = count_pushes
 
     # ------------------------------------------------------------------ updates
     cdef void insert(self, seq_t seq) noexcept nogil:
@@ -304,8 +297,6 @@ cdef class TermLists(WindowRanking):
                     last = (lst.end - 1) // CHUNK
                 chunk_base = lst.off // CHUNK
                 self.total_pushes += last + 1 - first
-                if self.work_pushes:
-                    self.q_work += last + 1 - first
                 for c in range(first, last + 1):
                     h = &lst.chunks[c - chunk_base]
                     self._push(self._bound(h, item.qterm, h.maxw), UINT64_MAX, ITEM_CHUNK,
@@ -318,8 +309,6 @@ cdef class TermLists(WindowRanking):
                 if last > lst.end:
                     last = lst.end
                 self.total_pushes += last - first
-                if self.work_pushes:
-                    self.q_work += last - first
                 for p in range(first, last):
                     self._push(self._entry_bound(&lst.entries[p - lst.off], item.qterm), UINT64_MAX, ITEM_ENTRY,
                                <uint32_t>(p - lst.off), item.qterm)
@@ -358,5 +347,4 @@ cdef class TermLists(WindowRanking):
                 "queries": self.total_queries, "query_work": self.total_work,
                 "query_reads": self.total_reads, "query_reads_designated": self.total_designated,
                 "query_reported": self.total_reported, "query_entry_bounds": self.total_entry_bounds,
-                "query_pushes": self.total_pushes, "entry_signatures": bool(self.signatures),
-                "work_counts_pushes": bool(self.work_pushes)}
+                "query_pushes": self.total_pushes, "entry_signatures": bool(self.signatures)}
