@@ -56,8 +56,6 @@ def set_entry_signatures(bint on):
     use_signatures = on
 
 
-
-
 cdef enum:                              # heap item tags (HeapItemC.node)
     ITEM_GROUP = 1
     ITEM_CHUNK = 2
