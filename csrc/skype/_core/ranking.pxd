@@ -41,7 +41,7 @@ cdef class WindowRanking:
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
     cdef bint query_next(self, seq_t* seq, double* score) noexcept nogil
     cdef void _begin(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil
-    cdef double _text_bound(self, uint32_t qi, float w) noexcept nogil
+    cdef double _text_bound(self, uint32_t qi, double w) noexcept nogil
     cdef void _push(self, double key, uint64_t tie, int32_t node, uint32_t cursor, uint32_t qterm) noexcept nogil
     cdef void _push_item(self, HeapItemC item) noexcept nogil
     cdef HeapItemC _pop(self) noexcept nogil

@@ -62,7 +62,7 @@ cdef class WindowRanking:
                     rest += terms[j].w * terms[j].w
             self.q_rest[i] = sqrt(rest)
 
-    cdef double _text_bound(self, uint32_t qi, float w) noexcept nogil:
+    cdef double _text_bound(self, uint32_t qi, double w) noexcept nogil:
         """Upper bound of TSim for messages designated to query term qi whose weight is <= w."""
         cdef double a = self.q_terms[qi].w
         cdef double tub = self.q_n * a * w

@@ -2,10 +2,11 @@
 """Message index: one list per term, in arrival order, for best-first retrieval.
 
 Structure.  For every term t, the window messages that contain t sit in a list in arrival order:
-entry (seq, w, cx, cy) at a growing position (12 bytes), w the message's weight for t rounded up
-to float and (cx, cy) the cell of its location in a fixed grid of CELLS x CELLS cells over the
-engine's bounds (the first and last cell of each axis open-ended, so a cell always holds the
-location).  Every
+entry (seq, wq, sig, cx, cy) at a growing position (12 bytes), wq the message's weight for t in
+1/65535ths rounded up (``weight_code``), sig its signature (bit ``entry_bit(u)`` of 16 set for each
+term u of the message) and (cx, cy) the cell of its location in a fixed grid of CELLS x CELLS cells
+over the engine's bounds (the first and last cell of each axis open-ended, so a cell always holds
+the location).  Every
 run of CHUNK = 64 consecutive positions has a header (the messages' bounding box rounded outward,
 and the largest w), and every run of GROUP = 4096 positions has one too.  A window expires its
 oldest message first, and the oldest message holding t heads t's list, so an expiry advances each
@@ -19,9 +20,12 @@ about 1.3 times its live entries' bytes, where it held about twice), and an empt
 
 Retrieval.  ``query_start``/``query_next`` follow ``ranking.WindowRanking``: the groups of
 entries are a term's groups, then chunks (bound from the header's box and largest w), then single
-entries (bound from the entry's own w and the distance to its cell, whose edges are widened by a
-billionth of the bounds' extent to cover the rounding of ``lo + i * side``); an entry reached
-through its designated term is scored exactly.  At 65,536 cells a side the cell bound is within
+entries (bound from the entry's own w, the distance to its cell, whose edges are widened by a
+billionth of the bounds' extent to cover the rounding of ``lo + i * side``, and its signature:
+only the other query terms whose bit it holds can add to its text part, each at most
+min(w(j, s), a w), their sum at most their norm; docs/engine.md proves it); an entry reached
+through its designated term is read from the window and scored exactly, so a message is read
+only once its entry's bound tops the heap.  At 65,536 cells a side the cell bound is within
 1.5e-5 of MaxDist of the location's own, so it lets through few more entries than a float
 location did, for a quarter less memory.  Unlike the quadtree, the lists
 do not group entries by space, so a query reads more of them; in exchange, insertion and expiry
@@ -41,6 +45,16 @@ cdef double EDGE_SLACK = 1e-9           # cell edges widened by this fraction of
 cdef size_t KEEP_CAPACITY = 1024        # an emptied list keeps at most this many entries' storage
 cdef size_t GROW_SLOWLY = 1024          # a list this long grows by a quarter (shorter ones double)
 cdef size_t SPARE_MIN = 64              # a compaction keeps at most a quarter + this many spare slots
+
+cdef bint use_signatures = True         # new TermLists bound entries with their signatures
+
+
+def set_entry_signatures(bint on):
+    """Whether TermLists made from now on bound an entry with its signature (``on``, the default)
+    or with the query's other terms alone (the bound before signatures; for paired benches)."""
+    global use_signatures
+    use_signatures = on
+
 
 cdef enum:                              # heap item tags (HeapItemC.node)
     ITEM_GROUP = 1
@@ -121,6 +135,7 @@ cdef class TermLists(WindowRanking):
         self.live_lists = 0
         self.total_queries = 0
         self.total_work = 0
+        self.signatures = use_signatures
 
     # ------------------------------------------------------------------ updates
     cdef void insert(self, seq_t seq) noexcept nogil:
@@ -131,7 +146,11 @@ cdef class TermLists(WindowRanking):
         cdef TermListC* lst
         cdef LEntryC e
         cdef ChunkC h
+        cdef float w
         e.seq_lo = <uint32_t>seq
+        e.sig = 0
+        for j in range(m.nterms):
+            e.sig |= entry_bit(terms[j].term)
         e.cx = self._cell(m.x, self.grid_x, self.inv_w)
         e.cy = self._cell(m.y, self.grid_y, self.inv_h)
         for j in range(m.nterms):
@@ -141,20 +160,21 @@ cdef class TermLists(WindowRanking):
             lst = &self.lists[t]
             if lst.head == lst.end:
                 self.live_lists += 1
-            e.w = round_up(terms[j].w)
+            w = round_up(terms[j].w)
+            e.wq = weight_code(terms[j].w)
             if lst.entries.size() >= GROW_SLOWLY and lst.entries.size() == lst.entries.capacity():
                 lst.entries.reserve(lst.entries.size() + lst.entries.size() // 4)   # a quarter, not double
             lst.entries.push_back(e)
             if lst.end % CHUNK == 0:
-                header_start(&h, m, e.w)
+                header_start(&h, m, w)
                 lst.chunks.push_back(h)
             else:
-                header_widen(&lst.chunks[lst.chunks.size() - 1], m, e.w)
+                header_widen(&lst.chunks[lst.chunks.size() - 1], m, w)
             if lst.end % GROUP == 0:
-                header_start(&h, m, e.w)
+                header_start(&h, m, w)
                 lst.groups.push_back(h)
             else:
-                header_widen(&lst.groups[lst.groups.size() - 1], m, e.w)
+                header_widen(&lst.groups[lst.groups.size() - 1], m, w)
             lst.end += 1
             self.entry_count += 1
 
@@ -202,8 +222,32 @@ cdef class TermLists(WindowRanking):
             dy = lo - self.q_y
         elif self.q_y > hi:
             dy = self.q_y - hi
+        self.total_entry_bounds += 1
         return combine(self.q_alpha, 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist,
-                       self._text_bound(qi, e.w)) + BOUND_SLACK
+                       self._entry_text_bound(e, qi)) + BOUND_SLACK
+
+    cdef double _entry_text_bound(self, const LEntryC* e, uint32_t qi) noexcept nogil:
+        """Upper bound of TSim for the entry's message if it is designated to query term qi: its
+        own part a*w, plus for each other query term j whose bit the signature holds at most
+        min(w(j, s), a*w) (its weight is at most 1, and at most the designated contribution),
+        the sum capped by Cauchy-Schwarz over those terms alone; a term whose bit is missing is
+        not in the message and adds nothing."""
+        cdef double w = entry_weight(e.wq)
+        cdef double a, mine, others = 0.0, rest2 = 0.0, o, tub
+        cdef int j
+        if not self.signatures:
+            return self._text_bound(qi, w)
+        a = self.q_terms[qi].w
+        mine = a * w
+        for j in range(self.q_n):
+            if j == <int>qi or not (e.sig & self.q_bits[j]):
+                continue
+            o = self.q_terms[j].w
+            others += o if o < mine else mine
+            rest2 += o * o
+        o = sqrt(rest2)
+        tub = mine + (others if others < o else o)
+        return tub if tub < 1.0 else 1.0
 
     cdef void query_start(self, double alpha, double x, double y, const SubTermC* terms, int n) noexcept nogil:
         cdef int i
@@ -211,6 +255,9 @@ cdef class TermLists(WindowRanking):
         cdef TermListC* lst
         cdef uint64_t g, first, last
         self._begin(alpha, x, y, terms, n)
+        self.q_bits.resize(n)
+        for i in range(n):
+            self.q_bits[i] = entry_bit(terms[i].term)
         for i in range(n):
             t = terms[i].term
             if t >= self.lists.size() or self.lists[t].head == self.lists[t].end:
@@ -234,6 +281,7 @@ cdef class TermLists(WindowRanking):
             self.q_work += 1
             self.total_work += 1
             if item.node < 0:
+                self.total_reported += 1
                 seq[0] = item.tie
                 score[0] = item.key
                 return True
@@ -246,6 +294,7 @@ cdef class TermLists(WindowRanking):
                 if last > (lst.end - 1) // CHUNK:
                     last = (lst.end - 1) // CHUNK
                 chunk_base = lst.off // CHUNK
+                self.total_pushes += last + 1 - first
                 for c in range(first, last + 1):
                     h = &lst.chunks[c - chunk_base]
                     self._push(self._bound(h, item.qterm, h.maxw), UINT64_MAX, ITEM_CHUNK,
@@ -257,12 +306,15 @@ cdef class TermLists(WindowRanking):
                     first = lst.head
                 if last > lst.end:
                     last = lst.end
+                self.total_pushes += last - first
                 for p in range(first, last):
                     self._push(self._entry_bound(&lst.entries[p - lst.off], item.qterm), UINT64_MAX, ITEM_ENTRY,
                                <uint32_t>(p - lst.off), item.qterm)
             else:
                 e = lst.entries[item.cursor]
-                self._offer(oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), item.qterm)
+                self.total_reads += 1
+                if self._offer(oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), item.qterm) != -INFINITY:
+                    self.total_designated += 1
         return False
 
     # ------------------------------------------------------------------ Python access
@@ -290,4 +342,7 @@ cdef class TermLists(WindowRanking):
 
     def stats(self):
         return {"layout": "lists", "entries": self.entry_count, "terms": self.live_lists,
-                "queries": self.total_queries, "query_work": self.total_work}
+                "queries": self.total_queries, "query_work": self.total_work,
+                "query_reads": self.total_reads, "query_reads_designated": self.total_designated,
+                "query_reported": self.total_reported, "query_entry_bounds": self.total_entry_bounds,
+                "query_pushes": self.total_pushes, "entry_signatures": bool(self.signatures)}
