@@ -10,7 +10,8 @@ ratio to the first variant, and a digest of every buffer's state (``Engine.buffe
 which must be the same for every variant (the run exits 1 otherwise).
 
 A variant is ``name:knob=value,...`` over the search's A/B hooks (``regtree.set_runs_at_once``,
-``regtree.set_search_order``, ``regtree.set_prefetch_items``, ``regsearch.set_slice_min``); a knob not named keeps its
+``regtree.set_search_order``, ``regtree.set_prefetch_items``, ``regtree.set_group_entries``, ``regtree.set_leaf_order``,
+``regsearch.set_slice_min``); a knob not named keeps its
 default.  Example (the registration-speed results page)::
 
     PYTHONPATH=. python bench/registration_speed.py --num-subs 200000 --rounds 2 \\
@@ -31,7 +32,8 @@ from skype._core import regsearch, regtree
 from skype.data.workloads import make_workload
 
 HOOKS = {"runs": regtree.set_runs_at_once, "order": regtree.set_search_order,
-         "prefetch": regtree.set_prefetch_items,
+         "prefetch": regtree.set_prefetch_items, "group": regtree.set_group_entries,
+         "leaf": regtree.set_leaf_order,
          "slice_min": regsearch.set_slice_min}
 
 
@@ -66,8 +68,9 @@ def register(w, window: int, knobs: dict[str, int]) -> tuple[dict, str]:
     n = max(1, search["searches"])
     out = {"cpu_s": round(c1 - c0, 3), "wall_s": round(t1 - t0, 3),
            "per_subscription": {k: round(search[k] / n, 2) for k in
-                                ("scored", "blocks", "items", "descents", "fetched", "entry_items", "entry_scans")},
-           "index_mb": round(search["index_bytes"] / 2 ** 20, 1)}
+                                ("scored", "blocks", "items", "descents", "fetched", "entry_items", "entry_scans",
+                                 "leaf_skipped")},
+           "index_mb": round(search["index_bytes"] / 2 ** 20, 1), "index_builds": search.get("index_builds", 1)}
     return out, digest.hexdigest()
 
 

@@ -51,9 +51,9 @@ from libcpp.vector cimport vector
 from libcpp.pair cimport pair
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt, nextafterf, INFINITY
-from libc.stdint cimport int32_t, uint32_t, uint64_t
-from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
-from skype._core.window cimport WindowStore, win_get, win_terms
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from skype._core.types cimport term_t, sid_t, seq_t, SubTermC, MsgTermC, now_ns, prefetch
+from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.blocks cimport spread16              # a Z-order half (the block layout's)
 from skype._core.reevaluation cimport RankedC
@@ -75,6 +75,12 @@ cdef uint64_t RUNS_AT_ONCE = 2 << 20
 cdef int SEARCH_ORDER = 1
 # entry items: their masks and messages' window records prefetched when pushed (1), and their terms (2)
 cdef int PREFETCH_ITEMS = 2
+# the registration index built per group of the batch (``group_end``): a group's index holds
+# about this many entries; 0: one index for the whole batch
+cdef uint64_t GROUP_ENTRIES = 0
+# a leaf's entries sorted by descending weight, its scan stopped at the first entry whose bound
+# falls below the worst kept score (1), or left in the split's order (0)
+cdef int LEAF_ORDER = 0
 
 cdef enum:
     BLOCK = 8                # entries per leaf
@@ -93,8 +99,13 @@ cdef extern from *:
         else
             std::nth_element(first, nth, last, [](const T& a, const T& b) { return a.w > b.w; });
     }
+    /* a leaf's entries by descending weight */
+    template <class T> static inline void skype_sort_by_weight(T* first, T* last) {
+        std::sort(first, last, [](const T& a, const T& b) { return a.w > b.w; });
+    }
     """
     void nth_by "skype_nth_by"(SEntryC* first, SEntryC* nth, SEntryC* last, int dim) noexcept nogil
+    void sort_by_weight "skype_sort_by_weight"(SEntryC* first, SEntryC* last) noexcept nogil
 
 
 cdef inline float down(double v) noexcept nogil:
@@ -118,6 +129,7 @@ cdef class RegistrationTree(RegistrationIndex):
     def __cinit__(self, WindowStore window, double max_dist):
         self.weight_scale = WEIGHT_SCALE
         self.n_descents = 0
+        self.leaf_by_weight = LEAF_ORDER != 0
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
         """Index the window's messages under the terms of sids[0:n]: one k-d tree per term."""
@@ -173,6 +185,8 @@ cdef class RegistrationTree(RegistrationIndex):
         nd.maxy = up(box.r.maxy)
         nd.maxw = up(box.maxw)
         if count <= BLOCK:
+            if self.leaf_by_weight:
+                sort_by_weight(e, e + count)
             return
         ex = (box.r.maxx - box.r.minx) / self.max_dist
         ey = (box.r.maxy - box.r.miny) / self.max_dist
@@ -196,9 +210,15 @@ cdef class RegistrationTree(RegistrationIndex):
         """regsearch's ``_box_bound`` on the node's float box: it contains the exact box (rounded
         outward) and its weight is at least the largest, so the key bounds as the exact box's
         does (MINDIST, computed in double from the floats, is monotone in the box)."""
-        cdef double tub = terms[qi].w * nd.maxw, dx = 0.0, dy = 0.0
+        cdef double tub = terms[qi].w * nd.maxw
         if tub > 1.0:
             tub = 1.0
+        return combine(h.alpha, self._node_sim(h, nd), tub) + BOUND_SLACK
+
+    cdef double _node_sim(self, const SubHotC* h, const TNodeC* nd) noexcept nogil:
+        """1 - MINDIST(s, the node's float box) / MaxDist: at least the spatial similarity of
+        each of its entries (the float box contains them)."""
+        cdef double dx = 0.0, dy = 0.0
         if h.x < nd.minx:
             dx = nd.minx - h.x
         elif h.x > nd.maxx:
@@ -207,7 +227,7 @@ cdef class RegistrationTree(RegistrationIndex):
             dy = nd.miny - h.y
         elif h.y > nd.maxy:
             dy = h.y - nd.maxy
-        return combine(h.alpha, 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist, tub) + BOUND_SLACK
+        return 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist
 
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil:
@@ -240,7 +260,8 @@ cdef class RegistrationTree(RegistrationIndex):
             while True:
                 nd = &self.nodes[at]
                 if nd.child == 0:
-                    self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap)
+                    self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap, self.leaf_by_weight,
+                                      self._node_sim(h, nd) if self.leaf_by_weight else 0.0)
                     break
                 kl = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child])
                 kr = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child + 1])
@@ -330,6 +351,77 @@ def set_prefetch_items(int n):
     cdef int before = PREFETCH_ITEMS
     PREFETCH_ITEMS = n
     return before
+
+
+def set_leaf_order(int n):
+    """Sort each leaf by descending weight and stop its scan early (1), or not (0): an A/B hook
+    read when an index is built; returns the previous setting."""
+    global LEAF_ORDER
+    cdef int before = LEAF_ORDER
+    LEAF_ORDER = n
+    return before
+
+
+def set_group_entries(uint64_t n):
+    """Build the registration index per group of the batch, each about n entries (``group_end``),
+    or once for the whole batch (0): an A/B hook; returns the previous setting."""
+    global GROUP_ENTRIES
+    cdef uint64_t before = GROUP_ENTRIES
+    GROUP_ENTRIES = n
+    return before
+
+
+cdef uint64_t group_entries() noexcept nogil:
+    return GROUP_ENTRIES
+
+
+cdef void window_term_counts(WindowStore window, vector[uint32_t]& counts) noexcept nogil:
+    """counts[t]: the window's messages holding term t (one pass over the window)."""
+    cdef size_t q, j
+    cdef const MsgC* m
+    cdef const MsgTermC* mt
+    cdef term_t t
+    counts.clear()
+    for q in range(window.count):
+        m = win_get(window, window.oldest_seq + q)
+        mt = win_terms(window, m)
+        for j in range(m.nterms):
+            t = mt[j].term
+            if t >= counts.size():
+                counts.resize(<size_t>t + 1, 0)
+            counts[t] += 1
+
+
+cdef size_t group_end(SubTable table, const vector[uint32_t]& counts, vector[uint32_t]& stamp, uint32_t mark,
+                      const sid_t* sids, size_t lo, size_t hi, uint64_t budget) noexcept nogil:
+    """The end of the group of sids[lo:hi] that starts at lo: the subscriptions, in order, while
+    the window entries of their terms (each term counted once: ``stamp[t] = mark``, a mark new
+    per group) stay within ``budget``; past it, up to where the most frequent term changes, so a
+    term's subscriptions (``order_batch``) share one group and its list is collected once.  At
+    least one subscription.  A group's index (``build`` over its subscriptions) holds about
+    ``budget`` entries: the registration index is never whole."""
+    cdef uint64_t total = 0
+    cdef size_t i = lo
+    cdef uint32_t u
+    cdef term_t t
+    cdef int64_t last, prev = -1
+    cdef const SubHotC* h
+    while i < hi:
+        h = &table.hot[sids[i]]
+        last = table.terms[h.term_off + h.nterms - 1].term if h.nterms else -1
+        if i > lo and total > budget and last != prev:
+            break
+        for u in range(h.nterms):
+            t = table.terms[h.term_off + u].term
+            if t >= stamp.size():
+                stamp.resize(<size_t>t + 1, 0)
+            if stamp[t] != mark:
+                stamp[t] = mark
+                if t < counts.size():
+                    total += counts[t]
+        prev = last
+        i += 1
+    return i
 
 
 def set_search_order(int n):
