@@ -454,6 +454,8 @@ cdef class CoreEngine:
                         self.bulk_offers += search_register(self.buffers, search, self.table, &rest[g], ge - g,
                                                             &self.bulk_build_ns)
                     self._add_search_stats(search.stats())
+                    with nogil:
+                        search.release()
                     search = None
                     g = ge
                 self.bulk_passes += 1

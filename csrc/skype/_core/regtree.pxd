@@ -26,6 +26,7 @@ cdef class RegistrationTree(RegistrationIndex):
     cdef vector[TNodeC] nodes
     cdef double weight_scale     # a weight extent against a location extent / MaxDist, when splitting
     cdef uint64_t n_descents
+    cdef uint32_t leaf_size      # entries per leaf (LEAF_SIZE when built)
     cdef bint leaf_by_weight     # leaves sorted by descending weight, scans stopped early (LEAF_ORDER)
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
@@ -35,6 +36,7 @@ cdef class RegistrationTree(RegistrationIndex):
     cdef double _node_sim(self, const SubHotC* h, const TNodeC* nd) noexcept nogil
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil
+    cdef void release(self) noexcept nogil
     cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
                                 const STermC* st) noexcept nogil
 

@@ -12,9 +12,9 @@ then splits by weight.  So a node's box and largest weight are tight in whicheve
 still matters, for any alpha: one structure serves distance-led and text-led subscriptions.
 
 Layout.  A term's entries are permuted in place so that every node covers a contiguous run
-[first, first + count); a node of more than BLOCK entries splits at a multiple of BLOCK (the
-median of its dimension, by ``nth_element``), so leaves hold BLOCK entries (the last one of a
-term up to BLOCK).  Children are stored side by side.  Each node has the bounding box of its
+[first, first + count); a node of more than LEAF_SIZE (8) entries splits at a multiple of it (the
+median of its dimension, by ``nth_element``), so leaves hold LEAF_SIZE entries (the last one of a
+term up to LEAF_SIZE).  Children are stored side by side.  Each node has the bounding box of its
 entries' locations and their largest weight, the header of regsearch's blocks, in floats rounded
 outward (the box's minima down, its maxima and the weight up: a box that contains the exact one,
 so its key still bounds every entry's score; the splits use the exact box): a node is 32 bytes
@@ -82,8 +82,10 @@ cdef uint64_t GROUP_ENTRIES = 0
 # falls below the worst kept score (1), or left in the split's order (0)
 cdef int LEAF_ORDER = 0
 
+# entries per leaf (an A/B hook: ``set_leaf_size``, read when an index is built)
+cdef uint32_t LEAF_SIZE = 8
+
 cdef enum:
-    BLOCK = 8                # entries per leaf
     LEVEL_NODE = 4           # an item's level: a tree node (regsearch's entry items: LEVEL_ENTRY)
 
 
@@ -108,6 +110,18 @@ cdef extern from *:
     void sort_by_weight "skype_sort_by_weight"(SEntryC* first, SEntryC* last) noexcept nogil
 
 
+cdef extern from *:
+    """
+    #if defined(__GLIBC__)
+    #include <malloc.h>
+    static inline void skype_reg_trim_heap(void) { malloc_trim(0); }
+    #else
+    static inline void skype_reg_trim_heap(void) {}
+    #endif
+    """
+    void trim_heap "skype_reg_trim_heap"() noexcept nogil
+
+
 cdef inline float down(double v) noexcept nogil:
     """The largest float at most v."""
     cdef float f = <float>v
@@ -130,6 +144,7 @@ cdef class RegistrationTree(RegistrationIndex):
         self.weight_scale = WEIGHT_SCALE
         self.n_descents = 0
         self.leaf_by_weight = LEAF_ORDER != 0
+        self.leaf_size = LEAF_SIZE
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
         """Index the window's messages under the terms of sids[0:n]: one k-d tree per term."""
@@ -163,11 +178,11 @@ cdef class RegistrationTree(RegistrationIndex):
         self.build_ns += now_ns() - t0
 
     cdef void _split(self, uint32_t at) noexcept nogil:
-        """The header of node ``at``; over BLOCK entries, its children (split at a multiple of
-        BLOCK along its widest dimension)."""
+        """The header of node ``at``; over the leaf size, its children (split at a multiple of
+        it along its widest dimension); a leaf sorted by weight if ``leaf_by_weight``."""
         cdef TNodeC* nd = &self.nodes[at]
         cdef SEntryC* e = self.entries.data() + nd.first
-        cdef uint32_t i, count = nd.count, half
+        cdef uint32_t i, count = nd.count, half, leaf = self.leaf_size
         cdef uint32_t first = nd.first
         cdef double minw, ex, ey, ew
         cdef int dim
@@ -184,7 +199,7 @@ cdef class RegistrationTree(RegistrationIndex):
         nd.maxx = up(box.r.maxx)
         nd.maxy = up(box.r.maxy)
         nd.maxw = up(box.maxw)
-        if count <= BLOCK:
+        if count <= leaf:
             if self.leaf_by_weight:
                 sort_by_weight(e, e + count)
             return
@@ -194,7 +209,7 @@ cdef class RegistrationTree(RegistrationIndex):
         dim = 0 if ex >= ey else 1
         if ew > (ex if ex >= ey else ey):
             dim = 2
-        half = ((count + BLOCK - 1) // BLOCK + 1) // 2 * BLOCK
+        half = ((count + leaf - 1) // leaf + 1) // 2 * leaf
         nth_by(e, e + half, e + count, dim)
         nd.child = <uint32_t>self.nodes.size()
         child.first = nd.first
@@ -324,6 +339,25 @@ cdef class RegistrationTree(RegistrationIndex):
                 prefetch(win_terms(self.window, win_get(
                     self.window, oldest + <uint32_t>(self.entries[self.cand[c]].seq_lo - <uint32_t>oldest))))
 
+    cdef void release(self) noexcept nogil:
+        """Free the index (its counters stay) and give the heap's free pages back to the OS
+        (glibc's malloc_trim): a group's index is freed before the next is built, and the
+        buffers built meanwhile sit between the heap's holes, which the next index's arrays
+        (of other sizes) need not fit: untrimmed, each group would touch new pages."""
+        self.entries.clear()
+        self.entries.shrink_to_fit()
+        self.masks.clear()
+        self.masks.shrink_to_fit()
+        self.slices.clear()
+        self.slices.shrink_to_fit()
+        self.nodes.clear()
+        self.nodes.shrink_to_fit()
+        self.terms.clear()
+        self.terms.shrink_to_fit()
+        self.term_slot.clear()
+        self.term_slot.shrink_to_fit()
+        trim_heap()
+
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
         return RegistrationIndex.memory_bytes(self) + self.nodes.capacity() * sizeof(TNodeC)
@@ -350,6 +384,15 @@ def set_prefetch_items(int n):
     global PREFETCH_ITEMS
     cdef int before = PREFETCH_ITEMS
     PREFETCH_ITEMS = n
+    return before
+
+
+def set_leaf_size(uint32_t n):
+    """Set the entries per leaf (at least 1; 8 by default): an A/B hook read when an index is
+    built; returns the previous setting."""
+    global LEAF_SIZE
+    cdef uint32_t before = LEAF_SIZE
+    LEAF_SIZE = n if n > 0 else 1
     return before
 
 
