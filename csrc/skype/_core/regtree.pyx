@@ -45,6 +45,15 @@ starts the loads of the entry items' masks and window records when they are push
 popped, then read from the window: two dependent misses), 2 (the default) also their terms; 0
 none.  No order and no
 prefetch changes a run (tests/test_registration_search.py).
+
+Two A/B hooks, off by default (``docs/results/2026-11-29-registration-groups.md``: neither won).
+``set_leaf_order(1)``: each leaf sorted by descending weight at build, and its scan stopped at the
+first entry whose bound (the leaf box's spatial bound, the entry's weight) is below the worst kept
+score (``_score_block``): an eighth fewer entries scored, the same leaves read.
+``set_group_entries(n)``: the engine builds, searches and frees (``release``: the heap trimmed)
+an index per group of the ordered batch (``group_end``: about n window entries, cut where the
+most frequent term changes), so the index is never whole; but a group's subscriptions need most
+mid-frequency lists, so the groups rebuild them (8x the entries at 14 groups, 200k).
 """
 cimport cython
 from libcpp.vector cimport vector
