@@ -11,7 +11,8 @@ which must be the same for every variant (the run exits 1 otherwise).
 
 A variant is ``name:knob=value,...`` over the search's A/B hooks (``regtree.set_runs_at_once``,
 ``regtree.set_search_order``, ``regtree.set_prefetch_items``, ``regtree.set_group_entries``,
-``regtree.set_leaf_order``, ``regtree.set_leaf_size``, ``regsearch.set_slice_min``); a knob not
+``regtree.set_leaf_order``, ``regtree.set_leaf_size``, ``regtree.set_prefetch_leaves``,
+``regsearch.set_slice_min``); a knob not
 named keeps its default; ``per_sub=1`` registers without the bulk path (every subscription
 searches the window's message index; its digest differs).  Example (the registration-speed results page)::
 
@@ -35,6 +36,7 @@ from skype.data.workloads import make_workload
 HOOKS = {"runs": regtree.set_runs_at_once, "order": regtree.set_search_order,
          "prefetch": regtree.set_prefetch_items, "group": regtree.set_group_entries,
          "leaf": regtree.set_leaf_order, "leaf_size": regtree.set_leaf_size,
+         "pf_leaves": regtree.set_prefetch_leaves,
          "slice_min": regsearch.set_slice_min}
 
 

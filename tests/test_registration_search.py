@@ -135,14 +135,15 @@ def test_batch_order_and_prefetch_keep_search_equal_to_replay(buffer, order):
 def test_index_per_group_and_weight_sorted_leaves_keep_search_equal_to_replay(buffer, leaf):
     """The registration index built per group of the batch (a budget of 1 entry: a group per
     most frequent term; 300: a group per pass here; 0: one index) and leaves sorted by weight with an early
-    stop: every buffer equals the replay's, the results after the stream the reference's."""
-    from skype._core.regtree import set_group_entries, set_leaf_order
+    stop (with leaves prefetched): every buffer equals the replay's, the results after the
+    stream the reference's."""
+    from skype._core.regtree import set_group_entries, set_leaf_order, set_prefetch_leaves
 
     vocab, subs, msgs = workload(7)
     ref = reference(7, "count", None)
     got = []
     for mode, group in (("replay", 0), ("search", 0), ("search", 1), ("search", 300)):
-        before = (set_group_entries(group), set_leaf_order(leaf))
+        before = (set_group_entries(group), set_leaf_order(leaf), set_prefetch_leaves(leaf))
         try:
             eng = engine(vocab, mode, buffer=buffer, budget=700, factor=1, window=150)
             eng.publish_batch(msgs.slice(0, FILL))
@@ -150,6 +151,7 @@ def test_index_per_group_and_weight_sorted_leaves_keep_search_equal_to_replay(bu
         finally:
             set_group_entries(before[0])
             set_leaf_order(before[1])
+            set_prefetch_leaves(before[2])
         got.append(states(eng, subs.ids))
         search = eng.stats()["bulk_registration"]["search"]
         if mode == "search":

@@ -37,6 +37,7 @@ cdef class RegistrationTree(RegistrationIndex):
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil
     cdef void release(self) noexcept nogil
+    cdef void _prefetch_leaf(self, const TNodeC* nd) noexcept nogil
     cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
                                 const STermC* st) noexcept nogil
 

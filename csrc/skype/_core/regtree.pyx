@@ -70,7 +70,7 @@ from skype._core.buffers cimport Buffers
 from skype._core.bulk cimport bulk_capacity
 from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, LEVEL_ENTRY, box_start,
                                     box_widen)
-from skype._core.regmasks cimport holds_bits
+from skype._core.regmasks cimport holds_bits, TermBitsC
 from skype._core.scoring cimport combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
@@ -91,6 +91,8 @@ cdef uint64_t GROUP_ENTRIES = 0
 # falls below the worst kept score (1), or left in the split's order (0)
 cdef int LEAF_ORDER = 0
 
+# a leaf's entries and masks prefetched all at once before it is scored (1: an A/B hook), or not (0)
+cdef int PREFETCH_LEAVES = 0
 # entries per leaf (an A/B hook: ``set_leaf_size``, read when an index is built)
 cdef uint32_t LEAF_SIZE = 8
 
@@ -284,6 +286,8 @@ cdef class RegistrationTree(RegistrationIndex):
             while True:
                 nd = &self.nodes[at]
                 if nd.child == 0:
+                    if PREFETCH_LEAVES:
+                        self._prefetch_leaf(nd)
                     self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap, self.leaf_by_weight,
                                       self._node_sim(h, nd) if self.leaf_by_weight else 0.0)
                     break
@@ -303,6 +307,16 @@ cdef class RegistrationTree(RegistrationIndex):
                 self.n_descents += 1
                 at = better
         self._emit(out)
+
+    cdef void _prefetch_leaf(self, const TNodeC* nd) noexcept nogil:
+        """Start the loads of a leaf's entries (4 lines) and masks (2 lines) at once."""
+        cdef const char* e = <const char*>&self.entries[nd.first]
+        cdef const char* k = <const char*>&self.masks[nd.first]
+        cdef size_t off
+        for off in range(0, nd.count * sizeof(SEntryC), 64):
+            prefetch(e + off)
+        for off in range(0, nd.count * sizeof(TermBitsC), 64):
+            prefetch(k + off)
 
     cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
                                 const STermC* st) noexcept nogil:
@@ -393,6 +407,15 @@ def set_prefetch_items(int n):
     global PREFETCH_ITEMS
     cdef int before = PREFETCH_ITEMS
     PREFETCH_ITEMS = n
+    return before
+
+
+def set_prefetch_leaves(int n):
+    """Prefetch a leaf's entries and masks at once before scoring it (1) or not (0): an A/B
+    hook; returns the previous setting."""
+    global PREFETCH_LEAVES
+    cdef int before = PREFETCH_LEAVES
+    PREFETCH_LEAVES = n
     return before
 
 
