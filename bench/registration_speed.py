@@ -12,9 +12,9 @@ which must be the same for every variant (the run exits 1 otherwise).
 A variant is ``name:knob=value,...`` over the search's A/B hooks (``regtree.set_runs_at_once``,
 ``regtree.set_search_order``, ``regtree.set_prefetch_items``, ``regtree.set_group_entries``,
 ``regtree.set_leaf_order``, ``regtree.set_leaf_size``, ``regtree.set_prefetch_leaves``,
-``regsearch.set_slice_min``); a knob not
-named keeps its default; ``per_sub=1`` registers without the bulk path (every subscription
-searches the window's message index; its digest differs).  Example (the registration-speed results page)::
+``regsearch.set_slice_min``); a knob not named keeps its default; ``per_sub=1`` registers
+without the bulk path (every subscription searches the window's message index; its digest
+differs).  Example (the registration-speed results page)::
 
     PYTHONPATH=. python bench/registration_speed.py --num-subs 200000 --rounds 2 \\
         --variants base: whole:runs=16777216

@@ -46,7 +46,8 @@ popped, then read from the window: two dependent misses), 2 (the default) also t
 none.  No order and no
 prefetch changes a run (tests/test_registration_search.py).
 
-Two A/B hooks, off by default (``docs/results/2026-11-29-registration-groups.md``: neither won).
+A/B hooks, off by default (``docs/results/2026-11-29-registration-groups.md``: none won):
+``set_leaf_size`` (8), ``set_prefetch_leaves`` (a leaf's lines loaded at once before its scan).
 ``set_leaf_order(1)``: each leaf sorted by descending weight at build, and its scan stopped at the
 first entry whose bound (the leaf box's spatial bound, the entry's weight) is below the worst kept
 score (``_score_block``): an eighth fewer entries scored, the same leaves read.
