@@ -10,11 +10,8 @@ ratio to the first variant, and a digest of every buffer's state (``Engine.buffe
 which must be the same for every variant (the run exits 1 otherwise).
 
 A variant is ``name:knob=value,...`` over the search's A/B hooks (``regtree.set_runs_at_once``,
-``regtree.set_search_order``, ``regtree.set_prefetch_items``, ``regtree.set_group_entries``,
-``regtree.set_leaf_order``, ``regtree.set_leaf_size``, ``regtree.set_prefetch_leaves``,
-``regsearch.set_slice_min``); a knob not named keeps its default; ``per_sub=1`` registers
-without the bulk path (every subscription searches the window's message index; its digest
-differs).  Example (the registration-speed results page)::
+``regtree.set_search_order``, ``regtree.set_prefetch_items``, ``regsearch.set_slice_min``); a knob not named keeps its
+default.  Example (the registration-speed results page)::
 
     PYTHONPATH=. python bench/registration_speed.py --num-subs 200000 --rounds 2 \\
         --variants base: whole:runs=16777216
@@ -34,9 +31,7 @@ from skype._core import regsearch, regtree
 from skype.data.workloads import make_workload
 
 HOOKS = {"runs": regtree.set_runs_at_once, "order": regtree.set_search_order,
-         "prefetch": regtree.set_prefetch_items, "group": regtree.set_group_entries,
-         "leaf": regtree.set_leaf_order, "leaf_size": regtree.set_leaf_size,
-         "pf_leaves": regtree.set_prefetch_leaves,
+         "prefetch": regtree.set_prefetch_items,
          "slice_min": regsearch.set_slice_min}
 
 
@@ -45,7 +40,7 @@ def parse(spec: str) -> tuple[str, dict[str, int]]:
     out = {}
     for kv in filter(None, knobs.split(",")):
         key, _, value = kv.partition("=")
-        if key not in HOOKS and key != "per_sub":
+        if key not in HOOKS:
             raise SystemExit(f"unknown knob {key!r}: one of {sorted(HOOKS)}")
         out[key] = int(value)
     return name, out
@@ -55,11 +50,7 @@ def register(w, window: int, knobs: dict[str, int]) -> tuple[dict, str]:
     eng = Engine(bounds=w.bounds, vocabulary=w.vocabulary, window=window)
     eng.publish_batch(w.messages.slice(0, window))
     gc.collect()
-    if knobs.get("per_sub"):
-        # no bulk registration: each subscription searches the window's message index itself
-        # (``Buffers.init_sub``); its buffers need not equal the bulk paths' (the digest differs)
-        eng._core.configure_bulk(1 << 62, 16 << 20, 2)
-    before = {key: HOOKS[key](value) for key, value in knobs.items() if key in HOOKS}
+    before = {key: HOOKS[key](value) for key, value in knobs.items()}
     try:
         c0, t0 = time.process_time(), time.perf_counter()
         eng.subscribe_batch(w.subscriptions)
@@ -71,14 +62,12 @@ def register(w, window: int, knobs: dict[str, int]) -> tuple[dict, str]:
     for i in w.subscriptions.ids:
         digest.update(repr(eng.buffer_state(int(i))).encode())
     s = eng.stats()["bulk_registration"]
-    search = s["search"] or {"searches": 0, "index_bytes": 0, "entries": 0, "index_seconds": 0.0}
+    search = s["search"]
     n = max(1, search["searches"])
     out = {"cpu_s": round(c1 - c0, 3), "wall_s": round(t1 - t0, 3),
-           "per_subscription": {k: round(search.get(k, 0) / n, 2) for k in
-                                ("scored", "blocks", "items", "descents", "fetched", "entry_items", "entry_scans",
-                                 "leaf_skipped")},
-           "index_mb": round(search["index_bytes"] / 2 ** 20, 1), "index_builds": search.get("index_builds", 1),
-           "index_entries": search["entries"], "index_s": round(search["index_seconds"], 2)}
+           "per_subscription": {k: round(search[k] / n, 2) for k in
+                                ("scored", "blocks", "items", "descents", "fetched", "entry_items", "entry_scans")},
+           "index_mb": round(search["index_bytes"] / 2 ** 20, 1)}
     return out, digest.hexdigest()
 
 

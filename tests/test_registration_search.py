@@ -130,41 +130,6 @@ def test_batch_order_and_prefetch_keep_search_equal_to_replay(buffer, order):
     assert all(g == got[0] for g in got[1:])
 
 
-@pytest.mark.parametrize("leaf", [0, 1])
-@pytest.mark.parametrize("buffer", BUFFERS)
-def test_index_per_group_and_weight_sorted_leaves_keep_search_equal_to_replay(buffer, leaf):
-    """The registration index built per group of the batch (a budget of 1 entry: a group per
-    most frequent term; 300: a group per pass here; 0: one index) and leaves sorted by weight with an early
-    stop (with leaves prefetched): every buffer equals the replay's, the results after the
-    stream the reference's."""
-    from skype._core.regtree import set_group_entries, set_leaf_order, set_prefetch_leaves
-
-    vocab, subs, msgs = workload(7)
-    ref = reference(7, "count", None)
-    got = []
-    for mode, group in (("replay", 0), ("search", 0), ("search", 1), ("search", 300)):
-        before = (set_group_entries(group), set_leaf_order(leaf), set_prefetch_leaves(leaf))
-        try:
-            eng = engine(vocab, mode, buffer=buffer, budget=700, factor=1, window=150)
-            eng.publish_batch(msgs.slice(0, FILL))
-            eng.subscribe_batch(subs)
-        finally:
-            set_group_entries(before[0])
-            set_leaf_order(before[1])
-            set_prefetch_leaves(before[2])
-        got.append(states(eng, subs.ids))
-        search = eng.stats()["bulk_registration"]["search"]
-        if mode == "search":
-            passes = eng.stats()["bulk_registration"]["passes"]
-            assert search["index_builds"] == 1 if group == 0 else search["index_builds"] >= passes
-            assert group != 1 or search["index_builds"] > passes
-            assert (search["leaf_skipped"] > 0) == bool(leaf)
-        eng.publish_batch(msgs.slice(FILL, len(msgs)))
-        assert results(eng) == ref[2]
-        assert eng.check_invariants()
-    assert all(g == got[0] for g in got[1:])
-
-
 def test_short_runs_fall_back_identically():
     # hot terms, tied scores: runs of k + 16 are too short for many skyband scans
     vocab, subs, msgs = dense_workload(seed=3, num_subs=160, num_messages=900, vocab_size=6, zipf=2.0)
@@ -225,18 +190,13 @@ def adversarial(draw):
                              np.array(draw(st.lists(alpha, min_size=n_subs, max_size=n_subs))),
                              _matrix(n_subs, v + 3, 3, weights, draw))
     vocab = Vocabulary.from_document_frequencies({f"w{i}": v + 3 - i for i in range(v + 3)}, n_msgs)
-    return vocab, subs, msgs, draw(st.sampled_from(BUFFERS)), draw(st.integers(1, 3)), draw(st.sampled_from(
-        [(0, 0), (0, 1), (1, 1), (20, 0)]))
+    return vocab, subs, msgs, draw(st.sampled_from(BUFFERS)), draw(st.integers(1, 3))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(adversarial())
 def test_search_equals_replay_and_reference_on_adversarial_windows(case):
-    """Also with the search's index per group (a budget of 1 or 20 entries) and its leaves
-    sorted by weight (``regtree.set_group_entries``, ``set_leaf_order``)."""
-    from skype._core.regtree import set_group_entries, set_leaf_order
-
-    vocab, subs, msgs, buffer, factor, (group, leaf) = case
+    vocab, subs, msgs, buffer, factor = case
     window = max(1, len(msgs) // 2)
     ref = ReferenceEngine(bounds=BOUNDS, vocabulary=vocab, window=window)
     ref.publish_batch(msgs)
@@ -245,12 +205,7 @@ def test_search_equals_replay_and_reference_on_adversarial_windows(case):
     for mode in MODES:
         eng = engine(vocab, mode, buffer=buffer, factor=factor, window=window)
         eng.publish_batch(msgs)
-        before = (set_group_entries(group), set_leaf_order(leaf))
-        try:
-            eng.subscribe_batch(subs)
-        finally:
-            set_group_entries(before[0])
-            set_leaf_order(before[1])
+        eng.subscribe_batch(subs)
         got[mode] = states(eng, subs.ids)
         assert results(eng) == results(ref)
     assert got["search"] == got["replay"]

@@ -64,4 +64,3 @@ cdef class CoreEngine:
                              const double* weights) noexcept nogil
     cdef void _flush(self, int64_t at) noexcept nogil
     cdef void _subscribe_bulk(self, vector[sid_t]& sids)
-    cdef void _add_search_stats(self, dict stats)

@@ -36,8 +36,7 @@ from skype._core.buffers cimport Buffers, EventC, prefetch_buffer, prefetch_admi
 from skype._core.reevaluation cimport BUF_SKYBAND
 from skype._core.bulk cimport bulk_capacity, bulk_replay, sample_then_rest
 from skype._core.regsearch import buffer_state
-from skype._core.regtree cimport (RegistrationTree, order_batch, search_register, group_entries,
-                                  window_term_counts, group_end)
+from skype._core.regtree cimport RegistrationTree, order_batch, search_register
 from skype._core.flush cimport TopkChanges
 
 cnp.import_array()
@@ -412,28 +411,22 @@ cdef class CoreEngine:
 
     cdef void _subscribe_bulk(self, vector[sid_t]& sids):
         """Initialise the buffers of a large batch from runs found by replaying the window
-        (bulk.pyx) or by searching a static index of it (regtree.pyx, ``reg_search``): one index
-        for the batch, or one per group of it (``regtree.group_end``), freed before the next."""
-        cdef size_t n = sids.size(), i, start, g, ge
-        cdef uint64_t used, budget = group_entries()
-        cdef uint32_t mark = 0
+        (bulk.pyx) or by searching a static index of it (regtree.pyx, ``reg_search``)."""
+        cdef size_t n = sids.size(), i, start
+        cdef uint64_t used
         cdef vector[sid_t] rest
-        cdef vector[uint32_t] counts, stamp
         cdef SubscriptionIndex tmp
         cdef RegistrationTree search = None
         cdef double t0 = now_ns()
         with nogil:
             sample_then_rest(self.buffers, self.table, sids, rest, self.bulk_adapt)
             order_batch(self.table, rest)       # by term and place: the runs do not depend on it
-        # registration by search (regtree.pyx): a static index of the window, the replay's passes and runs
+        # registration by search (regtree.pyx): one static index of the window, the replay's passes and runs
+        search = None
         if self.reg_search and rest.size():
-            if budget:
-                with nogil:
-                    window_term_counts(self.window, counts)
-            else:
-                search = RegistrationTree(self.window, self.max_dist)
-                with nogil:
-                    search.build(self.table, rest.data(), rest.size())
+            search = RegistrationTree(self.window, self.max_dist)
+            with nogil:
+                search.build(self.table, rest.data(), rest.size())
         start = 0
         while start < rest.size():
             used = 0
@@ -443,24 +436,6 @@ cdef class CoreEngine:
                 if used > self.bulk_budget and i > start:
                     break
                 i += 1
-            if self.reg_search and budget:
-                g = start
-                while g < i:            # per group: its index built, searched, then freed
-                    mark += 1
-                    search = RegistrationTree(self.window, self.max_dist)
-                    with nogil:
-                        ge = group_end(self.table, counts, stamp, mark, rest.data(), g, i, budget)
-                        search.build(self.table, &rest[g], ge - g)
-                        self.bulk_offers += search_register(self.buffers, search, self.table, &rest[g], ge - g,
-                                                            &self.bulk_build_ns)
-                    self._add_search_stats(search.stats())
-                    with nogil:
-                        search.release()
-                    search = None
-                    g = ge
-                self.bulk_passes += 1
-                start = i
-                continue
             if search is not None:
                 with nogil:
                     self.bulk_offers += search_register(self.buffers, search, self.table, &rest[start], i - start,
@@ -479,20 +454,12 @@ cdef class CoreEngine:
             self.bulk_passes += 1
             start = i
         if search is not None:
-            self._add_search_stats(search.stats())
+            for key, v in search.stats().items():      # the index is a transient: keep its largest size
+                old = self.search_stats.get(key, 0)
+                self.search_stats[key] = max(old, v) if key == "index_bytes" else old + v
             search = None
         self.bulk_subscriptions += n
         self.bulk_ns += now_ns() - t0
-
-    cdef void _add_search_stats(self, dict stats):
-        """Add a registration index's counters (its ``stats()``) to ``search_stats``; its size is
-        a transient: the largest one is kept (``index_bytes``), and the indexes built are counted."""
-        for key, v in stats.items():
-            if key == "index_bytes":
-                self.search_stats[key] = max(self.search_stats.get(key, 0), v)
-            else:
-                self.search_stats[key] = self.search_stats.get(key, 0) + v
-        self.search_stats["index_builds"] = self.search_stats.get("index_builds", 0) + 1
 
     def buffer_state(self, int64_t ext_id):
         """A subscription's whole buffer state (regsearch.buffer_state): tests compare paths."""

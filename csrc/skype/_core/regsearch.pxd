@@ -66,7 +66,6 @@ cdef class RegistrationIndex:          # no layout of its own: RegistrationTree 
     cdef uint64_t n_searches, n_items, n_blocks, n_scored, n_fetched, n_pruned_entries, n_entry_items
     cdef uint64_t n_entry_scans             # list entries covered by the entry-item scans
     cdef uint64_t n_fetched_alone           # window reads of a message holding no term of s but the searched one
-    cdef uint64_t n_leaf_skipped            # leaf entries not read: a weight-sorted leaf's scan stopped early
     cdef double build_ns
 
     @cython.final
@@ -90,7 +89,7 @@ cdef class RegistrationIndex:          # no layout of its own: RegistrationTree 
 
     @cython.final
     cdef void _score_block(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
-                           uint64_t p0, uint64_t p1, uint32_t cap, bint by_weight, double box_sim) noexcept nogil
+                           uint64_t p0, uint64_t p1, uint32_t cap) noexcept nogil
 
     @cython.final
     cdef void _emit(self, vector[RankedC]* out) noexcept nogil

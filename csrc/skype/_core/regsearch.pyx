@@ -109,7 +109,6 @@ cdef class RegistrationIndex:
         self.max_dist = max_dist
         self.n_searches = self.n_items = self.n_blocks = self.n_scored = self.n_fetched = 0
         self.n_pruned_entries = self.n_entry_items = self.n_fetched_alone = self.n_entry_scans = 0
-        self.n_leaf_skipped = 0
         self.build_ns = 0
 
     # ------------------------------------------------------------------ collection
@@ -378,12 +377,9 @@ cdef class RegistrationIndex:
         self._score_message(h, terms, it.qterm, oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest), cap)
 
     cdef void _score_block(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
-                           uint64_t p0, uint64_t p1, uint32_t cap, bint by_weight, double box_sim) noexcept nogil:
+                           uint64_t p0, uint64_t p1, uint32_t cap) noexcept nogil:
         """Score the entries [p0, p1) of query term qi's list designated to qi and holding no
-        later term of s (those are entry items).  ``by_weight``: the entries are in descending
-        weight and box_sim is at least the spatial similarity of each (from a box that contains
-        them), so once the heap is full and combine(alpha, box_sim, w(qi,s) * w) falls below its
-        worst score, no later entry can enter (a scored entry's TSim is w(qi,s) * w): stop."""
+        later term of s (those are entry items)."""
         cdef uint64_t p
         cdef TermBitsC before = self.q_before[qi], after = self.q_after[qi]
         cdef int nq = h.nterms
@@ -393,13 +389,6 @@ cdef class RegistrationIndex:
         self.n_blocks += 1
         for p in range(p0, p1):
             e = &self.entries[p]
-            if by_weight and self.best.size() == cap:
-                acc = terms[qi].w * e.w
-                if acc > 1.0:
-                    acc = 1.0
-                if combine(h.alpha, box_sim, acc) + BOUND_SLACK < self.best[0].score:
-                    self.n_leaf_skipped += p1 - p
-                    break
             if may_hold(&self.masks[p], self.q_bits.data(), qi + 1, nq, &after):
                 continue                        # an entry item of its own
             seq = oldest + <uint32_t>(e.seq_lo - <uint32_t>oldest)
@@ -437,7 +426,7 @@ cdef class RegistrationIndex:
         return {"searches": self.n_searches, "items": self.n_items, "blocks": self.n_blocks,
                 "scored": self.n_scored, "fetched": self.n_fetched, "entries_pruned": self.n_pruned_entries,
                 "entry_items": self.n_entry_items, "fetched_alone": self.n_fetched_alone,
-                "entry_scans": self.n_entry_scans, "leaf_skipped": self.n_leaf_skipped,
+                "entry_scans": self.n_entry_scans,
                 "entries": self.entries.size(), "index_seconds": self.build_ns / 1e9}
 
 

@@ -2,7 +2,6 @@
 cimport cython
 from libcpp.vector cimport vector
 from libc.stdint cimport uint32_t, uint64_t
-from skype._core.window cimport WindowStore
 from skype._core.types cimport sid_t, SubTermC
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers
@@ -26,18 +25,13 @@ cdef class RegistrationTree(RegistrationIndex):
     cdef vector[TNodeC] nodes
     cdef double weight_scale     # a weight extent against a location extent / MaxDist, when splitting
     cdef uint64_t n_descents
-    cdef uint32_t leaf_size      # entries per leaf (LEAF_SIZE when built)
-    cdef bint leaf_by_weight     # leaves sorted by descending weight, scans stopped early (LEAF_ORDER)
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil
     cdef void _split(self, uint32_t node) noexcept nogil
     cdef double _node_bound(self, const SubHotC* h, const SubTermC* terms, uint32_t qi,
                             const TNodeC* nd) noexcept nogil
-    cdef double _node_sim(self, const SubHotC* h, const TNodeC* nd) noexcept nogil
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil
-    cdef void release(self) noexcept nogil
-    cdef void _prefetch_leaf(self, const TNodeC* nd) noexcept nogil
     cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
                                 const STermC* st) noexcept nogil
 
@@ -45,7 +39,3 @@ cdef class RegistrationTree(RegistrationIndex):
 cdef void order_batch(SubTable table, vector[sid_t]& sids) noexcept nogil
 cdef uint64_t search_register(Buffers b, RegistrationTree idx, SubTable table, const sid_t* sids,
                               size_t n, double* build_ns) noexcept nogil
-cdef uint64_t group_entries() noexcept nogil
-cdef void window_term_counts(WindowStore window, vector[uint32_t]& counts) noexcept nogil
-cdef size_t group_end(SubTable table, const vector[uint32_t]& counts, vector[uint32_t]& stamp, uint32_t mark,
-                      const sid_t* sids, size_t lo, size_t hi, uint64_t budget) noexcept nogil

@@ -12,9 +12,9 @@ then splits by weight.  So a node's box and largest weight are tight in whicheve
 still matters, for any alpha: one structure serves distance-led and text-led subscriptions.
 
 Layout.  A term's entries are permuted in place so that every node covers a contiguous run
-[first, first + count); a node of more than LEAF_SIZE (8) entries splits at a multiple of it (the
-median of its dimension, by ``nth_element``), so leaves hold LEAF_SIZE entries (the last one of a
-term up to LEAF_SIZE).  Children are stored side by side.  Each node has the bounding box of its
+[first, first + count); a node of more than BLOCK entries splits at a multiple of BLOCK (the
+median of its dimension, by ``nth_element``), so leaves hold BLOCK entries (the last one of a
+term up to BLOCK).  Children are stored side by side.  Each node has the bounding box of its
 entries' locations and their largest weight, the header of regsearch's blocks, in floats rounded
 outward (the box's minima down, its maxima and the weight up: a box that contains the exact one,
 so its key still bounds every entry's score; the splits use the exact box): a node is 32 bytes
@@ -45,25 +45,15 @@ starts the loads of the entry items' masks and window records when they are push
 popped, then read from the window: two dependent misses), 2 (the default) also their terms; 0
 none.  No order and no
 prefetch changes a run (tests/test_registration_search.py).
-
-A/B hooks, off by default (``docs/results/2026-11-29-registration-groups.md``: none won):
-``set_leaf_size`` (8), ``set_prefetch_leaves`` (a leaf's lines loaded at once before its scan).
-``set_leaf_order(1)``: each leaf sorted by descending weight at build, and its scan stopped at the
-first entry whose bound (the leaf box's spatial bound, the entry's weight) is below the worst kept
-score (``_score_block``): an eighth fewer entries scored, the same leaves read.
-``set_group_entries(n)``: the engine builds, searches and frees (``release``: the heap trimmed)
-an index per group of the ordered batch (``group_end``: about n window entries, cut where the
-most frequent term changes), so the index is never whole; but a group's subscriptions need most
-mid-frequency lists, so the groups rebuild them (8x the entries at 14 groups, 200k).
 """
 cimport cython
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport sqrt, nextafterf, INFINITY
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from skype._core.types cimport term_t, sid_t, seq_t, SubTermC, MsgTermC, now_ns, prefetch
-from skype._core.window cimport WindowStore, MsgC, win_get, win_terms
+from libc.stdint cimport int32_t, uint32_t, uint64_t
+from skype._core.types cimport sid_t, seq_t, SubTermC, now_ns, prefetch
+from skype._core.window cimport WindowStore, win_get, win_terms
 from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.blocks cimport spread16              # a Z-order half (the block layout's)
 from skype._core.reevaluation cimport RankedC
@@ -71,7 +61,7 @@ from skype._core.buffers cimport Buffers
 from skype._core.bulk cimport bulk_capacity
 from skype._core.regsearch cimport (RegistrationIndex, SEntryC, STermC, SItemC, LEVEL_ENTRY, box_start,
                                     box_widen)
-from skype._core.regmasks cimport holds_bits, TermBitsC
+from skype._core.regmasks cimport holds_bits
 from skype._core.scoring cimport combine, spatial_sim
 
 cdef double BOUND_SLACK = 1e-12  # regsearch's: covers the rounding of the text sums
@@ -85,19 +75,9 @@ cdef uint64_t RUNS_AT_ONCE = 2 << 20
 cdef int SEARCH_ORDER = 1
 # entry items: their masks and messages' window records prefetched when pushed (1), and their terms (2)
 cdef int PREFETCH_ITEMS = 2
-# the registration index built per group of the batch (``group_end``): a group's index holds
-# about this many entries; 0: one index for the whole batch
-cdef uint64_t GROUP_ENTRIES = 0
-# a leaf's entries sorted by descending weight, its scan stopped at the first entry whose bound
-# falls below the worst kept score (1), or left in the split's order (0)
-cdef int LEAF_ORDER = 0
-
-# a leaf's entries and masks prefetched all at once before it is scored (1: an A/B hook), or not (0)
-cdef int PREFETCH_LEAVES = 0
-# entries per leaf (an A/B hook: ``set_leaf_size``, read when an index is built)
-cdef uint32_t LEAF_SIZE = 8
 
 cdef enum:
+    BLOCK = 8                # entries per leaf
     LEVEL_NODE = 4           # an item's level: a tree node (regsearch's entry items: LEVEL_ENTRY)
 
 
@@ -113,25 +93,8 @@ cdef extern from *:
         else
             std::nth_element(first, nth, last, [](const T& a, const T& b) { return a.w > b.w; });
     }
-    /* a leaf's entries by descending weight */
-    template <class T> static inline void skype_sort_by_weight(T* first, T* last) {
-        std::sort(first, last, [](const T& a, const T& b) { return a.w > b.w; });
-    }
     """
     void nth_by "skype_nth_by"(SEntryC* first, SEntryC* nth, SEntryC* last, int dim) noexcept nogil
-    void sort_by_weight "skype_sort_by_weight"(SEntryC* first, SEntryC* last) noexcept nogil
-
-
-cdef extern from *:
-    """
-    #if defined(__GLIBC__)
-    #include <malloc.h>
-    static inline void skype_reg_trim_heap(void) { malloc_trim(0); }
-    #else
-    static inline void skype_reg_trim_heap(void) {}
-    #endif
-    """
-    void trim_heap "skype_reg_trim_heap"() noexcept nogil
 
 
 cdef inline float down(double v) noexcept nogil:
@@ -155,8 +118,6 @@ cdef class RegistrationTree(RegistrationIndex):
     def __cinit__(self, WindowStore window, double max_dist):
         self.weight_scale = WEIGHT_SCALE
         self.n_descents = 0
-        self.leaf_by_weight = LEAF_ORDER != 0
-        self.leaf_size = LEAF_SIZE
 
     cdef void build(self, SubTable table, const sid_t* sids, size_t n) noexcept nogil:
         """Index the window's messages under the terms of sids[0:n]: one k-d tree per term."""
@@ -190,11 +151,11 @@ cdef class RegistrationTree(RegistrationIndex):
         self.build_ns += now_ns() - t0
 
     cdef void _split(self, uint32_t at) noexcept nogil:
-        """The header of node ``at``; over the leaf size, its children (split at a multiple of
-        it along its widest dimension); a leaf sorted by weight if ``leaf_by_weight``."""
+        """The header of node ``at``; over BLOCK entries, its children (split at a multiple of
+        BLOCK along its widest dimension)."""
         cdef TNodeC* nd = &self.nodes[at]
         cdef SEntryC* e = self.entries.data() + nd.first
-        cdef uint32_t i, count = nd.count, half, leaf = self.leaf_size
+        cdef uint32_t i, count = nd.count, half
         cdef uint32_t first = nd.first
         cdef double minw, ex, ey, ew
         cdef int dim
@@ -211,9 +172,7 @@ cdef class RegistrationTree(RegistrationIndex):
         nd.maxx = up(box.r.maxx)
         nd.maxy = up(box.r.maxy)
         nd.maxw = up(box.maxw)
-        if count <= leaf:
-            if self.leaf_by_weight:
-                sort_by_weight(e, e + count)
+        if count <= BLOCK:
             return
         ex = (box.r.maxx - box.r.minx) / self.max_dist
         ey = (box.r.maxy - box.r.miny) / self.max_dist
@@ -221,7 +180,7 @@ cdef class RegistrationTree(RegistrationIndex):
         dim = 0 if ex >= ey else 1
         if ew > (ex if ex >= ey else ey):
             dim = 2
-        half = ((count + leaf - 1) // leaf + 1) // 2 * leaf
+        half = ((count + BLOCK - 1) // BLOCK + 1) // 2 * BLOCK
         nth_by(e, e + half, e + count, dim)
         nd.child = <uint32_t>self.nodes.size()
         child.first = nd.first
@@ -237,15 +196,9 @@ cdef class RegistrationTree(RegistrationIndex):
         """regsearch's ``_box_bound`` on the node's float box: it contains the exact box (rounded
         outward) and its weight is at least the largest, so the key bounds as the exact box's
         does (MINDIST, computed in double from the floats, is monotone in the box)."""
-        cdef double tub = terms[qi].w * nd.maxw
+        cdef double tub = terms[qi].w * nd.maxw, dx = 0.0, dy = 0.0
         if tub > 1.0:
             tub = 1.0
-        return combine(h.alpha, self._node_sim(h, nd), tub) + BOUND_SLACK
-
-    cdef double _node_sim(self, const SubHotC* h, const TNodeC* nd) noexcept nogil:
-        """1 - MINDIST(s, the node's float box) / MaxDist: at least the spatial similarity of
-        each of its entries (the float box contains them)."""
-        cdef double dx = 0.0, dy = 0.0
         if h.x < nd.minx:
             dx = nd.minx - h.x
         elif h.x > nd.maxx:
@@ -254,7 +207,7 @@ cdef class RegistrationTree(RegistrationIndex):
             dy = nd.miny - h.y
         elif h.y > nd.maxy:
             dy = h.y - nd.maxy
-        return 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist
+        return combine(h.alpha, 1.0 - sqrt(dx * dx + dy * dy) / self.max_dist, tub) + BOUND_SLACK
 
     cdef void top_c(self, const SubHotC* h, const SubTermC* terms, uint32_t cap,
                     vector[RankedC]* out) noexcept nogil:
@@ -287,10 +240,7 @@ cdef class RegistrationTree(RegistrationIndex):
             while True:
                 nd = &self.nodes[at]
                 if nd.child == 0:
-                    if PREFETCH_LEAVES:
-                        self._prefetch_leaf(nd)
-                    self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap, self.leaf_by_weight,
-                                      self._node_sim(h, nd) if self.leaf_by_weight else 0.0)
+                    self._score_block(h, terms, it.qterm, nd.first, nd.first + nd.count, cap)
                     break
                 kl = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child])
                 kr = self._node_bound(h, terms, it.qterm, &self.nodes[nd.child + 1])
@@ -308,16 +258,6 @@ cdef class RegistrationTree(RegistrationIndex):
                 self.n_descents += 1
                 at = better
         self._emit(out)
-
-    cdef void _prefetch_leaf(self, const TNodeC* nd) noexcept nogil:
-        """Start the loads of a leaf's entries (4 lines) and masks (2 lines) at once."""
-        cdef const char* e = <const char*>&self.entries[nd.first]
-        cdef const char* k = <const char*>&self.masks[nd.first]
-        cdef size_t off
-        for off in range(0, nd.count * sizeof(SEntryC), 64):
-            prefetch(e + off)
-        for off in range(0, nd.count * sizeof(TermBitsC), 64):
-            prefetch(k + off)
 
     cdef void _push_entry_items(self, const SubHotC* h, const SubTermC* terms, int qi,
                                 const STermC* st) noexcept nogil:
@@ -363,25 +303,6 @@ cdef class RegistrationTree(RegistrationIndex):
                 prefetch(win_terms(self.window, win_get(
                     self.window, oldest + <uint32_t>(self.entries[self.cand[c]].seq_lo - <uint32_t>oldest))))
 
-    cdef void release(self) noexcept nogil:
-        """Free the index (its counters stay) and give the heap's free pages back to the OS
-        (glibc's malloc_trim): a group's index is freed before the next is built, and the
-        buffers built meanwhile sit between the heap's holes, which the next index's arrays
-        (of other sizes) need not fit: untrimmed, each group would touch new pages."""
-        self.entries.clear()
-        self.entries.shrink_to_fit()
-        self.masks.clear()
-        self.masks.shrink_to_fit()
-        self.slices.clear()
-        self.slices.shrink_to_fit()
-        self.nodes.clear()
-        self.nodes.shrink_to_fit()
-        self.terms.clear()
-        self.terms.shrink_to_fit()
-        self.term_slot.clear()
-        self.term_slot.shrink_to_fit()
-        trim_heap()
-
     # ------------------------------------------------------------------ Python access
     def memory_bytes(self):
         return RegistrationIndex.memory_bytes(self) + self.nodes.capacity() * sizeof(TNodeC)
@@ -409,95 +330,6 @@ def set_prefetch_items(int n):
     cdef int before = PREFETCH_ITEMS
     PREFETCH_ITEMS = n
     return before
-
-
-def set_prefetch_leaves(int n):
-    """Prefetch a leaf's entries and masks at once before scoring it (1) or not (0): an A/B
-    hook; returns the previous setting."""
-    global PREFETCH_LEAVES
-    cdef int before = PREFETCH_LEAVES
-    PREFETCH_LEAVES = n
-    return before
-
-
-def set_leaf_size(uint32_t n):
-    """Set the entries per leaf (at least 1; 8 by default): an A/B hook read when an index is
-    built; returns the previous setting."""
-    global LEAF_SIZE
-    cdef uint32_t before = LEAF_SIZE
-    LEAF_SIZE = n if n > 0 else 1
-    return before
-
-
-def set_leaf_order(int n):
-    """Sort each leaf by descending weight and stop its scan early (1), or not (0): an A/B hook
-    read when an index is built; returns the previous setting."""
-    global LEAF_ORDER
-    cdef int before = LEAF_ORDER
-    LEAF_ORDER = n
-    return before
-
-
-def set_group_entries(uint64_t n):
-    """Build the registration index per group of the batch, each about n entries (``group_end``),
-    or once for the whole batch (0): an A/B hook; returns the previous setting."""
-    global GROUP_ENTRIES
-    cdef uint64_t before = GROUP_ENTRIES
-    GROUP_ENTRIES = n
-    return before
-
-
-cdef uint64_t group_entries() noexcept nogil:
-    return GROUP_ENTRIES
-
-
-cdef void window_term_counts(WindowStore window, vector[uint32_t]& counts) noexcept nogil:
-    """counts[t]: the window's messages holding term t (one pass over the window)."""
-    cdef size_t q, j
-    cdef const MsgC* m
-    cdef const MsgTermC* mt
-    cdef term_t t
-    counts.clear()
-    for q in range(window.count):
-        m = win_get(window, window.oldest_seq + q)
-        mt = win_terms(window, m)
-        for j in range(m.nterms):
-            t = mt[j].term
-            if t >= counts.size():
-                counts.resize(<size_t>t + 1, 0)
-            counts[t] += 1
-
-
-cdef size_t group_end(SubTable table, const vector[uint32_t]& counts, vector[uint32_t]& stamp, uint32_t mark,
-                      const sid_t* sids, size_t lo, size_t hi, uint64_t budget) noexcept nogil:
-    """The end of the group of sids[lo:hi] that starts at lo: the subscriptions, in order, while
-    the window entries of their terms (each term counted once: ``stamp[t] = mark``, a mark new
-    per group) stay within ``budget``; past it, up to where the most frequent term changes, so a
-    term's subscriptions (``order_batch``) share one group and its list is collected once.  At
-    least one subscription.  A group's index (``build`` over its subscriptions) holds about
-    ``budget`` entries: the registration index is never whole."""
-    cdef uint64_t total = 0
-    cdef size_t i = lo
-    cdef uint32_t u
-    cdef term_t t
-    cdef int64_t last, prev = -1
-    cdef const SubHotC* h
-    while i < hi:
-        h = &table.hot[sids[i]]
-        last = table.terms[h.term_off + h.nterms - 1].term if h.nterms else -1
-        if i > lo and total > budget and last != prev:
-            break
-        for u in range(h.nterms):
-            t = table.terms[h.term_off + u].term
-            if t >= stamp.size():
-                stamp.resize(<size_t>t + 1, 0)
-            if stamp[t] != mark:
-                stamp[t] = mark
-                if t < counts.size():
-                    total += counts[t]
-        prev = last
-        i += 1
-    return i
 
 
 def set_search_order(int n):
