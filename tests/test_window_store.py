@@ -1,7 +1,7 @@
 """The compact window store (csrc/skype/_core/window.pyx): a term ring of any capacity that wraps
-and relays out, an open-addressing id set for duplicate detection, and extra-holder lists
-allocated on demand.  Streams of messages with many terms pass the term ring's start many times
-over, grow it and the message ring (which rebuilds the id set); after every batch the store's
+and relays out, an open-addressing id set for duplicate detection, and extra-holder lists in a
+pool of chunks allocated on demand.  Streams of messages with many terms pass the term ring's
+start many times over, grow it and the message ring (which rebuilds the id set); after every batch the store's
 invariants hold, its duplicate detection equals a Python set of the window's ids, a republished
 window id is refused (E019), and the engine's change logs and results equal the reference."""
 
@@ -169,3 +169,43 @@ def test_holder_ring_grows_in_place_while_wrapped():
     assert sizes[8] == 16384 * 4 and max(sizes) == 4 * 16384 * 4     # grew twice, both after wrapping
     assert logs[0] == logs[1]
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("buffer", ["cskyband", "kmax"])
+def test_extra_holder_chunks_recycled_and_pages_handed_back(buffer):
+    """2,100 subscriptions registered in bulk into a full window of 60 give every message a
+    chain of extra-holder chunks (15 holders a chunk); the stream then expires them all, with the
+    pool sweeping its empty pages after every chunk freed (the sweep's threshold set to a few
+    bytes), while re-evaluations take chunks from the free list (some on pages handed back, which
+    read as zeros).  Change logs and results equal the reference's chunk by chunk, every holder
+    an expiry visits still holds its message, and the pool's resident pages fall once the
+    registration's messages have left."""
+    from adversarial import BOUNDS as DENSE_BOUNDS, dense_workload
+    from skype._core import window as window_module
+
+    def rows(log):
+        return sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist()))
+
+    vocab, subs, msgs = dense_workload(seed=11, num_subs=2100, num_messages=400, max_k=3)
+    ref = ReferenceEngine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60)
+    eng = Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    window_module.set_extra_sweep_bytes(8)
+    try:
+        for e in (ref, eng):
+            e.publish_batch(msgs.slice(0, 60))
+            e.subscribe_batch(subs)
+        store = window_store(eng)
+        registered = store.memory_parts()["extra_holders"]
+        sweeps = window_module.extra_list_trims()
+        for start in range(60, len(msgs), 40):
+            chunk = msgs.slice(start, start + 40)
+            assert rows(eng.publish_batch(chunk)) == rows(ref.publish_batch(chunk))
+            store.check_invariants()
+        assert window_module.extra_list_trims() > sweeps
+        assert store.memory_parts()["extra_holders"] < registered / 2
+    finally:
+        window_module.set_extra_sweep_bytes(32 << 20)
+    assert {s: [(m.id, m.score) for m in ms] for s, ms in eng.results()} == \
+        {s: [(m.id, m.score) for m in ms] for s, ms in ref.results()}
+    c = eng.stats()["phases"]["counts"]
+    assert c["holders_visited"] == c["holders_found"] > 0

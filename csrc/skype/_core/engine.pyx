@@ -28,7 +28,7 @@ from skype._core.bufstore cimport SubBufC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.scoring cimport outside_time_window, score_pair
 from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_of, win_oldest, win_terms,
-                                 win_extra_holders, win_holder_at)
+                                 win_extra_collect, win_holder_at)
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
@@ -103,7 +103,6 @@ cdef class CoreEngine:
     cdef void _expire_oldest(self) noexcept nogil:
         cdef MsgC* m = win_oldest(self.window)
         cdef seq_t seq = m.seq
-        cdef vector[sid_t]* extra = win_extra_holders(self.window, seq)
         cdef uint64_t pos
         cdef size_t i
         cdef size_t n
@@ -137,10 +136,7 @@ cdef class CoreEngine:
             sid = win_holder_at(self.window, pos)
             if sid != NO_HOLDER:
                 self.expiring.push_back(sid)
-        for i in range(extra.size()):
-            if extra[0][i] != NO_HOLDER:
-                self.expiring.push_back(extra[0][i])
-        self.holder_entries += m.hold_n + extra.size()
+        self.holder_entries += m.hold_n + win_extra_collect(self.window, seq, &self.expiring)
         n = self.expiring.size()
         far = self.buffers.ahead_records
         near = self.buffers.ahead_entries
