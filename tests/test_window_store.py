@@ -189,6 +189,7 @@ def test_extra_holder_chunks_recycled_and_pages_handed_back(buffer):
     vocab, subs, msgs = dense_workload(seed=11, num_subs=2100, num_messages=400, max_k=3)
     ref = ReferenceEngine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60)
     eng = Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    eng._core.find_registered_holders(False)        # the registration's holders kept in the pool
     window_module.set_extra_sweep_bytes(8)
     try:
         for e in (ref, eng):
@@ -209,3 +210,40 @@ def test_extra_holder_chunks_recycled_and_pages_handed_back(buffer):
         {s: [(m.id, m.score) for m in ms] for s, ms in ref.results()}
     c = eng.stats()["phases"]["counts"]
     assert c["holders_visited"] == c["holders_found"] > 0
+
+
+@pytest.mark.parametrize("buffer", ["cskyband", "exact", "kmax"])
+def test_bulk_registration_keeps_no_holders_for_the_window(buffer):
+    """By default a bulk registration stores no holder for the messages already in the window
+    (the pool stays as an empty engine's); each of those messages, when it
+    expires, finds its holders by a dissemination (counted as expiry candidates), the messages
+    that arrive later keep theirs exactly, and the change logs and results equal the reference's
+    and those of an engine that kept the registration's holders."""
+    from adversarial import BOUNDS as DENSE_BOUNDS, dense_workload
+
+    def rows(log):
+        return sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist()))
+
+    vocab, subs, msgs = dense_workload(seed=5, num_subs=2100, num_messages=300, max_k=3)
+    ref = ReferenceEngine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60)
+    found = Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    kept = Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    kept._core.find_registered_holders(False)
+    for e in (ref, found, kept):
+        e.publish_batch(msgs.slice(0, 60))
+        e.subscribe_batch(subs)
+    assert found.stats()["bulk_registration"]["subscriptions"] == 2100
+    empty = window_store(Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer))
+    pool = [window_store(e).memory_parts()["extra_holders"] for e in (found, kept)]
+    assert pool[0] == empty.memory_parts()["extra_holders"] < pool[1]
+    for start in range(60, len(msgs), 30):
+        chunk = msgs.slice(start, start + 30)
+        want = rows(ref.publish_batch(chunk))
+        assert rows(found.publish_batch(chunk)) == want
+        assert rows(kept.publish_batch(chunk)) == want
+    for e in (found, kept):
+        assert {s: [(m.id, m.score) for m in ms] for s, ms in e.results()} == \
+            {s: [(m.id, m.score) for m in ms] for s, ms in ref.results()}
+    c_found, c_kept = (e.stats()["phases"]["counts"] for e in (found, kept))
+    assert c_found["holders_visited"] == c_found["holders_found"] > 0
+    assert found.stats()["expiry_candidates"] > kept.stats()["expiry_candidates"]

@@ -47,6 +47,7 @@ cdef class WindowStore:
     cdef uint64_t xfreed                   # chunks freed since the last sweep of empty pages
     cdef vector[uint16_t] page_live        # per 4-KB page of the pool: chunks in use
     cdef vector[uint8_t] page_out          # per page: handed back to the OS (reads as zeros)
+    cdef seq_t found_upto                  # messages below: no holders kept (found at expiry)
     cdef uint64_t head                     # ring index of the oldest message
     cdef uint64_t count                    # messages in the window
     cdef seq_t oldest_seq                  # seq of the oldest message (next seq = oldest_seq + count)

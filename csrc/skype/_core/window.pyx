@@ -33,6 +33,11 @@ Invariants:
   NO_HOLDER, so the live entries of a message are exactly the buffers holding it (buffers.pyx).
   Handles: the low 31 bits of a ring position (the ring's live span stays below 2^31 entries),
   or HOLD_EXTRA | the holder's word in the pool (below 2^31: an 8-GB pool).
+* The messages below ``found_upto`` keep no holders at all: a bulk registration (engine.pyx)
+  sets it to the next seq before it runs, so the tens of holders its subscriptions give every
+  message then in the window are not stored (their handles name the pool's word 0, which is
+  never read); when such a message expires, the engine finds its holders by disseminating it
+  again against the current thresholds, as without the reverse map.
 * The message and holder rings double when full; holder positions are absolute (a slot is
   ``pos & (capacity - 1)``), so growth moves each live slot to its new slot and nothing is
   rebased.  The holder ring (the window's largest array: 4 bytes for each of ~50 admissions a
@@ -96,6 +101,7 @@ cdef class WindowStore:
         self.xfreed = 0
         self.page_live.assign(1, 0)
         self.page_out.assign(1, 0)
+        self.found_upto = 0
         self.term_ring.resize(INITIAL_TERMS)
         self.hold_ring = <sid_t*>huge_alloc(INITIAL_HOLDERS * sizeof(sid_t))
         if self.hold_ring == NULL:
@@ -164,6 +170,8 @@ cdef class WindowStore:
         cdef MsgC* m
         cdef uint64_t slot
         cdef uint32_t end, c
+        if seq < self.found_upto:
+            return HOLD_EXTRA       # kept nowhere: word 0 of the pool is never read
         if seq + 1 != win_next_seq(self):
             slot = (self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)
             end = self.extra_end[slot]
