@@ -1,7 +1,7 @@
 """The compact window store (csrc/skype/_core/window.pyx): a term ring of any capacity that wraps
-and relays out, an open-addressing id set for duplicate detection, and extra-holder lists
-allocated on demand.  Streams of messages with many terms pass the term ring's start many times
-over, grow it and the message ring (which rebuilds the id set); after every batch the store's
+and relays out, an open-addressing id set for duplicate detection, and extra-holder lists in a
+pool of chunks allocated on demand.  Streams of messages with many terms pass the term ring's
+start many times over, grow it and the message ring (which rebuilds the id set); after every batch the store's
 invariants hold, its duplicate detection equals a Python set of the window's ids, a republished
 window id is refused (E019), and the engine's change logs and results equal the reference."""
 
@@ -169,3 +169,81 @@ def test_holder_ring_grows_in_place_while_wrapped():
     assert sizes[8] == 16384 * 4 and max(sizes) == 4 * 16384 * 4     # grew twice, both after wrapping
     assert logs[0] == logs[1]
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("buffer", ["cskyband", "kmax"])
+def test_extra_holder_chunks_recycled_and_pages_handed_back(buffer):
+    """2,100 subscriptions registered in bulk into a full window of 60 give every message a
+    chain of extra-holder chunks (15 holders a chunk); the stream then expires them all, with the
+    pool sweeping its empty pages after every chunk freed (the sweep's threshold set to a few
+    bytes), while re-evaluations take chunks from the free list (some on pages handed back, which
+    read as zeros).  Change logs and results equal the reference's chunk by chunk, every holder
+    an expiry visits still holds its message, and the pool's resident pages fall once the
+    registration's messages have left."""
+    from adversarial import BOUNDS as DENSE_BOUNDS, dense_workload
+    from skype._core import window as window_module
+
+    def rows(log):
+        return sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist()))
+
+    vocab, subs, msgs = dense_workload(seed=11, num_subs=2100, num_messages=400, max_k=3)
+    ref = ReferenceEngine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60)
+    eng = Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    eng._core.find_registered_holders(False)        # the registration's holders kept in the pool
+    window_module.set_extra_sweep_bytes(8)
+    try:
+        for e in (ref, eng):
+            e.publish_batch(msgs.slice(0, 60))
+            e.subscribe_batch(subs)
+        store = window_store(eng)
+        registered = store.memory_parts()["extra_holders"]
+        sweeps = window_module.extra_list_trims()
+        for start in range(60, len(msgs), 40):
+            chunk = msgs.slice(start, start + 40)
+            assert rows(eng.publish_batch(chunk)) == rows(ref.publish_batch(chunk))
+            store.check_invariants()
+        assert window_module.extra_list_trims() > sweeps
+        assert store.memory_parts()["extra_holders"] < registered / 2
+    finally:
+        window_module.set_extra_sweep_bytes(32 << 20)
+    assert {s: [(m.id, m.score) for m in ms] for s, ms in eng.results()} == \
+        {s: [(m.id, m.score) for m in ms] for s, ms in ref.results()}
+    c = eng.stats()["phases"]["counts"]
+    assert c["holders_visited"] == c["holders_found"] > 0
+
+
+@pytest.mark.parametrize("buffer", ["cskyband", "exact", "kmax"])
+def test_bulk_registration_keeps_no_holders_for_the_window(buffer):
+    """By default a bulk registration stores no holder for the messages already in the window
+    (the pool stays as an empty engine's); each of those messages, when it
+    expires, finds its holders by a dissemination (counted as expiry candidates), the messages
+    that arrive later keep theirs exactly, and the change logs and results equal the reference's
+    and those of an engine that kept the registration's holders."""
+    from adversarial import BOUNDS as DENSE_BOUNDS, dense_workload
+
+    def rows(log):
+        return sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist()))
+
+    vocab, subs, msgs = dense_workload(seed=5, num_subs=2100, num_messages=300, max_k=3)
+    ref = ReferenceEngine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60)
+    found = Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    kept = Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer)
+    kept._core.find_registered_holders(False)
+    for e in (ref, found, kept):
+        e.publish_batch(msgs.slice(0, 60))
+        e.subscribe_batch(subs)
+    assert found.stats()["bulk_registration"]["subscriptions"] == 2100
+    empty = window_store(Engine(bounds=DENSE_BOUNDS, vocabulary=vocab, window=60, buffer=buffer))
+    pool = [window_store(e).memory_parts()["extra_holders"] for e in (found, kept)]
+    assert pool[0] == empty.memory_parts()["extra_holders"] < pool[1]
+    for start in range(60, len(msgs), 30):
+        chunk = msgs.slice(start, start + 30)
+        want = rows(ref.publish_batch(chunk))
+        assert rows(found.publish_batch(chunk)) == want
+        assert rows(kept.publish_batch(chunk)) == want
+    for e in (found, kept):
+        assert {s: [(m.id, m.score) for m in ms] for s, ms in e.results()} == \
+            {s: [(m.id, m.score) for m in ms] for s, ms in ref.results()}
+    c_found, c_kept = (e.stats()["phases"]["counts"] for e in (found, kept))
+    assert c_found["holders_visited"] == c_found["holders_found"] > 0
+    assert found.stats()["expiry_candidates"] > kept.stats()["expiry_candidates"]

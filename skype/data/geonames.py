@@ -101,6 +101,20 @@ def load_places(resolution: str = "cities500") -> Places:
     return places
 
 
+def place_points(resolution: str = "cities500") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lon, lat, population) of :func:`load_places`'s places, read from its cache without the
+    names (a tenth of the bytes: a streamed workload keeps only these through a run)."""
+    path = cache_dir() / f"geonames-{resolution}-v{CACHE_VERSION}.npz"
+    if path.exists():
+        try:
+            with np.load(path) as z:
+                return z["lon"], z["lat"], z["population"]
+        except (OSError, KeyError, ValueError):
+            pass                # load_places rebuilds a corrupt cache
+    places = load_places(resolution)
+    return places.lon, places.lat, places.population
+
+
 def population_sample(places: Places, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` place indices drawn with probability proportional to population (hot spots)."""
     weight = places.population.astype(np.float64) + 1.0

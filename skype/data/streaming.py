@@ -16,7 +16,8 @@ Subscriptions sample source messages anywhere in the stream: their indices are d
 copy of the subscription generator), one pass gathers only those rows, and
 :func:`make_subscriptions` runs on them unchanged (through :class:`_Gathered`).
 
-Memory: the lengths (4 bytes a message) and the vocabulary, instead of about 190 bytes a message.
+Memory: the lengths (4 bytes a message), the vocabulary and the places' coordinates (not their
+names), instead of about 190 bytes a message.
 Invariant: ``TweetsStream(...).batch(a, b)`` equals ``make_workload("tweets", ...).messages``'s rows
 ``a .. b - 1``; tests/test_workload_stream.py checks it.
 """
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from skype.data.geonames import load_places
+from skype.data.geonames import place_points
 from skype.data.workloads import CHUNK_MESSAGES, _chunks, _streams, english_words, make_subscriptions
 from skype.model import DEFAULT_BOUNDS, Bounds, MessageBatch, SubscriptionBatch, TermMatrix
 from skype.text import Vocabulary
@@ -62,8 +63,8 @@ class TweetsStream:
             pairs = np.unique(rows * nwords + keys)
             df += np.bincount(pairs % nwords, minlength=nwords)
         self.states["pick"] = rng.bit_generator.state
-        self.places = load_places()
-        self.place_cdf = np.cumsum(self.places.population.astype(np.float64) + 1.0)
+        self.place_lon, self.place_lat, population = place_points()   # not the names: ~25 MB
+        self.place_cdf = np.cumsum(population.astype(np.float64) + 1.0)
         for a, b in _chunks(num_messages, self.chunk):
             rng.random(b - a)
         self.states["x"] = rng.bit_generator.state
@@ -144,10 +145,10 @@ class _Cursor:
         rows = np.repeat(np.arange(n, dtype=np.int64), s.lengths[a:b])
         terms = s.vocabulary.weigh_term_ids(rows, s.key_to_id[keys], n)
         pick = np.searchsorted(s.place_cdf, self.rng["pick"].random(n) * s.place_cdf[-1],
-                               side="right").clip(0, len(s.places) - 1)
+                               side="right").clip(0, len(s.place_lon) - 1)
         bounds = s.bounds
-        x = np.clip(s.places.lon[pick] + self.rng["x"].normal(0.0, JITTER, size=n), bounds.minx, bounds.maxx)
-        y = np.clip(s.places.lat[pick] + self.rng["y"].normal(0.0, JITTER, size=n), bounds.miny, bounds.maxy)
+        x = np.clip(s.place_lon[pick] + self.rng["x"].normal(0.0, JITTER, size=n), bounds.minx, bounds.maxx)
+        y = np.clip(s.place_lat[pick] + self.rng["y"].normal(0.0, JITTER, size=n), bounds.miny, bounds.maxy)
         t = self._times(n)
         self.pos = b
         return MessageBatch(np.arange(a, b, dtype=np.int64), x, y, t, TermMatrix(terms.indptr, terms.ids, terms.weights))

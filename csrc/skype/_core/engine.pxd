@@ -24,6 +24,7 @@ cdef class CoreEngine:
     cdef TopkChanges changes            # the output: netted top-k changes (flush.pyx)
     cdef vector[MsgTermC] msg_terms     # the arriving message's terms as records
     cdef bint reverse_map               # False: holders found at expiry by re-dissemination
+    cdef bint find_registered           # bulk registration: holders of old messages found at expiry
     cdef uint64_t expiry_candidates     # candidates verified by those re-disseminations
     cdef vector[sid_t] expiring         # the holders of the expiring message (scratch)
     cdef object index_factory           # () -> an empty index of the engine's kind (bulk registration)

@@ -27,8 +27,8 @@ from skype._core.arena cimport BufEntryC
 from skype._core.bufstore cimport SubBufC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.scoring cimport outside_time_window, score_pair
-from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_of, win_oldest, win_terms,
-                                 win_extra_holders, win_holder_at)
+from skype._core.window cimport (WindowStore, MsgC, NO_HOLDER, win_get, win_seq_of, win_oldest, win_terms, win_next_seq,
+                                 win_extra_collect, win_holder_at)
 from skype._core.msgindex cimport MessageIndex
 from skype._core.termlists cimport TermLists
 from skype._core.subindex cimport SubTable, SubscriptionIndex, SubHotC, CandC, CountersC
@@ -63,6 +63,7 @@ cdef class CoreEngine:
         self.max_dist = max_dist
         window_n = <double>count_window if count_window else 1.0
         self.reverse_map = reverse_map
+        self.find_registered = True
         self.expiry_candidates = 0
         self.changes = TopkChanges()
         self.buffers = Buffers(buffer, table, index, self.msgs, self.window, window_n,
@@ -103,19 +104,20 @@ cdef class CoreEngine:
     cdef void _expire_oldest(self) noexcept nogil:
         cdef MsgC* m = win_oldest(self.window)
         cdef seq_t seq = m.seq
-        cdef vector[sid_t]* extra = win_extra_holders(self.window, seq)
         cdef uint64_t pos
         cdef size_t i
         cdef size_t n
         cdef sid_t sid
         cdef CountersC saved
         cdef size_t far, near
+        cdef uint64_t visited, found
         self.msgs.remove(seq)
-        if not self.reverse_map:
-            # No reverse map: every subscription holding m has ST(s, m) >= theta_s (buffers.pyx
-            # keeps every entry >= theta), so disseminating m again against the current
-            # thresholds reports each of them (and possibly some that evicted m: no-ops).  The
-            # arrival counters are kept apart.
+        if not self.reverse_map or seq < self.window.found_upto:
+            # No reverse map (or a message that was in the window when a batch registered in
+            # bulk: window.pyx keeps none of its holders): every subscription holding m has
+            # ST(s, m) >= theta_s (buffers.pyx keeps every entry >= theta), so disseminating m
+            # again against the current thresholds reports each of them (and possibly some that
+            # evicted m: no-ops).  The arrival counters are kept apart.
             saved = self.index.ctr
             self.index.disseminate(win_terms(self.window, m), <int>m.nterms, m.x, m.y)
             self.expiry_candidates += self.index.ctr.candidates - saved.candidates
@@ -123,8 +125,12 @@ cdef class CoreEngine:
             self.expiring.clear()
             for i in range(self.index.out.size()):
                 self.expiring.push_back(self.index.out[i].sid)
+            visited = self.holders_visited
+            found = self.holders_found
             for i in range(self.expiring.size()):
                 self._expire_from(self.expiring[i], seq)
+            if self.reverse_map:    # no reverse-map entry was read: the holders found count alone
+                self.holders_visited = visited + (self.holders_found - found)
             self.window.pop_oldest()
             self.expirations += 1
             self.recent_expirations += 1
@@ -137,10 +143,7 @@ cdef class CoreEngine:
             sid = win_holder_at(self.window, pos)
             if sid != NO_HOLDER:
                 self.expiring.push_back(sid)
-        for i in range(extra.size()):
-            if extra[0][i] != NO_HOLDER:
-                self.expiring.push_back(extra[0][i])
-        self.holder_entries += m.hold_n + extra.size()
+        self.holder_entries += m.hold_n + win_extra_collect(self.window, seq, &self.expiring)
         n = self.expiring.size()
         far = self.buffers.ahead_records
         near = self.buffers.ahead_entries
@@ -358,6 +361,13 @@ cdef class CoreEngine:
         if hasattr(self.index, "set_timers"):
             self.index.set_timers(on)
 
+    def find_registered_holders(self, bint on):
+        """True (default): a bulk registration keeps no holders for the messages then in the
+        window (about 4 bytes for each of its buffered entries, at the registration's peak);
+        they are found when each expires, by disseminating it again (a scan per expiry until
+        those messages have left).  False: kept in the extra-holder pool."""
+        self.find_registered = on
+
     def set_micro_batch(self, size_t messages):
         """Disseminate this many messages at once (1: one at a time)."""
         self.micro_batch = messages
@@ -418,6 +428,8 @@ cdef class CoreEngine:
         cdef SubscriptionIndex tmp
         cdef RegistrationTree search = None
         cdef double t0 = now_ns()
+        if self.find_registered and self.reverse_map:
+            self.window.found_upto = win_next_seq(self.window)
         with nogil:
             sample_then_rest(self.buffers, self.table, sids, rest, self.bulk_adapt)
             order_batch(self.table, rest)       # by term and place: the runs do not depend on it

@@ -12,9 +12,10 @@ applied to arrays of at least ``HUGE_MIN`` bytes.
 is ``mremap`` (the pages move, nothing is copied and the old and new arrays never coexist, so
 growing a ring has no transient of twice its size), and freeing unmaps at once (nothing stays
 resident in the heap).  Mappings start 2-MB aligned when huge pages are on.
-``release_pages`` hands the whole pages inside a range back to the OS (``MADV_DONTNEED``; they
-read as zeros afterwards).  Elsewhere than Linux these fall back to malloc/realloc/free and
-the advice is a no-op.
+``small_pages_alloc``/``small_pages_resize`` map an array the same way without the advice, for
+arrays that hand single pages back while they live.  ``release_pages`` hands the whole pages
+inside a range back to the OS (``MADV_DONTNEED``; they read as zeros afterwards).  Elsewhere
+than Linux these fall back to malloc/realloc/free and the advice is a no-op.
 
 ``set_huge_pages(False)`` turns the advice off process-wide (for A/B measurements); arrays
 already mapped keep theirs.
@@ -65,10 +66,10 @@ cdef extern from *:
         return (n + 4095) & ~(size_t)4095;
     }
 
-    static void* skype_huge_alloc(size_t n) {
+    static void* skype_map_alloc(size_t n, int advise) {
     #if SKYPE_HAVE_MMAP
         size_t len = skype_page_round(n ? n : 1);
-        size_t extra = skype_huge_on && len >= SKYPE_HUGE_BYTES ? SKYPE_HUGE_BYTES : 0;
+        size_t extra = advise && skype_huge_on && len >= SKYPE_HUGE_BYTES ? SKYPE_HUGE_BYTES : 0;
         char* p = (char*)mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         char* start;
@@ -80,26 +81,35 @@ cdef extern from *:
             if (start + len < p + len + extra)
                 munmap(start + len, (size_t)(p + len + extra - (start + len)));
         }
-        skype_advise_huge(start, len);
+        if (advise) skype_advise_huge(start, len);
         return start;
     #else
-        return malloc(n ? n : 1);
+        (void)advise;
+        return calloc(1, n ? n : 1);
     #endif
     }
 
-    static void* skype_huge_resize(void* p, size_t old_n, size_t new_n) {
+    static void* skype_map_resize(void* p, size_t old_n, size_t new_n, int advise) {
     #if SKYPE_HAVE_MMAP
         void* q;
-        if (p == NULL) return skype_huge_alloc(new_n);
+        if (p == NULL) return skype_map_alloc(new_n, advise);
         q = mremap(p, skype_page_round(old_n ? old_n : 1), skype_page_round(new_n ? new_n : 1),
                    MREMAP_MAYMOVE);
         if (q == MAP_FAILED) return NULL;
-        skype_advise_huge(q, new_n);
+        if (advise) skype_advise_huge(q, new_n);
         return q;
     #else
-        (void)old_n;
-        return realloc(p, new_n ? new_n : 1);
+        void* q;
+        (void)advise;
+        q = realloc(p, new_n ? new_n : 1);
+        if (q != NULL && new_n > old_n) memset((char*)q + old_n, 0, new_n - old_n);
+        return q;
     #endif
+    }
+
+    static void* skype_huge_alloc(size_t n) { return skype_map_alloc(n, 1); }
+    static void* skype_huge_resize(void* p, size_t old_n, size_t new_n) {
+        return skype_map_resize(p, old_n, new_n, 1);
     }
 
     static void skype_huge_free(void* p, size_t n) {
@@ -118,6 +128,8 @@ cdef extern from *:
     void skype_release_pages(void* p, size_t n) noexcept nogil
     void* skype_huge_alloc(size_t n) noexcept nogil
     void* skype_huge_resize(void* p, size_t old_n, size_t new_n) noexcept nogil
+    void* skype_map_alloc(size_t n, int advise) noexcept nogil
+    void* skype_map_resize(void* p, size_t old_n, size_t new_n, int advise) noexcept nogil
     void skype_huge_free(void* p, size_t n) noexcept nogil
 
 
@@ -134,8 +146,21 @@ cdef void* huge_resize(void* p, size_t old_bytes, size_t new_bytes) noexcept nog
     return skype_huge_resize(p, old_bytes, new_bytes)
 
 
+cdef void* small_pages_alloc(size_t nbytes) noexcept nogil:
+    """As huge_alloc, without the huge-page advice: for an array whose single 4-KB pages are
+    handed back with release_pages while it lives (a huge page would only be split, and its
+    memory kept, by the kernel)."""
+    return skype_map_alloc(nbytes, 0)
+
+
+cdef void* small_pages_resize(void* p, size_t old_bytes, size_t new_bytes) noexcept nogil:
+    """As huge_resize, for an array from small_pages_alloc (no advice)."""
+    return skype_map_resize(p, old_bytes, new_bytes, 0)
+
+
 cdef void huge_free(void* p, size_t nbytes) noexcept nogil:
-    """Unmap an array from huge_alloc/huge_resize (``nbytes`` as last sized)."""
+    """Unmap an array from huge_alloc/huge_resize or small_pages_alloc/small_pages_resize
+    (``nbytes`` as last sized)."""
     skype_huge_free(p, nbytes)
 
 

@@ -1,6 +1,6 @@
 # Window store: the messages of the sliding window, oldest first, in arrival order.
 from libcpp.vector cimport vector
-from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t, MsgTermC
 
 cdef extern from *:
@@ -9,18 +9,18 @@ cdef extern from *:
     #define SKYPE_HOLD_EXTRA 0x80000000u
     #define SKYPE_HOLD_MASK 0x7FFFFFFFu
     #define SKYPE_NO_ID_SLOT 0xFFFFFFFFu
+    #define SKYPE_XCHUNK 16u
     """
     # a dropped reverse-map entry (its buffer evicted the message)
     const sid_t NO_HOLDER "SKYPE_NO_HOLDER"
-    # holder handles: bit 31 set, an index into the message's extra list; else the low 31 bits
-    # of an absolute position in the holder ring
+    # holder handles: bit 31 set, the word of the holder in the extra-holder pool; else the low
+    # 31 bits of an absolute position in the holder ring
     const uint32_t HOLD_EXTRA "SKYPE_HOLD_EXTRA"
     const uint32_t HOLD_MASK "SKYPE_HOLD_MASK"
     # an empty slot of the id set (id_slots)
     const uint32_t NO_ID_SLOT "SKYPE_NO_ID_SLOT"
-
-
-ctypedef vector[sid_t]* HolderListP     # an extra-holder list
+    # words of an extra-holder chunk: a link to the message's next chunk, then 15 holders
+    const uint32_t XCHUNK "SKYPE_XCHUNK"
 
 
 cdef struct MsgC:
@@ -37,10 +37,17 @@ cdef struct MsgC:
 
 cdef class WindowStore:
     cdef vector[MsgC] ring                 # message ring, capacity a power of two
-    cdef vector[uint32_t] extra_of         # per ring slot: 0, or 1 + its list in extra_pool
-    cdef vector[HolderListP] extra_pool    # holders added by re-evaluations (stable addresses)
-    cdef vector[uint32_t] extra_free       # unused lists of extra_pool
-    cdef vector[sid_t] no_extra            # always empty: the extra list of most messages
+    cdef vector[uint32_t] extra_of         # per ring slot: 0, or the word of its first extra chunk
+    cdef vector[uint32_t] extra_end        # per ring slot: the word after its last extra holder
+    cdef uint32_t* xpool                   # extra-holder chunks (XCHUNK words), own mapping
+    cdef uint64_t xpool_cap                # words mapped
+    cdef uint64_t xpool_top                # words handed out so far (chunk 0 is never used)
+    cdef uint32_t xfree                    # first free chunk (linked through word 0), 0: none
+    cdef uint64_t xlive                    # chunks in use
+    cdef uint64_t xfreed                   # chunks freed since the last sweep of empty pages
+    cdef vector[uint16_t] page_live        # per 4-KB page of the pool: chunks in use
+    cdef vector[uint8_t] page_out          # per page: handed back to the OS (reads as zeros)
+    cdef seq_t found_upto                  # messages below: no holders kept (found at expiry)
     cdef uint64_t head                     # ring index of the oldest message
     cdef uint64_t count                    # messages in the window
     cdef seq_t oldest_seq                  # seq of the oldest message (next seq = oldest_seq + count)
@@ -61,6 +68,9 @@ cdef class WindowStore:
     cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil
     cdef void _grow_ring(self) noexcept nogil
     cdef void _grow_holders(self) noexcept nogil
+    cdef uint32_t _take_chunk(self) noexcept nogil
+    cdef void _give_chunks(self, uint32_t c) noexcept nogil
+    cdef void _sweep_pages(self) noexcept nogil
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil
     cdef uint64_t _term_room(self, uint64_t n) noexcept nogil
     cdef void _id_insert(self, uint32_t slot) noexcept nogil
@@ -89,11 +99,23 @@ cdef inline const MsgTermC* win_terms(WindowStore w, const MsgC* m) noexcept nog
     return w.term_ring.data() + m.term_pos
 
 
-cdef inline vector[sid_t]* win_extra_holders(WindowStore w, seq_t seq) noexcept nogil:
-    cdef uint32_t e = w.extra_of[(w.head + (seq - w.oldest_seq)) & (w.ring.size() - 1)]
-    if e == 0:
-        return &w.no_extra
-    return w.extra_pool[e - 1]
+cdef inline size_t win_extra_collect(WindowStore w, seq_t seq, vector[sid_t]* out) noexcept nogil:
+    """Append the live holders of seq's extra list (a window message) to ``out``; returns the
+    entries visited (live and dropped)."""
+    cdef uint64_t slot = (w.head + (seq - w.oldest_seq)) & (w.ring.size() - 1)
+    cdef uint32_t c = w.extra_of[slot], end = w.extra_end[slot], nxt, lim, i
+    cdef size_t n = 0
+    cdef sid_t sid
+    while c:
+        nxt = w.xpool[c]
+        lim = end if nxt == 0 else c + XCHUNK
+        for i in range(c + 1, lim):
+            sid = w.xpool[i]
+            if sid != NO_HOLDER:
+                out.push_back(sid)
+        n += lim - c - 1
+        c = nxt
+    return n
 
 
 cdef inline sid_t win_holder_at(WindowStore w, uint64_t pos) noexcept nogil:

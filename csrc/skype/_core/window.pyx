@@ -18,15 +18,26 @@ Invariants:
 * The reverse map of spec §2 (which subscriptions hold a message in their result buffer) has
   two parts.  Admissions on arrival happen while the message is the newest, so they append to a
   FIFO holder ring: each message owns the block ``[hold_pos, hold_pos + hold_n)``, and blocks
-  leave with their messages.  Holders added later (re-evaluations re-admit older messages) go to
-  a per-message ``extra`` list, allocated only for messages that get one (``extra_of`` maps a ring
-  slot to its list, 0 for none; the lists live at stable addresses and are recycled).
+  leave with their messages.  Holders added later (re-evaluations, and a bulk registration, which
+  admits older messages: tens of holders for every window message at paper scale) go to a
+  per-message ``extra`` list: a chain of 64-byte chunks (a link word, then 15 holders) in one pool
+  (``extra_of`` maps a ring slot to its first chunk, 0 for none; ``extra_end`` to the word after
+  its last holder).  The pool is one anonymous mapping grown by ``mremap`` (no copy) with a free
+  list of chunks; an expiring message's chunks go back to the free list, and every
+  ``SWEEP_AFTER`` bytes of freed chunks the pool's pages that hold no chunk in use are handed
+  back to the OS.  So a list costs 4 bytes a holder, a link per 15 and half a chunk, with no
+  allocator header and no slack that grows with the list, and nothing of it is copied as it grows.
   ``add_holder`` returns a handle to the entry, and the
   buffer stores it beside the message: when the buffer drops the message (eviction, a
   re-evaluation, the subscription's removal) ``drop_holder`` overwrites the entry with
   NO_HOLDER, so the live entries of a message are exactly the buffers holding it (buffers.pyx).
   Handles: the low 31 bits of a ring position (the ring's live span stays below 2^31 entries),
-  or HOLD_EXTRA | the index in the extra list (which only grows while its message lives).
+  or HOLD_EXTRA | the holder's word in the pool (below 2^31: an 8-GB pool).
+* The messages below ``found_upto`` keep no holders at all: a bulk registration (engine.pyx)
+  sets it to the next seq before it runs, so the tens of holders its subscriptions give every
+  message then in the window are not stored (their handles name the pool's word 0, which is
+  never read); when such a message expires, the engine finds its holders by disseminating it
+  again against the current thresholds, as without the reverse map.
 * The message and holder rings double when full; holder positions are absolute (a slot is
   ``pos & (capacity - 1)``), so growth moves each live slot to its new slot and nothing is
   rebased.  The holder ring (the window's largest array: 4 bytes for each of ~50 admissions a
@@ -39,56 +50,58 @@ from libcpp.vector cimport vector
 from libc.stdlib cimport abort
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
-from skype._core.hugepages cimport huge_alloc, huge_resize, huge_free, advise_huge
-from skype._core.window cimport win_next_seq, win_get, win_id_hash, NO_HOLDER, HOLD_EXTRA, HOLD_MASK, NO_ID_SLOT
+from skype._core.hugepages cimport (huge_alloc, huge_resize, huge_free, advise_huge, release_pages,
+                                    small_pages_alloc, small_pages_resize)
+from skype._core.window cimport (win_next_seq, win_get, win_id_hash, NO_HOLDER, HOLD_EXTRA, HOLD_MASK, NO_ID_SLOT,
+                                 XCHUNK)
 
 cdef enum:
     INITIAL_RING = 1024
     INITIAL_TERMS = 16384
     INITIAL_HOLDERS = 16384
-    KEEP_EXTRA = 16             # a recycled extra list keeps at most this many entries' storage
+    INITIAL_XPOOL = 16384       # words of the extra-holder pool at first
+    PAGE_SHIFT = 10             # a pool page: 1,024 words (4 KB), 64 chunks
 
 cdef uint32_t NO_SLOT = NO_ID_SLOT
 
 # The extra lists a bulk registration fills (tens of holders for every window message) are
-# freed one small block at a time as their messages expire: malloc keeps the pages, so the
-# turnover that follows a registration held the lists' memory and the holder ring's at once
-# (the 1M run's peak).  Every TRIM_AFTER bytes of released lists, the heap's free pages go
-# back to the OS (glibc's malloc_trim; elsewhere nothing).  Process-wide, as the heap is.
-cdef extern from *:
-    """
-    #if defined(__GLIBC__)
-    #include <malloc.h>
-    static inline void skype_trim_heap(void) { malloc_trim(0); }
-    #else
-    static inline void skype_trim_heap(void) {}
-    #endif
-    """
-    void skype_trim_heap() noexcept nogil
-
-cdef uint64_t TRIM_AFTER = 32 << 20
-cdef uint64_t released_bytes = 0     # extra-list bytes released since the last trim
-cdef uint64_t heap_trims = 0
+# freed as their messages expire, in arrival order, while their chunks were handed out in the
+# registration's order: a pool page empties only when all its chunks' messages have left.
+# Every SWEEP_AFTER bytes of freed chunks, the pool's empty pages go back to the OS, so the
+# turnover that follows a registration does not hold the lists' memory beside the growing
+# holder ring.
+cdef uint64_t SWEEP_AFTER = 32 << 20
+cdef uint64_t page_sweeps = 0       # process-wide
 
 
 def extra_list_trims():
-    """How many times released extra lists gave the heap's free pages back (process-wide)."""
-    return heap_trims
+    """How many times freed extra-holder chunks gave the pool's empty pages back (process-wide)."""
+    return page_sweeps
 
 
-cdef inline void _note_released(uint64_t nbytes) noexcept nogil:
-    global released_bytes, heap_trims
-    released_bytes += nbytes
-    if released_bytes >= TRIM_AFTER:
-        released_bytes = 0
-        heap_trims += 1
-        skype_trim_heap()
+def set_extra_sweep_bytes(uint64_t nbytes):
+    """Sweep the extra-holder pools' empty pages every ``nbytes`` of freed chunks (process-wide;
+    32 MB by default; a test hook: a few bytes sweep after every expiry that frees a chunk)."""
+    global SWEEP_AFTER
+    SWEEP_AFTER = nbytes
 
 
 cdef class WindowStore:
     def __cinit__(self):
         self.ring.resize(INITIAL_RING)
         self.extra_of.resize(INITIAL_RING, 0)
+        self.extra_end.resize(INITIAL_RING, 0)
+        self.xpool = <uint32_t*>small_pages_alloc(INITIAL_XPOOL * sizeof(uint32_t))
+        if self.xpool == NULL:
+            raise MemoryError("the window's extra-holder pool")
+        self.xpool_cap = INITIAL_XPOOL
+        self.xpool_top = XCHUNK             # chunk 0 is never used: 0 means "no chunk"
+        self.xfree = 0
+        self.xlive = 0
+        self.xfreed = 0
+        self.page_live.assign(1, 0)
+        self.page_out.assign(1, 0)
+        self.found_upto = 0
         self.term_ring.resize(INITIAL_TERMS)
         self.hold_ring = <sid_t*>huge_alloc(INITIAL_HOLDERS * sizeof(sid_t))
         if self.hold_ring == NULL:
@@ -108,11 +121,10 @@ cdef class WindowStore:
         self.hold_tail = 0
 
     def __dealloc__(self):
-        cdef size_t i
-        for i in range(self.extra_pool.size()):
-            del self.extra_pool[i]
         huge_free(self.hold_ring, self.hold_cap * sizeof(sid_t))
         self.hold_ring = NULL
+        huge_free(self.xpool, self.xpool_cap * sizeof(uint32_t))
+        self.xpool = NULL
 
     # ------------------------------------------------------------------ duplicate detection
     cdef void _id_insert(self, uint32_t slot) noexcept nogil:
@@ -156,22 +168,24 @@ cdef class WindowStore:
     cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
         """Register sid as a holder of seq (a window message); returns the entry's handle."""
         cdef MsgC* m
-        cdef vector[sid_t]* extra
         cdef uint64_t slot
+        cdef uint32_t end, c
+        if seq < self.found_upto:
+            return HOLD_EXTRA       # kept nowhere: word 0 of the pool is never read
         if seq + 1 != win_next_seq(self):
             slot = (self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)
+            end = self.extra_end[slot]
             if self.extra_of[slot] == 0:
-                if self.extra_free.size():
-                    self.extra_of[slot] = self.extra_free.back() + 1
-                    self.extra_free.pop_back()
-                else:
-                    self.extra_pool.push_back(new vector[sid_t]())
-                    self.extra_of[slot] = <uint32_t>self.extra_pool.size()
-            extra = self.extra_pool[self.extra_of[slot] - 1]
-            if extra.size() == extra.capacity():    # grow by a quarter, not double (bulk
-                extra.reserve(extra.size() + (extra.size() >> 2) + 2)   # registration: ~40 a list)
-            extra.push_back(sid)
-            return HOLD_EXTRA | <uint32_t>(extra.size() - 1)
+                c = self._take_chunk()
+                self.extra_of[slot] = c
+                end = c + 1
+            elif (end & (XCHUNK - 1)) == 0:         # the last chunk is full: link a new one
+                c = self._take_chunk()
+                self.xpool[end - XCHUNK] = c
+                end = c + 1
+            self.xpool[end] = sid
+            self.extra_end[slot] = end + 1
+            return HOLD_EXTRA | end
         if self.hold_tail - self.hold_head == self.hold_cap:
             self._grow_holders()
         self.hold_ring[self.hold_tail & (self.hold_cap - 1)] = sid
@@ -183,10 +197,8 @@ cdef class WindowStore:
     cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil:
         """The holder entry ``handle`` of seq (a window message) no longer holds it."""
         cdef uint64_t pos
-        cdef uint64_t slot
         if handle & HOLD_EXTRA:
-            slot = (self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)
-            self.extra_pool[self.extra_of[slot] - 1][0][handle & HOLD_MASK] = NO_HOLDER
+            self.xpool[handle & HOLD_MASK] = NO_HOLDER
             return
         # the newest ring position whose low 31 bits are the handle's (the entry is live, so
         # within 2^31 of the tail)
@@ -206,18 +218,85 @@ cdef class WindowStore:
         self.hold_ring = ring
         self.hold_cap = 2 * cap
 
+    cdef uint32_t _take_chunk(self) noexcept nogil:
+        """A chunk of the extra-holder pool (its link word 0): a freed one, else a new one."""
+        cdef uint32_t c
+        cdef uint64_t page
+        cdef uint32_t* pool
+        if self.xfree:
+            c = self.xfree
+            self.xfree = self.xpool[c]
+        else:
+            if self.xpool_top + XCHUNK > self.xpool_cap:
+                if 2 * self.xpool_cap > (<uint64_t>1 << 31):
+                    abort()             # handles name words below 2^31 (an 8-GB pool)
+                pool = <uint32_t*>small_pages_resize(self.xpool, self.xpool_cap * sizeof(uint32_t),
+                                                     2 * self.xpool_cap * sizeof(uint32_t))
+                if pool == NULL:
+                    abort()             # out of memory in a nogil path (as std::vector would)
+                self.xpool = pool
+                self.xpool_cap *= 2
+            c = <uint32_t>self.xpool_top
+            self.xpool_top += XCHUNK
+            if (self.xpool_top >> PAGE_SHIFT) >= self.page_live.size():
+                self.page_live.push_back(0)
+                self.page_out.push_back(0)
+        page = c >> PAGE_SHIFT
+        self.page_live[page] += 1
+        self.page_out[page] = 0
+        self.xpool[c] = 0
+        self.xlive += 1
+        return c
+
+    cdef void _give_chunks(self, uint32_t c) noexcept nogil:
+        """The chain of chunks from ``c`` back to the free list; every SWEEP_AFTER bytes freed,
+        the empty pages go back to the OS."""
+        cdef uint32_t nxt
+        while c:
+            nxt = self.xpool[c]
+            self.xpool[c] = self.xfree
+            self.xfree = c
+            self.page_live[c >> PAGE_SHIFT] -= 1
+            self.xlive -= 1
+            self.xfreed += 1
+            c = nxt
+        if self.xfreed * XCHUNK * sizeof(uint32_t) >= SWEEP_AFTER:
+            self._sweep_pages()
+
+    cdef void _sweep_pages(self) noexcept nogil:
+        """Hand the pool's pages that hold no chunk in use back to the OS, runs at a time (their
+        free chunks stay on the free list and read as zeros until reused)."""
+        global page_sweeps
+        cdef uint64_t p = 0, q, n = self.page_live.size()
+        while p < n:
+            if self.page_live[p] or self.page_out[p]:
+                p += 1
+                continue
+            q = p
+            while q < n and self.page_live[q] == 0 and not self.page_out[q]:
+                self.page_out[q] = 1
+                q += 1
+            release_pages(self.xpool + (p << PAGE_SHIFT), (q - p) << (PAGE_SHIFT + 2))
+            p = q
+        self.xfreed = 0
+        page_sweeps += 1
+
     # ------------------------------------------------------------------ rings
     cdef void _grow_ring(self) noexcept nogil:
         cdef uint64_t cap = self.ring.size(), i
         cdef vector[MsgC] ring
         cdef vector[uint32_t] extra_of
+        cdef vector[uint32_t] extra_end
         ring.resize(cap * 2)
         extra_of.resize(cap * 2, 0)
+        extra_end.resize(cap * 2, 0)
         for i in range(self.count):
             ring[i] = self.ring[(self.head + i) & (cap - 1)]
             extra_of[i] = self.extra_of[(self.head + i) & (cap - 1)]
+            extra_end[i] = self.extra_end[(self.head + i) & (cap - 1)]
         self.ring.swap(ring)
         self.extra_of.swap(extra_of)
+        self.extra_end.swap(extra_end)
         self.head = 0
         self._id_rebuild()
         advise_huge(self.ring.data(), self.ring.size() * sizeof(MsgC))
@@ -296,14 +375,9 @@ cdef class WindowStore:
     cdef void pop_oldest(self) noexcept nogil:
         cdef MsgC* m = &self.ring[self.head]
         cdef uint32_t e = self.extra_of[self.head]
-        cdef vector[sid_t] empty
         self._id_erase(<uint32_t>self.head)
-        if e:                                       # recycle its extra list
-            if self.extra_pool[e - 1].capacity() > KEEP_EXTRA:
-                _note_released(self.extra_pool[e - 1].capacity() * sizeof(sid_t))
-                self.extra_pool[e - 1].swap(empty)  # release the memory
-            self.extra_pool[e - 1].clear()
-            self.extra_free.push_back(e - 1)
+        if e:                                       # its extra chunks back to the pool
+            self._give_chunks(e)
             self.extra_of[self.head] = 0
         self.hold_head = m.hold_pos + m.hold_n
         self.live_terms -= m.nterms
@@ -357,12 +431,15 @@ cdef class WindowStore:
         return out
 
     def memory_parts(self):
-        """Bytes by component: message records, term ring, holder ring, extra holder lists,
+        """Bytes by component: message records, term ring, holder ring, extra holder lists (the
+        pool's pages not handed back, the per-slot chunk and end words, the page tables),
         duplicate-detection set."""
-        cdef uint64_t extra = self.extra_of.capacity() * sizeof(uint32_t) + self.extra_pool.capacity() * 8
-        cdef size_t i
-        for i in range(self.extra_pool.size()):
-            extra += 24 + self.extra_pool[i].capacity() * sizeof(sid_t)
+        cdef uint64_t extra = (self.extra_of.capacity() + self.extra_end.capacity()) * sizeof(uint32_t)
+        cdef size_t p
+        extra += self.page_live.capacity() * sizeof(uint16_t) + self.page_out.capacity()
+        for p in range(self.page_live.size()):
+            if not self.page_out[p] and (p << PAGE_SHIFT) < self.xpool_top:
+                extra += sizeof(uint32_t) << PAGE_SHIFT
         return {"messages": self.ring.capacity() * sizeof(MsgC),
                 "terms": self.term_ring.capacity() * sizeof(MsgTermC),
                 "holders": self.hold_cap * sizeof(sid_t),
