@@ -39,7 +39,6 @@ def snapshot(engine) -> dict:
     c = s["phases"]["counts"]
     out = {k: c[k] for k in EXPIRY}
     out.update({f"admission_{k}": s["admission_work"][k] for k in ADMISSION})
-    out.update({f"admission_{k}": s["admission_work"][k] for k in ("lines", "row_lines") if k in s["admission_work"]})
     out["reevaluations"] = s["reevaluations"]
     out["threshold_refreshes"] = s["threshold_refreshes"]
     out.update({f"clock_{k}": v for k, v in (s["phases"]["seconds"] or {}).items() if v is not None})
@@ -113,12 +112,7 @@ def main(argv=None) -> int:
         adm = d["admit"] or 1
         row["per_admission"] = {k: d[f"admission_{k}"] / adm for k in ADMISSION}
         row["per_admission"]["span_lines"] = d["admission_span_entries"] / adm * e.stats()["admission_work"]["entry_bytes"] / 64
-        work = e.stats()["admission_work"]
-        if "lines" in work:      # slots stored as columns: the lines counted, and as 18-byte rows
-            row["per_admission"]["lines"] = (work["lines"] - before[name]["admission_lines"]) / adm
-            row["per_admission"]["row_lines"] = (work["row_lines"] - before[name]["admission_row_lines"]) / adm
         row["arena"] = {k: e.stats()["buffer_arena"][k] for k in ("huge_classes", "page_bytes", "live_bytes")}
-        row["memory_parts"] = {k: v for k, v in e.stats().get("memory_parts", {}).items() if "buffer" in k}
         row["per_expiry"] = {k: d[k] / (d["expire"] or 1) for k in ("holder_entries", "holders_visited",
                                                                     "holders_found", "flush_events")}
         row["expiry_reevaluations_per_1000_msgs"] = d["reevaluations"] / n * 1000

@@ -5,9 +5,7 @@ Size classes grow by about a quarter (4, 5, 6, 7, 8, 10, 12, 15, 18, 22, ...), s
 the smallest class that fits wastes under a quarter of its slot.  A class's slots sit in pages of
 a power-of-two number of slots (about PAGE_BYTES each, or one slot when a slot is larger), so a
 slot's address is two small-array loads and a shift away: the buffer record says (class, slot).
-A slot stores its entries as columns (arena.pxd, ``EntryCols``): the scores, then the low seq
-bits, the holder handles and the dominance counters, 18 bytes an entry, the slot rounded up to 8
-bytes (``slot_stride``), so a search reads only the scores' lines.
+Entries are 18-byte packed records (score, low seq bits, holder handle, dominance counter).
 
 A class that fills ``huge_after`` pages (8 by default, about 2 MB) moves to 2 MB pages aligned
 on 2 MB and advised as transparent huge pages (``MADV_HUGEPAGE``; Linux), each holding as many
@@ -66,13 +64,11 @@ cdef class EntryArena:
         cdef uint32_t c = 4, shift
         cdef size_t slot_bytes
         self.cap.push_back(0)                      # class 0 = NO_SLOT
-        self.stride.push_back(0)
         self.page_shift.push_back(0)
         self.per_page.push_back(1)
         while True:
             self.cap.push_back(c)
-            slot_bytes = slot_stride(c)
-            self.stride.push_back(<uint32_t>slot_bytes)
+            slot_bytes = <size_t>c * sizeof(BufEntryC)
             shift = 0
             while (slot_bytes << (shift + 1)) <= PAGE_BYTES:
                 shift += 1
@@ -111,17 +107,17 @@ cdef class EntryArena:
         """A new slot of class cls for ``owner``: the class's next slot."""
         cdef SlotC slot
         cdef size_t nbytes
-        cdef char* page
+        cdef BufEntryC* page
         slot.cls = cls
         slot.pad = 0
         slot.index = self.handed[cls]
         if self._page_of(cls, slot.index) == self.pages[cls].size():
             if (not self.huge[cls] and self.huge_after and self.pages[cls].size() >= self.huge_after
-                    and <size_t>self.stride[cls] * 8 <= HUGE_BYTES):
+                    and <size_t>self.cap[cls] * sizeof(BufEntryC) * 8 <= HUGE_BYTES):
                 self._go_huge(cls)
         if self._page_of(cls, slot.index) == self.pages[cls].size():
             nbytes = self._page_bytes(cls)
-            page = <char*>(huge_page() if self.huge[cls] else malloc(nbytes))
+            page = <BufEntryC*>(huge_page() if self.huge[cls] else malloc(nbytes))
             if page == NULL:
                 abort()                         # out of memory inside nogil code
             self.pages[cls].push_back(page)
@@ -131,7 +127,7 @@ cdef class EntryArena:
             self.owner[cls].resize(self.handed[cls])
         self.owner[cls][slot.index] = owner
         self.live_slots += 1
-        self.live_bytes += self.stride[cls]
+        self.live_bytes += self.cap[cls] * sizeof(BufEntryC)
         return slot
 
     cdef uint32_t give(self, SlotC slot) noexcept nogil:
@@ -145,11 +141,11 @@ cdef class EntryArena:
         last = self.handed[cls] - 1
         if slot.index != last:
             moved = self.owner[cls][last]
-            memcpy(slot_base(self, slot), self._at(cls, last), self.stride[cls])
+            memcpy(slot_entries(self, slot), self._at(cls, last), self.cap[cls] * sizeof(BufEntryC))
             self.owner[cls][slot.index] = moved
         self.handed[cls] = last
         self.live_slots -= 1
-        self.live_bytes -= self.stride[cls]
+        self.live_bytes -= self.cap[cls] * sizeof(BufEntryC)
         # free the pages past the live ones, but one (a class at a page boundary would churn)
         keep = (<size_t>last + self.per_page[cls] - 1) // self.per_page[cls] + 1
         while self.pages[cls].size() > keep:
@@ -158,17 +154,17 @@ cdef class EntryArena:
             self.page_bytes -= self._page_bytes(cls)
         return moved
 
-    cdef char* _at(self, uint16_t cls, uint32_t index) noexcept nogil:
+    cdef BufEntryC* _at(self, uint16_t cls, uint32_t index) noexcept nogil:
         cdef SlotC s
         s.cls = cls
         s.index = index
         s.pad = 0
-        return slot_base(self, s)
+        return slot_entries(self, s)
 
     cdef size_t _page_bytes(self, uint16_t cls) noexcept nogil:
         if self.huge[cls]:
             return HUGE_BYTES
-        return (<size_t>1 << self.page_shift[cls]) * self.stride[cls]
+        return (<size_t>1 << self.page_shift[cls]) * self.cap[cls] * sizeof(BufEntryC)
 
     cdef size_t _page_of(self, uint16_t cls, uint32_t index) noexcept nogil:
         if self.huge[cls]:
@@ -178,16 +174,16 @@ cdef class EntryArena:
     cdef void _go_huge(self, uint16_t cls) noexcept nogil:
         """Move class cls to 2 MB pages, each holding as many slots as fit, copied in slot order,
         so every slot keeps its number (the records stay as they are)."""
-        cdef size_t slot_bytes = self.stride[cls], i, _, nbig
+        cdef size_t slot_bytes = <size_t>self.cap[cls] * sizeof(BufEntryC), i, _, nbig
         cdef uint32_t per = <uint32_t>(HUGE_BYTES // slot_bytes), handed = self.handed[cls]
-        cdef vector[char*] pages
+        cdef vector[BufEntryC*] pages
         nbig = (handed + per - 1) // per
         if nbig == 0:
             nbig = 1
         for _ in range(nbig):
-            pages.push_back(<char*>huge_page())
+            pages.push_back(<BufEntryC*>huge_page())
         for i in range(handed):
-            memcpy(pages[i // per] + (i % per) * slot_bytes, self._at(cls, <uint32_t>i), slot_bytes)
+            memcpy(pages[i // per] + (i % per) * self.cap[cls], self._at(cls, <uint32_t>i), slot_bytes)
         for i in range(self.pages[cls].size()):
             free(self.pages[cls][i])
         self.page_bytes -= self.pages[cls].size() * self._page_bytes(cls)
@@ -216,4 +212,4 @@ cdef class EntryArena:
                 loose += 1
         return {"live_slots": self.live_slots, "live_bytes": self.live_bytes, "page_bytes": self.page_bytes,
                 "classes": self.cap.size() - 1, "loose_classes": loose, "pages": pages, "paged_classes": paged,
-                "entry_bytes": ENTRY_BYTES, "huge_classes": huge, "layout": "columns"}
+                "entry_bytes": sizeof(BufEntryC), "huge_classes": huge}

@@ -3,7 +3,7 @@
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, prefetch
-from skype._core.arena cimport BufEntryC, EntryCols, slot_cols
+from skype._core.arena cimport BufEntryC, slot_entries
 from skype._core.bufstore cimport EventC, SubBufC, guide_start
 from skype._core.reevaluation cimport Reevaluation, RankedC, PulledC
 from skype._core.reevaluation cimport BUF_EXACT, BUF_CSKYBAND, BUF_SKYBAND, BUF_KMAX
@@ -31,8 +31,6 @@ cdef class Buffers(Reevaluation):
     # records this many buffers ahead, their entries ahead_entries
     cdef size_t ahead_records, ahead_entries
     cdef uint64_t n_admit_span, n_admit_pos, n_admit_size, n_admit_evicted, n_guide_misses
-    # lines an admission touches in its slot's columns, and as 18-byte rows would (a count)
-    cdef uint64_t n_admit_lines, n_admit_row_lines
 
     cdef void init_sub(self, sid_t sid) noexcept nogil
     cdef void init_sub_from(self, sid_t sid, const RankedC* run, size_t n, bint truncated) noexcept nogil
@@ -60,27 +58,19 @@ cdef inline void prefetch_lines(const char* p, size_t nbytes) noexcept nogil:
 
 
 cdef inline void prefetch_admission(Buffers b, sid_t sid, double score) noexcept nogil:
-    """Fetch what an admission of ``score`` into sid's buffer reads: every column from the
-    record's guide point (bufstore.pxd) to the end, or from the start without the guide (at most
-    16 lines a column).  The SubBufC record must be fetched earlier."""
+    """Fetch what an admission of ``score`` into sid's buffer reads: its entries from the line of
+    the record's guide point (bufstore.pxd) to the end, or all of them without the guide (at most
+    16 lines).  The SubBufC record must be fetched earlier."""
     cdef const SubBufC* sb = &b.buf[sid]
-    cdef EntryCols c = slot_cols(b.arena, sb.slot)
-    cdef size_t first = guide_start(sb, score) if b.guided else 0, m
+    cdef const char* p = <const char*>slot_entries(b.arena, sb.slot)
+    cdef size_t first = guide_start(sb, score) if b.guided else 0
     if first >= sb.size:
         first = 0
-    m = sb.size - first
-    prefetch_lines(<const char*>(c.score + first), m * 8)
-    prefetch_lines(<const char*>(c.seq + first), m * 4)
-    prefetch_lines(<const char*>(c.hold + first), m * 4)
-    prefetch_lines(<const char*>(c.dc + first), m * 2)
+    prefetch_lines(p + first * sizeof(BufEntryC), (sb.size - first) * sizeof(BufEntryC))
 
 
 cdef inline void prefetch_buffer(Buffers b, sid_t sid) noexcept nogil:
-    """Fetch a buffer's entries ahead of an expiry (its search reads the seqs, its shift every
-    column): at most 16 lines a column.  The SubBufC record must be fetched earlier."""
+    """Fetch a buffer's entries ahead of an expiry (its search and shift read up to all of them):
+    at most 16 lines.  The SubBufC record must be fetched earlier."""
     cdef const SubBufC* sb = &b.buf[sid]
-    cdef EntryCols c = slot_cols(b.arena, sb.slot)
-    prefetch_lines(<const char*>c.seq, sb.size * 4)
-    prefetch_lines(<const char*>c.score, sb.size * 8)
-    prefetch_lines(<const char*>c.hold, sb.size * 4)
-    prefetch_lines(<const char*>c.dc, sb.size * 2)
+    prefetch_lines(<const char*>slot_entries(b.arena, sb.slot), sb.size * sizeof(BufEntryC))

@@ -58,9 +58,10 @@ admit pays one size test.
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as std_sort
 from libc.math cimport INFINITY
+from libc.string cimport memmove
 from libc.stdint cimport int32_t, uint16_t, uint32_t
 from skype._core.types cimport sid_t, seq_t
-from skype._core.arena cimport EntryArena, NO_SLOT, EntryCols, cols_move, cols_set, ENTRY_BYTES
+from skype._core.arena cimport EntryArena, NO_SLOT
 from skype._core.bufstore cimport slot_loose
 from skype._core.window cimport WindowStore
 from skype._core.ranking cimport WindowRanking
@@ -97,38 +98,16 @@ cdef inline bint seq_newer(uint32_t a, uint32_t b) noexcept nogil:
     return <int32_t>(a - b) > 0
 
 
-cdef inline size_t insert_pos(const double* S, size_t n, double score) noexcept nogil:
+cdef inline size_t insert_pos(const BufEntryC* B, size_t n, double score) noexcept nogil:
     """Where a new (newest) message with this score goes: before every entry scoring <= it."""
     cdef size_t lo = 0, hi = n, mid
     while lo < hi:
         mid = (lo + hi) >> 1
-        if S[mid] > score:
+        if B[mid].score > score:
             lo = mid + 1
         else:
             hi = mid
     return lo
-
-
-cdef inline size_t lines_of(const void* p, size_t a, size_t b, size_t width) noexcept nogil:
-    """The cache lines of elements [a, b) of an array of ``width``-byte elements at p."""
-    if b <= a:
-        return 0
-    return ((<size_t>p + b * width - 1) >> 6) - ((<size_t>p + a * width) >> 6) + 1
-
-
-cdef inline size_t admission_lines(EntryCols B, size_t lo, size_t pos, size_t n, size_t after) noexcept nogil:
-    """The lines an admission reads or writes in its slot (a count for ``stats()``): the scores
-    from where its search starts (lo), and every column from the insertion (pos) to the end
-    (its dominance pass, evictions and shift; ``after``: the size after it)."""
-    cdef size_t end = n if n > after else after
-    return (lines_of(B.score, lo, end, 8) + lines_of(B.seq, pos, end, 4)
-            + lines_of(B.hold, pos, end, 4) + lines_of(B.dc, pos, end, 2))
-
-
-cdef inline size_t row_lines(EntryCols B, size_t lo, size_t n, size_t after) noexcept nogil:
-    """The same admission's lines with 18-byte rows from the same address (the layout before
-    the columns): every row from lo to the end."""
-    return lines_of(B.score, lo, n if n > after else after, ENTRY_BYTES)
 
 
 cdef inline bint ranked_before(const PulledC& a, const PulledC& b) noexcept nogil:
@@ -195,17 +174,15 @@ cdef class Buffers(Reevaluation):
         self.n_admit_size = 0
         self.n_admit_evicted = 0
         self.n_guide_misses = 0
-        self.n_admit_lines = 0
-        self.n_admit_row_lines = 0
 
     cdef void _update_theta(self, sid_t sid) noexcept nogil:
         """exact and kmax: theta follows the buffer (skyband kinds change it at re-evaluation)."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef const double* S = self._cols(sb).score
+        cdef const BufEntryC* B = self._entries(sb)
         if self.kind == BUF_EXACT:
             if <int32_t>sb.size >= sb.k:
                 sb.complete = 0
-                self._set_theta(sid, S[sb.k - 1], True)
+                self._set_theta(sid, B[sb.k - 1].score, True)
             elif sb.complete:
                 self._set_theta(sid, 0.0, True)
         elif self.kind == BUF_KMAX:
@@ -214,7 +191,7 @@ cdef class Buffers(Reevaluation):
             if sb.complete:
                 self._set_theta(sid, 0.0, True)
             elif sb.size:
-                self._set_theta(sid, S[sb.size - 1], True)
+                self._set_theta(sid, B[sb.size - 1].score, True)
 
     # ------------------------------------------------------------------ API for the engine
     cdef void init_sub(self, sid_t sid) noexcept nogil:
@@ -250,10 +227,10 @@ cdef class Buffers(Reevaluation):
             self.floor_of[sid] = -INFINITY              # a new record has no floor yet
 
     cdef void drop_sub(self, sid_t sid) noexcept nogil:
-        cdef EntryCols B = self._cols(&self.buf[sid])
+        cdef const BufEntryC* B = self._entries(&self.buf[sid])
         cdef size_t i
         for i in range(self.buf[sid].size):
-            self._drop_entry(B.seq[i], B.hold[i])
+            self._drop_entry(&B[i])
         self._release(&self.buf[sid])
         self.buf[sid].complete = 1
         if sid < self.floor_of.size():
@@ -340,7 +317,7 @@ cdef class Buffers(Reevaluation):
         members, so the pass over members gives their exact counters).  Theta and completeness
         are unchanged; the listed messages below ``floor`` stay listed."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef EntryCols B = self._cols(sb)
+        cdef const BufEntryC* B = self._entries(sb)
         cdef vector[PulledC]* side = &self.skipped_list[sid]
         cdef vector[seq_t]* h = &self.heap
         cdef int32_t k = sb.k
@@ -365,13 +342,13 @@ cdef class Buffers(Reevaluation):
             return
         self.n_floor_readmitted += self.pulled.size()
         for i in range(sb.size):
-            self.pulled.push_back(PulledC(self._full_seq(B.seq[i]), B.score[i]))
+            self.pulled.push_back(PulledC(self._full_seq(B[i].seq_lo), B[i].score))
         self.floor_readmit_work += self.pulled.size()
         std_sort(self.pulled.begin(), self.pulled.end(), ranked_before)
         self._remember_holds(sb)
         self.old_seqs.clear()
         for i in range(sb.size if <int32_t>sb.size < k else k):
-            self.old_seqs.push_back(B.seq[i])
+            self.old_seqs.push_back(B[i].seq_lo)
         self.rebuilt.clear()
         h.clear()
         for i in range(self.pulled.size()):
@@ -390,10 +367,10 @@ cdef class Buffers(Reevaluation):
     cdef void admit(self, sid_t sid, seq_t seq, double score) noexcept nogil:
         """An arriving message scored ``score >= theta_s`` against ``sid``."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef EntryCols B = self._cols(sb)
+        cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k, cap
         cdef size_t n = sb.size, pos, i, w, lo = 0
-        cdef uint32_t seq_lo = <uint32_t>seq
+        cdef BufEntryC e
         if sid < self.floor_of.size() and score < self.floor_of[sid]:
             self.n_floor_skips += 1                 # below the floor: cannot matter (set_floor)
             if score > self.skipped_of[sid]:
@@ -405,38 +382,40 @@ cdef class Buffers(Reevaluation):
             # (checked here, so a guide could only cost lines, never a wrong rank)
             lo = guide_start(sb, score)
             if lo:
-                if lo < n and B.score[lo] > score:
+                if lo < n and B[lo].score > score:
                     lo += 1
                 else:
                     lo = 0
                     self.n_guide_misses += 1
-        pos = lo + insert_pos(B.score + lo, n - lo, score)
+        pos = lo + insert_pos(B + lo, n - lo, score)
         self.n_admit_span += n - lo
         self.n_admit_pos += pos
         self.n_admit_size += n
+        e.score = score
+        e.seq_lo = <uint32_t>seq
+        e.hold = 0
+        e.dc = 0
         self.n_admits += 1
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
             cap = self._cap(k)
             if <int32_t>pos >= cap:
                 return
-            self.n_admit_lines += admission_lines(B, lo, pos, n, n + 1)
-            self.n_admit_row_lines += row_lines(B, lo, n, n + 1)
             B = self._room(sb, n + 1)
-            cols_move(B, pos + 1, pos, n - pos)
-            cols_set(B, pos, score, seq_lo, 0, 0)
+            memmove(B + pos + 1, B + pos, (n - pos) * sizeof(BufEntryC))
+            B[pos] = e
             n += 1
             sb.size = <uint32_t>n
             if self.track_holders:
-                B.hold[pos] = self.window.add_holder(seq, sid)
+                B[pos].hold = self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
                 self.n_admits_topk += 1
-                self._event(sid, 1, seq_lo)
+                self._event(sid, 1, e.seq_lo)
                 if <int32_t>n > k:
-                    self._event(sid, -1, B.seq[k])
+                    self._event(sid, -1, B[k].seq_lo)
             if <int32_t>n > cap:
                 sb.size -= 1
                 sb.complete = 0
-                self._drop_entry(B.seq[cap], B.hold[cap])
+                self._drop_entry(&B[cap])
                 self.n_admit_evicted += 1
             self.guide_from(sb, pos)
             self._update_theta(sid)
@@ -444,29 +423,24 @@ cdef class Buffers(Reevaluation):
         # skyband kinds: the new message dominates every (older) entry scoring <= it
         if <int32_t>pos < k:
             self.n_admits_topk += 1
-            self._event(sid, 1, seq_lo)
+            self._event(sid, 1, e.seq_lo)
             if <int32_t>n >= k:
-                self._event(sid, -1, B.seq[k - 1])     # pushed from rank k to k + 1
-        # the dominance pass reads the counters' column only, and moves the other columns only
-        # past an eviction (rare: about one admission in two evicts one entry)
+                self._event(sid, -1, B[k - 1].seq_lo)   # pushed from rank k to k + 1
         w = pos
         for i in range(pos, n):
-            B.dc[i] += 1
-            if <int32_t>B.dc[i] < k:
-                if w != i:
-                    cols_set(B, w, B.score[i], B.seq[i], B.hold[i], B.dc[i])
+            B[i].dc += 1
+            if <int32_t>B[i].dc < k:
+                B[w] = B[i]
                 w += 1
             else:
-                self._drop_entry(B.seq[i], B.hold[i])   # k newer entries dominate it: evicted
-        self.n_admit_lines += admission_lines(B, lo, pos, n, w + 1)
-        self.n_admit_row_lines += row_lines(B, lo, n, w + 1)
+                self._drop_entry(&B[i])             # k newer entries dominate it: evicted
         sb.size = <uint32_t>w
         B = self._room(sb, w + 1)
-        cols_move(B, pos + 1, pos, w - pos)
-        cols_set(B, pos, score, seq_lo, 0, 0)
+        memmove(B + pos + 1, B + pos, (w - pos) * sizeof(BufEntryC))
+        B[pos] = e
         sb.size = <uint32_t>(w + 1)
         if self.track_holders:
-            B.hold[pos] = self.window.add_holder(seq, sid)
+            B[pos].hold = self.window.add_holder(seq, sid)
         self.guide_from(sb, pos)
         self.n_admit_evicted += n - w
         sb.admits += 1
@@ -484,14 +458,13 @@ cdef class Buffers(Reevaluation):
 
     cdef bint expire(self, sid_t sid, seq_t seq) noexcept nogil:
         """The window's oldest message ``seq`` expires; ``sid`` is one of its holders.  False:
-        the buffer no longer held it (a stale entry: never with exact holders).  The search
-        reads the seqs' column only."""
+        the buffer no longer held it (a stale entry: never with exact holders)."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef EntryCols B = self._cols(sb)
+        cdef BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k
         cdef uint32_t lo = <uint32_t>seq
         cdef size_t p = 0, n = sb.size
-        while p < n and B.seq[p] != lo:
+        while p < n and B[p].seq_lo != lo:
             p += 1
         if p == n:
             return False                           # stale reverse-map entry
@@ -499,11 +472,11 @@ cdef class Buffers(Reevaluation):
             self._note_gone(seq)
             self._event(sid, -1, lo)
         n -= 1
-        cols_move(B, p, p + 1, n - p)
+        memmove(B + p, B + p + 1, (n - p) * sizeof(BufEntryC))
         sb.size = <uint32_t>n
         self.guide_from(sb, p)
         if <int32_t>p < k and <int32_t>n >= k:
-            self._event(sid, 1, B.seq[k - 1])
+            self._event(sid, 1, B[k - 1].seq_lo)
         if <int32_t>n < k and not sb.complete and not self._refill_from_skipped(sid):
             self._reevaluate(sid, True, True)      # Alg. 2
             self.n_reevaluations += 1
@@ -541,7 +514,5 @@ cdef class Buffers(Reevaluation):
             "admission_work": {"guided": bool(self.guided), "span_entries": self.n_admit_span,
                                "ranks": self.n_admit_pos, "sizes": self.n_admit_size,
                                "evicted": self.n_admit_evicted, "guide_misses": self.n_guide_misses,
-                               "lines": self.n_admit_lines,
-                               "row_lines": self.n_admit_row_lines, "entry_bytes": ENTRY_BYTES,
-                               "layout": "columns"},
+                               "entry_bytes": sizeof(BufEntryC)},
         }

@@ -3,7 +3,7 @@
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
-from skype._core.arena cimport BufEntryC, EntryCols, SlotC, EntryArena, slot_cols
+from skype._core.arena cimport BufEntryC, SlotC, EntryArena, slot_entries
 from skype._core.window cimport WindowStore, win_next_seq, win_get
 from skype._core.subindex cimport SubTable, SubscriptionIndex
 
@@ -80,7 +80,7 @@ cdef class BufferStore:
     cdef vector[sid_t] fell
 
     cdef void ensure(self, sid_t sid) noexcept nogil
-    cdef EntryCols _room(self, SubBufC* sb, size_t n) noexcept nogil
+    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil
     cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil
     cdef void _release(self, SubBufC* sb) noexcept nogil
     cdef void _give(self, SlotC slot) noexcept nogil
@@ -88,7 +88,7 @@ cdef class BufferStore:
     cdef void guide_from(self, SubBufC* sb, size_t first) noexcept nogil
     cdef uint32_t _owner(self, const SubBufC* sb) noexcept nogil
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
-    cdef void _drop_entry(self, uint32_t seq_lo, uint32_t hold) noexcept nogil
+    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil
     cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil
     cdef void _hand_over_holds(self, sid_t sid) noexcept nogil
     cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil
@@ -97,8 +97,8 @@ cdef class BufferStore:
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil
 
     # hot helpers, inlined into their callers (buffers.pyx, reevaluation.pyx, engine.pyx)
-    cdef inline EntryCols _cols(self, const SubBufC* sb) noexcept nogil:
-        return slot_cols(self.arena, sb.slot)
+    cdef inline BufEntryC* _entries(self, const SubBufC* sb) noexcept nogil:
+        return slot_entries(self.arena, sb.slot)
 
     cdef inline seq_t _full_seq(self, uint32_t lo) noexcept nogil:
         cdef seq_t newest = win_next_seq(self.window) - 1

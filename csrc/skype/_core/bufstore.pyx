@@ -35,7 +35,7 @@ from libc.math cimport INFINITY, nextafterf
 from libc.stdlib cimport free, abort
 from posix.stdlib cimport posix_memalign
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from skype._core.arena cimport NO_SLOT, NO_OWNER, HUGE_BYTES, cols_copy, cols_set
+from skype._core.arena cimport NO_SLOT, NO_OWNER, HUGE_BYTES
 
 cdef extern from *:
     """
@@ -80,17 +80,18 @@ cdef class BufferStore:
         memset(&self.buf[self.buf_n], 0, (sid + 1 - self.buf_n) * sizeof(SubBufC))
         self.buf_n = sid + 1
 
-    cdef EntryCols _room(self, SubBufC* sb, size_t n) noexcept nogil:
+    cdef BufEntryC* _room(self, SubBufC* sb, size_t n) noexcept nogil:
         """The buffer's entries, in a slot that holds at least n (moved to the smallest class
         that does, when its own is too small: classes are a quarter apart, so moves are rare)."""
-        cdef EntryCols old = self._cols(sb)
+        cdef BufEntryC* old = self._entries(sb)
         cdef SlotC slot
-        cdef EntryCols moved
+        cdef BufEntryC* moved
         if sb.slot.cls != NO_SLOT and self.arena.cap[sb.slot.cls] >= n:
             return old
         slot = self.arena.take(self.arena.class_for(n), self._owner(sb))
-        moved = slot_cols(self.arena, slot)
-        cols_copy(moved, old, sb.size)
+        moved = slot_entries(self.arena, slot)
+        if sb.size:
+            memcpy(moved, old, sb.size * sizeof(BufEntryC))
         self._give(sb.slot)
         sb.slot = slot
         return moved
@@ -98,14 +99,11 @@ cdef class BufferStore:
     cdef void _store(self, SubBufC* sb, const BufEntryC* src, size_t n) noexcept nogil:
         """Replace the entries by src[0:n], in the smallest class that holds one more."""
         cdef uint16_t cls = self.arena.class_for(n + 1)
-        cdef EntryCols B
-        cdef size_t i
         if sb.slot.cls != cls:
             self._give(sb.slot)
             sb.slot = self.arena.take(cls, self._owner(sb))
-        B = self._cols(sb)
-        for i in range(n):
-            cols_set(B, i, src[i].score, src[i].seq_lo, src[i].hold, src[i].dc)
+        if n:
+            memcpy(self._entries(sb), src, n * sizeof(BufEntryC))
         sb.size = <uint32_t>n
         self.guide_from(sb, 0)
 
@@ -120,14 +118,15 @@ cdef class BufferStore:
         if cls == sb.slot.cls:
             return
         slot = self.arena.take(cls, self._owner(sb))
-        cols_copy(slot_cols(self.arena, slot), self._cols(sb), sb.size)
+        if sb.size:
+            memcpy(slot_entries(self.arena, slot), self._entries(sb), sb.size * sizeof(BufEntryC))
         self._give(sb.slot)
         sb.slot = slot
 
     cdef void guide_from(self, SubBufC* sb, size_t first) noexcept nogil:
         """Refresh the record's guide points at entries >= first (the entries before first did
         not change): each the score rounded down to a float, -inf past the last entry."""
-        cdef const double* S = self._cols(sb).score
+        cdef const BufEntryC* B = self._entries(sb)
         cdef size_t j, e
         cdef float f
         for j in range(GUIDE_N):
@@ -137,8 +136,8 @@ cdef class BufferStore:
             if e >= sb.size:
                 sb.guide[j] = -INFINITY
                 continue
-            f = <float>S[e]
-            if <double>f > S[e]:
+            f = <float>B[e].score
+            if <double>f > B[e].score:
                 f = nextafterf(f, -INFINITY)
             sb.guide[j] = f
 
@@ -176,42 +175,45 @@ cdef class BufferStore:
             self.table.theta_idx[sid] = theta
 
     # ------------------------------------------------------------------ reverse map
-    cdef void _drop_entry(self, uint32_t seq_lo, uint32_t hold) noexcept nogil:
-        """The entry (seq_lo, hold) leaves its buffer while its message stays in the window:
-        clear its reverse-map entry (exact holders)."""
+    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil:
+        """The entry leaves its buffer while its message stays in the window: clear its
+        reverse-map entry (exact holders)."""
         if self.exact_holders:
-            self.window.drop_holder(self._full_seq(seq_lo), hold)
+            self.window.drop_holder(self._full_seq(e.seq_lo), e.hold)
             self.n_holders_dropped += 1
 
     cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil:
         """Before a rebuild: the (message, handle) of every entry, for _hand_over_holds."""
-        cdef EntryCols B = self._cols(sb)
+        cdef const BufEntryC* B = self._entries(sb)
         cdef size_t i
         self.old_keys.clear()
         for i in range(sb.size):
-            self.old_keys.push_back((<uint64_t>B.seq[i] << 32) | B.hold[i])
+            self.old_keys.push_back((<uint64_t>B[i].seq_lo << 32) | B[i].hold)
 
     cdef void _hand_over_holds(self, sid_t sid) noexcept nogil:
         """After a rebuild: register the messages that are new to this buffer, keep the handles
         of those it keeps, drop the holder entries of those it lost."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef EntryCols B = self._cols(sb)
+        cdef BufEntryC* B = self._entries(sb)
         cdef size_t i, j
+        cdef BufEntryC e
         std_sort(self.old_keys.begin(), self.old_keys.end())
         self.old_kept.assign(self.old_keys.size(), 0)
         if not self.track_holders:
             return
         for i in range(sb.size):
-            j = self._find_key(B.seq[i])
+            j = self._find_key(B[i].seq_lo)
             if j < self.old_keys.size():
-                B.hold[i] = <uint32_t>self.old_keys[j]
+                B[i].hold = <uint32_t>self.old_keys[j]
                 self.old_kept[j] = 1
             else:
-                B.hold[i] = self.window.add_holder(self._full_seq(B.seq[i]), sid)
+                B[i].hold = self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
         if self.exact_holders:
             for j in range(self.old_keys.size()):
                 if not self.old_kept[j]:
-                    self._drop_entry(<uint32_t>(self.old_keys[j] >> 32), <uint32_t>self.old_keys[j])
+                    e.seq_lo = <uint32_t>(self.old_keys[j] >> 32)
+                    e.hold = <uint32_t>self.old_keys[j]
+                    self._drop_entry(&e)
 
     cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil:
         """The index of seq_lo's entry in the sorted old_keys (old_keys.size() if none)."""
@@ -258,24 +260,24 @@ cdef class BufferStore:
     cdef void topk_into(self, sid_t sid, vector[int64_t]* ids, vector[double]* scores) noexcept nogil:
         """Append the top-k of ``sid`` (ids and scores, ranking order)."""
         cdef const SubBufC* sb = &self.buf[sid]
-        cdef EntryCols B = self._cols(sb)
+        cdef const BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k
         cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
         for i in range(n):
-            ids.push_back(self._ext(B.seq[i]))
-            scores.push_back(B.score[i])
+            ids.push_back(self._ext(B[i].seq_lo))
+            scores.push_back(B[i].score)
 
     def topk(self, sid_t sid):
         import numpy as np
         cdef const SubBufC* sb = &self.buf[sid]
-        cdef EntryCols B = self._cols(sb)
+        cdef const BufEntryC* B = self._entries(sb)
         cdef int32_t k = sb.k
         cdef size_t n = sb.size if <int32_t>sb.size < k else k, i
         ids = np.empty(n, dtype=np.int64)
         scores = np.empty(n, dtype=np.float64)
         for i in range(n):
-            ids[i] = self._ext(B.seq[i])
-            scores[i] = B.score[i]
+            ids[i] = self._ext(B[i].seq_lo)
+            scores[i] = B[i].score
         return ids, scores
 
     def sizes(self):
@@ -298,7 +300,7 @@ cdef class BufferStore:
         cdef seq_t oldest = self.window.oldest_seq
         cdef uint32_t next_lo = <uint32_t>win_next_seq(self.window)
         cdef const SubBufC* sb
-        cdef EntryCols B
+        cdef const BufEntryC* B
         for i in range(n):
             ne += self.buf[sids[i]].size
         k = np.empty(n, np.int64)
@@ -323,7 +325,7 @@ cdef class BufferStore:
         with nogil:
             for i in range(n):
                 sb = &self.buf[sids[i]]
-                B = self._cols(sb)
+                B = self._entries(sb)
                 k_v[i] = sb.k
                 c_v[i] = sb.complete
                 cq_v[i] = sb.cq
@@ -334,9 +336,9 @@ cdef class BufferStore:
                 rt_v[i] = sb.retune_at
                 th_v[i] = self.table.hot[sids[i]].theta
                 for j in range(sb.size):
-                    pos_v[o] = <uint32_t>(self._full_seq(B.seq[j]) - oldest)
-                    sc_v[o] = B.score[j]
-                    dc_v[o] = B.dc[j]
+                    pos_v[o] = <uint32_t>(self._full_seq(B[j].seq_lo) - oldest)
+                    sc_v[o] = B[j].score
+                    dc_v[o] = B[j].dc
                     o += 1
                 p_v[i + 1] = <int64_t>o
         return k, complete, cq, refresh_at, p_theta, age, admits, retune_at, theta, indptr, pos, score, dc
@@ -355,7 +357,7 @@ cdef class BufferStore:
         cdef seq_t oldest = self.window.oldest_seq, seq
         cdef uint32_t next_lo = <uint32_t>win_next_seq(self.window)
         cdef SubBufC* sb
-        cdef EntryCols B
+        cdef BufEntryC* B
         cdef sid_t sid
         with nogil:
             for i in range(n):
@@ -366,11 +368,13 @@ cdef class BufferStore:
                     self._release(sb)
                 m = <size_t>(indptr[i + 1] - indptr[i])
                 sb.slot = self.arena.take(self.arena.class_for(m + 1), sid)
-                B = self._cols(sb)
+                B = self._entries(sb)
                 for j in range(m):
                     seq = oldest + <seq_t>pos[indptr[i] + j]
-                    cols_set(B, j, score[indptr[i] + j], <uint32_t>seq,
-                             self.window.add_holder(seq, sid) if self.track_holders else 0, dc[indptr[i] + j])
+                    B[j].score = score[indptr[i] + j]
+                    B[j].seq_lo = <uint32_t>seq
+                    B[j].dc = dc[indptr[i] + j]
+                    B[j].hold = self.window.add_holder(seq, sid) if self.track_holders else 0
                 sb.size = <uint32_t>m
                 self.guide_from(sb, 0)
                 sb.k = <int32_t>k[i]

@@ -23,7 +23,7 @@ import numpy as np
 cimport numpy as cnp
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from skype._core.arena cimport EntryCols
+from skype._core.arena cimport BufEntryC
 from skype._core.bufstore cimport SubBufC
 from skype._core.types cimport sid_t, seq_t, MsgTermC, prefetch, now_ns
 from skype._core.scoring cimport outside_time_window, score_pair
@@ -546,23 +546,23 @@ cdef class CoreEngine:
         cdef int64_t[::1] rk = rank
         cdef double[::1] sc = score
         cdef const SubBufC* sb = NULL
-        cdef EntryCols B
+        cdef const BufEntryC* B = NULL
         cdef int64_t target
         cdef uint32_t lo
         with nogil:
             for i in range(n):
                 if i == 0 or ext_ids[i] != ext_ids[i - 1]:
                     sb = &self.buffers.buf[self.table.by_ext[ext_ids[i]]]
-                    B = self.buffers._cols(sb)
+                    B = self.buffers._entries(sb)
                     top = sb.size if <int32_t>sb.size < sb.k else sb.k
                 target = win_seq_of(self.window, msg_ids[i])
                 if target < 0:
                     continue
                 lo = <uint32_t>target
                 for j in range(top):
-                    if B.seq[j] == lo:
+                    if B[j].seq_lo == lo:
                         rk[i] = j
-                        sc[i] = B.score[j]
+                        sc[i] = B[j].score
                         break
         return rank, score
 

@@ -4,7 +4,7 @@
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t
-from skype._core.arena cimport BufEntryC, EntryCols
+from skype._core.arena cimport BufEntryC
 from skype._core.ranking cimport WindowRanking
 from skype._core.bufstore cimport BufferStore
 from skype._core.costmodel cimport CostModelC

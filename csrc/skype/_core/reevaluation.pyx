@@ -158,7 +158,7 @@ cdef class Reevaluation(BufferStore):
         hand the holders over, emit the top-k's difference (``emit``) and publish theta.  Buffers
         extends it: a rebuild forgets the messages its floors skipped."""
         cdef SubBufC* sb
-        cdef EntryCols B
+        cdef const BufEntryC* B
         cdef int32_t k
         cdef double theta = 0.0
         cdef bint complete
@@ -169,12 +169,12 @@ cdef class Reevaluation(BufferStore):
         cdef size_t n_above
         cdef vector[seq_t]* h = &self.heap
         sb = &self.buf[sid]
-        B = self._cols(sb)
+        B = self._entries(sb)
         k = sb.k
         # old state, for events and for the reverse map
         self.old_all.clear()
         for i in range(sb.size):
-            self.old_all.push_back(B.seq[i])
+            self.old_all.push_back(B[i].seq_lo)
         self._remember_holds(sb)
         self.old_seqs.assign(self.old_all.begin(), self.old_all.begin() + (sb.size if <int32_t>sb.size < k else k))
         complete = self._pull(sid, &theta)
@@ -242,11 +242,11 @@ cdef class Reevaluation(BufferStore):
 
     cdef void _diff_events(self, sid_t sid, int32_t k) noexcept nogil:
         cdef const SubBufC* sb = &self.buf[sid]
-        cdef const uint32_t* seqs = self._cols(sb).seq
+        cdef const BufEntryC* B = self._entries(sb)
         cdef size_t i, n_new = sb.size if <int32_t>sb.size < k else k
         self.new_seqs.clear()
         for i in range(n_new):
-            self.new_seqs.push_back(seqs[i])
+            self.new_seqs.push_back(B[i].seq_lo)
         std_sort(self.old_seqs.begin(), self.old_seqs.end())
         std_sort(self.new_seqs.begin(), self.new_seqs.end())
         for i in range(self.new_seqs.size()):

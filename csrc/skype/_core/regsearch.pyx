@@ -69,7 +69,7 @@ from skype._core.subindex cimport SubTable, SubHotC
 from skype._core.buffers cimport Buffers
 from skype._core.reevaluation cimport RankedC
 from skype._core.bufstore cimport SubBufC
-from skype._core.arena cimport EntryCols
+from skype._core.arena cimport BufEntryC
 from skype._core.regmasks cimport (MASK_HASHES, term_bits, may_hold, bit_positions, slice_list,
                                    scan_slices)
 
@@ -435,9 +435,9 @@ def buffer_state(Buffers b, sid_t sid):
     (seq_lo, score, dominance count), complete flag, k, the cost model's C_q, the refresh,
     retune and plan fields, and the subscription's threshold."""
     cdef SubBufC* sb = &b.buf[sid]
-    cdef EntryCols B = b._cols(sb)
+    cdef const BufEntryC* B = b._entries(sb)
     cdef size_t i
-    entries = [(B.seq[i], B.score[i], B.dc[i]) for i in range(sb.size)]
+    entries = [(B[i].seq_lo, B[i].score, B[i].dc) for i in range(sb.size)]
     return {"entries": entries, "complete": bool(sb.complete), "k": sb.k, "cq": sb.cq,
             "refresh_at": sb.refresh_at, "retune_at": sb.retune_at, "p_theta": sb.p_theta, "born": sb.born,
             "theta": b.table.hot[sid].theta}
