@@ -111,6 +111,7 @@ cdef class CoreEngine:
         cdef CountersC saved
         cdef size_t far, near
         self.msgs.remove(seq)
+        self.buffers.flush_drops()          # the holder entries the buffers dropped (bufstore.pyx)
         if not self.reverse_map:
             # No reverse map: every subscription holding m has ST(s, m) >= theta_s (buffers.pyx
             # keeps every entry >= theta), so disseminating m again against the current
@@ -463,6 +464,11 @@ cdef class CoreEngine:
     def buffer_state(self, int64_t ext_id):
         """A subscription's whole buffer state (regsearch.buffer_state): tests compare paths."""
         return buffer_state(self.buffers, self.table.by_ext[ext_id])
+
+    def reverse_map_mismatches(self):
+        """(message, subscription) pairs on which the reverse map and the buffers disagree
+        (bufstore.pyx; tests, exact holders: 0)."""
+        return self.buffers.reverse_map_mismatches()
 
     def set_registration(self, str mode):
         """How a bulk registration finds each subscription's run: ``search`` a static index of

@@ -59,6 +59,7 @@ cdef class WindowStore:
 
     cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil
     cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil
+    cdef void drop_holder_of(self, seq_t seq, sid_t sid) noexcept nogil
     cdef void _grow_ring(self) noexcept nogil
     cdef void _grow_holders(self) noexcept nogil
     cdef void _relayout_terms(self, uint64_t need) noexcept nogil

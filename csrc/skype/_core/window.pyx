@@ -25,6 +25,8 @@ Invariants:
   buffer stores it beside the message: when the buffer drops the message (eviction, a
   re-evaluation, the subscription's removal) ``drop_holder`` overwrites the entry with
   NO_HOLDER, so the live entries of a message are exactly the buffers holding it (buffers.pyx).
+  A caller that keeps no handle clears its entry by (message, sid) instead (``drop_holder_of``:
+  a scan of the message's block and extra list; the result buffers do this, bufstore.pyx).
   Handles: the low 31 bits of a ring position (the ring's live span stays below 2^31 entries),
   or HOLD_EXTRA | the index in the extra list (which only grows while its message lives).
 * The message and holder rings double when full; holder positions are absolute (a slot is
@@ -40,7 +42,8 @@ from libc.stdlib cimport abort
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
 from skype._core.hugepages cimport huge_alloc, huge_resize, huge_free, advise_huge
-from skype._core.window cimport win_next_seq, win_get, win_id_hash, NO_HOLDER, HOLD_EXTRA, HOLD_MASK, NO_ID_SLOT
+from skype._core.window cimport (win_next_seq, win_get, win_id_hash, win_extra_holders, NO_HOLDER, HOLD_EXTRA,
+                                 HOLD_MASK, NO_ID_SLOT)
 
 cdef enum:
     INITIAL_RING = 1024
@@ -192,6 +195,24 @@ cdef class WindowStore:
         # within 2^31 of the tail)
         pos = self.hold_tail - 1 - (((self.hold_tail - 1) - handle) & HOLD_MASK)
         self.hold_ring[pos & (self.hold_cap - 1)] = NO_HOLDER
+
+    cdef void drop_holder_of(self, seq_t seq, sid_t sid) noexcept nogil:
+        """drop_holder without a handle: clear the first live entry of sid among seq's holders
+        (its FIFO block, then its extra list; a buffer holds a message once, so with exact
+        holders that is its only live entry).  Nothing when there is none."""
+        cdef const MsgC* m = win_get(self, seq)
+        cdef uint64_t pos
+        cdef vector[sid_t]* extra
+        cdef size_t i
+        for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
+            if self.hold_ring[pos & (self.hold_cap - 1)] == sid:
+                self.hold_ring[pos & (self.hold_cap - 1)] = NO_HOLDER
+                return
+        extra = win_extra_holders(self, seq)
+        for i in range(extra.size()):
+            if extra[0][i] == sid:
+                extra[0][i] = NO_HOLDER
+                return
 
     cdef void _grow_holders(self) noexcept nogil:
         """Double the (full) holder ring in place: the positions with bit ``cap`` set move up by
