@@ -131,3 +131,26 @@ def test_exact_holders_after_bulk_registration(buffer):
     assert stats["bulk_registration"]["subscriptions"] == 2100
     c = stats["phases"]["counts"]
     assert c["holders_visited"] == c["holders_found"] > 0
+
+
+@pytest.mark.parametrize("buffer", BUFFERS)
+def test_reverse_map_equals_the_buffers_after_every_batch(buffer):
+    """Entries keep no holder handle: an eviction finds its holder entry by (message, sid).  After
+    every batch (evictions, re-evaluations, unsubscriptions), each window message's live holder
+    entries are exactly the buffers holding it, each once; with stale holders they are not."""
+    vocab, subs, msgs = evicting_workload(seed=5)
+    exact = Engine(bounds=BOUNDS, vocabulary=vocab, buffer=buffer, window=40)
+    stale = Engine(bounds=BOUNDS, vocabulary=vocab, buffer=buffer, window=40, exact_holders=False)
+    ids = subs.ids.tolist()
+    for eng in (exact, stale):
+        eng.subscribe_batch(subs)
+    stale_mismatches = 0
+    for n, start in enumerate(range(0, len(msgs), 50)):
+        for eng in (exact, stale):
+            eng.publish_batch(msgs.slice(start, start + 50))
+            if n % 3 == 0:
+                eng.unsubscribe(ids[n])
+        assert exact._core.reverse_map_mismatches() == 0
+        stale_mismatches += stale._core.reverse_map_mismatches()
+    assert exact.stats()["phases"]["counts"]["holders_dropped"] > 0
+    assert stale_mismatches > 0 or buffer == "kmax"

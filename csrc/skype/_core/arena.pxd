@@ -4,10 +4,9 @@ from libcpp.vector cimport vector
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 
-cdef packed struct BufEntryC:    # one buffered message (18 bytes)
-    double score
+cdef packed struct BufEntryC:    # one buffered message (14 bytes); its reverse-map entry is found
+    double score                 # by (message, sid) when the buffer drops it (window.drop_holder_of)
     uint32_t seq_lo              # low 32 bits of the message's seq (window span < 2^31)
-    uint32_t hold                # its reverse-map entry (window.add_holder's handle)
     uint16_t dc                  # dominance counter: newer buffered messages scoring >= it (< k)
 
 

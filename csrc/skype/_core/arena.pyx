@@ -5,7 +5,7 @@ Size classes grow by about a quarter (4, 5, 6, 7, 8, 10, 12, 15, 18, 22, ...), s
 the smallest class that fits wastes under a quarter of its slot.  A class's slots sit in pages of
 a power-of-two number of slots (about PAGE_BYTES each, or one slot when a slot is larger), so a
 slot's address is two small-array loads and a shift away: the buffer record says (class, slot).
-Entries are 18-byte packed records (score, low seq bits, holder handle, dominance counter).
+Entries are 14-byte packed records (score, low seq bits, dominance counter).
 
 A class that fills ``huge_after`` pages (8 by default, about 2 MB) moves to 2 MB pages aligned
 on 2 MB and advised as transparent huge pages (``MADV_HUGEPAGE``; Linux), each holding as many

@@ -28,8 +28,8 @@ Invariants per kind, with theta_s the threshold the subscription index prunes ag
 Events (+1 entered, -1 left the top-k) are appended to ``events`` for the engine to net per
 message.  The reverse map (window ``holders``) gets the subscription for every message that
 enters its buffer, and (with ``exact_holders``, the default) loses it when the message leaves the
-buffer other than by its own expiry: each entry keeps the handle of its reverse-map entry
-(``hold``), and ``_drop_entry`` (bufstore.pyx) clears that entry, so at expiry the live entries
+buffer other than by its own expiry: ``_drop_entry`` (bufstore.pyx) clears the subscription's
+entry in the message's holder list (found by sid: entries keep no handle), so at expiry the live entries
 are exactly the buffers that hold the message (docs/engine.md, "Expiry visits only live
 holders").  Unless ``track_holders`` is off: the engine then finds the holders of an expiring
 message by disseminating it again, which relies on the invariant that every buffered entry
@@ -230,7 +230,7 @@ cdef class Buffers(Reevaluation):
         cdef const BufEntryC* B = self._entries(&self.buf[sid])
         cdef size_t i
         for i in range(self.buf[sid].size):
-            self._drop_entry(&B[i])
+            self._drop_entry(sid, B[i].seq_lo)
         self._release(&self.buf[sid])
         self.buf[sid].complete = 1
         if sid < self.floor_of.size():
@@ -358,7 +358,6 @@ cdef class Buffers(Reevaluation):
             e.score = self.pulled[i].score
             e.seq_lo = <uint32_t>self.pulled[i].seq
             e.dc = <uint16_t>dc
-            e.hold = 0
             self.rebuilt.push_back(e)
         self._store(sb, self.rebuilt.data(), self.rebuilt.size())
         self._hand_over_holds(sid)
@@ -393,7 +392,6 @@ cdef class Buffers(Reevaluation):
         self.n_admit_size += n
         e.score = score
         e.seq_lo = <uint32_t>seq
-        e.hold = 0
         e.dc = 0
         self.n_admits += 1
         if self.kind == BUF_EXACT or self.kind == BUF_KMAX:
@@ -406,7 +404,7 @@ cdef class Buffers(Reevaluation):
             n += 1
             sb.size = <uint32_t>n
             if self.track_holders:
-                B[pos].hold = self.window.add_holder(seq, sid)
+                self.window.add_holder(seq, sid)
             if <int32_t>pos < k:
                 self.n_admits_topk += 1
                 self._event(sid, 1, e.seq_lo)
@@ -415,7 +413,7 @@ cdef class Buffers(Reevaluation):
             if <int32_t>n > cap:
                 sb.size -= 1
                 sb.complete = 0
-                self._drop_entry(&B[cap])
+                self._drop_entry(sid, B[cap].seq_lo)
                 self.n_admit_evicted += 1
             self.guide_from(sb, pos)
             self._update_theta(sid)
@@ -433,14 +431,14 @@ cdef class Buffers(Reevaluation):
                 B[w] = B[i]
                 w += 1
             else:
-                self._drop_entry(&B[i])             # k newer entries dominate it: evicted
+                self._drop_entry(sid, B[i].seq_lo)  # k newer entries dominate it: evicted
         sb.size = <uint32_t>w
         B = self._room(sb, w + 1)
         memmove(B + pos + 1, B + pos, (w - pos) * sizeof(BufEntryC))
         B[pos] = e
         sb.size = <uint32_t>(w + 1)
         if self.track_holders:
-            B[pos].hold = self.window.add_holder(seq, sid)
+            self.window.add_holder(seq, sid)
         self.guide_from(sb, pos)
         self.n_admit_evicted += n - w
         sb.admits += 1

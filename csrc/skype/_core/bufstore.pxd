@@ -1,10 +1,10 @@
 # Result buffers' storage and reverse map (bufstore.pyx): the per-subscription records, their
-# entries in the arena, the holder handles, the top-k events and theta publication.
+# entries in the arena, the reverse map's upkeep, the top-k events and theta publication.
 from libcpp.vector cimport vector
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, prefetch
 from skype._core.arena cimport BufEntryC, SlotC, EntryArena, slot_entries
-from skype._core.window cimport WindowStore, win_next_seq, win_get
+from skype._core.window cimport MsgC, WindowStore, win_next_seq, win_get, win_holder_at, win_extra_collect, NO_HOLDER
 from skype._core.subindex cimport SubTable, SubscriptionIndex
 
 
@@ -71,7 +71,10 @@ cdef class BufferStore:
     cdef bint track_holders                  # register holders in the window's reverse map
     cdef bint exact_holders                  # ... and drop them when the message leaves the buffer
     cdef uint64_t n_holders_dropped
-    cdef vector[uint64_t] old_keys           # handoff scratch: (seq_lo << 32 | hold) of the old entries
+    # holder entries to clear (exact holders), cleared in one prefetched pass (flush_drops)
+    cdef vector[seq_t] drop_seq
+    cdef vector[sid_t] drop_sid
+    cdef vector[uint32_t] old_keys           # handoff scratch: seq_lo of the old entries, sorted
     cdef vector[uint8_t] old_kept
     # micro-batching (engine.pyx): subscriptions whose theta fell during the current batch
     cdef bint batching
@@ -88,7 +91,8 @@ cdef class BufferStore:
     cdef void guide_from(self, SubBufC* sb, size_t first) noexcept nogil
     cdef uint32_t _owner(self, const SubBufC* sb) noexcept nogil
     cdef void _set_theta(self, sid_t sid, double theta, bint notify) noexcept nogil
-    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil
+    cdef void _drop_entry(self, sid_t sid, uint32_t seq_lo) noexcept nogil
+    cdef void flush_drops(self) noexcept nogil
     cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil
     cdef void _hand_over_holds(self, sid_t sid) noexcept nogil
     cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil

@@ -9,12 +9,13 @@ holds one more entry; ``_shrink`` moves a buffer that lost entries there once it
 (``slot_loose``: 1.5 times what it needs).  The records are 64-byte lines in one aligned array
 (``ensure``).  Invariants kept here:
 
-* Reverse map (``track_holders``): every entry of every buffer has a live entry in the window's
-  holder list of its message, whose handle is the entry's ``hold``.  With ``exact_holders`` an
-  entry that leaves its buffer while its message stays in the window clears that holder entry
-  (``_drop_entry``), so at expiry the live holder entries are exactly the buffers that still hold
-  the message.  A rebuild hands the handles over (``_remember_holds`` before, ``_hand_over_holds``
-  after): kept messages keep their handle, new ones get one, lost ones are dropped.
+* Reverse map (``track_holders``): every entry of every buffer has a live entry (its sid) in the
+  window's holder list of its message.  With ``exact_holders`` an entry that leaves its buffer
+  while its message stays in the window clears that holder entry (``_drop_entry``: the window
+  finds it by (message, sid), ``drop_holder_of``; entries keep no handle, 14 bytes instead of
+  18), so at expiry the live holder entries are exactly the buffers that still hold the message,
+  each once.  A rebuild hands the holders over (``_remember_holds`` before, ``_hand_over_holds``
+  after): kept messages keep their holder entry, new ones get one, lost ones are dropped.
 * Events: every change of a top-k appends (sid, +1/-1, message seq) to ``events``; the engine
   resolves the seqs to external ids once per message (``resolve_events``: one prefetched pass
   over the window records, instead of a random read on every admission's critical path) and
@@ -175,28 +176,52 @@ cdef class BufferStore:
             self.table.theta_idx[sid] = theta
 
     # ------------------------------------------------------------------ reverse map
-    cdef void _drop_entry(self, const BufEntryC* e) noexcept nogil:
-        """The entry leaves its buffer while its message stays in the window: clear its
-        reverse-map entry (exact holders)."""
+    cdef void _drop_entry(self, sid_t sid, uint32_t seq_lo) noexcept nogil:
+        """sid's entry of message seq_lo leaves its buffer while the message stays in the
+        window: clear its reverse-map entry (exact holders)."""
         if self.exact_holders:
-            self.window.drop_holder(self._full_seq(e.seq_lo), e.hold)
+            self.drop_seq.push_back(self._full_seq(seq_lo))
+            self.drop_sid.push_back(sid)
             self.n_holders_dropped += 1
+            if self.drop_seq.size() >= 4096:
+                self.flush_drops()
+
+    cdef void flush_drops(self) noexcept nogil:
+        """Clear the pending holder entries (``_drop_entry``), in one pass that fetches every
+        message's record, then its holder block, before it scans them: the engine calls it before
+        it reads an expiring message's holders.  A message gone from the window is skipped; a
+        pending entry clears one live entry of its sid, so the holders stay a multiset equal to
+        the buffers' entries whatever the order."""
+        cdef size_t i, n = self.drop_seq.size()
+        cdef seq_t oldest = self.window.oldest_seq
+        cdef const MsgC* m
+        for i in range(n):
+            if self.drop_seq[i] >= oldest:
+                prefetch(win_get(self.window, self.drop_seq[i]))
+        for i in range(n):
+            if self.drop_seq[i] >= oldest:
+                m = win_get(self.window, self.drop_seq[i])
+                prefetch(&self.window.hold_ring[m.hold_pos & (self.window.hold_cap - 1)])
+        for i in range(n):
+            if self.drop_seq[i] >= oldest:
+                self.window.drop_holder_of(self.drop_seq[i], self.drop_sid[i])
+        self.drop_seq.clear()
+        self.drop_sid.clear()
 
     cdef void _remember_holds(self, const SubBufC* sb) noexcept nogil:
-        """Before a rebuild: the (message, handle) of every entry, for _hand_over_holds."""
+        """Before a rebuild: the message of every entry, for _hand_over_holds."""
         cdef const BufEntryC* B = self._entries(sb)
         cdef size_t i
         self.old_keys.clear()
         for i in range(sb.size):
-            self.old_keys.push_back((<uint64_t>B[i].seq_lo << 32) | B[i].hold)
+            self.old_keys.push_back(B[i].seq_lo)
 
     cdef void _hand_over_holds(self, sid_t sid) noexcept nogil:
         """After a rebuild: register the messages that are new to this buffer, keep the handles
         of those it keeps, drop the holder entries of those it lost."""
         cdef SubBufC* sb = &self.buf[sid]
-        cdef BufEntryC* B = self._entries(sb)
+        cdef const BufEntryC* B = self._entries(sb)
         cdef size_t i, j
-        cdef BufEntryC e
         std_sort(self.old_keys.begin(), self.old_keys.end())
         self.old_kept.assign(self.old_keys.size(), 0)
         if not self.track_holders:
@@ -204,27 +229,24 @@ cdef class BufferStore:
         for i in range(sb.size):
             j = self._find_key(B[i].seq_lo)
             if j < self.old_keys.size():
-                B[i].hold = <uint32_t>self.old_keys[j]
                 self.old_kept[j] = 1
             else:
-                B[i].hold = self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
+                self.window.add_holder(self._full_seq(B[i].seq_lo), sid)
         if self.exact_holders:
             for j in range(self.old_keys.size()):
                 if not self.old_kept[j]:
-                    e.seq_lo = <uint32_t>(self.old_keys[j] >> 32)
-                    e.hold = <uint32_t>self.old_keys[j]
-                    self._drop_entry(&e)
+                    self._drop_entry(sid, self.old_keys[j])
 
     cdef size_t _find_key(self, uint32_t seq_lo) noexcept nogil:
         """The index of seq_lo's entry in the sorted old_keys (old_keys.size() if none)."""
         cdef size_t lo = 0, hi = self.old_keys.size(), mid
         while lo < hi:
             mid = (lo + hi) >> 1
-            if <uint32_t>(self.old_keys[mid] >> 32) < seq_lo:
+            if self.old_keys[mid] < seq_lo:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo < self.old_keys.size() and <uint32_t>(self.old_keys[lo] >> 32) == seq_lo:
+        if lo < self.old_keys.size() and self.old_keys[lo] == seq_lo:
             return lo
         return self.old_keys.size()
 
@@ -374,7 +396,8 @@ cdef class BufferStore:
                     B[j].score = score[indptr[i] + j]
                     B[j].seq_lo = <uint32_t>seq
                     B[j].dc = dc[indptr[i] + j]
-                    B[j].hold = self.window.add_holder(seq, sid) if self.track_holders else 0
+                    if self.track_holders:
+                        self.window.add_holder(seq, sid)
                 sb.size = <uint32_t>m
                 self.guide_from(sb, 0)
                 sb.k = <int32_t>k[i]
@@ -386,6 +409,49 @@ cdef class BufferStore:
                 sb.admits = admits[i]
                 sb.retune_at = retune_at[i]
                 self._set_theta(sid, theta[i], False)
+
+    def reverse_map_mismatches(self):
+        """For tests (exact holders): the (message, sid) pairs on which the reverse map and the
+        buffers disagree, as a count: every window message's live holder entries (its FIFO block
+        and extra list) must be exactly the buffers holding it, each once; the messages below
+        ``found_upto`` keep none (window.pyx) and are skipped."""
+        cdef vector[uint64_t] held, listed
+        cdef size_t sid, i, j, n
+        cdef seq_t seq
+        cdef const BufEntryC* B
+        cdef const MsgC* m
+        cdef vector[sid_t] extra
+        cdef uint64_t pos
+        self.flush_drops()
+        for sid in range(self.buf_n):
+            B = self._entries(&self.buf[sid])
+            for i in range(self.buf[sid].size):
+                if self._full_seq(B[i].seq_lo) < self.window.found_upto:
+                    continue                # no holders kept: found at its expiry (window.pyx)
+                held.push_back((<uint64_t>(self._full_seq(B[i].seq_lo) - self.window.oldest_seq) << 32) | sid)
+        for seq in range(self.window.oldest_seq, win_next_seq(self.window)):
+            m = win_get(self.window, seq)
+            for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
+                if win_holder_at(self.window, pos) != NO_HOLDER:
+                    listed.push_back((<uint64_t>(seq - self.window.oldest_seq) << 32) | win_holder_at(self.window, pos))
+            extra.clear()
+            win_extra_collect(self.window, seq, &extra)
+            for j in range(extra.size()):
+                listed.push_back((<uint64_t>(seq - self.window.oldest_seq) << 32) | extra[j])
+        std_sort(held.begin(), held.end())
+        std_sort(listed.begin(), listed.end())
+        i = j = n = 0
+        while i < held.size() or j < listed.size():
+            if j == listed.size() or (i < held.size() and held[i] < listed[j]):
+                i += 1
+                n += 1
+            elif i == held.size() or listed[j] < held[i]:
+                j += 1
+                n += 1
+            else:
+                i += 1
+                j += 1
+        return n
 
     def memory_bytes(self):
         return self.buf_cap * sizeof(SubBufC) + self.arena.memory_bytes()

@@ -112,6 +112,7 @@ cdef class CoreEngine:
         cdef size_t far, near
         cdef uint64_t visited, found
         self.msgs.remove(seq)
+        self.buffers.flush_drops()          # the holder entries the buffers dropped (bufstore.pyx)
         if not self.reverse_map or seq < self.window.found_upto:
             # No reverse map (or a message that was in the window when a batch registered in
             # bulk: window.pyx keeps none of its holders): every subscription holding m has
@@ -476,6 +477,11 @@ cdef class CoreEngine:
     def buffer_state(self, int64_t ext_id):
         """A subscription's whole buffer state (regsearch.buffer_state): tests compare paths."""
         return buffer_state(self.buffers, self.table.by_ext[ext_id])
+
+    def reverse_map_mismatches(self):
+        """(message, subscription) pairs on which the reverse map and the buffers disagree
+        (bufstore.pyx; tests, exact holders: 0)."""
+        return self.buffers.reverse_map_mismatches()
 
     def set_registration(self, str mode):
         """How a bulk registration finds each subscription's run: ``search`` a static index of

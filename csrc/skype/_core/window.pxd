@@ -6,17 +6,11 @@ from skype._core.types cimport term_t, sid_t, seq_t, ext_id_t, MsgTermC
 cdef extern from *:
     """
     #define SKYPE_NO_HOLDER 0xFFFFFFFFu
-    #define SKYPE_HOLD_EXTRA 0x80000000u
-    #define SKYPE_HOLD_MASK 0x7FFFFFFFu
     #define SKYPE_NO_ID_SLOT 0xFFFFFFFFu
     #define SKYPE_XCHUNK 16u
     """
     # a dropped reverse-map entry (its buffer evicted the message)
     const sid_t NO_HOLDER "SKYPE_NO_HOLDER"
-    # holder handles: bit 31 set, the word of the holder in the extra-holder pool; else the low
-    # 31 bits of an absolute position in the holder ring
-    const uint32_t HOLD_EXTRA "SKYPE_HOLD_EXTRA"
-    const uint32_t HOLD_MASK "SKYPE_HOLD_MASK"
     # an empty slot of the id set (id_slots)
     const uint32_t NO_ID_SLOT "SKYPE_NO_ID_SLOT"
     # words of an extra-holder chunk: a link to the message's next chunk, then 15 holders
@@ -64,8 +58,8 @@ cdef class WindowStore:
     cdef vector[uint32_t] id_slots         # open-addressing set of ring slots keyed by ext_id
     cdef uint64_t id_mask                  # id_slots.size() - 1 (twice the ring's capacity)
 
-    cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil
-    cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil
+    cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil
+    cdef void drop_holder_of(self, seq_t seq, sid_t sid) noexcept nogil
     cdef void _grow_ring(self) noexcept nogil
     cdef void _grow_holders(self) noexcept nogil
     cdef uint32_t _take_chunk(self) noexcept nogil

@@ -27,16 +27,15 @@ Invariants:
   ``SWEEP_AFTER`` bytes of freed chunks the pool's pages that hold no chunk in use are handed
   back to the OS.  So a list costs 4 bytes a holder, a link per 15 and half a chunk, with no
   allocator header and no slack that grows with the list, and nothing of it is copied as it grows.
-  ``add_holder`` returns a handle to the entry, and the
-  buffer stores it beside the message: when the buffer drops the message (eviction, a
-  re-evaluation, the subscription's removal) ``drop_holder`` overwrites the entry with
-  NO_HOLDER, so the live entries of a message are exactly the buffers holding it (buffers.pyx).
-  Handles: the low 31 bits of a ring position (the ring's live span stays below 2^31 entries),
-  or HOLD_EXTRA | the holder's word in the pool (below 2^31: an 8-GB pool).
+  A buffer keeps no handle to its entry: when it drops the message (eviction, a re-evaluation,
+  the subscription's removal) ``drop_holder_of`` finds sid among the message's holders (its
+  block, then its chunks) and overwrites it with NO_HOLDER, so the live entries of a message
+  are exactly the buffers holding it (the drops are queued and cleared in one prefetched pass
+  before each expiry, bufstore.pyx).
 * The messages below ``found_upto`` keep no holders at all: a bulk registration (engine.pyx)
   sets it to the next seq before it runs, so the tens of holders its subscriptions give every
-  message then in the window are not stored (their handles name the pool's word 0, which is
-  never read); when such a message expires, the engine finds its holders by disseminating it
+  message then in the window are not stored (``drop_holder_of`` finds none); when such a
+  message expires, the engine finds its holders by disseminating it
   again against the current thresholds, as without the reverse map.
 * The message and holder rings double when full; holder positions are absolute (a slot is
   ``pos & (capacity - 1)``), so growth moves each live slot to its new slot and nothing is
@@ -52,7 +51,7 @@ from libc.stdint cimport uint32_t, uint64_t, int64_t
 from skype._core.types cimport sid_t, seq_t, ext_id_t, MsgTermC
 from skype._core.hugepages cimport (huge_alloc, huge_resize, huge_free, advise_huge, release_pages,
                                     small_pages_alloc, small_pages_resize)
-from skype._core.window cimport (win_next_seq, win_get, win_id_hash, NO_HOLDER, HOLD_EXTRA, HOLD_MASK, NO_ID_SLOT,
+from skype._core.window cimport (win_next_seq, win_get, win_id_hash, NO_HOLDER, NO_ID_SLOT,
                                  XCHUNK)
 
 cdef enum:
@@ -165,13 +164,13 @@ cdef class WindowStore:
             self._id_insert(<uint32_t>((self.head + i) & (self.ring.size() - 1)))
 
     # ------------------------------------------------------------------ holders
-    cdef uint32_t add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
-        """Register sid as a holder of seq (a window message); returns the entry's handle."""
+    cdef void add_holder(self, seq_t seq, sid_t sid) noexcept nogil:
+        """Register sid as a holder of seq (a window message)."""
         cdef MsgC* m
         cdef uint64_t slot
         cdef uint32_t end, c
         if seq < self.found_upto:
-            return HOLD_EXTRA       # kept nowhere: word 0 of the pool is never read
+            return                  # kept nowhere: found at its expiry (engine.pyx)
         if seq + 1 != win_next_seq(self):
             slot = (self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)
             end = self.extra_end[slot]
@@ -185,25 +184,35 @@ cdef class WindowStore:
                 end = c + 1
             self.xpool[end] = sid
             self.extra_end[slot] = end + 1
-            return HOLD_EXTRA | end
+            return
         if self.hold_tail - self.hold_head == self.hold_cap:
             self._grow_holders()
         self.hold_ring[self.hold_tail & (self.hold_cap - 1)] = sid
         self.hold_tail += 1
         m = win_get(self, seq)
         m.hold_n += 1
-        return <uint32_t>((self.hold_tail - 1) & HOLD_MASK)
 
-    cdef void drop_holder(self, seq_t seq, uint32_t handle) noexcept nogil:
-        """The holder entry ``handle`` of seq (a window message) no longer holds it."""
-        cdef uint64_t pos
-        if handle & HOLD_EXTRA:
-            self.xpool[handle & HOLD_MASK] = NO_HOLDER
-            return
-        # the newest ring position whose low 31 bits are the handle's (the entry is live, so
-        # within 2^31 of the tail)
-        pos = self.hold_tail - 1 - (((self.hold_tail - 1) - handle) & HOLD_MASK)
-        self.hold_ring[pos & (self.hold_cap - 1)] = NO_HOLDER
+    cdef void drop_holder_of(self, seq_t seq, sid_t sid) noexcept nogil:
+        """Clear the first live entry of sid among seq's holders (its FIFO block, then its extra
+        chunks; a buffer holds a message once, so with exact holders that is its only live
+        entry).  Nothing when there is none (a message below ``found_upto``)."""
+        cdef const MsgC* m = win_get(self, seq)
+        cdef uint64_t pos, slot
+        cdef uint32_t c, nxt, lim, i
+        for pos in range(m.hold_pos, m.hold_pos + m.hold_n):
+            if self.hold_ring[pos & (self.hold_cap - 1)] == sid:
+                self.hold_ring[pos & (self.hold_cap - 1)] = NO_HOLDER
+                return
+        slot = (self.head + (seq - self.oldest_seq)) & (self.ring.size() - 1)
+        c = self.extra_of[slot]
+        while c:
+            nxt = self.xpool[c]
+            lim = self.extra_end[slot] if nxt == 0 else c + XCHUNK
+            for i in range(c + 1, lim):
+                if self.xpool[i] == sid:
+                    self.xpool[i] = NO_HOLDER
+                    return
+            c = nxt
 
     cdef void _grow_holders(self) noexcept nogil:
         """Double the (full) holder ring in place: the positions with bit ``cap`` set move up by
