@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 
 DEBUG = os.environ.get("SKYPE_DEBUG") == "1"
 
-CORE_MODULES = ["scoring", "hugepages", "window", "arena", "ranking", "msgindex", "termlists", "subindex", "igptlayout", "igpt", "blocklayout", "blockindex", "conetree", "coneindex", "ciq", "bufstore", "reevaluation", "buffers", "bulk", "flush", "engine", "enginestats",
+CORE_MODULES = ["scoring", "hugepages", "window", "arena", "ranking", "msgindex", "termlists", "subindex", "igptlayout", "igpt", "blocklayout", "blockindex", "conetree", "conecheck", "coneindex", "ciq", "bufstore", "reevaluation", "buffers", "bulk", "flush", "engine", "enginestats",
                 "regmasks", "regsearch", "regtree", "rangeindex", "kwrangeindex", "querywindow", "querykind", "rangequery", "termgrid", "termlanes", "termblocks", "termsquery", "knnquery", "querycore", "querysnapshots"]
 
 # -ffp-contract=off: no fused multiply-add, so that scores are bit-identical to the

@@ -188,10 +188,10 @@ cdef class BufferStore:
 
     cdef void flush_drops(self) noexcept nogil:
         """Clear the pending holder entries (``_drop_entry``), in one pass that fetches every
-        message's record, then its holder block, before it scans them: the engine calls it before
-        it reads an expiring message's holders.  A message gone from the window is skipped; a
-        pending entry clears one live entry of its sid, so the holders stay a multiset equal to
-        the buffers' entries whatever the order."""
+        message's record, then its holder block, before it scans them: the engine calls it
+        after each arrival's admissions and before it reads an expiring message's holders.  A
+        message gone from the window is skipped; a pending entry clears one live entry of its
+        sid, so the holders stay a multiset equal to the buffers' entries whatever the order."""
         cdef size_t i, n = self.drop_seq.size()
         cdef seq_t oldest = self.window.oldest_seq
         cdef const MsgC* m

@@ -7,6 +7,17 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from skype._core.types cimport term_t, sid_t
 from skype._core.subindex cimport SubscriptionIndex
 
+cdef extern from *:
+    """
+    #define SKYPE_CONE_MAX_PAIR_TERMS 3
+    #define SKYPE_CONE_NO_TERM 0xFFFFFFFFu
+    #define SKYPE_CONE_PAIR_EMPTY 0xFFFFFFFFFFFFFFFFull
+    """
+    # subscriptions with at most this many terms (and alpha < 1) are in the trees and the pair index
+    const int MAX_PAIR_TERMS "SKYPE_CONE_MAX_PAIR_TERMS"
+    const term_t NO_TERM "SKYPE_CONE_NO_TERM"          # pads a posting's other terms
+    const uint64_t PAIR_EMPTY "SKYPE_CONE_PAIR_EMPTY"  # an empty slot of the pair map
+
 
 cdef struct ConePostC:         # 16 bytes: one term of a subscription in the term's tree or tail
     sid_t sid
@@ -130,4 +141,3 @@ cdef class ConeLayout(SubscriptionIndex):
     cdef void _rebuild_term(self, uint32_t slot) noexcept nogil
     cdef void _build_node(self, uint32_t lo, uint32_t hi) noexcept nogil
     cdef uint32_t _build_wide(self, ConeTermC* ct, uint32_t ni) noexcept nogil
-    cdef uint32_t _check_wide(self, ConeTermC* ct, uint32_t wi, uint32_t lo, int* reached) except? 0xFFFFFFFF

@@ -53,12 +53,9 @@ cdef extern from *:
     """
     uint32_t pair_second "skype_cone_second"(unordered_map[term_t, uint32_t].iterator it) noexcept nogil
 
-cdef int MAX_PAIR_TERMS = 3
 cdef uint32_t NO_KIDS = 0xFFFFFFFF
 cdef uint32_t NO_SLOT = 0xFFFFFFFF
 cdef term_t DENSE_TERMS = 1 << 22     # terms below it have a dense slot (16 MB at most)
-cdef term_t NO_TERM = 0xFFFFFFFF
-cdef uint64_t PAIR_EMPTY = 0xFFFFFFFFFFFFFFFF
 cdef uint64_t PAIR_HASH = 0x9E3779B97F4A7C15
 
 
@@ -519,114 +516,11 @@ cdef class ConeLayout(SubscriptionIndex):
                 + self.ver.capacity() * 9)
 
     def structure(self):
-        """Sizes of the layout: terms, tree postings, tail postings, (wide) nodes, flat entries, pair
-        entries (live and dead), rebuilds and re-posts so far."""
-        cdef size_t k, tree = 0, tail = 0, nodes = 0, flat = 0, pents = 0
-        for k in range(self.terms.size()):
-            tree += self.terms[k].tree_n
-            tail += self.terms[k].posts.size() - self.terms[k].tree_n
-            nodes += self.terms[k].wide.size()
-            flat += self.terms[k].flat.size()
-        for k in range(self.plists.size()):
-            pents += self.plists[k].size()
-        return {"terms": self.terms.size(), "tree_postings": tree, "tail_postings": tail, "nodes": nodes,
-                "flat_entries": flat, "pair_entries": pents, "pair_live": self.pair_live,
-                "rebuilds": self.rebuilds, "reposts": self.reposts, "rebuilt_postings": self.rebuilt_postings}
-
-    cdef uint32_t _check_wide(self, ConeTermC* ct, uint32_t wi, uint32_t lo, int* reached) except? 0xFFFFFFFF:
-        """Wide node wi's children cover the postings from lo on, contiguously, each bounding its
-        members; returns the end of the range covered."""
-        cdef const ConeWideC* w = &ct.wide[wi]
-        cdef uint32_t at = lo, end, i
-        cdef int k
-        reached[0] += 1
-        for k in range(2):
-            if w.cnt[k] == 0 and w.rho_min[k] == INFINITY:
-                assert k == 1 and wi == 0, "wide node: an empty child below the root"
-                continue
-            if w.cnt[k]:
-                assert w.ref[k] == at, "wide node: a leaf out of order"
-                end = at + w.cnt[k]
-            else:
-                end = self._check_wide(ct, w.ref[k], at, reached)
-            assert end <= ct.tree_n, "wide node: reaches into the tail"
-            for i in range(at, end):
-                assert (w.minx[k] <= ct.keys[i >> 2].x[i & 3] <= w.maxx[k]
-                        and w.miny[k] <= ct.keys[i >> 2].y[i & 3] <= w.maxy[k]
-                        and w.rho_min[k] <= ct.keys[i >> 2].rho[i & 3]
-                        and ct.keys[i >> 2].lam[i & 3] <= w.lam_max[k]), f"wide node {wi} does not bound posting {i}"
-            at = end
-        return at
+        """Sizes of the layout (conecheck.structure)."""
+        from skype._core.conecheck import structure
+        return structure(self)
 
     def check_invariants(self):
-        """Per subscription in the index and per term, exactly one live posting (tree
-        subscriptions, rho from theta_idx <= theta) or flat entry; per pair of its terms, one live
-        pair entry; no live entry of a subscription out of the index; nodes bound their members."""
-        cdef sid_t sid
-        cdef size_t k, i, j
-        cdef const ConePostC* p
-        cdef ConeTermC* ct
-        cdef const SubHotC* h
-        cdef int reached
-        cdef double kappa
-        cdef const PairEntC* pe
-        cdef double w
-        slot_term = {s: t for t, s in dict(self.term_slot).items()}
-        live = {}
-        pairs = {}
-        for k in range(self.terms.size()):
-            ct = &self.terms[k]
-            for i in range(ct.posts.size()):
-                p = &ct.posts[i]
-                if self.ver[p.sid] == p.ver:
-                    assert self.present[p.sid], f"sid {p.sid}: live posting out of the index"
-                    live[(p.sid, k)] = live.get((p.sid, k), 0) + 1
-                    h = &self.table.hot[p.sid]
-                    w = self.table.terms[h.term_off + self.table.term_pos(p.sid, slot_term[k])].w
-                    kappa = (self.table.theta_idx[p.sid] - h.alpha) / (1.0 - h.alpha)
-                    assert ct.keys[i >> 2].rho[i & 3] <= kappa / w, \
-                        f"sid {p.sid}: posting rho above its theta_idx's"
-            for i in range(ct.flat.size()):
-                if self.gen[ct.flat[i].sid] == ct.flat[i].gen:
-                    assert self.present[ct.flat[i].sid], f"sid {ct.flat[i].sid}: live flat entry out of the index"
-                    live[(ct.flat[i].sid, k)] = live.get((ct.flat[i].sid, k), 0) + 1
-            assert ct.keys.size() == (ct.posts.size() + 3) // 4, f"term slot {k}: key lines"
-            reached = 0
-            if ct.tree_n:
-                assert self._check_wide(ct, 0, 0, &reached) == ct.tree_n, f"term slot {k}: the tree's postings"
-            assert reached == <int>ct.wide.size(), f"term slot {k}: wide nodes not reached"
-        for k in range(self.pslots.size()):
-            if self.pslots[k].key == PAIR_EMPTY:
-                continue
-            t, u = self.pslots[k].key >> 32, self.pslots[k].key & 0xFFFFFFFF
-            for i in range(self.plists[self.pslots[k].list].size()):
-                pe = &self.plists[self.pslots[k].list][i]
-                if self.gen[pe.sid] != pe.gen:
-                    continue
-                pairs[pe.sid] = pairs.get(pe.sid, 0) + 1
-                h = &self.table.hot[pe.sid]
-                weights = {self.table.terms[h.term_off + j].term: self.table.terms[h.term_off + j].w
-                           for j in range(h.nterms)}
-                b = {t: pe.b_t, u: pe.b_u}
-                if pe.third != NO_TERM:
-                    b[pe.third] = pe.b_third
-                assert set(b) == set(weights), f"sid {pe.sid}: pair entry ({t}, {u}) names other terms"
-                assert pe.x == <float>h.x and pe.y == <float>h.y and pe.alpha == <float>h.alpha, \
-                    f"sid {pe.sid}: pair entry's location or alpha"
-                assert all(b[v] >= (1.0 - h.alpha) * weights[v] for v in b), \
-                    f"sid {pe.sid}: pair entry's text weights not rounded up"
-        expected = 0
-        for sid in range(self.present.size()):
-            if not self.present[sid]:
-                continue
-            h = &self.table.hot[sid]
-            assert h.alive and self.table.theta_idx[sid] <= h.theta, f"sid {sid}: theta_idx above theta"
-            for i in range(h.nterms):
-                t = self.table.terms[h.term_off + i].term
-                assert live.get((sid, self.term_slot[t]), 0) == 1, f"sid {sid}: not one live posting of term {t}"
-                expected += 1
-            if h.alpha < 1.0 and h.nterms <= MAX_PAIR_TERMS:
-                assert pairs.get(sid, 0) == h.nterms * (h.nterms - 1) // 2, f"sid {sid}: pair entries"
-        assert sum(live.values()) == expected, "live postings of subscriptions out of the index"
-        assert sum(pairs.values()) == self.pair_live, "pair_live miscounted"
-        return True
+        """The layout's invariants (conecheck.check_invariants); True or AssertionError."""
+        from skype._core.conecheck import check_invariants
+        return check_invariants(self)

@@ -112,7 +112,7 @@ cdef class CoreEngine:
         cdef size_t far, near
         cdef uint64_t visited, found
         self.msgs.remove(seq)
-        self.buffers.flush_drops()          # the holder entries the buffers dropped (bufstore.pyx)
+        self.buffers.flush_drops()          # those dropped since (re-evaluations, removals: bufstore.pyx)
         if not self.reverse_map or seq < self.window.found_upto:
             # No reverse map (or a message that was in the window when a batch registered in
             # bulk: window.pyx keeps none of its holders): every subscription holding m has
@@ -262,6 +262,9 @@ cdef class CoreEngine:
                 self.batch_rescored += 1
                 if score >= h.theta:
                     self.buffers.admit(sid, seq, score)
+        # the holder entries of the messages these admissions evicted, cleared in one prefetched
+        # pass (bufstore.flush_drops): an eviction's cost is the arrival's, as with a handle
+        self.buffers.flush_drops()
 
     cdef void _publish_micro(self, Py_ssize_t first, Py_ssize_t end, const int64_t* ids, const double* x,
                              const double* y, const double* t, const int64_t* indptr, const uint32_t* terms,

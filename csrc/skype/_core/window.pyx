@@ -31,7 +31,7 @@ Invariants:
   the subscription's removal) ``drop_holder_of`` finds sid among the message's holders (its
   block, then its chunks) and overwrites it with NO_HOLDER, so the live entries of a message
   are exactly the buffers holding it (the drops are queued and cleared in one prefetched pass
-  before each expiry, bufstore.pyx).
+  after each arrival's admissions and before each expiry, bufstore.pyx).
 * The messages below ``found_upto`` keep no holders at all: a bulk registration (engine.pyx)
   sets it to the next seq before it runs, so the tens of holders its subscriptions give every
   message then in the window are not stored (``drop_holder_of`` finds none); when such a
