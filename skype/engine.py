@@ -60,7 +60,7 @@ CONE_PARAMS = {"leaf": 8, "tail_fraction": 0.25, "tail_min": 64}
 DEFAULT_COST = {
     "c_ins": 1.0,  # cost of touching one buffer entry on an insertion (the unit)
     "c_del": 1.0,  # cost of deleting an expired entry
-    "query_cost": 30.0,  # cost of one message-index step (heap pop), in c_ins units (docs/results/2026-11-29-expiry.md)
+    "query_cost": 10.0,  # cost of one message-index step (heap pop), in c_ins units (docs/results/2026-11-29-expiry.md)
     "barrier": "stationary",  # reflecting barrier of the random walk: n0, N, or factor * n0
     "barrier_factor": 2.0,
     "stop_after": 3,  # stop the threshold scan after this many consecutive cost increases
