@@ -48,7 +48,7 @@ def snapshot(engine) -> dict:
 def main(argv=None) -> int:
     from skype._core.arena import set_huge_after
     from skype._core.buffers import set_admission_guide, set_prefetch_distance
-    from skype.experiments.harness import RunSpec, prepare
+    from skype.experiments.harness import RunSpec, prepare, publish_paired
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="tweets", choices=["tweets", "geonames"])
@@ -88,19 +88,8 @@ def main(argv=None) -> int:
     set_prefetch_distance(8, 4)
     set_huge_after(8)
     first = starts[variants[0]]
-    cpu = {name: 0.0 for name in engines}
     before = {name: snapshot(e) for name, e in engines.items()}
-    for c, a in enumerate(range(first, first + args.measured, args.chunk)):
-        part = msgs.slice(a, min(a + args.chunk, first + args.measured))
-        logs = {}
-        for name in variants[c % len(variants):] + variants[:c % len(variants)]:
-            t = time.process_time()
-            logs[name] = engines[name].publish_batch(part)
-            cpu[name] += time.process_time() - t
-        rows = {name: sorted(zip(lg.at.tolist(), lg.sub.tolist(), lg.msg.tolist(), lg.entered.tolist()))
-                for name, lg in logs.items()}
-        for name in variants[1:]:
-            assert rows[name] == rows[variants[0]], f"chunk {c}: {name}'s changes differ from {variants[0]}'s"
+    cpu = publish_paired({name: engines[name] for name in variants}, msgs, first, args.measured, args.chunk)
     n = args.measured
     out = {"args": vars(args), "prepare_s": prep_s}
     for name, e in engines.items():

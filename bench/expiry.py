@@ -58,7 +58,7 @@ def engine_params(name: str) -> tuple:
 
 
 def main(argv=None) -> int:
-    from skype.experiments.harness import RunSpec, prepare
+    from skype.experiments.harness import RunSpec, prepare, publish_paired
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="tweets", choices=["tweets", "geonames"])
@@ -91,19 +91,8 @@ def main(argv=None) -> int:
         assert starts[name] == starts[variants[0]]
     configure("sig")
     first = starts[variants[0]]
-    cpu = {name: 0.0 for name in engines}
     before = {name: snapshot(e) for name, e in engines.items()}
-    for c, a in enumerate(range(first, first + args.measured, args.chunk)):
-        part = msgs.slice(a, min(a + args.chunk, first + args.measured))
-        logs = {}
-        for name in variants[c % len(variants):] + variants[:c % len(variants)]:
-            t = time.process_time()
-            logs[name] = engines[name].publish_batch(part)
-            cpu[name] += time.process_time() - t
-        rows = {name: sorted(zip(lg.at.tolist(), lg.sub.tolist(), lg.msg.tolist(), lg.entered.tolist()))
-                for name, lg in logs.items()}
-        for name in variants[1:]:
-            assert rows[name] == rows[variants[0]], f"chunk {c}: {name}'s changes differ from {variants[0]}'s"
+    cpu = publish_paired({name: engines[name] for name in variants}, msgs, first, args.measured, args.chunk)
     n = args.measured
     out = {"args": vars(args), "prepare_s": prep_s}
     for name, e in engines.items():

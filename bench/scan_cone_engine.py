@@ -44,7 +44,7 @@ def cone_split(engine) -> dict:
 
 
 def main(argv=None) -> int:
-    from skype.experiments.harness import RunSpec, prepare
+    from skype.experiments.harness import RunSpec, prepare, publish_paired
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="tweets", choices=["tweets", "geonames"])
@@ -83,23 +83,11 @@ def main(argv=None) -> int:
         engines[name], starts[name], prep_s[name] = prep.engine, prep.start + turnover, time.perf_counter() - t0
         assert starts[name] == starts[variants[0]]
     first = starts[variants[0]]
-    cpu = {name: 0.0 for name in engines}
     before = {name: counts(e) for name, e in engines.items()}
     clocks_before = {name: clocks(e) for name, e in engines.items()}
     split_before = {name: cone_split(e) for name, e in engines.items()}
     upkeep_before = {name: e.subscription_index.structure() for name, e in engines.items() if VARIANTS[name] == "cone"}
-    for c, a in enumerate(range(first, first + args.measured, args.chunk)):
-        part = msgs.slice(a, min(a + args.chunk, first + args.measured))
-        logs = {}
-        order = variants[c % len(variants):] + variants[:c % len(variants)]   # each engine leads in turn
-        for name in order:
-            t = time.process_time()
-            logs[name] = engines[name].publish_batch(part)
-            cpu[name] += time.process_time() - t
-        rows = {name: sorted(zip(lg.at.tolist(), lg.sub.tolist(), lg.msg.tolist(), lg.entered.tolist()))
-                for name, lg in logs.items()}
-        for name in variants[1:]:
-            assert rows[name] == rows[variants[0]], f"chunk {c}: {name}'s changes differ from {variants[0]}'s"
+    cpu = publish_paired({name: engines[name] for name in variants}, msgs, first, args.measured, args.chunk)
     n = args.measured
     out = {"args": vars(args), "prepare_s": prep_s}
     for name, e in engines.items():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from skype.errors import InputError, SkypeError
-from skype.experiments.harness import RunSpec, measure, summarize_trace
+from skype.experiments.harness import RunSpec, measure, prepare, publish_paired, summarize_trace
 from skype.experiments.design import QUICK_SCALE, Scale, spearman, spec_key
 from skype.experiments.suite import EXPERIMENTS, plan_dissemination
 from skype.run import main
@@ -159,3 +159,16 @@ def test_spearman_sees_rising_falling_and_flat_curves():
     assert spearman([1, 2, 3, 4], [1, 5, 7, 9]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [9, 7, 5, 1]) == pytest.approx(-1.0)
     assert abs(spearman([1, 2, 3, 4], [2, 9, 1, 8])) < 0.8
+
+
+def test_publish_paired_rotates_the_engines_and_refuses_different_changes():
+    """The benches' paired A/B (``publish_paired``): two engines of the same configuration agree
+    chunk by chunk and each gets its CPU time; an engine whose results differ (another k) is named."""
+    spec = RunSpec(num_subs=300, window=300, measured=200, index="cone")
+    a, b, c, other = prepare(spec), prepare(spec), prepare(spec), prepare(spec.with_(k=3))
+    msgs = a.workload.messages
+    cpu = publish_paired({"a": a.engine, "b": b.engine}, msgs, a.start, 200, 50)
+    assert set(cpu) == {"a", "b"} and all(t >= 0 for t in cpu.values())
+    assert a.engine.stats()["arrivals"] == b.engine.stats()["arrivals"] == a.start + 200
+    with pytest.raises(SkypeError, match="chunk 0: other's result changes differ from c's"):
+        publish_paired({"c": c.engine, "other": other.engine}, msgs, c.start, 200, 50)

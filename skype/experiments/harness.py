@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from skype.api import EngineBase
+from skype.errors import SkypeError
 from skype.data.workloads import Workload, make_workload
 
 
@@ -153,6 +154,28 @@ def snapshot(engine: EngineBase) -> dict:
         "reevaluation_work": s.get("reevaluation_work", 0),
         "avg_buffer_size": s["avg_buffer_size"],
     }
+
+
+def publish_paired(engines: dict[str, EngineBase], messages: Any, first: int, measured: int,
+                   chunk: int) -> dict[str, float]:
+    """Publish ``messages`` [first, first + measured) to every engine, ``chunk`` messages at a
+    time, each engine leading in turn (the order rotates chunk by chunk, so a machine whose speed
+    drifts slows them alike); every engine must report the first one's result changes, chunk by
+    chunk (SkypeError otherwise).  Returns each engine's CPU seconds (``time.process_time``)."""
+    names = list(engines)
+    cpu = dict.fromkeys(names, 0.0)
+    for c, a in enumerate(range(first, first + measured, chunk)):
+        part = messages.slice(a, min(a + chunk, first + measured))
+        rows = {}
+        for name in names[c % len(names):] + names[:c % len(names)]:
+            t = time.process_time()
+            log = engines[name].publish_batch(part)
+            cpu[name] += time.process_time() - t
+            rows[name] = sorted(zip(log.at.tolist(), log.sub.tolist(), log.msg.tolist(), log.entered.tolist()))
+        for name in names[1:]:
+            if rows[name] != rows[names[0]]:
+                raise SkypeError(f"chunk {c}: {name}'s result changes differ from {names[0]}'s")
+    return cpu
 
 
 def _delta(before: dict, after: dict, key: str) -> float:
