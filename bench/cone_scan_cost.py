@@ -64,10 +64,8 @@ def main(argv=None) -> int:
     prep = prepare(spec)
     eng, msgs = prep.engine, prep.workload.messages
     index = eng.subscription_index
-    for a in range(prep.start, prep.start + turnover, 20_000):
-        eng.publish_batch(msgs.slice(a, min(a + 20_000, prep.start + turnover)))
+    first = prep.turn_over(turnover)
     prep_s = time.perf_counter() - t0
-    first = prep.start + turnover
     cpu = scan = 0.0
     items = dict.fromkeys(ITEMS + LINES, 0)
     index.set_timers(True)

@@ -85,9 +85,8 @@ def main(argv=None) -> int:
                        index=args.index, buffer=args.buffer, seed=args.seed, params=engine_params(name))
         prep = prepare(spec)
         msgs = prep.workload.messages
-        for a in range(prep.start, prep.start + turnover, 20_000):
-            prep.engine.publish_batch(msgs.slice(a, min(a + 20_000, prep.start + turnover)))
-        engines[name], starts[name], prep_s[name] = prep.engine, prep.start + turnover, time.perf_counter() - t0
+        engines[name], starts[name] = prep.engine, prep.turn_over(turnover)
+        prep_s[name] = time.perf_counter() - t0
         assert starts[name] == starts[variants[0]]
     configure("sig")
     first = starts[variants[0]]

@@ -313,14 +313,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     prep = prepare(spec)
     msgs, subs = prep.workload.messages, prep.workload.subscriptions
-    for a in range(prep.start, prep.start + turnover, 20_000):
-        prep.engine.publish_batch(msgs.slice(a, min(a + 20_000, prep.start + turnover)))
+    first = prep.turn_over(turnover)
     assert isinstance(prep.engine, Engine)
     engine = prep.engine
     index = engine.subscription_index
     theta = engine.thresholds(subs.ids)
     t1 = time.perf_counter()
-    first = prep.start + turnover
     m = msgs.slice(first, first + args.measured)
     indptr = np.ascontiguousarray(m.terms.indptr, np.int64)
     terms = np.ascontiguousarray(m.terms.ids, np.uint32)

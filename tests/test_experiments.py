@@ -167,8 +167,9 @@ def test_publish_paired_rotates_the_engines_and_refuses_different_changes():
     spec = RunSpec(num_subs=300, window=300, measured=200, index="cone")
     a, b, c, other = prepare(spec), prepare(spec), prepare(spec), prepare(spec.with_(k=3))
     msgs = a.workload.messages
-    cpu = publish_paired({"a": a.engine, "b": b.engine}, msgs, a.start, 200, 50)
+    assert a.turn_over(50, chunk=20) == b.turn_over(50) == 350 == a.start      # unmeasured, then measured
+    cpu = publish_paired({"a": a.engine, "b": b.engine}, msgs, a.start, 150, 50)
     assert set(cpu) == {"a", "b"} and all(t >= 0 for t in cpu.values())
-    assert a.engine.stats()["arrivals"] == b.engine.stats()["arrivals"] == a.start + 200
+    assert a.engine.stats()["arrivals"] == b.engine.stats()["arrivals"] == 500
     with pytest.raises(SkypeError, match="chunk 0: other's result changes differ from c's"):
         publish_paired({"c": c.engine, "other": other.engine}, msgs, c.start, 200, 50)

@@ -118,6 +118,16 @@ class Prepared:
     start: int  # first measured message
     setup_s: dict = field(default_factory=dict)
 
+    def turn_over(self, messages: int, chunk: int = 20_000) -> int:
+        """Publish ``messages`` messages after the fill, unmeasured (the paper's turnover: the
+        buffers reach their steady state), ``chunk`` at a time; the measured messages then start
+        after them.  Returns the new ``start``."""
+        msgs, end = self.workload.messages, self.start + messages
+        for a in range(self.start, end, chunk):
+            self.engine.publish_batch(msgs.slice(a, min(a + chunk, end)))
+        self.start = end
+        return end
+
     def chunks(self, size: int):
         msgs = self.workload.messages
         for a in range(self.start, len(msgs), size):
